@@ -1,0 +1,163 @@
+"""Checkpoint folders: ``model.safetensors`` + ``config.json`` + ``tokenizer.json`` + ``card.json``.
+
+Weights are read and written with ``safetensors`` only (never pickle). Every file is written to a temporary
+name and renamed into place, so a reader never sees half a file. A tied output projection is not stored
+twice: it is re-tied on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .config import ConfigError, ModelConfig
+from .tokenizer import TextTokenizer
+from .transformer import Transformer
+
+REQUIRED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder that cannot be loaded; the message says what is wrong, in plain words."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded model ready for inference (eval mode), with its tokenizer and card."""
+
+    model: Transformer
+    tokenizer: TextTokenizer
+    config: ModelConfig
+    card: dict = field(default_factory=dict)
+    path: Path | None = None
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """``safetensors`` file written atomically (contiguous CPU copies of ``tensors``)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def model_state(model: Transformer, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The model's tensors without the tied output projection, optionally cast (e.g. ``torch.float16``)."""
+    state = {}
+    for name, t in model.state_dict().items():
+        if model.cfg.tie_embeddings and name == "generator.weight":
+            continue
+        state[name] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
+    return state
+
+
+def save_checkpoint(
+    folder: str | Path, model: Transformer, tokenizer: TextTokenizer, card: dict | None = None,
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write a checkpoint folder (created if needed). ``dtype`` stores weights in e.g. fp16 to halve the size."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / "config.json", model.cfg.to_dict())
+    atomic_write_bytes(folder / "tokenizer.json", tokenizer.to_str().encode("utf-8"))
+    save_tensors(folder / "model.safetensors", model_state(model, dtype), {"format": "pt"})
+    atomic_write_json(folder / "card.json", card or {})
+    return folder
+
+
+def is_checkpoint_dir(folder: str | Path) -> bool:
+    """True when ``folder`` has the three required files (it may still be corrupt)."""
+    folder = Path(folder)
+    return folder.is_dir() and all((folder / f).is_file() for f in REQUIRED_FILES)
+
+
+def list_checkpoints(root: str | Path) -> list[Path]:
+    """Checkpoint folders directly below ``root`` (or ``root`` itself), sorted by name."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [root] if is_checkpoint_dir(root) else []
+    found += sorted(p for p in root.iterdir() if is_checkpoint_dir(p))
+    return found
+
+
+def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    """Load a checkpoint folder for inference (eval mode, float32).
+
+    Raises:
+        CheckpointError: the folder or a file is missing, the config or tokenizer is invalid, the weights file
+            is corrupt, or the weights do not fit the config.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"Checkpoint folder not found: {folder}")
+    missing = [f for f in REQUIRED_FILES if not (folder / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} is not a checkpoint: missing {', '.join(missing)}")
+    try:
+        cfg = ModelConfig.from_json(folder / "config.json")
+    except ConfigError as exc:
+        raise CheckpointError(f"{folder}/config.json is invalid: {exc}") from exc
+    try:
+        tokenizer = TextTokenizer.from_file(folder / "tokenizer.json")
+    except ValueError as exc:
+        raise CheckpointError(f"{folder}/tokenizer.json is invalid: {exc}") from exc
+    if tokenizer.vocab_size != cfg.vocab_size:
+        raise CheckpointError(
+            f"{folder}: tokenizer has {tokenizer.vocab_size} tokens but the config says {cfg.vocab_size}"
+        )
+    try:
+        state = load_file(str(folder / "model.safetensors"))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{folder}/model.safetensors is corrupt or unreadable: {exc}") from exc
+    model = Transformer(cfg)
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{folder}: weights do not fit the config: {exc}") from exc
+    allowed_missing = {"generator.weight"} if cfg.tie_embeddings else set()
+    if set(result.missing_keys) - allowed_missing or result.unexpected_keys:
+        raise CheckpointError(
+            f"{folder}: weights do not match the config (missing {sorted(set(result.missing_keys) - allowed_missing)[:3]}, "
+            f"unexpected {result.unexpected_keys[:3]})"
+        )
+    card = {}
+    if (folder / "card.json").is_file():
+        try:
+            card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            card = {"warning": "card.json is unreadable"}
+    model.to(device).eval()
+    return Checkpoint(model, tokenizer, cfg, card, folder)

@@ -1,0 +1,122 @@
+"""Model hyper-parameters as one dataclass with a JSON round-trip.
+
+Defaults follow the base Transformer of Vaswani et al. (2017), "Attention Is All You Need", §3 and
+Table 3, except the size, which is scaled down so that the model trains on a laptop CPU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+ARCHITECTURES = ("encoder-decoder", "decoder-only")
+POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
+#: Schemes the model implements today; the config already names the others (RoPE, ALiBi).
+IMPLEMENTED_POS_ENCODINGS = ("sinusoidal", "learned", "none")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot describe a valid model (the message says which field and why)."""
+
+
+@dataclass
+class ModelConfig:
+    """Shape of a Transformer.
+
+    Attributes:
+        arch: ``"encoder-decoder"`` (translation) or ``"decoder-only"`` (GPT-style language model).
+        vocab_size: size of the shared source/target vocabulary.
+        d_model: width of every residual stream (paper: 512).
+        n_heads: attention heads per layer (paper: 8); ``d_k = d_model // n_heads``.
+        n_encoder_layers: encoder layers N (paper: 6; ignored for decoder-only).
+        n_decoder_layers: decoder layers N (paper: 6).
+        d_ff: inner width of the position-wise feed-forward network (paper: 2048).
+        dropout: dropout on sub-layer outputs and on embeddings + PE (paper: 0.1).
+        attention_dropout: dropout on attention weights (training only).
+        pos_encoding: ``"sinusoidal"`` (paper §3.5, base 10000), ``"learned"``, ``"rope"``, ``"alibi"``, ``"none"``.
+        norm_first: ``False`` = post-LN as in the paper, ``True`` = pre-LN (Xiong et al. 2020).
+        tie_embeddings: share source embedding, target embedding and output projection (paper §3.4).
+        max_len: longest sequence in tokens, special tokens included.
+        pad_id, bos_id, eos_id, unk_id: special token ids.
+    """
+
+    arch: str = "encoder-decoder"
+    vocab_size: int = 8000
+    d_model: int = 256
+    n_heads: int = 4
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    pos_encoding: str = "sinusoidal"
+    norm_first: bool = False
+    tie_embeddings: bool = True
+    max_len: int = 128
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def d_k(self) -> int:
+        """Per-head width of queries, keys and values (paper: d_k = d_v = d_model / h)."""
+        return self.d_model // self.n_heads
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.arch == "encoder-decoder"
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an impossible combination."""
+        if self.arch not in ARCHITECTURES:
+            raise ConfigError(f"arch must be one of {ARCHITECTURES}, got {self.arch!r}")
+        if self.pos_encoding not in POS_ENCODINGS:
+            raise ConfigError(f"pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
+        if self.pos_encoding not in IMPLEMENTED_POS_ENCODINGS:
+            raise ConfigError(f"pos_encoding {self.pos_encoding!r} is not implemented yet")
+        for name in ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "d_ff", "max_len"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.is_encoder_decoder and self.n_encoder_layers <= 0:
+            raise ConfigError("an encoder-decoder model needs n_encoder_layers > 0")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.pos_encoding == "sinusoidal" and self.d_model % 2:
+            raise ConfigError(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
+        if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.attention_dropout < 1.0):
+            raise ConfigError("dropout must lie in [0, 1)")
+
+    # --- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        """Build from a dict; unknown keys are refused so that a typo does not pass silently."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(f"unknown config keys: {sorted(unknown)}")
+        return cls(**data)
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "ModelConfig":
+        """Read ``config.json``. Raises :class:`ConfigError` on unreadable or invalid content."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a JSON object")
+        try:
+            return cls.from_dict(data)
+        except TypeError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc

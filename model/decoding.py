@@ -1,0 +1,286 @@
+"""Autoregressive decoding with a KV cache: a stepping API for the app and batched greedy for evaluation.
+
+Each step feeds only the newest target token: self-attention appends one K/V row per layer to the
+cache, cross-attention reuses the K/V computed once from the encoder ``memory``. The logits equal those of
+a full recompute of the prefix (tested).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .tokenizer import TextTokenizer
+from .transformer import KVCache, Transformer
+
+#: Hard cap on characters accepted from a user before tokenizing (a 10,000-character paste is refused politely).
+MAX_INPUT_CHARS = 2000
+
+
+class InputError(ValueError):
+    """User text that cannot be translated as it is; the message is meant to be shown to the user."""
+
+
+@dataclass
+class SourceInput:
+    """A tokenized source sentence.
+
+    Attributes:
+        text: the cleaned text the offsets refer to.
+        ids: token ids fed to the encoder, ``<eos>`` included (``[src_len]``).
+        tokens: the BPE pieces for ``ids`` (``"<eos>"`` last).
+        offsets: ``(start, end)`` character span of each piece in ``text`` (``(len, len)`` for ``<eos>``).
+        truncated: the text was longer than the model's ``max_len`` and was cut.
+        notes: plain-language remarks for the user (truncation, unknown characters, removed control characters).
+    """
+
+    text: str
+    ids: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+    truncated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def clean_user_text(text: str) -> tuple[str, list[str]]:
+    """NFC-normalise, replace control characters by spaces and collapse whitespace. Returns ``(text, notes)``."""
+    notes = []
+    text = unicodedata.normalize("NFC", text or "")
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
+        notes.append("Control characters were removed.")
+    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch for ch in text)
+    return " ".join(text.split()), notes
+
+
+def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: int, unk_id: int) -> SourceInput:
+    """Tokenize user text for the encoder (or as a decoder-only prompt), truncating to ``max_len`` tokens.
+
+    Raises:
+        InputError: the text is empty or only whitespace/control characters, or longer than
+            :data:`MAX_INPUT_CHARS` characters.
+    """
+    if text is not None and len(text) > MAX_INPUT_CHARS:
+        raise InputError(
+            f"The text has {len(text):,} characters; this model translates single sentences of up to "
+            f"{MAX_INPUT_CHARS:,} characters. Please shorten it."
+        )
+    clean, notes = clean_user_text(text)
+    if not clean:
+        raise InputError("Please type a sentence to translate (the text is empty).")
+    enc = tokenizer.encode(clean)
+    ids, tokens, offsets = enc.ids, enc.tokens, enc.offsets
+    truncated = len(ids) + 1 > max_len
+    if truncated:
+        keep = max_len - 1
+        ids, tokens, offsets = ids[:keep], tokens[:keep], offsets[:keep]
+        notes.append(f"The text was cut to the model's limit of {max_len} tokens (the first {keep} pieces).")
+    if unk_id in ids:
+        unknown = sorted({clean[s:e] for i, (s, e) in zip(ids, offsets) if i == unk_id})
+        notes.append(
+            "Characters the model never saw in training are shown as <unk>: " + " ".join(unknown)[:80]
+        )
+    return SourceInput(clean, ids + [eos_id], tokens + ["<eos>"], offsets + [(len(clean), len(clean))], truncated, notes)
+
+
+@dataclass
+class StepRecord:
+    """What one decoding step produced.
+
+    Attributes:
+        token_id: the chosen next token.
+        prob: its probability under the model (softmax of the logits).
+        log_probs: log-softmax over the whole vocabulary ``[vocab]``.
+        cross_attention: the new token's cross-attention ``[layers, heads, src_len]`` (``None`` for decoder-only).
+        self_attention: its masked self-attention over the prefix ``[layers, heads, prefix_len]``.
+        cache_bytes: bytes in the KV cache after the step.
+    """
+
+    token_id: int
+    prob: float
+    log_probs: torch.Tensor
+    cross_attention: torch.Tensor | None
+    self_attention: torch.Tensor
+    cache_bytes: int
+
+    def top(self, k: int = 10) -> tuple[list[int], list[float]]:
+        """The ``k`` most probable next tokens and their probabilities."""
+        p, i = self.log_probs.exp().topk(min(k, self.log_probs.numel()))
+        return i.tolist(), p.tolist()
+
+
+def greedy_choice(log_probs: torch.Tensor) -> int:
+    """Argmax (ties: lowest id). ``log_probs`` is ``[vocab]``."""
+    return int(torch.argmax(log_probs))
+
+
+class Stepper:
+    """Step through the decoding of one sequence, one token at a time, with Back / Reset.
+
+    Args:
+        model: an eval-mode :class:`Transformer`.
+        src_ids: encoder input ids ``[src_len]`` (ignored for decoder-only models).
+        prefix_ids: target ids to start from (default ``[<bos>]``; a prompt for decoder-only models).
+        max_new_tokens: the decoding stops after this many tokens, or at ``<eos>``.
+        use_cache: feed one token per step with the KV cache (``True``) or recompute the whole prefix.
+    """
+
+    def __init__(self, model: Transformer, src_ids: list[int] | None = None, prefix_ids: list[int] | None = None,
+                 max_new_tokens: int | None = None, use_cache: bool = True):
+        self.model = model
+        cfg = model.cfg
+        self.use_cache = use_cache
+        self.prefix = list(prefix_ids) if prefix_ids else [cfg.bos_id]
+        self.max_new_tokens = min(max_new_tokens or cfg.max_len, cfg.max_len - len(self.prefix))
+        dev = model.device
+        self.src = torch.tensor([src_ids], device=dev) if cfg.is_encoder_decoder else None
+        with torch.inference_mode():
+            if self.src is not None:
+                self.memory, _ = model.encode(self.src)
+                self.memory_mask = model.src_mask(self.src)
+            else:
+                self.memory = self.memory_mask = None
+        self.reset()
+
+    # --- state --------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.tokens: list[int] = list(self.prefix)
+        self.records: list[StepRecord] = []
+        self.cache: KVCache = self.model.new_cache()
+
+    @property
+    def generated(self) -> list[int]:
+        """Tokens produced so far (the prefix excluded)."""
+        return self.tokens[len(self.prefix):]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.records and self.records[-1].token_id == self.model.cfg.eos_id) or (
+            len(self.records) >= self.max_new_tokens
+        )
+
+    # --- stepping -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def next_distribution(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Log-probabilities ``[vocab]`` of the next token, with its cross-attention ``[layers, heads, src_len]``
+        (or ``None``) and self-attention ``[layers, heads, prefix_len]``, traced."""
+        dev = self.model.device
+        if self.use_cache:
+            new = torch.tensor([self.tokens[self.cache.positions:]], device=dev)
+            out = self.model.decode(new, self.memory, self.memory_mask, cache=self.cache, trace=True)
+        else:
+            full = torch.tensor([self.tokens], device=dev)
+            out = self.model.decode(full, self.memory, self.memory_mask, trace=True)
+        log_probs = torch.log_softmax(self.model.logits(out.hidden[0, -1]).float(), dim=-1)
+        cross = torch.stack([w[0, :, -1] for w in out.cross_weights]) if out.cross_weights else None
+        self_w = torch.stack([w[0, :, -1] for w in out.self_weights])
+        return log_probs, cross, self_w
+
+    def step(self, choose: Callable[[torch.Tensor], int] = greedy_choice) -> StepRecord | None:
+        """Produce one token (``None`` when already finished). ``choose(log_probs) -> token id``."""
+        if self.finished:
+            return None
+        log_probs, cross, self_w = self.next_distribution()
+        token = int(choose(log_probs))
+        rec = StepRecord(token, float(log_probs[token].exp()), log_probs, cross, self_w, self.cache.nbytes()["total"])
+        self.tokens.append(token)
+        self.records.append(rec)
+        return rec
+
+    def back(self) -> None:
+        """Undo the last step (cheap: the cache is truncated, nothing is recomputed)."""
+        if not self.records:
+            return
+        self.records.pop()
+        self.tokens.pop()
+        self.cache.truncate(len(self.tokens) - 1)
+
+    def run_to_end(self, choose: Callable[[torch.Tensor], int] = greedy_choice) -> None:
+        while not self.finished:
+            self.step(choose)
+
+    def goto(self, n_steps: int, choose: Callable[[torch.Tensor], int] = greedy_choice) -> None:
+        """Move to exactly ``n_steps`` generated tokens (or as far as decoding goes), stepping back or forward."""
+        while len(self.records) > n_steps:
+            self.back()
+        while len(self.records) < n_steps and not self.finished:
+            self.step(choose)
+
+    def output_ids(self) -> list[int]:
+        """Generated ids without the final ``<eos>``."""
+        ids = self.generated
+        return ids[:-1] if ids and ids[-1] == self.model.cfg.eos_id else ids
+
+    def cross_attention_matrix(self) -> torch.Tensor | None:
+        """Cross-attention of all generated tokens ``[layers, heads, steps, src_len]``, one row per step."""
+        if not self.records or self.records[0].cross_attention is None:
+            return None
+        return torch.stack([r.cross_attention for r in self.records], dim=2)
+
+
+@torch.inference_mode()
+def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens: int | None = None) -> list[list[int]]:
+    """Greedy translation of many sources at once with the KV cache (for evaluation).
+
+    Args:
+        src_batch: encoder ids per sentence (``<eos>`` included), any lengths.
+
+    Returns:
+        Generated ids per sentence, ``<eos>`` and later tokens removed.
+    """
+    cfg = model.cfg
+    dev = model.device
+    width = max(len(s) for s in src_batch)
+    src = torch.full((len(src_batch), width), cfg.pad_id, dtype=torch.long, device=dev)
+    for i, s in enumerate(src_batch):
+        src[i, : len(s)] = torch.tensor(s)
+    memory, _ = model.encode(src)
+    memory_mask = model.src_mask(src)
+    limit = min(max_new_tokens or cfg.max_len - 1, cfg.max_len - 1)
+    # Generous but bounded: a translation is rarely more than twice the source plus a few tokens.
+    cache = model.new_cache()
+    tokens = torch.full((len(src_batch), 1), cfg.bos_id, dtype=torch.long, device=dev)
+    done = torch.zeros(len(src_batch), dtype=torch.bool, device=dev)
+    out = []
+    for _ in range(limit):
+        hidden = model.decode(tokens[:, -1:], memory, memory_mask, cache=cache).hidden
+        nxt = model.logits(hidden[:, -1]).argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
+        out.append(nxt)
+        done |= nxt == cfg.eos_id
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        if bool(done.all()):
+            break
+    gen = torch.stack(out, dim=1).tolist()
+    result = []
+    for row in gen:
+        ids = []
+        for t in row:
+            if t in (cfg.eos_id, cfg.pad_id):
+                break
+            ids.append(t)
+        result.append(ids)
+    return result
+
+
+def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], batch_size: int = 64) -> list[str]:
+    """Greedy translations of ``texts`` (sorted by length internally for speed; order preserved).
+
+    Texts that are empty or unusable give an empty string rather than an exception.
+    """
+    cfg = model.cfg
+    prepared = []
+    for t in texts:
+        try:
+            prepared.append(prepare_source(tokenizer, t, cfg.max_len, cfg.eos_id, cfg.unk_id).ids)
+        except InputError:
+            prepared.append(None)
+    order = sorted((i for i, p in enumerate(prepared) if p), key=lambda i: len(prepared[i]))
+    results = [""] * len(texts)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        for i, ids in zip(chunk, greedy_batch(model, [prepared[i] for i in chunk])):
+            results[i] = tokenizer.decode(ids)
+    return results

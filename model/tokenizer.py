@@ -1,0 +1,102 @@
+"""Shared EN/DE BPE tokenizer, built on Hugging Face ``tokenizers`` (Sennrich et al. 2016, BPE).
+
+One vocabulary serves source and target, as in the paper. Text is NFC-normalised, split on whitespace
+with a ``▁`` word-start marker (Metaspace), and merged by BPE; characters never seen in training (emoji,
+most non-Latin scripts) become ``<unk>``. Every encoding keeps per-token character offsets into the
+original text, for the BPE view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """Token ids of one text with the pieces and their ``(start, end)`` character offsets (end exclusive)."""
+
+    ids: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+
+
+class TextTokenizer:
+    """A thin wrapper over a ``tokenizers.Tokenizer`` that knows the special ids.
+
+    Args:
+        tokenizer: a BPE tokenizer whose first four ids are ``<pad> <bos> <eos> <unk>``.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tok = tokenizer
+        for i, name in enumerate(SPECIAL_TOKENS):
+            if tokenizer.token_to_id(name) != i:
+                raise ValueError(f"tokenizer must map {name!r} to id {i}")
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> "TextTokenizer":
+        """Train a BPE vocabulary of at most ``vocab_size`` pieces (specials included) on ``texts``."""
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS, show_progress=False
+        )
+        tok.train_from_iterator(texts, trainer=trainer)
+        return cls(tok)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "TextTokenizer":
+        """Load ``tokenizer.json``. Raises ``ValueError`` when the file is not a valid tokenizer."""
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+            raise ValueError(f"{path} is not a valid tokenizer file: {exc}") from exc
+        return cls(tok)
+
+    def save(self, path: str | Path) -> None:
+        self._tok.save(str(path))
+
+    def to_str(self) -> str:
+        """The tokenizer as a JSON string (what ``tokenizer.json`` holds)."""
+        return self._tok.to_str()
+
+    # --- use ----------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size()
+
+    @property
+    def backend(self) -> Tokenizer:
+        """The underlying ``tokenizers.Tokenizer`` (for merge replay and vocabulary statistics)."""
+        return self._tok
+
+    def encode(self, text: str) -> Encoding:
+        """Encode ``text`` without special tokens; offsets index into ``text``."""
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return Encoding(list(enc.ids), list(enc.tokens), [tuple(o) for o in enc.offsets])
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [list(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``; special tokens are skipped."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def id_to_token(self, token_id: int) -> str:
+        return self._tok.id_to_token(int(token_id)) or "<unk>"
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.id_to_token(i) for i in ids]

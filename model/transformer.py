@@ -1,0 +1,276 @@
+"""The Transformer of Vaswani et al. (2017), encoder-decoder or decoder-only, post-LN or pre-LN.
+
+Encoder layer (§3.1): self-attention → FFN. Decoder layer: masked self-attention → cross-attention
+(queries from the decoder, keys/values from the encoder output ``memory``) → FFN.
+Post-LN (paper): ``x = LayerNorm(x + Dropout(Sublayer(x)))``; pre-LN (Xiong et al. 2020):
+``x = x + Dropout(Sublayer(LayerNorm(x)))`` with a final LayerNorm.
+Embeddings are multiplied by √d_model and shared with the output projection when tied (§3.4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import LayerKV, MultiHeadAttention
+from .config import ModelConfig
+from .positional import PositionalEncoding
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN(x) = max(0, x W₁ + b₁) W₂ + b₂ (paper eq. 2); ``[.., d_model] → [.., d_model]``."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+
+
+class _Residual(nn.Module):
+    """One sub-layer connection with its LayerNorm, post-LN or pre-LN."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, sublayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``sublayer(h) -> (out, weights)``; returns the new residual stream and the weights."""
+        if self.norm_first:
+            out, weights = sublayer(self.norm(x))
+            return x + self.dropout(out), weights
+        out, weights = sublayer(x)
+        return self.norm(x + self.dropout(out)), weights
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res_attn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x, mask, trace=False, head_mask=None):
+        """``x``: ``[batch, src_len, d_model]``; returns ``(x, weights [batch, heads, src_len, src_len] | None)``."""
+        x, w = self.res_attn(x, lambda h: self.self_attn(h, h, mask, trace=trace, head_mask=head_mask))
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        return x, w
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.res_self = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.cross_attn = None
+        if cfg.is_encoder_decoder:
+            self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+            self.res_cross = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x, self_mask, memory=None, memory_mask=None, *, self_cache=None, cross_cache=None,
+                trace=False, self_head_mask=None, cross_head_mask=None):
+        """``x``: ``[batch, tgt_len, d_model]``, ``memory``: ``[batch, src_len, d_model]``.
+
+        Returns ``(x, self_weights [batch, heads, tgt_len, k_len] | None, cross_weights [.., tgt_len, src_len] | None)``.
+        """
+        x, w_self = self.res_self(
+            x, lambda h: self.self_attn(h, h, self_mask, cache=self_cache, trace=trace, head_mask=self_head_mask)
+        )
+        w_cross = None
+        if self.cross_attn is not None:
+            x, w_cross = self.res_cross(
+                x,
+                lambda h: self.cross_attn(
+                    h, memory, memory_mask, cache=cross_cache, static_kv=True, trace=trace, head_mask=cross_head_mask
+                ),
+            )
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        return x, w_self, w_cross
+
+
+@dataclass
+class KVCache:
+    """Decoder K/V cache: per layer, self-attention rows (grow by one per step) and cross-attention (fixed)."""
+
+    self_attn: list[LayerKV] = field(default_factory=list)
+    cross_attn: list[LayerKV] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, n_layers: int, cross: bool) -> "KVCache":
+        return cls([LayerKV() for _ in range(n_layers)], [LayerKV() for _ in range(n_layers)] if cross else [])
+
+    @property
+    def positions(self) -> int:
+        """Target positions cached so far."""
+        return self.self_attn[0].positions if self.self_attn else 0
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held: ``{"self": …, "cross": …, "total": …}``."""
+        s = sum(l.nbytes() for l in self.self_attn)
+        c = sum(l.nbytes() for l in self.cross_attn)
+        return {"self": s, "cross": c, "total": s + c}
+
+    def truncate(self, positions: int) -> None:
+        for layer in self.self_attn:
+            layer.truncate(positions)
+
+    def select(self, index: torch.Tensor) -> None:
+        for layer in self.self_attn + self.cross_attn:
+            layer.select(index)
+
+
+@dataclass
+class DecoderOutput:
+    """Decoder result: ``hidden [batch, tgt_len, d_model]`` and per-layer weights when traced."""
+
+    hidden: torch.Tensor
+    self_weights: list[torch.Tensor]
+    cross_weights: list[torch.Tensor]
+
+
+def causal_mask(q_len: int, k_len: int, device=None) -> torch.Tensor:
+    """Bool ``[q_len, k_len]``: query i (at absolute position ``k_len - q_len + i``) may see keys ``≤`` its position."""
+    offset = k_len - q_len
+    q_pos = torch.arange(q_len, device=device).unsqueeze(1) + offset
+    return torch.arange(k_len, device=device).unsqueeze(0) <= q_pos
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder (translation) or decoder-only (language model) Transformer.
+
+    Args:
+        cfg: the :class:`~model.config.ModelConfig`.
+
+    Shapes: ``src`` ``[batch, src_len]`` and ``tgt`` ``[batch, tgt_len]`` token ids; ``logits`` ``[batch, tgt_len, vocab]``.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = PositionalEncoding(cfg.pos_encoding, cfg.max_len, cfg.d_model)
+        self.emb_dropout = nn.Dropout(cfg.dropout)
+        n_enc = cfg.n_encoder_layers if cfg.is_encoder_decoder else 0
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_enc))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first and n_enc else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else None
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._reset_parameters()
+        if cfg.tie_embeddings:
+            self.generator.weight = self.embed.weight
+
+    def _reset_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and not name.startswith(("embed", "pos")):
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        # Embeddings are scaled by √d_model on the way in, so N(0, 1/d_model) gives unit-variance inputs.
+        nn.init.normal_(self.embed.weight, std=self.cfg.d_model**-0.5)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def embed_tokens(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Token embedding × √d_model + positional encoding, with dropout; ``[batch, seq] → [batch, seq, d_model]``."""
+        x = self.embed(ids) * math.sqrt(self.cfg.d_model)
+        return self.emb_dropout(self.pos(x, offset))
+
+    def src_mask(self, src: torch.Tensor) -> torch.Tensor:
+        """Key-padding mask ``[batch, 1, 1, src_len]`` (True = real token)."""
+        return (src != self.cfg.pad_id)[:, None, None, :]
+
+    def encode(self, src: torch.Tensor, *, trace: bool = False, head_mask: torch.Tensor | None = None):
+        """Encoder: ``src [batch, src_len]`` → ``(memory [batch, src_len, d_model], weights)``.
+
+        ``weights`` is a list (one per layer) of ``[batch, heads, src_len, src_len]`` when traced, else empty.
+        ``head_mask``: ``[layers, heads]`` multipliers (0 ablates a head).
+        """
+        mask = self.src_mask(src)
+        x = self.embed_tokens(src)
+        weights = []
+        for i, layer in enumerate(self.encoder_layers):
+            x, w = layer(x, mask, trace=trace, head_mask=None if head_mask is None else head_mask[i])
+            if trace:
+                weights.append(w)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, weights
+
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        trace: bool = False,
+        self_head_mask: torch.Tensor | None = None,
+        cross_head_mask: torch.Tensor | None = None,
+    ) -> DecoderOutput:
+        """Decoder over ``tgt [batch, tgt_len]`` (the new positions only, when a cache is given).
+
+        With ``cache``, the new tokens sit at positions ``cache.positions …`` and attend to every cached row;
+        cached cross-attention K/V are reused, so ``memory`` is only needed on the first call.
+        """
+        offset = cache.positions if cache is not None else 0
+        t = tgt.size(1)
+        self_mask = causal_mask(t, offset + t, tgt.device)[None, None]
+        if offset == 0:
+            self_mask = self_mask & (tgt != self.cfg.pad_id)[:, None, None, :]
+        x = self.embed_tokens(tgt, offset)
+        out = DecoderOutput(x, [], [])
+        for i, layer in enumerate(self.decoder_layers):
+            x, w_self, w_cross = layer(
+                x,
+                self_mask,
+                memory,
+                memory_mask,
+                self_cache=cache.self_attn[i] if cache is not None else None,
+                cross_cache=cache.cross_attn[i] if cache is not None and cache.cross_attn else None,
+                trace=trace,
+                self_head_mask=None if self_head_mask is None else self_head_mask[i],
+                cross_head_mask=None if cross_head_mask is None else cross_head_mask[i],
+            )
+            if trace:
+                out.self_weights.append(w_self)
+                if w_cross is not None:
+                    out.cross_weights.append(w_cross)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        out.hidden = x
+        return out
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[batch, tgt_len, d_model]`` → ``[batch, tgt_len, vocab]`` (unnormalised log-probabilities)."""
+        return self.generator(hidden)
+
+    def forward(self, src: torch.Tensor | None, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits ``[batch, tgt_len, vocab]`` (fast path). ``src`` is ignored for decoder-only."""
+        if self.cfg.is_encoder_decoder:
+            if src is None:
+                raise ValueError("an encoder-decoder model needs src")
+            memory, _ = self.encode(src)
+            return self.logits(self.decode(tgt, memory, self.src_mask(src)).hidden)
+        return self.logits(self.decode(tgt).hidden)
+
+    def new_cache(self) -> KVCache:
+        return KVCache.empty(len(self.decoder_layers), cross=self.cfg.is_encoder_decoder)

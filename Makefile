@@ -1,0 +1,42 @@
+# The two commands: `make run` (set up and start the app) and `make test` (set up and run every test).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8501
+
+.PHONY: run test setup setup-dev chromium data bench clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+# The browser tests drive Debian's Chromium (never `playwright install`: it downloads). Installed when
+# missing and we may (root); otherwise those tests skip with a message saying how to install it.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	  echo "note: chromium not installed; browser tests will be skipped (apt-get install -y chromium)"; }
+
+setup: $(VENV)/.installed
+setup-dev: $(VENV)/.installed-dev
+
+run: setup
+	$(PY) -m streamlit run app.py --server.port $(PORT) --browser.gatherUsageStats false
+
+test: setup-dev chromium
+	$(PY) -m pytest -q tests
+
+data: setup
+	$(PY) -m model.data prepare
+
+bench: setup
+	$(PY) -m benchmarks.decode
+
+clean:
+	rm -rf $(VENV) .pytest_cache

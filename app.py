@@ -1,0 +1,24 @@
+"""Attention Explorer — entry point: page config, navigation and the sidebar checkpoint picker.
+
+Run with ``make run`` (or ``streamlit run app.py``).
+"""
+
+import streamlit as st
+
+from ui.state import DEMO_MODE, checkpoint_picker
+
+st.set_page_config(page_title="Attention Explorer", page_icon="🔭", layout="wide")
+
+pages = [
+    st.Page("pages/translate.py", title="Translate", icon="🔤", default=True),
+    st.Page("pages/attention.py", title="Attention", icon="🧠"),
+]
+nav = st.navigation(pages)
+
+st.sidebar.title("Attention Explorer")
+st.sidebar.caption("A Transformer we trained ourselves, opened up: English → German, one token at a time.")
+st.session_state["_ckpt_path"] = checkpoint_picker()
+if DEMO_MODE:
+    st.sidebar.info("Hosted demo: inputs are capped at 300 characters.")
+
+nav.run()

@@ -1,0 +1,94 @@
+"""``Trace``: everything one traced forward pass exposes to the pages and ``viz/``.
+
+Attention tensors are ``[layers, heads, q_len, k_len]`` (rows = queries, columns = keys), one per kind:
+``encoder`` (source self-attention), ``decoder`` (masked target self-attention) and ``cross``
+(target queries over source keys), or ``self`` for a decoder-only model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .tokenizer import TextTokenizer
+from .transformer import Transformer
+
+
+@dataclass
+class Trace:
+    """One sentence pair seen by the model.
+
+    Attributes:
+        src_tokens / tgt_tokens: BPE pieces (``tgt_tokens`` starts with ``<bos>``; the decoder's *inputs*).
+        src_ids / tgt_ids: their ids.
+        src_offsets: ``(start, end)`` character span of each source piece.
+        attention: kind → ``[layers, heads, q_len, k_len]`` float tensor on the CPU.
+        logits: ``[tgt_len, vocab]``, the next-token logits after each target input position.
+    """
+
+    src_tokens: list[str]
+    tgt_tokens: list[str]
+    src_ids: list[int]
+    tgt_ids: list[int]
+    src_offsets: list[tuple[int, int]] = field(default_factory=list)
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)
+    logits: torch.Tensor | None = None
+
+    @property
+    def kinds(self) -> list[str]:
+        return list(self.attention)
+
+    def labels(self, kind: str) -> tuple[list[str], list[str]]:
+        """``(query_labels, key_labels)`` for an attention kind."""
+        if kind == "encoder":
+            return self.src_tokens, self.src_tokens
+        if kind == "cross":
+            return self.tgt_tokens, self.src_tokens
+        return self.tgt_tokens, self.tgt_tokens
+
+
+KIND_TITLES = {
+    "encoder": "Encoder self-attention",
+    "decoder": "Decoder masked self-attention",
+    "cross": "Cross-attention (decoder → encoder)",
+    "self": "Masked self-attention",
+}
+
+
+@torch.inference_mode()
+def trace_pair(
+    model: Transformer,
+    tokenizer: TextTokenizer,
+    src_ids: list[int] | None,
+    tgt_ids: list[int],
+    src_offsets: list[tuple[int, int]] | None = None,
+) -> Trace:
+    """Run the traced path over a source and a target prefix (``tgt_ids`` starts with ``<bos>``).
+
+    For decoder-only models pass ``src_ids=None``; the result then has the single kind ``self``.
+    """
+    dev = model.device
+    tgt = torch.tensor([tgt_ids], device=dev)
+    attention: dict[str, torch.Tensor] = {}
+    if model.cfg.is_encoder_decoder:
+        if not src_ids:
+            raise ValueError("an encoder-decoder trace needs src_ids")
+        src = torch.tensor([src_ids], device=dev)
+        memory, enc_w = model.encode(src, trace=True)
+        out = model.decode(tgt, memory, model.src_mask(src), trace=True)
+        attention["encoder"] = torch.stack([w[0] for w in enc_w]).float().cpu()
+        attention["decoder"] = torch.stack([w[0] for w in out.self_weights]).float().cpu()
+        attention["cross"] = torch.stack([w[0] for w in out.cross_weights]).float().cpu()
+    else:
+        out = model.decode(tgt, trace=True)
+        attention["self"] = torch.stack([w[0] for w in out.self_weights]).float().cpu()
+    return Trace(
+        src_tokens=tokenizer.tokens(src_ids) if src_ids else [],
+        tgt_tokens=tokenizer.tokens(tgt_ids),
+        src_ids=list(src_ids or []),
+        tgt_ids=list(tgt_ids),
+        src_offsets=list(src_offsets or []),
+        attention=attention,
+        logits=model.logits(out.hidden[0]).float().cpu(),
+    )

@@ -1,0 +1,115 @@
+"""Page "Translate": type a sentence, read the translation, and step through its decoding token by token."""
+
+import streamlit as st
+import torch
+
+from ui import state
+from viz.attention import alignment_heatmap, highlight_tokens_html, tokens_html
+from viz.decoding import top_tokens_bar
+
+ckpt = state.require_checkpoint()
+tok = ckpt.tokenizer
+
+st.title("Translate")
+st.caption("English → German with our own Transformer. Step through the decoding: at every step the model "
+           "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
+           "cross-attention shows which English pieces the decoder looked at to choose it.")
+
+# --- input ------------------------------------------------------------------------------------------
+text = state.current_text()
+if "text_input" not in st.session_state:
+    st.session_state["text_input"] = text
+
+
+def _use_preset() -> None:
+    choice = st.session_state["preset"]
+    if choice in state.PRESETS:
+        st.session_state["text_input"] = choice
+
+
+col_preset, col_text = st.columns([1, 2])
+preset_options = ["(your own sentence)"] + state.PRESETS
+col_preset.selectbox(
+    "Lecture presets", preset_options, key="preset", on_change=_use_preset,
+    index=preset_options.index(text) if text in state.PRESETS else 0,
+)
+typed = col_text.text_area("English sentence", key="text_input", height=80, max_chars=None)
+state.set_text(typed)
+src = state.source_for(ckpt, typed)
+if src is None:
+    st.stop()
+
+all_ids, output_ids = state.full_translation(ckpt, src)
+st.markdown(
+    f'<div style="font-size:1.6rem;padding:0.6rem 1rem;border-left:6px solid #e4572e;background:#fff7f3;'
+    f'border-radius:4px;margin:0.4rem 0 1rem 0">{tok.decode(output_ids) or "<i>(empty output)</i>"}</div>',
+    unsafe_allow_html=True,
+)
+
+# --- step-through -------------------------------------------------------------------------------------
+stepper = state.stepper_for(ckpt, src)
+total_steps = len(all_ids) - 1  # tokens generated until <eos> (or the length limit)
+step = min(state.current_step(), total_steps)
+stepper.goto(step)
+
+st.subheader("Step through the decoding")
+b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
+if b1.button("⏮ Reset", width="stretch", disabled=step == 0):
+    step = 0
+if b2.button("◀ Back", width="stretch", disabled=step == 0):
+    step -= 1
+if b3.button("Next ▶", width="stretch", type="primary", disabled=step >= total_steps):
+    step += 1
+if b4.button("Run to end ⏭", width="stretch", disabled=step >= total_steps):
+    step = total_steps
+step = max(0, min(step, total_steps))
+if step != st.session_state.get("step"):
+    state.set_step(step)
+stepper.goto(step)
+info.markdown(f"**Step {step} of {total_steps}** · KV cache: "
+              f"{stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
+
+st.markdown("**Source pieces (encoder input)**")
+st.markdown(tokens_html(src.tokens), unsafe_allow_html=True)
+st.markdown("**Generated so far (decoder output)**")
+st.markdown(tokens_html(tok.tokens(stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
+
+if step == 0:
+    st.info("Press **Next ▶** to let the decoder produce its first token.")
+    st.stop()
+
+record = stepper.records[step - 1]
+cfg = ckpt.config
+left, right = st.columns([1, 1.25])
+with left:
+    ids, probs = record.top(10)
+    chosen = ids.index(record.token_id) if record.token_id in ids else None
+    st.plotly_chart(
+        top_tokens_bar(tok.tokens(ids), probs, chosen, title=f"Step {step}: the 10 most probable next tokens"),
+        width="stretch",
+    )
+    st.caption(f"Chosen: **{tok.id_to_token(record.token_id)}** with p = {record.prob:.3f} "
+               "(greedy: the most probable token).")
+with right:
+    st.markdown(f"**Cross-attention of step {step}** — which source pieces the new token looked at")
+    c1, c2 = st.columns(2)
+    layer = c1.selectbox("Layer", list(range(cfg.n_decoder_layers)), index=cfg.n_decoder_layers - 1,
+                         format_func=lambda i: f"decoder layer {i + 1}", key="tr_layer")
+    head_opts = ["mean"] + list(range(cfg.n_heads))
+    head = c2.selectbox("Head", head_opts, key="tr_head",
+                        format_func=lambda h: "mean over heads" if h == "mean" else f"head {h + 1}")
+    row = record.cross_attention[layer]
+    weights = row.mean(0) if head == "mean" else row[head]
+    st.markdown(highlight_tokens_html(src.tokens, weights,
+                                      caption="Shade = attention weight; outlined = the strongest piece."),
+                unsafe_allow_html=True)
+    matrix = stepper.cross_attention_matrix()[layer]
+    matrix = matrix.mean(0) if head == "mean" else matrix[head]
+    st.plotly_chart(
+        alignment_heatmap(matrix, tok.tokens(stepper.generated), src.tokens,
+                          title="Alignment so far: rows = generated tokens (queries), columns = source (keys)"),
+        width="stretch",
+    )
+
+logp = float(sum(torch.log(torch.tensor(max(r.prob, 1e-12))) for r in stepper.records))
+st.caption(f"Sequence log-probability so far: {logp:.2f} (sum of log p of each chosen token).")

@@ -1,0 +1,70 @@
+"""Figure builders: shapes, labels, the axis convention and the causal blanking."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from viz.attention import alignment_heatmap, attention_heatmap, display_token, highlight_tokens_html, tokens_html
+from viz.decoding import top_tokens_bar
+
+
+def test_display_token_marks_word_starts_and_continuations():
+    assert display_token("▁Bobby") == "Bobby"
+    assert display_token("berries") == "‿berries"
+    assert display_token("<eos>") == "<eos>"
+
+
+def test_heatmap_keeps_duplicate_tokens_apart_and_states_axes():
+    w = torch.softmax(torch.randn(3, 4), dim=-1)
+    fig = attention_heatmap(w, ["▁the", "▁cat", "▁the"], ["▁the", "▁cat", "▁the", "<eos>"], title="t")
+    hm = fig.data[0]
+    assert np.asarray(hm.z).shape == (3, 4)
+    assert list(hm.y) == [0, 1, 2]  # numeric rows: the two "the" stay two rows
+    assert "queries" in fig.layout.yaxis.title.text and "keys" in fig.layout.xaxis.title.text
+    assert "query <b>the</b> (row 2)" in hm.customdata[2][0]
+    assert fig.layout.yaxis.autorange == "reversed"  # first query on top
+
+
+def test_causal_heatmap_blanks_the_future_only():
+    w = torch.tril(torch.ones(4, 4))
+    w = w / w.sum(-1, keepdim=True)
+    z = np.asarray(attention_heatmap(w, list("abcd"), list("abcd"), causal=True).data[0].z, dtype=float)
+    assert all(math.isnan(z[i][j]) for i in range(4) for j in range(i + 1, 4))
+    assert not any(math.isnan(z[i][j]) for i in range(4) for j in range(i + 1))
+
+
+def test_heatmap_rejects_labels_that_do_not_fit():
+    with pytest.raises(ValueError):
+        attention_heatmap(np.ones((2, 3)) / 3, ["a"], ["x", "y", "z"])
+
+
+def test_alignment_heatmap_is_rectangular():
+    fig = alignment_heatmap(np.full((2, 5), 0.2), ["▁Das", "▁ist"], list("abcde"))
+    assert np.asarray(fig.data[0].z).shape == (2, 5)
+
+
+def test_highlight_outlines_the_strongest_and_escapes_html():
+    html = highlight_tokens_html(["<b>", "▁cat", "▁sat"], [0.1, 0.7, 0.2])
+    assert "&lt;b&gt;" in html and "<b>" not in html
+    spans = html.split("</span>")
+    assert "3px solid" in spans[1] and "3px solid" not in spans[0] and "3px solid" not in spans[2]
+    with pytest.raises(ValueError):
+        highlight_tokens_html(["a"], [0.5, 0.5])
+
+
+def test_tokens_html_marks_current_and_handles_empty():
+    assert "nothing yet" in tokens_html([])
+    html = tokens_html(["▁a", "▁b"], current=1)
+    assert html.count("#e4572e") == 1 and html.rindex("#e4572e") > html.index("a</span>")
+
+
+def test_top_tokens_bar_highlights_the_chosen_token():
+    fig = top_tokens_bar(["▁Das", "▁Die", "▁Der"], [0.6, 0.3, 0.1], chosen=1)
+    bar = fig.data[0]
+    assert list(bar.x) == [0.6, 0.3, 0.1]
+    assert bar.marker.color[1] != bar.marker.color[0]
+    assert bar.y[0].startswith("1. ") and "Das" in bar.y[0]
+    with pytest.raises(ValueError):
+        top_tokens_bar(["a"], [0.5, 0.5])

@@ -1,0 +1,177 @@
+"""Streamlit glue shared by the pages: the checkpoint picker, cached loading, and the current sentence.
+
+The model is loaded once per process and checkpoint version (``st.cache_resource`` keyed by path and
+modification time) and only used under ``torch.inference_mode()``; pages never mutate it. The sentence and
+the decoding step live in ``st.session_state`` and in the URL query parameters (``?ckpt=…&text=…&step=…``),
+so a reload or a shared link shows the same view.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
+from model.decoding import InputError, SourceInput, Stepper, prepare_source
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
+DEFAULT_CHECKPOINT = "en-de"
+
+PRESETS = [
+    "Bobby likes blackberries.",
+    "Let us think logically.",
+    "The animal didn't cross the street because it was too tired.",
+    "The cat sat on the mat.",
+    "He played the piano beautifully.",
+    "Alice went to the market. She bought apples.",
+    "Time flies like an arrow.",
+]
+
+#: Hosted-demo mode (``ATTENTION_EXPLORER_DEMO=1``): shorter inputs and decodes.
+DEMO_MODE = os.environ.get("ATTENTION_EXPLORER_DEMO", "") not in ("", "0", "false")
+DEMO_MAX_CHARS = 300
+
+
+def available_checkpoints() -> dict[str, Path]:
+    """Display name → folder, for every checkpoint folder under ``checkpoints/``."""
+    found: dict[str, Path] = {}
+    for root in CHECKPOINT_ROOTS:
+        for path in list_checkpoints(root):
+            found[path.name if path != root else root.name] = path
+    return found
+
+
+@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
+def _load(path: str, mtime: float) -> Checkpoint:  # mtime is part of the cache key
+    return load_checkpoint(path)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return max((path / f).stat().st_mtime for f in ("model.safetensors", "config.json", "tokenizer.json"))
+    except OSError:
+        return 0.0
+
+
+def checkpoint_picker() -> Path | None:
+    """Sidebar selectbox of checkpoints; the choice is kept in ``?ckpt=``. Returns the folder or ``None``."""
+    options = available_checkpoints()
+    if not options:
+        st.sidebar.error("No checkpoint found under `checkpoints/`. Train one with `python -m model.train`.")
+        return None
+    names = list(options)
+    wanted = st.query_params.get("ckpt", DEFAULT_CHECKPOINT)
+    if wanted not in options:
+        if "ckpt" in st.query_params:
+            st.sidebar.warning(f"Checkpoint “{wanted}” is not available; showing “{names[0]}”.")
+        wanted = DEFAULT_CHECKPOINT if DEFAULT_CHECKPOINT in options else names[0]
+    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name")
+    if name != DEFAULT_CHECKPOINT or "ckpt" in st.query_params:
+        st.query_params["ckpt"] = name
+    return options[name]
+
+
+def require_checkpoint() -> Checkpoint:
+    """The picked checkpoint, loaded, with its summary in the sidebar.
+
+    When there is none or it cannot load, a clear message is shown in the page and the script stops there
+    (``st.stop``), so a page's code below never runs without a model.
+    """
+    folder = st.session_state.get("_ckpt_path")
+    if folder is None:
+        st.error("No model is available. Put a checkpoint folder under `checkpoints/` or train one "
+                 "(`python -m model.train --out runs/NAME`).")
+        st.stop()
+    try:
+        ckpt = _load(str(folder), _mtime(Path(folder)))
+    except CheckpointError as exc:
+        st.error(f"This checkpoint cannot be loaded: {exc}. Pick another one in the sidebar.")
+        st.stop()
+    st.sidebar.caption(card_summary(ckpt))
+    return ckpt
+
+
+def card_summary(ckpt: Checkpoint) -> str:
+    """One line about the model for the sidebar."""
+    card, cfg = ckpt.card, ckpt.config
+    parts = [f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
+             f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"]
+    if card.get("hardware"):
+        parts.append(f"trained {card.get('train_minutes', '?')} min on {card['hardware']}")
+    test = card.get("test")
+    if test:
+        parts.append(f"test BLEU {test['bleu']:.1f} · chrF {test['chrf']:.1f}")
+    return " · ".join(parts)
+
+
+# --- the sentence being explored --------------------------------------------------------------------
+def current_text() -> str:
+    """The sentence shared by the pages (``?text=``, else the first preset)."""
+    if "text" not in st.session_state:
+        st.session_state["text"] = st.query_params.get("text", PRESETS[0])
+    return st.session_state["text"]
+
+
+def set_text(text: str) -> None:
+    if text != st.session_state.get("text"):
+        st.session_state["text"] = text
+        st.session_state["step"] = 0
+    st.query_params["text"] = text
+
+
+def current_step() -> int:
+    """The decoding step shown (``?step=``), clamped to ``≥ 0``; garbage in the URL counts as 0."""
+    if "step" not in st.session_state:
+        try:
+            st.session_state["step"] = max(0, int(st.query_params.get("step", 0)))
+        except (TypeError, ValueError):
+            st.session_state["step"] = 0
+    return st.session_state["step"]
+
+
+def set_step(step: int) -> None:
+    st.session_state["step"] = max(0, int(step))
+    st.query_params["step"] = str(st.session_state["step"])
+
+
+def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
+    """Tokenize ``text`` for the model, showing any problem or note in the page. ``None`` if unusable."""
+    if DEMO_MODE and len(text) > DEMO_MAX_CHARS:
+        st.warning(f"The hosted demo takes up to {DEMO_MAX_CHARS} characters; please shorten the text.")
+        return None
+    cfg = ckpt.config
+    try:
+        src = prepare_source(ckpt.tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
+    except InputError as exc:
+        st.warning(str(exc))
+        return None
+    for note in src.notes:
+        st.info(note)
+    return src
+
+
+def stepper_for(ckpt: Checkpoint, src: SourceInput) -> Stepper:
+    """A :class:`Stepper` for this checkpoint and sentence, kept in the session so that stepping is incremental."""
+    key = (str(ckpt.path), tuple(src.ids))
+    held = st.session_state.get("_stepper")
+    if held is None or held[0] != key:
+        limit = min(ckpt.config.max_len - 1, 2 * len(src.ids) + 10)
+        held = (key, Stepper(ckpt.model, src.ids, max_new_tokens=limit))
+        st.session_state["_stepper"] = held
+    return held[1]
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _full_translation(path: str, mtime: float, src_ids: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    ckpt = _load(path, mtime)
+    stepper = Stepper(ckpt.model, list(src_ids), max_new_tokens=min(ckpt.config.max_len - 1, 2 * len(src_ids) + 10))
+    stepper.run_to_end()
+    return stepper.tokens, stepper.output_ids()
+
+
+def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:
+    """Greedy decode to the end: ``(all target ids with <bos> and <eos>, output ids without them)`` (cached)."""
+    return _full_translation(str(ckpt.path), _mtime(Path(ckpt.path)), tuple(src.ids))

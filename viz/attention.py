@@ -1,0 +1,148 @@
+"""Attention figures: pure functions from weight arrays and token labels to Plotly figures or HTML.
+
+Convention on every chart: **rows = queries (the token doing the looking), columns = keys (the tokens looked
+at)**; each row sums to 1. Axes are numeric positions with the pieces as tick labels, so a sentence with the
+same word twice keeps two rows.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+# A sequential scale that stays readable on a projector: white → deep blue.
+ATTENTION_SCALE = [[0.0, "#ffffff"], [0.15, "#dbe9f6"], [0.4, "#8fc1de"], [0.7, "#3a87c0"], [1.0, "#0b3d80"]]
+FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=15)
+
+
+def display_token(piece: str) -> str:
+    """A BPE piece for display: a word-start piece loses its ``▁`` marker, a word-continuing piece gets ``‿``.
+
+    ``"▁Bobby"`` → ``"Bobby"``, ``"berries"`` → ``"‿berries"``; special tokens stay as they are.
+    """
+    if piece.startswith("<") and piece.endswith(">"):
+        return piece
+    if piece.startswith("▁"):
+        return piece[1:] or "▁"
+    return "‿" + piece
+
+
+def _as_array(weights) -> np.ndarray:
+    arr = weights.detach().cpu().numpy() if hasattr(weights, "detach") else np.asarray(weights)
+    return arr.astype(float)
+
+
+def _short(label: str, limit: int = 14) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def attention_heatmap(
+    weights,
+    query_labels: Sequence[str],
+    key_labels: Sequence[str],
+    title: str = "",
+    causal: bool = False,
+    height: int | None = None,
+    zmax: float | None = 1.0,
+) -> go.Figure:
+    """One head (or an aggregate) as a heatmap.
+
+    Args:
+        weights: ``[q_len, k_len]`` attention weights (tensor or array), rows = queries.
+        query_labels / key_labels: BPE pieces of the rows / columns.
+        causal: blank the masked upper triangle (keys after the query) instead of drawing it as zero.
+        zmax: colour-scale maximum (``None`` = the largest weight shown).
+
+    Returns:
+        A Plotly figure whose hover reads "query → key: weight".
+    """
+    w = _as_array(weights)
+    q_len, k_len = w.shape
+    if len(query_labels) != q_len or len(key_labels) != k_len:
+        raise ValueError(f"labels ({len(query_labels)}, {len(key_labels)}) do not fit weights {w.shape}")
+    z = w.copy()
+    if causal:
+        offset = k_len - q_len
+        z[np.triu(np.ones_like(z, dtype=bool), k=1 + offset)] = np.nan
+    q_disp = [display_token(t) for t in query_labels]
+    k_disp = [display_token(t) for t in key_labels]
+    hover = np.array([[f"query <b>{html.escape(q)}</b> (row {i})<br>key <b>{html.escape(k)}</b> (column {j})"
+                       for j, k in enumerate(k_disp)] for i, q in enumerate(q_disp)])
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(k_len)),
+            y=list(range(q_len)),
+            customdata=hover,
+            hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
+            colorscale=ATTENTION_SCALE,
+            zmin=0.0,
+            zmax=zmax if zmax is not None else float(np.nanmax(z)) or 1.0,
+            xgap=1,
+            ygap=1,
+            colorbar=dict(title=dict(text="weight"), thickness=14),
+        )
+    )
+    cell = 34 if max(q_len, k_len) <= 20 else 22
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left"),
+        font=FONT,
+        height=height or min(900, 170 + cell * q_len),
+        margin=dict(l=10, r=10, t=60 if title else 30, b=10),
+        plot_bgcolor="#f3f3f3" if causal else "white",
+    )
+    fig.update_xaxes(
+        tickvals=list(range(k_len)), ticktext=[_short(t) for t in k_disp], side="top", tickangle=-45,
+        title_text="keys (attended to) →", showgrid=False,
+    )
+    fig.update_yaxes(
+        tickvals=list(range(q_len)), ticktext=[_short(t) for t in q_disp], autorange="reversed",
+        title_text="queries (attending) ↓", showgrid=False,
+    )
+    return fig
+
+
+def alignment_heatmap(weights, target_labels: Sequence[str], source_labels: Sequence[str], title: str = "") -> go.Figure:
+    """Cross-attention as a translation alignment: ``[steps, src_len]``, one row per generated token."""
+    return attention_heatmap(weights, target_labels, source_labels, title=title)
+
+
+def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> str:
+    """The source pieces as inline chips shaded by ``weights`` (``[len(tokens)]``, 0–1); the strongest is outlined.
+
+    Returns an HTML fragment (safe: every piece is escaped).
+    """
+    w = _as_array(weights).reshape(-1)
+    if len(w) != len(tokens):
+        raise ValueError("one weight per token is needed")
+    top = int(np.argmax(w)) if len(w) else -1
+    peak = float(w.max()) if len(w) else 1.0
+    chips = []
+    for i, (tok, weight) in enumerate(zip(tokens, w)):
+        alpha = 0.08 + 0.92 * (weight / peak if peak > 0 else 0.0)
+        color = "#ffffff" if alpha > 0.55 else "#0b2545"
+        border = "3px solid #e4572e" if i == top else "1px solid #c9d6e3"
+        chips.append(
+            f'<span title="weight {weight:.3f}" style="display:inline-block;margin:3px 2px;padding:4px 8px;'
+            f"border-radius:6px;border:{border};background:rgba(11,61,128,{alpha:.2f});color:{color};"
+            f'font-size:1.15rem;font-family:monospace">{html.escape(display_token(tok))}'
+            f'<sub style="font-size:0.7rem;margin-left:4px">{weight:.2f}</sub></span>'
+        )
+    cap = f'<div style="color:#555;font-size:0.9rem;margin-top:2px">{html.escape(caption)}</div>' if caption else ""
+    return f'<div style="line-height:2.2">{"".join(chips)}</div>{cap}'
+
+
+def tokens_html(tokens: Sequence[str], current: int | None = None) -> str:
+    """Generated pieces as chips; the one at index ``current`` is highlighted (the token just produced)."""
+    chips = []
+    for i, tok in enumerate(tokens):
+        active = i == current
+        chips.append(
+            f'<span style="display:inline-block;margin:3px 2px;padding:4px 8px;border-radius:6px;'
+            f'font-size:1.15rem;font-family:monospace;border:1px solid {"#e4572e" if active else "#c9d6e3"};'
+            f'background:{"#fde4dc" if active else "#f5f8fb"}">{html.escape(display_token(tok))}</span>'
+        )
+    return f'<div style="line-height:2.2">{"".join(chips) or "<i>nothing yet</i>"}</div>'

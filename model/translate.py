@@ -13,28 +13,50 @@ from pathlib import Path
 
 from .checkpoint import CheckpointError, load_checkpoint
 from .decoding import InputError, Stepper, prepare_source, translate_texts
+from .sampling import Chooser, SamplingConfig, SamplingError, beam_search
 from .trace import trace_pair
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "en-de"
 
 
-def translate_json(ckpt, text: str) -> dict:
-    """Tokens, ids, translation and the attention shapes ``[layers, heads, q_len, k_len]`` of one sentence."""
+def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam_size: int = 0,
+                   length_penalty: float = 0.6) -> dict:
+    """Tokens, ids, translation and the attention shapes ``[layers, heads, q_len, k_len]`` of one sentence.
+
+    ``sampling`` picks each token (default greedy); ``beam_size > 0`` runs beam search instead.
+
+    Raises:
+        InputError: the text is unusable; SamplingError: a parameter is out of range.
+    """
     cfg = ckpt.config
     src = prepare_source(ckpt.tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
-    stepper = Stepper(ckpt.model, src.ids)
-    stepper.run_to_end()
-    trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids, stepper.tokens)
+    limit = min(cfg.max_len - 1, 2 * len(src.ids) + 10)
+    extra = {}
+    if beam_size:
+        result = beam_search(ckpt.model, src.ids, beam_size, length_penalty, max_new_tokens=limit)
+        best = result.hypotheses[0]
+        generated = best.tokens
+        extra["beam"] = [{"translation": ckpt.tokenizer.decode(h.tokens), "log_prob": round(h.log_prob, 4),
+                          "score": round(h.score, 4), "finished": h.finished} for h in result.hypotheses]
+        probs = None
+    else:
+        stepper = Stepper(ckpt.model, src.ids, max_new_tokens=limit)
+        stepper.run_to_end(Chooser((sampling or SamplingConfig()).validate(cfg.vocab_size)))
+        generated = stepper.generated
+        probs = [round(r.prob, 4) for r in stepper.records]
+    output = generated[:-1] if generated and generated[-1] == cfg.eos_id else generated
+    trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids, [cfg.bos_id] + generated)
     return {
         "source": src.text,
-        "translation": ckpt.tokenizer.decode(stepper.output_ids()),
+        "translation": ckpt.tokenizer.decode(output),
         "src_tokens": src.tokens,
         "src_ids": src.ids,
-        "tgt_tokens": ckpt.tokenizer.tokens(stepper.generated),
-        "tgt_ids": stepper.generated,
-        "token_probs": [round(r.prob, 4) for r in stepper.records],
+        "tgt_tokens": ckpt.tokenizer.tokens(generated),
+        "tgt_ids": generated,
+        "token_probs": probs,
         "attention_shapes": {k: list(v.shape) for k, v in trace.attention.items()},
         "notes": src.notes,
+        **extra,
     }
 
 
@@ -44,7 +66,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--input", help="file with one sentence per line ('-' for standard input)")
     p.add_argument("--json", action="store_true", help="print tokens, ids and attention shapes as JSON")
+    p.add_argument("--strategy", choices=["greedy", "sample", "beam"], default="greedy")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = no nucleus cut")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha")
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    sampling = SamplingConfig("sample" if args.strategy == "sample" else "greedy", args.temperature, args.top_k,
+                              args.top_p, args.seed)
+    beam = args.beam_size if args.strategy == "beam" else 0
+    try:
+        sampling.validate()
+    except SamplingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if (args.text is None) == (args.input is None):
         p.error("give either a sentence or --input FILE")
     try:
@@ -59,19 +96,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot read {args.input}: {exc}", file=sys.stderr)
             return 2
         lines = [line.rstrip("\n") for line in stream]
-        if args.json:
+        if args.json or args.strategy != "greedy":
             for line in lines:
                 try:
-                    print(json.dumps(translate_json(ckpt, line), ensure_ascii=False))
-                except InputError as exc:
-                    print(json.dumps({"source": line, "error": str(exc)}, ensure_ascii=False))
+                    result = translate_json(ckpt, line, sampling, beam, args.length_penalty)
+                    print(json.dumps(result, ensure_ascii=False) if args.json else result["translation"])
+                except (InputError, SamplingError) as exc:
+                    print(json.dumps({"source": line, "error": str(exc)}, ensure_ascii=False) if args.json else "")
         else:
             for out in translate_texts(ckpt.model, ckpt.tokenizer, lines):
                 print(out)
         return 0
     try:
-        result = translate_json(ckpt, args.text)
-    except InputError as exc:
+        result = translate_json(ckpt, args.text, sampling, beam, args.length_penalty)
+    except (InputError, SamplingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

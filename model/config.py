@@ -79,9 +79,12 @@ class ModelConfig:
             raise ConfigError(f"pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
         if self.pos_encoding not in IMPLEMENTED_POS_ENCODINGS:
             raise ConfigError(f"pos_encoding {self.pos_encoding!r} is not implemented yet")
-        for name in ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "d_ff", "max_len"):
-            if int(getattr(self, name)) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("vocab_size", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+            if value <= 0 and name != "n_encoder_layers":
+                raise ConfigError(f"{name} must be positive, got {value}")
         if self.is_encoder_decoder and self.n_encoder_layers <= 0:
             raise ConfigError("an encoder-decoder model needs n_encoder_layers > 0")
         if self.d_model % self.n_heads:

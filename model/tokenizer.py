@@ -83,7 +83,14 @@ class TextTokenizer:
     def encode(self, text: str) -> Encoding:
         """Encode ``text`` without special tokens; offsets index into ``text``."""
         enc = self._tok.encode(text, add_special_tokens=False)
-        return Encoding(list(enc.ids), list(enc.tokens), [tuple(o) for o in enc.offsets])
+        offsets = [tuple(o) for o in enc.offsets]
+        # The "▁" that Metaspace prepends to the text has no character of its own; when it stays a piece by
+        # itself (e.g. before "Ö…"), ``tokenizers`` aligns it with the first character, which then appears in two
+        # pieces. Give such a bare marker an empty span instead.
+        for i, (piece, (start, end)) in enumerate(zip(enc.tokens, offsets)):
+            if piece == "▁" and not text[start:end].isspace():
+                offsets[i] = (start, start)
+        return Encoding(list(enc.ids), list(enc.tokens), offsets)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [list(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]

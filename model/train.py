@@ -254,15 +254,17 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    sentences, phrases, words, valid = load_data(args)
     last = out / "last"
     if args.resume:
         if not (last / "trainer_state.json").is_file():
             raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")
         saved = json.loads((out / "train_args.json").read_text())
-        for k in ("max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end"):
+        for k in ("resume", "max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end"):
             saved[k] = getattr(args, k)
         args = argparse.Namespace(**saved)
+    # After the resume block: a resumed run reads the data of the saved arguments, not the CLI defaults.
+    sentences, phrases, words, valid = load_data(args)
+    if args.resume:
         ckpt = load_checkpoint(last, device)
         model, tok, cfg = ckpt.model, ckpt.tokenizer, ckpt.config
         model.train()

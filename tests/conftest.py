@@ -1,0 +1,143 @@
+"""Shared fixtures for the model-core unit tests: a tiny BPE tokenizer and tiny Transformer factories.
+
+Everything is seeded and small (d_model 32, 4 heads, 2+2 layers) so that the whole suite runs in seconds on
+two CPU cores. Torch is limited to one thread: the models are too small to gain from more, and the tests
+must not starve other work on the machine.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from model.config import ModelConfig  # noqa: E402
+from model.tokenizer import TextTokenizer  # noqa: E402
+from model.transformer import Transformer  # noqa: E402
+
+torch.set_num_threads(1)
+
+#: Short EN/DE pairs (umlauts and ß included) for the tiny tokenizer and the overfitting test.
+PAIRS: list[tuple[str, str]] = [
+    ("Hello world.", "Hallo Welt."),
+    ("Yes, please.", "Ja, bitte."),
+    ("Good morning.", "Guten Morgen."),
+    ("Good night.", "Gute Nacht."),
+    ("Thank you very much.", "Vielen Dank."),
+    ("The house is big.", "Das Haus ist groß."),
+    ("The street is long.", "Die Straße ist lang."),
+    ("The dog is small.", "Der Hund ist klein."),
+    ("The cat sleeps.", "Die Katze schläft."),
+    ("I am tired.", "Ich bin müde."),
+    ("We are happy.", "Wir sind glücklich."),
+    ("She reads a book.", "Sie liest ein Buch."),
+    ("He drinks water.", "Er trinkt Wasser."),
+    ("The apple is green.", "Der Apfel ist grün."),
+    ("The door is open.", "Die Tür ist offen."),
+    ("The child plays.", "Das Kind spielt."),
+    ("I like music.", "Ich mag Musik."),
+    ("We eat bread.", "Wir essen Brot."),
+    ("The weather is nice.", "Das Wetter ist schön."),
+    ("Where is the station?", "Wo ist der Bahnhof?"),
+    ("How are you?", "Wie geht es dir?"),
+    ("I am fine.", "Mir geht es gut."),
+    ("The car is fast.", "Das Auto ist schnell."),
+    ("The train is late.", "Der Zug ist spät."),
+    ("My father works.", "Mein Vater arbeitet."),
+    ("My mother cooks.", "Meine Mutter kocht."),
+    ("The bird sings.", "Der Vogel singt."),
+    ("The water is cold.", "Das Wasser ist kalt."),
+    ("The soup is hot.", "Die Suppe ist heiß."),
+    ("I speak German.", "Ich spreche Deutsch."),
+    ("You are right.", "Du hast recht."),
+    ("The city is beautiful.", "Die Stadt ist schön."),
+    ("The bridge is old.", "Die Brücke ist alt."),
+    ("The oven is warm.", "Der Ofen ist warm."),
+    ("I need help.", "Ich brauche Hilfe."),
+    ("Close the door!", "Schließ die Tür!"),
+    ("Open the window!", "Öffne das Fenster!"),
+    ("The exercise is easy.", "Die Übung ist leicht."),
+    ("Apples are tasty.", "Äpfel sind lecker."),
+    ("The sun shines.", "Die Sonne scheint."),
+    ("It is raining.", "Es regnet."),
+    ("The tree is tall.", "Der Baum ist hoch."),
+    ("We go home.", "Wir gehen nach Hause."),
+    ("The milk is fresh.", "Die Milch ist frisch."),
+    ("I write a letter.", "Ich schreibe einen Brief."),
+    ("The teacher laughs.", "Der Lehrer lacht."),
+    ("The boy runs.", "Der Junge läuft."),
+    ("The girl sings.", "Das Mädchen singt."),
+    ("Five small birds.", "Fünf kleine Vögel."),
+    ("The key is lost.", "Der Schlüssel ist weg."),
+    ("The shop is closed.", "Der Laden ist geschlossen."),
+]
+
+
+def seed_everything(seed: int = 0) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """Every test starts from the same global RNG state."""
+    seed_everything(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def pairs() -> list[tuple[str, str]]:
+    return list(PAIRS)
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> TextTokenizer:
+    """A BPE tokenizer trained on the EN and DE sides of :data:`PAIRS` (deterministic)."""
+    texts = [t for pair in PAIRS for t in pair]
+    return TextTokenizer.train(texts, vocab_size=400, min_frequency=2)
+
+
+@pytest.fixture(scope="session")
+def make_config(tokenizer):
+    """``make_config(**overrides) -> ModelConfig``: the tiny config sized to the tiny tokenizer."""
+
+    def factory(**overrides) -> ModelConfig:
+        kw = dict(
+            vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
+            d_ff=64, dropout=0.0, attention_dropout=0.0, max_len=64,
+        )
+        kw.update(overrides)
+        return ModelConfig(**kw)
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def make_model(make_config):
+    """``make_model(seed=0, **config_overrides) -> Transformer`` in eval mode, deterministically initialised."""
+
+    def factory(seed: int = 0, **overrides) -> Transformer:
+        cfg = make_config(**overrides)
+        torch.manual_seed(seed)
+        return Transformer(cfg).eval()
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def encode_src(tokenizer):
+    """``encode_src(text) -> ids``: encoder ids of ``text`` followed by ``<eos>`` (as in training)."""
+    return lambda text: tokenizer.encode(text).ids + [2]
+
+
+@pytest.fixture(scope="session")
+def encode_tgt(tokenizer):
+    """``encode_tgt(text) -> ids``: decoder ids ``<bos> … <eos>`` of ``text`` (as in training)."""
+    return lambda text: [1] + tokenizer.encode(text).ids + [2]

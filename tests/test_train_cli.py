@@ -1,0 +1,211 @@
+"""The training CLI on a tiny model (in-process), exact --resume, the learning-rate schedule, and the translate /
+evaluate CLIs on the checkpoint the tiny run produced."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import signal
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from model import evaluate, train, translate
+from model.checkpoint import load_checkpoint
+from model.train import factor_for_peak, noam_lr
+
+TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
+        "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",
+        "--no-progress", "--threads", "1"]
+
+
+def run_main(fn, argv) -> tuple[int, str, str]:
+    """``fn(argv)`` with stdout/stderr captured; the training CLI's SIGINT/SIGTERM handlers are restored after."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = fn([str(a) for a in argv])
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run ``straight`` (12 steps) and ``resumed`` (6 steps, then ``--resume --max-steps 12``)."""
+    root = tmp_path_factory.mktemp("runs")
+    torch.manual_seed(0)
+    straight = run_main(train.main, ["--out", root / "straight", "--max-steps", "12", *TINY])
+    first_half = run_main(train.main, ["--out", root / "resumed", "--max-steps", "6", *TINY])
+    half_state = json.loads((root / "resumed" / "last" / "trainer_state.json").read_text())
+    torch.manual_seed(123)  # the resumed run must not depend on the state of the process it runs in
+    second_half = run_main(train.main, ["--out", root / "resumed", "--resume", "--max-steps", "12",
+                                        "--no-progress", "--threads", "1"])
+    return {"root": root, "straight": straight, "first_half": first_half, "second_half": second_half,
+            "half_state": half_state}
+
+
+def _records(folder):
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tiny_training_run(runs):
+    rc, out, err = runs["straight"]
+    assert rc == 0, err
+    folder = runs["root"] / "straight"
+    assert "stopped at step 12 (max_steps)" in out
+    for name in ("best", "last"):
+        ckpt = load_checkpoint(folder / name)
+        assert ckpt.config.d_model == 32 and ckpt.config.n_heads == 2 and ckpt.config.n_encoder_layers == 1
+        assert ckpt.config.vocab_size == ckpt.tokenizer.vocab_size <= 500
+    for f in ("optimizer.safetensors", "trainer_state.json"):
+        assert (folder / "last" / f).is_file()
+    state = json.loads((folder / "last" / "trainer_state.json").read_text())
+    assert state["step"] == 12 and state["best_step"] in (6, 12) and state["tokens_seen"] > 0
+    card = json.loads((folder / "best" / "card.json").read_text())
+    assert card["step"] == state["best_step"] and card["valid"]["sentences"] == 10
+    assert card["parameters"] == load_checkpoint(folder / "best").model.num_parameters()
+    assert json.loads((folder / "train_args.json").read_text())["max_steps"] == 12
+
+    records = _records(folder)
+    losses = [r for r in records if "loss" in r]
+    assert [r["step"] for r in losses] == [3, 6, 9, 12]
+    factor = factor_for_peak(1e-3, 32, 5)
+    for r in losses:
+        assert math.isfinite(r["loss"]) and r["loss"] > 0 and r["tokens_per_s"] > 0
+        assert r["lr"] == pytest.approx(noam_lr(r["step"], 32, 5, factor), rel=1e-9)
+    evals = [r for r in records if "valid_loss" in r]
+    assert [r["step"] for r in evals] == [6, 12]
+    assert all(math.isfinite(r["valid_loss"]) and 0 <= r["valid_chrf"] <= 100 for r in evals)
+    assert records[-1] == {"step": 12, "event": "stopped", "reason": "max_steps"}
+
+
+def test_resume_is_exact(runs):
+    for key in ("first_half", "second_half"):
+        rc, _, err = runs[key]
+        assert rc == 0, err
+    assert runs["half_state"]["step"] == 6
+    straight, resumed = runs["root"] / "straight", runs["root"] / "resumed"
+    a = load_file(str(straight / "last" / "model.safetensors"))
+    b = load_file(str(resumed / "last" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    # Optimizer moments and the RNG state match too, and so does the trainer's position in the data.
+    oa = load_file(str(straight / "last" / "optimizer.safetensors"))
+    ob = load_file(str(resumed / "last" / "optimizer.safetensors"))
+    assert oa.keys() == ob.keys() and all(torch.equal(oa[k], ob[k]) for k in oa)
+    sa = json.loads((straight / "last" / "trainer_state.json").read_text())
+    sb = json.loads((resumed / "last" / "trainer_state.json").read_text())
+    for k in ("step", "epoch", "batch", "tokens_seen", "best_valid_loss", "best_step"):
+        assert sa[k] == sb[k], k
+    # The resumed run continued at step 7: its metrics hold one stop at 6, then the steps up to 12.
+    records = _records(resumed)
+    assert [r["step"] for r in records if "loss" in r] == [3, 6, 9, 12]
+    assert [r for r in records if r.get("event") == "stopped"] == [
+        {"step": 6, "event": "stopped", "reason": "max_steps"},
+        {"step": 12, "event": "stopped", "reason": "max_steps"},
+    ]
+    assert [r["valid_loss"] for r in records if "valid_loss" in r] == \
+        [r["valid_loss"] for r in _records(straight) if "valid_loss" in r]
+
+
+def test_train_errors_exit_2(tmp_path):
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "empty", "--resume", "--no-progress"])
+    assert rc == 2 and "nothing to resume" in err
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "x", "--train-tsv", tmp_path / "missing.tsv"])
+    assert rc == 2 and "No such data file" in err
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "y", *TINY, "--d-model", "30", "--n-heads", "4"])
+    assert rc == 2 and "divisible" in err
+
+
+# --- learning-rate schedule ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("d_model,warmup", [(512, 4000), (32, 5), (256, 500)])
+def test_noam_lr_peaks_at_warmup(d_model, warmup):
+    lrs = [noam_lr(s, d_model, warmup) for s in range(1, 4 * warmup)]
+    assert max(range(len(lrs)), key=lrs.__getitem__) + 1 == warmup
+    assert noam_lr(warmup - 1, d_model, warmup) < noam_lr(warmup, d_model, warmup) > noam_lr(warmup + 1, d_model, warmup)
+    # Paper eq. (3): linear warmup, then inverse square root.
+    assert noam_lr(1, d_model, warmup) == pytest.approx(d_model**-0.5 * warmup**-1.5)
+    assert noam_lr(4 * warmup, d_model, warmup) == pytest.approx(d_model**-0.5 * (4 * warmup) ** -0.5)
+    assert noam_lr(0, d_model, warmup) == noam_lr(1, d_model, warmup)  # step 0 is treated as step 1
+
+
+@pytest.mark.parametrize("peak", [1e-3, 2e-3, 7e-4])
+def test_factor_for_peak_gives_requested_peak(peak):
+    for d_model, warmup in ((256, 500), (32, 5), (512, 4000)):
+        factor = factor_for_peak(peak, d_model, warmup)
+        assert noam_lr(warmup, d_model, warmup, factor) == pytest.approx(peak, rel=1e-12, abs=0)
+        assert max(noam_lr(s, d_model, warmup, factor) for s in range(1, 3 * warmup)) == pytest.approx(peak, rel=1e-12)
+
+
+# --- translate / evaluate CLIs --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def best(runs):
+    assert runs["straight"][0] == 0
+    return runs["root"] / "straight" / "best"
+
+
+def test_translate_text(best):
+    rc, out, err = run_main(translate.main, ["--checkpoint", best, "The house is big."])
+    assert rc == 0, err
+    assert out.endswith("\n") and out.count("\n") == 1  # exactly one line, whatever the tiny model says
+
+
+def test_translate_json(best):
+    rc, out, err = run_main(translate.main, ["--checkpoint", best, "--json", "The house is big."])
+    assert rc == 0, err
+    result = json.loads(out)
+    n_src = len(result["src_ids"])
+    n_tgt = len(result["tgt_ids"])
+    assert result["source"] == "The house is big." and result["src_tokens"][-1] == "<eos>"
+    assert len(result["token_probs"]) == n_tgt > 0
+    shapes = result["attention_shapes"]
+    assert shapes["encoder"] == [1, 2, n_src, n_src]
+    assert shapes["cross"] == [1, 2, n_tgt + 1, n_src]  # <bos> + generated tokens as decoder inputs
+    assert shapes["decoder"] == [1, 2, n_tgt + 1, n_tgt + 1]
+
+
+def test_translate_input_file(best, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("The house is big.\nGood morning.\nWhere is the station?\n", encoding="utf-8")
+    rc, out, err = run_main(translate.main, ["--checkpoint", best, "--input", path])
+    assert rc == 0, err
+    assert len(out.splitlines()) == 3
+
+
+def test_translate_errors(best, tmp_path):
+    rc, out, err = run_main(translate.main, ["--checkpoint", tmp_path / "no-such-checkpoint", "Hello."])
+    assert rc == 2 and out == ""
+    assert "error:" in err and "Checkpoint folder not found" in err
+    rc, _, err = run_main(translate.main, ["--checkpoint", best, "   "])
+    assert rc == 2 and "empty" in err
+    rc, _, err = run_main(translate.main, ["--checkpoint", best, "--input", tmp_path / "missing.txt"])
+    assert rc == 2 and "cannot read" in err
+    with pytest.raises(SystemExit) as exc:  # neither a sentence nor --input
+        run_main(translate.main, ["--checkpoint", best])
+    assert exc.value.code == 2
+
+
+def test_evaluate_cli(best, tmp_path):
+    rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--limit", "5"])
+    assert rc == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["sentences"] == 5 and 0 <= result["bleu"] <= 100 and 0 <= result["chrf"] <= 100
+    tsv = tmp_path / "mine.tsv"
+    tsv.write_text("Good morning.\tGuten Morgen.\nThe house is big.\tDas Haus ist groß.\n", encoding="utf-8")
+    rc, out, _ = run_main(evaluate.main, ["--checkpoint", best, "--tsv", tsv, "--show", "1"])
+    assert rc == 0 and out.startswith("SRC Good morning.\nREF Guten Morgen.\nOUT ")
+    assert json.loads(out.strip().splitlines()[-1])["sentences"] == 2
+
+
+def test_evaluate_errors(best, tmp_path):
+    rc, out, err = run_main(evaluate.main, ["--checkpoint", tmp_path / "nope"])
+    assert rc == 2 and out == "" and "Checkpoint folder not found" in err
+    rc, _, err = run_main(evaluate.main, ["--checkpoint", best, "--tsv", tmp_path / "missing.tsv"])
+    assert rc == 2 and "No such data file" in err

@@ -1,0 +1,360 @@
+"""The Transformer: cached decoding == full recompute, causality, padding invariance, overfitting a few pairs,
+the Stepper API (back / goto / reset) and the KV-cache size."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.decoding import Stepper, greedy_batch, translate_texts
+from model.trace import trace_pair
+from model.transformer import KVCache, Transformer, causal_mask
+
+ATOL = 1e-5
+VARIANTS = [
+    dict(arch=arch, norm_first=nf, pos_encoding=pos)
+    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True), ("sinusoidal", "learned"))
+]
+VARIANT_IDS = [f"{v['arch']}-{'preLN' if v['norm_first'] else 'postLN'}-{v['pos_encoding']}" for v in VARIANTS]
+
+
+def _random_ids(n: int, vocab: int, gen_seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(gen_seed)
+    return torch.randint(4, vocab, (n,), generator=g)  # ids ≥ 4: no special token
+
+
+def _src_and_memory(model: Transformer, src_len: int = 6):
+    if not model.cfg.is_encoder_decoder:
+        return None, None, None
+    src = _random_ids(src_len, model.cfg.vocab_size, 11)[None]
+    memory, _ = model.encode(src)
+    return src, memory, model.src_mask(src)
+
+
+def _non_special(log_probs: torch.Tensor) -> int:
+    """Greedy among ordinary tokens, so that a random model keeps decoding instead of stopping at <eos>."""
+    return int(torch.argmax(log_probs[4:])) + 4
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_cached_decode_equals_full_recompute(make_model, variant):
+    model = make_model(**variant)
+    src, memory, memory_mask = _src_and_memory(model)
+    tgt = torch.cat([torch.tensor([model.cfg.bos_id]), _random_ids(9, model.cfg.vocab_size, 12)])[None]
+    with torch.no_grad():
+        teacher_forced = model(src, tgt)  # [1, 10, vocab], all positions at once
+        cache = model.new_cache()
+        for t in range(tgt.size(1)):
+            step = model.logits(model.decode(tgt[:, t : t + 1], memory, memory_mask, cache=cache).hidden)[0, -1]
+            full = model.logits(model.decode(tgt[:, : t + 1], memory, memory_mask).hidden)[0, -1]
+            assert cache.positions == t + 1
+            torch.testing.assert_close(step, full, atol=ATOL, rtol=0)
+            torch.testing.assert_close(step, teacher_forced[0, t], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_stepper_cached_equals_uncached(make_model, variant):
+    model = make_model(**variant)
+    src = _random_ids(7, model.cfg.vocab_size, 13).tolist() + [model.cfg.eos_id]
+    kw = dict(src_ids=src) if model.cfg.is_encoder_decoder else dict(prefix_ids=[model.cfg.bos_id, 5, 6])
+    cached = Stepper(model, max_new_tokens=8, use_cache=True, **kw)
+    plain = Stepper(model, max_new_tokens=8, use_cache=False, **kw)
+    cached.run_to_end(_non_special)
+    plain.run_to_end(_non_special)
+    assert len(cached.records) == len(plain.records) == 8
+    assert cached.tokens == plain.tokens
+    for a, b in zip(cached.records, plain.records):
+        assert a.token_id == b.token_id
+        torch.testing.assert_close(a.log_probs, b.log_probs, atol=ATOL, rtol=0)
+        torch.testing.assert_close(a.self_attention, b.self_attention, atol=ATOL, rtol=0)
+        if model.cfg.is_encoder_decoder:
+            torch.testing.assert_close(a.cross_attention, b.cross_attention, atol=ATOL, rtol=0)
+        else:
+            assert a.cross_attention is None and b.cross_attention is None
+    # Shapes: [layers, heads, prefix_len] grows by one per step; cross [layers, heads, src_len].
+    L, H = model.cfg.n_decoder_layers, model.cfg.n_heads
+    first_prefix = len(cached.prefix)
+    for i, rec in enumerate(cached.records):
+        assert rec.self_attention.shape == (L, H, first_prefix + i)
+        torch.testing.assert_close(rec.self_attention.sum(-1), torch.ones(L, H), atol=1e-5, rtol=0)
+        assert float(rec.log_probs.exp().sum()) == pytest.approx(1.0, abs=1e-5)
+        assert rec.prob == pytest.approx(float(rec.log_probs[rec.token_id].exp()), abs=1e-7)
+    if model.cfg.is_encoder_decoder:
+        assert cached.cross_attention_matrix().shape == (L, H, 8, len(src))
+    assert cached.cache.positions == len(cached.tokens) - 1  # the newest token is not fed yet
+    assert plain.cache.positions == 0 and plain.records[-1].cache_bytes == 0
+
+
+@pytest.mark.parametrize("variant", VARIANTS[::2], ids=VARIANT_IDS[::2])
+def test_future_target_tokens_do_not_change_earlier_logits(make_model, variant):
+    model = make_model(**variant)
+    src, _, _ = _src_and_memory(model)
+    tgt = torch.cat([torch.tensor([model.cfg.bos_id]), _random_ids(8, model.cfg.vocab_size, 14)])[None]
+    with torch.no_grad():
+        base = model(src, tgt)
+        for j in (1, 4, 8):
+            changed = tgt.clone()
+            changed[0, j] = 4 + (int(changed[0, j]) - 4 + 7) % (model.cfg.vocab_size - 4)
+            assert changed[0, j] != tgt[0, j]
+            out = model(src, changed)
+            torch.testing.assert_close(out[:, :j], base[:, :j], atol=1e-6, rtol=0)
+            assert (out[:, j] - base[:, j]).abs().max() > 1e-4  # the changed position itself does change
+
+
+@pytest.mark.parametrize("variant", VARIANTS[::2], ids=VARIANT_IDS[::2])
+def test_padding_does_not_change_results(make_model, variant):
+    model = make_model(**variant)
+    pad, bos, vocab = model.cfg.pad_id, model.cfg.bos_id, model.cfg.vocab_size
+    short_src = _random_ids(4, vocab, 15).tolist() + [2]
+    long_src = _random_ids(9, vocab, 16).tolist() + [2]
+    short_tgt = [bos] + _random_ids(3, vocab, 17).tolist()
+    long_tgt = [bos] + _random_ids(7, vocab, 18).tolist()
+
+    def padded(rows):
+        width = max(map(len, rows))
+        return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+
+    enc_dec = model.cfg.is_encoder_decoder
+    with torch.no_grad():
+        alone = model(torch.tensor([short_src]) if enc_dec else None, torch.tensor([short_tgt]))
+        # The short pair first (padded on the right in both src and tgt), then second.
+        for rows in ((short_src, long_src), (long_src, short_src)):
+            i = rows.index(short_src)
+            tgts = (short_tgt, long_tgt) if i == 0 else (long_tgt, short_tgt)
+            batch = model(padded(rows) if enc_dec else None, padded(tgts))
+            torch.testing.assert_close(batch[i, : len(short_tgt)], alone[0], atol=ATOL, rtol=0)
+        if enc_dec:
+            # The encoder output of real positions is also unaffected by the source padding.
+            mem_alone, _ = model.encode(torch.tensor([short_src]))
+            mem_batch, _ = model.encode(padded([short_src, long_src]))
+            torch.testing.assert_close(mem_batch[0, : len(short_src)], mem_alone[0], atol=ATOL, rtol=0)
+
+
+def test_greedy_batch_is_independent_of_batch_composition(make_model):
+    model = make_model()
+    vocab = model.cfg.vocab_size
+    srcs = [_random_ids(n, vocab, 20 + n).tolist() + [2] for n in (3, 8, 5)]
+    together = greedy_batch(model, srcs, max_new_tokens=10)
+    alone = [greedy_batch(model, [s], max_new_tokens=10)[0] for s in srcs]
+    assert together == alone
+    for s, ids in zip(srcs, together):  # and the same as the Stepper's greedy run
+        st = Stepper(model, s, max_new_tokens=10)
+        st.run_to_end()
+        assert st.output_ids() == ids
+
+
+def test_traced_model_equals_fast_model(make_model):
+    model = make_model()
+    src = _random_ids(6, model.cfg.vocab_size, 30)[None]
+    tgt = torch.cat([torch.tensor([1]), _random_ids(5, model.cfg.vocab_size, 31)])[None]
+    with torch.no_grad():
+        mem_fast, w_none = model.encode(src)
+        mem_traced, enc_w = model.encode(src, trace=True)
+        out = model.decode(tgt, mem_traced, model.src_mask(src), trace=True)
+        fast_logits = model(src, tgt)
+    assert w_none == []
+    torch.testing.assert_close(mem_traced, mem_fast, atol=ATOL, rtol=0)
+    torch.testing.assert_close(model.logits(out.hidden), fast_logits, atol=ATOL, rtol=0)
+    assert len(enc_w) == 2 and enc_w[0].shape == (1, 4, 6, 6)
+    assert len(out.self_weights) == 2 and out.self_weights[0].shape == (1, 4, 6, 6)
+    assert len(out.cross_weights) == 2 and out.cross_weights[0].shape == (1, 4, 6, 6)
+
+
+def test_trace_pair_shapes_and_logits(make_model, tokenizer, encode_src, encode_tgt):
+    model = make_model()
+    src, tgt = encode_src("The house is big."), encode_tgt("Das Haus ist groß.")
+    tr = trace_pair(model, tokenizer, src, tgt)
+    assert set(tr.kinds) == {"encoder", "decoder", "cross"}
+    assert tr.attention["encoder"].shape == (2, 4, len(src), len(src))
+    assert tr.attention["decoder"].shape == (2, 4, len(tgt), len(tgt))
+    assert tr.attention["cross"].shape == (2, 4, len(tgt), len(src))
+    assert tr.labels("cross") == (tr.tgt_tokens, tr.src_tokens)
+    assert tr.tgt_tokens[0] == "<bos>" and tr.src_tokens[-1] == "<eos>"
+    with torch.no_grad():
+        torch.testing.assert_close(tr.logits, model(torch.tensor([src]), torch.tensor([tgt]))[0], atol=ATOL, rtol=0)
+    # Decoder self-attention is causal: nothing above the diagonal.
+    upper = torch.triu(torch.ones(len(tgt), len(tgt), dtype=torch.bool), 1)
+    assert torch.all(tr.attention["decoder"][..., upper] == 0)
+
+    lm = make_model(arch="decoder-only")
+    tr2 = trace_pair(lm, tokenizer, None, tgt)
+    assert tr2.kinds == ["self"] and tr2.attention["self"].shape == (2, 4, len(tgt), len(tgt))
+
+
+def test_model_head_mask_ablation_changes_output_only_when_zero(make_model):
+    model = make_model()
+    src = _random_ids(6, model.cfg.vocab_size, 32)[None]
+    with torch.no_grad():
+        base, _ = model.encode(src)
+        same, _ = model.encode(src, head_mask=torch.ones(2, 4))
+        hm = torch.ones(2, 4)
+        hm[1, 2] = 0
+        ablated, _ = model.encode(src, head_mask=hm)
+    torch.testing.assert_close(same, base, atol=0, rtol=0)
+    assert (ablated - base).abs().max() > 1e-4
+
+
+# --- overfitting ------------------------------------------------------------------------------------------------
+def test_tiny_model_overfits_and_greedy_reproduces_targets(make_model, tokenizer, pairs, encode_src, encode_tgt):
+    chosen = pairs[:5]
+    srcs = [encode_src(en) for en, _ in chosen]
+    tgts = [encode_tgt(de) for _, de in chosen]
+    model = make_model(seed=1)
+    pad = model.cfg.pad_id
+
+    def padded(rows):
+        width = max(map(len, rows))
+        return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+
+    src, tgt = padded(srcs), padded(tgts)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    losses = []
+    for _ in range(300):
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), ignore_index=pad)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if loss.item() < 0.01:
+            break
+    model.eval()
+    with torch.no_grad():
+        logits = model(src, tgt[:, :-1])
+        final = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), ignore_index=pad).item()
+    assert losses[0] > 3.0  # it started from chance level (ln |V| ≈ 5.9), so the drop is real
+    assert final < 0.05, f"final cross-entropy {final:.4f} after {len(losses)} steps"
+
+    expected = [t[1:-1] for t in tgts]  # without <bos> and <eos>
+    assert greedy_batch(model, srcs) == expected
+    for s, exp in zip(srcs, expected):
+        st = Stepper(model, s)
+        st.run_to_end()
+        assert st.finished and st.generated[-1] == model.cfg.eos_id
+        assert st.output_ids() == exp
+    assert translate_texts(model, tokenizer, [en for en, _ in chosen]) == [de for _, de in chosen]
+
+
+# --- Stepper API --------------------------------------------------------------------------------------------------
+def test_stepper_back_step_goto_reset(make_model):
+    model = make_model()
+    src = _random_ids(6, model.cfg.vocab_size, 40).tolist() + [2]
+    st = Stepper(model, src, max_new_tokens=10)
+    reference = Stepper(model, src, max_new_tokens=10)
+    reference.run_to_end(_non_special)
+    assert len(reference.records) == 10
+
+    for _ in range(5):
+        st.step(_non_special)
+    st.back()
+    assert len(st.records) == 4 and st.tokens == reference.tokens[:5]
+    assert st.cache.positions == 4
+    redo = st.step(_non_special)
+    assert redo.token_id == reference.records[4].token_id
+    torch.testing.assert_close(redo.log_probs, reference.records[4].log_probs, atol=ATOL, rtol=0)
+    torch.testing.assert_close(redo.cross_attention, reference.records[4].cross_attention, atol=ATOL, rtol=0)
+
+    # back to the very start, then forward again
+    for _ in range(5):
+        st.back()
+    assert st.records == [] and st.tokens == [model.cfg.bos_id] and st.cache.positions == 0
+    st.back()  # no-op when nothing to undo
+    assert st.tokens == [model.cfg.bos_id]
+    first = st.step(_non_special)
+    torch.testing.assert_close(first.log_probs, reference.records[0].log_probs, atol=ATOL, rtol=0)
+
+    st.goto(7, _non_special)
+    assert len(st.records) == 7 and st.tokens == reference.tokens[:8]
+    torch.testing.assert_close(st.records[-1].log_probs, reference.records[6].log_probs, atol=ATOL, rtol=0)
+    st.goto(2, _non_special)
+    assert len(st.records) == 2 and st.tokens == reference.tokens[:3] and st.cache.positions == 2
+    st.goto(50, _non_special)  # stops at max_new_tokens
+    assert len(st.records) == 10 and st.finished and st.step(_non_special) is None
+    assert st.tokens == reference.tokens
+
+    st.reset()
+    assert st.records == [] and st.tokens == [model.cfg.bos_id] and st.generated == []
+    assert st.cache.positions == 0 and st.cache.nbytes()["total"] == 0 and not st.finished
+
+
+def test_stepper_stops_at_eos_and_output_ids_drop_it(make_model):
+    model = make_model()
+    st = Stepper(model, [5, 6, 2], max_new_tokens=10)
+    choices = iter([7, 8, model.cfg.eos_id])
+    st.run_to_end(lambda lp: next(choices))
+    assert st.generated == [7, 8, model.cfg.eos_id]
+    assert st.output_ids() == [7, 8] and st.finished
+
+
+def test_stepper_max_new_tokens_capped_by_max_len(make_model):
+    model = make_model(max_len=12)
+    st = Stepper(model, [5, 6, 2], prefix_ids=[1, 9, 9])
+    assert st.max_new_tokens == 12 - 3
+    st.run_to_end(_non_special)
+    assert len(st.tokens) == 12  # never more positions than the model has
+
+
+# --- KV cache size ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_kv_cache_nbytes(make_model, arch):
+    model = make_model(arch=arch)
+    cfg = model.cfg
+    layers, heads, d_k = cfg.n_decoder_layers, cfg.n_heads, cfg.d_k
+    src = [5, 6, 7, 8, 2]
+    st = Stepper(model, src if arch == "encoder-decoder" else None, max_new_tokens=20)
+    for n in range(1, 7):
+        rec = st.step(_non_special)
+        sizes = st.cache.nbytes()
+        assert sizes["self"] == layers * heads * d_k * n * 2 * 4
+        expected_cross = layers * heads * d_k * len(src) * 2 * 4 if arch == "encoder-decoder" else 0
+        assert sizes["cross"] == expected_cross
+        assert sizes["total"] == sizes["self"] + sizes["cross"] == rec.cache_bytes
+    st.back()
+    assert st.cache.nbytes()["self"] == layers * heads * d_k * 5 * 2 * 4
+
+
+def test_kv_cache_select_reorders_rows(make_model):
+    model = make_model()
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 10, 2]])
+    with torch.no_grad():
+        memory, _ = model.encode(src)
+        cache = model.new_cache()
+        model.decode(torch.tensor([[1], [1]]), memory, model.src_mask(src), cache=cache)
+        k_before = cache.self_attn[0].k.clone()
+        cross_before = cache.cross_attn[0].k.clone()
+        cache.select(torch.tensor([1, 1, 0]))
+    assert torch.equal(cache.self_attn[0].k, k_before[[1, 1, 0]])
+    assert torch.equal(cache.cross_attn[0].k, cross_before[[1, 1, 0]])
+    assert isinstance(cache, KVCache) and cache.positions == 1
+
+
+def test_causal_mask_with_offset():
+    m = causal_mask(2, 5)  # two new queries at absolute positions 3 and 4
+    assert m.tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+
+
+def test_parameter_sharing_and_count(make_model):
+    model = make_model()
+    assert model.generator.weight is model.embed.weight  # tied (paper §3.4)
+    untied = make_model(tie_embeddings=False)
+    assert untied.generator.weight is not untied.embed.weight
+    assert untied.num_parameters() - model.num_parameters() == model.cfg.vocab_size * model.cfg.d_model
+    with pytest.raises(ValueError):
+        model(None, torch.tensor([[1, 5]]))  # an encoder-decoder needs src
+
+
+def test_embeddings_are_scaled_and_get_positions(make_model):
+    """Paper §3.4/§3.5: token embedding × √d_model, plus the positional encoding of each position."""
+    model = make_model()
+    ids = torch.tensor([[5, 6, 7, 5]])
+    with torch.no_grad():
+        x = model.embed_tokens(ids)
+        shifted = model.embed_tokens(ids[:, 2:], offset=2)
+    expected = model.embed.weight[ids] * model.cfg.d_model**0.5 + model.pos.table[:4]
+    torch.testing.assert_close(x, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(shifted, x[:, 2:], atol=1e-6, rtol=0)
+    assert not torch.allclose(x[0, 0], x[0, 3])  # same token, different position

@@ -9,9 +9,12 @@ from ui.state import DEMO_MODE, checkpoint_picker
 
 st.set_page_config(page_title="Attention Explorer", page_icon="🔭", layout="wide")
 
+# The page scripts live in app_pages/, not pages/: with a pages/ folder next to app.py, Streamlit's legacy
+# multipage mode runs a deep link (/attention, /translate) as that page script alone, without this file,
+# until some visit to "/" has called st.navigation (no sidebar picker, "No model is available").
 pages = [
-    st.Page("pages/translate.py", title="Translate", icon="🔤", default=True),
-    st.Page("pages/attention.py", title="Attention", icon="🧠"),
+    st.Page("app_pages/translate.py", title="Translate", icon="🔤", default=True),
+    st.Page("app_pages/attention.py", title="Attention", icon="🧠"),
 ]
 nav = st.navigation(pages)
 

@@ -19,6 +19,8 @@ from model.decoding import InputError, SourceInput, Stepper, prepare_source
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
 DEFAULT_CHECKPOINT = "en-de"
+#: Extra folders (``os.pathsep``-separated) whose checkpoint subfolders are listed after those of ``checkpoints/``.
+CHECKPOINTS_ENV = "ATTENTION_EXPLORER_CHECKPOINTS"
 
 PRESETS = [
     "Bobby likes blackberries.",
@@ -35,12 +37,18 @@ DEMO_MODE = os.environ.get("ATTENTION_EXPLORER_DEMO", "") not in ("", "0", "fals
 DEMO_MAX_CHARS = 300
 
 
+def checkpoint_roots() -> list[Path]:
+    """``checkpoints/`` then the folders in ``$ATTENTION_EXPLORER_CHECKPOINTS`` (read at every call)."""
+    extra = os.environ.get(CHECKPOINTS_ENV, "")
+    return CHECKPOINT_ROOTS + [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
+
+
 def available_checkpoints() -> dict[str, Path]:
-    """Display name → folder, for every checkpoint folder under ``checkpoints/``."""
+    """Display name → folder, for every checkpoint folder under the :func:`checkpoint_roots` (first name wins)."""
     found: dict[str, Path] = {}
-    for root in CHECKPOINT_ROOTS:
+    for root in checkpoint_roots():
         for path in list_checkpoints(root):
-            found[path.name if path != root else root.name] = path
+            found.setdefault(path.name, path)
     return found
 
 
@@ -119,6 +127,7 @@ def set_text(text: str) -> None:
     if text != st.session_state.get("text"):
         st.session_state["text"] = text
         st.session_state["step"] = 0
+        st.query_params.pop("step", None)  # a new sentence starts at step 0; keep the URL in agreement
     st.query_params["text"] = text
 
 

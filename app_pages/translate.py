@@ -53,19 +53,17 @@ step = min(state.current_step(), total_steps)
 stepper.goto(step)
 
 st.subheader("Step through the decoding")
+# The buttons move the step in on_click callbacks, which run before this script: the page (and the buttons'
+# enabled/disabled state) is then drawn for the new step in the same run.
 b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
-if b1.button("⏮ Reset", width="stretch", disabled=step == 0):
-    step = 0
-if b2.button("◀ Back", width="stretch", disabled=step == 0):
-    step -= 1
-if b3.button("Next ▶", width="stretch", type="primary", disabled=step >= total_steps):
-    step += 1
-if b4.button("Run to end ⏭", width="stretch", disabled=step >= total_steps):
-    step = total_steps
-step = max(0, min(step, total_steps))
-if step != st.session_state.get("step"):
+b1.button("⏮ Reset", width="stretch", disabled=step == 0, on_click=state.set_step, args=(0,))
+b2.button("◀ Back", width="stretch", disabled=step == 0, on_click=state.set_step, args=(step - 1,))
+b3.button("Next ▶", width="stretch", type="primary", disabled=step >= total_steps, on_click=state.set_step,
+          args=(step + 1,))
+b4.button("Run to end ⏭", width="stretch", disabled=step >= total_steps, on_click=state.set_step,
+          args=(total_steps,))
+if step != st.session_state.get("step"):  # e.g. ?step=99999 clamped to the last step
     state.set_step(step)
-stepper.goto(step)
 info.markdown(f"**Step {step} of {total_steps}** · KV cache: "
               f"{stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
 

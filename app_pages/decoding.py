@@ -1,0 +1,358 @@
+"""Page "Decoding lab": how the next token is chosen (greedy, temperature, top-k, top-p, seed), forcing a token
+and comparing the branches, beam search as a tree, and what the KV cache holds and saves."""
+
+import platform
+
+import streamlit as st
+import torch
+
+from model.sampling import SamplingConfig, SamplingError, beam_search, length_penalty
+from ui import decoding_lab as lab
+from ui import state
+from viz.attention import alignment_heatmap, display_token, tokens_html
+from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
+
+ckpt = state.require_checkpoint()
+tok, cfg = ckpt.tokenizer, ckpt.config
+ss = st.session_state
+
+st.title("Decoding lab")
+st.caption("At every step the decoder scores every token of its vocabulary; a *decoding rule* turns those scores "
+           "into one token. Compare greedy decoding, sampling (temperature, top-k, top-p, with a seed so a run "
+           "replays exactly) and beam search; force a token of your choice and see where the translation goes; "
+           "and watch the KV cache that makes each step cheap.")
+
+# --- settings: read from the link on the first visit, then owned by the widgets ------------------------------
+if "dl_settings" not in ss:
+    settings, notes = lab.parse_params(st.query_params.to_dict(), cfg.vocab_size)
+    ss["dl_step"] = settings.pop("step")
+    forced, forced_notes = lab.parse_forced(st.query_params.get("forced"), cfg.vocab_size, cfg.max_len - 1)
+    ss["dl_settings"] = settings
+    ss["dl_forced"] = forced
+    ss["dl_branches"] = [forced] if forced else []
+    for note in notes + forced_notes:
+        st.warning(note)
+for name, value in ss["dl_settings"].items():  # (re)create the widgets' state, e.g. after visiting another page
+    ss.setdefault(f"dl_w_{name}", value)
+
+# --- sentence -------------------------------------------------------------------------------------------------
+if "dl_text" not in ss:
+    ss["dl_text"] = state.current_text()
+
+
+def _use_preset() -> None:
+    if ss.get("dl_preset") in state.PRESETS:
+        ss["dl_text"] = ss["dl_preset"]
+
+
+col_preset, col_text = st.columns([1, 2])
+preset_options = ["(your own sentence)"] + state.PRESETS
+col_preset.selectbox("Lecture presets", preset_options, key="dl_preset", on_change=_use_preset,
+                     index=preset_options.index(ss["dl_text"]) if ss["dl_text"] in state.PRESETS else 0)
+typed = col_text.text_input("English sentence", key="dl_text")
+state.set_text(typed)
+
+# --- decoding rule --------------------------------------------------------------------------------------------
+strategy = st.radio("Decoding rule", lab.STRATEGIES, key="dl_w_strategy", horizontal=True,
+                    format_func={"greedy": "greedy (argmax)", "sample": "sample (T, top-k, top-p)",
+                                 "beam": "beam search"}.get)
+sampling_off, beam_off = strategy != "sample", strategy != "beam"
+c = st.columns([1.3, 1, 1.3, 1, 1.2, 1.2])
+c[0].slider("Temperature T", *lab.TEMPERATURE_RANGE, step=0.05, key="dl_w_temperature", disabled=sampling_off,
+            help="Divide the logits by T before the softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
+c[1].number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, step=1, key="dl_w_top_k",
+                  disabled=sampling_off, help="Keep only the k most probable tokens.")
+c[2].slider("Top-p (nucleus)", *lab.TOP_P_RANGE, step=0.05, key="dl_w_top_p", disabled=sampling_off,
+            help="Keep the smallest set of most probable tokens whose probabilities add up to p (1 = off).")
+c[3].number_input("Seed", min_value=lab.SEED_RANGE[0], max_value=lab.SEED_RANGE[1], step=1, key="dl_w_seed",
+                  disabled=sampling_off, help="The same seed draws the same tokens again.")
+c[4].slider("Beam width", *lab.BEAM_RANGE, step=1, key="dl_w_beam", disabled=beam_off)
+c[5].slider("Length penalty α", *lab.ALPHA_RANGE, step=0.1, key="dl_w_alpha", disabled=beam_off,
+            help="GNMT: score = log P / ((5 + length) / 6)^α; α = 0 compares raw log-probabilities.")
+settings = {name: ss[f"dl_w_{name}"] for name in lab.DEFAULTS}
+ss["dl_settings"] = settings
+
+
+def sync_url(step: int) -> None:
+    """Settings, step and forced tokens into the link (defaults left out), so a reload shows this view."""
+    for key, default in lab.DEFAULTS.items():
+        value = settings[key]
+        if value == default:
+            st.query_params.pop(key, None)
+        else:
+            st.query_params[key] = f"{value:g}" if isinstance(value, float) else str(value)
+    if step:
+        st.query_params["step"] = str(step)
+    else:
+        st.query_params.pop("step", None)
+    if ss["dl_forced"]:
+        st.query_params["forced"] = lab.format_forced(ss["dl_forced"])
+    else:
+        st.query_params.pop("forced", None)
+
+
+src = state.source_for(ckpt, typed)
+if src is None:
+    sync_url(ss["dl_step"])
+    st.stop()
+src_key = (str(ckpt.path), id(ckpt.model), tuple(src.ids))
+if ss.get("dl_src_key") not in (None, src_key):  # a new sentence (or model): start over
+    ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, []
+ss["dl_src_key"] = src_key
+limit = min(cfg.max_len - 1, 2 * len(src.ids) + 10)
+
+
+def translation_box(text: str) -> None:
+    st.markdown(
+        f'<div style="font-size:1.5rem;padding:0.5rem 1rem;border-left:6px solid #e4572e;background:#fff7f3;'
+        f'border-radius:4px;margin:0.4rem 0 1rem 0">{text or "<i>(empty output)</i>"}</div>',
+        unsafe_allow_html=True,
+    )
+
+
+# === beam search ===============================================================================================
+if strategy == "beam":
+    beam_key = (src_key, int(settings["beam"]), float(settings["alpha"]), limit)
+    held = ss.get("dl_beam")
+    if held is None or held[0] != beam_key:
+        try:
+            result = beam_search(ckpt.model, src.ids, int(settings["beam"]), float(settings["alpha"]),
+                                 max_new_tokens=limit)
+        except SamplingError as exc:
+            st.warning(f"{exc}.")
+            sync_url(ss["dl_step"])
+            st.stop()
+        held = (beam_key, result)
+        ss["dl_beam"] = held
+    result = held[1]
+    sync_url(ss["dl_step"])
+    if not result.hypotheses:
+        st.info("Beam search produced no hypothesis for this sentence.")
+        st.stop()
+    best = result.hypotheses[0]
+    st.markdown("**Best hypothesis**")
+    translation_box(tok.decode(best.tokens))
+    n_cand = sum(len(s) for s in result.steps)
+    st.caption(f"At each step every open beam proposes continuations; the {2 * settings['beam']} best "
+               f"(parent, token) pairs by cumulative log-probability are considered, and up to "
+               f"{settings['beam']} are kept as beams (a candidate ending in <eos> closes a hypothesis). "
+               f"{len(result.steps)} steps, {n_cand} candidates.")
+    st.plotly_chart(beam_tree_figure(result, tok.id_to_token, cfg.eos_id,
+                                     title="Beam search tree: x = step, y = rank; grey = pruned, orange = best"),
+                    width="stretch", key="dl_beam_tree")
+    alpha = float(settings["alpha"])
+    st.markdown("**Hypotheses, best first** (score = log P / lp, lp = ((5 + length) / 6)^α)")
+    st.dataframe(
+        [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
+          "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
+          "score": round(h.score, 3), "finished": h.finished}
+         for i, h in enumerate(result.hypotheses)],
+        hide_index=True, width="stretch",
+    )
+    st.stop()
+
+# === greedy / sampling, step by step ==========================================================================
+try:
+    sampling = lab.sampling_config(settings)
+except SamplingError as exc:  # the widgets keep values in range; this is a safety net
+    st.warning(f"{exc}; using greedy decoding instead.")
+    sampling = SamplingConfig("greedy")
+run_key = (src_key, sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, limit)
+held = ss.get("dl_run")
+if held is None or held[0] != run_key:
+    held = (run_key, lab.LabRun(ckpt.model, src.ids, sampling, ss["dl_forced"], max_new_tokens=limit))
+    ss["dl_run"] = held
+run: lab.LabRun = held[1]
+run.set_forced(ss["dl_forced"])
+run.goto(ss["dl_step"])
+step = run.n_steps
+ss["dl_step"] = step  # e.g. ?step=999 clamped to where the decoding ends
+sync_url(step)
+
+
+def _go(n: int) -> None:
+    ss["dl_step"] = max(0, n)
+
+
+def _force(at_step: int) -> None:
+    typed_piece = (ss.get("dl_force_text") or "").strip()
+    if typed_piece:
+        token_id = lab.resolve_piece(tok, typed_piece)
+        if token_id is None:
+            ss["dl_force_msg"] = (f"“{typed_piece}” is not a piece of this model's vocabulary. Pieces that start a "
+                                  "word begin with ▁ (e.g. ▁Haus); pick one from the list, or try a shorter piece.")
+            return
+        ss["dl_force_text"] = ""
+    else:
+        token_id = ss.get("dl_force_choice")
+    if token_id is None:
+        return
+    forced = lab.forced_after(ss["dl_forced"], at_step, int(token_id))
+    ss["dl_forced"] = forced
+    if forced not in ss["dl_branches"]:
+        ss["dl_branches"].append(forced)
+    ss["dl_step"] = at_step
+
+
+def _clear_forced() -> None:
+    ss["dl_forced"], ss["dl_branches"] = {}, []
+
+
+translation_box(tok.decode(run.stepper.output_ids()))
+b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
+b1.button("⏮ Reset", width="stretch", disabled=step == 0, on_click=_go, args=(0,))
+b2.button("◀ Back", width="stretch", disabled=step == 0, on_click=_go, args=(step - 1,))
+b3.button("Next ▶", width="stretch", type="primary", disabled=run.finished, on_click=_go, args=(step + 1,))
+b4.button("Run to end ⏭", width="stretch", disabled=run.finished, on_click=_go, args=(limit,))
+if run.finished:
+    status = "finished (<eos>)" if run.records and run.records[-1].token_id == cfg.eos_id else "length limit reached"
+else:
+    status = "not finished"
+info.markdown(f"**Step {step}** · {status} · KV cache {run.stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
+st.markdown("**Generated so far**")
+st.markdown(tokens_html(tok.tokens(run.stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
+if run.forced:
+    st.caption("Forced tokens: " + ", ".join(f"step {s} → {display_token(tok.id_to_token(t))}"
+                                             for s, t in sorted(run.forced.items())))
+    st.button("Clear forced tokens and branches", on_click=_clear_forced)
+
+if step == 0:
+    st.info("Press **Next ▶** to let the decoder produce its first token: you will see how the rule picks it.")
+else:
+    record, pipe = run.records[step - 1], run.pipelines[step - 1]
+    forced_here = run.forced_at(step)
+    left, right = st.columns([2.2, 1])
+    with left:
+        st.plotly_chart(
+            pipeline_figure(pipe, tok.id_to_token, top=15,
+                            temperature=sampling.temperature if sampling.strategy == "sample" else None,
+                            forced=forced_here,
+                            title=f"Step {step}: from logits to the next token "
+                                  f"({'forced' if forced_here else sampling.strategy})"),
+            width="stretch", key="dl_pipeline",
+        )
+        chosen = display_token(tok.id_to_token(record.token_id))
+        line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
+                f"{float(pipe.final[record.token_id]):.3f} after the rule's reshaping.")
+        if forced_here:
+            line += f" Forced by you; the rule had picked **{display_token(tok.id_to_token(run.suggested[step - 1]))}**."
+        st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
+                          "raw logits by one constant per step, which the softmax ignores.")
+    with right:
+        st.markdown(f"**Force a different token at step {step}**")
+        ids, probs = record.top(15)
+        if ss.get("dl_force_choice") not in ids:
+            ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
+        p_of = dict(zip(ids, probs))
+        st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
+                     format_func=lambda i: f"{display_token(tok.id_to_token(i))}  (p = {p_of.get(i, 0.0):.3f})")
+        st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder="e.g. ▁Haus",
+                      help="Used instead of the list when not empty. A word start is written with ▁.")
+        st.button("Force this token", type="primary", on_click=_force, args=(step,))
+        message = ss.pop("dl_force_msg", None)
+        if message:
+            st.warning(message)
+        st.caption("The step is redone with your token instead of the rule's choice; the following steps "
+                   "continue from it. Each forced variant is kept as a branch below.")
+
+# --- branches ---------------------------------------------------------------------------------------------
+if ss["dl_branches"]:
+    st.subheader("Branches")
+    cache = ss.setdefault("dl_branch_cache", {})
+    for key in [k for k in cache if k[0] != run_key]:
+        del cache[key]
+    branches = [{}] + [b for b in ss["dl_branches"] if b]
+    results = []
+    for forced in branches:
+        key = (run_key, tuple(sorted(forced.items())))
+        if key not in cache:
+            other = lab.LabRun(ckpt.model, src.ids, sampling, forced, max_new_tokens=limit)
+            other.run_to_end()
+            cache[key] = other.tokens_and_probs()
+        results.append(cache[key])
+
+    def describe(forced: dict) -> str:
+        return ", ".join(f"{s}→{display_token(tok.id_to_token(t))}" for s, t in sorted(forced.items())) or "—"
+
+    names = ["as decoded"] + [f"branch {i}" for i in range(1, len(branches))]
+    st.dataframe(
+        [{"branch": name, "forced (step→token)": describe(forced),
+          "translation": tok.decode([t for t in ids if t != cfg.eos_id]),
+          "log P": round(sum(float(torch.log(torch.tensor(max(p, 1e-12)))) for p in probs), 3),
+          "tokens": len(ids)}
+         for name, forced, (ids, probs) in zip(names, branches, results)],
+        hide_index=True, width="stretch",
+    )
+    shown = list(range(len(branches)))[:1] + list(range(len(branches)))[1:][-3:]  # "as decoded" + the last three
+    cols = st.columns(len(shown))
+    for col, i in zip(cols, shown):
+        ids, probs = results[i]
+        col.markdown(f"**{names[i]}**")
+        col.dataframe(
+            [{"step": s + 1, "token": display_token(tok.id_to_token(t)), "p": round(p, 3),
+              "forced": "★" if branches[i].get(s + 1) == t else ""}
+             for s, (t, p) in enumerate(zip(ids, probs))],
+            hide_index=True, width="stretch", height=min(400, 38 + 35 * len(ids)),
+        )
+    st.caption("Per-step probabilities under the model (T = 1); ★ = forced. Every branch is decoded to the end "
+               "with the current rule and seed.")
+
+if step == 0:
+    st.stop()
+
+tab_probs, tab_cache = st.tabs(["Probabilities and cross-attention", "KV cache"])
+with tab_probs:
+    log_p, rows = 0.0, []
+    for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines)):
+        log_p += float(rec.log_probs[rec.token_id])
+        rows.append({"step": s + 1, "token": display_token(tok.id_to_token(rec.token_id)),
+                     "p (model)": round(rec.prob, 4), "p (after the rule)": round(float(pipe.final[rec.token_id]), 4),
+                     "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": round(log_p, 3)})
+    st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
+    matrix = run.stepper.cross_attention_matrix()
+    pcol, hcol = st.columns([1, 1.4])
+    pcol.dataframe(rows, hide_index=True, width="stretch")
+    if matrix is not None:
+        hcol.plotly_chart(
+            alignment_heatmap(matrix[-1].mean(0), tok.tokens(run.stepper.generated), src.tokens,
+                              title="Cross-attention so far (last decoder layer, mean over heads)"),
+            width="stretch", key="dl_alignment",
+        )
+
+with tab_cache:
+    cache = run.stepper.cache
+    held_bytes = cache.nbytes()
+    formula = cache_bytes(cfg, cache.positions, len(src.ids))
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Self-attention K/V", f"{held_bytes['self'] / 1024:.1f} KiB")
+    m2.metric("Cross-attention K/V", f"{held_bytes['cross'] / 1024:.1f} KiB")
+    m3.metric("Total", f"{held_bytes['total'] / 1024:.1f} KiB")
+    per = f"{cfg.n_decoder_layers} layers × {cfg.n_heads} heads × {cfg.d_k} (d_k)"
+    agree = "matches" if formula == held_bytes else "differs from"
+    st.caption(f"Self: {per} × {cache.positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
+               f"Cross: {per} × {len(src.ids)} source pieces × 2 × 4 bytes = {formula['cross']:,} B. "
+               f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
+    st.plotly_chart(
+        kv_cache_figure(cfg.n_decoder_layers, cache.positions, new_rows=1, src_len=len(src.ids),
+                        target_tokens=tok.tokens(run.stepper.tokens[: cache.positions]), source_tokens=src.tokens,
+                        cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
+        width="stretch", key="dl_kv",
+    )
+    st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
+                "the whole prefix every step without it.")
+    cmp_key = (run_key, tuple(run.stepper.generated[:step]))
+    if st.button(f"Measure both over these {step} steps", key="dl_measure"):
+        ss["dl_cache_cmp"] = (cmp_key, lab.compare_cache(ckpt.model, src.ids, run.stepper.generated[:step]))
+    held_cmp = ss.get("dl_cache_cmp")
+    if held_cmp and held_cmp[0] == cmp_key:
+        res = held_cmp[1]
+        where = f"{ckpt.model.device} ({platform.machine()}, {torch.get_num_threads()} torch threads)"
+        st.markdown(
+            f"Measured just now on this machine, {where}, best of 3: with the cache **{res.ms_per_step_on:.2f} ms** "
+            f"per step, without it **{res.ms_per_step_off:.2f} ms** per step "
+            f"({res.ms_per_step_off / max(res.ms_per_step_on, 1e-9):.1f}×). "
+            f"Largest difference of any log-probability over {res.steps} steps × {cfg.vocab_size:,} tokens: "
+            f"**{res.max_abs_diff:.1e}** (the same result, up to float rounding)."
+        )
+        st.caption("For a short sentence and a small model the difference is small; it grows with the length, "
+                   "since without the cache step n recomputes all n positions in every layer.")

@@ -1,0 +1,588 @@
+"""App-level tests of the Streamlit pages with ``streamlit.testing.v1.AppTest`` (no browser, no server).
+
+They drive the real app (``app.py`` → ``app_pages/translate.py`` / ``app_pages/attention.py``) with the checkpoint in
+``checkpoints/en-de``. That model is a placeholder today and will be replaced by the trained one, so nothing
+here asserts particular German words: only structure (elements, charts, counts), state (``step``, ``text``,
+query parameters) and that problems surface as readable messages, never as an exception.
+
+Extra (corrupt) checkpoints are offered to the app through ``$ATTENTION_EXPLORER_CHECKPOINTS``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app.py"
+DEFAULT_CKPT = ROOT / "checkpoints" / "en-de"
+TIMEOUT = 60
+#: Where the page scripts live (``app_pages/``; see test_no_legacy_pages_folder for why not ``pages/``).
+PAGES = "app_pages" if (ROOT / "app_pages").is_dir() else "pages"
+ATTENTION_PAGE, TRANSLATE_PAGE = f"{PAGES}/attention.py", f"{PAGES}/translate.py"
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+if not (DEFAULT_CKPT / "model.safetensors").is_file():  # pragma: no cover - a clone without the model
+    pytest.skip("checkpoints/en-de is missing", allow_module_level=True)
+
+from model.checkpoint import load_checkpoint  # noqa: E402
+from model.config import ModelConfig  # noqa: E402
+from model.decoding import MAX_INPUT_CHARS  # noqa: E402
+from model.trace import KIND_TITLES  # noqa: E402
+from ui.state import CHECKPOINTS_ENV, PRESETS  # noqa: E402
+
+CFG = ModelConfig.from_json(DEFAULT_CKPT / "config.json")
+STEP_RE = re.compile(r"\*\*Step (\d+) of (\d+)\*\*")
+
+
+# --- fixtures and helpers -------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _at_repo_root(monkeypatch):
+    """Run from the repository root without extra checkpoints unless a test adds them."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv(CHECKPOINTS_ENV, raising=False)
+    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
+
+
+def make_app(**query: str) -> AppTest:
+    """A fresh app session, started with ``query`` as URL query parameters, after its first run."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception element and no ``st.error`` anywhere."""
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def button(at: AppTest, label_start: str):
+    found = [b for b in at.button if b.label.startswith(label_start)]
+    assert len(found) == 1, [b.label for b in at.button]
+    return found[0]
+
+
+def step_line(at: AppTest) -> tuple[int, int]:
+    """``(step, total)`` from the "**Step N of M**" line."""
+    for md in at.markdown:
+        m = STEP_RE.search(md.value)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    raise AssertionError("no 'Step N of M' line")
+
+
+def n_charts(at: AppTest) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+
+def heat_z(at: AppTest, index: int) -> np.ndarray:
+    """The ``z`` matrix of the ``index``-th Plotly chart (plotly ships numpy arrays base64-encoded)."""
+    z = json.loads(at.get("plotly_chart")[index].proto.spec)["data"][0]["z"]
+    if isinstance(z, dict):
+        shape = tuple(int(n) for n in z["shape"].split(","))
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape)
+    return np.array(z, dtype=float)
+
+
+def chip_markdown(at: AppTest) -> list[str]:
+    """Every markdown block and caption of the page body (step line, token chips, shaded source…)."""
+    return [md.value for md in at.main.markdown] + [c.value for c in at.main.caption]
+
+
+def messages(at: AppTest) -> str:
+    return " ".join(m.value for m in [*at.warning, *at.info, *at.error])
+
+
+# --- app shell ----------------------------------------------------------------------------------------
+def test_no_legacy_pages_folder():
+    """A ``pages/`` folder next to ``app.py`` switches Streamlit to its legacy multipage mode for every run
+    until ``st.navigation`` has been called once in the process: a first visit by deep link (``/attention``)
+    then runs the page without ``app.py`` (no sidebar, no model). The pages live in ``app_pages/``."""
+    assert not (ROOT / "pages").exists(), "rename pages/ (see the docstring)"
+    assert (ROOT / "app_pages" / "translate.py").is_file() and (ROOT / "app_pages" / "attention.py").is_file()
+
+
+def test_sidebar_is_drawn_on_every_run():
+    at = make_app()
+    for _ in range(2):
+        assert at.sidebar.title[0].value == "Attention Explorer"
+        assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+        assert any("d_model" in c.value for c in at.sidebar.caption)  # the model card line
+        button(at, "Next").click().run()
+    at.switch_page(ATTENTION_PAGE).run()
+    assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+    at.run()
+    assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+
+
+# --- Translate page -------------------------------------------------------------------------------------
+def test_translate_page_renders_default_preset():
+    at = make_app()
+    assert_clean(at)
+    assert at.session_state["text"] == PRESETS[0] == "Bobby likes blackberries."
+    assert at.text_area(key="text_input").value == PRESETS[0]
+    assert at.selectbox(key="preset").value == PRESETS[0]
+    assert [b.label for b in at.button] == ["⏮ Reset", "◀ Back", "Next ▶", "Run to end ⏭"]
+    assert at.session_state["step"] == 0
+    step, total = step_line(at)
+    assert step == 0 and 1 <= total <= CFG.max_len - 1
+    # The translation box and the two chip rows are there; no chart before the first step.
+    assert any("border-left:6px solid" in md.value for md in at.markdown)
+    assert n_charts(at) == 0
+    assert any("Next ▶" in i.value for i in at.info)
+    assert button(at, "⏮").proto.disabled and button(at, "◀").proto.disabled
+    assert not button(at, "Next").proto.disabled
+    assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+
+
+def test_step_buttons_move_through_the_decoding():
+    at = make_app()
+    button(at, "Next").click().run()
+    assert_clean(at)
+    assert at.session_state["step"] == 1
+    assert step_line(at)[0] == 1
+    assert at.query_params["step"] == "1"
+    # The buttons are drawn for the new step in the same run (Back is usable right away).
+    assert not button(at, "◀").proto.disabled and not button(at, "⏮").proto.disabled
+    # Bar chart of the next-token distribution + the alignment heatmap.
+    assert n_charts(at) == 2
+    titles = chart_titles(at)
+    assert titles[0].startswith("Step 1:") and titles[1].startswith("Alignment")
+    bar, heat = (json.loads(c.proto.spec)["data"][0] for c in at.get("plotly_chart"))
+    assert bar["type"] == "bar" and len(bar["y"]) == min(10, CFG.vocab_size)
+    assert heat["type"] == "heatmap"
+    z = heat_z(at, 1)
+    assert z.shape[0] == 1  # one row per generated token, one column per source piece
+    assert np.allclose(z.sum(axis=1), 1.0, atol=1e-4)
+
+    button(at, "◀").click().run()
+    assert_clean(at)
+    assert at.session_state["step"] == 0 and n_charts(at) == 0
+
+    button(at, "Run to end").click().run()
+    assert_clean(at)
+    step, total = step_line(at)
+    assert at.session_state["step"] == step == total >= 1
+    assert button(at, "Next").proto.disabled and button(at, "Run to end").proto.disabled
+    assert heat_z(at, 1).shape[0] == total
+    last = chip_markdown(at)
+
+    button(at, "◀").click().run()
+    assert at.session_state["step"] == total - 1
+    if total > 1:
+        assert chip_markdown(at) != last
+    button(at, "Next").click().run()
+    assert_clean(at)
+    assert at.session_state["step"] == total
+    assert chip_markdown(at) == last  # Back then Next shows exactly the same step
+
+    button(at, "⏮").click().run()
+    assert_clean(at)
+    assert at.session_state["step"] == 0 and step_line(at) == (0, total)
+    assert n_charts(at) == 0
+
+
+def test_translate_layer_and_head_selectors():
+    at = make_app(step="1")
+    assert n_charts(at) == 2
+    at.selectbox(key="tr_layer").select(0).run()
+    at.selectbox(key="tr_head").select(CFG.n_heads - 1).run()
+    assert_clean(at)
+    assert n_charts(at) == 2
+    at.selectbox(key="tr_head").select("mean").run()
+    assert_clean(at)
+    assert n_charts(at) == 2
+
+
+def test_preset_changes_text_and_resets_step():
+    at = make_app()
+    button(at, "Next").click().run()
+    button(at, "Next").click().run()
+    assert at.session_state["step"] == 2
+    at.selectbox(key="preset").select("The cat sat on the mat.").run()
+    assert_clean(at)
+    assert at.text_area(key="text_input").value == "The cat sat on the mat."
+    assert at.session_state["text"] == "The cat sat on the mat."
+    assert at.query_params["text"] == "The cat sat on the mat."
+    assert at.session_state["step"] == 0 and step_line(at)[0] == 0
+    assert "step" not in at.query_params  # the URL agrees with the page (a reload shows step 0)
+
+
+def test_new_text_resets_step_in_state_and_url():
+    at = make_app()
+    button(at, "Next").click().run()
+    button(at, "Next").click().run()
+    at.text_area(key="text_input").set_value("Time flies like an arrow.").run()
+    assert_clean(at)
+    assert at.session_state["step"] == 0
+    assert "step" not in at.query_params
+    # A reload of that URL shows the same view.
+    again = make_app(**dict(at.query_params))
+    assert_clean(again)
+    assert again.session_state["text"] == "Time flies like an arrow."
+    assert again.session_state["step"] == 0
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("", "empty"),
+        ("   \n\t  ", "empty"),
+        ("x" * 10_000, f"{MAX_INPUT_CHARS:,} characters"),
+    ],
+    ids=["empty", "whitespace", "10000-chars"],
+)
+def test_unusable_text_gives_a_warning(text, expected):
+    at = make_app()
+    at.text_area(key="text_input").set_value(text).run()
+    assert_clean(at)
+    assert len(at.warning) == 1 and expected in at.warning[0].value
+    assert n_charts(at) == 0 and len(at.button) == 0  # the page stops after the message
+    # …and recovers as soon as the text is usable again.
+    at.text_area(key="text_input").set_value("The cat sat on the mat.").run()
+    assert_clean(at)
+    assert not at.warning and len(at.button) == 4
+
+
+@pytest.mark.parametrize(
+    "text, note",
+    [
+        ("I love 🍕 and 🎉", "<unk>"),
+        ("Hello\x00\x07 world", "Control characters"),
+        ("Привет мир", "<unk>"),
+        ("你好世界", "<unk>"),
+    ],
+    ids=["emoji", "control-chars", "cyrillic", "chinese"],
+)
+def test_odd_text_translates_with_a_note(text, note):
+    at = make_app()
+    at.text_area(key="text_input").set_value(text).run()
+    assert_clean(at)
+    assert not at.warning
+    assert any(note in i.value for i in at.info), [i.value for i in at.info]
+    assert len(at.button) == 4
+    button(at, "Next").click().run()
+    assert_clean(at)
+    assert at.session_state["step"] == 1 and n_charts(at) == 2
+    assert any(note in i.value for i in at.info)
+
+
+def _long_text() -> str:
+    """A text of more than ``max_len`` tokens but fewer than ``MAX_INPUT_CHARS`` characters."""
+    tok = load_checkpoint(DEFAULT_CKPT).tokenizer
+    sentence = "The cat sat on the mat. "
+    text = sentence
+    while len(tok.encode(text).ids) + 1 <= CFG.max_len:
+        text += sentence
+    if len(text) >= MAX_INPUT_CHARS:  # pragma: no cover - a model with a very long max_len
+        pytest.skip("max_len too long for a < 2,000-character truncation test")
+    return text.strip()
+
+
+def test_long_text_is_truncated_with_a_note():
+    text = _long_text()
+    at = make_app()
+    at.text_area(key="text_input").set_value(text).run()
+    assert_clean(at)
+    assert not at.warning
+    assert any(f"limit of {CFG.max_len} tokens" in i.value for i in at.info), [i.value for i in at.info]
+    button(at, "Next").click().run()
+    assert_clean(at)
+    assert n_charts(at) == 2
+    assert heat_z(at, 1).shape[1] == CFG.max_len  # max_len - 1 pieces + <eos>
+
+
+# --- query parameters ----------------------------------------------------------------------------------
+def test_query_params_open_a_given_sentence_and_step():
+    at = make_app(text="The cat sat on the mat.", step="2")
+    assert_clean(at)
+    assert at.session_state["text"] == "The cat sat on the mat."
+    assert at.text_area(key="text_input").value == "The cat sat on the mat."
+    assert at.selectbox(key="preset").value == "The cat sat on the mat."
+    assert at.session_state["step"] == 2 and step_line(at)[0] == 2
+    assert n_charts(at) == 2
+    assert heat_z(at, 1).shape[0] == 2
+
+    # Same view as reaching step 2 with the buttons.
+    by_hand = make_app()
+    by_hand.selectbox(key="preset").select("The cat sat on the mat.").run()
+    button(by_hand, "Next").click().run()
+    button(by_hand, "Next").click().run()
+    assert chip_markdown(by_hand) == chip_markdown(at)
+
+
+def test_query_param_text_that_is_not_a_preset():
+    at = make_app(text="你好世界", step="1")
+    assert_clean(at)
+    assert at.text_area(key="text_input").value == "你好世界"
+    assert at.selectbox(key="preset").value == "(your own sentence)"
+    assert any("<unk>" in i.value for i in at.info)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"step": "abc"},
+        {"step": "-5"},
+        {"step": "1.5"},
+        {"step": "99999"},
+        {"ckpt": "does-not-exist"},
+        {"ckpt": ""},
+        {"kind": "nonsense"},
+        {"text": ""},
+        {"text": "x" * 10_000},
+        {"text": "Hello\x00 world", "step": "3", "kind": "encoder", "ckpt": "en-de"},
+    ],
+    ids=["step-abc", "step-neg", "step-float", "step-huge", "ckpt-unknown", "ckpt-empty", "kind-nonsense",
+         "text-empty", "text-huge", "all-at-once"],
+)
+def test_garbage_query_params_never_raise(query):
+    at = make_app(**query)
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    if "ckpt" in query and query["ckpt"] != "en-de":
+        assert any("not available" in w.value for w in at.sidebar.warning)
+        assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+    if query.get("step") in ("abc", "-5", "1.5"):
+        assert at.session_state["step"] == 0
+    if query.get("step") == "99999":
+        step, total = step_line(at)
+        assert at.session_state["step"] == step == total
+        assert at.query_params["step"] == str(total)
+    at.switch_page(ATTENTION_PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    if query.get("kind") == "nonsense":
+        assert at.radio(key="attn_kind").value == "cross"  # falls back to the last kind
+
+
+# --- Attention page ------------------------------------------------------------------------------------
+@pytest.fixture
+def attention_page() -> AppTest:
+    at = make_app()
+    at.switch_page(ATTENTION_PAGE).run()
+    assert_clean(at)
+    return at
+
+
+def test_attention_page_defaults(attention_page):
+    at = attention_page
+    assert at.title[0].value == "Attention"
+    assert at.text_input(key="attn_text").value == PRESETS[0]
+    radio = at.radio(key="attn_kind")
+    assert radio.options == ["Encoder self-attention", "Decoder masked self-attention",
+                             "Cross-attention (decoder → encoder)"]
+    assert radio.value == "cross"
+    assert at.selectbox(key="attn_head").value == "all"
+    assert n_charts(at) == CFG.n_heads
+    assert at.query_params["kind"] == "cross"
+
+
+@pytest.mark.parametrize("kind, n_layers_attr", [("encoder", "n_encoder_layers"), ("decoder", "n_decoder_layers"),
+                                                 ("cross", "n_decoder_layers")])
+def test_attention_kinds_layers_and_heads(attention_page, kind, n_layers_attr):
+    at = attention_page
+    at.radio(key="attn_kind").set_value(kind).run()
+    assert_clean(at)
+    assert at.query_params["kind"] == kind
+    n_layers = getattr(CFG, n_layers_attr)
+    layer_box = at.selectbox(key="attn_layer")
+    assert layer_box.options == [f"layer {i + 1}" for i in range(n_layers)]
+    assert layer_box.value == n_layers - 1
+
+    # "all heads": one chart per head.
+    title = KIND_TITLES[kind]
+    assert n_charts(at) == CFG.n_heads
+    assert chart_titles(at) == [f"{title} · layer {n_layers} · head {h + 1}" for h in range(CFG.n_heads)]
+    first = heat_z(at, 0)
+    rows, cols = first.shape
+    assert np.allclose(np.nansum(first, axis=1), 1.0, atol=1e-4)  # every row sums to 1
+    if kind == "encoder":
+        assert rows == cols  # source × source
+    elif kind == "decoder":
+        assert rows == cols and np.isnan(first[np.triu_indices(rows, k=1)]).all()  # the future is blanked
+    else:
+        assert not np.isnan(first).any()
+
+    at.selectbox(key="attn_layer").select(0).run()
+    assert_clean(at)
+    assert chart_titles(at) == [f"{title} · layer 1 · head {h + 1}" for h in range(CFG.n_heads)]
+
+    at.selectbox(key="attn_head").select("mean").run()
+    assert_clean(at)
+    assert n_charts(at) == 1 and chart_titles(at) == [f"{title} · layer 1 · mean over heads"]
+
+    at.selectbox(key="attn_head").select(CFG.n_heads - 1).run()
+    assert_clean(at)
+    assert n_charts(at) == 1 and chart_titles(at) == [f"{title} · layer 1 · head {CFG.n_heads}"]
+    assert heat_z(at, 0).shape == (rows, cols)
+
+
+def test_attention_kind_from_query_param():
+    at = make_app(kind="encoder")
+    at.switch_page(ATTENTION_PAGE).run()
+    assert_clean(at)
+    assert at.radio(key="attn_kind").value == "encoder"
+
+
+def test_attention_page_text_input(attention_page):
+    at = attention_page
+    at.text_input(key="attn_text").set_value("").run()
+    assert_clean(at)
+    assert len(at.warning) == 1 and "empty" in at.warning[0].value and n_charts(at) == 0
+    at.text_input(key="attn_text").set_value("I love 🍕").run()
+    assert_clean(at)
+    assert any("<unk>" in i.value for i in at.info) and n_charts(at) == CFG.n_heads
+    # The sentence is shared with the Translate page.
+    at.switch_page(TRANSLATE_PAGE).run()
+    assert_clean(at)
+    assert at.text_area(key="text_input").value == "I love 🍕"
+    assert at.session_state["step"] == 0
+
+
+def test_step_survives_a_page_round_trip():
+    at = make_app()
+    button(at, "Next").click().run()
+    button(at, "Next").click().run()
+    before = chip_markdown(at)
+    at.switch_page(ATTENTION_PAGE).run()
+    assert_clean(at)
+    at.switch_page(TRANSLATE_PAGE).run()
+    assert_clean(at)
+    assert at.session_state["step"] == 2 and chip_markdown(at) == before
+
+
+# --- corrupt and missing checkpoints -------------------------------------------------------------------
+def _copy_checkpoint(dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "model.safetensors", "card.json"):
+        if (DEFAULT_CKPT / name).is_file():
+            shutil.copyfile(DEFAULT_CKPT / name, dest / name)
+    return dest
+
+
+def _garbage_weights(folder: Path) -> None:
+    (folder / "model.safetensors").write_bytes(os.urandom(4096))
+
+
+def _truncated_weights(folder: Path) -> None:
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
+def _garbage_config(folder: Path) -> None:
+    (folder / "config.json").write_text("{ this is not json", encoding="utf-8")
+
+
+def _wrong_config(folder: Path) -> None:
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    cfg["d_model"] = cfg["d_model"] * 2
+    cfg["d_ff"] = cfg["d_ff"] * 2
+    (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+
+
+def _garbage_tokenizer(folder: Path) -> None:
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": 42}', encoding="utf-8")
+
+
+def _garbage_card(folder: Path) -> None:
+    (folder / "card.json").write_bytes(b"\xff\xfe not json")
+
+
+CORRUPTIONS = {
+    "garbage-weights": _garbage_weights,
+    "truncated-weights": _truncated_weights,
+    "garbage-config": _garbage_config,
+    "weights-do-not-fit-config": _wrong_config,
+    "garbage-tokenizer": _garbage_tokenizer,
+}
+
+
+@pytest.fixture
+def extra_root(tmp_path, monkeypatch) -> Path:
+    """A folder listed in ``$ATTENTION_EXPLORER_CHECKPOINTS`` (plus a nonexistent one, which is ignored)."""
+    root = tmp_path / "extra-checkpoints"
+    root.mkdir()
+    monkeypatch.setenv(CHECKPOINTS_ENV, os.pathsep.join([str(root), str(tmp_path / "does-not-exist")]))
+    return root
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_corrupt_checkpoint_shows_a_readable_error(extra_root, corruption):
+    name = f"broken-{corruption}"
+    CORRUPTIONS[corruption](_copy_checkpoint(extra_root / name))
+    at = make_app(ckpt=name)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.sidebar.selectbox(key="ckpt_name").value == name
+    assert len(at.error) == 1
+    msg = at.error[0].value
+    assert msg.startswith("This checkpoint cannot be loaded:") and name in msg and "Pick another one" in msg
+    assert "Traceback" not in msg
+    assert n_charts(at) == 0 and len(at.button) == 0
+
+    at.switch_page(ATTENTION_PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.error) == 1 and at.error[0].value == msg
+
+
+def test_sidebar_lists_extra_checkpoints_and_recovers(extra_root):
+    _garbage_weights(_copy_checkpoint(extra_root / "broken"))
+    _copy_checkpoint(extra_root / "copy-of-en-de")
+    (extra_root / "not-a-checkpoint").mkdir()  # no files: not listed
+    _copy_checkpoint(extra_root / "en-de")  # same name as the default: checkpoints/en-de wins
+    _garbage_card(_copy_checkpoint(extra_root / "bad-card"))
+
+    at = make_app()
+    assert_clean(at)
+    box = at.sidebar.selectbox(key="ckpt_name")
+    assert box.options[0] == "en-de"
+    assert sorted(box.options) == sorted(["en-de", "bad-card", "broken", "copy-of-en-de"])
+    assert box.value == "en-de"
+
+    box.select("broken").run()
+    assert not at.exception
+    assert len(at.error) == 1 and "model.safetensors" in at.error[0].value
+    assert at.query_params["ckpt"] == "broken"
+
+    at.sidebar.selectbox(key="ckpt_name").select("copy-of-en-de").run()
+    assert_clean(at)
+    assert at.query_params["ckpt"] == "copy-of-en-de" and len(at.button) == 4
+
+    at.sidebar.selectbox(key="ckpt_name").select("bad-card").run()  # an unreadable card is not fatal
+    assert_clean(at)
+    assert len(at.button) == 4
+
+    at.sidebar.selectbox(key="ckpt_name").select("en-de").run()
+    assert_clean(at)
+    button(at, "Next").click().run()
+    assert_clean(at)
+    assert n_charts(at) == 2
+
+
+def test_checkpoint_that_disappears(extra_root):
+    """A checkpoint deleted while selected: a warning and the default model, or an error — never an exception."""
+    folder = _copy_checkpoint(extra_root / "ephemeral")
+    at = make_app(ckpt="ephemeral")
+    assert_clean(at)
+    assert at.sidebar.selectbox(key="ckpt_name").value == "ephemeral"
+    shutil.rmtree(folder)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.warning or at.sidebar.warning or at.error
+    assert "Traceback" not in messages(at)

@@ -1,0 +1,247 @@
+"""End-to-end tests in a real browser: the app served by ``streamlit run``, driven with Playwright + Chromium.
+
+Uses Debian's Chromium (``/usr/bin/chromium``, or ``$CHROMIUM``) — never ``playwright install``, which
+downloads. When it (or the ``playwright`` package) is missing, the module is skipped with a message.
+
+Screenshots go to ``test-artifacts/`` (git-ignored) for a human look:
+``translate-step3.png`` and ``attention.png`` at 1600×1000, ``projector-run-to-end.png`` at 1280×720.
+As in ``test_app.py``, nothing asserts particular German words: the model is a placeholder for now.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
+if not Path(CHROMIUM).is_file() and shutil.which("chromium"):
+    CHROMIUM = shutil.which("chromium")
+
+if not Path(CHROMIUM).is_file():
+    pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium); browser tests skipped",
+                allow_module_level=True)
+if not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file():  # pragma: no cover
+    pytest.skip("checkpoints/en-de is missing", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+expect = sync_api.expect
+
+START_TIMEOUT_S = 60
+RUN_TIMEOUT_MS = 60_000  # one script run (model load + decode) on a busy 2-core machine
+DESKTOP = {"width": 1600, "height": 1000}
+PROJECTOR = {"width": 1280, "height": 720}
+
+
+# --- the server and the browser -------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+            return r.status == 200 and r.read().strip() == b"ok"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server():
+    """``streamlit run app.py`` on a free port (its own process group, killed at the end). Yields the base URL."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    port = _free_port()
+    log = open(ARTIFACTS / "streamlit-server.log", "wb")
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTENTION_EXPLORER_CHECKPOINTS", "ATTENTION_EXPLORER_DEMO")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _healthy(url):
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited with {proc.returncode}; see {ARTIFACTS / 'streamlit-server.log'}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit not healthy after {START_TIMEOUT_S} s; see {ARTIFACTS / 'streamlit-server.log'}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def new_page(browser):
+    """``new_page(viewport) -> Page``; every page opened is closed after the test."""
+    contexts = []
+
+    def factory(viewport=DESKTOP):
+        ctx = browser.new_context(viewport=viewport, device_scale_factor=1)
+        ctx.set_default_timeout(RUN_TIMEOUT_MS)
+        contexts.append(ctx)
+        return ctx.new_page()
+
+    yield factory
+    for ctx in contexts:
+        ctx.close()
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+def settle(page, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
+    """Wait until Streamlit has finished the current script run (the "Running…" status widget is gone)."""
+    page.wait_for_timeout(250)  # a click's rerun takes a moment to start
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout_ms)
+    page.wait_for_timeout(200)
+
+
+def assert_no_traceback(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0
+    body = page.inner_text("body")
+    assert "Traceback" not in body, body[:2000]
+
+
+def open_translate(page, url: str, query: str = "") -> None:
+    page.goto(f"{url}/{query}")
+    page.get_by_text("Step through the decoding", exact=True).wait_for()
+    page.get_by_text(re.compile(r"Step \d+ of \d+")).wait_for()
+    settle(page)
+
+
+def step_of(page) -> tuple[int, int]:
+    text = page.get_by_text(re.compile(r"Step \d+ of \d+")).inner_text()
+    m = re.search(r"Step (\d+) of (\d+)", text)
+    return int(m.group(1)), int(m.group(2))
+
+
+def click_and_wait_step(page, label: str, expected_step: int | None = None) -> None:
+    page.get_by_role("button", name=label).click()
+    if expected_step is not None:
+        page.get_by_text(re.compile(rf"Step {expected_step} of \d+")).wait_for()
+    settle(page)
+
+
+def shot(page, name: str) -> Path:
+    """A full-page screenshot. Streamlit scrolls inside its main container, not the document, so a plain
+    ``full_page=True`` stops at the viewport: the viewport is stretched to the content height for the shot."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    viewport = page.viewport_size
+    height = page.evaluate(
+        "() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']"
+        ".map(id => document.querySelector(`[data-testid=\"${id}\"]`))"
+        ".filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)"
+    )
+    page.set_viewport_size({"width": viewport["width"], "height": max(viewport["height"], min(int(height), 8000))})
+    page.wait_for_timeout(700)  # Plotly re-lays out on resize
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(viewport)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+# --- tests (the first one must be the server's first visit) ----------------------------------------------
+def test_deep_link_as_first_visit_shows_the_full_app(server, new_page):
+    """A fresh server whose first visitor opens /attention directly still runs app.py (sidebar, model)."""
+    page = new_page()
+    page.goto(f"{server}/attention?text=The+cat+sat+on+the+mat.")
+    page.get_by_text("Hover a cell for the pair").wait_for()
+    settle(page)
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    expect(sidebar.get_by_text("Attention Explorer", exact=True)).to_be_visible()
+    expect(sidebar.get_by_text("Checkpoint", exact=True)).to_be_visible()
+    expect(page.get_by_text("No model is available")).to_have_count(0)
+    expect(page.locator('[data-testid="stPlotlyChart"]').first).to_be_visible()
+    assert_no_traceback(page)
+
+
+def test_translate_three_steps_then_attention_page(server, new_page):
+    page = new_page(DESKTOP)
+    open_translate(page, server)
+    assert step_of(page)[0] == 0
+    expect(page.get_by_text("Bobby likes blackberries.").first).to_be_visible()
+    for k in (1, 2, 3):
+        click_and_wait_step(page, "Next ▶", k)
+    step, total = step_of(page)
+    assert step == 3 and total >= 3
+    expect(page.get_by_text(re.compile(r"Step 3 of \d+"))).to_be_visible()
+    expect(page.get_by_role("button", name="◀ Back")).to_be_enabled()
+    expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(2)
+    assert "step=3" in page.url
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)  # let Plotly finish drawing
+    shot(page, "translate-step3.png")
+
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Attention").click()
+    page.get_by_text("Hover a cell for the pair").wait_for()
+    settle(page)
+    expect(page.locator('[data-testid="stPlotlyChart"]').first).to_be_visible()
+    assert "/attention" in page.url
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)
+    shot(page, "attention.png")
+
+
+def test_projector_run_to_end(server, new_page):
+    page = new_page(PROJECTOR)
+    open_translate(page, server)
+    page.get_by_role("button", name="Run to end ⏭").click()
+    page.get_by_text(re.compile(r"Step [1-9]\d* of \d+")).wait_for()
+    settle(page)
+    step, total = step_of(page)
+    assert step == total >= 1
+    expect(page.get_by_role("button", name="Next ▶")).to_be_disabled()
+    expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(2)
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)
+    shot(page, "projector-run-to-end.png")
+
+
+def test_empty_text_shows_a_warning(server, new_page):
+    page = new_page(DESKTOP)
+    open_translate(page, server)
+    box = page.get_by_label("English sentence")
+    box.fill("")
+    box.press("Control+Enter")  # a text area commits on Ctrl+Enter (or on blur)
+    page.get_by_text("Please type a sentence to translate").wait_for()
+    settle(page)
+    expect(page.locator('[data-testid="stAlertContentWarning"]')).to_have_count(1)
+    expect(page.get_by_role("button", name="Next ▶")).to_have_count(0)
+    assert_no_traceback(page)
+
+    box.fill("I love 🍕 and 🎉")
+    box.press("Control+Enter")
+    page.get_by_text("Characters the model never saw").wait_for()
+    settle(page)
+    expect(page.get_by_role("button", name="Next ▶")).to_be_visible()
+    assert_no_traceback(page)

@@ -13,10 +13,12 @@ st.set_page_config(page_title="Attention Explorer", page_icon="🔭", layout="wi
 # multipage mode runs a deep link (/attention, /translate) as that page script alone, without this file,
 # until some visit to "/" has called st.navigation (no sidebar picker, "No model is available").
 pages = [
-    st.Page("app_pages/translate.py", title="Translate", icon="🔤", default=True),
-    st.Page("app_pages/attention.py", title="Attention", icon="🧠"),
+    st.Page("app_pages/translate.py", title="Translate", icon=":material/translate:", default=True),
+    st.Page("app_pages/attention.py", title="Attention", icon=":material/grid_on:"),
 ]
 nav = st.navigation(pages)
+# Less empty space above the title: more of each step fits on a projector.
+st.markdown("<style>.block-container{padding-top:2.2rem;padding-bottom:1rem}</style>", unsafe_allow_html=True)
 
 st.sidebar.title("Attention Explorer")
 st.sidebar.caption("A Transformer we trained ourselves, opened up: English → German, one token at a time.")

@@ -9,6 +9,9 @@ from viz.attention import attention_heatmap, display_token
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 
+SHORT_TITLES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Cross (decoder → encoder)",
+                "self": "Self (masked)"}
+
 st.title("Attention")
 st.caption("Each heatmap is one attention head: **rows = queries** (the token doing the looking), "
            "**columns = keys** (the tokens looked at); every row sums to 1. Hover a cell for the pair and its weight.")
@@ -29,7 +32,7 @@ kinds = trace.kinds
 kind_param = st.query_params.get("kind", kinds[-1])
 c1, c2, c3 = st.columns([2, 1, 1])
 kind = c1.radio("Attention", kinds, index=kinds.index(kind_param) if kind_param in kinds else len(kinds) - 1,
-                format_func=lambda k: KIND_TITLES[k], horizontal=True, key="attn_kind")
+                format_func=lambda k: SHORT_TITLES[k], horizontal=True, key="attn_kind")
 n_layers = trace.attention[kind].shape[0]
 layer = c2.selectbox("Layer", list(range(n_layers)), index=n_layers - 1, format_func=lambda i: f"layer {i + 1}",
                      key="attn_layer")
@@ -59,7 +62,7 @@ if head == "all":
             st.plotly_chart(
                 attention_heatmap(weights[h], q_labels, k_labels, title=f"{KIND_TITLES[kind]} · layer {layer + 1} · "
                                   f"head {h + 1}", causal=causal),
-                width="stretch", key=f"hm_{kind}_{layer}_{h}",
+                width="stretch", theme=None, key=f"hm_{kind}_{layer}_{h}",
             )
 else:
     w = weights.mean(0) if head == "mean" else weights[head]
@@ -67,7 +70,7 @@ else:
     st.plotly_chart(
         attention_heatmap(w, q_labels, k_labels, title=f"{KIND_TITLES[kind]} · layer {layer + 1} · {name}",
                           causal=causal, height=620),
-        width="stretch",
+        width="stretch", theme=None,
     )
 
 with st.expander("Tokens and ids"):

@@ -221,7 +221,7 @@ if step == 0:
 else:
     record, pipe = run.records[step - 1], run.pipelines[step - 1]
     forced_here = run.forced_at(step)
-    left, right = st.columns([2.2, 1])
+    left, right = st.columns([3, 1])
     with left:
         st.plotly_chart(
             pipeline_figure(pipe, tok.id_to_token, top=15,

@@ -1,10 +1,12 @@
 """Page "Translate": type a sentence, read the translation, and step through its decoding token by token."""
 
+import html
+
 import streamlit as st
 import torch
 
 from ui import state
-from viz.attention import alignment_heatmap, highlight_tokens_html, tokens_html
+from viz.attention import alignment_heatmap, display_token, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_bar
 
 ckpt = state.require_checkpoint()
@@ -42,7 +44,7 @@ if src is None:
 all_ids, output_ids = state.full_translation(ckpt, src)
 st.markdown(
     f'<div style="font-size:1.6rem;padding:0.6rem 1rem;border-left:6px solid #e4572e;background:#fff7f3;'
-    f'border-radius:4px;margin:0.4rem 0 1rem 0">{tok.decode(output_ids) or "<i>(empty output)</i>"}</div>',
+    f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{html.escape(tok.decode(output_ids)) or "<i>(empty output)</i>"}</div>',
     unsafe_allow_html=True,
 )
 
@@ -56,24 +58,27 @@ st.subheader("Step through the decoding")
 # The buttons move the step in on_click callbacks, which run before this script: the page (and the buttons'
 # enabled/disabled state) is then drawn for the new step in the same run.
 b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
-b1.button("⏮ Reset", width="stretch", disabled=step == 0, on_click=state.set_step, args=(0,))
-b2.button("◀ Back", width="stretch", disabled=step == 0, on_click=state.set_step, args=(step - 1,))
-b3.button("Next ▶", width="stretch", type="primary", disabled=step >= total_steps, on_click=state.set_step,
-          args=(step + 1,))
-b4.button("Run to end ⏭", width="stretch", disabled=step >= total_steps, on_click=state.set_step,
-          args=(total_steps,))
+# Material icons, not emoji: a lecture-room PC may have no emoji font.
+b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=state.set_step,
+          args=(0,))
+b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=state.set_step,
+          args=(step - 1,))
+b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=step >= total_steps,
+          on_click=state.set_step, args=(step + 1,))
+b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=step >= total_steps,
+          on_click=state.set_step, args=(total_steps,))
 if step != st.session_state.get("step"):  # e.g. ?step=99999 clamped to the last step
     state.set_step(step)
 info.markdown(f"**Step {step} of {total_steps}** · KV cache: "
               f"{stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
 
-st.markdown("**Source pieces (encoder input)**")
-st.markdown(tokens_html(src.tokens), unsafe_allow_html=True)
-st.markdown("**Generated so far (decoder output)**")
+st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
 st.markdown(tokens_html(tok.tokens(stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
 
 if step == 0:
-    st.info("Press **Next ▶** to let the decoder produce its first token.")
+    st.markdown("**Source pieces** (encoder input, after BPE)")
+    st.markdown(tokens_html(src.tokens), unsafe_allow_html=True)
+    st.info("Press **Next** to let the decoder produce its first token.")
     st.stop()
 
 record = stepper.records[step - 1]
@@ -84,9 +89,9 @@ with left:
     chosen = ids.index(record.token_id) if record.token_id in ids else None
     st.plotly_chart(
         top_tokens_bar(tok.tokens(ids), probs, chosen, title=f"Step {step}: the 10 most probable next tokens"),
-        width="stretch",
+        width="stretch", theme=None,
     )
-    st.caption(f"Chosen: **{tok.id_to_token(record.token_id)}** with p = {record.prob:.3f} "
+    st.caption(f"Chosen: **{html.escape(display_token(tok.id_to_token(record.token_id)))}** with p = {record.prob:.3f} "
                "(greedy: the most probable token).")
 with right:
     st.markdown(f"**Cross-attention of step {step}** — which source pieces the new token looked at")
@@ -105,8 +110,8 @@ with right:
     matrix = matrix.mean(0) if head == "mean" else matrix[head]
     st.plotly_chart(
         alignment_heatmap(matrix, tok.tokens(stepper.generated), src.tokens,
-                          title="Alignment so far: rows = generated tokens (queries), columns = source (keys)"),
-        width="stretch",
+                          title="Alignment so far<br><sup>rows = generated tokens (queries), columns = source pieces (keys)</sup>"),
+        width="stretch", theme=None,
     )
 
 logp = float(sum(torch.log(torch.tensor(max(r.prob, 1e-12))) for r in stepper.records))

@@ -137,15 +137,15 @@ def test_translate_page_renders_default_preset():
     assert at.session_state["text"] == PRESETS[0] == "Bobby likes blackberries."
     assert at.text_area(key="text_input").value == PRESETS[0]
     assert at.selectbox(key="preset").value == PRESETS[0]
-    assert [b.label for b in at.button] == ["⏮ Reset", "◀ Back", "Next ▶", "Run to end ⏭"]
+    assert [b.label for b in at.button] == ["Reset", "Back", "Next", "Run to end"]
     assert at.session_state["step"] == 0
     step, total = step_line(at)
     assert step == 0 and 1 <= total <= CFG.max_len - 1
     # The translation box and the two chip rows are there; no chart before the first step.
     assert any("border-left:6px solid" in md.value for md in at.markdown)
     assert n_charts(at) == 0
-    assert any("Next ▶" in i.value for i in at.info)
-    assert button(at, "⏮").proto.disabled and button(at, "◀").proto.disabled
+    assert any("Next" in i.value for i in at.info)
+    assert button(at, "Reset").proto.disabled and button(at, "Back").proto.disabled
     assert not button(at, "Next").proto.disabled
     assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
 
@@ -158,7 +158,7 @@ def test_step_buttons_move_through_the_decoding():
     assert step_line(at)[0] == 1
     assert at.query_params["step"] == "1"
     # The buttons are drawn for the new step in the same run (Back is usable right away).
-    assert not button(at, "◀").proto.disabled and not button(at, "⏮").proto.disabled
+    assert not button(at, "Back").proto.disabled and not button(at, "Reset").proto.disabled
     # Bar chart of the next-token distribution + the alignment heatmap.
     assert n_charts(at) == 2
     titles = chart_titles(at)
@@ -170,7 +170,7 @@ def test_step_buttons_move_through_the_decoding():
     assert z.shape[0] == 1  # one row per generated token, one column per source piece
     assert np.allclose(z.sum(axis=1), 1.0, atol=1e-4)
 
-    button(at, "◀").click().run()
+    button(at, "Back").click().run()
     assert_clean(at)
     assert at.session_state["step"] == 0 and n_charts(at) == 0
 
@@ -182,7 +182,7 @@ def test_step_buttons_move_through_the_decoding():
     assert heat_z(at, 1).shape[0] == total
     last = chip_markdown(at)
 
-    button(at, "◀").click().run()
+    button(at, "Back").click().run()
     assert at.session_state["step"] == total - 1
     if total > 1:
         assert chip_markdown(at) != last
@@ -191,7 +191,7 @@ def test_step_buttons_move_through_the_decoding():
     assert at.session_state["step"] == total
     assert chip_markdown(at) == last  # Back then Next shows exactly the same step
 
-    button(at, "⏮").click().run()
+    button(at, "Reset").click().run()
     assert_clean(at)
     assert at.session_state["step"] == 0 and step_line(at) == (0, total)
     assert n_charts(at) == 0
@@ -386,8 +386,7 @@ def test_attention_page_defaults(attention_page):
     assert at.title[0].value == "Attention"
     assert at.text_input(key="attn_text").value == PRESETS[0]
     radio = at.radio(key="attn_kind")
-    assert radio.options == ["Encoder self-attention", "Decoder masked self-attention",
-                             "Cross-attention (decoder → encoder)"]
+    assert radio.options == ["Encoder self", "Decoder self (masked)", "Cross (decoder → encoder)"]
     assert radio.value == "cross"
     assert at.selectbox(key="attn_head").value == "all"
     assert n_charts(at) == CFG.n_heads

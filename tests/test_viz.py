@@ -12,7 +12,7 @@ from viz.decoding import top_tokens_bar
 
 def test_display_token_marks_word_starts_and_continuations():
     assert display_token("▁Bobby") == "Bobby"
-    assert display_token("berries") == "‿berries"
+    assert display_token("berries") == "·berries"
     assert display_token("<eos>") == "<eos>"
 
 

@@ -19,15 +19,15 @@ FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=15)
 
 
 def display_token(piece: str) -> str:
-    """A BPE piece for display: a word-start piece loses its ``▁`` marker, a word-continuing piece gets ``‿``.
+    """A BPE piece for display: a word-start piece loses its ``▁`` marker, a word-continuing piece gets ``·``.
 
-    ``"▁Bobby"`` → ``"Bobby"``, ``"berries"`` → ``"‿berries"``; special tokens stay as they are.
+    ``"▁Bobby"`` → ``"Bobby"``, ``"berries"`` → ``"·berries"``; special tokens stay as they are.
     """
     if piece.startswith("<") and piece.endswith(">"):
         return piece
     if piece.startswith("▁"):
         return piece[1:] or "▁"
-    return "‿" + piece
+    return "·" + piece
 
 
 def _as_array(weights) -> np.ndarray:
@@ -46,7 +46,7 @@ def attention_heatmap(
     title: str = "",
     causal: bool = False,
     height: int | None = None,
-    zmax: float | None = 1.0,
+    zmax: float | None = None,
 ) -> go.Figure:
     """One head (or an aggregate) as a heatmap.
 
@@ -54,7 +54,8 @@ def attention_heatmap(
         weights: ``[q_len, k_len]`` attention weights (tensor or array), rows = queries.
         query_labels / key_labels: BPE pieces of the rows / columns.
         causal: blank the masked upper triangle (keys after the query) instead of drawing it as zero.
-        zmax: colour-scale maximum (``None`` = the largest weight shown).
+        zmax: colour-scale maximum (``None`` = the largest weight shown, so that typical weights of 0.05–0.3
+            are not washed out; pass 1.0 to compare charts on one scale).
 
     Returns:
         A Plotly figure whose hover reads "query → key: weight".
@@ -80,27 +81,29 @@ def attention_heatmap(
             hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
             colorscale=ATTENTION_SCALE,
             zmin=0.0,
-            zmax=zmax if zmax is not None else float(np.nanmax(z)) or 1.0,
+            zmax=zmax if zmax is not None else (float(np.nanmax(z)) if np.isfinite(z).any() else 1.0) or 1.0,
             xgap=1,
             ygap=1,
             colorbar=dict(title=dict(text="weight"), thickness=14),
         )
     )
     cell = 34 if max(q_len, k_len) <= 20 else 22
+    tick_font = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=14 if max(q_len, k_len) <= 24 else 11,
+                     color="#1b2a3a")
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left"),
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16, color="#1b2a3a")),
         font=FONT,
-        height=height or min(900, 170 + cell * q_len),
-        margin=dict(l=10, r=10, t=60 if title else 30, b=10),
-        plot_bgcolor="#f3f3f3" if causal else "white",
+        height=height or min(900, 200 + cell * q_len),
+        margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+        plot_bgcolor="#e6e6e6" if causal else "white",
     )
     fig.update_xaxes(
-        tickvals=list(range(k_len)), ticktext=[_short(t) for t in k_disp], side="top", tickangle=-45,
-        title_text="keys (attended to) →", showgrid=False,
+        tickvals=list(range(k_len)), ticktext=[_short(t) for t in k_disp], side="bottom", tickangle=-45,
+        title_text="keys (attended to) →", showgrid=False, tickfont=tick_font, title_font=dict(size=14, color="#444"),
     )
     fig.update_yaxes(
         tickvals=list(range(q_len)), ticktext=[_short(t) for t in q_disp], autorange="reversed",
-        title_text="queries (attending) ↓", showgrid=False,
+        title_text="queries (attending) ↓", showgrid=False, tickfont=tick_font, title_font=dict(size=14, color="#444"),
     )
     return fig
 

@@ -310,7 +310,7 @@ with tab_probs:
                      "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": round(log_p, 3)})
     st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
     matrix = run.stepper.cross_attention_matrix()
-    pcol, hcol = st.columns([1, 1.4])
+    pcol, hcol = st.columns([1.2, 1])
     pcol.dataframe(rows, hide_index=True, width="stretch")
     if matrix is not None:
         hcol.plotly_chart(

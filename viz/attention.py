@@ -13,8 +13,10 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-# A sequential scale that stays readable on a projector: white → deep blue.
-ATTENTION_SCALE = [[0.0, "#ffffff"], [0.15, "#dbe9f6"], [0.4, "#8fc1de"], [0.7, "#3a87c0"], [1.0, "#0b3d80"]]
+# A sequential scale on 0–1 that stays readable on a projector: white → deep blue, rising fast at low weights
+# so that 0.05–0.3 are visible, while one fixed range keeps heads comparable (a uniform head stays pale).
+ATTENTION_SCALE = [[0.0, "#ffffff"], [0.04, "#e3eef8"], [0.12, "#a9cde6"], [0.3, "#4f97c9"], [0.6, "#1d5fa3"],
+                   [1.0, "#0b2f66"]]
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=15)
 
 
@@ -46,7 +48,7 @@ def attention_heatmap(
     title: str = "",
     causal: bool = False,
     height: int | None = None,
-    zmax: float | None = None,
+    zmax: float | None = 1.0,
 ) -> go.Figure:
     """One head (or an aggregate) as a heatmap.
 
@@ -54,8 +56,7 @@ def attention_heatmap(
         weights: ``[q_len, k_len]`` attention weights (tensor or array), rows = queries.
         query_labels / key_labels: BPE pieces of the rows / columns.
         causal: blank the masked upper triangle (keys after the query) instead of drawing it as zero.
-        zmax: colour-scale maximum (``None`` = the largest weight shown, so that typical weights of 0.05–0.3
-            are not washed out; pass 1.0 to compare charts on one scale).
+        zmax: colour-scale maximum (1.0 keeps every chart on one scale; ``None`` = the largest weight shown).
 
     Returns:
         A Plotly figure whose hover reads "query → key: weight".
@@ -99,11 +100,11 @@ def attention_heatmap(
     )
     fig.update_xaxes(
         tickvals=list(range(k_len)), ticktext=[_short(t) for t in k_disp], side="bottom", tickangle=-45,
-        title_text="keys (attended to) →", showgrid=False, tickfont=tick_font, title_font=dict(size=14, color="#444"),
+        title_text="keys (attended to) →", showgrid=False, tickfont=tick_font, automargin=True, title_font=dict(size=14, color="#444"),
     )
     fig.update_yaxes(
         tickvals=list(range(q_len)), ticktext=[_short(t) for t in q_disp], autorange="reversed",
-        title_text="queries (attending) ↓", showgrid=False, tickfont=tick_font, title_font=dict(size=14, color="#444"),
+        title_text="queries (attending) ↓", showgrid=False, tickfont=tick_font, automargin=True, title_font=dict(size=14, color="#444"),
     )
     return fig
 

@@ -1,12 +1,16 @@
-"""Decoding figures: the next-token distribution of one step."""
+"""Decoding figures: the next-token distribution of one step, the sampling pipeline, the beam-search tree and
+the KV cache (pure functions: arrays and labels in, Plotly figures out; no Streamlit, no model)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import html
+from typing import Callable, Sequence
 
+import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from .attention import FONT, display_token
+from .attention import FONT, _short, display_token
 
 
 def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> go.Figure:
@@ -31,10 +35,291 @@ def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | 
         )
     )
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left"), font=FONT,
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16, color="#1b2a3a")), font=FONT,
         height=90 + 30 * len(tokens), margin=dict(l=10, r=40, t=50 if title else 20, b=30),
         xaxis=dict(range=[0, min(1.0, max(probs) * 1.25 if len(probs) else 1.0)], tickformat=".0%",
-                   title_text="probability"),
-        yaxis=dict(autorange="reversed"), plot_bgcolor="white",
+                   title_text="probability", automargin=True),
+        yaxis=dict(autorange="reversed", automargin=True,
+                   tickfont=dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=14, color="#1b2a3a")),
+        plot_bgcolor="white",
     )
     return fig
+
+
+# --- decoding lab -----------------------------------------------------------------------------------------
+BLUE = "#3a87c0"
+ACCENT = "#e4572e"
+GREY = "#c4c4c4"
+LIGHT = "#8fc1de"
+
+
+def _np(x) -> np.ndarray:
+    arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+    return arr.astype(float) if arr.dtype != bool else arr
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x - np.max(x))
+    return z / z.sum()
+
+
+def pipeline_rows(pipeline, top: int = 15) -> list[int]:
+    """Token ids shown by :func:`pipeline_figure`: the ``top`` most probable under the raw logits
+    (``softmax(logits)``, temperature 1), most probable first, plus the chosen token when it is not among them."""
+    raw = _softmax(_np(pipeline.logits))
+    order = np.argsort(-raw, kind="stable")[: max(1, top)].tolist()
+    if int(pipeline.token_id) not in order:
+        order.append(int(pipeline.token_id))
+    return [int(i) for i in order]
+
+
+def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, temperature: float | None = None,
+                    forced: bool = False, title: str = "") -> go.Figure:
+    """One next-token choice as four stages side by side, sharing the token axis (rows):
+
+    1. the logits; 2. the logits divided by the temperature ``T``; 3. ``softmax`` of those, with the tokens that
+    the top-k / top-p cut removes greyed (and struck through in the row labels) and the kept ones blue;
+    4. the renormalised distribution over the kept tokens, the chosen token in the accent colour.
+
+    Args:
+        pipeline: any object with ``logits``, ``scaled``, ``probs``, ``final`` (``[vocab]`` floats), ``keep``
+            (``[vocab]`` bool) and ``token_id`` (int), e.g. :class:`model.sampling.Pipeline`.
+        id_to_token: id → BPE piece, for the row labels.
+        top: rows shown: the ``top`` most probable tokens by raw probability (+ the chosen one if not among them).
+        temperature: written in the second panel's title (``None``: greedy, no temperature).
+        forced: the chosen token was forced by the user rather than picked by the rule.
+
+    Returns:
+        A Plotly figure with 4 bar traces (one per stage, ``len(rows)`` bars each). ``layout.meta`` holds
+        ``{"token_ids", "kept", "chosen"}`` for the rows (``chosen`` = row index of the chosen token).
+    """
+    rows = pipeline_rows(pipeline, top)
+    logits, scaled, probs, final = (_np(getattr(pipeline, a))[rows] for a in ("logits", "scaled", "probs", "final"))
+    keep = np.asarray(_np(pipeline.keep)[rows], dtype=bool)
+    chosen = rows.index(int(pipeline.token_id))
+    pieces = [display_token(id_to_token(i)) for i in rows]
+    labels = []
+    for r, (piece, kept) in enumerate(zip(pieces, keep)):
+        text = html.escape(piece)
+        text = text if kept else f"<s>{text}</s>"
+        text = f"<b>{text}</b>" if r == chosen else text
+        labels.append(f"{r + 1}. {text}")
+    t_text = "greedy:<br>no temperature" if temperature is None else f"logits ÷ T<br>(T = {temperature:g})"
+    fig = make_subplots(
+        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.025,
+        subplot_titles=("logits<br> ", t_text, "softmax, then the<br>top-k / top-p cut" if temperature is not None
+                        else "softmax; greedy keeps<br>only the argmax", "renormalised<br>→ pick"),
+    )
+    y = list(range(len(rows)))
+    kept_or_grey = [BLUE if k else GREY for k in keep]
+    final_colors = [ACCENT if r == chosen else (BLUE if k else GREY) for r, k in enumerate(keep)]
+    status = ["kept" if k else "removed by the cut" for k in keep]
+    stages = [
+        ("logits", logits, [BLUE] * len(rows), [f"{v:.2f}" for v in logits]),
+        ("scaled", scaled, [BLUE] * len(rows), [f"{v:.2f}" for v in scaled]),
+        ("probs", probs, kept_or_grey, [f"{v:.1%}" if k else f"{v:.1%} cut" for v, k in zip(probs, keep)]),
+        ("final", final, final_colors, [f"{v:.1%}" if k or r == chosen else "" for r, (v, k) in enumerate(zip(final, keep))]),
+    ]
+    for col, (name, values, colors, text) in enumerate(stages, start=1):
+        fig.add_trace(
+            go.Bar(
+                x=values.tolist(), y=y, orientation="h", name=name, marker_color=colors,
+                marker_pattern_shape=["" if k else "/" for k in keep] if name == "probs" else None,
+                text=text, textposition="inside" if col <= 2 else "outside", insidetextanchor="start",
+                textfont=dict(color="white" if col <= 2 else "#333333"), cliponaxis=False, showlegend=False,
+                customdata=np.array([[p, s] for p, s in zip(pieces, status)], dtype=object),
+                hovertemplate="%{customdata[0]}: %{x:.4f} (%{customdata[1]})<extra>" + name + "</extra>",
+            ),
+            row=1, col=col,
+        )
+    for col, values in ((3, probs), (4, final)):
+        peak = max(float(np.max(values)), 1e-6)
+        fig.update_xaxes(range=[0, peak * 1.4], tickvals=[0, peak], ticktext=["0", f"{peak:.0%}" if peak >= 0.1
+                         else f"{peak:.1%}"], row=1, col=col)
+    fig.update_yaxes(tickvals=y, ticktext=labels, autorange="reversed", row=1, col=1)
+    verb = "forced" if forced else "chosen"
+    fig.update_layout(
+        title=dict(text=title or f"Next-token choice: {verb} “{html.escape(pieces[chosen])}”", x=0.0, xanchor="left"),
+        font=FONT, height=150 + 26 * len(rows), margin=dict(l=10, r=30, t=100, b=30), plot_bgcolor="white",
+        bargap=0.25, meta={"token_ids": rows, "kept": keep.tolist(), "chosen": chosen},
+    )
+    fig.update_annotations(font_size=13)
+    return fig
+
+
+def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2, title: str = "") -> go.Figure:
+    """Beam search as a tree: x = step, y = rank among that step's candidates (best on top).
+
+    Every candidate the search considered is a node labelled with its token and cumulative log-probability,
+    joined to its parent beam; kept candidates are blue (a square when it ended the hypothesis with
+    ``<eos>``), pruned ones grey; the path of the best hypothesis is drawn in the accent colour.
+
+    Args:
+        result: a :class:`model.sampling.BeamResult` (or any object with ``hypotheses`` and ``steps``:
+            ``steps[t]`` = list of ``(parent_index, token_id, cumulative_log_prob, kept)``, ``parent_index``
+            indexing the open beams of step ``t - 1``; each hypothesis has ``tokens``).
+        id_to_token: id → BPE piece.
+        eos_id: the end-of-sequence id (candidates with it close a hypothesis and have no children).
+
+    Returns:
+        A figure whose trace named ``"candidates"`` has one point per candidate (``sum(len(s) for s in steps)``)
+        and whose trace named ``"best path"`` joins the root to the best hypothesis' last token.
+    """
+    steps = [list(s) for s in result.steps]
+    # Open beams of a step = kept candidates that are not <eos>, in order (the search's new_beams order).
+    parents, seqs, node_xy = [], [], []
+    prev_open, prev_seqs = [(0.0, 0.0)], [()]
+    for t, cands in enumerate(steps):
+        open_xy, open_seqs = [], []
+        for j, (parent, token, _lp, kept) in enumerate(cands):
+            parent = int(parent)
+            p_xy = prev_open[parent] if parent < len(prev_open) else (float(t), 0.0)
+            seq = (prev_seqs[parent] if parent < len(prev_seqs) else ()) + (int(token),)
+            parents.append(p_xy)
+            seqs.append(seq)
+            node_xy.append((float(t + 1), float(j)))
+            if kept and int(token) != eos_id:
+                open_xy.append((float(t + 1), float(j)))
+                open_seqs.append(seq)
+        prev_open, prev_seqs = open_xy, open_seqs
+    flat = [(t, j, c) for t, cands in enumerate(steps) for j, c in enumerate(cands)]
+    best = tuple(int(i) for i in result.hypotheses[0].tokens) if result.hypotheses else ()
+    on_best = [len(seq) <= len(best) and seq == best[: len(seq)] and c[3] for seq, (_, _, c) in zip(seqs, flat)]
+
+    fig = go.Figure()
+
+    def edges(select, color, width, dash, name):
+        xs, ys = [], []
+        for k, (px, py) in enumerate(parents):
+            if select(k):
+                xs += [px, node_xy[k][0], None]
+                ys += [py, node_xy[k][1], None]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, hoverinfo="skip", showlegend=False,
+                                 line=dict(color=color, width=width, dash=dash)))
+
+    edges(lambda k: not flat[k][2][3], GREY, 1, "dot", "pruned edges")
+    edges(lambda k: flat[k][2][3] and not on_best[k], BLUE, 1.6, "solid", "kept edges")
+    # The best path as one polyline from the root.
+    path = [(0.0, 0.0)] + [node_xy[k] for k in range(len(flat)) if on_best[k]]
+    fig.add_trace(go.Scatter(x=[p[0] for p in path], y=[p[1] for p in path], mode="lines", name="best path",
+                             hoverinfo="skip", showlegend=False, line=dict(color=ACCENT, width=4)))
+    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="root", text=["<bos>"],
+                             textposition="middle left", marker=dict(size=14, color="#555555", symbol="diamond"),
+                             hovertemplate="start: &lt;bos&gt;<extra></extra>", showlegend=False))
+    colors, symbols, texts, hover = [], [], [], []
+    for k, (t, j, (parent, token, lp, kept)) in enumerate(flat):
+        piece = html.escape(display_token(id_to_token(int(token))))
+        done = int(token) == eos_id
+        colors.append(ACCENT if on_best[k] else (BLUE if kept else GREY))
+        symbols.append("square" if done else "circle")
+        texts.append(f"{piece}<br>{lp:.2f}" if kept else piece)
+        state = ("finished (ends with &lt;eos&gt;)" if done else "kept as a beam") if kept else "pruned"
+        hover.append(f"step {t + 1}, rank {j + 1}: <b>{piece}</b><br>cumulative log p = {lp:.3f}<br>"
+                     f"parent beam {int(parent) + 1}<br>{state}")
+    fig.add_trace(go.Scatter(
+        x=[p[0] for p in node_xy], y=[p[1] for p in node_xy], mode="markers+text", name="candidates",
+        text=texts, textposition="top center", textfont=dict(size=11),
+        marker=dict(size=11, color=colors, symbol=symbols, line=dict(color="white", width=1)),
+        customdata=hover, hovertemplate="%{customdata}<extra></extra>", showlegend=False,
+    ))
+    for name, color, symbol in (("kept beam", BLUE, "circle"), ("finished (<eos>)", BLUE, "square"),
+                                ("pruned", GREY, "circle"), ("best hypothesis", ACCENT, "circle")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(size=11, color=color, symbol=symbol)))
+    width = max((len(s) for s in steps), default=1)
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor="white",
+        height=200 + 46 * width, margin=dict(l=50, r=20, t=60 if title else 30, b=90),
+        legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
+    )
+    fig.update_xaxes(title_text="step", tickvals=list(range(len(steps) + 1)), range=[-0.7, len(steps) + 0.5],
+                     showgrid=False, zeroline=False)
+    fig.update_yaxes(title_text="rank at that step", range=[width - 0.5, -0.9], tickvals=list(range(width)),
+                     ticktext=[str(i + 1) for i in range(width)], showgrid=False, zeroline=False)
+    return fig
+
+
+def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: int | None = None,
+                    target_tokens: Sequence[str] | None = None, source_tokens: Sequence[str] | None = None,
+                    cross_new: bool = False, title: str = "") -> go.Figure:
+    """What the decoder's KV cache holds at one step.
+
+    Left: per decoder layer, a strip of self-attention **K** and **V** rows, one per target position
+    (``[2 · n_layers, positions]``): rows reused from the cache in blue, the ``new_rows`` rows computed at this
+    step in the accent colour. Right (when ``src_len`` is given): the cross-attention K/V of the source
+    (``[2 · n_layers, src_len]``), computed once from the encoder output at the first step (accent when
+    ``cross_new``) and reused unchanged afterwards (light blue).
+
+    Each cell stands for a ``[heads, d_k]`` block. ``z`` values: 1 = reused, 2 = new, 3 = cross (computed once).
+
+    Args:
+        target_tokens: labels of the ``positions`` decoder inputs (``<bos>`` + the tokens fed so far).
+        source_tokens: labels of the ``src_len`` source pieces.
+    """
+    positions, new_rows = max(0, int(positions)), max(0, min(int(new_rows), int(positions)))
+    ylabels = [f"layer {l + 1} {kv}" for l in range(n_layers) for kv in ("K", "V")]
+    has_cross = bool(src_len)
+    cols = 2 if has_cross else 1
+    widths = [max(positions, 1), max(src_len or 0, 1)] if has_cross else [1]
+    fig = make_subplots(
+        rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.06, column_widths=[w / sum(widths) for w in widths],
+        subplot_titles=(["self-attention K/V<br>(one row per target position)"]
+                        + (["cross-attention K/V<br>(from the encoder output, computed once)"] if has_cross else [])),
+    )
+    scale = [[0.0, BLUE], [0.33, BLUE], [0.33, ACCENT], [0.67, ACCENT], [0.67, LIGHT], [1.0, LIGHT]]
+
+    def strip(n, value_of, labels, col, name):
+        if n == 0:
+            fig.add_annotation(text="empty: no step taken yet", showarrow=False, xref=f"x{col if col > 1 else ''} domain",
+                               yref="y domain", x=0.5, y=0.5)
+            fig.add_trace(go.Heatmap(z=[[None]] * len(ylabels), showscale=False, name=name), row=1, col=col)
+            return
+        z = np.array([[value_of(p) for p in range(n)] for _ in ylabels], dtype=float)
+        lab = [display_token(t) for t in labels] if labels is not None and len(labels) == n else [str(p) for p in range(n)]
+        what = {1: "reused from the cache", 2: "computed at this step", 3: "cross-attention, computed once"}
+        hover = np.array([[f"{yl}, position {p} ({html.escape(lab[p])}): {what[int(z[r, p])]}" for p in range(n)]
+                          for r, yl in enumerate(ylabels)])
+        fig.add_trace(go.Heatmap(
+            z=z, x=list(range(n)), y=list(range(len(ylabels))), zmin=1, zmax=3, colorscale=scale, showscale=False,
+            xgap=2, ygap=2, name=name, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
+        ), row=1, col=col)
+        fig.update_xaxes(tickvals=list(range(n)), ticktext=[_short(t, 8) for t in lab], tickangle=0 if n <= 14 else -60,
+                         row=1, col=col)
+
+    strip(positions, lambda p: 2.0 if p >= positions - new_rows else 1.0, target_tokens, 1, "self-attention cache")
+    if has_cross:
+        strip(int(src_len), lambda p: 2.0 if cross_new else 3.0, source_tokens, 2, "cross-attention cache")
+    for name, color in (("reused from the cache", BLUE), ("computed at this step", ACCENT),
+                        ("cross K/V, computed once", LIGHT)):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(size=12, color=color, symbol="square")), row=1, col=1)
+    fig.update_yaxes(tickvals=list(range(len(ylabels))), ticktext=ylabels, autorange="reversed", row=1, col=1)
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor="white",
+        height=200 + 30 * len(ylabels), margin=dict(l=10, r=10, t=90 if title else 60, b=80),
+        legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
+    )
+    fig.update_annotations(font_size=13)
+    return fig
+
+
+def cache_bytes(cfg, positions: int, src_len: int, bytes_per_value: int = 4) -> dict[str, int]:
+    """Bytes in the decoder's KV cache after ``positions`` target positions were fed.
+
+    ``self = layers × heads × d_k × positions × 2 (K and V) × bytes_per_value``; ``cross`` is the same with
+    ``src_len`` in place of ``positions`` for an encoder-decoder model, and 0 before the first step (the
+    cross-attention K/V are computed at the first decoding step, then reused).
+
+    Args:
+        cfg: a :class:`model.config.ModelConfig` (``n_decoder_layers``, ``n_heads``, ``d_model``, ``is_encoder_decoder``).
+        bytes_per_value: 4 for float32, 2 for float16 / bfloat16.
+
+    Returns:
+        ``{"self": …, "cross": …, "total": …}`` like ``KVCache.nbytes()``.
+    """
+    d_k = cfg.d_model // cfg.n_heads
+    per_position = cfg.n_decoder_layers * cfg.n_heads * d_k * 2 * bytes_per_value
+    positions = max(0, int(positions))
+    self_b = per_position * positions
+    cross_b = per_position * int(src_len) if getattr(cfg, "is_encoder_decoder", True) and positions > 0 else 0
+    return {"self": self_b, "cross": cross_b, "total": self_b + cross_b}

@@ -15,6 +15,7 @@ st.set_page_config(page_title="Attention Explorer", page_icon="🔭", layout="wi
 pages = [
     st.Page("app_pages/translate.py", title="Translate", icon=":material/translate:", default=True),
     st.Page("app_pages/attention.py", title="Attention", icon=":material/grid_on:"),
+    st.Page("app_pages/decoding.py", title="Decoding lab", icon=":material/casino:"),
 ]
 nav = st.navigation(pages)
 # Less empty space above the title: more of each step fits on a projector.

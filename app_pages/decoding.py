@@ -1,6 +1,7 @@
 """Page "Decoding lab": how the next token is chosen (greedy, temperature, top-k, top-p, seed), forcing a token
 and comparing the branches, beam search as a tree, and what the KV cache holds and saves."""
 
+import html
 import platform
 
 import streamlit as st
@@ -105,7 +106,7 @@ limit = min(cfg.max_len - 1, 2 * len(src.ids) + 10)
 def translation_box(text: str) -> None:
     st.markdown(
         f'<div style="font-size:1.5rem;padding:0.5rem 1rem;border-left:6px solid #e4572e;background:#fff7f3;'
-        f'border-radius:4px;margin:0.4rem 0 1rem 0">{text or "<i>(empty output)</i>"}</div>',
+        f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{html.escape(text) or "<i>(empty output)</i>"}</div>',
         unsafe_allow_html=True,
     )
 
@@ -139,7 +140,7 @@ if strategy == "beam":
                f"{len(result.steps)} steps, {n_cand} candidates.")
     st.plotly_chart(beam_tree_figure(result, tok.id_to_token, cfg.eos_id,
                                      title="Beam search tree: x = step, y = rank; grey = pruned, orange = best"),
-                    width="stretch", key="dl_beam_tree")
+                    width="stretch", theme=None, key="dl_beam_tree")
     alpha = float(settings["alpha"])
     st.markdown("**Hypotheses, best first** (score = log P / lp, lp = ((5 + length) / 6)^α)")
     st.dataframe(
@@ -200,10 +201,14 @@ def _clear_forced() -> None:
 
 translation_box(tok.decode(run.stepper.output_ids()))
 b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
-b1.button("⏮ Reset", width="stretch", disabled=step == 0, on_click=_go, args=(0,))
-b2.button("◀ Back", width="stretch", disabled=step == 0, on_click=_go, args=(step - 1,))
-b3.button("Next ▶", width="stretch", type="primary", disabled=run.finished, on_click=_go, args=(step + 1,))
-b4.button("Run to end ⏭", width="stretch", disabled=run.finished, on_click=_go, args=(limit,))
+# Material icons, not emoji (a lecture-room PC may have no emoji font), as on the Translate page.
+b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_go, args=(0,))
+b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_go,
+          args=(step - 1,))
+b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=run.finished,
+          on_click=_go, args=(step + 1,))
+b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=run.finished, on_click=_go,
+          args=(limit,))
 if run.finished:
     status = "finished (<eos>)" if run.records and run.records[-1].token_id == cfg.eos_id else "length limit reached"
 else:
@@ -212,12 +217,12 @@ info.markdown(f"**Step {step}** · {status} · KV cache {run.stepper.cache.nbyte
 st.markdown("**Generated so far**")
 st.markdown(tokens_html(tok.tokens(run.stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
 if run.forced:
-    st.caption("Forced tokens: " + ", ".join(f"step {s} → {display_token(tok.id_to_token(t))}"
+    st.caption("Forced tokens: " + ", ".join(f"step {s} → {html.escape(display_token(tok.id_to_token(t)))}"
                                              for s, t in sorted(run.forced.items())))
-    st.button("Clear forced tokens and branches", on_click=_clear_forced)
+    st.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
 
 if step == 0:
-    st.info("Press **Next ▶** to let the decoder produce its first token: you will see how the rule picks it.")
+    st.info("Press **Next** to let the decoder produce its first token: you will see how the rule picks it.")
 else:
     record, pipe = run.records[step - 1], run.pipelines[step - 1]
     forced_here = run.forced_at(step)
@@ -229,13 +234,14 @@ else:
                             forced=forced_here,
                             title=f"Step {step}: from logits to the next token "
                                   f"({'forced' if forced_here else sampling.strategy})"),
-            width="stretch", key="dl_pipeline",
+            width="stretch", theme=None, key="dl_pipeline",
         )
-        chosen = display_token(tok.id_to_token(record.token_id))
+        chosen = html.escape(display_token(tok.id_to_token(record.token_id)))
         line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
                 f"{float(pipe.final[record.token_id]):.3f} after the rule's reshaping.")
         if forced_here:
-            line += f" Forced by you; the rule had picked **{display_token(tok.id_to_token(run.suggested[step - 1]))}**."
+            picked = html.escape(display_token(tok.id_to_token(run.suggested[step - 1])))
+            line += f" Forced by you; the rule had picked **{picked}**."
         st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
                           "raw logits by one constant per step, which the softmax ignores.")
     with right:
@@ -248,7 +254,7 @@ else:
                      format_func=lambda i: f"{display_token(tok.id_to_token(i))}  (p = {p_of.get(i, 0.0):.3f})")
         st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder="e.g. ▁Haus",
                       help="Used instead of the list when not empty. A word start is written with ▁.")
-        st.button("Force this token", type="primary", on_click=_force, args=(step,))
+        st.button("Force this token", icon=":material/call_split:", type="primary", on_click=_force, args=(step,))
         message = ss.pop("dl_force_msg", None)
         if message:
             st.warning(message)
@@ -316,32 +322,35 @@ with tab_probs:
         hcol.plotly_chart(
             alignment_heatmap(matrix[-1].mean(0), tok.tokens(run.stepper.generated), src.tokens,
                               title="Cross-attention so far (last decoder layer, mean over heads)"),
-            width="stretch", key="dl_alignment",
+            width="stretch", theme=None, key="dl_alignment",
         )
 
 with tab_cache:
     cache = run.stepper.cache
     held_bytes = cache.nbytes()
-    formula = cache_bytes(cfg, cache.positions, len(src.ids))
+    src_len = len(src.ids) if cfg.is_encoder_decoder else None
+    formula = cache_bytes(cfg, cache.positions, src_len or 0)
     m1, m2, m3 = st.columns(3)
     m1.metric("Self-attention K/V", f"{held_bytes['self'] / 1024:.1f} KiB")
     m2.metric("Cross-attention K/V", f"{held_bytes['cross'] / 1024:.1f} KiB")
     m3.metric("Total", f"{held_bytes['total'] / 1024:.1f} KiB")
     per = f"{cfg.n_decoder_layers} layers × {cfg.n_heads} heads × {cfg.d_k} (d_k)"
     agree = "matches" if formula == held_bytes else "differs from"
+    cross_line = (f"Cross: {per} × {src_len} source pieces × 2 × 4 bytes = {formula['cross']:,} B. " if src_len
+                  else "No cross-attention (decoder-only model). ")
     st.caption(f"Self: {per} × {cache.positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
-               f"Cross: {per} × {len(src.ids)} source pieces × 2 × 4 bytes = {formula['cross']:,} B. "
+               f"{cross_line}"
                f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
     st.plotly_chart(
-        kv_cache_figure(cfg.n_decoder_layers, cache.positions, new_rows=1, src_len=len(src.ids),
+        kv_cache_figure(cfg.n_decoder_layers, cache.positions, new_rows=1, src_len=src_len,
                         target_tokens=tok.tokens(run.stepper.tokens[: cache.positions]), source_tokens=src.tokens,
                         cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
-        width="stretch", key="dl_kv",
+        width="stretch", theme=None, key="dl_kv",
     )
     st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
                 "the whole prefix every step without it.")
     cmp_key = (run_key, tuple(run.stepper.generated[:step]))
-    if st.button(f"Measure both over these {step} steps", key="dl_measure"):
+    if st.button(f"Measure both over these {step} steps", icon=":material/timer:", key="dl_measure"):
         ss["dl_cache_cmp"] = (cmp_key, lab.compare_cache(ckpt.model, src.ids, run.stepper.generated[:step]))
     held_cmp = ss.get("dl_cache_cmp")
     if held_cmp and held_cmp[0] == cmp_key:

@@ -51,6 +51,10 @@ BLUE = "#3a87c0"
 ACCENT = "#e4572e"
 GREY = "#c4c4c4"
 LIGHT = "#8fc1de"
+INK = "#1b2a3a"
+#: Token labels in a monospace font (as the attention heatmaps), so that pieces like "·en" and "en" stay apart.
+TOKEN_FONT = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=13, color=INK)
+TITLE_FONT = dict(size=16, color=INK)
 
 
 def _np(x) -> np.ndarray:
@@ -136,10 +140,13 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         peak = max(float(np.max(values)), 1e-6)
         fig.update_xaxes(range=[0, peak * 1.4], tickvals=[0, peak], ticktext=["0", f"{peak:.0%}" if peak >= 0.1
                          else f"{peak:.1%}"], row=1, col=col)
-    fig.update_yaxes(tickvals=y, ticktext=labels, autorange="reversed", row=1, col=1)
+    fig.update_yaxes(tickvals=y, ticktext=labels, autorange="reversed", tickfont=TOKEN_FONT, automargin=True,
+                     row=1, col=1)
+    fig.update_xaxes(automargin=True)
     verb = "forced" if forced else "chosen"
     fig.update_layout(
-        title=dict(text=title or f"Next-token choice: {verb} “{html.escape(pieces[chosen])}”", x=0.0, xanchor="left"),
+        title=dict(text=title or f"Next-token choice: {verb} “{html.escape(pieces[chosen])}”", x=0.0, xanchor="left",
+                   font=TITLE_FONT),
         font=FONT, height=150 + 26 * len(rows), margin=dict(l=10, r=30, t=100, b=30), plot_bgcolor="white",
         bargap=0.25, meta={"token_ids": rows, "kept": keep.tolist(), "chosen": chosen},
     )
@@ -218,7 +225,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
                      f"parent beam {int(parent) + 1}<br>{state}")
     fig.add_trace(go.Scatter(
         x=[p[0] for p in node_xy], y=[p[1] for p in node_xy], mode="markers+text", name="candidates",
-        text=texts, textposition="top center", textfont=dict(size=11),
+        text=texts, textposition="top center", textfont=dict(TOKEN_FONT, size=11),
         marker=dict(size=11, color=colors, symbol=symbols, line=dict(color="white", width=1)),
         customdata=hover, hovertemplate="%{customdata}<extra></extra>", showlegend=False,
     ))
@@ -228,7 +235,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
                                  marker=dict(size=11, color=color, symbol=symbol)))
     width = max((len(s) for s in steps), default=1)
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor="white",
+        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor="white",
         height=200 + 46 * width, margin=dict(l=50, r=20, t=60 if title else 30, b=90),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
     )
@@ -284,7 +291,7 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
             xgap=2, ygap=2, name=name, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
         ), row=1, col=col)
         fig.update_xaxes(tickvals=list(range(n)), ticktext=[_short(t, 8) for t in lab], tickangle=0 if n <= 14 else -60,
-                         row=1, col=col)
+                         tickfont=dict(TOKEN_FONT, size=11), automargin=True, row=1, col=col)
 
     strip(positions, lambda p: 2.0 if p >= positions - new_rows else 1.0, target_tokens, 1, "self-attention cache")
     if has_cross:
@@ -293,9 +300,10 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
                         ("cross K/V, computed once", LIGHT)):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(size=12, color=color, symbol="square")), row=1, col=1)
-    fig.update_yaxes(tickvals=list(range(len(ylabels))), ticktext=ylabels, autorange="reversed", row=1, col=1)
+    fig.update_yaxes(tickvals=list(range(len(ylabels))), ticktext=ylabels, autorange="reversed", automargin=True,
+                     row=1, col=1)
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor="white",
+        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor="white",
         height=200 + 30 * len(ylabels), margin=dict(l=10, r=10, t=90 if title else 60, b=80),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
     )

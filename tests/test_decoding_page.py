@@ -1,0 +1,371 @@
+"""The decoding lab: its figure builders (viz.decoding), its Streamlit-free state (ui.decoding_lab) and the page
+itself (``app_pages/decoding.py``) driven by ``AppTest``.
+
+The page is run through a small wrapper script that sets the checkpoint path the way ``app.py`` does and then
+executes the page, so these tests do not depend on the page being registered in ``app.py``'s navigation.
+``checkpoints/en-de`` is a placeholder model that will be replaced: nothing asserts particular German words.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model.decoding import Stepper
+from model.tokenizer import TextTokenizer
+from model.sampling import Chooser, Pipeline, SamplingConfig, beam_search, choose_next
+from ui import decoding_lab as lab
+from viz.attention import display_token
+from viz.decoding import ACCENT, GREY, beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "app_pages" / "decoding.py"
+CKPT = ROOT / "checkpoints" / "en-de"
+TIMEOUT = 60
+
+
+def _piece(i: int) -> str:
+    return f"▁t{i}"
+
+
+# --- viz: the sampling pipeline ---------------------------------------------------------------------------
+def _pipeline(vocab=40, seed=0, **cfg) -> Pipeline:
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(seed)) * 2
+    return choose_next(logits, SamplingConfig(**cfg), torch.Generator().manual_seed(seed))
+
+
+def test_pipeline_figure_has_four_stages_over_the_top_tokens_and_marks_the_cut():
+    pipe = _pipeline(strategy="sample", temperature=0.7, top_k=5)
+    fig = pipeline_figure(pipe, _piece, top=15, temperature=0.7)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [t.name for t in bars] == ["logits", "scaled", "probs", "final"]
+    rows = fig.layout.meta["token_ids"]
+    assert len(rows) == 15 and all(len(t.x) == 15 for t in bars)
+    raw = torch.softmax(pipe.logits, -1)
+    assert rows == torch.argsort(raw, descending=True, stable=True)[:15].tolist()  # raw-probability order
+    np.testing.assert_allclose(bars[1].x, (pipe.logits / 0.7)[rows].numpy(), rtol=1e-6)
+    kept = fig.layout.meta["kept"]
+    assert kept == pipe.keep[rows].tolist() and sum(kept) == 5
+    # Removed tokens: grey bars and struck-through labels; kept ones neither.
+    labels = fig.layout.yaxis.ticktext
+    for r, k in enumerate(kept):
+        assert (bars[2].marker.color[r] == GREY) != k
+        assert ("<s>" in labels[r]) != k
+    chosen = fig.layout.meta["chosen"]
+    assert rows[chosen] == pipe.token_id and bars[3].marker.color[chosen] == ACCENT
+    assert [r for r, c in enumerate(bars[3].marker.color) if c == ACCENT] == [chosen]
+    assert math.isclose(sum(bars[3].x), float(pipe.final[rows].sum()), rel_tol=1e-6)
+
+
+def test_pipeline_figure_adds_a_forced_token_outside_the_top_rows():
+    pipe = _pipeline(strategy="greedy")
+    rare = int(torch.argmin(pipe.logits))
+    forced = Pipeline(pipe.logits, pipe.scaled, pipe.probs, pipe.keep, pipe.final, rare)
+    fig = pipeline_figure(forced, _piece, top=15, forced=True)
+    assert len(fig.layout.meta["token_ids"]) == 16 and fig.layout.meta["chosen"] == 15
+    assert "forced" in fig.layout.title.text
+    assert sum(fig.layout.meta["kept"]) == 1  # greedy keeps only the argmax
+
+
+# --- viz: beam tree, KV cache -------------------------------------------------------------------------------
+def test_beam_tree_has_one_node_per_candidate_and_draws_the_best_path(make_model, encode_src):
+    model = make_model()
+    result = beam_search(model, encode_src("The cat sleeps."), beam_size=3, alpha=0.6, max_new_tokens=8)
+    fig = beam_tree_figure(result, _piece, eos_id=model.cfg.eos_id, title="t")
+    by_name = {t.name: t for t in fig.data}
+    cands = by_name["candidates"]
+    flat = [c for step in result.steps for c in step]
+    assert len(cands.x) == len(flat) == sum(len(s) for s in result.steps)
+    assert list(cands.x) == [float(t + 1) for t, s in enumerate(result.steps) for _ in s]
+    assert [c == GREY for c in cands.marker.color].count(True) == sum(not c[3] for c in flat)
+    best = result.hypotheses[0]
+    path = by_name["best path"]
+    assert len(path.x) == len(best.tokens) + 1 and path.x[0] == 0  # from the root to the last token
+    assert list(cands.marker.color).count(ACCENT) == len(best.tokens)
+
+
+def test_kv_cache_figure_marks_the_new_rows():
+    fig = kv_cache_figure(3, positions=5, new_rows=1, src_len=7, target_tokens=["<bos>", "a", "b", "c", "d"],
+                          source_tokens=list("abcdef") + ["<eos>"])
+    self_z, cross_z = (np.asarray(t.z, dtype=float) for t in fig.data if t.type == "heatmap")
+    assert self_z.shape == (6, 5) and cross_z.shape == (6, 7)  # 2 (K, V) × layers rows
+    assert (self_z == 2).sum() == 6 and (self_z[:, -1] == 2).all() and (self_z[:, :-1] == 1).all()
+    assert (cross_z == 3).all()
+    first = kv_cache_figure(2, positions=1, src_len=4, cross_new=True)
+    assert all((np.asarray(t.z, dtype=float) == 2).all() for t in first.data if t.type == "heatmap")
+    kv_cache_figure(2, positions=0, src_len=4)  # an empty cache draws without error
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_cache_bytes_formula_equals_the_stepper_cache(make_model, encode_src, arch):
+    model = make_model(arch=arch, n_heads=2, n_decoder_layers=3)
+    src = encode_src("The house is big.")
+    stepper = Stepper(model, src, max_new_tokens=6)
+    assert cache_bytes(model.cfg, 0, len(src)) == stepper.cache.nbytes() == {"self": 0, "cross": 0, "total": 0}
+    for n in range(1, 6):
+        stepper.step(lambda lp: 5)  # never <eos>
+        assert stepper.cache.positions == n
+        expected = cache_bytes(model.cfg, n, len(src))
+        assert expected == stepper.cache.nbytes(), n
+    cfg = model.cfg
+    assert expected["self"] == cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * 5 * 2 * 4
+    assert expected["cross"] == (cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * len(src) * 2 * 4
+                                 if arch == "encoder-decoder" else 0)
+    assert cache_bytes(cfg, 5, len(src), bytes_per_value=2)["total"] == expected["total"] // 2
+
+
+# --- ui.decoding_lab: replayable runs, forcing, URL parsing, cache comparison -------------------------------
+def test_lab_run_replays_the_cli_sampling_and_back_then_next_is_identical(make_model, encode_src):
+    model = make_model()
+    src = encode_src("She reads a book.")
+    cfg = SamplingConfig("sample", temperature=1.8, top_k=50, top_p=0.95, seed=11).validate()
+    reference = Stepper(model, src, max_new_tokens=12)
+    reference.run_to_end(Chooser(cfg))
+    run = lab.LabRun(model, src, cfg, max_new_tokens=12)
+    run.run_to_end()
+    assert run.tokens_and_probs()[0] == reference.generated  # same seed, same tokens as model.translate
+    n = run.n_steps
+    full, finals = list(run.stepper.generated), [p.final.clone() for p in run.pipelines]
+    for back_to in (n - 1, n // 2, 0):
+        run.goto(back_to)
+        run.goto(n)
+        assert run.stepper.generated == full
+        assert all(torch.equal(p.final, f) for p, f in zip(run.pipelines, finals))
+    run.reset()
+    run.run_to_end()
+    assert run.stepper.generated == full
+
+
+def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, encode_src):
+    model = make_model()
+    src = encode_src("The dog is small.")
+    run = lab.LabRun(model, src, SamplingConfig("greedy"), max_new_tokens=8)
+    run.goto(4)
+    before = list(run.stepper.generated)
+    forced = lab.forced_after({5: 9}, 2, 77)  # forcing at step 2 drops the later forced step 5
+    assert forced == {2: 77}
+    run.set_forced(forced)
+    assert run.n_steps == 1 and run.stepper.generated == before[:1]
+    run.goto(4)
+    assert run.stepper.generated[:2] == [before[0], 77] and run.forced_at(2) and not run.forced_at(1)
+    assert run.pipelines[1].token_id == 77 and run.suggested[1] == before[1]
+    assert math.isclose(run.records[1].prob, float(run.records[1].log_probs[77].exp()), rel_tol=1e-5)
+    run.set_forced({})
+    run.goto(4)
+    assert run.stepper.generated == before
+
+
+def test_parse_params_clamps_or_ignores_garbage_with_messages():
+    settings, notes = lab.parse_params(
+        {"temperature": "-1", "top_p": "7", "step": "abc", "top_k": "999999", "seed": "nan", "beam": "100",
+         "alpha": "inf", "strategy": "nucleus"}, vocab_size=2000)
+    assert settings == dict(lab.DEFAULTS, temperature=0.05, top_p=1.0, top_k=2000, beam=8, step=0)
+    text = " ".join(notes)
+    assert "temperature must be > 0" in text and "top-p must lie in (0, 1]" in text  # SamplingConfig's wording
+    assert "step=abc" in text and "nucleus" in text and "larger than the vocabulary" in text
+    ok, none = lab.parse_params({"strategy": "sample", "temperature": "0.7", "top_k": "40", "top_p": "0.9",
+                                 "seed": "3", "beam": "5", "alpha": "1", "step": "4"}, vocab_size=2000)
+    assert none == [] and ok == dict(strategy="sample", temperature=0.7, top_k=40, top_p=0.9, seed=3, beam=5,
+                                     alpha=1.0, step=4)
+    assert lab.parse_forced("3:12,5:88", 100, 50) == ({3: 12, 5: 88}, [])
+    forced, notes = lab.parse_forced("zz,0:1,4:100,6:-1,7:5", 100, 50)
+    assert forced == {7: 5} and len(notes) == 1
+    assert lab.format_forced({5: 88, 3: 12}) == "3:12,5:88"
+
+
+def test_compare_cache_gives_the_same_log_probs(make_model, encode_src):
+    model = make_model()
+    res = lab.compare_cache(model, encode_src("Good night."), [5, 6, 7, 8], repeats=1)
+    assert res.steps == 4 and res.max_abs_diff < 1e-4 and res.ms_per_step_on > 0 and res.ms_per_step_off > 0
+
+
+def test_resolve_piece(tokenizer):
+    # A word-start piece whose text without ▁ is not a piece of its own: typing it without ▁ finds the ▁ piece.
+    piece = next(p for p in (tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))
+                 if p.startswith("▁") and len(p) > 2 and tokenizer.token_to_id(p[1:]) is None)
+    assert lab.resolve_piece(tokenizer, piece) == tokenizer.token_to_id(piece)
+    assert lab.resolve_piece(tokenizer, piece[1:]) == tokenizer.token_to_id(piece)
+    assert lab.resolve_piece(tokenizer, "_" + piece[1:]) == tokenizer.token_to_id(piece)
+    assert lab.resolve_piece(tokenizer, "qqqqzzzz") is None and lab.resolve_piece(tokenizer, "  ") is None
+
+
+# --- the page, with AppTest -----------------------------------------------------------------------------------
+st_testing = pytest.importorskip("streamlit.testing.v1")
+needs_ckpt = pytest.mark.skipif(not (CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
+
+WRAPPER = f"""
+import pathlib, runpy
+import streamlit as st
+st.session_state["_ckpt_path"] = pathlib.Path({str(CKPT)!r})
+runpy.run_path({str(PAGE)!r}, run_name="__main__")
+"""
+
+
+@pytest.fixture(autouse=True)
+def _at_repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
+
+
+def page(**query: str):
+    at = st_testing.AppTest.from_string(WRAPPER, default_timeout=TIMEOUT)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def button(at, label_start: str):
+    found = [b for b in at.button if b.label.startswith(label_start)]
+    assert len(found) == 1, [b.label for b in at.button]
+    return found[0]
+
+
+def charts(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _z(trace: dict) -> np.ndarray:
+    """A heatmap's ``z`` from a chart spec (plotly ships numpy arrays base64-encoded)."""
+    z = trace["z"]
+    if isinstance(z, dict):
+        shape = tuple(int(n) for n in z["shape"].split(","))
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape)
+    return np.array(z, dtype=float)
+
+
+def generated(at) -> list[int]:
+    return list(at.session_state["dl_run"][1].stepper.generated)
+
+
+@needs_ckpt
+def test_page_renders_greedy_and_steps_forward_and_back():
+    at = page()
+    clean(at)
+    assert at.radio(key="dl_w_strategy").value == "greedy"
+    assert at.text_input(key="dl_text").value
+    assert [b.label for b in at.button] == ["Reset", "Back", "Next", "Run to end"]
+    assert not charts(at) and any("Next" in i.value for i in at.info)
+    assert at.slider(key="dl_w_temperature").proto.disabled  # greedy ignores the sampling knobs
+
+    button(at, "Next").click().run()
+    clean(at)
+    assert at.session_state["dl_step"] == 1 and at.query_params["step"] == "1"
+    specs = charts(at)
+    assert len(specs) == 3  # pipeline, alignment so far, KV cache
+    assert [t["name"] for t in specs[0]["data"]] == ["logits", "scaled", "probs", "final"]
+    assert specs[1]["data"][0]["type"] == "heatmap"
+    assert any("Sequence log-probability" in m.value for m in at.markdown)
+    first = generated(at)
+
+    button(at, "Run to end").click().run()
+    clean(at)
+    end = at.session_state["dl_step"]
+    assert end >= 1 and button(at, "Next").proto.disabled
+    full = generated(at)
+    assert full[:1] == first
+    kv = next(s for s in charts(at) if s["data"][0].get("name") == "self-attention cache")
+    assert _z(kv["data"][0]).shape[1] == end  # one cached row per position fed
+    button(at, "Measure").click().run()
+    clean(at)
+    assert any("Measured just now" in m.value for m in at.markdown)
+    assert at.session_state["dl_cache_cmp"][1].max_abs_diff < 1e-3
+    button(at, "Back").click().run()
+    assert at.session_state["dl_step"] == end - 1 and generated(at) == full[:-1]
+    button(at, "Next").click().run()
+    clean(at)
+    assert generated(at) == full  # Back then Next: the same state
+    button(at, "Reset").click().run()
+    assert at.session_state["dl_step"] == 0 and "step" not in at.query_params
+
+
+@needs_ckpt
+def test_sampling_with_a_seed_replays_and_the_link_reproduces_it():
+    at = page()
+    at.radio(key="dl_w_strategy").set_value("sample").run()
+    assert not at.slider(key="dl_w_temperature").proto.disabled
+    at.slider(key="dl_w_temperature").set_value(1.5)
+    at.number_input(key="dl_w_seed").set_value(7)
+    at.run()
+    button(at, "Run to end").click().run()
+    clean(at)
+    tokens = generated(at)
+    assert tokens and at.query_params["strategy"] == "sample" and at.query_params["seed"] == "7"
+    assert at.query_params["temperature"] == "1.5"
+    # Same seed in a fresh session (opened from the link): the same tokens.
+    again = page(**{k: at.query_params[k] for k in ("text", "strategy", "seed", "temperature", "step")})
+    clean(again)
+    assert generated(again) == tokens and again.session_state["dl_step"] == len(tokens)
+
+
+@needs_ckpt
+def test_forcing_a_token_creates_a_branch():
+    at = page(step="2")
+    clean(at)
+    assert at.session_state["dl_step"] == 2
+    choice = at.selectbox(key="dl_force_choice")
+    alternative = choice.options[2]  # the third most probable, shown as text; the value is the id
+    at.selectbox(key="dl_force_choice").select_index(2)
+    button(at, "Force this token").click().run()
+    clean(at)
+    token = at.session_state["dl_forced"][2]
+    assert display_token(TextTokenizer.from_file(CKPT / "tokenizer.json").id_to_token(token)) in alternative
+    assert generated(at)[1] == token and at.query_params["forced"] == f"2:{token}"
+    assert any(h.value == "Branches" for h in at.subheader)
+    table = at.dataframe[0].value
+    assert list(table["branch"]) == ["as decoded", "branch 1"]
+    # An unknown piece gives a warning and changes nothing.
+    at.text_input(key="dl_force_text").input("qqqzzzxx").run()
+    button(at, "Force this token").click().run()
+    clean(at)
+    assert any("not a piece" in w.value for w in at.warning) and at.session_state["dl_forced"] == {2: token}
+    # Reloading the link keeps the forced token.
+    again = page(**{k: at.query_params[k] for k in ("text", "step", "forced")})
+    clean(again)
+    assert generated(again)[1] == token
+
+
+@needs_ckpt
+def test_beam_search_shows_the_tree_and_sorted_hypotheses():
+    at = page(strategy="beam", beam="3", alpha="0.6")
+    clean(at)
+    assert at.slider(key="dl_w_beam").value == 3
+    specs = charts(at)
+    assert len(specs) == 1
+    cands = next(t for t in specs[0]["data"] if t.get("name") == "candidates")
+    result = at.session_state["dl_beam"][1]
+    assert len(cands["x"]) == sum(len(s) for s in result.steps)
+    table = at.dataframe[0].value
+    scores = list(table["score"])
+    assert scores == sorted(scores, reverse=True) and list(table["rank"]) == list(range(1, len(scores) + 1))
+    assert set(table.columns) >= {"translation", "log P", "score", "finished"}
+
+
+@needs_ckpt
+def test_garbage_query_params_never_raise():
+    at = page(temperature="-1", top_p="7", step="abc", forced="zz", top_k="99999999", seed="x", beam="0",
+              alpha="nan", strategy="sample")
+    clean(at)
+    warned = " ".join(w.value for w in at.warning)
+    assert "temperature must be > 0" in warned and "top-p" in warned and "forced" in warned.lower()
+    assert at.slider(key="dl_w_temperature").value == 0.05 and at.slider(key="dl_w_top_p").value == 1.0
+    assert at.number_input(key="dl_w_top_k").value == at.session_state["dl_run"][1].stepper.model.cfg.vocab_size
+    assert at.slider(key="dl_w_beam").value == 1 and at.session_state["dl_step"] == 0
+    button(at, "Next").click().run()
+    clean(at)
+    assert at.query_params["temperature"] == "0.05" and "forced" not in at.query_params
+    huge = page(step="99999", forced="1:3,2:-5", strategy="greedy")
+    clean(huge)
+    assert huge.session_state["dl_step"] == len(generated(huge)) >= 1

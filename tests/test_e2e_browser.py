@@ -245,3 +245,30 @@ def test_empty_text_shows_a_warning(server, new_page):
     settle(page)
     expect(page.get_by_role("button", name="Next")).to_be_visible()
     assert_no_traceback(page)
+
+
+def test_decoding_lab_sample_force_and_beam(server, new_page):
+    """The lab in a browser: a seeded sampling link replays, a forced token makes a branch, beam draws its tree."""
+    page = new_page(DESKTOP)
+    page.goto(f"{server}/decoding?strategy=sample&temperature=0.8&top_p=0.9&seed=3&step=3")
+    page.get_by_text("Decoding lab", exact=True).first.wait_for()
+    page.get_by_text(re.compile(r"Step 3\b")).first.wait_for()
+    settle(page)
+    expect(page.locator('[data-testid="stPlotlyChart"]').first).to_be_visible()
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)
+    shot(page, "decoding-sample.png")
+
+    page.get_by_role("button", name="Force this token").click()
+    page.get_by_text("Branches", exact=True).wait_for()
+    settle(page)
+    assert "forced=" in page.url
+    assert_no_traceback(page)
+
+    page.goto(f"{server}/decoding?strategy=beam&beam=4")
+    page.get_by_text("Decoding lab", exact=True).first.wait_for()
+    settle(page)
+    expect(page.locator('[data-testid="stPlotlyChart"]').first).to_be_visible()
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)
+    shot(page, "decoding-beam.png")

@@ -56,8 +56,9 @@ explain = {
 st.info(explain)
 
 if head == "all":
-    cols = st.columns(2)
     for h in range(weights.shape[0]):
+        if h % 2 == 0:  # one row of two charts at a time, so that heads read 1 2 / 3 4
+            cols = st.columns(2)
         with cols[h % 2]:
             st.plotly_chart(
                 attention_heatmap(weights[h], q_labels, k_labels, title=f"{KIND_TITLES[kind]} · layer {layer + 1} · "

@@ -1,17 +1,82 @@
-"""Page "Attention": every head of every layer for the current sentence and its translation."""
+"""Page "Attention": every head of every layer for the current sentence and its translation.
+
+Tabs (only the open one runs; ``?tab=`` keeps it): Heads (the layer's heads as heatmaps), Tokens & lines (one
+query's or one key's weights, and BertViz-style lines), Model grid (every layer × head), Summaries (mean / max
+over heads, attention rollout), Head statistics, Ablation (switch heads off; sweep every head). The kind,
+layer and head above the tabs are shared by all of them and kept in the URL (``?kind=&layer=&head=``).
+"""
+
+import math
 
 import streamlit as st
+import torch
 
+from model.analysis import (ablation_sweep, attention_rollout, greedy_with_head_masks, head_statistics,
+                            sequence_log_probs)
 from model.trace import KIND_TITLES, trace_pair
+from ui import attention_views as views
 from ui import state
-from viz.attention import attention_heatmap, display_token
+from viz.attention import attention_heatmap, display_token, highlight_tokens_html
+from viz.attention_views import (ALTAIR_GRID_CELLS, PLOTLY_CONFIG, head_stat_heatmap, lines_figure, log_prob_figure,
+                                 model_grid_altair, model_grid_figure, token_bar_figure)
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
+ckpt_path, ckpt_mtime = state.checkpoint_version(ckpt)
 
 SHORT_TITLES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Cross (decoder → encoder)",
                 "self": "Self (masked)"}
+TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation"]
 
+
+# --- cached computations (keyed by checkpoint folder + version + sentence; the model itself is not hashed) ---------
+@st.cache_data(show_spinner=False, max_entries=256)
+def _log_probs(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, heads: tuple, _model) -> list[float]:
+    masks = views.head_masks(heads, _layer_counts(_model.cfg), _model.cfg.n_heads)
+    return sequence_log_probs(_model, list(src_ids) or None, list(tgt_ids), masks).tolist()
+
+
+@st.cache_data(show_spinner="Decoding without those heads…", max_entries=128)
+def _greedy_without(path: str, mtime: float, src_ids: tuple, heads: tuple, max_new: int, _model) -> list[int]:
+    masks = views.head_masks(heads, _layer_counts(_model.cfg), _model.cfg.n_heads)
+    return greedy_with_head_masks(_model, list(src_ids) or None, masks, max_new_tokens=max_new)
+
+
+@st.cache_data(show_spinner="Removing each head in turn…", max_entries=64)
+def _sweep(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, _model) -> dict:
+    return {k: v.tolist() for k, v in ablation_sweep(_model, list(src_ids) or None, list(tgt_ids)).items()}
+
+
+def _layer_counts(c) -> dict[str, int]:
+    if c.is_encoder_decoder:
+        return {"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers, "cross": c.n_decoder_layers}
+    return {"self": c.n_decoder_layers}
+
+
+def _open_head(layer: int, head: int) -> None:
+    st.session_state["attn_layer"], st.session_state["attn_head"] = layer, head
+
+
+def _on_grid_pick() -> None:
+    """The grid's "open a head" selectbox → the shared layer / head."""
+    idx = st.session_state.get("attn_grid_open")
+    if idx is not None:
+        _open_head(*divmod(int(idx), cfg.n_heads))
+
+
+def _on_grid_click() -> None:
+    """A click on the Altair grid → the shared layer / head."""
+    chart_state = st.session_state.get("attn_grid_alt") or {}
+    picked = views.grid_pick(chart_state.get("selection", {}))
+    if picked is not None:
+        _open_head(*picked)
+
+
+def _plot(fig, key: str | None = None) -> None:
+    st.plotly_chart(fig, width="stretch", theme=None, key=key, config=PLOTLY_CONFIG)
+
+
+# --- sentence, translation, trace -----------------------------------------------------------------------------
 st.title("Attention")
 st.caption("Each heatmap is one attention head: **rows = queries** (the token doing the looking), "
            "**columns = keys** (the tokens looked at); every row sums to 1. Hover a cell for the pair and its weight.")
@@ -28,22 +93,42 @@ st.markdown(f"**Translation:** {tok.decode(output_ids) or '(empty output)'}")
 tgt_inputs = all_ids[:-1] if len(all_ids) > 1 and all_ids[-1] == cfg.eos_id else all_ids
 trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
 
+# --- shared controls: kind, layer, head, word level -------------------------------------------------------------
 kinds = trace.kinds
 kind_param = st.query_params.get("kind", kinds[-1])
-c1, c2, c3 = st.columns([2, 1, 1])
+c1, c2, c3, c4 = st.columns([2, 1, 1, 0.8], vertical_alignment="bottom")
 kind = c1.radio("Attention", kinds, index=kinds.index(kind_param) if kind_param in kinds else len(kinds) - 1,
                 format_func=lambda k: SHORT_TITLES[k], horizontal=True, key="attn_kind")
 n_layers = trace.attention[kind].shape[0]
-layer = c2.selectbox("Layer", list(range(n_layers)), index=n_layers - 1, format_func=lambda i: f"layer {i + 1}",
-                     key="attn_layer")
 head_opts = ["all"] + list(range(cfg.n_heads)) + ["mean"]
+# Widget state first, then the URL (?layer= / ?head=, 1-based; garbage ignored), then the defaults.
+if st.session_state.get("attn_layer") not in range(n_layers):
+    from_url = views.parse_layer(st.query_params.get("layer"), n_layers)
+    st.session_state["attn_layer"] = n_layers - 1 if from_url is None else from_url
+current_head = st.session_state.get("attn_head")
+if not (current_head in ("all", "mean") or (type(current_head) is int and 0 <= current_head < cfg.n_heads)):
+    from_url = views.parse_head(st.query_params.get("head"), cfg.n_heads)
+    st.session_state["attn_head"] = "all" if from_url is None else from_url
+layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="attn_layer")
 head = c3.selectbox("Head", head_opts, key="attn_head",
-                    format_func=lambda h: {"all": "all heads", "mean": "mean over heads"}[h] if isinstance(h, str) else f"head {h + 1}")
+                    format_func=lambda h: {"all": "all heads", "mean": "mean over heads"}[h] if isinstance(h, str)
+                    else f"head {h + 1}")
+words = c4.toggle("Word level", key="attn_words",
+                  help="Merge BPE pieces into words: sum over a word's key pieces, mean over its query pieces "
+                       "(rows still sum to 1).")
 st.query_params["kind"] = kind
+st.query_params["layer"] = str(layer + 1)
+st.query_params["head"] = views.head_param(head)
 
-q_labels, k_labels = trace.labels(kind)
+q_pieces, k_pieces = trace.labels(kind)
 causal = kind in ("decoder", "self")
-weights = trace.attention[kind][layer]  # [heads, q, k]
+attn = trace.attention[kind]  # [layers, heads, q, k]
+if words:
+    attn, q_labels, k_labels = views.word_level(attn, q_pieces, k_pieces)
+else:
+    q_labels, k_labels = q_pieces, k_pieces
+unit = " · words" if words else ""
+weights = attn[layer]  # [heads, q, k]
 explain = {
     "encoder": "Every English piece attends to every English piece (no mask).",
     "decoder": "Each German input piece attends to itself and the pieces before it; the grey upper triangle is "
@@ -55,25 +140,199 @@ explain = {
 }[kind]
 st.info(explain)
 
-if head == "all":
-    for h in range(weights.shape[0]):
-        if h % 2 == 0:  # one row of two charts at a time, so that heads read 1 2 / 3 4
-            cols = st.columns(2)
-        with cols[h % 2]:
-            st.plotly_chart(
-                attention_heatmap(weights[h], q_labels, k_labels, title=f"{KIND_TITLES[kind]} · layer {layer + 1} · "
-                                  f"head {h + 1}", causal=causal),
-                width="stretch", theme=None, key=f"hm_{kind}_{layer}_{h}",
-            )
-else:
-    w = weights.mean(0) if head == "mean" else weights[head]
-    name = "mean over heads" if head == "mean" else f"head {head + 1}"
-    st.plotly_chart(
-        attention_heatmap(w, q_labels, k_labels, title=f"{KIND_TITLES[kind]} · layer {layer + 1} · {name}",
-                          causal=causal, height=620),
-        width="stretch", theme=None,
-    )
+tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation = st.tabs(TABS, key="tab", bind="query-params")
 
-with st.expander("Tokens and ids"):
+# --- Heads ------------------------------------------------------------------------------------------------------
+if tab_heads.open:
+    with tab_heads:
+        if head == "all":
+            for h in range(weights.shape[0]):
+                if h % 2 == 0:  # one row of two charts at a time, so that heads read 1 2 / 3 4
+                    cols = st.columns(2)
+                with cols[h % 2]:
+                    _plot(attention_heatmap(weights[h], q_labels, k_labels, causal=causal,
+                                            title=f"{KIND_TITLES[kind]} · layer {layer + 1} · head {h + 1}{unit}"),
+                          key=f"hm_{kind}_{layer}_{h}")
+        else:
+            w = weights.mean(0) if head == "mean" else weights[head]
+            name = "mean over heads" if head == "mean" else f"head {head + 1}"
+            _plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620,
+                                    title=f"{KIND_TITLES[kind]} · layer {layer + 1} · {name}{unit}"))
+
+# --- Tokens & lines ---------------------------------------------------------------------------------------------
+if tab_tokens.open:
+    with tab_tokens:
+        if isinstance(head, int):
+            w, name = weights[head], f"head {head + 1}"
+        else:
+            w, name = weights.mean(0), "mean over heads"
+            if head == "all":
+                st.caption("All heads are selected above, so this tab follows their **mean**; pick one head to follow it.")
+        where = f"{SHORT_TITLES[kind]} · layer {layer + 1} · {name}{unit}"
+        for key, n in (("attn_query", len(q_labels)), ("attn_key", len(k_labels))):
+            if st.session_state.get(key) not in range(n):
+                st.session_state[key] = 0
+        left, right = st.columns(2)
+        with left:
+            qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="attn_query",
+                              format_func=lambda i: f"{i}: {display_token(q_labels[i])}")
+            q_word = display_token(q_labels[qi])
+            _plot(token_bar_figure(w[qi], k_labels, title=f"What “{q_word}” attends to · {where}",
+                                   mark=qi if kind != "cross" else None, axis_title="keys"))
+            st.markdown(highlight_tokens_html(k_labels, w[qi], caption=f"“{q_word}” over the keys (the strongest outlined)"),
+                        unsafe_allow_html=True)
+        with right:
+            kj = st.selectbox("Key token (a column)", list(range(len(k_labels))), key="attn_key",
+                              format_func=lambda i: f"{i}: {display_token(k_labels[i])}")
+            k_word = display_token(k_labels[kj])
+            _plot(token_bar_figure(w[:, kj], q_labels, title=f"Who attends to “{k_word}” · {where}",
+                                   mark=kj if kind != "cross" else None, axis_title="queries"))
+            st.markdown(highlight_tokens_html(q_labels, w[:, kj], caption=f"the queries' weight on “{k_word}” "
+                                              "(a column does not sum to 1)"), unsafe_allow_html=True)
+        st.subheader("Lines")
+        s1, s2 = st.columns([2, 1], vertical_alignment="bottom")
+        threshold = s1.slider("Hide lines below this weight", 0.0, 0.5, 0.05, 0.01, key="attn_line_threshold")
+        focus = s2.toggle("Only the picked query", key="attn_lines_focus")
+        st.caption("Queries on the left, keys on the right; a line's opacity is its weight (the same scale for every head).")
+        _plot(lines_figure(w, q_labels, k_labels, threshold=threshold, query=qi if focus else None, title=where))
+
+# --- Model grid -------------------------------------------------------------------------------------------------
+if tab_grid.open:
+    with tab_grid:
+        picked = (layer, head) if isinstance(head, int) else None
+        style = st.radio("Grid", ["Plotly", "Altair (click a head to open it)"], horizontal=True, key="attn_grid_style",
+                         help="The Altair grid answers a click on a head by opening it below (and in the other tabs).")
+        title = f"{KIND_TITLES[kind]} · every layer × head{unit}"
+        if style.startswith("Altair") and attn.numel() > ALTAIR_GRID_CELLS:
+            st.info(f"This sentence gives {attn.numel():,} cells, too many for the clickable grid "
+                    f"(up to {ALTAIR_GRID_CELLS:,}); showing the Plotly grid. Pick a head below to open it.")
+            style = "Plotly"
+        if style == "Plotly":
+            _plot(model_grid_figure(attn, q_labels, k_labels, causal=causal, title=title, highlight=picked))
+        else:
+            st.altair_chart(model_grid_altair(attn, q_labels, k_labels, causal=causal, selected=picked),
+                            on_select=_on_grid_click, selection_mode="head_pick", key="attn_grid_alt", theme=None)
+        st.session_state["attn_grid_open"] = None if picked is None else picked[0] * cfg.n_heads + picked[1]
+        st.selectbox("Open a head", list(range(n_layers * cfg.n_heads)), index=None, key="attn_grid_open",
+                     placeholder="Pick a head to open it large…", on_change=_on_grid_pick,
+                     format_func=lambda i: f"layer {i // cfg.n_heads + 1} · head {i % cfg.n_heads + 1}")
+        if picked is not None:
+            _plot(attention_heatmap(attn[layer][head], q_labels, k_labels, causal=causal, height=560,
+                                    title=f"{KIND_TITLES[kind]} · layer {layer + 1} · head {head + 1}{unit}"))
+
+# --- Summaries --------------------------------------------------------------------------------------------------
+if tab_summary.open:
+    with tab_summary:
+        stack = torch.stack([attn.mean(1), attn.max(1).values], dim=1)  # [layers, 2, q, k]
+        _plot(model_grid_figure(stack, q_labels, k_labels, causal=causal, col_names=["mean over heads", "max over heads"],
+                                title=f"{KIND_TITLES[kind]} · mean and max over heads, per layer{unit}"))
+        st.caption("The mean keeps rows summing to 1; the max shows where *some* head looks (rows may sum to more than 1).")
+        st.subheader("Attention rollout")
+        self_kinds = [k for k in ("encoder", "decoder", "self") if k in trace.attention]
+        cols = st.columns(len(self_kinds))
+        for col, k in zip(cols, self_kinds):
+            rollout = attention_rollout(trace.attention[k])  # [n, n]
+            r_q, r_k = trace.labels(k)
+            if words:
+                rollout, r_q, r_k = views.word_level(rollout, r_q, r_k)
+            with col:
+                _plot(attention_heatmap(rollout, r_q, r_k, causal=k != "encoder", zmax=None,
+                                        title=f"Rollout · {KIND_TITLES[k]}{unit}"))
+        st.caption(
+            "Rollout (Abnar & Zuidema, 2020): each layer's head-averaged attention is mixed with the identity for the "
+            "residual connection (½·A + ½·I), and the layers are multiplied, estimating how much each input position "
+            "flows into each output position. The colour scale runs to the largest value shown."
+        )
+        if "cross" in trace.attention:
+            st.info("No rollout for cross-attention: rollout chains square maps over *the same* positions (layer l's "
+                    "outputs are layer l+1's inputs, with the residual as the identity). Cross-attention maps German "
+                    "positions onto English ones, its keys are always the encoder's final output rather than the previous "
+                    "layer, and there is no residual path from the English side, so its layers cannot be multiplied.")
+
+# --- Head statistics --------------------------------------------------------------------------------------------
+if tab_stats.open:
+    with tab_stats:
+        eos_index = len(trace.src_tokens) - 1 if kind in ("encoder", "cross") else None
+        stats = head_statistics(trace.attention[kind], eos_index=eos_index)
+        st.caption(f"{KIND_TITLES[kind]}: one row per head, each number averaged over the query rows "
+                   "(piece level, whatever the word-level switch says). Click a column header to sort.")
+        st.dataframe(
+            views.stats_frame(stats), hide_index=True, key="attn_stats_table",
+            column_config={n: st.column_config.NumberColumn(n, help=views.STAT_HELP.get(n), format="%.3f")
+                           for n in stats},
+        )
+        if kind == "cross":
+            st.caption("Cross-attention: *same* and *previous* compare German position i with English position i, "
+                       "which is rarely meaningful; *first* is the first English piece, *eos* the source's <eos>.")
+        elif kind in ("decoder", "self"):
+            st.caption("*first* is the weight on <bos>, a common resting place (attention sink) for heads with nothing to do.")
+        names = list(stats)
+        if st.session_state.get("attn_stat") not in names:
+            st.session_state["attn_stat"] = names[0]
+        stat = st.selectbox("Statistic", names, key="attn_stat", format_func=lambda n: f"{n}: {views.STAT_HELP.get(n, '')}")
+        k_len = trace.attention[kind].shape[-1]
+        _plot(head_stat_heatmap(stats[stat], stat, zmin=0.0, zmax=math.log(k_len) if stat == "entropy" else 1.0,
+                                title=f"{KIND_TITLES[kind]} · {stat} per head"))
+
+# --- Ablation ---------------------------------------------------------------------------------------------------
+if tab_ablation.open:
+    with tab_ablation:
+        st.caption("Switch heads off (their output is zeroed before Wᴼ) and score **the translation above** again "
+                   "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
+        counts = _layer_counts(cfg)
+        options = views.head_options(counts, cfg.n_heads)
+        chosen = st.multiselect("Heads to switch off", options, key="attn_ablate",
+                                placeholder="e.g. cross L2 H3")
+        heads = tuple(sorted(chosen, key=options.index))
+        src_key, tgt_key = tuple(src.ids), tuple(all_ids)
+        scored = tok.tokens(all_ids[1:])
+        if len(all_ids) < 2:
+            st.info("The translation is empty: there is nothing to score.")
+        else:
+            base = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, (), _model=ckpt.model)
+            m1, m2, m3 = st.columns(3)
+            m1.metric("Total log-prob, all heads", f"{sum(base):.3f}")
+            if heads:
+                ablated = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, heads, _model=ckpt.model)
+                change = sum(ablated) - sum(base)
+                m2.metric("Total log-prob, heads removed", f"{sum(ablated):.3f}", delta=f"{change:+.3f} nats")
+                m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
+                          help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
+                _plot(log_prob_figure(scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"))
+                limit = min(cfg.max_len - 1, 2 * len(src.ids) + 10)
+                new_ids = _greedy_without(ckpt_path, ckpt_mtime, src_key, heads, limit, _model=ckpt.model)
+                new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
+                same = new_out == list(output_ids)
+                st.markdown(f"**Greedy translation without {', '.join(heads)}:** {tok.decode(new_out) or '(empty output)'} "
+                            f"{'— *unchanged*' if same else '— *changed*'}")
+            else:
+                m2.metric("Total log-prob, heads removed", "—")
+                _plot(log_prob_figure(scored, base, title="Per-token log-probability, all heads"))
+                st.info("Pick one or more heads above to switch them off.")
+
+            st.subheader("Every head, one at a time")
+            sweep_key = (ckpt_path, ckpt_mtime, src_key, tgt_key)
+            if st.button("Sweep all heads", key="attn_sweep",
+                         help=f"{sum(counts.values()) * cfg.n_heads} scorings of the translation, one per head"):
+                st.session_state["_attn_sweep_for"] = sweep_key
+            if st.session_state.get("_attn_sweep_for") == sweep_key:
+                result = _sweep(ckpt_path, ckpt_mtime, src_key, tgt_key, _model=ckpt.model)
+                st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
+                           "**red = the head helped** this output, blue = the output got likelier without it.")
+                cols = st.columns(len(result))
+                for col, (k, drop) in zip(cols, result.items()):
+                    with col:
+                        _plot(head_stat_heatmap(torch.tensor(drop), "drop (nats)", diverging=True,
+                                                title=f"{SHORT_TITLES[k]}"), key=f"sweep_{k}")
+
+# --- tokens and export ------------------------------------------------------------------------------------------
+with st.expander("Tokens, ids and export"):
     st.write("Source:", " ".join(f"{display_token(t)}({i})" for t, i in zip(trace.src_tokens, trace.src_ids)))
     st.write("Decoder inputs:", " ".join(f"{display_token(t)}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids)))
+    st.download_button(
+        "Download the attention tensors (.npz)", data=views.attention_npz(trace), file_name="attention.npz",
+        mime="application/octet-stream", key="attn_export", on_click="ignore", icon=":material/download:",
+        help="One float32 array [layers, heads, queries, keys] per kind (" + ", ".join(kinds) + ") plus the tokens "
+             "and ids; load with numpy.load. Piece level, whatever the word-level switch says.",
+    )
+    st.caption("Every chart's camera button (top right, on hover) saves it as SVG.")

@@ -159,3 +159,54 @@ def ablation_sweep(model: Transformer, src_ids: list[int] | None, tgt_ids: list[
                 drop[layer, head] = base - float(sequence_log_probs(model, src_ids, tgt_ids, {kind: mask}).sum())
         result[kind] = drop
     return result
+
+
+@torch.inference_mode()
+def greedy_with_head_masks(
+    model: Transformer,
+    src_ids: list[int] | None,
+    head_masks: dict[str, torch.Tensor] | None = None,
+    max_new_tokens: int | None = None,
+    prefix_ids: list[int] | None = None,
+) -> list[int]:
+    """Greedy decoding with some heads switched off (no KV cache: the whole prefix is re-decoded each step).
+
+    Each step runs the decoder over the full prefix with the head masks, so it costs O(n²) for n tokens;
+    meant for one short sentence (the app's ablation view), not for evaluation.
+
+    Args:
+        src_ids: encoder ids ``[src_len]`` (``<eos>`` included); ignored for decoder-only models.
+        head_masks: kind → ``[layers, heads]`` multipliers (0 removes a head), kinds ``encoder``, ``decoder``,
+            ``cross`` (or ``self`` for decoder-only); ``None`` or all ones = the plain model.
+        max_new_tokens: stop after this many generated tokens (as :class:`~model.decoding.Stepper`: at most
+            ``max_len`` positions in all), or at ``<eos>``.
+        prefix_ids: target ids to start from (default ``[<bos>]``).
+
+    Returns:
+        The target ids ``[<bos>, y₁, …]`` including the final ``<eos>`` when one was produced (the same layout as
+        ``Stepper.tokens``).
+    """
+    cfg = model.cfg
+    masks = head_masks or {}
+    dev = model.device
+    tokens = list(prefix_ids) if prefix_ids else [cfg.bos_id]
+    limit = min(max_new_tokens or cfg.max_len, cfg.max_len - len(tokens))
+    memory = memory_mask = None
+    if cfg.is_encoder_decoder:
+        if not src_ids:
+            raise ValueError("an encoder-decoder model needs src_ids")
+        src = torch.tensor([src_ids], device=dev)
+        memory, _ = model.encode(src, head_mask=masks.get("encoder"))
+        memory_mask = model.src_mask(src)
+        self_mask, cross_mask = masks.get("decoder"), masks.get("cross")
+    else:
+        self_mask, cross_mask = masks.get("self"), None
+    for _ in range(max(0, limit)):
+        tgt = torch.tensor([tokens], device=dev)
+        out = model.decode(tgt, memory, memory_mask, self_head_mask=self_mask, cross_head_mask=cross_mask)
+        log_probs = torch.log_softmax(model.logits(out.hidden[0, -1]).float(), dim=-1)
+        token = int(torch.argmax(log_probs))
+        tokens.append(token)
+        if token == cfg.eos_id:
+            break
+    return tokens

@@ -181,6 +181,11 @@ def _full_translation(path: str, mtime: float, src_ids: tuple[int, ...]) -> tupl
     return stepper.tokens, stepper.output_ids()
 
 
+def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
+    """``(folder, modification time)`` of a loaded checkpoint: a cache key that changes when the files do."""
+    return str(ckpt.path), _mtime(Path(ckpt.path))
+
+
 def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:
     """Greedy decode to the end: ``(all target ids with <bos> and <eos>, output ids without them)`` (cached)."""
     return _full_translation(str(ckpt.path), _mtime(Path(ckpt.path)), tuple(src.ids))

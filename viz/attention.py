@@ -32,6 +32,15 @@ def display_token(piece: str) -> str:
     return "·" + piece
 
 
+def causal_blank(z: np.ndarray) -> np.ndarray:
+    """A copy of ``z [..., q_len, k_len]`` with the masked future (keys after each query) set to NaN, so that
+    charts draw it as empty rather than as a weight of zero. Queries are the last ``q_len`` positions."""
+    q_len, k_len = z.shape[-2:]
+    z = np.array(z, dtype=float, copy=True)
+    z[..., np.triu(np.ones((q_len, k_len), dtype=bool), k=1 + k_len - q_len)] = np.nan
+    return z
+
+
 def _as_array(weights) -> np.ndarray:
     arr = weights.detach().cpu().numpy() if hasattr(weights, "detach") else np.asarray(weights)
     return arr.astype(float)
@@ -65,10 +74,7 @@ def attention_heatmap(
     q_len, k_len = w.shape
     if len(query_labels) != q_len or len(key_labels) != k_len:
         raise ValueError(f"labels ({len(query_labels)}, {len(key_labels)}) do not fit weights {w.shape}")
-    z = w.copy()
-    if causal:
-        offset = k_len - q_len
-        z[np.triu(np.ones_like(z, dtype=bool), k=1 + offset)] = np.nan
+    z = causal_blank(w) if causal else w.copy()
     q_disp = [display_token(t) for t in query_labels]
     k_disp = [display_token(t) for t in key_labels]
     hover = np.array([[f"query <b>{html.escape(q)}</b> (row {i})<br>key <b>{html.escape(k)}</b> (column {j})"

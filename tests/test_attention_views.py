@@ -1,0 +1,460 @@
+"""The Attention page's views: model grid, lines, token bars, head statistics, ablation, word level, export.
+
+Unit tests of the pure pieces (``viz/attention_views.py``, ``ui/attention_views.py``,
+``model.analysis.greedy_with_head_masks``) on synthetic weights and the tiny model of ``conftest.py``, then
+``AppTest`` runs of ``app_pages/attention.py`` with the shipped checkpoint. As in ``test_app.py``, nothing
+asserts particular German words: the model in ``checkpoints/en-de`` may be replaced.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from model.analysis import greedy_with_head_masks, head_statistics, sequence_log_probs, word_ids
+from model.decoding import Stepper
+from model.trace import trace_pair
+from ui import attention_views as views
+from viz.attention_views import (ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, head_stat_heatmap, lines_figure, log_prob_figure,
+                                 model_grid_altair, model_grid_figure, token_bar_figure)
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CKPT = ROOT / "checkpoints" / "en-de"
+ATTENTION_PAGE = "app_pages/attention.py"
+
+
+def random_attention(*shape: int, seed: int = 0) -> torch.Tensor:
+    """Rows that sum to 1: ``[..., q, k]``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, generator=g) * 2, dim=-1)
+
+
+def heatmaps(fig: go.Figure) -> list:
+    return [t for t in fig.data if t.type == "heatmap"]
+
+
+# --- viz: model grid ------------------------------------------------------------------------------------------
+def test_model_grid_has_one_panel_per_layer_and_head():
+    attn = random_attention(3, 4, 5, 6)
+    q, k = [f"▁q{i}" for i in range(5)], [f"▁k{j}" for j in range(6)]
+    fig = model_grid_figure(attn, q, k, title="grid")
+    panels = heatmaps(fig)
+    assert len(panels) == 3 * 4
+    assert all(np.asarray(p.z).shape == (5, 6) for p in panels)
+    assert np.allclose(np.asarray(panels[4 * 1 + 2].z), attn[1, 2].numpy())  # row-major: layer 2, head 3
+    axes = fig.layout.to_plotly_json()
+    assert "xaxis12" in axes and "yaxis12" in axes and "xaxis13" not in axes
+    assert all(p.coloraxis == "coloraxis" for p in panels)
+    assert (fig.layout.coloraxis.cmin, fig.layout.coloraxis.cmax) == (0.0, 1.0)  # the fixed 0-1 scale
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[:2] == ["layer 1 · head 1", "layer 1 · head 2"] and titles[-1] == "layer 3 · head 4"
+    # Tick labels on the outer axes only: x on the bottom row, y in the first column.
+    assert fig.layout.xaxis9.showticklabels and list(fig.layout.xaxis9.ticktext) == [f"k{j}" for j in range(6)]
+    assert not fig.layout.xaxis1.showticklabels
+    assert fig.layout.yaxis5.showticklabels and not fig.layout.yaxis6.showticklabels
+
+
+def test_model_grid_adapts_to_long_sentences_and_blanks_the_future():
+    n = GRID_LABEL_LIMIT + 6
+    attn = random_attention(2, 2, n, n)
+    labels = [f"▁t{i}" for i in range(n)]
+    fig = model_grid_figure(attn, labels, labels, causal=True)
+    assert not any(ax.showticklabels for ax in (fig.layout.xaxis3, fig.layout.yaxis1))  # too long: no labels
+    z = np.asarray(heatmaps(fig)[0].z, dtype=float)
+    assert np.isnan(z[np.triu_indices(n, k=1)]).all() and not np.isnan(np.tril(z)).any()
+    short = model_grid_figure(random_attention(2, 2, 4, 4), labels[:4], labels[:4])
+    assert fig.layout.height > short.layout.height
+
+
+def test_model_grid_outlines_the_open_head_and_rejects_bad_input():
+    attn = random_attention(2, 3, 4, 4)
+    labels = list("abcd")
+    fig = model_grid_figure(attn, labels, labels, highlight=(1, 2))
+    assert [s.xref for s in fig.layout.shapes] == ["x6 domain"]
+    summary = model_grid_figure(attn[:, :2], labels, labels, col_names=["mean over heads", "max over heads"])
+    assert len(heatmaps(summary)) == 4 and summary.layout.annotations[1].text == "layer 1 · max over heads"
+    with pytest.raises(ValueError):
+        model_grid_figure(attn, labels[:3], labels)
+    with pytest.raises(ValueError):
+        model_grid_figure(attn[0], labels, labels)
+
+
+def test_altair_grid_selects_a_head_by_click():
+    attn = random_attention(2, 3, 4, 5)
+    chart = model_grid_altair(attn, list("abcd"), list("vwxyz"), selected=(1, 0))
+    spec = chart.to_dict()
+    assert spec["params"][0]["name"] == "head_pick"
+    assert spec["params"][0]["select"]["fields"] == ["layer", "head"]
+    data = chart.data
+    assert len(data) == 2 * 3 * 4 * 5
+    assert sorted(data["layer"].unique()) == [1, 2] and sorted(data["head"].unique()) == [1, 2, 3]
+    cell = data[(data.layer == 2) & (data["head"] == 3)].sort_values(["y0", "x0"])
+    assert np.allclose(cell["weight"].to_numpy().reshape(4, 5), attn[1, 2].numpy(), atol=1e-4)
+    causal = model_grid_altair(random_attention(1, 2, 4, 4), list("abcd"), list("abcd"), causal=True).data
+    assert len(causal) == 2 * 10  # the lower triangle with the diagonal
+    with pytest.raises(ValueError):
+        model_grid_altair(random_attention(4, 4, 60, 60), ["x"] * 60, ["x"] * 60)
+    assert 4 * 4 * 60 * 60 > ALTAIR_GRID_CELLS
+
+
+# --- viz: lines, bars, statistics ------------------------------------------------------------------------------
+def test_lines_opacity_is_the_weight_and_weak_lines_are_omitted():
+    w = torch.tensor([[0.7, 0.25, 0.05], [0.1, 0.1, 0.8]])
+    fig = lines_figure(w, ["▁a", "▁b"], ["▁x", "▁y", "z"], threshold=0.08)
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert len(lines) == 5  # 0.05 is below the threshold
+    for t in lines:
+        i, j = t.meta
+        assert t.opacity == pytest.approx(float(w[i, j]))
+        assert list(t.x) == [0, 1] and list(t.y) == [i, j]  # left = query i, right = key j
+    assert [t.opacity for t in lines] == sorted(t.opacity for t in lines)  # strongest drawn last
+    texts = [t for t in fig.data if t.mode == "text+markers"]
+    assert list(texts[0].text) == ["a", "b"] and list(texts[1].text) == ["x", "y", "·z"]
+    focused = [t for t in lines_figure(w, ["▁a", "▁b"], ["▁x", "▁y", "z"], threshold=0.0, query=1).data
+               if t.mode == "lines"]
+    assert {tuple(t.meta) for t in focused} == {(1, 0), (1, 1), (1, 2)}
+    capped = [t for t in lines_figure(w, ["a", "b"], ["x", "y", "z"], threshold=0.0, max_lines=2).data if t.mode == "lines"]
+    assert sorted(t.opacity for t in capped) == pytest.approx([0.7, 0.8])
+
+
+def test_token_bars_and_log_prob_bars():
+    fig = token_bar_figure(torch.tensor([0.2, float("nan"), 0.8]), ["▁a", "▁b", "c"], mark=2)
+    bar = fig.data[0]
+    assert list(bar.y) == pytest.approx([0.2, 0.0, 0.8]) and list(fig.layout.yaxis.range) == [0, 1.1]
+    assert bar.marker.color[2] != bar.marker.color[0]
+    lp = log_prob_figure(["▁a", "b"], [-0.1, -2.0], [-0.5, -1.0])
+    assert [t.name for t in lp.data] == ["all heads", "heads removed"]
+    with pytest.raises(ValueError):
+        token_bar_figure([0.5], ["a", "b"])
+
+
+def test_head_stat_heatmap_is_layers_by_heads():
+    values = torch.tensor([[0.1, -0.4, 0.0, 0.2], [0.3, 0.0, -0.1, 0.05], [0.0, 0.0, 0.0, 0.0]])
+    fig = head_stat_heatmap(values, "drop", diverging=True)
+    hm = fig.data[0]
+    assert np.asarray(hm.z).shape == (3, 4)
+    assert list(hm.y) == ["layer 1", "layer 2", "layer 3"] and list(hm.x) == [f"head {j}" for j in range(1, 5)]
+    assert hm.zmid == 0 and hm.zmin == pytest.approx(-0.4) and hm.zmax == pytest.approx(0.4)
+    seq = head_stat_heatmap(values.abs(), "entropy", zmin=0.0, zmax=math.log(6)).data[0]
+    assert (seq.zmin, seq.zmax) == (0.0, pytest.approx(math.log(6)))
+    with pytest.raises(ValueError):
+        head_stat_heatmap(torch.zeros(2, 3, 4), "x")
+
+
+# --- ui helpers ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value, expected", [("2", 1), (" 3 ", 2), ("1", 0), ("0", None), ("4", None), ("-1", None),
+                                             ("abc", None), ("1.5", None), ("", None), (None, None)])
+def test_parse_layer_ignores_garbage(value, expected):
+    assert views.parse_layer(value, 3) == expected
+
+
+@pytest.mark.parametrize("value, expected", [("1", 0), ("4", 3), ("all", "all"), ("MEAN", "mean"), ("99", None),
+                                             ("0", None), ("abc", None), ("", None), (None, None)])
+def test_parse_head_ignores_garbage(value, expected):
+    assert views.parse_head(value, 4) == expected
+    if expected is not None:
+        assert views.parse_head(views.head_param(expected), 4) == expected
+
+
+def test_head_labels_and_masks():
+    counts = {"encoder": 2, "decoder": 2, "cross": 2}
+    options = views.head_options(counts, 3)
+    assert len(options) == 3 * 2 * 3 and options[0] == "encoder L1 H1" and options[-1] == "cross L2 H3"
+    assert views.parse_head_label("cross L2 H3") == ("cross", 1, 2)
+    assert views.parse_head_label("cross L2") is None
+    masks = views.head_masks(["cross L2 H3", "encoder L1 H1", "cross L9 H1", "nonsense", "self L1 H1"], counts, 3)
+    assert set(masks) == {"cross", "encoder"}
+    assert masks["cross"].shape == (2, 3) and masks["cross"].sum() == 5 and masks["cross"][1, 2] == 0
+    assert masks["encoder"][0, 0] == 0
+
+
+def test_word_labels_and_word_level_attention():
+    pieces = ["<bos>", "▁Bob", "by", "▁likes", "▁black", "berries", ".", "<eos>"]
+    assert views.word_labels(pieces) == ["<bos>", "▁Bobby", "▁likes", "▁blackberries.", "<eos>"]
+    attn = random_attention(3, 4, len(pieces), len(pieces))
+    merged, q_words, k_words = views.word_level(attn, pieces, pieces)
+    n_words = max(word_ids(pieces)) + 1
+    assert merged.shape == (3, 4, n_words, n_words) and len(q_words) == len(k_words) == n_words
+    assert torch.allclose(merged.sum(-1), torch.ones(3, 4, n_words), atol=1e-5)
+    # Cross shapes: target words × source words.
+    src = ["▁Bob", "by", "▁sleeps", "<eos>"]
+    cross, _, k2 = views.word_level(random_attention(2, len(pieces), len(src)), pieces, src)
+    assert cross.shape == (2, n_words, 3) and k2 == ["▁Bobby", "▁sleeps", "<eos>"]
+
+
+def test_grid_pick_reads_the_altair_selection():
+    assert views.grid_pick({"head_pick": [{"layer": 2, "head": 3}]}) == (1, 2)
+    for garbage in ({}, {"head_pick": []}, {"head_pick": [{"layer": "x"}]}, None, "abc"):
+        assert views.grid_pick(garbage) is None
+
+
+def test_stats_frame_has_a_row_per_head():
+    w = random_attention(3, 4, 5, 5)
+    frame = views.stats_frame(head_statistics(w, eos_index=4))
+    assert list(frame.columns) == ["layer", "head", "entropy", "same", "previous", "first", "eos", "max"]
+    assert len(frame) == 12 and frame.iloc[5][["layer", "head"]].tolist() == [2, 2]
+    no_eos = views.stats_frame(head_statistics(w))
+    assert "eos" not in no_eos.columns
+
+
+def test_npz_export_round_trip(make_model, tokenizer, encode_src, encode_tgt):
+    model = make_model()
+    src, tgt = encode_src("The cat sleeps."), encode_tgt("Die Katze schläft.")[:-1]
+    trace = trace_pair(model, tokenizer, src, tgt)
+    data = np.load(io.BytesIO(views.attention_npz(trace)))  # no allow_pickle needed
+    assert set(data.files) == {"encoder", "decoder", "cross", "src_tokens", "tgt_tokens", "src_ids", "tgt_ids"}
+    for kind, w in trace.attention.items():
+        assert data[kind].shape == tuple(w.shape) and data[kind].dtype == np.float32
+        assert np.allclose(data[kind], w.numpy())
+    assert data["src_tokens"].tolist() == trace.src_tokens and data["tgt_tokens"].tolist() == trace.tgt_tokens
+    assert data["src_ids"].tolist() == src and data["tgt_ids"].tolist() == tgt
+    lm = make_model(arch="decoder-only")
+    lm_data = np.load(io.BytesIO(views.attention_npz(trace_pair(lm, tokenizer, None, tgt))))
+    assert "self" in lm_data.files and lm_data["src_tokens"].shape == (0,)
+
+
+# --- model: greedy decoding with head masks ---------------------------------------------------------------------
+def test_greedy_with_all_ones_masks_equals_the_stepper(make_model, encode_src):
+    model = make_model()
+    cfg = model.cfg
+    for text in ("The cat sleeps.", "Good morning."):
+        src = encode_src(text)
+        stepper = Stepper(model, src, max_new_tokens=12)
+        stepper.run_to_end()
+        ones = {"encoder": torch.ones(cfg.n_encoder_layers, cfg.n_heads),
+                "decoder": torch.ones(cfg.n_decoder_layers, cfg.n_heads),
+                "cross": torch.ones(cfg.n_decoder_layers, cfg.n_heads)}
+        assert greedy_with_head_masks(model, src, ones, max_new_tokens=12) == stepper.tokens
+        assert greedy_with_head_masks(model, src, None, max_new_tokens=12) == stepper.tokens
+    full = Stepper(model, src)
+    full.run_to_end()
+    assert greedy_with_head_masks(model, src) == full.tokens and len(full.tokens) <= cfg.max_len
+
+
+def test_greedy_with_masks_follows_the_ablated_model(make_model, encode_src):
+    """Each greedy token is the argmax of the ablated model's teacher-forced distribution over its own output."""
+    model = make_model(seed=3)
+    cfg = model.cfg
+    src = encode_src("The dog is small.")
+    mask = torch.ones(cfg.n_decoder_layers, cfg.n_heads)
+    mask[:, :2] = 0.0
+    masks = {"cross": mask}
+    tokens = greedy_with_head_masks(model, src, masks, max_new_tokens=8)
+    assert tokens[0] == cfg.bos_id and 2 <= len(tokens) <= 9
+    lp = sequence_log_probs(model, src, tokens, masks)
+    with torch.inference_mode():
+        out = model.decode(torch.tensor([tokens[:-1]]), model.encode(torch.tensor([src]))[0],
+                           model.src_mask(torch.tensor([src])), cross_head_mask=mask)
+        best = torch.log_softmax(model.logits(out.hidden[0]).float(), -1).max(-1).values
+    assert torch.allclose(lp, best, atol=1e-5)
+    lm = make_model(arch="decoder-only")
+    prompt = [cfg.bos_id, 5, 6]
+    step = Stepper(lm, None, prefix_ids=prompt, max_new_tokens=5)
+    step.run_to_end()
+    assert greedy_with_head_masks(lm, None, {"self": torch.ones(cfg.n_decoder_layers, cfg.n_heads)},
+                                  max_new_tokens=5, prefix_ids=prompt) == step.tokens
+
+
+# --- the page (AppTest) -------------------------------------------------------------------------------------------
+streamlit_testing = pytest.importorskip("streamlit.testing.v1")
+needs_model = pytest.mark.skipif(not (DEFAULT_CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
+TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation"]
+
+
+@pytest.fixture
+def cfg():
+    from model.config import ModelConfig
+    return ModelConfig.from_json(DEFAULT_CKPT / "config.json")
+
+
+@pytest.fixture(autouse=True)
+def _at_repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("ATTENTION_EXPLORER_CHECKPOINTS", raising=False)
+    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
+
+
+def open_page(tab: str | None = None, **query: str):
+    at = streamlit_testing.AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    at.switch_page(ATTENTION_PAGE).run()
+    if tab:
+        show(at, tab)
+    return at
+
+
+def show(at, tab: str):
+    at.session_state["tab"] = tab  # what a click on the tab does (bound to ?tab=)
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def charts(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def z_of(trace: dict) -> np.ndarray:
+    z = trace["z"]
+    if isinstance(z, dict):  # plotly ships numpy arrays base64-encoded
+        shape = tuple(int(n) for n in z["shape"].split(","))
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape)
+    return np.array(z, dtype=float)
+
+
+def source_pieces(text: str) -> list[str]:
+    from model.checkpoint import load_checkpoint
+    from model.decoding import prepare_source
+    ckpt = load_checkpoint(DEFAULT_CKPT)
+    c = ckpt.config
+    return prepare_source(ckpt.tokenizer, text, c.max_len, c.eos_id, c.unk_id).tokens
+
+
+@needs_model
+def test_every_tab_renders(cfg):
+    at = open_page()
+    assert [t.label for t in at.tabs] == TABS
+    assert len(charts(at)) == cfg.n_heads  # Heads is the default tab: one chart per head
+    L_cross = cfg.n_decoder_layers
+
+    show(at, "Tokens & lines")
+    figs = charts(at)
+    assert [f["data"][0]["type"] for f in figs] == ["bar", "bar", "scatter"]
+    assert at.selectbox(key="attn_query").value == 0 and at.selectbox(key="attn_key").value == 0
+    at.selectbox(key="attn_query").select(1).run()
+    at.toggle(key="attn_lines_focus").set_value(True).run()
+    assert_clean(at)
+    lines = [t for t in charts(at)[2]["data"] if t.get("mode") == "lines"]
+    assert lines and all(t["meta"][0] == 1 for t in lines)
+
+    show(at, "Model grid")
+    (grid,) = charts(at)
+    assert sum(t["type"] == "heatmap" for t in grid["data"]) == L_cross * cfg.n_heads
+    at.radio(key="attn_grid_style").set_value("Altair (click a head to open it)").run()
+    assert_clean(at)
+    assert "head_pick" in at.get("vega_lite_chart")[0].proto.spec
+    at.selectbox(key="attn_grid_open").select(cfg.n_heads + 1).run()  # layer 2, head 2
+    assert_clean(at)
+    assert at.selectbox(key="attn_layer").value == 1 and at.selectbox(key="attn_head").value == 1
+    assert charts(at)[-1]["layout"]["title"]["text"].endswith("layer 2 · head 2")
+    assert at.query_params["layer"] == "2" and at.query_params["head"] == "2"
+
+    show(at, "Summaries")
+    figs = charts(at)
+    assert sum(t["type"] == "heatmap" for t in figs[0]["data"]) == L_cross * 2  # mean and max per layer
+    assert [f["layout"]["title"]["text"] for f in figs[1:]] == ["Rollout · Encoder self-attention",
+                                                              "Rollout · Decoder masked self-attention"]
+    for f in figs[1:]:
+        assert np.allclose(np.nansum(z_of(f["data"][0]), axis=1), 1.0, atol=1e-4)
+    assert any("No rollout for cross-attention" in i.value for i in at.info)
+
+    show(at, "Head statistics")
+    table = at.dataframe[0].value
+    assert len(table) == L_cross * cfg.n_heads
+    assert list(table.columns) == ["layer", "head", "entropy", "same", "previous", "first", "eos", "max"]
+    at.selectbox(key="attn_stat").select("max").run()
+    assert_clean(at)
+    assert z_of(charts(at)[0]["data"][0]).shape == (L_cross, cfg.n_heads)
+    at.radio(key="attn_kind").set_value("decoder").run()  # no <eos> among the decoder's keys
+    assert_clean(at)
+    assert "eos" not in at.dataframe[0].value.columns
+
+    show(at, "Ablation")
+    assert at.metric[0].label.startswith("Total log-prob") and len(at.multiselect) == 1
+    assert len(at.download_button) == 1
+
+
+@needs_model
+def test_ablating_a_head_changes_the_total_and_the_sweep_draws_heatmaps(cfg):
+    at = open_page("Ablation")
+    before = len(charts(at))
+    at.button(key="attn_sweep").click().run()
+    assert_clean(at)
+    sweeps = charts(at)[before:]
+    assert len(sweeps) == 3
+    drops = {}
+    for fig, kind in zip(sweeps, ("encoder", "decoder", "cross")):
+        hm = fig["data"][0]
+        assert hm["type"] == "heatmap" and hm["zmid"] == 0  # diverging, centred at 0
+        drops[kind] = z_of(hm)
+        assert drops[kind].shape == (cfg.n_encoder_layers if kind == "encoder" else cfg.n_decoder_layers, cfg.n_heads)
+    at.run()  # the sweep stays on screen (cached) across reruns
+    assert len(charts(at)) == before + 3
+
+    kind, drop = max(drops.items(), key=lambda kv: np.abs(kv[1]).max())
+    layer, head = np.unravel_index(np.abs(drop).argmax(), drop.shape)
+    label = f"{kind} L{layer + 1} H{head + 1}"
+    base = float(at.metric[0].value)
+    at.multiselect(key="attn_ablate").select(label).run()
+    assert_clean(at)
+    removed = float(at.metric[1].value)
+    assert removed != pytest.approx(base, abs=1e-3)
+    assert removed == pytest.approx(base - float(drop[layer, head]), abs=2e-3)  # the sweep agrees with the metric
+    assert at.metric[1].proto.delta.startswith(("+", "-"))
+    assert any(label in md.value and "Greedy translation without" in md.value for md in at.markdown)
+    assert charts(at)[0]["data"][1]["name"] == "heads removed"
+
+
+@needs_model
+def test_word_level_toggle_merges_pieces_into_words(cfg):
+    text = "Bobby likes blackberries."
+    pieces = source_pieces(text)
+    n_words = max(word_ids(pieces)) + 1
+    at = open_page(kind="encoder", head="1", text=text)
+    assert at.radio(key="attn_kind").value == "encoder" and at.selectbox(key="attn_head").value == 0
+    assert z_of(charts(at)[0]["data"][0]).shape == (len(pieces), len(pieces))
+    at.toggle(key="attn_words").set_value(True).run()
+    assert_clean(at)
+    z = z_of(charts(at)[0]["data"][0])
+    assert z.shape == (n_words, n_words) and n_words < len(pieces)
+    assert np.allclose(z.sum(axis=1), 1.0, atol=1e-4)
+    assert charts(at)[0]["layout"]["title"]["text"].endswith("· words")
+    at.radio(key="attn_kind").set_value("cross").run()
+    assert_clean(at)
+    assert z_of(charts(at)[0]["data"][0]).shape[1] == n_words
+    show(at, "Model grid")
+    grid = charts(at)[0]["data"]
+    assert {z_of(t).shape[1] for t in grid} == {n_words}
+
+
+@needs_model
+@pytest.mark.parametrize("query", [{"layer": "abc", "head": "99"}, {"layer": "-1", "head": "mean!"},
+                                   {"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"}])
+def test_garbage_layer_and_head_in_the_url_are_ignored(cfg, query):
+    at = open_page(**query)
+    assert_clean(at)
+    assert at.selectbox(key="attn_layer").value == cfg.n_decoder_layers - 1
+    assert at.selectbox(key="attn_head").value == "all"
+    assert at.query_params["layer"] == str(cfg.n_decoder_layers) and at.query_params["head"] == "all"
+    assert len(charts(at)) == cfg.n_heads
+
+
+@needs_model
+def test_layer_and_head_from_the_url_are_shared_by_the_tabs(cfg):
+    at = open_page(layer="1", head="2", kind="decoder")
+    assert at.selectbox(key="attn_layer").value == 0 and at.selectbox(key="attn_head").value == 1
+    assert [f["layout"]["title"]["text"] for f in charts(at)] == ["Decoder masked self-attention · layer 1 · head 2"]
+    show(at, "Model grid")
+    grid = charts(at)[0]
+    assert grid["layout"]["shapes"][0]["xref"] == "x2 domain"  # layer 1, head 2 is outlined
+    assert at.selectbox(key="attn_grid_open").value == 1
+    at.selectbox(key="attn_head").select("mean").run()
+    assert_clean(at)
+    assert at.query_params["head"] == "mean" and at.selectbox(key="attn_grid_open").value is None
+    again = open_page(**dict(at.query_params))
+    assert again.selectbox(key="attn_head").value == "mean" and again.radio(key="attn_kind").value == "decoder"

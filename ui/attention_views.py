@@ -1,0 +1,181 @@
+"""The Attention page's state and data helpers, without Streamlit.
+
+URL parsing of ``?layer=`` / ``?head=`` (1-based, as the page shows them; garbage is ignored), word-level
+views (BPE pieces merged into words), head labels for the ablation picker (``"cross L2 H3"``) and the masks
+they stand for, the head-statistics table, and the ``.npz`` export of a trace's raw attention.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from model.analysis import merge_words, word_ids
+from model.trace import Trace
+
+#: The head selectbox's non-numeric choices.
+HEAD_CHOICES = ("all", "mean")
+#: Column order of the head-statistics table (those a kind lacks are left out).
+STAT_COLUMNS = ("entropy", "same", "previous", "first", "eos", "max")
+STAT_HELP = {
+    "entropy": "mean row entropy in nats (0 = all weight on one key; ln k = uniform)",
+    "same": "weight on the query's own position (the diagonal)",
+    "previous": "weight on the position just before the query",
+    "first": "weight on the first key (<bos> in the decoder, the first piece in the source)",
+    "eos": "weight on the source's final <eos>",
+    "max": "mean of each row's largest weight (1 = always one key)",
+}
+_HEAD_LABEL = re.compile(r"^\s*(encoder|decoder|cross|self)\s+L(\d+)\s+H(\d+)\s*$", re.IGNORECASE)
+
+
+# --- URL state -----------------------------------------------------------------------------------------------
+def parse_layer(value: Any, n_layers: int) -> int | None:
+    """``?layer=`` (1-based) → a 0-based layer index, or ``None`` when missing or not a layer of this model."""
+    try:
+        layer = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return layer - 1 if 1 <= layer <= n_layers else None
+
+
+def parse_head(value: Any, n_heads: int) -> int | str | None:
+    """``?head=`` → ``"all"``, ``"mean"`` or a 0-based head index (from 1-based), or ``None`` for garbage."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in HEAD_CHOICES:
+        return text
+    try:
+        head = int(text)
+    except ValueError:
+        return None
+    return head - 1 if 1 <= head <= n_heads else None
+
+
+def head_param(head: int | str) -> str:
+    """The head selectbox value for the URL: ``"all"``, ``"mean"`` or the 1-based head number."""
+    return head if isinstance(head, str) else str(head + 1)
+
+
+def grid_pick(selection: Any) -> tuple[int, int] | None:
+    """``(layer, head)`` 0-based from the Altair grid's selection state (``{"head_pick": [{"layer": l, "head": h}]}``,
+    1-based), or ``None`` when nothing usable is selected."""
+    try:
+        points = selection["head_pick"]
+        point = points[0] if isinstance(points, (list, tuple)) else points
+        return int(point["layer"]) - 1, int(point["head"]) - 1
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
+
+
+# --- word level ---------------------------------------------------------------------------------------------
+def _is_special(piece: str) -> bool:
+    return piece.startswith("<") and piece.endswith(">")
+
+
+def word_labels(pieces: Sequence[str]) -> list[str]:
+    """One label per word (words as :func:`model.analysis.word_ids` groups them), as word-start pieces.
+
+    A word's pieces are joined without the ``▁`` marker and the result gets one ``▁`` in front, so that
+    :func:`viz.attention.display_token` shows the plain word: ``["▁black", "berries", "."]`` → ``["▁blackberries."]``.
+    Special tokens (``<bos>``, ``<eos>``) stay as they are.
+    """
+    ids = word_ids(list(pieces))
+    words: list[list[str]] = [[] for _ in range(max(ids) + 1)] if ids else []
+    for piece, w in zip(pieces, ids):
+        words[w].append(piece)
+    labels = []
+    for parts in words:
+        if len(parts) == 1 and _is_special(parts[0]):
+            labels.append(parts[0])
+        else:
+            labels.append("▁" + "".join(p[1:] if p.startswith("▁") else p for p in parts))
+    return labels
+
+
+def word_level(weights: torch.Tensor, q_pieces: Sequence[str], k_pieces: Sequence[str]
+               ) -> tuple[torch.Tensor, list[str], list[str]]:
+    """Word-level attention: ``[..., q_len, k_len]`` → ``([..., n_query_words, n_key_words], q_words, k_words)``.
+
+    Sums over a word's key pieces and averages over its query pieces (:func:`model.analysis.merge_words`), so
+    each row still sums to 1. NaN (a blanked cell) counts as 0.
+    """
+    w = torch.nan_to_num(torch.as_tensor(weights).float())
+    merged = merge_words(w, word_ids(list(q_pieces)), word_ids(list(k_pieces)))
+    return merged, word_labels(q_pieces), word_labels(k_pieces)
+
+
+# --- ablation ----------------------------------------------------------------------------------------------
+def head_label(kind: str, layer: int, head: int) -> str:
+    """``("cross", 1, 2)`` (0-based) → ``"cross L2 H3"``."""
+    return f"{kind} L{layer + 1} H{head + 1}"
+
+
+def head_options(layer_counts: Mapping[str, int], n_heads: int) -> list[str]:
+    """Every head of the model as a label, kind by kind (``layer_counts``: kind → number of layers)."""
+    return [head_label(kind, layer, head) for kind, n_layers in layer_counts.items()
+            for layer in range(n_layers) for head in range(n_heads)]
+
+
+def parse_head_label(label: str) -> tuple[str, int, int] | None:
+    """``"cross L2 H3"`` → ``("cross", 1, 2)`` (0-based), or ``None`` when it is not such a label."""
+    m = _HEAD_LABEL.match(str(label))
+    if not m:
+        return None
+    return m.group(1).lower(), int(m.group(2)) - 1, int(m.group(3)) - 1
+
+
+def head_masks(labels: Sequence[str], layer_counts: Mapping[str, int], n_heads: int) -> dict[str, torch.Tensor]:
+    """Masks for :func:`model.analysis.sequence_log_probs`: kind → ``[layers, heads]`` with 0 at each listed head.
+
+    Only kinds with at least one head switched off appear; labels that name no head of this model are ignored.
+    """
+    masks: dict[str, torch.Tensor] = {}
+    for label in labels:
+        parsed = parse_head_label(label)
+        if parsed is None:
+            continue
+        kind, layer, head = parsed
+        if kind not in layer_counts or not (0 <= layer < layer_counts[kind]) or not (0 <= head < n_heads):
+            continue
+        mask = masks.setdefault(kind, torch.ones(layer_counts[kind], n_heads))
+        mask[layer, head] = 0.0
+    return masks
+
+
+# --- tables and export ----------------------------------------------------------------------------------------
+def stats_frame(stats: Mapping[str, torch.Tensor]) -> pd.DataFrame:
+    """:func:`model.analysis.head_statistics` as a table: one row per head, columns layer, head (1-based) and
+    each statistic in :data:`STAT_COLUMNS` order."""
+    names = [n for n in STAT_COLUMNS if n in stats] + [n for n in stats if n not in STAT_COLUMNS]
+    first = next(iter(stats.values()))
+    n_layers, n_heads = first.shape
+    rows = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            row = {"layer": layer + 1, "head": head + 1}
+            row.update({n: round(float(stats[n][layer, head]), 4) for n in names})
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["layer", "head", *names])
+
+
+def attention_npz(trace: Trace) -> bytes:
+    """The trace's raw attention as a compressed ``.npz`` (bytes).
+
+    Arrays: one per kind (``encoder``, ``decoder``, ``cross`` or ``self``), float32 ``[layers, heads, q, k]``
+    (rows = queries); ``src_tokens`` / ``tgt_tokens`` (unicode, the BPE pieces; the target ones are the decoder
+    inputs, ``<bos>`` first) and ``src_ids`` / ``tgt_ids`` (int64). ``np.load`` reads it without pickle.
+    """
+    arrays: dict[str, np.ndarray] = {kind: w.detach().cpu().float().numpy() for kind, w in trace.attention.items()}
+    arrays["src_tokens"] = np.array(list(trace.src_tokens), dtype=str)
+    arrays["tgt_tokens"] = np.array(list(trace.tgt_tokens), dtype=str)
+    arrays["src_ids"] = np.array(list(trace.src_ids), dtype=np.int64)
+    arrays["tgt_ids"] = np.array(list(trace.tgt_ids), dtype=np.int64)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()

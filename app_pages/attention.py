@@ -2,11 +2,13 @@
 
 Tabs (only the open one runs; ``?tab=`` keeps it): Heads (the layer's heads as heatmaps), Tokens & lines (one
 query's or one key's weights, and BertViz-style lines), Model grid (every layer × head), Summaries (mean / max
-over heads, attention rollout), Head statistics, Ablation (switch heads off; sweep every head). The kind,
+over heads, attention rollout), Head statistics, Ablation (switch heads off; sweep every head), Compare (a second
+sentence or a second checkpoint side by side, with a difference map when the shapes match). The kind,
 layer and head above the tabs are shared by all of them and kept in the URL (``?kind=&layer=&head=``).
 """
 
 import math
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -16,9 +18,9 @@ from model.analysis import (ablation_sweep, attention_rollout, greedy_with_head_
 from model.trace import KIND_TITLES, trace_pair
 from ui import attention_views as views
 from ui import state
-from viz.attention import attention_heatmap, display_token, highlight_tokens_html
-from viz.attention_views import (ALTAIR_GRID_CELLS, PLOTLY_CONFIG, head_stat_heatmap, lines_figure, log_prob_figure,
-                                 model_grid_altair, model_grid_figure, token_bar_figure)
+from viz.attention import attention_heatmap, causal_blank, display_token, highlight_tokens_html
+from viz.attention_views import (ALTAIR_GRID_CELLS, PLOTLY_CONFIG, difference_heatmap, head_stat_heatmap,
+                                 lines_figure, log_prob_figure, model_grid_altair, model_grid_figure, token_bar_figure)
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
@@ -26,7 +28,7 @@ ckpt_path, ckpt_mtime = state.checkpoint_version(ckpt)
 
 SHORT_TITLES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Cross (decoder → encoder)",
                 "self": "Self (masked)"}
-TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation"]
+TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 
 
 # --- cached computations (keyed by checkpoint folder + version + sentence; the model itself is not hashed) ---------
@@ -89,8 +91,14 @@ if src is None:
 all_ids, output_ids = state.full_translation(ckpt, src)
 st.markdown(f"**Translation:** {tok.decode(output_ids) or '(empty output)'}")
 
-# The decoder's inputs are <bos> + the generated tokens (the final <eos> is an output, never an input).
-tgt_inputs = all_ids[:-1] if len(all_ids) > 1 and all_ids[-1] == cfg.eos_id else all_ids
+
+
+def decoder_inputs(ids: list[int], eos_id: int) -> list[int]:
+    """<bos> + the generated tokens: the final <eos> is an output, never an input."""
+    return ids[:-1] if len(ids) > 1 and ids[-1] == eos_id else ids
+
+
+tgt_inputs = decoder_inputs(all_ids, cfg.eos_id)
 trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
 
 # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
@@ -140,7 +148,8 @@ explain = {
 }[kind]
 st.info(explain)
 
-tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation = st.tabs(TABS, key="tab", bind="query-params")
+tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
+    TABS, key="tab", bind="query-params")
 
 # --- Heads ------------------------------------------------------------------------------------------------------
 if tab_heads.open:
@@ -324,6 +333,67 @@ if tab_ablation.open:
                     with col:
                         _plot(head_stat_heatmap(torch.tensor(drop), "drop (nats)", diverging=True,
                                                 title=f"{SHORT_TITLES[k]}"), key=f"sweep_{k}")
+
+# --- Compare -----------------------------------------------------------------------------------------------------
+if tab_compare.open:
+    with tab_compare:
+        mode = st.radio("Compare with", ["another sentence", "another checkpoint"], horizontal=True,
+                        key="attn_cmp_mode")
+        other_trace, other_name = None, ""
+        if mode == "another sentence":
+            default = next(p for p in state.PRESETS if p != src.text)
+            other_text = st.text_input("Second sentence", value=default, key="attn_cmp_text")
+            other_src = state.source_for(ckpt, other_text)
+            if other_src is not None:
+                o_all, o_out = state.full_translation(ckpt, other_src)
+                other_trace = trace_pair(ckpt.model, tok, other_src.ids, decoder_inputs(o_all, cfg.eos_id))
+                other_name = f"“{other_src.text}” → {tok.decode(o_out)}"
+        else:
+            others = {n: p for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
+            if not others:
+                st.info("Only one checkpoint is available. Train another (`python -m model.train --out runs/NAME`) "
+                        "and copy its `best/` folder under `checkpoints/` to compare two models.")
+            else:
+                name = st.selectbox("Second checkpoint", list(others), key="attn_cmp_ckpt")
+                other, error = state.load_other(others[name])
+                if error:
+                    st.warning(f"That checkpoint cannot be loaded: {error}")
+                elif other.config.arch != cfg.arch:
+                    st.warning("The two checkpoints have different architectures; their attention kinds differ.")
+                elif other.tokenizer.to_str() == tok.to_str():
+                    # Same tokenizer: the second model reads the same source and this translation (teacher forcing),
+                    # so the two maps have the same shape and differ only in where the models look.
+                    other_trace = trace_pair(other.model, tok, src.ids, tgt_inputs)
+                    other_name = f"checkpoint {name}, same sentence and translation"
+                else:
+                    o_src = state.source_for(other, src.text)
+                    if o_src is not None:
+                        o_all, o_out = state.full_translation(other, o_src)
+                        other_trace = trace_pair(other.model, other.tokenizer, o_src.ids, decoder_inputs(o_all, other.config.eos_id))
+                        other_name = f"checkpoint {name} (its own tokenizer and translation: {other.tokenizer.decode(o_out)})"
+        if other_trace is not None:
+            o_attn = other_trace.attention[kind]
+            o_layer = min(layer, o_attn.shape[0] - 1)
+            o_q, o_k = other_trace.labels(kind)
+            if words:
+                o_attn, o_q, o_k = views.word_level(o_attn, o_q, o_k)
+            pick = head if isinstance(head, int) and head < o_attn.shape[1] else "mean"
+            first = weights[pick] if pick != "mean" else weights.mean(0)
+            second = o_attn[o_layer][pick] if pick != "mean" else o_attn[o_layer].mean(0)
+            name = "mean over heads" if pick == "mean" else f"head {pick + 1}"
+            st.caption(f"{SHORT_TITLES[kind]} · layer {layer + 1} · {name}{unit}. Second: {other_name}.")
+            left, right = st.columns(2)
+            with left:
+                _plot(attention_heatmap(first, q_labels, k_labels, causal=causal, title="First"), key="cmp_a")
+            with right:
+                _plot(attention_heatmap(second, o_q, o_k, causal=causal, title="Second"), key="cmp_b")
+            if tuple(first.shape) == tuple(second.shape):
+                a = causal_blank(first.numpy()) if causal else first
+                b = causal_blank(second.numpy()) if causal else second
+                _plot(difference_heatmap(a, b, q_labels, k_labels, title="Difference (second − first)"), key="cmp_d")
+            else:
+                st.info(f"The two maps have different shapes ({tuple(first.shape)} vs {tuple(second.shape)}), so "
+                        "there is no cell-by-cell difference: compare their patterns side by side.")
 
 # --- tokens and export ------------------------------------------------------------------------------------------
 with st.expander("Tokens, ids and export"):

@@ -19,6 +19,8 @@ from model.data import dataset_path, read_tsv
 from model.decoding import Stepper, prepare_source, translate_texts
 from model.translate import DEFAULT_CHECKPOINT
 
+from .table import print_table
+
 SOURCE = "The animal didn't cross the street because it was too tired, said the old man quietly."
 
 
@@ -75,11 +77,8 @@ def main(argv=None) -> int:
         (f"batched greedy, {len(pairs)} test sentences", f"{out_tokens / secs:.0f} tokens/s ({secs:.1f} s)"),
         ("threads", str(torch.get_num_threads())),
     ]
-    width = max(len(r[0]) for r in rows)
     print(f"checkpoint: {args.checkpoint} ({ckpt.model.num_parameters() / 1e6:.1f}M parameters)")
-    print(f"| {'measure'.ljust(width)} | value |\n|{'-' * (width + 2)}|-------|")
-    for name, value in rows:
-        print(f"| {name.ljust(width)} | {value} |")
+    print_table(rows)
     return 0
 
 

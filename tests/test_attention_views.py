@@ -266,7 +266,7 @@ def test_greedy_with_masks_follows_the_ablated_model(make_model, encode_src):
 # --- the page (AppTest) -------------------------------------------------------------------------------------------
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 needs_model = pytest.mark.skipif(not (DEFAULT_CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
-TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation"]
+TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 
 
 @pytest.fixture
@@ -458,3 +458,55 @@ def test_layer_and_head_from_the_url_are_shared_by_the_tabs(cfg):
     assert at.query_params["head"] == "mean" and at.selectbox(key="attn_grid_open").value is None
     again = open_page(**dict(at.query_params))
     assert again.selectbox(key="attn_head").value == "mean" and again.radio(key="attn_kind").value == "decoder"
+
+
+# --- Compare ---------------------------------------------------------------------------------------------------
+def test_difference_heatmap_is_second_minus_first_and_refuses_other_shapes():
+    from viz.attention_views import difference_heatmap
+
+    a = np.array([[0.5, 0.5], [0.2, 0.8]])
+    b = np.array([[0.9, 0.1], [0.2, 0.8]])
+    z = np.asarray(difference_heatmap(a, b, ["x", "y"], ["p", "q"]).data[0].z, dtype=float)
+    assert np.allclose(z, b - a)
+    with pytest.raises(ValueError):
+        difference_heatmap(a, np.ones((3, 2)) / 2, ["x", "y"], ["p", "q"])
+
+
+def test_compare_another_sentence_shows_both_and_explains_shapes():
+    at = open_page("Compare", text="Bobby likes blackberries.")
+    assert at.radio(key="attn_cmp_mode").value == "another sentence"
+    at.text_input(key="attn_cmp_text").set_value("Time flies like an arrow.").run()
+    assert_clean(at)
+    assert len(charts(at)) >= 2
+    # Different sentences tokenize to different lengths here: no difference map, and the page says why.
+    assert any("different shapes" in i.value for i in at.info) or len(charts(at)) == 3
+
+
+def test_compare_the_same_model_as_a_second_checkpoint_gives_a_zero_difference(tmp_path, monkeypatch):
+    import shutil
+
+    extra = tmp_path / "extra"
+    shutil.copytree(DEFAULT_CKPT, extra / "en-de-copy")
+    monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(extra))
+    at = open_page("Compare")
+    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    assert_clean(at)
+    assert at.selectbox(key="attn_cmp_ckpt").value == "en-de-copy"
+    specs = charts(at)
+    assert len(specs) == 3  # first, second, difference
+    diff = z_of(specs[2]["data"][0])
+    assert np.nanmax(np.abs(diff)) < 1e-5
+
+
+def test_compare_with_a_corrupt_checkpoint_warns(tmp_path, monkeypatch):
+    import shutil
+
+    extra = tmp_path / "extra"
+    bad = extra / "broken"
+    shutil.copytree(DEFAULT_CKPT, bad)
+    (bad / "model.safetensors").write_bytes(b"not a safetensors file")
+    monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(extra))
+    at = open_page("Compare")
+    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    assert not at.exception
+    assert any("cannot be loaded" in w.value for w in at.warning)

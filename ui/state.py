@@ -64,6 +64,14 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
+def load_other(folder: Path) -> tuple[Checkpoint | None, str | None]:
+    """Load a second checkpoint (e.g. to compare), cached like the first: ``(checkpoint, None)`` or ``(None, why)``."""
+    try:
+        return _load(str(folder), _mtime(Path(folder))), None
+    except CheckpointError as exc:
+        return None, str(exc)
+
+
 def checkpoint_picker() -> Path | None:
     """Sidebar selectbox of checkpoints; the choice is kept in ``?ckpt=``. Returns the folder or ``None``."""
     options = available_checkpoints()

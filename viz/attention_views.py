@@ -380,3 +380,36 @@ def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") 
                      tickfont=dict(family=MONO, size=13 if len(b) <= 24 else 10), title_text="translation tokens")
     fig.update_yaxes(title_text="log-probability (nats)", gridcolor="#eee", zerolinecolor="#999", automargin=True)
     return fig
+
+
+def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], title: str = "") -> go.Figure:
+    """Cell-by-cell difference ``b − a`` of two attention maps of the same shape ``[q_len, k_len]``.
+
+    Red = the second attends more, blue = the first attends more; the scale is symmetric around 0 and
+    masked (NaN) cells stay empty. Rows = queries, columns = keys.
+
+    Raises:
+        ValueError: the two maps differ in shape (there is no cell-by-cell difference then).
+    """
+    a_arr, b_arr = _as_array(a), _as_array(b)
+    if a_arr.shape != b_arr.shape:
+        raise ValueError(f"shapes differ: {a_arr.shape} vs {b_arr.shape}")
+    diff = b_arr - a_arr
+    finite = diff[np.isfinite(diff)]
+    bound = float(np.abs(finite).max()) if finite.size else 1.0
+    q_disp = [_short(display_token(t)) for t in q_labels]
+    k_disp = [_short(display_token(t)) for t in k_labels]
+    fig = go.Figure(go.Heatmap(
+        z=diff, x=list(range(diff.shape[1])), y=list(range(diff.shape[0])), colorscale="RdBu", reversescale=True,
+        zmid=0.0, zmin=-(bound or 1.0), zmax=bound or 1.0, xgap=1, ygap=1,
+        hovertemplate="row %{y}, column %{x}<br>difference %{z:+.3f}<extra></extra>",
+        colorbar=dict(title=dict(text="second − first"), thickness=14),
+    ))
+    tick_font = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=13, color=TEXT_COLOR)
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor="#e6e6e6",
+                      height=min(900, 200 + 30 * diff.shape[0]), margin=dict(l=10, r=10, t=50 if title else 20, b=10))
+    fig.update_xaxes(tickvals=list(range(len(k_disp))), ticktext=k_disp, tickangle=-45, tickfont=tick_font,
+                     title_text="keys (attended to) →", automargin=True, showgrid=False)
+    fig.update_yaxes(tickvals=list(range(len(q_disp))), ticktext=q_disp, autorange="reversed", tickfont=tick_font,
+                     title_text="queries (attending) ↓", automargin=True, showgrid=False)
+    return fig

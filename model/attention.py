@@ -7,6 +7,14 @@ Vaswani et al. (2017), eq. (1) and §3.2.2::
 
 Masks are boolean and broadcast to ``[batch, heads, q_len, k_len]``; ``True`` means *the query may
 attend to that key*. Rows = queries, columns = keys, everywhere in this project.
+
+Relative position schemes act inside self-attention:
+
+* RoPE (Su et al. 2021, eq. 34): query and key pairs ``(x_{2i}, x_{2i+1})`` are rotated by the angle
+  ``pos · θ_i`` with ``θ_i = base^(−2i/d_k)``, so that ``q·k`` depends only on the offset between them;
+  keys are rotated before they enter the KV cache.
+* ALiBi (Press et al. 2021, §3): ``−m_h · |i − j|`` is added to the scores of head h, with slopes
+  ``m_h = 2^(−8h/H)`` for ``h = 1 … H``; no parameters.
 """
 
 from __future__ import annotations
@@ -49,18 +57,47 @@ class LayerKV:
             self.v = self.v.index_select(0, index)
 
 
+def rope_rotate(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021, eq. 34) of ``x [..., seq, d_k]`` at ``positions [seq]``.
+
+    Each pair ``(x_{2i}, x_{2i+1})`` is rotated by ``positions · base^(−2i/d_k)``. Raises ``ValueError`` for odd d_k.
+    """
+    d_k = x.size(-1)
+    if d_k % 2:
+        raise ValueError(f"RoPE needs an even d_k, got {d_k}")
+    inv_freq = base ** (-torch.arange(0, d_k, 2, device=x.device, dtype=torch.float32) / d_k)  # [d_k/2]
+    angle = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # [seq, d_k/2]
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi slopes ``m_h = 2^(−8h/H)``, ``h = 1 … H`` (Press et al. 2021, §3), ``[heads]``."""
+    return torch.tensor([2.0 ** (-8.0 * h / n_heads) for h in range(1, n_heads + 1)])
+
+
+def alibi_bias(slopes: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+    """``−m_h · |i − j|`` as ``[heads, q_len, k_len]`` for query positions i and key positions j."""
+    distance = (q_positions[:, None] - k_positions[None, :]).abs().to(slopes.dtype)
+    return -slopes[:, None, None] * distance[None]
+
+
 def scaled_dot_product_weights(
-    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None
+    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None = None, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``softmax(q kᵀ / √d_k)`` with masked keys at exactly zero weight (paper eq. 1).
+    """``softmax(q kᵀ / √d_k + bias)`` with masked keys at exactly zero weight (paper eq. 1).
 
     Args:
-        q: ``[..., q_len, d_k]``; k: ``[..., k_len, d_k]``; mask: bool, broadcastable to ``[..., q_len, k_len]``.
+        q: ``[..., q_len, d_k]``; k: ``[..., k_len, d_k]``; mask: bool, broadcastable to ``[..., q_len, k_len]``;
+        bias: added to the scores (ALiBi), broadcastable likewise.
 
     Returns:
         Weights ``[..., q_len, k_len]``; every row sums to 1 (unless the mask hides all its keys).
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(scores, dim=-1)
@@ -78,12 +115,19 @@ class MultiHeadAttention(nn.Module):
     * traced (``trace=True``): the explicit softmax, which also returns the weights ``[batch, heads, q_len, k_len]``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, position: str | None = None):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if position not in (None, "rope", "alibi"):
+            raise ValueError(f"position must be None, 'rope' or 'alibi', got {position!r}")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
+        self.position = position
+        if position == "rope" and self.d_k % 2:
+            raise ValueError(f"RoPE needs an even d_k, got {self.d_k}")
+        if position == "alibi":
+            self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
@@ -104,6 +148,7 @@ class MultiHeadAttention(nn.Module):
         static_kv: bool = False,
         trace: bool = False,
         head_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x_q`` to ``x_kv``.
 
@@ -116,31 +161,45 @@ class MultiHeadAttention(nn.Module):
                 with ``static_kv`` (cross-attention) K/V are computed once from ``x_kv`` and reused.
             trace: use the explicit softmax and return the weights.
             head_mask: ``[heads]`` multipliers of each head's output before Wᴼ (0 ablates a head).
+            positions: absolute positions of the queries ``[q_len]`` (RoPE and ALiBi self-attention only; the
+                new keys sit at the same positions and the cached keys at ``0 … offset − 1``).
 
         Returns:
             ``(output [batch, q_len, d_model], weights [batch, heads, q_len, k_len] or None)``.
         """
         q = self._split(self.q_proj(x_q))
+        if self.position is not None and positions is None:
+            raise ValueError(f"{self.position} attention needs the query positions")
+        if self.position == "rope":
+            q = rope_rotate(q, positions)
         if cache is not None and static_kv and cache.k is not None:
             k, v = cache.k, cache.v
         else:
             if x_kv is None:
                 raise ValueError("x_kv is required unless the static cache is filled")
             k, v = self._split(self.k_proj(x_kv)), self._split(self.v_proj(x_kv))
+            if self.position == "rope":
+                k = rope_rotate(k, positions)  # rotated once, before caching
             if cache is not None:
                 if not static_kv and cache.k is not None:
                     k = torch.cat([cache.k, k], dim=2)
                     v = torch.cat([cache.v, v], dim=2)
                 cache.k, cache.v = k, v
 
+        bias = None
+        if self.position == "alibi":
+            bias = alibi_bias(self.slopes, positions, torch.arange(k.size(2), device=k.device)).to(q.dtype)
         weights = None
         if trace:
-            weights = scaled_dot_product_weights(q, k, mask)
+            weights = scaled_dot_product_weights(q, k, mask, bias)
             drop = F.dropout(weights, self.dropout, self.training) if self.dropout else weights
             out = drop @ v
         else:
+            attn_mask = mask
+            if bias is not None:  # SDPA takes one float mask: the bias, with -inf where the bool mask forbids
+                attn_mask = bias[None] if mask is None else bias[None].masked_fill(~mask, float("-inf"))
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0
             )
         if head_mask is not None:
             out = out * head_mask.view(1, -1, 1, 1).to(out.dtype)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 ARCHITECTURES = ("encoder-decoder", "decoder-only")
 POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
-#: Schemes the model implements today; the config already names the others (RoPE, ALiBi).
-IMPLEMENTED_POS_ENCODINGS = ("sinusoidal", "learned", "none")
+#: Schemes the model implements (all of them; kept as a separate list for schemes added to the names first).
+IMPLEMENTED_POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
 
 
 class ConfigError(ValueError):
@@ -89,6 +89,8 @@ class ModelConfig:
             raise ConfigError("an encoder-decoder model needs n_encoder_layers > 0")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.pos_encoding == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ConfigError(f"RoPE needs an even d_k, got d_model {self.d_model} / n_heads {self.n_heads}")
         if self.pos_encoding == "sinusoidal" and self.d_model % 2:
             raise ConfigError(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
         if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.attention_dropout < 1.0):

@@ -39,7 +39,8 @@ class PositionalEncoding(nn.Module):
     """Adds a position signal to embeddings: ``x[b, t] + PE[offset + t]``.
 
     Args:
-        kind: ``"sinusoidal"`` (fixed buffer), ``"learned"`` (trainable table) or ``"none"``.
+        kind: ``"sinusoidal"`` (fixed buffer), ``"learned"`` (trainable table), or ``"none"`` / ``"rope"`` /
+            ``"alibi"`` (nothing added here: RoPE and ALiBi act inside self-attention).
         max_len: number of positions.
         d_model: embedding width.
     """
@@ -51,7 +52,7 @@ class PositionalEncoding(nn.Module):
             self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
         elif kind == "learned":
             self.table = nn.Parameter(torch.randn(max_len, d_model) * (1.0 / math.sqrt(d_model)))
-        elif kind == "none":
+        elif kind in ("none", "rope", "alibi"):
             self.table = None
         else:
             raise ValueError(f"unsupported positional encoding {kind!r}")

@@ -52,17 +52,23 @@ class _Residual(nn.Module):
         return self.norm(x + self.dropout(out)), weights
 
 
+def relative_position(cfg: ModelConfig) -> str | None:
+    """The scheme applied inside self-attention (``"rope"`` / ``"alibi"``), or ``None`` for additive/no encodings."""
+    return cfg.pos_encoding if cfg.pos_encoding in ("rope", "alibi") else None
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, relative_position(cfg))
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
         self.res_attn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
-    def forward(self, x, mask, trace=False, head_mask=None):
+    def forward(self, x, mask, trace=False, head_mask=None, positions=None):
         """``x``: ``[batch, src_len, d_model]``; returns ``(x, weights [batch, heads, src_len, src_len] | None)``."""
-        x, w = self.res_attn(x, lambda h: self.self_attn(h, h, mask, trace=trace, head_mask=head_mask))
+        x, w = self.res_attn(
+            x, lambda h: self.self_attn(h, h, mask, trace=trace, head_mask=head_mask, positions=positions))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x, w
 
@@ -70,7 +76,7 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, relative_position(cfg))
         self.res_self = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.cross_attn = None
         if cfg.is_encoder_decoder:
@@ -80,13 +86,14 @@ class DecoderLayer(nn.Module):
         self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
     def forward(self, x, self_mask, memory=None, memory_mask=None, *, self_cache=None, cross_cache=None,
-                trace=False, self_head_mask=None, cross_head_mask=None):
+                trace=False, self_head_mask=None, cross_head_mask=None, positions=None):
         """``x``: ``[batch, tgt_len, d_model]``, ``memory``: ``[batch, src_len, d_model]``.
 
         Returns ``(x, self_weights [batch, heads, tgt_len, k_len] | None, cross_weights [.., tgt_len, src_len] | None)``.
         """
         x, w_self = self.res_self(
-            x, lambda h: self.self_attn(h, h, self_mask, cache=self_cache, trace=trace, head_mask=self_head_mask)
+            x, lambda h: self.self_attn(h, h, self_mask, cache=self_cache, trace=trace, head_mask=self_head_mask,
+                                        positions=positions)
         )
         w_cross = None
         if self.cross_attn is not None:
@@ -206,9 +213,11 @@ class Transformer(nn.Module):
         """
         mask = self.src_mask(src)
         x = self.embed_tokens(src)
+        positions = torch.arange(src.size(1), device=src.device)
         weights = []
         for i, layer in enumerate(self.encoder_layers):
-            x, w = layer(x, mask, trace=trace, head_mask=None if head_mask is None else head_mask[i])
+            x, w = layer(x, mask, trace=trace, head_mask=None if head_mask is None else head_mask[i],
+                         positions=positions)
             if trace:
                 weights.append(w)
         if self.encoder_norm is not None:
@@ -237,6 +246,7 @@ class Transformer(nn.Module):
         if offset == 0:
             self_mask = self_mask & (tgt != self.cfg.pad_id)[:, None, None, :]
         x = self.embed_tokens(tgt, offset)
+        positions = torch.arange(offset, offset + t, device=tgt.device)
         out = DecoderOutput(x, [], [])
         for i, layer in enumerate(self.decoder_layers):
             x, w_self, w_cross = layer(
@@ -249,6 +259,7 @@ class Transformer(nn.Module):
                 trace=trace,
                 self_head_mask=None if self_head_mask is None else self_head_mask[i],
                 cross_head_mask=None if cross_head_mask is None else cross_head_mask[i],
+                positions=positions,
             )
             if trace:
                 out.self_weights.append(w_self)

@@ -45,8 +45,8 @@ def test_config_partial_json_uses_defaults(tmp_path):
     [
         (dict(d_model=30, n_heads=4), "divisible"),
         (dict(arch="encoder-only"), "arch"),
-        (dict(pos_encoding="rope"), "not implemented"),
-        (dict(pos_encoding="alibi"), "not implemented"),
+        (dict(pos_encoding="rope", d_model=24, n_heads=8), "even d_k"),  # d_k = 3
+        (dict(pos_encoding="alibi"), None),  # implemented: valid
         (dict(pos_encoding="fourier"), "pos_encoding"),
         (dict(d_model=18, n_heads=2), None),  # 18 is even: valid
         (dict(d_model=9, n_heads=3), "even"),  # sinusoidal needs an even width
@@ -191,7 +191,7 @@ def test_load_corrupted_weights(tmp_path, model_and_batch, tokenizer, damage):
     ("{broken", "config.json is invalid"),
     ('{"d_model": 32, "typo": 1}', "unknown config keys"),
     ('{"d_model": "wide"}', "config.json is invalid"),
-    ('{"pos_encoding": "rope"}', "not implemented"),
+    ('{"pos_encoding": "rope", "d_model": 24, "n_heads": 8}', "even d_k"),
 ])
 def test_load_invalid_config(tmp_path, model_and_batch, tokenizer, content, match):
     model, _, _ = model_and_batch

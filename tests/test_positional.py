@@ -108,4 +108,39 @@ def test_module_kinds():
     assert not any(True for _ in sin.parameters())  # a fixed buffer, not trained
     assert "table" not in sin.state_dict()  # and not stored in checkpoints (rebuilt from the config)
     with pytest.raises(ValueError):
-        PositionalEncoding("rope", 10, 8)
+        PositionalEncoding("fourier", 10, 8)
+    assert PositionalEncoding("rope", 10, 8).table is None  # RoPE and ALiBi act inside attention
+    assert PositionalEncoding("alibi", 10, 8).table is None
+
+
+# --- RoPE and ALiBi (Su et al. 2021; Press et al. 2021) ---------------------------------------------------------
+def test_rope_makes_scores_depend_only_on_the_offset():
+    from model.attention import rope_rotate
+
+    torch.manual_seed(0)
+    q, k = torch.randn(16), torch.randn(16)
+
+    def score(i: int, j: int) -> float:
+        qi = rope_rotate(q[None], torch.tensor([i]))[0]
+        kj = rope_rotate(k[None], torch.tensor([j]))[0]
+        return float(qi @ kj)
+
+    for offset in (0, 1, 5):
+        values = [score(p + offset, p) for p in (0, 3, 17, 40)]
+        assert max(values) - min(values) < 1e-4, values
+    assert abs(score(6, 1) - score(2, 1)) > 1e-3  # a different offset gives a different score
+    # A rotation keeps the norm, and position 0 is the identity.
+    assert torch.allclose(rope_rotate(q[None], torch.tensor([7]))[0].norm(), q.norm(), atol=1e-5)
+    assert torch.allclose(rope_rotate(q[None], torch.tensor([0]))[0], q)
+
+
+def test_alibi_slopes_and_bias_follow_the_paper():
+    from model.attention import alibi_bias, alibi_slopes
+
+    slopes = alibi_slopes(8)
+    assert slopes.tolist() == pytest.approx([2 ** -1, 2 ** -2, 2 ** -3, 2 ** -4, 2 ** -5, 2 ** -6, 2 ** -7, 2 ** -8])
+    assert alibi_slopes(4).tolist() == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
+    bias = alibi_bias(slopes, torch.arange(3), torch.arange(3))
+    assert bias.shape == (8, 3, 3)
+    assert torch.allclose(bias[0], torch.tensor([[0, -0.5, -1.0], [-0.5, 0, -0.5], [-1.0, -0.5, 0]]))
+    assert bias[1, 2, 0] == pytest.approx(-2 * 2 ** -2)

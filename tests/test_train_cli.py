@@ -209,3 +209,11 @@ def test_evaluate_errors(best, tmp_path):
     assert rc == 2 and out == "" and "Checkpoint folder not found" in err
     rc, _, err = run_main(evaluate.main, ["--checkpoint", best, "--tsv", tmp_path / "missing.tsv"])
     assert rc == 2 and "No such data file" in err
+
+
+@pytest.mark.parametrize("pos", ["rope", "alibi", "learned", "none"])
+def test_every_positional_encoding_trains_and_loads(tmp_path, pos):
+    rc, _, err = run_main(train.main, ["--out", tmp_path / pos, "--max-steps", "3", "--pos-encoding", pos, *TINY])
+    assert rc == 0, err
+    ckpt = load_checkpoint(tmp_path / pos / "best")
+    assert ckpt.config.pos_encoding == pos

@@ -16,7 +16,7 @@ from model.transformer import KVCache, Transformer, causal_mask
 ATOL = 1e-5
 VARIANTS = [
     dict(arch=arch, norm_first=nf, pos_encoding=pos)
-    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True), ("sinusoidal", "learned"))
+    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True), ("sinusoidal", "learned", "rope", "alibi"))
 ]
 VARIANT_IDS = [f"{v['arch']}-{'preLN' if v['norm_first'] else 'postLN'}-{v['pos_encoding']}" for v in VARIANTS]
 

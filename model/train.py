@@ -34,6 +34,7 @@ from .config import ConfigError, ModelConfig
 from .data import DataError, Pair, dataset_path, read_tsv
 from .decoding import translate_texts
 from .metrics import bleu_chrf
+from .runs import now_iso, probe_record, snapshot_steps, write_status
 from .tokenizer import TextTokenizer
 from .transformer import Transformer
 
@@ -245,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--test-at-end", action="store_true", help="score best/ on the shipped test split at the end")
     g.add_argument("--fp16-weights", action="store_true", help="store best/ weights in float16 (half the size)")
     g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--no-snapshots", dest="snapshots", action="store_false",
+                   help="skip the log-spaced checkpoints/step-N/ and probes.jsonl")
     return p
 
 
@@ -259,7 +262,7 @@ def run(args) -> int:
         if not (last / "trainer_state.json").is_file():
             raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")
         saved = json.loads((out / "train_args.json").read_text())
-        for k in ("resume", "max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end"):
+        for k in ("resume", "max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots"):
             saved[k] = getattr(args, k)
         args = argparse.Namespace(**saved)
     # After the resume block: a resumed run reads the data of the saved arguments, not the CLI defaults.
@@ -306,6 +309,11 @@ def run(args) -> int:
 
     started = time.time()
     base_seconds = state["train_seconds"]
+    snapshots = set(snapshot_steps(args.max_steps)) if args.snapshots else set()
+    write_status(out, state="running", pid=os.getpid(), started=now_iso(), step=state["step"],
+                 max_steps=args.max_steps, reason=None, exit_code=None, error=None)
+    if 0 in snapshots and state["step"] == 0:
+        snapshot(model, tok, out, 0)
     bar = tqdm(total=args.max_steps, initial=state["step"], disable=args.no_progress, unit="step", dynamic_ncols=True)
     window_tokens, window_start, window_loss, window_n = 0, time.time(), 0.0, 0
     model.train()
@@ -342,8 +350,11 @@ def run(args) -> int:
                        "lr": lr, "grad_norm": round(grad_norm, 3), "tokens_per_s": round(window_tokens / elapsed, 1),
                        "tokens_seen": state["tokens_seen"], "time_s": round(base_seconds + time.time() - started, 1)}
                 log(rec)
+                write_status(out, step=state["step"])
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
                 window_tokens, window_start, window_loss, window_n = 0, time.time(), 0.0, 0
+            if state["step"] in snapshots:
+                snapshot(model, tok, out, state["step"])
             if state["step"] % args.eval_every == 0 or state["step"] == args.max_steps:
                 evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started)
         else:
@@ -368,8 +379,18 @@ def run(args) -> int:
         print(f"test BLEU {test_scores['bleu']:.2f}  chrF {test_scores['chrf']:.2f}")
     log({"step": state["step"], "event": "stopped", "reason": reason})
     metrics_file.close()
+    write_status(out, state="finished" if reason in ("max_steps", "max_minutes") else "stopped", step=state["step"],
+                 reason=reason, exit_code=0)
     print(f"stopped at step {state['step']} ({reason}); best valid loss {state['best_valid_loss']} at step {state['best_step']}")
     return 0
+
+
+def snapshot(model, tok, out: Path, step: int) -> None:
+    """Checkpoint ``checkpoints/step-N/`` (fp16) and the probe sentences' attention in ``probes.jsonl``."""
+    save_checkpoint(out / "checkpoints" / f"step-{step}", model, tok, {"step": step, "kind": "snapshot"},
+                    dtype=torch.float16)
+    with open(out / "probes.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(probe_record(model, tok, step), ensure_ascii=False) + "\n")
 
 
 def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started) -> None:
@@ -406,7 +427,13 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except (DataError, ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if Path(args.out).is_dir():
+            write_status(Path(args.out), state="failed", exit_code=2, error=str(exc))
         return 2
+    except BaseException as exc:  # a crash: say so in status.json, then let it propagate
+        if Path(args.out).is_dir():
+            write_status(Path(args.out), state="failed", exit_code=1, error=f"{type(exc).__name__}: {exc}")
+        raise
 
 
 if __name__ == "__main__":

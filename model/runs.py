@@ -1,0 +1,97 @@
+"""Run-folder records written by the trainer: ``status.json``, log-spaced snapshots and ``probes.jsonl``.
+
+A run folder ``runs/<id>/`` holds:
+
+* ``status.json`` — ``state`` (``running`` / ``finished`` / ``stopped`` / ``failed``), ``pid``, ``started``,
+  ``updated`` (ISO times, UTC), ``step``, ``max_steps``, ``reason``, ``exit_code``, ``error``; replaced atomically,
+  so a reader (the training page) never sees half a file;
+* ``checkpoints/step-N/`` — checkpoints at the log-spaced steps of :func:`snapshot_steps`;
+* ``probes.jsonl`` — one JSON object per snapshot: the probe sentences' greedy translations and their
+  attention ``{kind: [layers][heads][q][k]}`` (rounded to 4 decimals), to replay how heads form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .checkpoint import atomic_write_json
+from .decoding import Stepper, prepare_source
+from .tokenizer import TextTokenizer
+from .trace import trace_pair
+from .transformer import Transformer
+
+PROBE_SENTENCES = [
+    "Bobby likes blackberries.",
+    "The cat sat on the mat.",
+    "Let us think logically.",
+    "He played the piano beautifully.",
+]
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def snapshot_steps(max_steps: int) -> list[int]:
+    """Log-spaced snapshot steps ``0, 10, 30, 100, 300, 1000, …`` up to ``max_steps``, which is always included."""
+    steps, k = {0, max_steps}, 10
+    while k <= max_steps:
+        steps.add(k)
+        if 3 * k <= max_steps:
+            steps.add(3 * k)
+        k *= 10
+    return sorted(s for s in steps if s <= max_steps)
+
+
+def write_status(folder: Path, **fields) -> dict:
+    """Merge ``fields`` into ``status.json`` (with ``updated`` set to now) and replace the file atomically."""
+    path = Path(folder) / "status.json"
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        status = {}
+    status.update(fields, updated=now_iso())
+    status.setdefault("pid", os.getpid())
+    atomic_write_json(path, status)
+    return status
+
+
+def read_status(folder: Path) -> dict | None:
+    """``status.json`` of a run, or ``None`` when it is missing or unreadable."""
+    try:
+        return json.loads((Path(folder) / "status.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+@torch.inference_mode()
+def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
+                 sentences: list[str] = PROBE_SENTENCES) -> dict:
+    """Greedy translations and attention of the probe sentences at ``step`` (the model is left in its mode)."""
+    was_training = model.training
+    model.eval()
+    cfg = model.cfg
+    probes = []
+    try:
+        for text in sentences:
+            src = prepare_source(tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
+            stepper = Stepper(model, src.ids, max_new_tokens=min(cfg.max_len - 1, 2 * len(src.ids) + 10))
+            stepper.run_to_end()
+            inputs = stepper.tokens[:-1] if stepper.generated[-1:] == [cfg.eos_id] else stepper.tokens
+            trace = trace_pair(model, tokenizer, src.ids, inputs)
+            probes.append({
+                "source": text,
+                "translation": tokenizer.decode(stepper.output_ids()),
+                "src_tokens": trace.src_tokens,
+                "tgt_tokens": trace.tgt_tokens,
+                "attention": {k: [[[[round(x, 4) for x in row] for row in head] for head in layer]
+                                  for layer in v.tolist()] for k, v in trace.attention.items()},
+            })
+    finally:
+        model.train(was_training)
+    return {"step": step, "probes": probes}

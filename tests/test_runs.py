@@ -1,0 +1,86 @@
+"""Run-folder records: status.json, log-spaced snapshots and probes.jsonl from a real tiny training run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from model.checkpoint import load_checkpoint
+from model.runs import PROBE_SENTENCES, read_status, snapshot_steps, write_status
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
+        "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",
+        "--no-progress", "--threads", "1"]
+
+
+def test_snapshot_steps_are_log_spaced_and_end_at_max():
+    assert snapshot_steps(1000) == [0, 10, 30, 100, 300, 1000]
+    assert snapshot_steps(12) == [0, 10, 12]
+    assert snapshot_steps(5) == [0, 5]
+    assert snapshot_steps(100_000)[-3:] == [10_000, 30_000, 100_000]
+
+
+def test_write_status_merges_and_read_status_tolerates_garbage(tmp_path):
+    write_status(tmp_path, state="running", step=1)
+    status = write_status(tmp_path, step=5)
+    assert status["state"] == "running" and status["step"] == 5 and status["pid"] == os.getpid()
+    assert read_status(tmp_path)["step"] == 5
+    (tmp_path / "status.json").write_text("{half")
+    assert read_status(tmp_path) is None
+    assert read_status(tmp_path / "missing") is None
+
+
+def run_train(out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "model.train", "--out", str(out), *TINY, *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_a_finished_run_has_status_snapshots_and_probes(tmp_path):
+    proc = run_train(tmp_path / "run", "--max-steps", "12")
+    output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, output
+    status = read_status(tmp_path / "run")
+    assert status["state"] == "finished" and status["exit_code"] == 0 and status["step"] == 12
+    for step in snapshot_steps(12):
+        assert load_checkpoint(tmp_path / "run" / "checkpoints" / f"step-{step}").card["step"] == step
+    records = [json.loads(line) for line in (tmp_path / "run" / "probes.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == snapshot_steps(12)
+    probe = records[-1]["probes"][0]
+    assert probe["source"] == PROBE_SENTENCES[0]
+    cross = probe["attention"]["cross"]  # [layers][heads][tgt][src]
+    assert len(cross) == 1 and len(cross[0]) == 2 and len(cross[0][0][0]) == len(probe["src_tokens"])
+    assert all(abs(sum(row) - 1) < 1e-2 for row in cross[0][0])
+
+
+def test_sigterm_stops_gracefully_with_a_loadable_checkpoint(tmp_path):
+    proc = run_train(tmp_path / "run", "--max-steps", "100000", "--no-snapshots")
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        status = read_status(tmp_path / "run")
+        if status and status.get("step", 0) >= 3:
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the run did not get going")
+    os.killpg(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, output
+    status = read_status(tmp_path / "run")
+    assert status["state"] == "stopped" and status["reason"] == "SIGTERM"
+    assert load_checkpoint(tmp_path / "run" / "last").config.d_model == 32
+
+
+def test_a_bad_configuration_is_recorded_as_failed(tmp_path):
+    (tmp_path / "run").mkdir()
+    proc = run_train(tmp_path / "run", "--max-steps", "3", "--d-model", "30", "--n-heads", "4")
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "divisible" in output
+    status = read_status(tmp_path / "run")
+    assert status["state"] == "failed" and "divisible" in status["error"]

@@ -16,6 +16,9 @@ pages = [
     st.Page("app_pages/translate.py", title="Translate", icon=":material/translate:", default=True),
     st.Page("app_pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("app_pages/decoding.py", title="Decoding lab", icon=":material/casino:"),
+    st.Page("app_pages/positional.py", title="Positional encoding", icon=":material/waves:"),
+    st.Page("app_pages/tokenization.py", title="Tokenization", icon=":material/content_cut:"),
+    st.Page("app_pages/lecture.py", title="Worked examples", icon=":material/calculate:"),
 ]
 nav = st.navigation(pages)
 # Less empty space above the title: more of each step fits on a projector.

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 
-def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """The sinusoidal table ``[max_len, d_model]`` (float32), paper §3.5.
+def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0,
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The sinusoidal table ``[max_len, d_model]`` (computed in float64, returned as ``dtype``), paper §3.5.
 
     Raises:
         ValueError: ``d_model`` is odd or a size is not positive.
@@ -32,7 +33,7 @@ def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0) -> torch
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle)
-    return table.float()
+    return table.to(dtype)
 
 
 class PositionalEncoding(nn.Module):

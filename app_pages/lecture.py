@@ -1,0 +1,146 @@
+"""Page "Worked examples": scaled dot-product attention, the causal mask, LayerNorm and the multi-head split,
+computed step by step on small editable matrices (the numbers a lecture works through by hand)."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from model import worked
+from ui.teaching import init_state, param_bool, param_int
+from viz.teaching import annotated_matrix, scaling_chart
+
+PLOT = dict(width="stretch", theme=None)
+
+st.title("Worked examples")
+st.caption("Small matrices you can edit; every intermediate is shown with 4 decimals. Rows are tokens.")
+
+
+def editor(label: str, default: np.ndarray, key: str, prefix: str = "d") -> np.ndarray | None:
+    """An editable matrix; ``None`` (with a warning) when a cell is empty or not a number."""
+    frame = pd.DataFrame(default, columns=[f"{prefix}{j}" for j in range(default.shape[1])])
+    edited = st.data_editor(frame, key=key, hide_index=False, width="stretch")
+    values = pd.DataFrame(edited).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+    if not np.isfinite(values).all():
+        st.warning(f"{label}: every cell must be a number.")
+        return None
+    return values
+
+
+def show(z, title, rows=None, cols=None):
+    st.plotly_chart(annotated_matrix(z, title, rows, cols), **PLOT)
+
+
+# --- scaled dot-product attention ---------------------------------------------------------------------
+st.header("Scaled dot-product attention")
+st.latex(r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V")
+init_state("wx_scale", param_bool("scaled", True))
+init_state("wx_causal", param_bool("causal", False))
+c1, c2, c3 = st.columns(3)
+with c1:
+    q = editor("Q", worked.REF_Q, "wx_q")
+with c2:
+    k = editor("K", worked.REF_K, "wx_k")
+with c3:
+    v = editor("V", worked.REF_V, "wx_v")
+o1, o2 = st.columns(2)
+scale = o1.checkbox("Divide by √d_k", key="wx_scale")
+causal = o2.checkbox("Causal mask (decoder self-attention)", key="wx_causal")
+st.query_params.update({"scaled": "1" if scale else "0", "causal": "1" if causal else "0"})
+if q is not None and k is not None and v is not None:
+    try:
+        r = worked.attention_steps(q, k, v, scale=scale, causal=causal)
+    except ValueError as exc:
+        st.warning(str(exc))
+    else:
+        tq = [f"q{i}" for i in range(q.shape[0])]
+        tk = [f"k{j}" for j in range(k.shape[0])]
+        a, b = st.columns(2)
+        with a:
+            show(r["scores"], "1. Scores QKᵀ", tq, tk)
+        with b:
+            show(r["scaled"], f"2. ÷ √d_k = √{q.shape[1]}" if scale else "2. (no scaling)", tq, tk)
+        a, b = st.columns(2)
+        with a:
+            show(r["masked"], "3. Causal mask: future keys → −∞" if causal else "3. (no mask)", tq, tk)
+        with b:
+            show(r["weights"], "4. Softmax per row (each row sums to 1)", tq, tk)
+        show(r["output"], "5. Weights × V: one output row per query", tq, [f"v{j}" for j in range(v.shape[1])])
+        st.caption("Row sums of the weights: " + ", ".join(f"{s:.4f}" for s in r["weights"].sum(axis=1)))
+
+st.subheader("The causal mask example")
+st.markdown("Scores E (no scaling), keys after each query set to −∞, then softmax per row:")
+ce = worked.attention_steps(worked.REF_CAUSAL_SCORES, np.eye(3), np.eye(3), scale=False, causal=True)
+a, b = st.columns(2)
+with a:
+    show(worked.REF_CAUSAL_SCORES, "E", ["t0", "t1", "t2"], ["t0", "t1", "t2"])
+with b:
+    show(ce["weights"], "softmax(masked E)", ["t0", "t1", "t2"], ["t0", "t1", "t2"])
+st.caption("Token 0 can only see itself (weight 1); row 1 is softmax(0.4, 0.5) = (0.4750, 0.5250).")
+
+# --- LayerNorm ------------------------------------------------------------------------------------------
+st.header("Layer normalisation")
+st.latex(r"\mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
+         r"\quad\text{per token, over its } d_{model} \text{ features}")
+x_default = np.array([[1.0, 2.0, 3.0, 4.0], [2.0, -1.0, 0.5, 0.0], [10.0, 10.0, 10.0, 11.0]])
+x = editor("X", x_default, "wx_ln_x")
+g1, g2 = st.columns(2)
+with g1:
+    st.markdown("γ (scale)")
+    gamma = editor("γ", np.ones((1, 4)), "wx_ln_g")
+with g2:
+    st.markdown("β (shift)")
+    beta = editor("β", np.zeros((1, 4)), "wx_ln_b")
+if x is not None and gamma is not None and beta is not None:
+    try:
+        ln = worked.layer_norm_steps(x, gamma, beta)
+    except ValueError as exc:
+        st.warning(str(exc))
+    else:
+        rows = [f"token {i}" for i in range(x.shape[0])]
+        a, b = st.columns(2)
+        with a:
+            show(np.stack([ln["mean"], ln["var"]], axis=1), "Mean and variance of each row", rows, ["mean", "var"])
+        with b:
+            show(ln["normalised"], "(x − mean) / √(var + ε): mean 0, variance 1", rows)
+        show(ln["output"], "γ ⊙ normalised + β", rows)
+        st.caption("Unlike BatchNorm, nothing is shared across tokens or sentences: each row is normalised alone.")
+
+# --- multi-head split ---------------------------------------------------------------------------------
+st.header("Multi-head: split and concatenate")
+heads = st.radio("Heads (d_model = 4)", [1, 2, 4], index=1, horizontal=True, key="wx_heads")
+xm = np.arange(12, dtype=float).reshape(3, 4)
+split = worked.split_heads(xm, heads)
+st.markdown(f"`X [seq=3, d_model=4]` → reshape `[3, {heads}, {4 // heads}]` → transpose → "
+            f"`[heads={heads}, seq=3, d_k={4 // heads}]` → each head attends on its own → concat → `[3, 4]`.")
+cols = st.columns(heads + 1)
+with cols[0]:
+    show(xm, "X [3, 4]", [f"t{i}" for i in range(3)], [f"f{j}" for j in range(4)])
+for h in range(heads):
+    with cols[h + 1]:
+        show(split[h], f"head {h} [3, {4 // heads}]", [f"t{i}" for i in range(3)],
+             [f"f{h * (4 // heads) + j}" for j in range(4 // heads)])
+st.caption(f"concat(heads) equals X again: {np.array_equal(worked.concat_heads(split), xm)}. "
+           "In the model, Q, K and V are projected first (W^Q, W^K, W^V) and the concatenation is followed by W^O.")
+
+# --- why scale ------------------------------------------------------------------------------------------
+st.header("Why divide by √d_k?")
+seed = param_int("seed", 0)
+rows = worked.scaling_demo(seed=seed)
+st.markdown("With q, k ~ N(0, 1), the score q·k has variance d_k: the bigger the head, the more one score "
+            f"dominates and the softmax saturates (gradients vanish). Seed {seed}, 10 keys; uniform entropy "
+            f"= ln 10 = {np.log(10):.3f}.")
+st.plotly_chart(scaling_chart(rows), **PLOT)
+st.dataframe(pd.DataFrame([{k_: r[k_] for k_ in ("d_k", "score_std", "max_raw", "max_scaled", "entropy_raw",
+                                                  "entropy_scaled")} for r in rows]).style.format(precision=4),
+             hide_index=True)
+
+# --- errata ---------------------------------------------------------------------------------------------
+st.header("Known mistakes in the seed articles")
+st.error(
+    "- **Softmax over columns** is wrong: the softmax runs over each **row** (each query's weights over the "
+    "keys sum to 1).\n"
+    "- **`K^T` in NumPy** is not a transpose: `^` is bitwise XOR. Write `K.T` (or `K.transpose(-2, -1)` in PyTorch).\n"
+    "- **Base 1000** in the positional encoding is a misprint: the paper uses **10000**.\n"
+    "- **Encoder and decoder lengths need not match** for cross-attention: queries come from the decoder "
+    "(n_tgt rows), keys and values from the encoder (n_src rows); the weights are [n_tgt, n_src]."
+)

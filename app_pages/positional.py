@@ -1,0 +1,114 @@
+"""Page "Positional encoding": the sinusoidal table, its waves and similarities, the linear-map property, and
+what the loaded checkpoint uses (sinusoidal / learned / RoPE / ALiBi)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from model.worked import rotation_errors, sinusoidal
+from ui import state
+from ui.teaching import clamp, init_state, param_int
+from viz.teaching import (alibi_bias, alibi_slopes, bar, dimension_waves, matrix_heatmap, norm_histogram,
+                          rope_angles, similarity)
+
+PLOT = dict(width="stretch", theme=None)
+
+st.title("Positional encoding")
+st.caption("Attention by itself ignores word order: it sees a set of vectors. The Transformer adds a position "
+           "signal to each token embedding (Vaswani et al. 2017, §3.5).")
+st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right),\qquad "
+         r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)")
+st.info("The base is **10000** (paper §3.5). Some articles misprint it as 1000; the table below uses 10000.")
+
+# --- parameters (URL ?d_model=&length=&offset=) ---------------------------------------------------------
+init_state("pe_d_model", param_int("d_model", 64))
+init_state("pe_length", param_int("length", 64))
+init_state("pe_offset", param_int("offset", 5))
+c1, c2, c3 = st.columns(3)
+d_model = int(c1.number_input("d_model (even, 2–1024)", key="pe_d_model", step=2))
+length = int(c2.number_input("positions (1–512)", key="pe_length", step=1))
+offset = int(c3.number_input("offset k for the linear map", key="pe_offset", step=1))
+st.query_params.update({"d_model": str(d_model), "length": str(length), "offset": str(offset)})
+
+problems = []
+d_ok, msg = clamp(d_model, 2, 1024, "d_model")
+if msg:
+    problems.append(msg)
+if d_ok % 2:
+    problems.append(f"d_model must be even (sin/cos pairs); got {d_ok}, showing {d_ok + 1 if d_ok < 1024 else d_ok - 1}.")
+    d_ok = d_ok + 1 if d_ok < 1024 else d_ok - 1
+n_pos, msg = clamp(length, 1, 512, "The number of positions")
+if msg:
+    problems.append(msg)
+for p in problems:
+    st.warning(p)
+
+table = sinusoidal(n_pos, d_ok)
+st.subheader("The table")
+st.plotly_chart(matrix_heatmap(table, f"PE [{n_pos} positions × {d_ok} dimensions]"), **PLOT)
+st.caption("Left columns (small i) oscillate fast, right columns slowly: every position gets a distinct "
+           "pattern of phases, like the hands of a clock with many speeds.")
+
+default_dims = [d for d in (0, 1, 4, 10, d_ok - 2) if d < d_ok]
+dims = st.multiselect("Dimensions to plot as waves", list(range(d_ok)), default=sorted(set(default_dims)))
+st.plotly_chart(dimension_waves(table, dims, "Selected dimensions over position"), **PLOT)
+
+st.subheader("Position–position similarity")
+st.plotly_chart(matrix_heatmap(similarity(table), "PE(i) · PE(j)", "position j", "position i",
+                               colorscale="Viridis", zmid=None), **PLOT)
+st.caption(f"The diagonal is ‖PE(pos)‖² = d_model/2 = {d_ok // 2}; the dot product falls off with |i − j| and "
+           "depends only on the distance, not on the absolute positions.")
+
+st.subheader("Relative positions are a linear map")
+st.markdown(r"For every offset $k$ the matrix $M_k$ with $2\times2$ blocks "
+            r"$\begin{bmatrix}\cos\omega_i k & \sin\omega_i k\\ -\sin\omega_i k & \cos\omega_i k\end{bmatrix}$, "
+            r"$\omega_i = 10000^{-2i/d_{model}}$, acting on each $(\sin, \cos)$ pair, gives "
+            r"$M_k\,PE(pos) = PE(pos+k)$ — the same $M_k$ for every position (angle-addition formulas).")
+if n_pos < 2 or not 0 <= abs(offset) < n_pos:
+    st.warning(f"Pick an offset k with |k| < {n_pos} (the number of positions) to check the property.")
+else:
+    positions = [p for p in (0, 1, 2, 7, 20, 50, n_pos - 1 - max(offset, 0)) if 0 <= p < n_pos]
+    rows = rotation_errors(table, offset, sorted(set(positions)))
+    st.dataframe(pd.DataFrame(rows).style.format({"max abs error": "{:.2e}"}), hide_index=True)
+
+# --- the loaded checkpoint -------------------------------------------------------------------------------
+st.divider()
+st.subheader("In the loaded model")
+ckpt = state.require_checkpoint()
+cfg, model = ckpt.config, ckpt.model
+kind = cfg.pos_encoding
+st.markdown(f"This checkpoint uses **{kind}** positions (d_model {cfg.d_model}, max_len {cfg.max_len}, "
+            f"{cfg.n_heads} heads).")
+pos_table = getattr(getattr(model, "pos", None), "table", None)
+if kind in ("sinusoidal", "learned") and pos_table is not None:
+    pe = pos_table.detach().float().cpu().numpy()
+    what = "its fixed sinusoidal table" if kind == "sinusoidal" else "its learned table (model.pos.table)"
+    st.plotly_chart(matrix_heatmap(pe, f"{what}: [{pe.shape[0]} × {pe.shape[1]}]"), **PLOT)
+    emb = model.embed.weight.detach().float().cpu().numpy() * math.sqrt(cfg.d_model)
+    emb_norms, pe_norms = np.linalg.norm(emb, axis=1), np.linalg.norm(pe, axis=1)
+    st.plotly_chart(norm_histogram(emb_norms, pe_norms, "How loud is the position signal?"), **PLOT)
+    st.markdown(f"Mean ‖embedding × √d_model‖ = **{emb_norms.mean():.2f}** over {len(emb_norms)} tokens; "
+                f"mean ‖PE(pos)‖ = **{pe_norms.mean():.2f}** over {len(pe_norms)} positions.")
+elif kind == "rope":
+    d_k = cfg.d_model // cfg.n_heads
+    st.markdown(r"**RoPE** (Su et al. 2021) adds nothing to the embeddings. Inside self-attention, each pair "
+                r"$i$ of every query and key is rotated by $\theta = pos \cdot 10000^{-2i/d_k}$, so $q_m \cdot k_n$ "
+                r"depends on $m - n$ only.")
+    if d_k % 2 == 0:
+        ang = np.mod(rope_angles(min(cfg.max_len, 128), d_k), 2 * np.pi)
+        st.plotly_chart(matrix_heatmap(ang, f"Rotation angle θ mod 2π (d_k = {d_k})", "pair i", "position",
+                                       colorscale="Twilight", zmid=None), **PLOT)
+elif kind == "alibi":
+    slopes = alibi_slopes(cfg.n_heads)
+    st.markdown(r"**ALiBi** (Press et al. 2022) adds nothing to the embeddings. Each head $h$ adds "
+                r"$-m_h\,|i-j|$ to its attention scores, with slopes $m_h = 2^{-8(h+1)/H}$.")
+    st.plotly_chart(bar([f"head {h}" for h in range(cfg.n_heads)], slopes, "Slopes m_h", "", "m"), **PLOT)
+    head = st.selectbox("Head", list(range(cfg.n_heads)))
+    n = min(cfg.max_len, 24)
+    st.plotly_chart(matrix_heatmap(alibi_bias(n, slopes[head]), f"Bias −m·|i−j|, head {head}", "key j",
+                                   "query i", colorscale="Blues_r", zmid=None), **PLOT)
+else:
+    st.markdown("No position signal: the model sees its input as a bag of tokens (except through the causal "
+                "mask of the decoder).")

@@ -1,0 +1,297 @@
+"""Tests of the teaching pages (Positional encoding, Tokenization, Worked examples): the worked numbers, the
+sinusoidal linear-map property, BPE merge replay against ``tokenizers``, the figures, and each page through
+``streamlit.testing.v1.AppTest`` (bad inputs must give a warning, never an exception)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model import worked
+from model.bpe_replay import encode_by_replay, merge_table, piece_lengths, pre_tokenize, replay, segmentations
+from model.positional import sinusoidal_table
+from model.tokenizer import TextTokenizer
+from viz import teaching as vt
+
+ROOT = Path(__file__).resolve().parent.parent
+CKPT = ROOT / "checkpoints" / "en-de"
+HAS_CKPT = (CKPT / "model.safetensors").is_file() and (CKPT / "tokenizer.json").is_file()
+needs_ckpt = pytest.mark.skipif(not HAS_CKPT, reason="checkpoints/en-de is missing")
+
+
+# --- worked examples -------------------------------------------------------------------------------
+def test_reference_attention_values():
+    r = worked.attention_steps(worked.REF_Q, worked.REF_K, worked.REF_V, scale=True)
+    np.testing.assert_allclose(r["weights"][0], [0.3173, 0.3266, 0.3561], atol=1e-4)
+    np.testing.assert_allclose(r["output"][0], [0.3742, 0.1991, 0.3019], atol=1e-4)
+    np.testing.assert_allclose(r["weights"].sum(axis=1), 1.0, atol=1e-12)  # rows, not columns
+    np.testing.assert_allclose(r["scaled"], r["scores"] / math.sqrt(3))
+    ref = torch.softmax(torch.tensor(worked.REF_Q) @ torch.tensor(worked.REF_K).T / math.sqrt(3), dim=-1)
+    np.testing.assert_allclose(r["weights"], ref.numpy(), atol=1e-12)
+
+
+def test_causal_example():
+    r = worked.attention_steps(worked.REF_CAUSAL_SCORES, np.eye(3), np.eye(3), scale=False, causal=True)
+    np.testing.assert_allclose(r["weights"], [[1, 0, 0], [0.4750, 0.5250, 0], [0.3006, 0.3322, 0.3672]], atol=1e-4)
+    assert np.isneginf(r["masked"][0, 1]) and np.isneginf(r["masked"][0, 2])
+
+
+def test_attention_rejects_bad_shapes():
+    with pytest.raises(ValueError):
+        worked.attention_steps(np.ones((3, 2)), np.ones((3, 3)), np.ones((3, 3)))
+    with pytest.raises(ValueError):
+        worked.attention_steps(np.ones((3, 3)), np.ones((3, 3)), np.ones((2, 3)))
+    with pytest.raises(ValueError):
+        worked.attention_steps(np.full((3, 3), np.nan), np.ones((3, 3)), np.ones((3, 3)))
+
+
+def test_layer_norm_matches_torch():
+    rng = np.random.default_rng(1)
+    x, g, b = rng.normal(size=(4, 6)) * 3 + 2, rng.normal(size=6), rng.normal(size=6)
+    r = worked.layer_norm_steps(x, g, b)
+    np.testing.assert_allclose(r["normalised"].mean(axis=1), 0, atol=1e-12)
+    np.testing.assert_allclose(r["normalised"].var(axis=1), 1, atol=1e-4)
+    ref = torch.nn.functional.layer_norm(torch.tensor(x), (6,), torch.tensor(g), torch.tensor(b), eps=1e-5)
+    np.testing.assert_allclose(r["output"], ref.numpy(), atol=1e-10)
+    with pytest.raises(ValueError):
+        worked.layer_norm_steps(x, g[:3], b)
+
+
+def test_split_concat_heads():
+    x = np.arange(24.0).reshape(3, 8)
+    h = worked.split_heads(x, 4)
+    assert h.shape == (4, 3, 2)
+    np.testing.assert_array_equal(h[1], x[:, 2:4])
+    np.testing.assert_array_equal(worked.concat_heads(h), x)
+    with pytest.raises(ValueError):
+        worked.split_heads(x, 3)
+
+
+def test_scaling_demo_saturates_without_scaling():
+    rows = worked.scaling_demo(seed=0)
+    assert [r["d_k"] for r in rows] == [4, 16, 64, 256, 1024]
+    assert [r["max_raw"] for r in rows] == [r["max_raw"] for r in worked.scaling_demo(seed=0)]  # seeded
+    assert rows[-1]["max_raw"] > 0.9 and rows[-1]["entropy_raw"] < rows[-1]["entropy_scaled"]
+    assert all(r["max_scaled"] < 0.9 for r in rows)
+    assert all(abs(r["weights_raw"].sum() - 1) < 1e-12 for r in rows)
+
+
+# --- positional encoding -------------------------------------------------------------------------------
+def test_sinusoidal_matches_model_and_base_10000():
+    np.testing.assert_allclose(worked.sinusoidal(50, 16), sinusoidal_table(50, 16).numpy(), atol=1e-6)
+    t = worked.sinusoidal(20, 8)
+    assert t[3, 2] == pytest.approx(math.sin(3 / 10000 ** (2 / 8)))
+    assert t[3, 3] == pytest.approx(math.cos(3 / 10000 ** (2 / 8)))
+    with pytest.raises(ValueError):
+        worked.sinusoidal(10, 7)
+
+
+@pytest.mark.parametrize("d_model,k", [(2, 1), (16, 3), (64, 5), (128, 17), (512, 40)])
+def test_block_rotation_shifts_positions(d_model, k):
+    m = worked.block_rotation(k, d_model)
+    for table in (worked.sinusoidal(128, d_model), sinusoidal_table(128, d_model).double().numpy()):
+        for pos in (0, 1, 7, 50, 128 - k - 1):
+            assert np.abs(m @ table[pos] - table[pos + k]).max() < 1e-5
+    assert max(r["max abs error"] for r in worked.rotation_errors(worked.sinusoidal(128, d_model), k, range(60))) < 1e-5
+    if k:  # the other sign convention (the transpose) rotates the wrong way
+        table = worked.sinusoidal(128, d_model)
+        assert np.abs(m.T @ table[10] - table[10 + k]).max() > 1e-3
+
+
+# --- BPE replay ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ckpt_tokenizer():
+    if not HAS_CKPT:
+        pytest.skip("checkpoints/en-de is missing")
+    return TextTokenizer.from_file(CKPT / "tokenizer.json")
+
+
+def _sentences(limit=200):
+    from model.data import dataset_path, read_tsv
+    try:
+        pairs = read_tsv(dataset_path("train"), limit=limit)
+    except Exception as exc:  # pragma: no cover - no data in this clone
+        pytest.skip(f"training data unavailable: {exc}")
+    return [s for p in pairs for s in (p.src, p.tgt)]
+
+
+def test_replay_equals_tokenizers_on_training_words(ckpt_tokenizer):
+    table = merge_table(ckpt_tokenizer.to_str())
+    sentences = _sentences(200) + ["Bobby likes blackberries.", "  two  spaces ", "Öl 🙂 ünd ß", "x"]
+    words = 0
+    for s in sentences:
+        assert encode_by_replay(ckpt_tokenizer.backend, s, table) == ckpt_tokenizer.backend.encode(
+            s, add_special_tokens=False).tokens, s
+        for w in pre_tokenize(ckpt_tokenizer.backend, s):
+            words += 1
+            steps = replay(w, table)
+            assert "".join(steps[0].pieces) == w or "<unk>" in steps[0].pieces
+            assert all(len(b.pieces) < len(a.pieces) for a, b in zip(steps, steps[1:]))  # every step merges
+            assert [s_.rank for s_ in steps[1:]] == sorted(s_.rank for s_ in steps[1:])  # ranks only increase
+    assert words > 1000
+
+
+def test_replay_starts_from_metaspace_characters(ckpt_tokenizer):
+    table = merge_table(ckpt_tokenizer.to_str())
+    assert pre_tokenize(ckpt_tokenizer.backend, "Bobby likes") == ["▁Bobby", "▁likes"]
+    assert replay("▁Bobby", table)[0].pieces == ["▁", "B", "o", "b", "b", "y"]
+    assert replay("▁a🙂", table)[0].pieces[-1] == "<unk>"
+
+
+def test_merge_table_accepts_string_merges_and_trained_tokenizers():
+    texts = ["the cat sat on the mat", "the hat is flat", "a bat and a rat"] * 3
+    tok = TextTokenizer.train(texts, vocab_size=60, min_frequency=1)
+    data = json.loads(tok.to_str())
+    as_strings = dict(data)
+    as_strings["model"] = dict(data["model"], merges=[" ".join(m) if isinstance(m, list) else m
+                                                      for m in data["model"]["merges"]])
+    t1, t2 = merge_table(tok.to_str()), merge_table(json.dumps(as_strings))
+    assert t1.merges == t2.merges and len(t1.merges) > 5
+    for s in texts + ["that mat", "cats"]:
+        assert encode_by_replay(tok.backend, s, t1) == tok.backend.encode(s, add_special_tokens=False).tokens
+    assert max(piece_lengths(t1.vocab)) >= 2
+    seg = segmentations("the cat", ["▁the", "▁c", "at"])
+    assert [len(seg[k]) for k in ("characters", "words", "pieces")] == [6, 2, 3]
+
+
+# --- figures ---------------------------------------------------------------------------------------------
+def test_viz_shapes():
+    assert vt.rope_angles(10, 8).shape == (10, 4)
+    assert vt.rope_angles(5, 4)[3, 1] == pytest.approx(3 * 10000 ** (-2 / 4))
+    np.testing.assert_allclose(vt.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
+    b = vt.alibi_bias(5, 0.5)
+    assert b.shape == (5, 5) and b[0, 0] == 0 and b[0, 4] == -2.0 and b[4, 0] == -2.0
+    assert vt.similarity(np.ones((7, 4))).shape == (7, 7)
+    fig = vt.matrix_heatmap(np.zeros((6, 4)))
+    assert np.asarray(fig.data[0].z).shape == (6, 4)
+    fig = vt.annotated_matrix(np.array([[0.5, -np.inf]]))
+    assert list(fig.data[0].text[0]) == ["0.5000", "−∞"]
+    assert len(vt.dimension_waves(np.zeros((9, 4)), [0, 3, 99]).data) == 2
+    assert len(vt.norm_histogram([1, 2], [3]).data) == 2
+    html = vt.token_spans_html("a <b>", ["▁", "▁a", "▁<b>"], [5, 6, 7], [(0, 0), (0, 1), (1, 5)])
+    assert "∅" in html and "&lt;b&gt;" in html and "<b>" not in html
+    assert "#fecaca" in vt.token_spans_html("🙂", ["<unk>"], [3], [(0, 1)])
+
+
+# --- the pages --------------------------------------------------------------------------------------------
+def _app(page: str, **params):
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _warnings(at) -> str:
+    return " ".join(str(w.value) for w in at.warning)
+
+
+@needs_ckpt
+def test_positional_page_renders():
+    at = _app("app_pages/positional.py")
+    assert not at.warning
+    assert len(at.get("plotly_chart")) >= 5
+    assert any("10000" in str(i.value) and "1000" in str(i.value) for i in at.info)
+    errors = at.dataframe[0].value["max abs error"]
+    assert float(errors.max()) < 1e-9
+
+
+@needs_ckpt
+@pytest.mark.parametrize("params,expect", [
+    ({"d_model": "7"}, "even"), ({"length": "0"}, "between 1 and 512"), ({"length": "100000"}, "between 1 and 512"),
+    ({"d_model": "4096"}, "between 2 and 1024"), ({"offset": "999"}, "offset"),
+])
+def test_positional_page_bad_inputs_warn(params, expect):
+    at = _app("app_pages/positional.py", **params)
+    assert expect in _warnings(at)
+
+
+@needs_ckpt
+def test_positional_page_ignores_garbage():
+    at = _app("app_pages/positional.py", d_model="abc", length="x", offset="?")
+    assert not at.warning
+
+
+@needs_ckpt
+def test_tokenization_page():
+    at = _app("app_pages/tokenization.py")
+    assert not at.warning
+    assert any("Final:" in str(c.value) for c in at.caption)
+    at.selectbox(key="tok_word").set_value(2).run()
+    assert not at.exception
+    at.text_area(key="tok_text").set_value("").run()
+    assert not at.exception and "Type some text" in _warnings(at)
+    at.text_area(key="bpe_train_text").set_value("   ").run()
+    assert not at.exception and "Paste some text" in _warnings(at)
+    at.text_area(key="tok_text").set_value("I 🙂 it").run()
+    assert not at.exception and "<unk>" in _warnings(at)
+
+
+@needs_ckpt
+@pytest.mark.parametrize("vocab,expect", [("5", "30"), ("999999", "2000"), ("2000", None), ("30", None), ("x", None)])
+def test_tokenization_page_vocab_extremes(vocab, expect):
+    at = _app("app_pages/tokenization.py", vocab=vocab)
+    if expect:
+        assert f"showing {expect}" in _warnings(at)
+    else:
+        assert not at.warning
+
+
+@needs_ckpt
+def test_lecture_page():
+    at = _app("app_pages/lecture.py")
+    assert not at.warning
+    assert len(at.get("plotly_chart")) >= 10
+    at = _app("app_pages/lecture.py", causal="1", scaled="0", seed="zz")
+    assert at.checkbox(key="wx_causal").value and not at.checkbox(key="wx_scale").value
+    at.radio(key="wx_heads").set_value(4).run()
+    assert not at.exception
+
+
+def test_rope_and_alibi_formulas_agree_with_the_model():
+    attention = pytest.importorskip("model.attention")
+    if hasattr(attention, "alibi_slopes"):
+        np.testing.assert_allclose(vt.alibi_slopes(4), attention.alibi_slopes(4).double().numpy(), rtol=1e-6)
+        bias = attention.alibi_bias(attention.alibi_slopes(4), torch.arange(6), torch.arange(6))
+        np.testing.assert_allclose(vt.alibi_bias(6, vt.alibi_slopes(4)[2]), bias[2].double().numpy(), rtol=1e-6)
+    if hasattr(attention, "rope_rotate"):  # rotating a unit vector (1, 0) by θ gives (cos θ, sin θ)
+        x = torch.zeros(7, 8, dtype=torch.float64)
+        x[:, 0::2] = 1.0
+        rot = attention.rope_rotate(x, torch.arange(7)).double().numpy()
+        np.testing.assert_allclose(np.arctan2(rot[:, 1::2], rot[:, 0::2]),
+                                   np.angle(np.exp(1j * vt.rope_angles(7, 8))), atol=1e-5)
+
+
+@needs_ckpt
+@pytest.mark.parametrize("kind", ["learned", "rope", "alibi", "none"])
+def test_positional_page_for_other_encodings(kind, tmp_path, monkeypatch):
+    from model.checkpoint import save_checkpoint
+    from model.config import ConfigError, ModelConfig
+    from model.transformer import Transformer
+    tok = TextTokenizer.train(["the cat sat", "die Katze sitzt"], vocab_size=40, min_frequency=1)
+    try:
+        cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
+                          d_ff=32, max_len=16, pos_encoding=kind)
+        cfg.validate()
+    except (ConfigError, TypeError) as exc:
+        pytest.skip(f"{kind} not available: {exc}")
+    torch.manual_seed(0)
+    save_checkpoint(tmp_path / f"tiny-{kind}", Transformer(cfg).eval(), tok)
+    monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(tmp_path))
+    at = _app("app_pages/positional.py", ckpt=f"tiny-{kind}")
+    assert at.sidebar.selectbox(key="ckpt_name").value == f"tiny-{kind}"
+    assert any(f"**{kind}**" in str(m.value) for m in at.markdown)
+    assert not at.warning and not at.error
+
+
+def test_pieces_html_is_safe_in_markdown_tables():
+    out = vt.pieces_html(["a|b", "<i>"], [True, False])
+    assert "|" not in out and "&lt;i&gt;" in out and "#e4572e" in out

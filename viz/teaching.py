@@ -1,0 +1,173 @@
+"""Figures and HTML for the teaching pages (positional encoding, tokenization, worked examples).
+
+Pure functions from arrays / strings to Plotly figures or HTML fragments: no Streamlit, no model. The RoPE and
+ALiBi formulas are computed here from their papers, independently of the model code:
+
+* RoPE (Su et al. 2021): pair ``i`` of a ``d_k``-wide head at position ``pos`` is rotated by
+  ``θ = pos · base^(−2i/d_k)``.
+* ALiBi (Press et al. 2022): head ``h`` of ``H`` (H a power of two) has slope ``m_h = 2^(−8(h+1)/H)`` and adds
+  ``−m_h · |i − j|`` to the score of query ``i`` and key ``j``.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from viz.attention import FONT
+
+DIVERGING = "RdBu"
+CHIP_COLOURS = ("#dbeafe", "#fde68a")
+
+
+def _layout(fig: go.Figure, title: str, height: int, xtitle: str = "", ytitle: str = "") -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, height=height,
+                      margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor="white")
+    fig.update_xaxes(title_text=xtitle, automargin=True)
+    fig.update_yaxes(title_text=ytitle, automargin=True)
+    return fig
+
+
+# --- positional encoding ------------------------------------------------------------------------------
+def matrix_heatmap(z, title: str = "", xtitle: str = "dimension", ytitle: str = "position",
+                   colorscale=DIVERGING, zmid: float | None = 0.0, height: int = 420) -> go.Figure:
+    """A large matrix ``[rows, cols]`` (e.g. the PE table ``[positions, d_model]``) as a heatmap, row 0 on top."""
+    z = np.asarray(z, dtype=float)
+    if z.ndim != 2:
+        raise ValueError(f"expected a matrix, got shape {z.shape}")
+    fig = go.Figure(go.Heatmap(z=z, colorscale=colorscale, zmid=zmid, colorbar=dict(thickness=14),
+                               hovertemplate=f"{ytitle} %{{y}}<br>{xtitle} %{{x}}<br>%{{z:.4f}}<extra></extra>"))
+    fig = _layout(fig, title, height, xtitle, ytitle)
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def dimension_waves(table, dims: Sequence[int], title: str = "") -> go.Figure:
+    """Columns ``dims`` of ``table [positions, d_model]`` as lines over position (even = sin, odd = cos)."""
+    table = np.asarray(table, dtype=float)
+    fig = go.Figure()
+    x = np.arange(table.shape[0])
+    for d in dims:
+        if 0 <= d < table.shape[1]:
+            kind = "sin" if d % 2 == 0 else "cos"
+            fig.add_trace(go.Scatter(x=x, y=table[:, d], mode="lines", name=f"dim {d} ({kind}, i={d // 2})"))
+    return _layout(fig, title, 360, "position", "value")
+
+
+def similarity(table) -> np.ndarray:
+    """``table @ tableᵀ``: ``[positions, positions]`` dot products of the position vectors."""
+    table = np.asarray(table, dtype=float)
+    return table @ table.T
+
+
+def norm_histogram(embedding_norms, pe_norms, title: str = "") -> go.Figure:
+    """Overlaid histograms: ``‖embedding · √d_model‖`` per vocabulary entry vs ``‖PE(pos)‖`` per position."""
+    fig = go.Figure()
+    fig.add_trace(go.Histogram(x=np.asarray(embedding_norms, dtype=float), name="‖token embedding × √d_model‖",
+                               opacity=0.65, marker_color="#1d5fa3"))
+    fig.add_trace(go.Histogram(x=np.asarray(pe_norms, dtype=float), name="‖PE(pos)‖", opacity=0.65,
+                               marker_color="#e4572e"))
+    fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=-0.25))
+    return _layout(fig, title, 360, "vector norm", "count")
+
+
+def rope_angles(n_pos: int, d_k: int, base: float = 10000.0) -> np.ndarray:
+    """RoPE rotation angles ``θ[pos, i] = pos · base^(−2i/d_k)``: ``[n_pos, d_k/2]`` (Su et al. 2021)."""
+    if n_pos <= 0 or d_k <= 0 or d_k % 2:
+        raise ValueError("n_pos must be positive and d_k even")
+    return np.arange(n_pos, dtype=float)[:, None] * base ** (-np.arange(0, d_k, 2, dtype=float) / d_k)[None, :]
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """ALiBi slopes ``m_h = 2^(−8(h+1)/H)`` for ``h = 0 … H−1`` (``[H]``, Press et al. 2022)."""
+    if n_heads <= 0:
+        raise ValueError("n_heads must be positive")
+    return 2.0 ** (-8.0 * (np.arange(n_heads) + 1) / n_heads)
+
+
+def alibi_bias(n: int, slope: float) -> np.ndarray:
+    """ALiBi bias ``−m · |i − j|`` for queries ``i`` and keys ``j`` in ``0 … n−1``: ``[n, n]``."""
+    idx = np.arange(n)
+    return -float(slope) * np.abs(idx[:, None] - idx[None, :])
+
+
+def bar(x: Sequence, y: Sequence[float], title: str = "", xtitle: str = "", ytitle: str = "") -> go.Figure:
+    """A plain bar chart (e.g. ALiBi slopes per head, piece lengths)."""
+    fig = go.Figure(go.Bar(x=list(x), y=list(y), marker_color="#1d5fa3"))
+    return _layout(fig, title, 320, xtitle, ytitle)
+
+
+# --- worked examples ----------------------------------------------------------------------------------
+def annotated_matrix(z, title: str = "", row_labels: Sequence[str] | None = None,
+                     col_labels: Sequence[str] | None = None, decimals: int = 4) -> go.Figure:
+    """A small matrix with every value written in its cell (``decimals`` places); ``−∞`` cells read "−∞"."""
+    z = np.atleast_2d(np.asarray(z, dtype=float))
+    rows, cols = z.shape
+    rl = list(row_labels) if row_labels is not None else [f"row {i}" for i in range(rows)]
+    cl = list(col_labels) if col_labels is not None else [f"col {j}" for j in range(cols)]
+    text = [["−∞" if np.isneginf(v) else ("∞" if np.isposinf(v) else f"{v:.{decimals}f}") for v in r] for r in z]
+    shown = np.where(np.isfinite(z), z, np.nan)
+    fig = go.Figure(go.Heatmap(z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale="Blues",
+                               showscale=False, xgap=2, ygap=2, hoverinfo="skip"))
+    fig = _layout(fig, title, 90 + 42 * rows)
+    fig.update_layout(plot_bgcolor="#e6e6e6")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(side="top")
+    return fig
+
+
+def scaling_chart(rows: Sequence[dict]) -> go.Figure:
+    """Largest softmax weight vs ``d_k`` with and without ÷√d_k (rows from ``model.worked.scaling_demo``)."""
+    d = [str(r["d_k"]) for r in rows]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=d, y=[r["max_raw"] for r in rows], mode="lines+markers", name="q·k (no scaling)"))
+    fig.add_trace(go.Scatter(x=d, y=[r["max_scaled"] for r in rows], mode="lines+markers", name="q·k / √d_k"))
+    fig.update_yaxes(range=[0, 1.05])
+    return _layout(fig, "Largest of 10 softmax weights", 340, "d_k", "max weight")
+
+
+# --- tokenization -------------------------------------------------------------------------------------
+def _chip(top: str, bottom: str, bg: str, border: str = "#9aa5b1", dashed: bool = False) -> str:
+    style = (f"display:inline-block;margin:2px 3px;padding:3px 6px;border-radius:5px;background:{bg};"
+             f"border:1px {'dashed' if dashed else 'solid'} {border};text-align:center;vertical-align:top")
+    return (f'<span style="{style}"><span style="font-family:monospace;font-size:1.15rem;white-space:pre">{top}</span>'
+            f'<br><span style="font-size:0.75rem;color:#444;font-family:monospace">{bottom}</span></span>')
+
+
+def token_spans_html(text: str, tokens: Sequence[str], ids: Sequence[int], offsets: Sequence[tuple[int, int]],
+                     unk: str = "<unk>") -> str:
+    """The text split into its tokens' character spans, alternately coloured, piece and id under each.
+
+    A space inside a span shows as ``␣``; a token with an empty span (a lone ``▁`` word-start marker) is drawn
+    dashed with "∅"; ``<unk>`` pieces are red and show the characters they replaced. Safe HTML (escaped).
+    """
+    chips = []
+    for n, (piece, tid, (s, e)) in enumerate(zip(tokens, ids, offsets)):
+        chars = text[s:e]
+        bottom = f"{html.escape(piece)} · {int(tid)}"
+        if piece == unk:
+            chips.append(_chip(html.escape(chars.replace(" ", "␣")) or "∅", bottom, "#fecaca", "#b91c1c"))
+        elif s == e:
+            chips.append(_chip("∅", bottom + " · empty span", "#f3f4f6", dashed=True))
+        else:
+            chips.append(_chip(html.escape(chars.replace(" ", "␣")), bottom, CHIP_COLOURS[n % 2]))
+    return '<div style="line-height:2.6">' + "".join(chips) + "</div>"
+
+
+def cell_html(text: str) -> str:
+    """Escaped for HTML and safe inside a Markdown table cell (``|`` would end the cell)."""
+    return html.escape(text).replace("|", "&#124;")
+
+
+def pieces_html(pieces: Sequence[str], highlight: Sequence[bool] | None = None) -> str:
+    """Pieces as chips (``▁`` kept visible); chips with ``highlight[i]`` are outlined (e.g. just merged)."""
+    out = []
+    for i, p in enumerate(pieces):
+        on = bool(highlight[i]) if highlight is not None else False
+        out.append(f'<span style="display:inline-block;margin:1px 2px;padding:1px 6px;border-radius:4px;'
+                   f'font-family:monospace;font-size:1.05rem;background:{"#fde68a" if on else "#eef2f7"};'
+                   f'border:{"2px solid #e4572e" if on else "1px solid #cbd5e1"}">{cell_html(p)}</span>')
+    return "".join(out)

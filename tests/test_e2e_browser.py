@@ -272,3 +272,21 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
     assert_no_traceback(page)
     page.wait_for_timeout(500)
     shot(page, "decoding-beam.png")
+
+
+@pytest.mark.parametrize("path, title, name", [
+    ("positional", "Positional encoding", "positional.png"),
+    ("tokenization", "Tokenization", "tokenization.png"),
+    ("lecture", "Worked examples", "lecture.png"),
+    ("attention?tab=Model+grid", "Attention", "attention-grid.png"),
+    ("attention?tab=Head+statistics&kind=cross", "Attention", "attention-stats.png"),
+])
+def test_every_page_renders_in_the_browser(server, new_page, path, title, name):
+    page = new_page(DESKTOP)
+    page.goto(f"{server}/{path}")
+    page.get_by_role("heading", name=title).first.wait_for()
+    settle(page)
+    expect(page.locator('[data-testid="stPlotlyChart"], [data-testid="stVegaLiteChart"]').first).to_be_visible()
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)
+    shot(page, name)

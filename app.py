@@ -19,6 +19,7 @@ pages = [
     st.Page("app_pages/positional.py", title="Positional encoding", icon=":material/waves:"),
     st.Page("app_pages/tokenization.py", title="Tokenization", icon=":material/content_cut:"),
     st.Page("app_pages/lecture.py", title="Worked examples", icon=":material/calculate:"),
+    st.Page("app_pages/training.py", title="Training", icon=":material/model_training:"),
 ]
 nav = st.navigation(pages)
 # Less empty space above the title: more of each step fits on a projector.

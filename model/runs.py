@@ -69,6 +69,24 @@ def read_status(folder: Path) -> dict | None:
         return None
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a ``.jsonl`` file, one a line; a half-written last line and garbage lines are skipped,
+    and a missing file gives ``[]`` (a run folder may vanish while it is read)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 @torch.inference_mode()
 def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
                  sentences: list[str] = PROBE_SENTENCES) -> dict:

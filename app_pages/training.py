@@ -1,0 +1,247 @@
+"""Training: launch a run of ``python -m model.train`` from a form, watch its curves live, stop / resume / delete
+it, replay how the attention heads formed, and open the result in the explorer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from model import launch as L
+from viz.attention import attention_heatmap
+
+CHECKPOINTS_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
+
+st.title("Training")
+st.caption("Train a small English → German Transformer here and watch it learn. Each run is the ordinary "
+           "`python -m model.train` CLI running in the background; its folder under `runs/` holds the curves, "
+           "log-spaced checkpoints and attention snapshots.")
+
+root = L.runs_root()
+
+
+# --- launch form ------------------------------------------------------------------------------------------
+def launch_form() -> None:
+    preset = st.selectbox("Preset", list(L.PRESETS), key="train_preset",
+                          help="Fills the form; the 2-minute demo trains a tiny model on 3,000 sentences.")
+    p = L.preset_form(preset)
+    with st.form("launch"):
+        c1, c2, c3, c4 = st.columns(4)
+        d_model = c1.number_input("d_model", 8, 1024, p["d_model"], step=8, key=f"f_d_model_{preset}")
+        n_heads = c2.number_input("heads", 1, 32, p["n_heads"], key=f"f_heads_{preset}")
+        layers = c3.number_input("layers (enc = dec)", 1, 12, p["layers"], key=f"f_layers_{preset}")
+        d_ff = c4.number_input("d_ff", 8, 8192, p["d_ff"], step=64, key=f"f_dff_{preset}")
+        c1, c2, c3, c4 = st.columns(4)
+        dropout = c1.number_input("dropout", 0.0, 0.99, float(p["dropout"]), step=0.05, key=f"f_drop_{preset}")
+        pos = c2.selectbox("positional encoding", L.POS_ENCODINGS, L.POS_ENCODINGS.index(p["pos_encoding"]),
+                           key=f"f_pos_{preset}")
+        norm = c3.radio("layer norm", ["post-LN (paper)", "pre-LN"], index=int(p["norm_first"]),
+                        key=f"f_norm_{preset}")
+        smoothing = c4.number_input("label smoothing", 0.0, 0.99, float(p["label_smoothing"]), step=0.05,
+                                    key=f"f_ls_{preset}")
+        c1, c2, c3, c4 = st.columns(4)
+        warmup = c1.number_input("warmup steps", 0, 100_000, p["warmup"], key=f"f_warm_{preset}")
+        peak_lr = c2.number_input("peak learning rate", 1e-6, 1.0, float(p["peak_lr"]), format="%.5f",
+                                  key=f"f_lr_{preset}")
+        batch = c3.number_input("batch tokens", 100, 100_000, p["batch_tokens"], step=100, key=f"f_bt_{preset}")
+        seed = c4.number_input("seed", 0, 1_000_000, p["seed"], key=f"f_seed_{preset}")
+        c1, c2, c3, c4 = st.columns(4)
+        max_steps = c1.number_input("max steps", 1, 10_000_000, p["max_steps"], key=f"f_steps_{preset}")
+        max_minutes = c2.number_input("max minutes (0 = no limit)", 0.0, 10_000.0, float(p["max_minutes"]),
+                                      key=f"f_min_{preset}")
+        device = c3.selectbox("device", L.DEVICES, key=f"f_dev_{preset}")
+        name = c4.text_input("run name (optional)", key=f"f_name_{preset}")
+        data = st.radio("training data", L.DATA_CHOICES, horizontal=True, key=f"f_data_{preset}")
+        upload = st.file_uploader("your own data: source<TAB>target per line (.tsv)", type=["tsv", "txt"],
+                                  key=f"f_up_{preset}")
+        submitted = st.form_submit_button("Start training", type="primary")
+    if not submitted:
+        return
+    form = {**p, "d_model": int(d_model), "n_heads": int(n_heads), "layers": int(layers), "d_ff": int(d_ff),
+            "dropout": float(dropout), "pos_encoding": pos, "norm_first": norm == "pre-LN",
+            "label_smoothing": float(smoothing), "warmup": int(warmup), "peak_lr": float(peak_lr),
+            "batch_tokens": int(batch), "seed": int(seed), "max_steps": int(max_steps),
+            "max_minutes": float(max_minutes), "device": device, "data": data,
+            "train_tsv": "(uploaded)" if upload is not None else None}
+    errors = L.validate_form(form)
+    if name and not L.safe_name(name):
+        errors.append("a run name may hold letters, digits, '.', '_' and '-' only")
+    if errors:
+        st.error("Nothing was started:\n" + "\n".join(f"- {e}" for e in errors))
+        return
+    try:
+        run_dir = L.launch(form, root, name=name or None,
+                          train_tsv_bytes=upload.getvalue() if data == "uploaded TSV" and upload else None)
+    except (L.LaunchError, OSError) as exc:
+        st.error(f"Nothing was started: {exc}")
+        return
+    st.session_state["train_watch"] = run_dir.name
+    st.success(f"Started run `{run_dir.name}`. The command: `{' '.join(L.build_command(form, run_dir)[1:])}`")
+
+
+if L.demo_mode():
+    st.info("This is the hosted demo: training is switched off here, runs are shown read-only. "
+            "Clone the repository to train your own model (`make run`, then this page).")
+else:
+    with st.expander("Start a new run", expanded=not L.list_runs(root)):
+        launch_form()
+
+
+# --- runs table -------------------------------------------------------------------------------------------
+runs = L.list_runs(root)
+st.subheader("Runs")
+if not runs:
+    st.info(f"No runs yet under `{root}`.")
+    st.stop()
+table = pd.DataFrame([{k: v for k, v in r.items() if k not in ("path", "error")} for r in runs])
+st.dataframe(table, hide_index=True, width="stretch")
+names = [r["name"] for r in runs]
+wanted = st.session_state.get("train_watch")
+watched = st.selectbox("Watch run", names, index=names.index(wanted) if wanted in names else 0, key="train_pick")
+st.session_state["train_watch"] = watched
+run_dir = root / watched
+
+
+# --- charts -----------------------------------------------------------------------------------------------
+def line_chart(series: dict[str, tuple[list, list]], title: str, y_title: str, log_y: bool = False) -> go.Figure:
+    fig = go.Figure()
+    for label, (x, y) in series.items():
+        if x:
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers" if len(x) < 30 else "lines", name=label))
+    fig.update_layout(title=title, height=280, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step",
+                      yaxis_title=y_title, legend=dict(orientation="h", y=-0.3))
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def column(records: list[dict], key: str) -> tuple[list, list]:
+    rows = [r for r in records if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), int)]
+    return [r["step"] for r in rows], [r[key] for r in rows]
+
+
+def show_run(run_dir: Path) -> None:
+    status = L.read_status(run_dir) or {}
+    state = L.effective_state(status if status else None)
+    metrics = L.read_metrics(run_dir)
+    last_step = max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=0)
+    step, max_steps = status.get("step") or last_step, status.get("max_steps") or 0
+    st.markdown(f"**{run_dir.name}** — state **{state}** · step {step} / {max_steps or '?'}"
+                + (f" · updated {status['updated']}" if status.get("updated") else ""))
+    if max_steps:
+        st.progress(min(1.0, step / max_steps), text=f"step {step} of {max_steps}")
+    if state == "failed":
+        st.error(f"The run failed: {status.get('error') or 'the trainer process is gone (killed?)'}")
+        tail = L.log_tail(run_dir)
+        if tail:
+            st.code(tail, language=None)
+    if not metrics:
+        st.info("No metrics yet: the trainer is preparing the data and tokenizer.")
+        return
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(line_chart({"train loss": column(metrics, "loss"), "valid loss": column(metrics, "valid_loss")},
+                               "Loss", "cross-entropy"), width="stretch", theme=None, key="ch_loss")
+    c2.plotly_chart(line_chart({"BLEU": column(metrics, "valid_bleu"), "chrF": column(metrics, "valid_chrf")},
+                               "Validation BLEU / chrF", "score"), width="stretch", theme=None, key="ch_bleu")
+    c1, c2, c3 = st.columns(3)
+    c1.plotly_chart(line_chart({"lr": column(metrics, "lr")}, "Learning rate (warmup, then 1/√step)", "lr"),
+                    width="stretch", theme=None, key="ch_lr")
+    c2.plotly_chart(line_chart({"tokens/s": column(metrics, "tokens_per_s")}, "Throughput", "tokens/s"),
+                    width="stretch", theme=None, key="ch_tps")
+    c3.plotly_chart(line_chart({"grad norm": column(metrics, "grad_norm")}, "Gradient norm (before clipping)",
+                               "norm"), width="stretch", theme=None, key="ch_gn")
+
+
+running = L.effective_state(L.read_status(run_dir)) == "running"
+
+
+@st.fragment(run_every=2 if running else None)
+def watch() -> None:
+    show_run(run_dir)
+    if running and L.effective_state(L.read_status(run_dir)) != "running":
+        st.rerun()  # it just ended: refresh the buttons and stop polling
+
+
+watch()
+
+
+# --- control ----------------------------------------------------------------------------------------------
+state = L.effective_state(L.read_status(run_dir))
+if not L.demo_mode():
+    c1, c2, c3, c4 = st.columns(4)
+    if c1.button("Stop", disabled=state != "running", help="Graceful: saves last/ and exits"):
+        L.stop(run_dir)
+        st.toast("Stop requested: the run saves last/ and ends within a step or an evaluation.")
+    if c2.button("Resume", disabled=not L.can_resume(run_dir) or L.active_run(root) is not None,
+                 help="Continue exactly where last/ left off"):
+        try:
+            L.resume(run_dir, root)
+            st.rerun()
+        except L.LaunchError as exc:
+            st.error(str(exc))
+    no_status = L.read_status(run_dir) is None and L.recently_written(run_dir)
+    if no_status:
+        st.caption("This run has no status.json but was written to in the last minutes: it may be a CLI run "
+                   "of an older trainer still going, so Delete is off.")
+    if c3.button("Delete", disabled=state in ("running", "starting") or no_status):
+        try:
+            L.delete(run_dir)
+            st.session_state.pop("train_watch", None)
+            st.rerun()
+        except L.LaunchError as exc:
+            st.error(str(exc))
+    has_best = (run_dir / "best" / "config.json").is_file()
+    if c4.button("Open in explorer", disabled=not has_best,
+                 help="Copies best/ to checkpoints/<run name>, where the sidebar's checkpoint picker lists it"):
+        try:
+            dest = L.export_best(run_dir, CHECKPOINTS_ROOT)
+            st.success(f"Copied best/ to `checkpoints/{dest.name}`: pick “{dest.name}” in the sidebar's "
+                       "checkpoint list (reload the page if it is not there yet).")
+        except (L.LaunchError, OSError) as exc:
+            st.error(str(exc))
+    st.caption("“Open in explorer” copies the run's best/ checkpoint into `checkpoints/<run name>`, so the "
+               "sidebar picker of the other pages lists it.")
+
+
+# --- heads forming ----------------------------------------------------------------------------------------
+st.subheader("Heads forming")
+probes = L.read_probes(run_dir)
+if not probes:
+    st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
+    st.stop()
+steps = [r["step"] for r in probes]
+snap_step = st.select_slider("snapshot step", steps, value=steps[-1], key="hf_step") if len(steps) > 1 else steps[0]
+record = probes[steps.index(snap_step)]
+sources = [p.get("source", "?") for p in record["probes"]]
+if not sources:
+    st.stop()
+c1, c2 = st.columns(2)
+src_i = c1.selectbox("probe sentence", range(len(sources)), format_func=lambda i: sources[i], key="hf_src")
+probe = record["probes"][src_i]
+att = probe.get("attention") or {}
+if not att:
+    st.stop()
+kinds = list(att)
+kind = c2.selectbox("attention", kinds, key="hf_kind",
+                    format_func=lambda k: {"encoder": "encoder self", "decoder": "decoder masked self",
+                                           "cross": "cross (decoder → encoder)"}.get(k, k))
+st.markdown(f"Translation at step {snap_step}: **{probe.get('translation', '')}**")
+src_tok, tgt_tok = probe.get("src_tokens", []), probe.get("tgt_tokens", [])
+q_lab = src_tok if kind == "encoder" else tgt_tok  # kinds: encoder, decoder (masked self), cross
+k_lab = tgt_tok if kind in ("decoder", "self") else src_tok
+layers = att[kind]
+for li, layer in enumerate(layers):
+    cols = st.columns(len(layer))
+    for hi, head in enumerate(layer):
+        q = q_lab if len(q_lab) == len(head) else [str(i) for i in range(len(head))]
+        k = k_lab if head and len(k_lab) == len(head[0]) else [str(i) for i in range(len(head[0]) if head else 0)]
+        try:
+            fig = attention_heatmap(head, q, k, title=f"layer {li + 1} · head {hi + 1}",
+                                    causal=kind in ("decoder", "self"), height=260)
+        except (ValueError, IndexError) as exc:
+            cols[hi].warning(f"cannot draw: {exc}")
+            continue
+        cols[hi].plotly_chart(fig, width="stretch", theme=None, key=f"hf_{kind}_{li}_{hi}")

@@ -1,0 +1,244 @@
+"""The Training page: ``model/launch.py`` (form validation, the CLI it builds, real tiny runs started as
+subprocesses, the one-run lock, stop, kill -9, delete, garbage tolerance) and ``app_pages/training.py`` via AppTest.
+
+Every run goes into a temporary runs root; nothing touches ``runs/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from model import launch as L
+from model.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "app_pages" / "training.py"
+
+TINY = {"d_model": 32, "n_heads": 2, "layers": 1, "d_ff": 64, "max_steps": 20, "max_minutes": 0.0,
+        "limit_train": 200, "eval_every": 10, "eval_sentences": 5, "vocab_size": 500, "warmup": 5,
+        "log_every": 5, "threads": 1, "device": "cpu", "batch_tokens": 600}
+LONG = {**TINY, "max_steps": 100_000, "max_minutes": 2.0, "eval_every": 100_000}
+
+
+def wait_for(pred, timeout=180.0, every=0.25):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(every)
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.delenv(L.DEMO_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A real tiny run, launched through :func:`launch.launch` and waited for."""
+    root = tmp_path_factory.mktemp("runs")
+    os.environ.pop(L.DEMO_ENV, None)
+    run = L.launch({**L.preset_form("2-minute CPU demo"), **TINY}, root, name="tiny")
+    assert wait_for(lambda: (L.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), \
+        L.log_tail(run)
+    return root, run
+
+
+# --- the form --------------------------------------------------------------------------------------------
+def test_validate_form_errors():
+    assert L.validate_form(L.preset_form("2-minute CPU demo")) == []
+    assert all(L.validate_form(L.preset_form(p)) == [] for p in L.PRESETS)
+    assert any("divisible" in e for e in L.validate_form({"d_model": 30, "n_heads": 4}))
+    assert any("max_steps" in e for e in L.validate_form({"max_steps": 0}))
+    assert any("max_minutes" in e for e in L.validate_form({"max_minutes": -1}))
+    assert any("dropout" in e for e in L.validate_form({"dropout": 1.5}))
+    assert any("positional" in e for e in L.validate_form({"pos_encoding": "wavelet"}))
+    assert any("RoPE" in e for e in L.validate_form({"pos_encoding": "rope", "d_model": 36, "n_heads": 4}))
+    assert any("upload" in e for e in L.validate_form({"data": "uploaded TSV"}))
+
+
+def test_build_command_is_the_cli():
+    form = {**L.preset_form("2-minute CPU demo"), "norm_first": True, "data": "sentences + phrases"}
+    cmd = L.build_command(form, "runs/x")
+    assert cmd == [sys.executable, "-m", "model.train", "--out", "runs/x", "--d-model", "64", "--n-heads", "2",
+                   "--layers", "2", "--d-ff", "256", "--dropout", "0.1", "--pos-encoding", "sinusoidal",
+                   "--norm-first", "--label-smoothing", "0.1", "--warmup", "200", "--peak-lr", "0.001",
+                   "--batch-tokens", "1500", "--max-steps", "100000", "--max-minutes", "2.0", "--seed", "1",
+                   "--device", "auto", "--vocab-size", "2000", "--eval-every", "100", "--eval-sentences", "50",
+                   "--log-every", "10", "--limit-train", "3000", "--phrases-per-epoch", "2000", "--no-progress"]
+    from model.train import build_parser
+    args = build_parser().parse_args(cmd[3:])  # the trainer accepts it
+    assert args.d_model == 64 and args.norm_first and args.max_minutes == 2.0
+    tsv = L.build_command({**form, "data": "uploaded TSV", "train_tsv": "/r/train.tsv"}, "r")
+    assert tsv[tsv.index("--train-tsv") + 1] == "/r/train.tsv" and "--phrases-per-epoch" not in tsv
+
+
+def test_demo_refuses_launch(tmp_path, monkeypatch):
+    monkeypatch.setenv(L.DEMO_ENV, "1")
+    with pytest.raises(L.LaunchError, match="demo"):
+        L.launch(TINY, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_runs_root_env(tmp_path, monkeypatch):
+    monkeypatch.setenv(L.RUNS_ENV, str(tmp_path))
+    assert L.runs_root() == tmp_path
+    monkeypatch.delenv(L.RUNS_ENV)
+    assert L.runs_root() == L.RUNS_ROOT
+
+
+# --- real runs -------------------------------------------------------------------------------------------
+def test_tiny_run_finishes(finished):
+    root, run = finished
+    assert L.read_status(run)["state"] == "finished", L.log_tail(run)
+    assert L.active_run(root) is None and not (root / L.LOCK_NAME).exists()  # lock released once it ended
+    (row,) = L.list_runs(root)
+    assert row["name"] == "tiny" and row["state"] == "finished" and row["step"] == 20
+    assert row["loss"] is not None and row["valid_loss"] is not None and "d32" in row["model"]
+    metrics = L.read_metrics(run)
+    assert any("lr" in m for m in metrics) and any(m.get("event") == "stopped" for m in metrics)
+    probes = L.read_probes(run)
+    assert [p["step"] for p in probes] == [0, 10, 20]
+    assert load_checkpoint(run / "best").config.d_model == 32
+    assert not L.can_resume(run)  # all its steps are done
+
+
+def test_half_written_and_garbage_files(finished, tmp_path):
+    _, run = finished
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "status.json").write_text("{not json")
+    (bad / "config.json").write_text("[1, 2]")
+    good = (run / "metrics.jsonl").read_text().splitlines()
+    (bad / "metrics.jsonl").write_text("\n".join(good[:3]) + '\n{"step": 9, "lo')
+    (bad / "probes.jsonl").write_text('garbage\n{"step": "x"}\n')
+    assert len(L.read_metrics(bad)) == 3 and L.read_probes(bad) == []
+    (tmp_path / "empty").mkdir()
+    rows = {r["name"]: r for r in L.list_runs(tmp_path)}
+    assert rows["bad"]["state"] == "unknown" and rows["empty"]["state"] == "unknown"
+    assert L.list_runs(tmp_path / "missing") == []
+    assert L.read_metrics(tmp_path / "vanished") == [] and L.effective_state(None) == "unknown"
+    assert L.summarize(tmp_path / "vanished")["state"] == "unknown"
+    (tmp_path / L.LOCK_NAME).write_text("garbage")
+    assert L.active_run(tmp_path) is None and not (tmp_path / L.LOCK_NAME).exists()
+    old = time.time() - 3600
+    os.utime(bad / "status.json", (old, old))
+    os.utime(bad / "metrics.jsonl", (old, old))  # fresh metrics without a status could be a live older trainer
+    L.delete(bad)
+    assert not bad.exists()
+
+
+def test_lock_delete_and_stop(tmp_path):
+    run = L.launch(LONG, tmp_path, name="long")
+    try:
+        assert wait_for(lambda: L.effective_state(L.read_status(run)) == "running", 120), L.log_tail(run)
+        assert L.active_run(tmp_path) == run
+        with pytest.raises(L.LaunchError, match="still training"):
+            L.launch(TINY, tmp_path, name="second")
+        assert not (tmp_path / "second").exists()
+        with pytest.raises(L.LaunchError, match="still training"):
+            L.delete(run)
+        assert L.list_runs(tmp_path)[0]["state"] == "running"
+        assert L.stop(run)
+        assert wait_for(lambda: (L.read_status(run) or {}).get("state") != "running", 120), L.log_tail(run)
+        assert L.read_status(run)["state"] == "stopped" and L.read_status(run)["reason"] == "SIGTERM"
+        assert L.effective_state(L.read_status(run)) == "stopped" and L.active_run(tmp_path) is None
+        assert L.can_resume(run) and (run / "last" / "trainer_state.json").is_file()
+    finally:
+        L.stop(run)
+    L.delete(run)
+    assert not run.exists()
+
+
+def test_kill_9_is_failed_and_checkpoint_loads(tmp_path):
+    run = L.launch(LONG, tmp_path, name="killed")
+    try:
+        assert wait_for(lambda: (run / "checkpoints" / "step-10" / "config.json").is_file(), 120), L.log_tail(run)
+        status = L.read_status(run)
+        assert L.effective_state(status) == "running"
+    finally:
+        pid = (L.read_status(run) or {}).get("pid") or json.loads((tmp_path / L.LOCK_NAME).read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: L.effective_state(L.read_status(run)) == "failed", 30)
+    assert L.read_status(run)["state"] == "running"  # the file still says so; the page knows better
+    assert L.active_run(tmp_path) is None  # stale lock
+    found = [p for p in (run / "last", run / "best", run / "checkpoints" / "step-0") if (p / "config.json").is_file()]
+    assert found and load_checkpoint(found[-1]).config.d_model == 32
+    L.delete(run)  # a dead run may be deleted
+    assert not run.exists()
+
+
+# --- the page --------------------------------------------------------------------------------------------
+def page(monkeypatch, root: Path, demo: bool = False) -> AppTest:
+    monkeypatch.setenv(L.RUNS_ENV, str(root))
+    if demo:
+        monkeypatch.setenv(L.DEMO_ENV, "1")
+    at = AppTest.from_file(str(PAGE), default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_page_empty_root(tmp_path, monkeypatch):
+    at = page(monkeypatch, tmp_path)
+    assert any("No runs yet" in i.value for i in at.info)
+    assert len(at.button) >= 1 and at.selectbox(key="train_preset").value == "2-minute CPU demo"
+
+
+def test_page_invalid_form_shows_error(tmp_path, monkeypatch):
+    at = page(monkeypatch, tmp_path)
+    preset = at.selectbox(key="train_preset").value
+    at.number_input(key=f"f_d_model_{preset}").set_value(30)
+    at.number_input(key=f"f_heads_{preset}").set_value(4)
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("divisible" in e.value for e in at.error), [e.value for e in at.error]
+    assert not any(tmp_path.iterdir())  # nothing started
+
+
+def test_page_demo_hides_form(tmp_path, monkeypatch):
+    at = page(monkeypatch, tmp_path, demo=True)
+    assert any("hosted demo" in i.value for i in at.info)
+    assert len(at.number_input) == 0 and len(at.button) == 0
+
+
+def test_page_shows_finished_run(finished, monkeypatch):
+    root, run = finished
+    at = page(monkeypatch, root)
+    assert at.dataframe[0].value["name"].tolist() == ["tiny"]
+    assert "finished" in " ".join(m.value for m in at.markdown)
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    titles = [c["layout"]["title"]["text"] for c in charts]
+    assert "Loss" in titles and any("Learning rate" in t for t in titles)
+    loss = charts[titles.index("Loss")]
+    assert {t["name"] for t in loss["data"]} == {"train loss", "valid loss"}
+    assert any(t.startswith("layer 1 · head") for t in titles)  # heads forming
+    assert any("Translation at step 20" in m.value for m in at.markdown)
+    at.select_slider(key="hf_step").set_value(0).run()
+    assert not at.exception and any("Translation at step 0" in m.value for m in at.markdown)
+    labels = {b.label: b.disabled for b in at.button}
+    assert labels["Stop"] and not labels["Delete"] and not labels["Open in explorer"]
+
+
+def test_run_without_status_but_fresh_metrics_is_not_deletable(tmp_path):
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "metrics.jsonl").write_text('{"step": 50, "loss": 5.0}\n')
+    (row,) = L.list_runs(tmp_path)
+    assert row["state"] == "unknown" and row["step"] == 50
+    with pytest.raises(L.LaunchError):
+        L.delete(legacy)
+    old = time.time() - 3600
+    os.utime(legacy / "metrics.jsonl", (old, old))
+    L.delete(legacy)
+    assert not legacy.exists()

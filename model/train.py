@@ -357,6 +357,9 @@ def run(args) -> int:
                 snapshot(model, tok, out, state["step"])
             if state["step"] % args.eval_every == 0 or state["step"] == args.max_steps:
                 evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started)
+                # Resumable even after a hard kill: the resume state as of this evaluation.
+                state["train_seconds"] = base_seconds + time.time() - started
+                save_last(last, model, tok, opt, state)
         else:
             state["epoch"] += 1
             state["batch"] = 0

@@ -84,3 +84,19 @@ def test_a_bad_configuration_is_recorded_as_failed(tmp_path):
     assert proc.returncode == 2 and "divisible" in output
     status = read_status(tmp_path / "run")
     assert status["state"] == "failed" and "divisible" in status["error"]
+
+
+def test_a_hard_killed_run_can_be_resumed_from_its_last_evaluation(tmp_path):
+    proc = run_train(tmp_path / "run", "--max-steps", "100000", "--no-snapshots")
+    deadline = time.time() + 180
+    while time.time() < deadline and not (tmp_path / "run" / "last" / "trainer_state.json").is_file():
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    state = json.loads((tmp_path / "run" / "last" / "trainer_state.json").read_text())
+    assert state["step"] >= 6
+    resumed = subprocess.run([sys.executable, "-m", "model.train", "--out", str(tmp_path / "run"), "--resume",
+                              "--max-steps", str(state["step"] + 3), "--no-progress", "--threads", "1"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert read_status(tmp_path / "run")["step"] == state["step"] + 3

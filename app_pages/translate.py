@@ -50,7 +50,7 @@ st.markdown(
 
 # --- step-through -------------------------------------------------------------------------------------
 stepper = state.stepper_for(ckpt, src)
-total_steps = len(all_ids) - 1  # tokens generated until <eos> (or the length limit)
+total_steps = len(all_ids) - len(stepper.prefix)  # tokens generated until <eos> (or the length limit)
 step = min(state.current_step(), total_steps)
 stepper.goto(step)
 
@@ -94,25 +94,31 @@ with left:
     st.caption(f"Chosen: **{html.escape(display_token(tok.id_to_token(record.token_id)))}** with p = {record.prob:.3f} "
                "(greedy: the most probable token).")
 with right:
-    st.markdown(f"**Cross-attention of step {step}** — which source pieces the new token looked at")
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", list(range(cfg.n_decoder_layers)), index=cfg.n_decoder_layers - 1,
                          format_func=lambda i: f"decoder layer {i + 1}", key="tr_layer")
     head_opts = ["mean"] + list(range(cfg.n_heads))
     head = c2.selectbox("Head", head_opts, key="tr_head",
                         format_func=lambda h: "mean over heads" if h == "mean" else f"head {h + 1}")
-    row = record.cross_attention[layer]
+    if record.cross_attention is not None:
+        st.markdown(f"**Cross-attention of step {step}** — which source pieces the new token looked at")
+        row, keys = record.cross_attention[layer], src.tokens
+    else:  # a decoder-only model has no encoder: show its masked self-attention over the prefix instead
+        st.markdown(f"**Masked self-attention of step {step}** — which earlier pieces the new token looked at")
+        row = record.self_attention[layer]
+        keys = tok.tokens(stepper.tokens[: row.shape[-1]])
     weights = row.mean(0) if head == "mean" else row[head]
-    st.markdown(highlight_tokens_html(src.tokens, weights,
+    st.markdown(highlight_tokens_html(keys, weights,
                                       caption="Shade = attention weight; outlined = the strongest piece."),
                 unsafe_allow_html=True)
-    matrix = stepper.cross_attention_matrix()[layer]
-    matrix = matrix.mean(0) if head == "mean" else matrix[head]
-    st.plotly_chart(
-        alignment_heatmap(matrix, tok.tokens(stepper.generated), src.tokens,
-                          title="Alignment so far<br><sup>rows = generated tokens (queries), columns = source pieces (keys)</sup>"),
-        width="stretch", theme=None,
-    )
+    matrix = stepper.cross_attention_matrix()
+    if matrix is not None:
+        matrix = matrix[layer].mean(0) if head == "mean" else matrix[layer][head]
+        st.plotly_chart(
+            alignment_heatmap(matrix, tok.tokens(stepper.generated), src.tokens,
+                              title="Alignment so far<br><sup>rows = generated tokens (queries), columns = source pieces (keys)</sup>"),
+            width="stretch", theme=None,
+        )
 
 logp = float(sum(torch.log(torch.tensor(max(r.prob, 1e-12))) for r in stepper.records))
 st.caption(f"Sequence log-probability so far: {logp:.2f} (sum of log p of each chosen token).")

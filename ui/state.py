@@ -170,13 +170,23 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
     return src
 
 
+def new_stepper(model, src_ids: list[int]) -> Stepper:
+    """A :class:`Stepper` for either architecture: an encoder-decoder translates ``src_ids``; a decoder-only model
+    continues them (the text without its ``<eos>`` becomes the prompt after ``<bos>``)."""
+    cfg = model.cfg
+    limit = min(cfg.max_len - 1, 2 * len(src_ids) + 10)
+    if cfg.is_encoder_decoder:
+        return Stepper(model, src_ids, max_new_tokens=limit)
+    prompt = [cfg.bos_id] + [i for i in src_ids if i != cfg.eos_id]
+    return Stepper(model, None, prefix_ids=prompt, max_new_tokens=limit)
+
+
 def stepper_for(ckpt: Checkpoint, src: SourceInput) -> Stepper:
     """A :class:`Stepper` for this checkpoint and sentence, kept in the session so that stepping is incremental."""
     key = (str(ckpt.path), tuple(src.ids))
     held = st.session_state.get("_stepper")
     if held is None or held[0] != key:
-        limit = min(ckpt.config.max_len - 1, 2 * len(src.ids) + 10)
-        held = (key, Stepper(ckpt.model, src.ids, max_new_tokens=limit))
+        held = (key, new_stepper(ckpt.model, src.ids))
         st.session_state["_stepper"] = held
     return held[1]
 
@@ -184,7 +194,7 @@ def stepper_for(ckpt: Checkpoint, src: SourceInput) -> Stepper:
 @st.cache_data(show_spinner=False, max_entries=256)
 def _full_translation(path: str, mtime: float, src_ids: tuple[int, ...]) -> tuple[list[int], list[int]]:
     ckpt = _load(path, mtime)
-    stepper = Stepper(ckpt.model, list(src_ids), max_new_tokens=min(ckpt.config.max_len - 1, 2 * len(src_ids) + 10))
+    stepper = new_stepper(ckpt.model, list(src_ids))
     stepper.run_to_end()
     return stepper.tokens, stepper.output_ids()
 
@@ -195,5 +205,6 @@ def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
 
 
 def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:
-    """Greedy decode to the end: ``(all target ids with <bos> and <eos>, output ids without them)`` (cached)."""
+    """Greedy decode to the end: ``(all decoder ids — <bos>, a decoder-only prompt, the output, <eos> —, output ids
+    without them)`` (cached)."""
     return _full_translation(str(ckpt.path), _mtime(Path(ckpt.path)), tuple(src.ids))

@@ -15,6 +15,7 @@ import torch
 
 from model.analysis import (ablation_sweep, attention_rollout, greedy_with_head_masks, head_statistics,
                             sequence_log_probs)
+from model.decoding import default_max_new_tokens, strip_eos
 from model.trace import KIND_TITLES, trace_pair
 from ui import attention_views as views
 from ui import state
@@ -91,14 +92,7 @@ if src is None:
 all_ids, output_ids = state.full_translation(ckpt, src)
 st.markdown(f"**Translation:** {tok.decode(output_ids) or '(empty output)'}")
 
-
-
-def decoder_inputs(ids: list[int], eos_id: int) -> list[int]:
-    """<bos> + the generated tokens: the final <eos> is an output, never an input."""
-    return ids[:-1] if len(ids) > 1 and ids[-1] == eos_id else ids
-
-
-tgt_inputs = decoder_inputs(all_ids, cfg.eos_id)
+tgt_inputs = strip_eos(all_ids, cfg.eos_id)  # <eos> is an output, never a decoder input
 trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
 
 # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
@@ -308,7 +302,7 @@ if tab_ablation.open:
                 m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
                           help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
                 _plot(log_prob_figure(scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"))
-                limit = min(cfg.max_len - 1, 2 * len(src.ids) + 10)
+                limit = default_max_new_tokens(cfg, len(src.ids))
                 new_ids = _greedy_without(ckpt_path, ckpt_mtime, src_key, heads, limit, _model=ckpt.model)
                 new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
                 same = new_out == list(output_ids)
@@ -346,7 +340,7 @@ if tab_compare.open:
             other_src = state.source_for(ckpt, other_text)
             if other_src is not None:
                 o_all, o_out = state.full_translation(ckpt, other_src)
-                other_trace = trace_pair(ckpt.model, tok, other_src.ids, decoder_inputs(o_all, cfg.eos_id))
+                other_trace = trace_pair(ckpt.model, tok, other_src.ids, strip_eos(o_all, cfg.eos_id))
                 other_name = f"“{other_src.text}” → {tok.decode(o_out)}"
         else:
             others = {n: p for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
@@ -369,7 +363,7 @@ if tab_compare.open:
                     o_src = state.source_for(other, src.text)
                     if o_src is not None:
                         o_all, o_out = state.full_translation(other, o_src)
-                        other_trace = trace_pair(other.model, other.tokenizer, o_src.ids, decoder_inputs(o_all, other.config.eos_id))
+                        other_trace = trace_pair(other.model, other.tokenizer, o_src.ids, strip_eos(o_all, other.config.eos_id))
                         other_name = f"checkpoint {name} (its own tokenizer and translation: {other.tokenizer.decode(o_out)})"
         if other_trace is not None:
             o_attn = other_trace.attention[kind]

@@ -7,6 +7,7 @@ import platform
 import streamlit as st
 import torch
 
+from model.decoding import default_max_new_tokens
 from model.sampling import SamplingConfig, SamplingError, beam_search, length_penalty
 from ui import decoding_lab as lab
 from ui import state
@@ -100,7 +101,7 @@ src_key = (str(ckpt.path), id(ckpt.model), tuple(src.ids))
 if ss.get("dl_src_key") not in (None, src_key):  # a new sentence (or model): start over
     ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, []
 ss["dl_src_key"] = src_key
-limit = min(cfg.max_len - 1, 2 * len(src.ids) + 10)
+limit = default_max_new_tokens(cfg, len(src.ids))
 
 
 def translation_box(text: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .decoding import Stepper
 from .transformer import Transformer
 
 
@@ -169,10 +170,7 @@ def greedy_with_head_masks(
     max_new_tokens: int | None = None,
     prefix_ids: list[int] | None = None,
 ) -> list[int]:
-    """Greedy decoding with some heads switched off (no KV cache: the whole prefix is re-decoded each step).
-
-    Each step runs the decoder over the full prefix with the head masks, so it costs O(n²) for n tokens;
-    meant for one short sentence (the app's ablation view), not for evaluation.
+    """Greedy decoding with some heads switched off: a :class:`~model.decoding.Stepper` with head masks.
 
     Args:
         src_ids: encoder ids ``[src_len]`` (``<eos>`` included); ignored for decoder-only models.
@@ -186,27 +184,6 @@ def greedy_with_head_masks(
         The target ids ``[<bos>, y₁, …]`` including the final ``<eos>`` when one was produced (the same layout as
         ``Stepper.tokens``).
     """
-    cfg = model.cfg
-    masks = head_masks or {}
-    dev = model.device
-    tokens = list(prefix_ids) if prefix_ids else [cfg.bos_id]
-    limit = min(max_new_tokens or cfg.max_len, cfg.max_len - len(tokens))
-    memory = memory_mask = None
-    if cfg.is_encoder_decoder:
-        if not src_ids:
-            raise ValueError("an encoder-decoder model needs src_ids")
-        src = torch.tensor([src_ids], device=dev)
-        memory, _ = model.encode(src, head_mask=masks.get("encoder"))
-        memory_mask = model.src_mask(src)
-        self_mask, cross_mask = masks.get("decoder"), masks.get("cross")
-    else:
-        self_mask, cross_mask = masks.get("self"), None
-    for _ in range(max(0, limit)):
-        tgt = torch.tensor([tokens], device=dev)
-        out = model.decode(tgt, memory, memory_mask, self_head_mask=self_mask, cross_head_mask=cross_mask)
-        log_probs = torch.log_softmax(model.logits(out.hidden[0, -1]).float(), dim=-1)
-        token = int(torch.argmax(log_probs))
-        tokens.append(token)
-        if token == cfg.eos_id:
-            break
-    return tokens
+    stepper = Stepper(model, src_ids, prefix_ids=prefix_ids, max_new_tokens=max_new_tokens, head_masks=head_masks)
+    stepper.run_to_end()
+    return stepper.tokens

@@ -111,6 +111,17 @@ class StepRecord:
         return i.tolist(), p.tolist()
 
 
+def default_max_new_tokens(cfg, src_len: int) -> int:
+    """Length cap for one output: twice the source plus ten tokens (a translation is rarely longer), within
+    ``max_len``."""
+    return min(cfg.max_len - 1, 2 * src_len + 10)
+
+
+def strip_eos(ids: list[int], eos_id: int) -> list[int]:
+    """``ids`` without a final ``<eos>`` (the output text, or the decoder's inputs: ``<eos>`` is never fed back)."""
+    return list(ids[:-1]) if ids and ids[-1] == eos_id else list(ids)
+
+
 def greedy_choice(log_probs: torch.Tensor) -> int:
     """Argmax (ties: lowest id). ``log_probs`` is ``[vocab]``."""
     return int(torch.argmax(log_probs))
@@ -125,20 +136,31 @@ class Stepper:
         prefix_ids: target ids to start from (default ``[<bos>]``; a prompt for decoder-only models).
         max_new_tokens: the decoding stops after this many tokens, or at ``<eos>``.
         use_cache: feed one token per step with the KV cache (``True``) or recompute the whole prefix.
+        head_masks: kind → ``[layers, heads]`` multipliers (0 switches a head off), kinds ``encoder``, ``decoder``,
+            ``cross`` (or ``self`` for decoder-only); ``None`` = the plain model.
+
+    Raises:
+        ValueError: an encoder-decoder model without ``src_ids``.
     """
 
     def __init__(self, model: Transformer, src_ids: list[int] | None = None, prefix_ids: list[int] | None = None,
-                 max_new_tokens: int | None = None, use_cache: bool = True):
+                 max_new_tokens: int | None = None, use_cache: bool = True,
+                 head_masks: dict[str, torch.Tensor] | None = None):
         self.model = model
         cfg = model.cfg
         self.use_cache = use_cache
+        masks = head_masks or {}
+        self._self_mask = masks.get("decoder" if cfg.is_encoder_decoder else "self")
+        self._cross_mask = masks.get("cross")
+        if cfg.is_encoder_decoder and not src_ids:
+            raise ValueError("an encoder-decoder model needs src_ids")
         self.prefix = list(prefix_ids) if prefix_ids else [cfg.bos_id]
         self.max_new_tokens = min(max_new_tokens or cfg.max_len, cfg.max_len - len(self.prefix))
         dev = model.device
         self.src = torch.tensor([src_ids], device=dev) if cfg.is_encoder_decoder else None
         with torch.inference_mode():
             if self.src is not None:
-                self.memory, _ = model.encode(self.src)
+                self.memory, _ = model.encode(self.src, head_mask=masks.get("encoder"))
                 self.memory_mask = model.src_mask(self.src)
             else:
                 self.memory = self.memory_mask = None
@@ -169,10 +191,12 @@ class Stepper:
         dev = self.model.device
         if self.use_cache:
             new = torch.tensor([self.tokens[self.cache.positions:]], device=dev)
-            out = self.model.decode(new, self.memory, self.memory_mask, cache=self.cache, trace=True)
+            out = self.model.decode(new, self.memory, self.memory_mask, cache=self.cache, trace=True,
+                                    self_head_mask=self._self_mask, cross_head_mask=self._cross_mask)
         else:
             full = torch.tensor([self.tokens], device=dev)
-            out = self.model.decode(full, self.memory, self.memory_mask, trace=True)
+            out = self.model.decode(full, self.memory, self.memory_mask, trace=True,
+                                    self_head_mask=self._self_mask, cross_head_mask=self._cross_mask)
         log_probs = torch.log_softmax(self.model.logits(out.hidden[0, -1]).float(), dim=-1)
         cross = torch.stack([w[0, :, -1] for w in out.cross_weights]) if out.cross_weights else None
         self_w = torch.stack([w[0, :, -1] for w in out.self_weights])
@@ -210,8 +234,11 @@ class Stepper:
 
     def output_ids(self) -> list[int]:
         """Generated ids without the final ``<eos>``."""
-        ids = self.generated
-        return ids[:-1] if ids and ids[-1] == self.model.cfg.eos_id else ids
+        return strip_eos(self.generated, self.model.cfg.eos_id)
+
+    def decoder_inputs(self) -> list[int]:
+        """The ids the decoder reads: the prefix and the generated tokens, without a final ``<eos>``."""
+        return strip_eos(self.tokens, self.model.cfg.eos_id)
 
     def cross_attention_matrix(self) -> torch.Tensor | None:
         """Cross-attention of all generated tokens ``[layers, heads, steps, src_len]``, one row per step."""
@@ -239,7 +266,6 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     memory, _ = model.encode(src)
     memory_mask = model.src_mask(src)
     limit = min(max_new_tokens or cfg.max_len - 1, cfg.max_len - 1)
-    # Generous but bounded: a translation is rarely more than twice the source plus a few tokens.
     cache = model.new_cache()
     tokens = torch.full((len(src_batch), 1), cfg.bos_id, dtype=torch.long, device=dev)
     done = torch.zeros(len(src_batch), dtype=torch.bool, device=dev)

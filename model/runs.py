@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import atomic_write_json
-from .decoding import Stepper, prepare_source
+from .decoding import Stepper, default_max_new_tokens, prepare_source
 from .tokenizer import TextTokenizer
 from .trace import trace_pair
 from .transformer import Transformer
@@ -98,10 +98,9 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
     try:
         for text in sentences:
             src = prepare_source(tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
-            stepper = Stepper(model, src.ids, max_new_tokens=min(cfg.max_len - 1, 2 * len(src.ids) + 10))
+            stepper = Stepper(model, src.ids, max_new_tokens=default_max_new_tokens(cfg, len(src.ids)))
             stepper.run_to_end()
-            inputs = stepper.tokens[:-1] if stepper.generated[-1:] == [cfg.eos_id] else stepper.tokens
-            trace = trace_pair(model, tokenizer, src.ids, inputs)
+            trace = trace_pair(model, tokenizer, src.ids, stepper.decoder_inputs())
             probes.append({
                 "source": text,
                 "translation": tokenizer.decode(stepper.output_ids()),

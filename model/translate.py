@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .decoding import InputError, Stepper, prepare_source, translate_texts
+from .decoding import InputError, Stepper, default_max_new_tokens, prepare_source, strip_eos, translate_texts
 from .sampling import Chooser, SamplingConfig, SamplingError, beam_search
 from .trace import trace_pair
 
@@ -30,7 +30,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
     """
     cfg = ckpt.config
     src = prepare_source(ckpt.tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
-    limit = min(cfg.max_len - 1, 2 * len(src.ids) + 10)
+    limit = default_max_new_tokens(cfg, len(src.ids))
     extra = {}
     if beam_size:
         result = beam_search(ckpt.model, src.ids, beam_size, length_penalty, max_new_tokens=limit)
@@ -44,7 +44,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
         stepper.run_to_end(Chooser((sampling or SamplingConfig()).validate(cfg.vocab_size)))
         generated = stepper.generated
         probs = [round(r.prob, 4) for r in stepper.records]
-    output = generated[:-1] if generated and generated[-1] == cfg.eos_id else generated
+    output = strip_eos(generated, cfg.eos_id)
     trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids, [cfg.bos_id] + generated)
     return {
         "source": src.text,

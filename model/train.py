@@ -29,14 +29,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from tqdm import tqdm
 
-from .checkpoint import atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
+from .checkpoint import Checkpoint, atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
 from .config import ConfigError, ModelConfig
 from .data import DataError, Pair, dataset_path, read_tsv
 from .decoding import translate_texts
 from .metrics import bleu_chrf
 from .runs import now_iso, probe_record, snapshot_steps, write_status
 from .tokenizer import TextTokenizer
-from .transformer import Transformer
+from .baseline import IMPLS, build_model, load_baseline
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -176,6 +176,15 @@ def score(model, tok, pairs: list[Pair]) -> dict[str, float]:
     return bleu_chrf(hyps, [p.tgt for p in pairs])
 
 
+def load_any(folder: Path, impl: str, device):
+    """A checkpoint of either implementation, as ``(model, tokenizer, config, card)``."""
+    if impl == "ours":
+        return load_checkpoint(folder, device)
+    model = load_baseline(folder, device)
+    card = json.loads((folder / "card.json").read_text()) if (folder / "card.json").is_file() else {}
+    return Checkpoint(model, TextTokenizer.from_file(folder / "tokenizer.json"), model.cfg, card, folder)
+
+
 def hardware() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
@@ -220,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vocab-size", type=int, default=8000)
     g = p.add_argument_group("model")
     g.add_argument("--arch", default="encoder-decoder", choices=["encoder-decoder"])
+    g.add_argument("--impl", default="ours", choices=IMPLS,
+                   help="ours = this project's Transformer; torch = the torch.nn.Transformer baseline (model/baseline.py)")
     g.add_argument("--d-model", type=int, default=256)
     g.add_argument("--n-heads", type=int, default=4)
     g.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
@@ -265,10 +276,13 @@ def run(args) -> int:
         for k in ("resume", "max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots"):
             saved[k] = getattr(args, k)
         args = argparse.Namespace(**saved)
+    args.impl = getattr(args, "impl", "ours")  # runs from before --impl existed
+    if args.impl != "ours":
+        args.snapshots = False  # probes need our traced attention
     # After the resume block: a resumed run reads the data of the saved arguments, not the CLI defaults.
     sentences, phrases, words, valid = load_data(args)
     if args.resume:
-        ckpt = load_checkpoint(last, device)
+        ckpt = load_any(last, args.impl, device)
         model, tok, cfg = ckpt.model, ckpt.tokenizer, ckpt.config
         model.train()
     else:
@@ -281,7 +295,7 @@ def run(args) -> int:
             n_encoder_layers=args.layers, n_decoder_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
             pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
         )
-        model = Transformer(cfg).to(device)
+        model = build_model(cfg, args.impl).to(device)
         atomic_write_json(out / "train_args.json", vars(args))
         cfg.to_json(out / "config.json")
     sent_ex = encode_pairs(tok, sentences, cfg)
@@ -372,7 +386,7 @@ def run(args) -> int:
         evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started)
     save_last(last, model, tok, opt, state)
     if args.test_at_end and (out / "best").is_dir():
-        best = load_checkpoint(out / "best", device)
+        best = load_any(out / "best", args.impl, device)
         test = read_tsv(dataset_path("test", Path(args.data_dir)))
         test_scores = score(best.model, best.tokenizer, test)
         card = best.card
@@ -421,6 +435,9 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "torch": torch.__version__,
         }
+        if args.impl != "ours":
+            card["impl"] = "torch.nn.Transformer baseline (model/baseline.py)"
+
         save_checkpoint(out / "best", model, tok, card, dtype=torch.float16 if args.fp16_weights else None)
 
 

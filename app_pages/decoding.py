@@ -8,7 +8,7 @@ import streamlit as st
 import torch
 
 from model.decoding import default_max_new_tokens
-from model.sampling import SamplingConfig, SamplingError, beam_search, length_penalty
+from model.sampling import BeamResult, SamplingConfig, SamplingError, beam_search, beam_states, length_penalty
 from ui import decoding_lab as lab
 from ui import state
 from viz.attention import alignment_heatmap, display_token, tokens_html
@@ -112,7 +112,35 @@ def translation_box(text: str) -> None:
     )
 
 
-# === beam search ===============================================================================================
+def _go(n: int) -> None:
+    ss["dl_step"] = max(0, n)
+
+
+def step_controls(step: int, finished: bool, end: int, status: str) -> None:
+    """Reset / Back / Next / Run to end, and a status line (the same controls for every decoding rule)."""
+    b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
+    # Material icons, not emoji (a lecture-room PC may have no emoji font), as on the Translate page.
+    b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_go, args=(0,))
+    b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_go,
+              args=(step - 1,))
+    b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=finished,
+              on_click=_go, args=(step + 1,))
+    b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=finished, on_click=_go,
+              args=(end,))
+    info.markdown(f"**Step {step}** · {status}")
+
+
+def hypotheses_table(hyps, alpha: float) -> None:
+    st.dataframe(
+        [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
+          "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
+          "score": round(h.score, 3), "finished": h.finished}
+         for i, h in enumerate(hyps)],
+        hide_index=True, width="stretch",
+    )
+
+
+# === beam search, step by step =================================================================================
 if strategy == "beam":
     beam_key = (src_key, int(settings["beam"]), float(settings["alpha"]), limit)
     held = ss.get("dl_beam")
@@ -124,33 +152,58 @@ if strategy == "beam":
             st.warning(f"{exc}.")
             sync_url(ss["dl_step"])
             st.stop()
-        held = (beam_key, result)
+        held = (beam_key, result, beam_states(result, float(settings["alpha"]), cfg.eos_id))
         ss["dl_beam"] = held
-    result = held[1]
-    sync_url(ss["dl_step"])
+    result, states = held[1], held[2]
+    n_total = len(result.steps)
+    step = min(ss["dl_step"], n_total)
+    ss["dl_step"] = step
+    sync_url(step)
     if not result.hypotheses:
         st.info("Beam search produced no hypothesis for this sentence.")
         st.stop()
-    best = result.hypotheses[0]
-    st.markdown("**Best hypothesis**")
-    translation_box(tok.decode(best.tokens))
-    n_cand = sum(len(s) for s in result.steps)
-    st.caption(f"At each step every open beam proposes continuations; the {2 * settings['beam']} best "
-               f"(parent, token) pairs by cumulative log-probability are considered, and up to "
-               f"{settings['beam']} are kept as beams (a candidate ending in <eos> closes a hypothesis). "
-               f"{len(result.steps)} steps, {n_cand} candidates.")
-    st.plotly_chart(beam_tree_figure(result, tok.id_to_token, cfg.eos_id,
-                                     title="Beam search tree: x = step, y = rank; grey = pruned, orange = best"),
-                    width="stretch", theme=None, key="dl_beam_tree")
-    alpha = float(settings["alpha"])
-    st.markdown("**Hypotheses, best first** (score = log P / lp, lp = ((5 + length) / 6)^α)")
-    st.dataframe(
-        [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
-          "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
-          "score": round(h.score, 3), "finished": h.finished}
-         for i, h in enumerate(result.hypotheses)],
-        hide_index=True, width="stretch",
-    )
+    alpha, width = float(settings["alpha"]), int(settings["beam"])
+    now = states[step]
+    at_end = step == n_total
+    best = result.hypotheses[0] if at_end else now.best()
+    st.markdown("**Best hypothesis**" if at_end else f"**Best hypothesis so far** (step {step} of {n_total})")
+    translation_box(tok.decode(best.tokens) if best else "")
+    step_controls(step, at_end, n_total,
+                  f"{len(now.open)} open beams · {len(now.finished)} finished · search ends after {n_total} steps")
+    shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
+    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id,
+                           title=f"Beam search tree after step {step}: x = step, y = rank; grey = pruned, "
+                                 "orange = best so far")
+    fig.update_xaxes(tickvals=list(range(n_total + 1)), range=[-0.7, n_total + 0.5])  # grows in place
+    fig.update_layout(height=200 + 46 * 2 * width)
+    fig.update_yaxes(range=[2 * width - 0.5, -0.9], tickvals=list(range(2 * width)),
+                     ticktext=[str(i + 1) for i in range(2 * width)])
+    st.plotly_chart(fig, width="stretch", theme=None, key="dl_beam_tree")
+    if step == 0:
+        st.info(f"Press **Next**: every open beam (now only <bos>) proposes its continuations; the {2 * width} best "
+                f"(beam, token) pairs by cumulative log-probability are considered and up to {width} kept.")
+    else:
+        st.markdown(f"**Step {step}: the {len(now.candidates)} candidates considered**, best first "
+                    "(cumulative log P = the beam's log P + log p(token))")
+        st.dataframe(
+            [{"rank": i + 1, "beam (parent)": tok.decode(parent) or "<bos>",
+              "+ token": display_token(tok.id_to_token(token)), "cumulative log P": round(lp, 3),
+              "outcome": ("closes a hypothesis" if token == cfg.eos_id else "kept as a beam") if kept
+              else "pruned"}
+             for i, (parent, token, lp, kept) in enumerate(now.candidates)],
+            hide_index=True, width="stretch",
+        )
+    if at_end:
+        st.markdown("**Final ranking, best first** (score = log P / lp, lp = ((5 + length) / 6)^α; beams still "
+                    "open at the end are ranked with the finished ones)")
+        hypotheses_table(result.hypotheses, alpha)
+    else:
+        if now.open and step:
+            st.markdown("**Open beams after this step** (score = log P / lp)")
+            hypotheses_table(sorted(now.open, key=lambda h: h.score, reverse=True), alpha)
+        if now.finished:
+            st.markdown("**Finished so far** (ended with <eos>)")
+            hypotheses_table(sorted(now.finished, key=lambda h: h.score, reverse=True), alpha)
     st.stop()
 
 # === greedy / sampling, step by step ==========================================================================
@@ -170,10 +223,6 @@ run.goto(ss["dl_step"])
 step = run.n_steps
 ss["dl_step"] = step  # e.g. ?step=999 clamped to where the decoding ends
 sync_url(step)
-
-
-def _go(n: int) -> None:
-    ss["dl_step"] = max(0, n)
 
 
 def _force(at_step: int) -> None:
@@ -201,20 +250,11 @@ def _clear_forced() -> None:
 
 
 translation_box(tok.decode(run.stepper.output_ids()))
-b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
-# Material icons, not emoji (a lecture-room PC may have no emoji font), as on the Translate page.
-b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_go, args=(0,))
-b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_go,
-          args=(step - 1,))
-b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=run.finished,
-          on_click=_go, args=(step + 1,))
-b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=run.finished, on_click=_go,
-          args=(limit,))
 if run.finished:
     status = "finished (<eos>)" if run.records and run.records[-1].token_id == cfg.eos_id else "length limit reached"
 else:
     status = "not finished"
-info.markdown(f"**Step {step}** · {status} · KV cache {run.stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
+step_controls(step, run.finished, limit, f"{status} · KV cache {run.stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
 st.markdown("**Generated so far**")
 st.markdown(tokens_html(tok.tokens(run.stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
 if run.forced:

@@ -212,3 +212,49 @@ def beam_search(model: Transformer, src_ids: list[int] | None, beam_size: int = 
         finished.append(Hypothesis(seq, lp, lp / length_penalty(len(seq), alpha), False))
     finished.sort(key=lambda h: h.score, reverse=True)
     return BeamResult(finished, steps)
+
+
+@dataclass
+class BeamState:
+    """Beam search after ``step`` steps (step 0 = only ``<bos>``), rebuilt from a :class:`BeamResult`.
+
+    Attributes:
+        step: steps taken.
+        open: the open beams after this step, in the search's order (``finished`` False; ``score`` =
+            ``log_prob / lp(len)``).
+        finished: hypotheses closed with ``<eos>`` so far, in closing order.
+        candidates: what this step considered, best first: ``(parent_tokens, token_id, cumulative_log_prob,
+            kept)``; empty at step 0.
+    """
+
+    step: int
+    open: list[Hypothesis]
+    finished: list[Hypothesis]
+    candidates: list[tuple[list[int], int, float, bool]]
+
+    def best(self) -> Hypothesis | None:
+        """The highest-scoring hypothesis, open or finished, at this point of the search."""
+        return max(self.open + self.finished, key=lambda h: h.score, default=None)
+
+
+def beam_states(result: BeamResult, alpha: float, eos_id: int) -> list[BeamState]:
+    """Every intermediate state of a finished search: ``states[t]`` after ``t`` steps, ``t = 0 … len(steps)``.
+
+    Beam search is deterministic, so stepping through it is replaying ``result.steps``: the open beams of step
+    ``t`` are the kept non-``<eos>`` candidates of step ``t`` (in order), exactly as :func:`beam_search` builds
+    them; a kept ``<eos>`` candidate closes a hypothesis.
+    """
+    states = [BeamState(0, [Hypothesis([], 0.0, 0.0, False)], [], [])]
+    for t, cands in enumerate(result.steps, start=1):
+        prev = states[-1]
+        open_, finished, considered = [], list(prev.finished), []
+        for parent, token, lp, kept in cands:
+            base = prev.open[parent].tokens if parent < len(prev.open) else []
+            considered.append((list(base), int(token), float(lp), bool(kept)))
+            if not kept:
+                continue
+            seq = base + [int(token)]
+            hyp = Hypothesis(seq, float(lp), float(lp) / length_penalty(len(seq), alpha), int(token) == eos_id)
+            (finished if hyp.finished else open_).append(hyp)
+        states.append(BeamState(t, open_, finished, considered))
+    return states

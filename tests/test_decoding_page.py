@@ -339,18 +339,47 @@ def test_forcing_a_token_creates_a_branch():
 
 @needs_ckpt
 def test_beam_search_shows_the_tree_and_sorted_hypotheses():
-    at = page(strategy="beam", beam="3", alpha="0.6")
+    at = page(strategy="beam", beam="3", alpha="0.6", step="999")  # past the end: clamped to the last step
     clean(at)
     assert at.slider(key="dl_w_beam").value == 3
+    result = at.session_state["dl_beam"][1]
+    assert at.session_state["dl_step"] == len(result.steps) and at.query_params["step"] == str(len(result.steps))
     specs = charts(at)
     assert len(specs) == 1
     cands = next(t for t in specs[0]["data"] if t.get("name") == "candidates")
-    result = at.session_state["dl_beam"][1]
     assert len(cands["x"]) == sum(len(s) for s in result.steps)
-    table = at.dataframe[0].value
+    table = at.dataframe[-1].value  # the final ranking
     scores = list(table["score"])
     assert scores == sorted(scores, reverse=True) and list(table["rank"]) == list(range(1, len(scores) + 1))
     assert set(table.columns) >= {"translation", "log P", "score", "finished"}
+    assert len(scores) == len(result.hypotheses)
+
+
+@needs_ckpt
+def test_beam_search_steps_through_the_tree():
+    at = page(strategy="beam", beam="2", alpha="0.6")
+    clean(at)
+    assert at.session_state["dl_step"] == 0 and "Press **Next**" in at.info[0].value
+    nodes = lambda: len(next(t for t in charts(at)[0]["data"] if t.get("name") == "candidates")["x"])
+    assert nodes() == 0
+    button(at, "Next").click().run()
+    clean(at)
+    assert at.session_state["dl_step"] == 1 and at.query_params["step"] == "1" and nodes() == 4
+    considered = at.dataframe[0].value
+    assert len(considered) == 4 and list(considered["outcome"]).count("pruned") >= 2
+    assert list(considered["beam (parent)"]) == ["<bos>"] * 4  # step 1: every candidate extends <bos>
+    button(at, "Next").click().run()
+    button(at, "Back").click().run()
+    clean(at)
+    assert at.session_state["dl_step"] == 1 and nodes() == 4
+    button(at, "Run to end").click().run()
+    clean(at)
+    assert at.session_state["dl_step"] == len(at.session_state["dl_beam"][1].steps)
+    assert "Best hypothesis" in " ".join(m.value for m in at.markdown)
+    # A shared link with the step reproduces the same view.
+    again = page(strategy="beam", beam="2", alpha="0.6", step="1")
+    clean(again)
+    assert again.session_state["dl_step"] == 1 and len(again.dataframe[0].value) == 4
 
 
 @needs_ckpt

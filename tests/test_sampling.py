@@ -79,3 +79,24 @@ def test_beam_hypotheses_are_sorted_and_scores_are_penalised(make_model, encode_
     assert all(any(kept for *_, kept in step) for step in result.steps)
     with pytest.raises(SamplingError):
         beam_search(model, encode_src("a dog"), beam_size=0)
+
+
+def test_beam_states_replay_the_search_and_match_teacher_forced_log_probs(make_model, encode_src):
+    from model.analysis import sequence_log_probs
+    from model.sampling import beam_states
+
+    model = make_model()
+    src = encode_src("The cat sleeps.")
+    result = beam_search(model, src, beam_size=3, alpha=0.6, max_new_tokens=6)
+    states = beam_states(result, 0.6, model.cfg.eos_id)
+    assert len(states) == len(result.steps) + 1 and states[0].open[0].tokens == []
+    for t, state in enumerate(states[1:], start=1):
+        assert len(state.candidates) == len(result.steps[t - 1])
+        assert all(len(h.tokens) == t for h in state.open) and len(state.open) <= 3
+        for h in state.open + state.finished[-1:]:
+            lp = sequence_log_probs(model, src, [model.cfg.bos_id] + h.tokens)
+            assert abs(float(lp.sum()) - h.log_prob) < 1e-4
+    # The search's final ranking = the finished hypotheses plus the beams still open at the end.
+    last = states[-1]
+    pool = {tuple(h.tokens) for h in last.finished + last.open}
+    assert {tuple(h.tokens) for h in result.hypotheses} <= pool

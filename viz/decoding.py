@@ -210,8 +210,8 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     path = [(0.0, 0.0)] + [node_xy[k] for k in range(len(flat)) if on_best[k]]
     fig.add_trace(go.Scatter(x=[p[0] for p in path], y=[p[1] for p in path], mode="lines", name="best path",
                              hoverinfo="skip", showlegend=False, line=dict(color=ACCENT, width=4)))
-    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="root", text=["<bos>"],
-                             textposition="middle left", marker=dict(size=14, color="#555555", symbol="diamond"),
+    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="root", text=["&lt;bos&gt;"],
+                             textposition="top center", marker=dict(size=14, color="#555555", symbol="diamond"),
                              hovertemplate="start: &lt;bos&gt;<extra></extra>", showlegend=False))
     colors, symbols, texts, hover = [], [], [], []
     for k, (t, j, (parent, token, lp, kept)) in enumerate(flat):

@@ -270,6 +270,15 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
     settle(page)
     expect(page.locator('[data-testid="stPlotlyChart"]').first).to_be_visible()
     assert_no_traceback(page)
+    # Beam search steps like the other rules: Next grows the tree and puts the step in the link.
+    page.get_by_role("button", name="Next").click()
+    page.get_by_text(re.compile(r"Step 1: the 8 candidates considered")).wait_for()
+    settle(page)
+    assert "step=1" in page.url
+    page.get_by_role("button", name="Run to end").click()
+    page.get_by_text("Final ranking, best first", exact=False).wait_for()
+    settle(page)
+    assert_no_traceback(page)
     page.wait_for_timeout(500)
     shot(page, "decoding-beam.png")
 

@@ -51,6 +51,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--test-sentences", type=int, default=200)
+    p.add_argument("--sweep", default="16,32,64,127",
+                   help="output lengths at which to repeat cache vs recompute (comma-separated; '' = none)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -77,8 +79,19 @@ def main(argv=None) -> int:
         (f"batched greedy, {len(pairs)} test sentences", f"{out_tokens / secs:.0f} tokens/s ({secs:.1f} s)"),
         ("threads", str(torch.get_num_threads())),
     ]
+    weight_bytes = sum(p.numel() * p.element_size() for p in ckpt.model.parameters())
+    rows.append(("weights read per cached step (fp32)", f"{weight_bytes / 2**20:.1f} MiB"))
     print(f"checkpoint: {args.checkpoint} ({ckpt.model.num_parameters() / 1e6:.1f}M parameters)")
     print_table(rows)
+    lengths = [min(int(x), cfg.max_len - 1) for x in args.sweep.split(",") if x.strip()]
+    if lengths:
+        sweep = []
+        for length in lengths:
+            c = statistics.median(time_generation(ckpt.model, src.ids, length, True, args.repeats))
+            f = statistics.median(time_generation(ckpt.model, src.ids, length, False, args.repeats))
+            sweep.append((f"{length} tokens", f"{1000 * c:.0f} ms", f"{1000 * f:.0f} ms", f"{f / c:.1f}×"))
+        print("\nWhere the cache pays off: the longer the output, the more prefix a recompute repeats")
+        print_table(sweep, header=("generated", "with KV cache", "recompute", "speed-up"))
     return 0
 
 

@@ -1,9 +1,11 @@
 """The one table format every benchmark prints (Markdown, so it pastes into the README as is)."""
 
 
-def print_table(rows: list[tuple[str, str]]) -> None:
-    """Print ``(measure, value)`` rows as a two-column Markdown table."""
-    width = max(len(name) for name, _ in rows)
-    print(f"| {'measure'.ljust(width)} | value |\n|{'-' * (width + 2)}|-------|")
-    for name, value in rows:
-        print(f"| {name.ljust(width)} | {value} |")
+def print_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = ("measure", "value")) -> None:
+    """Print rows as a Markdown table with ``header``; every row has one cell per header column."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    print(line(header))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print(line(row))

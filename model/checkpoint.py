@@ -141,6 +141,11 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
         state = load_file(str(folder / "model.safetensors"))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{folder}/model.safetensors is corrupt or unreadable: {exc}") from exc
+    if any(k.startswith("transformer.") for k in state):
+        raise CheckpointError(
+            f"{folder} holds the torch.nn.Transformer baseline (trained with --impl torch), which the explorer "
+            "cannot trace; score it with the training run's card, or open a checkpoint of this project's model"
+        )
     model = Transformer(cfg)
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     try:

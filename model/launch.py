@@ -403,6 +403,9 @@ def export_best(run_dir: str | Path, checkpoints_root: str | Path, name: str | N
     src = run_dir / "best"
     if not (src / "config.json").is_file():
         raise LaunchError(f"{run_dir.name} has no best/ checkpoint yet (it appears at the first evaluation)")
+    if "impl" in (_read_json(src / "card.json") or {}):
+        raise LaunchError(f"{run_dir.name} trained the torch.nn.Transformer baseline (--impl torch): the explorer "
+                          "needs this project's model, whose attention it can trace")
     dest = Path(checkpoints_root) / (name or run_dir.name)
     tmp = dest.with_name(dest.name + ".copying")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -68,3 +68,16 @@ def test_impl_torch_trains_saves_and_resumes(tmp_path):
     assert json.loads((out / "status.json").read_text())["step"] == 9
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(steps) and steps[-1] == 9
+
+
+def test_the_explorer_refuses_a_baseline_checkpoint_with_a_message(tmp_path):
+    from model.checkpoint import CheckpointError, load_checkpoint
+    from model.launch import LaunchError, export_best
+
+    out = tmp_path / "baseline"
+    rc, _, err = run_main(train.main, ["--out", out, "--impl", "torch", "--max-steps", 3, *TINY])
+    assert rc == 0, err
+    with pytest.raises(CheckpointError, match="torch.nn.Transformer baseline"):
+        load_checkpoint(out / "best")
+    with pytest.raises(LaunchError, match="baseline"):
+        export_best(out, tmp_path / "checkpoints")

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from model import launch as L
+from viz import training as VT
 from viz.attention import attention_heatmap
 
 CHECKPOINTS_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -204,6 +205,55 @@ if not L.demo_mode():
             st.error(str(exc))
     st.caption("“Open in explorer” copies the run's best/ checkpoint into `checkpoints/<run name>`, so the "
                "sidebar picker of the other pages lists it.")
+
+
+# --- compare runs -----------------------------------------------------------------------------------------
+st.subheader("Compare runs")
+ended = [r["name"] for r in runs if r["state"] in ("finished", "stopped")]
+c1, c2 = st.columns([3, 2])
+compared = c1.multiselect(
+    "Runs to overlay", names, default=ended[:2], key="compare", bind="query-params",
+    max_selections=len(VT.PALETTE),
+    help="One colour per run, the same on every chart. Preselected: the two most recent runs that have ended; "
+         "any other choice is kept in the page address, so a reload or a shared link shows the same runs.")
+x_axis = c2.radio("x axis", list(VT.X_AXES), key="compare_x", bind="query-params", horizontal=True,
+                  help="Steps compare schedules; tokens seen compares runs with different batch sizes; wall time "
+                       "compares what each run got for the same time budget.")
+states = {r["name"]: r["state"] for r in runs}
+
+
+@st.fragment(run_every=10 if any(states.get(n) == "running" for n in compared) else None)
+def compare_runs(chosen: list[str], x: str) -> None:
+    """Overlaid curves of the chosen runs (refreshed every 10 s while one of them trains)."""
+    if not chosen:
+        st.caption("Pick runs above to overlay their training curves.")
+        return
+    records: dict[str, list[dict]] = {}
+    for name in chosen:
+        folder = root / name
+        recs = L.read_metrics(folder)
+        if not folder.is_dir():
+            st.info(f"Run `{name}` is no longer there (deleted or moved since the list of runs was read); "
+                    "it is left out of the charts.")
+        elif not recs:
+            st.info(f"Run `{name}` has no metrics yet (its first line comes after `--log-every` steps); "
+                    "it is left out of the charts.")
+        else:
+            records[name] = recs
+    if not records:
+        return
+    figs = VT.compare_figures(records, x=x, styles=VT.run_styles(chosen))  # colours by selection: stable
+    st.caption("Training loss includes the run's label smoothing and is averaged since the previous log line; "
+               "validation loss is plain cross-entropy on held-out sentences: compare training with training and "
+               "validation with validation.")
+    metrics = list(VT.METRICS)
+    for i in range(0, len(metrics), 2):
+        cols = st.columns(2)
+        for col, metric in zip(cols, metrics[i:i + 2]):
+            col.plotly_chart(figs[metric], width="stretch", theme=None, key=f"cmp_{metric}")
+
+
+compare_runs(compared, x_axis)
 
 
 # --- heads forming ----------------------------------------------------------------------------------------

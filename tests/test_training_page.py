@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from model import launch as L
 from model.checkpoint import load_checkpoint
+from viz.training import PALETTE
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "app_pages" / "training.py"
@@ -242,3 +243,119 @@ def test_run_without_status_but_fresh_metrics_is_not_deletable(tmp_path):
     os.utime(legacy / "metrics.jsonl", (old, old))
     L.delete(legacy)
     assert not legacy.exists()
+
+
+# --- compare runs (fake run folders: no training) ---------------------------------------------------------
+def fake_run(root: Path, name: str, *, age: float, state: str = "finished", steps=(50, 100, 150, 200),
+             evals=(100, 200), tail: str = "", pid: int = 0) -> Path:
+    """A run folder as the trainer leaves it: metrics.jsonl (log and evaluation lines), status.json,
+    config.json; ``age`` seconds old (the runs list is newest first); ``tail`` is appended raw."""
+    run = root / name
+    run.mkdir(parents=True)
+    lines = [{"step": s, "epoch": 0, "loss": round(9 - s / 50, 3), "lr": 1e-4 * s / 50, "grad_norm": 1.0,
+              "tokens_per_s": 3000.0, "tokens_seen": 1300 * s, "time_s": 0.5 * s} for s in steps]
+    lines += [{"step": s, "valid_loss": round(8 - s / 50, 3), "valid_bleu": s / 100, "valid_chrf": s / 10,
+               "time_s": 0.5 * s + 2} for s in evals]
+    lines.sort(key=lambda r: r["step"])
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + tail)
+    (run / "status.json").write_text(json.dumps({"state": state, "pid": pid, "step": max(steps, default=0),
+                                                 "max_steps": 200}))
+    (run / "config.json").write_text(json.dumps({"d_model": 32, "n_heads": 2, "n_encoder_layers": 1,
+                                                 "pos_encoding": "sinusoidal"}))
+    then = time.time() - age
+    os.utime(run, (then, then))
+    return run
+
+
+def compare_charts(at: AppTest) -> dict[str, dict]:
+    """The compare section's charts: metric → Plotly spec."""
+    out = {}
+    for chart in at.get("plotly_chart"):
+        key = chart.proto.id.rsplit("-", 1)[-1]
+        if key.startswith("cmp_"):
+            out[key[4:]] = json.loads(chart.proto.spec)
+    return out
+
+
+@pytest.fixture
+def three_runs(tmp_path):
+    fake_run(tmp_path, "oldest", age=300)
+    fake_run(tmp_path, "older", age=200, steps=(50, 100, 150), evals=(100,))
+    fake_run(tmp_path, "newest", age=100, state="stopped")
+    return tmp_path
+
+
+def test_compare_two_runs_overlays_their_curves(three_runs, monkeypatch):
+    at = page(monkeypatch, three_runs)
+    assert at.multiselect(key="compare").value == ["newest", "older"]  # the two most recent that have ended
+    charts = compare_charts(at)
+    assert list(charts) == ["loss", "valid_loss", "valid_bleu", "valid_chrf", "tokens_per_s", "lr"]
+    for metric, spec in charts.items():
+        assert [t["legendgroup"] for t in spec["data"]] == ["newest", "older"], metric
+        assert spec["layout"]["title"]["text"] and spec["layout"]["xaxis"]["title"]["text"] == "optimizer step"
+        assert spec["layout"]["yaxis"]["title"]["text"]
+    colours = {(t["legendgroup"], t["line"]["color"]) for spec in charts.values() for t in spec["data"]}
+    assert len(colours) == 2  # one colour per run, the same on every chart
+    assert charts["loss"]["data"][1]["x"] == [50, 100, 150] and charts["valid_loss"]["data"][1]["x"] == [100]
+
+    at.multiselect(key="compare").set_value(["oldest", "newest", "older"]).run()
+    at.radio(key="compare_x").set_value("tokens seen").run()
+    assert not at.exception
+    charts = compare_charts(at)
+    assert [t["name"] for t in charts["valid_bleu"]["data"]] == ["oldest", "newest", "older"]
+    assert charts["valid_bleu"]["data"][0]["x"] == [130_000, 260_000]  # evaluation lines: tokens of their step
+    assert "tokens seen" in charts["loss"]["layout"]["xaxis"]["title"]["text"]
+    at.radio(key="compare_x").set_value("wall time (minutes)").run()
+    assert compare_charts(at)["loss"]["data"][0]["x"] == pytest.approx([50 * 0.5 / 60 * k for k in (1, 2, 3, 4)])
+
+    at.multiselect(key="compare").set_value([]).run()
+    assert not at.exception and compare_charts(at) == {}
+    assert any("Pick runs" in c.value for c in at.caption)
+
+
+def test_compare_selection_comes_from_the_url(three_runs, monkeypatch):
+    monkeypatch.setenv(L.RUNS_ENV, str(three_runs))
+    at = AppTest.from_file(str(PAGE), default_timeout=60)
+    at.query_params["compare"] = ["oldest", "no-such-run"]
+    at.query_params["compare_x"] = "tokens seen"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.multiselect(key="compare").value == ["oldest"]  # an unknown run id in the URL is dropped
+    assert at.radio(key="compare_x").value == "tokens seen"
+    assert [t["name"] for t in compare_charts(at)["loss"]["data"]] == ["oldest"]
+
+
+def test_compare_run_vanished_after_listing(three_runs, monkeypatch):
+    real_list_runs = L.list_runs
+
+    def listing_then_gone(root=None):  # "ghost" is listed, then deleted before its metrics are read
+        rows = real_list_runs(root)
+        return [{**rows[0], "name": "ghost", "path": str(Path(root) / "ghost")}] + rows
+
+    monkeypatch.setattr(L, "list_runs", listing_then_gone)
+    at = page(monkeypatch, three_runs)
+    assert at.multiselect(key="compare").value == ["ghost", "newest"]
+    assert any("`ghost` is no longer there" in i.value for i in at.info), [i.value for i in at.info]
+    charts = compare_charts(at)
+    assert charts and all([t["name"] for t in c["data"]] == ["newest"] for c in charts.values())
+    assert charts["loss"]["data"][0]["line"]["color"] == PALETTE[1]  # colours follow the selection: ghost's stays free
+
+
+def test_compare_tolerates_runs_being_written(tmp_path, monkeypatch):
+    # "running": its pid is this (live) process, so the page polls it
+    fake_run(tmp_path, "writing", age=100, state="running", pid=os.getpid(), evals=(), tail='{"step": 250, "loss": 4.')
+    fake_run(tmp_path, "fresh", age=200, steps=(), evals=())
+    fake_run(tmp_path, "garbage", age=300, tail="not json\n[1, 2]\n{\"step\": \"x\", \"loss\": 1}\n")
+    (tmp_path / "nometrics").mkdir()
+    at = page(monkeypatch, tmp_path)
+    assert at.dataframe[0].value.set_index("name")["state"]["writing"] == "running"
+    at.multiselect(key="compare").set_value(["writing", "fresh", "garbage", "nometrics"]).run()
+    assert not at.exception, at.exception
+    infos = " ".join(i.value for i in at.info)
+    assert "`fresh` has no metrics yet" in infos and "`nometrics` has no metrics yet" in infos
+    charts = compare_charts(at)
+    assert [t["legendgroup"] for t in charts["loss"]["data"]] == ["writing", "garbage"]
+    assert charts["loss"]["data"][0]["x"] == [50, 100, 150, 200]  # the half-written step 250 is skipped
+    assert charts["valid_loss"]["data"][0]["x"] == [None]  # no evaluation yet: training curves only
+    assert "no evaluation yet" in charts["valid_loss"]["data"][0]["name"]
+    assert charts["valid_loss"]["data"][1]["x"] == [100, 200]  # the run with garbage lines still plots

@@ -1,0 +1,121 @@
+"""The overlaid training curves of several runs (``viz/training.py``): one trace per run on every chart, the
+same colour for a run everywhere, the three x axes, and bad ``metrics.jsonl`` records skipped."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from model.runs import read_jsonl
+from viz.training import METRICS, PALETTE, X_AXES, compare_figure, compare_figures, run_series, run_styles
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def log_line(step, loss=5.0, tokens=None, time_s=None, **extra):
+    return {"step": step, "epoch": 0, "loss": loss, "lr": 1e-4 * step / 50, "grad_norm": 1.0,
+            "tokens_per_s": 3000.0, "tokens_seen": 1000 * step if tokens is None else tokens,
+            "time_s": step * 0.6 if time_s is None else time_s, **extra}
+
+
+def eval_line(step, valid_loss=4.0, time_s=None):
+    return {"step": step, "valid_loss": valid_loss, "valid_bleu": 1.5, "valid_chrf": 12.0,
+            "time_s": step * 0.6 + 3 if time_s is None else time_s}
+
+
+RUN_A = [log_line(50, 8.0), log_line(100, 7.0), eval_line(100, 6.5), log_line(150, 6.0), log_line(200, 5.5),
+         eval_line(200, 5.8), {"step": 200, "test_bleu": 2.0, "test_chrf": 20.0},
+         {"step": 200, "event": "stopped", "reason": "max_steps"}]
+RUN_B = [log_line(50, 8.5, tokens=2000 * 50), log_line(100, 7.5, tokens=2000 * 100)]  # no evaluation yet
+
+
+def test_one_trace_per_run_with_its_id_and_one_colour_everywhere():
+    figs = compare_figures({"a": RUN_A, "b": RUN_B})
+    assert set(figs) == set(METRICS)
+    for metric, fig in figs.items():
+        assert [t.legendgroup for t in fig.data] == ["a", "b"], metric
+        assert [t.line.color for t in fig.data] == list(PALETTE[:2]), metric
+        assert fig.layout.title.text and fig.layout.xaxis.title.text == X_AXES["step"]
+        assert fig.layout.yaxis.title.text == METRICS[metric][1]
+    loss = figs["loss"]
+    assert [t.name for t in loss.data] == ["a", "b"]
+    assert list(loss.data[0].x) == [50, 100, 150, 200] and list(loss.data[0].y) == [8.0, 7.0, 6.0, 5.5]
+    valid = figs["valid_loss"]
+    assert list(valid.data[0].x) == [100, 200] and list(valid.data[0].y) == [6.5, 5.8]
+    assert list(valid.data[1].x) == [None] and valid.data[1].name == "b (no evaluation yet)"  # in the legend
+
+
+def test_styles_follow_the_given_order_not_the_dict():
+    styles = run_styles(["x", "b", "a"])
+    fig = compare_figure({"a": RUN_A, "b": RUN_B}, "loss", styles=styles)
+    assert [t.line.color for t in fig.data] == [PALETTE[2], PALETTE[1]]
+    many = run_styles([f"r{i}" for i in range(len(PALETTE) + 1)])
+    assert many["r0"]["color"] == many[f"r{len(PALETTE)}"]["color"]
+    assert many["r0"]["dash"] != many[f"r{len(PALETTE)}"]["dash"]  # same colour again, other dash
+
+
+def test_x_axis_tokens_seen_interpolates_evaluation_lines():
+    recs = [log_line(100, tokens=10_000), log_line(200, tokens=30_000), eval_line(150), eval_line(250),
+            eval_line(0)]
+    xs, ys = run_series(recs, "valid_loss", "tokens seen")
+    assert xs == [0.0, 20_000.0, 30_000.0]  # step 0 = 0 tokens; 150 between the logs; past the last: the last
+    xs, _ = run_series(recs, "loss", "tokens seen")
+    assert xs == [10_000, 30_000]
+    fig = compare_figure({"a": recs}, "valid_bleu", "tokens seen")
+    assert fig.layout.xaxis.title.text == X_AXES["tokens seen"] and list(fig.data[0].x) == [0, 20_000, 30_000]
+    # a trainer that never logged a token count: evaluation lines cannot be placed, nothing is invented
+    assert run_series([eval_line(100)], "valid_loss", "tokens seen") == ([], [])
+
+
+def test_x_axis_wall_time_in_minutes():
+    recs = [log_line(100, time_s=60.0), log_line(200, time_s=180.0), eval_line(200, time_s=240.0),
+            {"step": 300, "loss": 4.0}]  # no time_s: left out of the time axis only
+    assert run_series(recs, "loss", "wall time (minutes)") == ([1.0, 3.0], [5.0, 5.0])
+    assert run_series(recs, "valid_loss", "wall time (minutes)") == ([4.0], [4.0])
+    assert run_series(recs, "loss", "step")[0] == [100, 200, 300]
+    fig = compare_figure({"a": recs}, "loss", "wall time (minutes)")
+    assert "minutes" in fig.layout.xaxis.title.text
+
+
+def test_bad_records_are_skipped():
+    recs = ["garbage", None, 3, [1, 2], {}, {"loss": 1.0}, {"step": "7", "loss": 1.0}, {"step": True, "loss": 1.0},
+            {"step": -5, "loss": 1.0}, {"step": 10, "loss": "nan"}, {"step": 11, "loss": float("nan")},
+            {"step": 12, "loss": float("inf")}, {"step": 13, "loss": True}, {"step": 14.5, "loss": 2.0},
+            log_line(20, 3.0)]
+    for x in X_AXES:
+        xs, ys = run_series(recs, "loss", x)
+        assert len(xs) == len(ys) == 1 and ys == [3.0], x
+    assert all(math.isfinite(v) for v in run_series(recs, "lr")[1])
+    fig = compare_figure({"a": recs}, "valid_loss")
+    assert list(fig.data[0].x) == [None] and fig.layout.annotations[0].text == "No evaluation yet"
+
+
+def test_a_step_logged_twice_keeps_the_last_record():
+    # a run killed after step 200 and resumed from its step-100 save logs 150 and 200 again
+    recs = [log_line(100, 7.0), log_line(150, 6.0), log_line(200, 5.0), log_line(150, 6.2), log_line(200, 5.1)]
+    assert run_series(recs, "loss") == ([100, 150, 200], [7.0, 6.2, 5.1])
+
+
+def test_unknown_metric_or_axis_is_an_error_and_empty_input_is_fine():
+    with pytest.raises(ValueError, match="x axis"):
+        run_series(RUN_A, "loss", "epochs")
+    with pytest.raises(ValueError, match="metric"):
+        compare_figure({"a": RUN_A}, "perplexity")
+    assert run_series([], "loss") == ([], [])
+    fig = compare_figure({}, "loss")
+    assert len(fig.data) == 0 and fig.layout.annotations[0].text == "No run selected"
+
+
+def test_the_real_trainer_log_has_every_curve():
+    """The record keys this module reads are the ones ``model/train.py`` writes (read-only look at a real run)."""
+    path = ROOT / "runs" / "en-de-cpu" / "metrics.jsonl"
+    records = read_jsonl(path)
+    if not any("valid_loss" in r for r in records):
+        pytest.skip(f"no real run with an evaluation at {path}")
+    for x in X_AXES:
+        for metric in METRICS:
+            xs, ys = run_series(records, metric, x)
+            assert xs and len(xs) == len(ys), (metric, x)
+            assert xs == sorted(xs), (metric, x)  # cumulative tokens and time grow with the step

@@ -1,0 +1,177 @@
+"""Training curves of several runs, overlaid: pure functions from ``metrics.jsonl`` records to Plotly figures.
+
+The trainer (``model/train.py``) appends one JSON object per line to ``runs/<id>/metrics.jsonl``:
+
+* a **log line** every ``--log-every`` steps: ``step, epoch, loss, lr, grad_norm, tokens_per_s, tokens_seen,
+  time_s`` (``loss`` is the label-smoothed training cross-entropy averaged since the previous log line);
+* an **evaluation line**: ``step, valid_loss, valid_bleu, valid_chrf, time_s`` (no ``tokens_seen``: it is read
+  off the log lines, interpolated by step);
+* ``test_bleu`` / ``event`` lines, which no chart here uses.
+
+A run being written may end in half a line, and files may hold garbage: every record that is not a dict, or
+lacks a numeric step, x value or metric value (or holds NaN / infinity), is skipped, never raised on. A resumed
+run may log a step twice: the last record of a step wins. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from viz.attention import FONT
+
+#: x-axis choices: label shown in the app (and kept in the URL) → axis title.
+X_AXES: dict[str, str] = {
+    "step": "optimizer step",
+    "tokens seen": "tokens seen (source + target)",
+    "wall time (minutes)": "training time (minutes, pauses not counted)",
+}
+
+#: d3 number formats of the x value in the hover text.
+X_FORMATS = {"step": ",.0f", "tokens seen": ",.0f", "wall time (minutes)": ",.1f"}
+
+#: The charts: metric key in ``metrics.jsonl`` → (title, y-axis title, note for a run without any point).
+METRICS: dict[str, tuple[str, str, str]] = {
+    "loss": ("Training loss", "cross-entropy (nats/token)", "no log line yet"),
+    "valid_loss": ("Validation loss", "cross-entropy (nats/token)", "no evaluation yet"),
+    "valid_bleu": ("Validation BLEU", "BLEU (0–100)", "no evaluation yet"),
+    "valid_chrf": ("Validation chrF", "chrF (0–100)", "no evaluation yet"),
+    "tokens_per_s": ("Training throughput", "tokens / second", "no log line yet"),
+    "lr": ("Learning rate (warmup, then 1/√step)", "learning rate", "no log line yet"),
+}
+
+#: Okabe–Ito colours (colour-blind safe), strong ones first; yellow last, as it is faint on white.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+DASHES = ("solid", "dash", "dot")
+TEXT_COLOR = "#1b2a3a"
+
+
+def _number(value) -> float | None:
+    """``value`` as a finite float, or ``None`` (bools, strings, NaN and infinities are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _step(rec) -> int | None:
+    if not isinstance(rec, dict):
+        return None
+    step = rec.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    return step
+
+
+def _by_step(records: Sequence[dict], key: str) -> dict[int, float]:
+    """``{step: value of key}`` over the records holding a usable ``key``; the last record of a step wins."""
+    out: dict[int, float] = {}
+    for rec in records or ():
+        step = _step(rec)
+        value = _number(rec.get(key)) if step is not None else None
+        if value is not None:
+            out[step] = value
+    return out
+
+
+def run_series(records: Sequence[dict], metric: str, x: str = "step") -> tuple[list[float], list[float]]:
+    """The points ``(xs, ys)`` of one run's ``metric`` against the x axis ``x`` (a key of :data:`X_AXES`),
+    sorted by step; the last record of a step wins. Records without a step, the metric or the x value are
+    skipped.
+
+    ``tokens seen`` of a record that does not hold it (an evaluation line) is interpolated by step between the
+    log lines around it (step 0 = 0 tokens; past the last log line, the last count); ``wall time (minutes)``
+    is the record's ``time_s`` / 60.
+    """
+    if x not in X_AXES:
+        raise ValueError(f"unknown x axis {x!r} (one of {', '.join(X_AXES)})")
+    points: dict[int, tuple[float | None, float]] = {}
+    for rec in records or ():
+        step = _step(rec)
+        y = _number(rec.get(metric)) if step is not None else None
+        if y is None:
+            continue
+        if x == "step":
+            xv = float(step)
+        elif x == "wall time (minutes)":
+            t = _number(rec.get("time_s"))
+            if t is None:
+                continue
+            xv = t / 60.0
+        else:
+            xv = _number(rec.get("tokens_seen"))  # None: interpolated below
+        points[step] = (xv, y)
+    steps = sorted(points)
+    if x == "tokens seen" and any(points[s][0] is None for s in steps):
+        seen = _by_step(records, "tokens_seen")
+        if not seen:  # no log line with a token count: nothing can be placed
+            steps = [s for s in steps if points[s][0] is not None]
+        else:
+            seen.setdefault(0, 0.0)
+            known = sorted(seen)
+            filled = np.interp([float(s) for s in steps], known, [seen[k] for k in known])
+            points = {s: (points[s][0] if points[s][0] is not None else float(t), points[s][1])
+                      for s, t in zip(steps, filled)}
+    return [points[s][0] for s in steps], [points[s][1] for s in steps]
+
+
+def run_styles(run_ids: Sequence[str]) -> dict[str, dict]:
+    """A line style ``{color, dash}`` per run, by position: the same run keeps its colour on every chart.
+    After the eight colours the dash pattern changes."""
+    return {rid: {"color": PALETTE[i % len(PALETTE)], "dash": DASHES[(i // len(PALETTE)) % len(DASHES)]}
+            for i, rid in enumerate(run_ids)}
+
+
+def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "step",
+                   styles: Mapping[str, dict] | None = None, height: int = 360) -> go.Figure:
+    """One chart of ``metric`` (a key of :data:`METRICS`) with one line per run of ``runs`` (``{run id:
+    metrics.jsonl records}``), against the x axis ``x`` (a key of :data:`X_AXES`).
+
+    Every run gets exactly one trace, named by its run id, so the legends of all charts list the same runs in
+    the same colours (``styles``, by default :func:`run_styles` of ``runs``' order); a run without any point
+    keeps an empty trace whose legend entry says why (e.g. "no evaluation yet").
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
+    title, y_title, empty_note = METRICS[metric]
+    styles = {**run_styles(list(runs)), **(styles or {})}
+    fig = go.Figure()
+    any_points = False
+    for rid, records in runs.items():
+        xs, ys = run_series(records, metric, x)
+        style = styles[rid]
+        few = len(xs) < 40
+        # a run without points gets one null point: Plotly leaves a trace without data out of the legend
+        fig.add_trace(go.Scatter(
+            x=xs or [None], y=ys or [None], name=str(rid) if xs else f"{rid} ({empty_note})", legendgroup=str(rid),
+            mode="lines+markers" if few else "lines",
+            line=dict(color=style["color"], dash=style.get("dash", "solid"), width=3),
+            marker=dict(size=8, color=style["color"]),
+            hovertemplate=f"<b>{rid}</b><br>{x} %{{x:{X_FORMATS[x]}}}<br>{title.split(' (')[0]} %{{y:,.4~r}}"
+                          "<extra></extra>",
+        ))
+        any_points = any_points or bool(xs)
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=18, color=TEXT_COLOR)),
+        font=FONT, height=height, template="plotly_white", hovermode="closest", showlegend=True,
+        margin=dict(l=10, r=10, t=50, b=10),
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=14)),
+    )
+    fig.update_xaxes(title_text=X_AXES[x], automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb")
+    fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb",
+                     exponentformat="e" if metric == "lr" else "B")
+    if not any_points:
+        fig.add_annotation(text=empty_note.capitalize() if runs else "No run selected", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=18, color="#6b7785"))
+    return fig
+
+
+def compare_figures(runs: Mapping[str, Sequence[dict]], x: str = "step", metrics: Sequence[str] = tuple(METRICS),
+                    styles: Mapping[str, dict] | None = None, height: int = 360) -> dict[str, go.Figure]:
+    """:func:`compare_figure` for each of ``metrics`` (default: all of :data:`METRICS`), with the same colours
+    on every chart (``styles``, by default :func:`run_styles` of ``runs``' order)."""
+    styles = {**run_styles(list(runs)), **(styles or {})}
+    return {m: compare_figure(runs, m, x, styles=styles, height=height) for m in metrics}

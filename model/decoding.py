@@ -253,6 +253,8 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
 
     Args:
         src_batch: encoder ids per sentence (``<eos>`` included), any lengths.
+        max_new_tokens: length cap; default :func:`default_max_new_tokens` of the longest source, the Stepper's
+            rule (a model that never says ``<eos>`` then costs 2 × source + 10 steps, not ``max_len``).
 
     Returns:
         Generated ids per sentence, ``<eos>`` and later tokens removed.
@@ -265,7 +267,7 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
         src[i, : len(s)] = torch.tensor(s)
     memory, _ = model.encode(src)
     memory_mask = model.src_mask(src)
-    limit = min(max_new_tokens or cfg.max_len - 1, cfg.max_len - 1)
+    limit = min(max_new_tokens or default_max_new_tokens(cfg, width), cfg.max_len - 1)
     cache = model.new_cache()
     tokens = torch.full((len(src_batch), 1), cfg.bos_id, dtype=torch.long, device=dev)
     done = torch.zeros(len(src_batch), dtype=torch.bool, device=dev)

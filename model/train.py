@@ -8,6 +8,12 @@ The run folder holds ``config.json`` (model), ``train_args.json``, ``metrics.jso
 step or evaluation), ``best/`` (the checkpoint with the lowest validation loss) and ``last/`` (checkpoint +
 optimizer + trainer state, for ``--resume``, which continues the run exactly). SIGTERM/SIGINT stop
 gracefully after the current step, writing ``last/``.
+
+Data parallelism: ``torchrun --nproc_per_node N -m model.train --out runs/NAME [options]`` runs N processes
+(one per GPU, NCCL; or on CPU, gloo) that each take a disjoint share of every step's batches (see
+:func:`shard_batches`), so one optimizer step consumes N batches: N × ``--batch-tokens`` padded tokens. Only rank 0
+evaluates and writes files. On CUDA: bf16 autocast, TF32 matmuls, optional ``--compile``; every log line has the
+global ``tokens_per_s`` and, where the peak is known, ``mfu`` (:func:`model_flops_utilization`).
 """
 
 from __future__ import annotations
@@ -20,13 +26,16 @@ import platform
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from .checkpoint import Checkpoint, atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
@@ -57,6 +66,153 @@ def pick_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for, but no CUDA GPU is available")
     return torch.device(name)
+
+
+# --- data parallelism (torchrun) ------------------------------------------------------------------
+STOP_REASONS = ("SIGTERM", "SIGINT", "max_minutes")  # why a run stops early, in order of precedence
+DIST_TIMEOUT = timedelta(hours=1)  # ranks ≠ 0 wait this long at a barrier while rank 0 evaluates and saves
+
+
+@dataclass
+class Dist:
+    """This process's place in a ``torchrun`` launch; the default (``world_size`` 1) is a single process.
+
+    Its collectives are no-ops for a single process, so the trainer calls them unconditionally.
+    """
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")  # where collective tensors live (the rank's GPU under NCCL)
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that evaluates and writes files."""
+        return self.rank == 0
+
+    def agree(self, reason: str | None, n_tokens: int) -> tuple[str | None, int]:
+        """One all-reduce per step: the stop reason of any rank (by :data:`STOP_REASONS` precedence, or ``None``)
+        and the step's token count summed over ranks."""
+        if not self.enabled:
+            return reason, n_tokens
+        t = torch.zeros(1 + len(STOP_REASONS), dtype=torch.int64, device=self.device)
+        t[0] = n_tokens
+        if reason is not None:
+            t[1 + STOP_REASONS.index(reason)] = 1
+        dist.all_reduce(t)
+        total, *flags = t.tolist()
+        return next((r for r, f in zip(STOP_REASONS, flags) if f), None), total
+
+    def mean(self, value: float) -> float:
+        """``value`` averaged over ranks."""
+        if not self.enabled:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return float(t) / self.world_size
+
+    def gather(self, obj) -> list:
+        """Every rank's ``obj``, in rank order (on every rank)."""
+        if not self.enabled:
+            return [obj]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj):
+        """Rank 0's ``obj`` (picklable), on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        """Wait until every rank is here (e.g. while rank 0 evaluates and saves)."""
+        if self.enabled:
+            dist.barrier(device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+
+def dist_from_env(environ=os.environ) -> Dist:
+    """The process's :class:`Dist` from torchrun's ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` (absent → single)."""
+    world_size = int(environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Dist()
+    return Dist(rank=int(environ["RANK"]), local_rank=int(environ.get("LOCAL_RANK", environ["RANK"])),
+                world_size=world_size)
+
+
+def shard_batches(batches: list[list[int]], rank: int, world_size: int) -> list[list[int]]:
+    """Rank ``rank``'s share of an epoch's batches: those at positions ``b`` with ``b % world_size == rank``.
+
+    The list is first truncated to a multiple of ``world_size`` (the last ``len % world_size`` batches of the
+    epoch are skipped; the epochs are shuffled differently, so it is not always the same ones) so that every rank
+    takes the same number of steps and none waits forever in an all-reduce. Step ``k`` of the epoch trains on the
+    batches ``k·W … k·W + W − 1`` together. With ``world_size`` 1 it is the whole list.
+    """
+    usable = len(batches) - len(batches) % world_size
+    return batches[rank:usable:world_size]
+
+
+def setup_device(name: str, ctx: Dist) -> torch.device:
+    """:func:`pick_device`, then under torchrun the rank's own GPU (``cuda:LOCAL_RANK``); TF32 matmuls on CUDA."""
+    device = pick_device(name)
+    if device.type == "cuda":
+        if ctx.enabled:
+            device = torch.device("cuda", ctx.local_rank)
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast: TF32 tensor cores
+        torch.backends.cudnn.allow_tf32 = True
+    ctx.device = device
+    return device
+
+
+@contextmanager
+def process_group(ctx: Dist):
+    """``torch.distributed`` initialised for the block (NCCL on CUDA, gloo on CPU), destroyed after it."""
+    if not ctx.enabled:
+        yield
+        return
+    if not dist.is_available():
+        raise ValueError("torchrun started several processes, but this torch build has no torch.distributed")
+    dist.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo", rank=ctx.rank,
+                            world_size=ctx.world_size, timeout=DIST_TIMEOUT)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+# --- throughput and MFU ---------------------------------------------------------------------------
+# Dense bf16 tensor-core peak of one GPU, TFLOP/s (NVIDIA datasheets, without sparsity). First match of a
+# substring of ``torch.cuda.get_device_name`` wins, so the longer names come first.
+PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0,
+               "L40S": 362.0, "L40": 181.0, "L4": 121.0}
+
+
+def peak_tflops_for(device_name: str) -> float | None:
+    """The :data:`PEAK_TFLOPS` entry of a GPU name such as ``"NVIDIA H100 80GB HBM3"``, or ``None`` if unknown."""
+    return next((v for k, v in PEAK_TFLOPS.items() if k in device_name), None)
+
+
+def model_flops_utilization(n_params: int, tokens_per_s: float, peak_tflops: float | None) -> float | None:
+    """Model FLOPs utilization: achieved training FLOP/s ÷ peak FLOP/s (``None`` when the peak is unknown).
+
+    Achieved ≈ ``6 × n_params × tokens_per_s``: 2 FLOPs per parameter per token for the forward matmuls and 4 for
+    the backward (Kaplan et al. 2020, §2.1; Chowdhery et al. 2022 "PaLM", appendix B, without its attention term).
+    ``tokens_per_s`` is what the trainer logs: non-pad source + target tokens per second, all ranks together;
+    ``peak_tflops`` (TFLOP/s) is the peak of all the devices together. It is an estimate, not a measurement: it
+    ignores attention-score FLOPs and padding, and it charges every parameter for every token, while in an
+    encoder-decoder a source token passes only the encoder and a target token only the decoder (and the output
+    layer), so for this model (about half of the parameters on each side) it over-counts them by about 2×.
+    """
+    if not peak_tflops:
+        return None
+    return 6.0 * n_params * tokens_per_s / (peak_tflops * 1e12)
 
 
 @dataclass
@@ -185,16 +341,22 @@ def load_any(folder: Path, impl: str, device):
     return Checkpoint(model, TextTokenizer.from_file(folder / "tokenizer.json"), model.cfg, card, folder)
 
 
-def hardware() -> str:
+def hardware(world_size: int = 1) -> str:
+    """The device, as ``"NVIDIA H100 80GB HBM3"`` or ``"CPU (…)"``; ``"N × …"`` for N data-parallel processes."""
     if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+        name = torch.cuda.get_device_name(0)
+    else:
+        name = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+    return f"{world_size} × {name}" if world_size > 1 else name
 
 
 # --- resume state ---------------------------------------------------------------------------------
-def save_last(folder: Path, model, tok, opt, state: dict) -> None:
+def save_last(folder: Path, model, tok, opt, state: dict, rng_states: list[torch.Tensor] | None = None) -> None:
+    """The resume state: model, optimizer moments, trainer state and the CPU RNG state of every rank
+    (``rng_states[r]``; default: this process's), rank 0's as ``rng.torch`` and rank r's as ``rng.torch.r``."""
     save_checkpoint(folder, model, tok, card={"kind": "resume state", **{k: state[k] for k in ("step", "epoch")}})
-    tensors = {"rng.torch": torch.get_rng_state()}
+    rng_states = rng_states or [torch.get_rng_state()]
+    tensors = {"rng.torch": rng_states[0], **{f"rng.torch.{r}": t for r, t in enumerate(rng_states) if r}}
     for i, group in enumerate(opt.param_groups):
         for j, p in enumerate(group["params"]):
             for key, val in opt.state.get(p, {}).items():
@@ -203,14 +365,15 @@ def save_last(folder: Path, model, tok, opt, state: dict) -> None:
     atomic_write_json(folder / "trainer_state.json", state)
 
 
-def load_last(folder: Path, model, opt) -> dict:
+def load_last(folder: Path, model, opt, rank: int = 0) -> dict:
+    """Restore what :func:`save_last` wrote into ``opt`` and the RNG (``rank``'s); returns the trainer state."""
     tensors = load_file(str(folder / "optimizer.safetensors"))
     for i, group in enumerate(opt.param_groups):
         for j, p in enumerate(group["params"]):
             st = {k.split(".")[-1]: v.to(p.device) for k, v in tensors.items() if k.startswith(f"opt.{i}.{j}.")}
             if st:
                 opt.state[p] = st
-    torch.set_rng_state(tensors["rng.torch"])
+    torch.set_rng_state(tensors[f"rng.torch.{rank}" if rank else "rng.torch"])
     return json.loads((folder / "trainer_state.json").read_text())
 
 
@@ -249,9 +412,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-minutes", type=float, default=0, help="stop after this wall time (0 = no limit)")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--device", default="auto")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default; per process)")
+    g.add_argument("--compile", action="store_true",
+                   help="optional: torch.compile the model for training (off by default; on CPU it works but the "
+                        "compile takes long)")
     g = p.add_argument_group("logging")
     g.add_argument("--log-every", type=int, default=50)
+    g.add_argument("--peak-tflops", type=float, default=None,
+                   help="peak TFLOP/s of one device, for the logged mfu (default: known CUDA GPUs' dense bf16 peak; "
+                        "on CPU no mfu unless given)")
     g.add_argument("--eval-every", type=int, default=1000)
     g.add_argument("--eval-sentences", type=int, default=300, help="valid sentences translated for BLEU/chrF")
     g.add_argument("--test-at-end", action="store_true", help="score best/ on the shipped test split at the end")
@@ -263,8 +432,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    """Train, as a single process or as one rank of a ``torchrun`` launch (see :func:`shard_batches`)."""
+    ctx = dist_from_env()
+    device = setup_device(args.device, ctx)
+    with process_group(ctx):
+        return train_loop(args, ctx, device)
+
+
+def local_stop_reason(stop: dict, started: float, max_minutes: float) -> str | None:
+    """Why this process wants to stop before the next step: the signal it caught, ``"max_minutes"`` once the
+    wall time since ``started`` (``time.time()`` seconds) reaches ``max_minutes`` (0 = no limit), else ``None``."""
+    if stop["signal"]:
+        return stop["signal"]
+    if max_minutes and (time.time() - started) / 60 >= max_minutes:
+        return "max_minutes"
+    return None
+
+
+def train_loop(args, ctx: Dist, device: torch.device) -> int:
+    """The training loop of :func:`run`: every rank takes the same steps; only rank 0 evaluates and writes."""
     out = Path(args.out)
-    device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -273,7 +460,8 @@ def run(args) -> int:
         if not (last / "trainer_state.json").is_file():
             raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")
         saved = json.loads((out / "train_args.json").read_text())
-        for k in ("resume", "max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots"):
+        for k in ("resume", "max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots",
+                  "compile", "peak_tflops"):
             saved[k] = getattr(args, k)
         args = argparse.Namespace(**saved)
     args.impl = getattr(args, "impl", "ours")  # runs from before --impl existed
@@ -286,18 +474,24 @@ def run(args) -> int:
         model, tok, cfg = ckpt.model, ckpt.tokenizer, ckpt.config
         model.train()
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        tok = TextTokenizer.train(
-            [t for p in sentences + phrases + words for t in (p.src, p.tgt)], vocab_size=args.vocab_size
-        )
+        if ctx.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            tok = TextTokenizer.train(
+                [t for p in sentences + phrases + words for t in (p.src, p.tgt)], vocab_size=args.vocab_size
+            )
+        if ctx.enabled:  # rank 0's vocabulary on every rank
+            tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
         cfg = ModelConfig(
             arch=args.arch, vocab_size=tok.vocab_size, d_model=args.d_model, n_heads=args.n_heads,
             n_encoder_layers=args.layers, n_decoder_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
             pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
         )
-        model = build_model(cfg, args.impl).to(device)
-        atomic_write_json(out / "train_args.json", vars(args))
-        cfg.to_json(out / "config.json")
+        model = build_model(cfg, args.impl).to(device)  # the same on every rank; DDP broadcasts rank 0's anyway
+        if ctx.is_main:
+            atomic_write_json(out / "train_args.json", vars(args))
+            cfg.to_json(out / "config.json")
+        if ctx.rank:
+            torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
     sent_ex = encode_pairs(tok, sentences, cfg)
     plan = EpochPlan(sent_ex, encode_pairs(tok, phrases, cfg), encode_pairs(tok, words, cfg), args)
     valid_ex = encode_pairs(tok, valid, cfg)
@@ -307,7 +501,17 @@ def run(args) -> int:
     state = {"step": 0, "epoch": 0, "batch": 0, "tokens_seen": 0, "train_seconds": 0.0, "best_valid_loss": None,
              "best_step": None, "best_metrics": {}}
     if args.resume:
-        state = load_last(last, model, opt)
+        saved_world = json.loads((last / "trainer_state.json").read_text()).get("world_size", 1)
+        if saved_world != ctx.world_size:
+            raise DataError(f"{out} was trained by {saved_world} process(es); resume it with the same number "
+                            f"(this launch has {ctx.world_size})")
+        state = load_last(last, model, opt, ctx.rank)
+    elif ctx.enabled:
+        state["world_size"] = ctx.world_size  # batch positions below count per-rank steps
+    step_model = wrap_for_training(model, ctx, device, args.compile)
+    peak = args.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
+    peak_total = peak * ctx.world_size if peak else None
+    n_params = model.num_parameters()
     stop = {"signal": None}
 
     def on_signal(signum, _frame):
@@ -315,42 +519,63 @@ def run(args) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    metrics_file = open(out / "metrics.jsonl", "a", encoding="utf-8")
+    metrics_file = open(out / "metrics.jsonl", "a", encoding="utf-8") if ctx.is_main else None
 
     def log(record: dict) -> None:
-        metrics_file.write(json.dumps(record) + "\n")
-        metrics_file.flush()
+        if metrics_file is not None:
+            metrics_file.write(json.dumps(record) + "\n")
+            metrics_file.flush()
+
+    def evaluate() -> None:
+        if ctx.is_main:
+            evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started,
+                              world_size=ctx.world_size)
+
+    def save_resume_state() -> None:
+        rng_states = ctx.gather(torch.get_rng_state())
+        if ctx.is_main:
+            save_last(last, model, tok, opt, state, rng_states)
+        ctx.barrier()
 
     started = time.time()
     base_seconds = state["train_seconds"]
     snapshots = set(snapshot_steps(args.max_steps)) if args.snapshots else set()
-    write_status(out, state="running", pid=os.getpid(), started=now_iso(), step=state["step"],
-                 max_steps=args.max_steps, reason=None, exit_code=None, error=None)
-    if 0 in snapshots and state["step"] == 0:
-        snapshot(model, tok, out, 0)
-    bar = tqdm(total=args.max_steps, initial=state["step"], disable=args.no_progress, unit="step", dynamic_ncols=True)
+    if ctx.is_main:
+        write_status(out, state="running", pid=os.getpid(), started=now_iso(), step=state["step"],
+                     max_steps=args.max_steps, reason=None, exit_code=None, error=None)
+        if 0 in snapshots and state["step"] == 0:
+            snapshot(model, tok, out, 0)
+    ctx.barrier()
+    bar = tqdm(total=args.max_steps, initial=state["step"], disable=args.no_progress or not ctx.is_main, unit="step",
+               dynamic_ncols=True)
     window_tokens, window_start, window_loss, window_n = 0, time.time(), 0.0, 0
     model.train()
-    reason = "max_steps"
+    reason, halt = "max_steps", None
     while state["step"] < args.max_steps:
-        examples, batches = plan.examples(state["epoch"])
+        examples, epoch_batches = plan.examples(state["epoch"])
+        batches = shard_batches(epoch_batches, ctx.rank, ctx.world_size)
+        if not batches:
+            raise DataError(f"epoch {state['epoch']} has {len(epoch_batches)} batch(es), fewer than the "
+                            f"{ctx.world_size} process(es): use more data or a smaller --batch-tokens")
         for b in range(state["batch"], len(batches)):
             if state["step"] >= args.max_steps:
                 break
-            if stop["signal"] or (args.max_minutes and (time.time() - started) / 60 >= args.max_minutes):
-                break
             src, tgt = collate(examples, batches[b], cfg.pad_id, device)
+            n_tokens = int((src != cfg.pad_id).sum() + (tgt != cfg.pad_id).sum())
+            # Agreed by all ranks, so that none is left waiting in an all-reduce; n_tokens becomes the global count.
+            halt, n_tokens = ctx.agree(local_stop_reason(stop, started, args.max_minutes), n_tokens)
+            if halt:
+                break
             lr = noam_lr(state["step"] + 1, cfg.d_model, args.warmup, factor)
             for group in opt.param_groups:
                 group["lr"] = lr
             with autocast(device):
-                logits = model(src, tgt[:, :-1])
+                logits = step_model(src, tgt[:, :-1])
             loss = loss_fn(logits, tgt[:, 1:], cfg.pad_id, args.label_smoothing)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # under DDP: the gradients averaged over ranks
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip))
             opt.step()
-            n_tokens = int((src != cfg.pad_id).sum() + (tgt != cfg.pad_id).sum())
             state["step"] += 1
             state["batch"] = b + 1
             state["tokens_seen"] += n_tokens
@@ -360,31 +585,40 @@ def run(args) -> int:
             bar.update(1)
             if state["step"] % args.log_every == 0:
                 elapsed = time.time() - window_start
-                rec = {"step": state["step"], "epoch": state["epoch"], "loss": round(window_loss / window_n, 4),
+                mean_loss = ctx.mean(window_loss / window_n)  # under DDP: of all ranks' batches
+                rec = {"step": state["step"], "epoch": state["epoch"], "loss": round(mean_loss, 4),
                        "lr": lr, "grad_norm": round(grad_norm, 3), "tokens_per_s": round(window_tokens / elapsed, 1),
                        "tokens_seen": state["tokens_seen"], "time_s": round(base_seconds + time.time() - started, 1)}
+                mfu = model_flops_utilization(n_params, window_tokens / elapsed, peak_total)
+                if mfu is not None:
+                    rec["mfu"] = float(f"{mfu:.4g}")
                 log(rec)
-                write_status(out, step=state["step"])
+                if ctx.is_main:
+                    write_status(out, step=state["step"])
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
                 window_tokens, window_start, window_loss, window_n = 0, time.time(), 0.0, 0
             if state["step"] in snapshots:
-                snapshot(model, tok, out, state["step"])
+                if ctx.is_main:
+                    snapshot(model, tok, out, state["step"])
+                ctx.barrier()
             if state["step"] % args.eval_every == 0 or state["step"] == args.max_steps:
-                evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started)
+                evaluate()
                 # Resumable even after a hard kill: the resume state as of this evaluation.
                 state["train_seconds"] = base_seconds + time.time() - started
-                save_last(last, model, tok, opt, state)
+                save_resume_state()
         else:
             state["epoch"] += 1
             state["batch"] = 0
             continue
-        reason = stop["signal"] or ("max_minutes" if state["step"] < args.max_steps else "max_steps")
+        reason = halt or stop["signal"] or ("max_minutes" if state["step"] < args.max_steps else "max_steps")
         break
     bar.close()
     state["train_seconds"] = base_seconds + time.time() - started
     if state.get("last_eval_step") != state["step"] and state["step"] > 0:
-        evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started)
-    save_last(last, model, tok, opt, state)
+        evaluate()
+    save_resume_state()
+    if not ctx.is_main:
+        return 0
     if args.test_at_end and (out / "best").is_dir():
         best = load_any(out / "best", args.impl, device)
         test = read_tsv(dataset_path("test", Path(args.data_dir)))
@@ -402,6 +636,18 @@ def run(args) -> int:
     return 0
 
 
+def wrap_for_training(model, ctx: Dist, device: torch.device, compile_model: bool):
+    """The module the training steps call: ``model`` itself, in ``DistributedDataParallel`` under torchrun, and
+    ``torch.compile``d with ``--compile``. Evaluation and checkpoints use ``model`` (the unwrapped module)."""
+    wrapped = model
+    if ctx.enabled:
+        wrapped = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    if compile_model:
+        wrapped = torch.compile(wrapped)
+    return wrapped
+
+
 def snapshot(model, tok, out: Path, step: int) -> None:
     """Checkpoint ``checkpoints/step-N/`` (fp16) and the probe sentences' attention in ``probes.jsonl``."""
     save_checkpoint(out / "checkpoints" / f"step-{step}", model, tok, {"step": step, "kind": "snapshot"},
@@ -410,8 +656,12 @@ def snapshot(model, tok, out: Path, step: int) -> None:
         f.write(json.dumps(probe_record(model, tok, step), ensure_ascii=False) + "\n")
 
 
-def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started) -> None:
-    """Validation loss + BLEU/chrF; writes ``best/`` when the loss improved (with its card)."""
+def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started,
+                      world_size: int = 1) -> None:
+    """Validation loss + BLEU/chrF; writes ``best/`` when the loss improved (with its card).
+
+    ``model`` is the unwrapped module; ``world_size`` is the number of data-parallel processes (for the card).
+    """
     state["last_eval_step"] = state["step"]
     v_loss = validation_loss(model, valid_ex, args, device)
     scores = score(model, tok, eval_pairs)
@@ -427,7 +677,7 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
                      "sentence_repeat": args.sentence_repeat, "phrases_per_epoch": args.phrases_per_epoch,
                      "words_per_epoch": args.words_per_epoch},
             "step": state["step"], "epoch": state["epoch"], "tokens_seen": state["tokens_seen"],
-            "train_minutes": round(train_seconds / 60, 1), "hardware": hardware(), "device": str(device),
+            "train_minutes": round(train_seconds / 60, 1), "hardware": hardware(world_size), "device": str(device),
             "parameters": model.num_parameters(),
             "valid": {"loss": round(v_loss, 4), "sentences": len(eval_pairs), **scores},
             "recipe": {k: getattr(args, k) for k in ("peak_lr", "warmup", "label_smoothing", "batch_tokens", "dropout",
@@ -437,6 +687,8 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
         }
         if args.impl != "ours":
             card["impl"] = "torch.nn.Transformer baseline (model/baseline.py)"
+        if world_size > 1:
+            card["recipe"]["processes"] = world_size  # each step: world_size × batch_tokens
 
         save_checkpoint(out / "best", model, tok, card, dtype=torch.float16 if args.fp16_weights else None)
 
@@ -447,11 +699,11 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except (DataError, ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        if Path(args.out).is_dir():
+        if Path(args.out).is_dir() and dist_from_env().is_main:
             write_status(Path(args.out), state="failed", exit_code=2, error=str(exc))
         return 2
     except BaseException as exc:  # a crash: say so in status.json, then let it propagate
-        if Path(args.out).is_dir():
+        if Path(args.out).is_dir() and dist_from_env().is_main:
             write_status(Path(args.out), state="failed", exit_code=1, error=f"{type(exc).__name__}: {exc}")
         raise
 

@@ -260,7 +260,12 @@ compare_runs(compared, x_axis)
 st.subheader("Heads forming")
 probes = L.read_probes(run_dir)
 if not probes:
-    st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
+    train_args = L.read_train_args(run_dir)
+    if train_args.get("impl", "ours") != "ours":
+        st.info("This run trains the torch.nn.Transformer baseline, whose attention cannot be traced: it has no "
+                "attention snapshots. Compare its curves with another run's above.")
+    else:
+        st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
     st.stop()
 steps = [r["step"] for r in probes]
 snap_step = st.select_slider("snapshot step", steps, value=steps[-1], key="hf_step") if len(steps) > 1 else steps[0]

@@ -328,7 +328,7 @@ def resume(run_dir: str | Path, root: str | Path | None = None) -> Path:
     root = Path(root) if root is not None else run_dir.parent
     if not can_resume(run_dir):
         raise LaunchError(f"{run_dir.name}: nothing to resume (no last/ saved, or still running)")
-    saved = _read_json(run_dir / "train_args.json") or {}
+    saved = read_train_args(run_dir)
     cmd = [sys.executable, "-m", "model.train", "--out", str(run_dir.resolve()), "--resume", "--no-progress",
            "--max-steps", str(saved.get("max_steps", DEFAULTS["max_steps"])),
            "--device", str(saved.get("device", "auto"))]
@@ -417,6 +417,12 @@ def export_best(run_dir: str | Path, checkpoints_root: str | Path, name: str | N
 
 
 # --- reading runs ---------------------------------------------------------------------------------------
+def read_train_args(run_dir: str | Path) -> dict:
+    """The run's ``train_args.json`` (the trainer's arguments), or ``{}`` when it is missing or unreadable."""
+    saved = _read_json(Path(run_dir) / "train_args.json")
+    return saved if isinstance(saved, dict) else {}
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of ``metrics.jsonl`` (a half-written last line and garbage lines are skipped)."""
     return read_jsonl(Path(run_dir) / "metrics.jsonl")

@@ -359,3 +359,19 @@ def test_compare_tolerates_runs_being_written(tmp_path, monkeypatch):
     assert charts["valid_loss"]["data"][0]["x"] == [None]  # no evaluation yet: training curves only
     assert "no evaluation yet" in charts["valid_loss"]["data"][0]["name"]
     assert charts["valid_loss"]["data"][1]["x"] == [100, 200]  # the run with garbage lines still plots
+
+
+def test_a_baseline_run_says_why_it_has_no_snapshots(tmp_path, monkeypatch):
+    """A torch.nn.Transformer baseline run (``--impl torch``) has no traced attention: the page says so."""
+    import json as _json
+
+    run = tmp_path / "runs" / "torch-baseline"
+    run.mkdir(parents=True)
+    (run / "train_args.json").write_text(_json.dumps({"impl": "torch", "max_steps": 10}))
+    (run / "status.json").write_text(_json.dumps({"state": "finished", "step": 10, "max_steps": 10}))
+    (run / "metrics.jsonl").write_text(_json.dumps({"step": 5, "loss": 7.0, "lr": 1e-3, "tokens_seen": 100,
+                                                    "time_s": 1.0}) + "\n")
+    monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(tmp_path / "runs"))
+    at = AppTest.from_file(str(PAGE), default_timeout=60).run()
+    assert not at.exception
+    assert any("torch.nn.Transformer baseline" in i.value for i in at.info)

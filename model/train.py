@@ -399,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
     g.add_argument("--d-ff", type=int, default=1024)
     g.add_argument("--dropout", type=float, default=0.1)
+    g.add_argument("--attention-dropout", type=float, default=0.0,
+                   help="dropout on the attention weights (the paper has none; torch.nn.Transformer uses --dropout)")
     g.add_argument("--pos-encoding", default="sinusoidal")
     g.add_argument("--norm-first", action="store_true", help="pre-LN (default: post-LN as in the paper)")
     g.add_argument("--max-len", type=int, default=128)
@@ -465,6 +467,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             saved[k] = getattr(args, k)
         args = argparse.Namespace(**saved)
     args.impl = getattr(args, "impl", "ours")  # runs from before --impl existed
+    args.attention_dropout = getattr(args, "attention_dropout", 0.0)
     if args.impl != "ours":
         args.snapshots = False  # probes need our traced attention
     # After the resume block: a resumed run reads the data of the saved arguments, not the CLI defaults.
@@ -484,6 +487,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
         cfg = ModelConfig(
             arch=args.arch, vocab_size=tok.vocab_size, d_model=args.d_model, n_heads=args.n_heads,
             n_encoder_layers=args.layers, n_decoder_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
+            attention_dropout=args.attention_dropout,
             pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
         )
         model = build_model(cfg, args.impl).to(device)  # the same on every rank; DDP broadcasts rank 0's anyway
@@ -681,7 +685,7 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
             "parameters": model.num_parameters(),
             "valid": {"loss": round(v_loss, 4), "sentences": len(eval_pairs), **scores},
             "recipe": {k: getattr(args, k) for k in ("peak_lr", "warmup", "label_smoothing", "batch_tokens", "dropout",
-                                                      "norm_first", "seed", "clip")},
+                                                      "attention_dropout", "norm_first", "seed", "clip")},
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "torch": torch.__version__,
         }

@@ -181,8 +181,17 @@ class Transformer(nn.Module):
             self.generator.weight = self.embed.weight
 
     def _reset_parameters(self) -> None:
+        """Xavier-uniform matrices (Glorot & Bengio 2010), zero biases, N(0, 1/d_model) embeddings.
+
+        W_Q, W_K and W_V are initialised as the one ``[3·d_model, d_model]`` matrix that
+        ``torch.nn.MultiheadAttention`` holds, i.e. with bound √(6 / (d_model + 3·d_model)): attention starts
+        softer than with three separate Xavier matrices (scores half as large), which trained faster here.
+        """
         for name, p in self.named_parameters():
-            if p.dim() > 1 and not name.startswith(("embed", "pos")):
+            if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+                bound = math.sqrt(6.0 / (p.size(1) + 3 * p.size(0)))
+                nn.init.uniform_(p, -bound, bound)
+            elif p.dim() > 1 and not name.startswith(("embed", "pos")):
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias"):
                 nn.init.zeros_(p)

@@ -3,7 +3,6 @@ it, replay how the attention heads formed, and open the result in the explorer."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -17,9 +16,9 @@ from viz.attention import attention_heatmap
 CHECKPOINTS_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
 st.title("Training")
-st.caption("Train a small English → German Transformer here and watch it learn. Each run is the ordinary "
-           "`python -m model.train` CLI running in the background; its folder under `runs/` holds the curves, "
-           "log-spaced checkpoints and attention snapshots.")
+st.caption("Train a small English → German Transformer here (or a decoder-only language model on the same "
+           "sentences) and watch it learn. Each run is the ordinary `python -m model.train` CLI running in the "
+           "background; its folder under `runs/` holds the curves, log-spaced checkpoints and attention snapshots.")
 
 root = L.runs_root()
 
@@ -27,13 +26,20 @@ root = L.runs_root()
 # --- launch form ------------------------------------------------------------------------------------------
 def launch_form() -> None:
     preset = st.selectbox("Preset", list(L.PRESETS), key="train_preset",
-                          help="Fills the form; the 2-minute demo trains a tiny model on 3,000 sentences.")
+                          help="Fills the form; the 2-minute demos train a tiny model on 3,000 sentences (pairs).")
     p = L.preset_form(preset)
     with st.form("launch"):
+        arch = st.selectbox(
+            "architecture", L.ARCHITECTURES, L.ARCHITECTURES.index(p["arch"]), key=f"f_arch_{preset}",
+            format_func=lambda a: {"encoder-decoder": "encoder-decoder (English → German translator)",
+                                   "decoder-only": "decoder-only (GPT-style language model)"}.get(a, a),
+            help="A decoder-only model learns to continue text: each side of every training pair (English and "
+                 "German) is one text. It is evaluated by loss and perplexity; BLEU does not apply.")
         c1, c2, c3, c4 = st.columns(4)
         d_model = c1.number_input("d_model", 8, 1024, p["d_model"], step=8, key=f"f_d_model_{preset}")
         n_heads = c2.number_input("heads", 1, 32, p["n_heads"], key=f"f_heads_{preset}")
-        layers = c3.number_input("layers (enc = dec)", 1, 12, p["layers"], key=f"f_layers_{preset}")
+        layers = c3.number_input("layers (enc = dec)", 1, 12, p["layers"], key=f"f_layers_{preset}",
+                                 help="Encoder and decoder layers each; a decoder-only model has this many layers.")
         d_ff = c4.number_input("d_ff", 8, 8192, p["d_ff"], step=64, key=f"f_dff_{preset}")
         c1, c2, c3, c4 = st.columns(4)
         dropout = c1.number_input("dropout", 0.0, 0.99, float(p["dropout"]), step=0.05, key=f"f_drop_{preset}")
@@ -55,14 +61,15 @@ def launch_form() -> None:
                                       key=f"f_min_{preset}")
         device = c3.selectbox("device", L.DEVICES, key=f"f_dev_{preset}")
         name = c4.text_input("run name (optional)", key=f"f_name_{preset}")
-        data = st.radio("training data", L.DATA_CHOICES, horizontal=True, key=f"f_data_{preset}")
-        upload = st.file_uploader("your own data: source<TAB>target per line (.tsv)", type=["tsv", "txt"],
-                                  key=f"f_up_{preset}")
+        data = st.radio("training data", L.DATA_CHOICES, horizontal=True, key=f"f_data_{preset}",
+                        help="Ding dictionary pairs; a decoder-only model trains on both sides of each as texts.")
+        upload = st.file_uploader("your own data: source<TAB>target per line (.tsv; a decoder-only model trains on "
+                                  "both columns)", type=["tsv", "txt"], key=f"f_up_{preset}")
         submitted = st.form_submit_button("Start training", type="primary")
     if not submitted:
         return
-    form = {**p, "d_model": int(d_model), "n_heads": int(n_heads), "layers": int(layers), "d_ff": int(d_ff),
-            "dropout": float(dropout), "pos_encoding": pos, "norm_first": norm == "pre-LN",
+    form = {**p, "arch": arch, "d_model": int(d_model), "n_heads": int(n_heads), "layers": int(layers),
+            "d_ff": int(d_ff), "dropout": float(dropout), "pos_encoding": pos, "norm_first": norm == "pre-LN",
             "label_smoothing": float(smoothing), "warmup": int(warmup), "peak_lr": float(peak_lr),
             "batch_tokens": int(batch), "seed": int(seed), "max_steps": int(max_steps),
             "max_minutes": float(max_minutes), "device": device, "data": data,
@@ -145,8 +152,13 @@ def show_run(run_dir: Path) -> None:
     c1, c2 = st.columns(2)
     c1.plotly_chart(line_chart({"train loss": column(metrics, "loss"), "valid loss": column(metrics, "valid_loss")},
                                "Loss", "cross-entropy"), width="stretch", theme=None, key="ch_loss")
-    c2.plotly_chart(line_chart({"BLEU": column(metrics, "valid_bleu"), "chrF": column(metrics, "valid_chrf")},
-                               "Validation BLEU / chrF", "score"), width="stretch", theme=None, key="ch_bleu")
+    if L.run_arch(run_dir) == "decoder-only":  # a language model: no translation to score
+        c2.plotly_chart(line_chart({"valid perplexity": column(metrics, "valid_ppl")},
+                                   "Validation perplexity (exp of the loss)", "perplexity", log_y=True),
+                        width="stretch", theme=None, key="ch_ppl")
+    else:
+        c2.plotly_chart(line_chart({"BLEU": column(metrics, "valid_bleu"), "chrF": column(metrics, "valid_chrf")},
+                                   "Validation BLEU / chrF", "score"), width="stretch", theme=None, key="ch_bleu")
     c1, c2, c3 = st.columns(3)
     c1.plotly_chart(line_chart({"lr": column(metrics, "lr")}, "Learning rate (warmup, then 1/√step)", "lr"),
                     width="stretch", theme=None, key="ch_lr")
@@ -282,10 +294,13 @@ if not att:
 kinds = list(att)
 kind = c2.selectbox("attention", kinds, key="hf_kind",
                     format_func=lambda k: {"encoder": "encoder self", "decoder": "decoder masked self",
-                                           "cross": "cross (decoder → encoder)"}.get(k, k))
-st.markdown(f"Translation at step {snap_step}: **{probe.get('translation', '')}**")
+                                           "cross": "cross (decoder → encoder)", "self": "masked self"}.get(k, k))
+if "continuation" in probe:  # a decoder-only run continues the probe sentence
+    st.markdown(f"Continuation at step {snap_step}: {probe.get('source', '')} **{probe['continuation']}**")
+else:
+    st.markdown(f"Translation at step {snap_step}: **{probe.get('translation', '')}**")
 src_tok, tgt_tok = probe.get("src_tokens", []), probe.get("tgt_tokens", [])
-q_lab = src_tok if kind == "encoder" else tgt_tok  # kinds: encoder, decoder (masked self), cross
+q_lab = src_tok if kind == "encoder" else tgt_tok  # kinds: encoder, decoder (masked self), cross; self (LM)
 k_lab = tgt_tok if kind in ("decoder", "self") else src_tok
 layers = att[kind]
 for li, layer in enumerate(layers):

@@ -117,6 +117,12 @@ def default_max_new_tokens(cfg, src_len: int) -> int:
     return min(cfg.max_len - 1, 2 * src_len + 10)
 
 
+def lm_prompt(cfg, src_ids: list[int]) -> list[int]:
+    """A decoder-only model's prefix for a tokenized text: ``<bos>`` + its ids without ``<eos>`` (the model then
+    continues the text)."""
+    return [cfg.bos_id] + [i for i in src_ids if i != cfg.eos_id]
+
+
 def strip_eos(ids: list[int], eos_id: int) -> list[int]:
     """``ids`` without a final ``<eos>`` (the output text, or the decoder's inputs: ``<eos>`` is never fed back)."""
     return list(ids[:-1]) if ids and ids[-1] == eos_id else list(ids)

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import POS_ENCODINGS, ConfigError, ModelConfig
+from .config import ARCHITECTURES, POS_ENCODINGS, ConfigError, ModelConfig
 from .runs import read_jsonl, read_status
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,6 +30,7 @@ RUNS_ROOT = REPO / "runs"
 RUNS_ENV = "ATTENTION_EXPLORER_RUNS"
 DEMO_ENV = "ATTENTION_EXPLORER_DEMO"
 LOCK_NAME = ".active"
+#: Training data. A decoder-only (language model) run trains on each side of these pairs as its own text.
 DATA_CHOICES = ("sentences", "sentences + phrases", "sentences + phrases + words", "uploaded TSV")
 DEVICES = ("auto", "cpu", "cuda")
 PHRASES_PER_EPOCH = 2000
@@ -37,6 +38,7 @@ WORDS_PER_EPOCH = 2000
 
 #: Every knob of the launch form with its default (the base-like model).
 DEFAULTS: dict = {
+    "arch": "encoder-decoder",
     "d_model": 256, "n_heads": 4, "layers": 3, "d_ff": 1024, "dropout": 0.1, "pos_encoding": "sinusoidal",
     "norm_first": False, "label_smoothing": 0.1, "warmup": 4000, "peak_lr": 1e-3, "batch_tokens": 2000,
     "max_steps": 10_000, "max_minutes": 0.0, "seed": 1, "device": "auto", "data": "sentences",
@@ -55,6 +57,12 @@ PRESETS: dict[str, dict] = {
         "vocab_size": 4000, "eval_every": 500, "eval_sentences": 100, "warmup": 1000, "log_every": 25,
     },
     "base-like": {"d_model": 256, "n_heads": 4, "layers": 3, "d_ff": 1024},
+    # A GPT-style language model of about the demo translator's size: its 2 + 2 layers become 4 decoder layers.
+    "2-minute CPU demo, language model": {
+        "arch": "decoder-only", "d_model": 64, "n_heads": 2, "layers": 4, "d_ff": 256, "max_minutes": 2.0,
+        "max_steps": 100_000, "limit_train": 3000, "vocab_size": 2000, "eval_every": 100, "warmup": 200,
+        "log_every": 10, "batch_tokens": 1500,
+    },
 }
 
 
@@ -117,6 +125,8 @@ def validate_form(form: dict) -> list[str]:
         errors.append(f"dropout must lie in [0, 1), got {floats['dropout']}")
     if floats["label_smoothing"] is not None and not 0.0 <= floats["label_smoothing"] < 1.0:
         errors.append(f"label_smoothing must lie in [0, 1), got {floats['label_smoothing']}")
+    if f["arch"] not in ARCHITECTURES:
+        errors.append(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {f['arch']!r}")
     if f["pos_encoding"] not in POS_ENCODINGS:
         errors.append(f"unknown positional encoding {f['pos_encoding']!r} (one of {', '.join(POS_ENCODINGS)})")
     if f["device"] not in DEVICES:
@@ -128,9 +138,10 @@ def validate_form(form: dict) -> list[str]:
     shape = [ints[k] for k in ("d_model", "n_heads", "layers", "d_ff")]
     if not errors and all(v is not None for v in shape):
         try:  # the model's own checks (d_model % n_heads, RoPE's even d_k, sinusoidal's even d_model, …)
-            ModelConfig(d_model=ints["d_model"], n_heads=ints["n_heads"], n_encoder_layers=ints["layers"],
-                        n_decoder_layers=ints["layers"], d_ff=ints["d_ff"], dropout=floats["dropout"] or 0.0,
-                        pos_encoding=f["pos_encoding"], norm_first=bool(f["norm_first"]))
+            ModelConfig(arch=f["arch"], d_model=ints["d_model"], n_heads=ints["n_heads"],
+                        n_encoder_layers=ints["layers"], n_decoder_layers=ints["layers"], d_ff=ints["d_ff"],
+                        dropout=floats["dropout"] or 0.0, pos_encoding=f["pos_encoding"],
+                        norm_first=bool(f["norm_first"]))
         except ConfigError as exc:
             errors.append(str(exc))
     return errors
@@ -139,7 +150,7 @@ def validate_form(form: dict) -> list[str]:
 def build_command(form: dict, run_dir: str | Path) -> list[str]:
     """The CLI a user would type for this form: ``[python, -m, model.train, --out, run_dir, …]``."""
     f = {**DEFAULTS, **form}
-    cmd = [sys.executable, "-m", "model.train", "--out", str(run_dir),
+    cmd = [sys.executable, "-m", "model.train", "--out", str(run_dir), "--arch", f["arch"],
            "--d-model", str(f["d_model"]), "--n-heads", str(f["n_heads"]), "--layers", str(f["layers"]),
            "--d-ff", str(f["d_ff"]), "--dropout", str(f["dropout"]), "--pos-encoding", f["pos_encoding"]]
     if f["norm_first"]:
@@ -276,6 +287,8 @@ def _start(cmd: list[str], run_dir: Path, root: Path) -> int:
 def new_run_name(form: dict, root: Path) -> str:
     f = {**DEFAULTS, **form}
     base = time.strftime("%Y%m%d-%H%M%S") + f"-d{f['d_model']}h{f['n_heads']}l{f['layers']}"
+    if f["arch"] == "decoder-only":
+        base += "-lm"
     name, i = base, 2
     while (root / name).exists():
         name, i = f"{base}-{i}", i + 1
@@ -448,6 +461,26 @@ def log_tail(run_dir: str | Path, lines: int = 40) -> str:
     return "\n".join(text.replace("\r", "\n").splitlines()[-lines:])
 
 
+def run_arch(run_dir: str | Path) -> str:
+    """The run's architecture from ``config.json`` (else ``train_args.json``; ``"encoder-decoder"`` if neither says)."""
+    for name in ("config.json", "train_args.json"):
+        data = _read_json(Path(run_dir) / name)
+        if isinstance(data, dict) and data.get("arch") in ARCHITECTURES:
+            return data["arch"]
+    return "encoder-decoder"
+
+
+def model_summary(cfg: dict) -> str:
+    """``"d256 · 4h · 3L · sinusoidal"`` from a run's ``config.json`` (layers per stack; a language model says
+    ``"· decoder-only"``); ``""`` without a config."""
+    if not cfg:
+        return ""
+    lm = cfg.get("arch") == "decoder-only"
+    layers = cfg.get("n_decoder_layers") if lm else cfg.get("n_encoder_layers")
+    return (f"d{cfg.get('d_model')} · {cfg.get('n_heads')}h · {layers}L · {cfg.get('pos_encoding')}"
+            + (" · decoder-only" if lm else ""))
+
+
 def summarize(run_dir: Path) -> dict:
     """One row of the runs table (never raises on bad files)."""
     status = read_status(run_dir)
@@ -467,8 +500,7 @@ def summarize(run_dir: Path) -> dict:
         "valid_loss": evals[-1].get("valid_loss") if evals else None,
         "bleu": evals[-1].get("valid_bleu") if evals else None,
         "chrf": evals[-1].get("valid_chrf") if evals else None,
-        "model": (f"d{cfg.get('d_model')} · {cfg.get('n_heads')}h · {cfg.get('n_encoder_layers')}L · "
-                  f"{cfg.get('pos_encoding')}") if cfg else "",
+        "model": model_summary(cfg),
         "started": (status or {}).get("started"),
         "updated": (status or {}).get("updated"),
         "error": (status or {}).get("error"),

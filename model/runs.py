@@ -6,8 +6,9 @@ A run folder ``runs/<id>/`` holds:
   ``updated`` (ISO times, UTC), ``step``, ``max_steps``, ``reason``, ``exit_code``, ``error``; replaced atomically,
   so a reader (the training page) never sees half a file;
 * ``checkpoints/step-N/`` — checkpoints at the log-spaced steps of :func:`snapshot_steps`;
-* ``probes.jsonl`` — one JSON object per snapshot: the probe sentences' greedy translations and their
-  attention ``{kind: [layers][heads][q][k]}`` (rounded to 4 decimals), to replay how heads form.
+* ``probes.jsonl`` — one JSON object per snapshot: the probe sentences' greedy translations (a decoder-only
+  model: their greedy continuations) and their attention ``{kind: [layers][heads][q][k]}`` (rounded to 4
+  decimals), to replay how heads form.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import atomic_write_json
-from .decoding import Stepper, default_max_new_tokens, prepare_source
+from .decoding import Stepper, default_max_new_tokens, lm_prompt, prepare_source
 from .tokenizer import TextTokenizer
 from .trace import trace_pair
 from .transformer import Transformer
@@ -87,10 +88,23 @@ def read_jsonl(path: Path) -> list[dict]:
     return out
 
 
+def _rounded(attention: torch.Tensor) -> list:
+    """``[layers, heads, q, k]`` as nested lists rounded to 4 decimals (JSON-friendly)."""
+    return [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in attention.tolist()]
+
+
 @torch.inference_mode()
 def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
                  sentences: list[str] = PROBE_SENTENCES) -> dict:
-    """Greedy translations and attention of the probe sentences at ``step`` (the model is left in its mode)."""
+    """The probe sentences at ``step``, greedily decoded with their attention (the model is left in its mode).
+
+    Encoder-decoder: each probe is translated; it records ``translation``, ``src_tokens``, ``tgt_tokens`` (the
+    decoder inputs) and ``attention`` of kinds ``encoder``, ``decoder`` and ``cross``. Decoder-only: the probe
+    sentence is the prompt after ``<bos>`` and the model continues it; it records ``continuation`` (the generated
+    text), ``prompt_tokens`` (their number, ``<bos>`` included), ``src_tokens`` ``[]``, ``tgt_tokens`` (prompt +
+    continuation, without a final ``<eos>``) and ``attention`` of the single kind ``self``. Attention is
+    ``{kind: [layers][heads][q][k]}``, rounded to 4 decimals.
+    """
     was_training = model.training
     model.eval()
     cfg = model.cfg
@@ -98,17 +112,22 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
     try:
         for text in sentences:
             src = prepare_source(tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
-            stepper = Stepper(model, src.ids, max_new_tokens=default_max_new_tokens(cfg, len(src.ids)))
+            limit = default_max_new_tokens(cfg, len(src.ids))
+            if cfg.is_encoder_decoder:
+                stepper = Stepper(model, src.ids, max_new_tokens=limit)
+            else:
+                stepper = Stepper(model, None, prefix_ids=lm_prompt(cfg, src.ids), max_new_tokens=limit)
             stepper.run_to_end()
-            trace = trace_pair(model, tokenizer, src.ids, stepper.decoder_inputs())
-            probes.append({
-                "source": text,
-                "translation": tokenizer.decode(stepper.output_ids()),
-                "src_tokens": trace.src_tokens,
-                "tgt_tokens": trace.tgt_tokens,
-                "attention": {k: [[[[round(x, 4) for x in row] for row in head] for head in layer]
-                                  for layer in v.tolist()] for k, v in trace.attention.items()},
-            })
+            trace = trace_pair(model, tokenizer, src.ids if cfg.is_encoder_decoder else None, stepper.decoder_inputs())
+            output = tokenizer.decode(stepper.output_ids())
+            probe = {"source": text}
+            if cfg.is_encoder_decoder:
+                probe["translation"] = output
+            else:
+                probe.update(continuation=output, prompt_tokens=len(stepper.prefix))
+            probe.update(src_tokens=trace.src_tokens, tgt_tokens=trace.tgt_tokens,
+                         attention={k: _rounded(v) for k, v in trace.attention.items()})
+            probes.append(probe)
     finally:
         model.train(was_training)
     return {"step": step, "probes": probes}

@@ -1,4 +1,4 @@
-"""Train a Transformer translator: ``python -m model.train --out runs/NAME [options]``.
+"""Train a Transformer translator (or a language model): ``python -m model.train --out runs/NAME [options]``.
 
 The recipe of Vaswani et al. (2017), §5, scaled down: Adam (β₁ 0.9, β₂ 0.98, ε 1e-9), the warmup +
 inverse-square-root learning rate of eq. (3), label smoothing 0.1, dropout, batches bucketed by length under
@@ -14,6 +14,13 @@ Data parallelism: ``torchrun --nproc_per_node N -m model.train --out runs/NAME [
 :func:`shard_batches`), so one optimizer step consumes N batches: N × ``--batch-tokens`` padded tokens. Only rank 0
 evaluates and writes files. On CUDA: bf16 autocast, TF32 matmuls, optional ``--compile``; every log line has the
 global ``tokens_per_s`` and, where the peak is known, ``mfu`` (:func:`model_flops_utilization`).
+
+Decoder-only: ``--arch decoder-only`` trains a GPT-style causal language model on the same data instead. Each side
+of every training pair (English and German) becomes its own sequence ``<bos> … <eos>`` (:func:`encode_examples`),
+so the model learns to continue a prompt in either language. The loss is the same next-token cross-entropy;
+validation reports loss and perplexity (``valid_ppl``) on the valid split's sides and no BLEU/chrF (there is no
+translation to score); ``--test-at-end`` reports test loss and perplexity; the probes continue the probe
+sentences and record their masked self-attention (:func:`model.runs.probe_record`).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from .checkpoint import Checkpoint, atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
-from .config import ConfigError, ModelConfig
+from .config import ARCHITECTURES, ConfigError, ModelConfig
 from .data import DataError, Pair, dataset_path, read_tsv
 from .decoding import translate_texts
 from .metrics import bleu_chrf
@@ -208,7 +215,8 @@ def model_flops_utilization(n_params: int, tokens_per_s: float, peak_tflops: flo
     ``peak_tflops`` (TFLOP/s) is the peak of all the devices together. It is an estimate, not a measurement: it
     ignores attention-score FLOPs and padding, and it charges every parameter for every token, while in an
     encoder-decoder a source token passes only the encoder and a target token only the decoder (and the output
-    layer), so for this model (about half of the parameters on each side) it over-counts them by about 2×.
+    layer), so for this model (about half of the parameters on each side) it over-counts them by about 2×; for a
+    decoder-only model (``--arch decoder-only``) every token does pass every parameter.
     """
     if not peak_tflops:
         return None
@@ -217,6 +225,9 @@ def model_flops_utilization(n_params: int, tokens_per_s: float, peak_tflops: flo
 
 @dataclass
 class Example:
+    """One training sequence: encoder ids ``src`` (``… <eos>``; empty for a decoder-only model) and decoder ids
+    ``tgt`` (``<bos> … <eos>``: the model reads ``tgt[:-1]`` and predicts ``tgt[1:]``)."""
+
     src: list[int]
     tgt: list[int]  # <bos> … <eos>
 
@@ -234,6 +245,35 @@ def encode_pairs(tok: TextTokenizer, pairs: list[Pair], cfg: ModelConfig) -> lis
         if s and t and len(s) + 1 <= cfg.max_len and len(t) + 2 <= cfg.max_len:
             out.append(Example(s + [cfg.eos_id], [cfg.bos_id] + t + [cfg.eos_id]))
     return out
+
+
+def pair_sides(pairs: list[Pair]) -> list[str]:
+    """The texts of a language model's data: both sides of every pair, ``[p₀.src, p₀.tgt, p₁.src, …]``."""
+    return [t for p in pairs for t in (p.src, p.tgt)]
+
+
+def encode_texts(tok: TextTokenizer, texts: list[str], cfg: ModelConfig) -> list[Example]:
+    """Tokenize texts as decoder-only sequences ``Example([], <bos> … <eos>)``, dropping empty ones and those that
+    do not fit ``max_len`` (``len(ids) + 2`` tokens)."""
+    out = []
+    for ids in tok.encode_batch(texts):
+        if ids and len(ids) + 2 <= cfg.max_len:
+            out.append(Example([], [cfg.bos_id] + ids + [cfg.eos_id]))
+    return out
+
+
+def sequences_per_pair(cfg: ModelConfig) -> int:
+    """Training sequences made from one sentence pair: 1 for a translator, 2 (its sides) for a language model."""
+    return 1 if cfg.is_encoder_decoder else 2
+
+
+def encode_examples(tok: TextTokenizer, pairs: list[Pair], cfg: ModelConfig) -> list[Example]:
+    """The architecture's examples of ``pairs``: source → target pairs for an encoder-decoder
+    (:func:`encode_pairs`); for a decoder-only model every side on its own (:func:`pair_sides`,
+    :func:`encode_texts`)."""
+    if cfg.is_encoder_decoder:
+        return encode_pairs(tok, pairs, cfg)
+    return encode_texts(tok, pair_sides(pairs), cfg)
 
 
 def make_batches(examples: list[Example], batch_tokens: int, gen: torch.Generator) -> list[list[int]]:
@@ -256,7 +296,8 @@ def make_batches(examples: list[Example], batch_tokens: int, gen: torch.Generato
 
 
 def collate(examples: list[Example], idx: list[int], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padded ``src [batch, src_len]`` and ``tgt [batch, tgt_len]``."""
+    """Padded ``src [batch, src_len]`` and ``tgt [batch, tgt_len]`` (decoder-only examples: ``src`` is
+    ``[batch, 0]``, which the model ignores)."""
     s_len = max(len(examples[i].src) for i in idx)
     t_len = max(len(examples[i].tgt) for i in idx)
     src = torch.full((len(idx), s_len), pad, dtype=torch.long)
@@ -270,18 +311,21 @@ def collate(examples: list[Example], idx: list[int], pad: int, device) -> tuple[
 class EpochPlan:
     """The training examples of one epoch: sentences × repeat plus a fresh sample of phrases and words.
 
+    ``--phrases-per-epoch`` / ``--words-per-epoch`` count pairs; ``per_pair`` (:func:`sequences_per_pair`) is the
+    number of examples one pair gives, so a language model samples ``2 × N`` of its single-side sequences.
     Deterministic in ``(seed, epoch)``, which is what makes ``--resume`` exact.
     """
 
-    def __init__(self, sentences, phrases, words, args):
+    def __init__(self, sentences, phrases, words, args, per_pair: int = 1):
         self.sentences, self.phrases, self.words, self.args = sentences, phrases, words, args
+        self.per_pair = per_pair
 
     def examples(self, epoch: int) -> tuple[list[Example], list[list[int]]]:
         gen = torch.Generator().manual_seed(self.args.seed * 100_003 + epoch)
         chosen = self.sentences * self.args.sentence_repeat
         for pool, n in ((self.phrases, self.args.phrases_per_epoch), (self.words, self.args.words_per_epoch)):
             if pool and n:
-                pick = torch.randperm(len(pool), generator=gen)[: min(n, len(pool))].tolist()
+                pick = torch.randperm(len(pool), generator=gen)[: min(n * self.per_pair, len(pool))].tolist()
                 chosen = chosen + [pool[i] for i in pick]
         return chosen, make_batches(chosen, self.args.batch_tokens, gen)
 
@@ -306,7 +350,8 @@ def loss_fn(logits: torch.Tensor, target: torch.Tensor, pad: int, smoothing: flo
 
 @torch.no_grad()
 def validation_loss(model, examples, args, device) -> float:
-    """Token-averaged cross-entropy (no label smoothing) on ``examples``, in nats/token."""
+    """Token-averaged cross-entropy (no label smoothing) on ``examples``, in nats/token (for a decoder-only model:
+    of every next token after ``<bos>``, ``<eos>`` included)."""
     model.eval()
     total, count = 0.0, 0
     for idx in make_batches(examples, args.batch_tokens * 2, torch.Generator().manual_seed(0)):
@@ -325,7 +370,16 @@ def autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
 
 
+def perplexity(loss: float) -> float:
+    """``exp(loss)`` for a cross-entropy in nats/token (``inf`` where it overflows)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
 def score(model, tok, pairs: list[Pair]) -> dict[str, float]:
+    """Corpus BLEU and chrF (0–100) of greedy translations of ``pairs`` (encoder-decoder only)."""
     model.eval()
     hyps = translate_texts(model, tok, [p.src for p in pairs])
     model.train()
@@ -391,12 +445,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--limit-train", type=int, default=0, help="use only the first N sentence pairs (smoke tests)")
     g.add_argument("--vocab-size", type=int, default=8000)
     g = p.add_argument_group("model")
-    g.add_argument("--arch", default="encoder-decoder", choices=["encoder-decoder"])
+    g.add_argument("--arch", default="encoder-decoder", choices=ARCHITECTURES,
+                   help="encoder-decoder = EN→DE translator; decoder-only = GPT-style language model on both sides "
+                        "of every pair (continues a prompt; evaluated by loss/perplexity, no BLEU)")
     g.add_argument("--impl", default="ours", choices=IMPLS,
                    help="ours = this project's Transformer; torch = the torch.nn.Transformer baseline (model/baseline.py)")
     g.add_argument("--d-model", type=int, default=256)
     g.add_argument("--n-heads", type=int, default=4)
-    g.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
+    g.add_argument("--layers", type=int, default=3,
+                   help="encoder and decoder layers each (decoder-only: the decoder layers)")
     g.add_argument("--d-ff", type=int, default=1024)
     g.add_argument("--dropout", type=float, default=0.1)
     g.add_argument("--attention-dropout", type=float, default=0.0,
@@ -424,13 +481,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="peak TFLOP/s of one device, for the logged mfu (default: known CUDA GPUs' dense bf16 peak; "
                         "on CPU no mfu unless given)")
     g.add_argument("--eval-every", type=int, default=1000)
-    g.add_argument("--eval-sentences", type=int, default=300, help="valid sentences translated for BLEU/chrF")
-    g.add_argument("--test-at-end", action="store_true", help="score best/ on the shipped test split at the end")
+    g.add_argument("--eval-sentences", type=int, default=300,
+                   help="valid sentences translated for BLEU/chrF (not used by a decoder-only run)")
+    g.add_argument("--test-at-end", action="store_true",
+                   help="score best/ on the shipped test split at the end (decoder-only: test loss and perplexity)")
     g.add_argument("--fp16-weights", action="store_true", help="store best/ weights in float16 (half the size)")
     g.add_argument("--no-progress", action="store_true")
     g.add_argument("--no-snapshots", dest="snapshots", action="store_false",
                    help="skip the log-spaced checkpoints/step-N/ and probes.jsonl")
     return p
+
+
+def check_args(args) -> None:
+    """Refuse combinations the trainer cannot run (``ValueError``: ``main`` exits with code 2)."""
+    if getattr(args, "impl", "ours") != "ours" and getattr(args, "arch", "encoder-decoder") != "encoder-decoder":
+        raise ValueError(f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
+                         f"train --arch {args.arch} with --impl ours")
 
 
 def run(args) -> int:
@@ -468,6 +534,8 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
         args = argparse.Namespace(**saved)
     args.impl = getattr(args, "impl", "ours")  # runs from before --impl existed
     args.attention_dropout = getattr(args, "attention_dropout", 0.0)
+    args.arch = getattr(args, "arch", "encoder-decoder")
+    check_args(args)
     if args.impl != "ours":
         args.snapshots = False  # probes need our traced attention
     # After the resume block: a resumed run reads the data of the saved arguments, not the CLI defaults.
@@ -486,7 +554,8 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
         cfg = ModelConfig(
             arch=args.arch, vocab_size=tok.vocab_size, d_model=args.d_model, n_heads=args.n_heads,
-            n_encoder_layers=args.layers, n_decoder_layers=args.layers, d_ff=args.d_ff, dropout=args.dropout,
+            n_encoder_layers=args.layers if args.arch == "encoder-decoder" else 0, n_decoder_layers=args.layers,
+            d_ff=args.d_ff, dropout=args.dropout,
             attention_dropout=args.attention_dropout,
             pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
         )
@@ -496,9 +565,10 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             cfg.to_json(out / "config.json")
         if ctx.rank:
             torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
-    sent_ex = encode_pairs(tok, sentences, cfg)
-    plan = EpochPlan(sent_ex, encode_pairs(tok, phrases, cfg), encode_pairs(tok, words, cfg), args)
-    valid_ex = encode_pairs(tok, valid, cfg)
+    sent_ex = encode_examples(tok, sentences, cfg)
+    plan = EpochPlan(sent_ex, encode_examples(tok, phrases, cfg), encode_examples(tok, words, cfg), args,
+                     per_pair=sequences_per_pair(cfg))
+    valid_ex = encode_examples(tok, valid, cfg)
     eval_pairs = valid[: args.eval_sentences]
     opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
     factor = factor_for_peak(args.peak_lr, cfg.d_model, args.warmup)
@@ -624,14 +694,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
     if not ctx.is_main:
         return 0
     if args.test_at_end and (out / "best").is_dir():
-        best = load_any(out / "best", args.impl, device)
-        test = read_tsv(dataset_path("test", Path(args.data_dir)))
-        test_scores = score(best.model, best.tokenizer, test)
-        card = best.card
-        card["test"] = {"split": "Ding test sentences", "sentences": len(test), **test_scores}
-        atomic_write_json(out / "best" / "card.json", card)
-        log({"step": state["step"], "test_bleu": test_scores["bleu"], "test_chrf": test_scores["chrf"]})
-        print(f"test BLEU {test_scores['bleu']:.2f}  chrF {test_scores['chrf']:.2f}")
+        score_best_on_test(out, args, device, state["step"], log)
     log({"step": state["step"], "event": "stopped", "reason": reason})
     metrics_file.close()
     write_status(out, state="finished" if reason in ("max_steps", "max_minutes") else "stopped", step=state["step"],
@@ -660,30 +723,68 @@ def snapshot(model, tok, out: Path, step: int) -> None:
         f.write(json.dumps(probe_record(model, tok, step), ensure_ascii=False) + "\n")
 
 
+def score_best_on_test(out: Path, args, device, step: int, log) -> dict:
+    """Score ``out/best`` on the shipped test split, add it to its card as ``test`` and log it; returns the scores.
+
+    Encoder-decoder: BLEU and chrF of greedy translations (``test_bleu``, ``test_chrf``). Decoder-only: loss
+    (nats/token) and perplexity on both sides of the test pairs (``test_loss``, ``test_ppl``).
+    """
+    best = load_any(out / "best", args.impl, device)
+    test = read_tsv(dataset_path("test", Path(args.data_dir)))
+    card = best.card
+    if best.config.is_encoder_decoder:
+        scores = score(best.model, best.tokenizer, test)
+        card["test"] = {"split": "Ding test sentences", "sentences": len(test), **scores}
+        log({"step": step, "test_bleu": scores["bleu"], "test_chrf": scores["chrf"]})
+        print(f"test BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}")
+    else:
+        test_ex = encode_examples(best.tokenizer, test, best.config)
+        loss = validation_loss(best.model, test_ex, args, device)
+        scores = {"loss": round(loss, 4), "perplexity": round(perplexity(loss), 2)}
+        card["test"] = {"split": "Ding test sentences, both sides", "sequences": len(test_ex), **scores}
+        log({"step": step, "test_loss": scores["loss"], "test_ppl": scores["perplexity"]})
+        print(f"test loss {loss:.3f}  perplexity {perplexity(loss):.2f}")
+    atomic_write_json(out / "best" / "card.json", card)
+    return scores
+
+
 def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started,
                       world_size: int = 1) -> None:
-    """Validation loss + BLEU/chrF; writes ``best/`` when the loss improved (with its card).
+    """Validation loss and perplexity (+ BLEU/chrF of ``eval_pairs`` for an encoder-decoder); writes ``best/``
+    when the loss improved (with its card).
 
-    ``model`` is the unwrapped module; ``world_size`` is the number of data-parallel processes (for the card).
+    A decoder-only model has no translation to score: its evaluation line holds ``valid_loss`` and ``valid_ppl``
+    only (no ``valid_bleu`` / ``valid_chrf`` keys). ``model`` is the unwrapped module; ``world_size`` is the number
+    of data-parallel processes (for the card).
     """
     state["last_eval_step"] = state["step"]
     v_loss = validation_loss(model, valid_ex, args, device)
-    scores = score(model, tok, eval_pairs)
+    ppl = round(perplexity(v_loss), 2)
+    lm = not model.cfg.is_encoder_decoder
+    scores = {} if lm else score(model, tok, eval_pairs)
     train_seconds = base_seconds + time.time() - started
-    log({"step": state["step"], "valid_loss": round(v_loss, 4), "valid_bleu": scores["bleu"], "valid_chrf": scores["chrf"],
-         "time_s": round(train_seconds, 1)})
-    tqdm.write(f"step {state['step']}: valid loss {v_loss:.3f}  BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}")
+    record = {"step": state["step"], "valid_loss": round(v_loss, 4), "valid_ppl": ppl}
+    if not lm:
+        record.update(valid_bleu=scores["bleu"], valid_chrf=scores["chrf"])
+    log({**record, "time_s": round(train_seconds, 1)})
+    tqdm.write(f"step {state['step']}: valid loss {v_loss:.3f}  perplexity {ppl:.1f}"
+               + ("" if lm else f"  BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}"))
     if state["best_valid_loss"] is None or v_loss < state["best_valid_loss"]:
         state["best_valid_loss"], state["best_step"], state["best_metrics"] = round(v_loss, 4), state["step"], scores
+        data = {"train": "Ding dictionary sentence pairs (GPL-2+)" if not args.train_tsv else args.train_tsv,
+                "sentence_repeat": args.sentence_repeat, "phrases_per_epoch": args.phrases_per_epoch,
+                "words_per_epoch": args.words_per_epoch}
+        if lm:
+            data["sequences"] = "each side of every pair (English and German) as its own text"
+        task = "English and German language model (continues a prompt)" if lm else "English → German translation"
         card = {
-            "task": "English → German translation",
-            "data": {"train": "Ding dictionary sentence pairs (GPL-2+)" if not args.train_tsv else args.train_tsv,
-                     "sentence_repeat": args.sentence_repeat, "phrases_per_epoch": args.phrases_per_epoch,
-                     "words_per_epoch": args.words_per_epoch},
+            "task": task,
+            "data": data,
             "step": state["step"], "epoch": state["epoch"], "tokens_seen": state["tokens_seen"],
             "train_minutes": round(train_seconds / 60, 1), "hardware": hardware(world_size), "device": str(device),
             "parameters": model.num_parameters(),
-            "valid": {"loss": round(v_loss, 4), "sentences": len(eval_pairs), **scores},
+            "valid": ({"loss": round(v_loss, 4), "perplexity": ppl, "sequences": len(valid_ex)} if lm else
+                      {"loss": round(v_loss, 4), "perplexity": ppl, "sentences": len(eval_pairs), **scores}),
             "recipe": {k: getattr(args, k) for k in ("peak_lr", "warmup", "label_smoothing", "batch_tokens", "dropout",
                                                       "attention_dropout", "norm_first", "seed", "clip")},
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),

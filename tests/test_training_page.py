@@ -71,7 +71,8 @@ def test_validate_form_errors():
 def test_build_command_is_the_cli():
     form = {**L.preset_form("2-minute CPU demo"), "norm_first": True, "data": "sentences + phrases"}
     cmd = L.build_command(form, "runs/x")
-    assert cmd == [sys.executable, "-m", "model.train", "--out", "runs/x", "--d-model", "64", "--n-heads", "2",
+    assert cmd == [sys.executable, "-m", "model.train", "--out", "runs/x", "--arch", "encoder-decoder",
+                   "--d-model", "64", "--n-heads", "2",
                    "--layers", "2", "--d-ff", "256", "--dropout", "0.1", "--pos-encoding", "sinusoidal",
                    "--norm-first", "--label-smoothing", "0.1", "--warmup", "200", "--peak-lr", "0.001",
                    "--batch-tokens", "1500", "--max-steps", "100000", "--max-minutes", "2.0", "--seed", "1",
@@ -82,6 +83,25 @@ def test_build_command_is_the_cli():
     assert args.d_model == 64 and args.norm_first and args.max_minutes == 2.0
     tsv = L.build_command({**form, "data": "uploaded TSV", "train_tsv": "/r/train.tsv"}, "r")
     assert tsv[tsv.index("--train-tsv") + 1] == "/r/train.tsv" and "--phrases-per-epoch" not in tsv
+
+
+def test_decoder_only_form(tmp_path):
+    """The architecture knob: validated, passed as ``--arch``, accepted by the trainer; presets stay translators."""
+    from model.train import build_parser
+    assert all(L.preset_form(p)["arch"] == "encoder-decoder" for p in ("2-minute CPU demo", "small", "base-like"))
+    lm = L.preset_form("2-minute CPU demo, language model")
+    assert lm["arch"] == "decoder-only" and L.validate_form(lm) == []
+    for data in L.DATA_CHOICES:  # every data choice makes sense for a language model too (both sides as texts)
+        form = {**lm, "data": data, "train_tsv": "/r/train.tsv" if data == "uploaded TSV" else None}
+        assert L.validate_form(form) == [], data
+        cmd = L.build_command(form, "runs/lm")
+        assert cmd[cmd.index("--arch") + 1] == "decoder-only"
+        args = build_parser().parse_args(cmd[3:])
+        assert args.arch == "decoder-only" and args.layers == 4
+        assert bool(args.words_per_epoch) == ("words" in data) and (args.train_tsv is not None) == ("TSV" in data)
+    assert any("architecture" in e for e in L.validate_form({"arch": "encoder-only"}))
+    assert any("divisible" in e for e in L.validate_form({**lm, "d_model": 30, "n_heads": 4}))
+    assert L.new_run_name(lm, tmp_path).endswith("-d64h2l4-lm")
 
 
 def test_demo_refuses_launch(tmp_path, monkeypatch):
@@ -205,6 +225,25 @@ def test_page_invalid_form_shows_error(tmp_path, monkeypatch):
     assert not at.exception
     assert any("divisible" in e.value for e in at.error), [e.value for e in at.error]
     assert not any(tmp_path.iterdir())  # nothing started
+
+
+def test_page_form_launches_a_decoder_only_run(tmp_path, monkeypatch):
+    launched = []
+
+    def fake_launch(form, root, name=None, train_tsv_bytes=None):  # record, start nothing
+        launched.append(form)
+        return Path(root) / "lm-run"
+
+    monkeypatch.setattr(L, "launch", fake_launch)
+    at = page(monkeypatch, tmp_path)
+    preset = at.selectbox(key="train_preset").value
+    assert at.selectbox(key=f"f_arch_{preset}").value == "encoder-decoder"
+    at.selectbox(key=f"f_arch_{preset}").set_value("decoder-only")
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    (form,) = launched
+    assert form["arch"] == "decoder-only"
+    assert any("--arch decoder-only" in s.value for s in at.success)
 
 
 def test_page_demo_hides_form(tmp_path, monkeypatch):
@@ -375,3 +414,67 @@ def test_a_baseline_run_says_why_it_has_no_snapshots(tmp_path, monkeypatch):
     at = AppTest.from_file(str(PAGE), default_timeout=60).run()
     assert not at.exception
     assert any("torch.nn.Transformer baseline" in i.value for i in at.info)
+
+
+# --- a decoder-only (language model) run ------------------------------------------------------------------
+def fake_lm_run(root: Path, name: str, *, age: float) -> Path:
+    """A finished decoder-only run as the trainer leaves it: evaluation lines with ``valid_ppl`` and no BLEU/chrF,
+    ``config.json`` / ``train_args.json`` saying ``decoder-only``, and real probes (a tiny random model's)."""
+    import math
+
+    import torch
+
+    from model.config import ModelConfig
+    from model.runs import probe_record
+    from model.tokenizer import TextTokenizer
+    from model.transformer import Transformer
+
+    run = fake_run(root, name, age=age, evals=())
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lines += [{"step": s, "valid_loss": round(7 - s / 50, 3), "valid_ppl": round(math.exp(7 - s / 50), 2),
+               "time_s": 0.5 * s + 2} for s in (100, 200)]
+    lines.sort(key=lambda r: r["step"])
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    tok = TextTokenizer.train(["The cat sat on the mat.", "Die Katze saß auf der Matte."] * 5, vocab_size=120)
+    cfg = ModelConfig(arch="decoder-only", vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=0,
+                      n_decoder_layers=1, d_ff=32, max_len=24)
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (run / "train_args.json").write_text(json.dumps({"arch": "decoder-only", "impl": "ours", "max_steps": 200}))
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    with open(run / "probes.jsonl", "w", encoding="utf-8") as f:
+        for step in (0, 200):
+            f.write(json.dumps(probe_record(model, tok, step, ["The cat sat."]), ensure_ascii=False) + "\n")
+    then = time.time() - age
+    os.utime(run, (then, then))
+    return run
+
+
+def test_page_shows_a_decoder_only_run(tmp_path, monkeypatch):
+    fake_run(tmp_path, "translator", age=200)
+    fake_lm_run(tmp_path, "lm", age=100)
+    at = page(monkeypatch, tmp_path)
+    rows = at.dataframe[0].value.set_index("name")
+    assert rows["model"]["lm"].endswith("decoder-only") and rows["bleu"].isna()["lm"]
+    assert at.selectbox(key="train_pick").value == "lm"
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "Loss" in titles and "Validation perplexity (exp of the loss)" in titles
+    assert "Validation BLEU / chrF" not in titles
+    # heads forming: the probe's continuation and its masked self-attention
+    assert at.selectbox(key="hf_kind").options == ["masked self"]
+    assert any(m.value.startswith("Continuation at step 200: The cat sat.") for m in at.markdown)
+    assert any(t == "layer 1 · head 2" for t in titles)
+    at.select_slider(key="hf_step").set_value(0).run()
+    assert not at.exception and any("Continuation at step 0" in m.value for m in at.markdown)
+    # compare: the language model's BLEU / chrF are "not measured", its losses plot
+    assert at.multiselect(key="compare").value == ["lm", "translator"]
+    charts = compare_charts(at)
+    assert charts["valid_loss"]["data"][0]["x"] == [100, 200]
+    for metric in ("valid_bleu", "valid_chrf"):
+        lm, translator = charts[metric]["data"]
+        assert lm["x"] == [None] and "not measured" in lm["name"] and translator["x"] == [100, 200]
+    # the translator's own page still shows BLEU
+    at.selectbox(key="train_pick").set_value("translator").run()
+    assert not at.exception
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert "Validation BLEU / chrF" in titles

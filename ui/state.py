@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
-from model.decoding import InputError, SourceInput, Stepper, default_max_new_tokens, prepare_source
+from model.decoding import InputError, SourceInput, Stepper, default_max_new_tokens, lm_prompt, prepare_source
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -118,8 +118,10 @@ def card_summary(ckpt: Checkpoint) -> str:
     if card.get("hardware"):
         parts.append(f"trained {card.get('train_minutes', '?')} min on {card['hardware']}")
     test = card.get("test")
-    if test:
+    if isinstance(test, dict) and "bleu" in test and "chrf" in test:
         parts.append(f"test BLEU {test['bleu']:.1f} · chrF {test['chrf']:.1f}")
+    elif isinstance(test, dict) and "perplexity" in test:  # a language model
+        parts.append(f"test perplexity {test['perplexity']:.1f}")
     return " · ".join(parts)
 
 
@@ -177,8 +179,7 @@ def new_stepper(model, src_ids: list[int]) -> Stepper:
     limit = default_max_new_tokens(cfg, len(src_ids))
     if cfg.is_encoder_decoder:
         return Stepper(model, src_ids, max_new_tokens=limit)
-    prompt = [cfg.bos_id] + [i for i in src_ids if i != cfg.eos_id]
-    return Stepper(model, None, prefix_ids=prompt, max_new_tokens=limit)
+    return Stepper(model, None, prefix_ids=lm_prompt(cfg, src_ids), max_new_tokens=limit)
 
 
 def stepper_for(ckpt: Checkpoint, src: SourceInput) -> Stepper:

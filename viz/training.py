@@ -4,8 +4,9 @@ The trainer (``model/train.py``) appends one JSON object per line to ``runs/<id>
 
 * a **log line** every ``--log-every`` steps: ``step, epoch, loss, lr, grad_norm, tokens_per_s, tokens_seen,
   time_s`` (``loss`` is the label-smoothed training cross-entropy averaged since the previous log line);
-* an **evaluation line**: ``step, valid_loss, valid_bleu, valid_chrf, time_s`` (no ``tokens_seen``: it is read
-  off the log lines, interpolated by step);
+* an **evaluation line**: ``step, valid_loss, valid_ppl, valid_bleu, valid_chrf, time_s`` (no ``tokens_seen``: it
+  is read off the log lines, interpolated by step); a decoder-only run (a language model) has no ``valid_bleu`` /
+  ``valid_chrf``, and its BLEU / chrF traces say "not measured";
 * ``test_bleu`` / ``event`` lines, which no chart here uses.
 
 A run being written may end in half a line, and files may hold garbage: every record that is not a dict, or
@@ -42,6 +43,9 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "tokens_per_s": ("Training throughput", "tokens / second", "no log line yet"),
     "lr": ("Learning rate (warmup, then 1/√step)", "learning rate", "no log line yet"),
 }
+
+#: Legend note of a run whose evaluation lines lack the metric (a language model has no BLEU / chrF).
+NOT_MEASURED = "not measured (language model)"
 
 #: Okabe–Ito colours (colour-blind safe), strong ones first; yellow last, as it is faint on white.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -118,6 +122,14 @@ def run_series(records: Sequence[dict], metric: str, x: str = "step") -> tuple[l
     return [points[s][0] for s in steps], [points[s][1] for s in steps]
 
 
+def empty_note(records: Sequence[dict], metric: str) -> str:
+    """Why a run has no point of ``metric``: :data:`NOT_MEASURED` for an evaluation metric of a run that has
+    evaluated (``valid_loss``) without it, else the metric's note in :data:`METRICS` (e.g. "no evaluation yet")."""
+    if metric.startswith("valid_") and metric != "valid_loss" and _by_step(records, "valid_loss"):
+        return NOT_MEASURED
+    return METRICS[metric][2]
+
+
 def run_styles(run_ids: Sequence[str]) -> dict[str, dict]:
     """A line style ``{color, dash}`` per run, by position: the same run keeps its colour on every chart.
     After the eight colours the dash pattern changes."""
@@ -132,11 +144,12 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
 
     Every run gets exactly one trace, named by its run id, so the legends of all charts list the same runs in
     the same colours (``styles``, by default :func:`run_styles` of ``runs``' order); a run without any point
-    keeps an empty trace whose legend entry says why (e.g. "no evaluation yet").
+    keeps an empty trace whose legend entry says why (e.g. "no evaluation yet", or :data:`NOT_MEASURED` for the
+    BLEU / chrF of a language model).
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
-    title, y_title, empty_note = METRICS[metric]
+    title, y_title, no_points_note = METRICS[metric]
     styles = {**run_styles(list(runs)), **(styles or {})}
     fig = go.Figure()
     any_points = False
@@ -146,7 +159,8 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
         few = len(xs) < 40
         # a run without points gets one null point: Plotly leaves a trace without data out of the legend
         fig.add_trace(go.Scatter(
-            x=xs or [None], y=ys or [None], name=str(rid) if xs else f"{rid} ({empty_note})", legendgroup=str(rid),
+            x=xs or [None], y=ys or [None], name=str(rid) if xs else f"{rid} ({empty_note(records, metric)})",
+            legendgroup=str(rid),
             mode="lines+markers" if few else "lines",
             line=dict(color=style["color"], dash=style.get("dash", "solid"), width=3),
             marker=dict(size=8, color=style["color"]),
@@ -164,7 +178,9 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
     fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb",
                      exponentformat="e" if metric == "lr" else "B")
     if not any_points:
-        fig.add_annotation(text=empty_note.capitalize() if runs else "No run selected", showarrow=False,
+        notes = {empty_note(records, metric) for records in runs.values()}
+        note = notes.pop() if len(notes) == 1 else no_points_note
+        fig.add_annotation(text=note[0].upper() + note[1:] if runs else "No run selected", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=18, color="#6b7785"))
     return fig
 

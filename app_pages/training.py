@@ -61,8 +61,10 @@ def launch_form() -> None:
                                       key=f"f_min_{preset}")
         device = c3.selectbox("device", L.DEVICES, key=f"f_dev_{preset}")
         name = c4.text_input("run name (optional)", key=f"f_name_{preset}")
-        data = st.radio("training data", L.DATA_CHOICES, horizontal=True, key=f"f_data_{preset}",
-                        help="Ding dictionary pairs; a decoder-only model trains on both sides of each as texts.")
+        data = st.radio("training data", L.DATA_CHOICES, index=L.DATA_CHOICES.index(p["data"]), horizontal=True,
+                        key=f"f_data_{preset}",
+                        help="Ding dictionary pairs (a decoder-only model trains on both sides of each as texts), "
+                             "or the Brown corpus's English sentences for a decoder-only language model.")
         upload = st.file_uploader("your own data: source<TAB>target per line (.tsv; a decoder-only model trains on "
                                   "both columns)", type=["tsv", "txt"], key=f"f_up_{preset}")
         submitted = st.form_submit_button("Start training", type="primary")

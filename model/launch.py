@@ -30,8 +30,10 @@ RUNS_ROOT = REPO / "runs"
 RUNS_ENV = "ATTENTION_EXPLORER_RUNS"
 DEMO_ENV = "ATTENTION_EXPLORER_DEMO"
 LOCK_NAME = ".active"
-#: Training data. A decoder-only (language model) run trains on each side of these pairs as its own text.
-DATA_CHOICES = ("sentences", "sentences + phrases", "sentences + phrases + words", "uploaded TSV")
+#: Training data. A decoder-only (language model) run trains on each side of these pairs as its own text; the
+#: Brown corpus (English sentences, ``--corpus brown``) is for a decoder-only model only.
+BROWN = "Brown corpus (English)"
+DATA_CHOICES = ("sentences", "sentences + phrases", "sentences + phrases + words", "uploaded TSV", BROWN)
 DEVICES = ("auto", "cpu", "cuda")
 PHRASES_PER_EPOCH = 2000
 WORDS_PER_EPOCH = 2000
@@ -59,9 +61,9 @@ PRESETS: dict[str, dict] = {
     "base-like": {"d_model": 256, "n_heads": 4, "layers": 3, "d_ff": 1024},
     # A GPT-style language model of about the demo translator's size: its 2 + 2 layers become 4 decoder layers.
     "2-minute CPU demo, language model": {
-        "arch": "decoder-only", "d_model": 64, "n_heads": 2, "layers": 4, "d_ff": 256, "max_minutes": 2.0,
-        "max_steps": 100_000, "limit_train": 3000, "vocab_size": 2000, "eval_every": 100, "warmup": 200,
-        "log_every": 10, "batch_tokens": 1500,
+        "arch": "decoder-only", "data": BROWN, "d_model": 64, "n_heads": 2, "layers": 4, "d_ff": 256,
+        "max_minutes": 2.0, "max_steps": 100_000, "limit_train": 3000, "vocab_size": 2000, "eval_every": 100,
+        "warmup": 200, "log_every": 10, "batch_tokens": 1500,
     },
 }
 
@@ -135,6 +137,9 @@ def validate_form(form: dict) -> list[str]:
         errors.append(f"data must be one of {DATA_CHOICES}, got {f['data']!r}")
     elif f["data"] == "uploaded TSV" and not f.get("train_tsv"):
         errors.append("upload a source<TAB>target .tsv file to train on your own data")
+    elif f["data"] == BROWN and f["arch"] != "decoder-only":
+        errors.append("the Brown corpus is English only: it trains a language model (architecture decoder-only), "
+                      "not a translator")
     shape = [ints[k] for k in ("d_model", "n_heads", "layers", "d_ff")]
     if not errors and all(v is not None for v in shape):
         try:  # the model's own checks (d_model % n_heads, RoPE's even d_k, sinusoidal's even d_model, …)
@@ -169,6 +174,8 @@ def build_command(form: dict, run_dir: str | Path) -> list[str]:
         cmd += ["--threads", str(f["threads"])]
     if f["data"] == "uploaded TSV":
         cmd += ["--train-tsv", str(f["train_tsv"])]
+    elif f["data"] == BROWN:
+        cmd += ["--corpus", "brown"]
     else:
         if "phrases" in f["data"]:
             cmd += ["--phrases-per-epoch", str(PHRASES_PER_EPOCH)]

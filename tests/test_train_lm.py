@@ -163,3 +163,29 @@ def test_a_trained_language_model_opens_in_the_app(lm_runs, monkeypatch, tmp_pat
         [b for b in at.button if b.label == "Next"][0].click().run()
         assert not at.exception, at.exception[0].message
     assert any("Masked self-attention of step 2" in m.value for m in at.markdown)
+
+
+def test_a_language_model_trains_on_the_brown_corpus(tmp_path):
+    """``--corpus brown``: English sentences only, test-at-end on the Brown test split, the card says so."""
+    rc, out, err = run_main(train.main, ["--out", tmp_path / "brown", "--corpus", "brown", "--max-steps", "6",
+                                         "--test-at-end", *LM])
+    assert rc == 0, err
+    card = json.loads((tmp_path / "brown" / "best" / "card.json").read_text())
+    text = json.dumps(card)
+    assert "Brown" in text and "English language model" in text and "NOTICE" in text
+    assert card["test"]["split"] == "Brown test sentences" and card["test"]["sequences"] > 700
+    tok = load_checkpoint(tmp_path / "brown" / "best").tokenizer
+    assert "perplexity" in out
+    # The tokenizer learned English from Brown sentences, not German from the Ding pairs.
+    assert len(tok.encode("The jury said it.").ids) <= 6
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "English only"),  # a translator
+    (["--arch", "decoder-only", "--train-tsv", "x.tsv"], "give one"),
+    (["--arch", "decoder-only", "--phrases-per-epoch", "5"], "not --corpus brown"),
+])
+def test_the_brown_corpus_refuses_what_it_cannot_do(tmp_path, extra, message):
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "x", "--corpus", "brown", *TINY, *extra])
+    assert rc == 2 and message in err
+    assert not (tmp_path / "x" / "config.json").exists()

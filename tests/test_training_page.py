@@ -99,6 +99,10 @@ def test_decoder_only_form(tmp_path):
         args = build_parser().parse_args(cmd[3:])
         assert args.arch == "decoder-only" and args.layers == 4
         assert bool(args.words_per_epoch) == ("words" in data) and (args.train_tsv is not None) == ("TSV" in data)
+        assert (args.corpus == "brown") == (data == L.BROWN)
+    assert lm["data"] == L.BROWN  # the language-model preset reads English text
+    translator = {**L.preset_form("2-minute CPU demo"), "data": L.BROWN}
+    assert any("Brown corpus is English only" in e for e in L.validate_form(translator))
     assert any("architecture" in e for e in L.validate_form({"arch": "encoder-only"}))
     assert any("divisible" in e for e in L.validate_form({**lm, "d_model": 30, "n_heads": 4}))
     assert L.new_run_name(lm, tmp_path).endswith("-d64h2l4-lm")
@@ -244,6 +248,26 @@ def test_page_form_launches_a_decoder_only_run(tmp_path, monkeypatch):
     (form,) = launched
     assert form["arch"] == "decoder-only"
     assert any("--arch decoder-only" in s.value for s in at.success)
+
+
+def test_page_form_brown_corpus(tmp_path, monkeypatch):
+    """The Brown corpus is refused for a translator (message, nothing launched) and preselected by the
+    language-model preset, whose launch passes ``--corpus brown``."""
+    launched = []
+    monkeypatch.setattr(L, "launch", lambda form, root, name=None, train_tsv_bytes=None:
+                        launched.append(form) or Path(root) / "lm-run")
+    at = page(monkeypatch, tmp_path)
+    preset = at.selectbox(key="train_preset").value
+    at.radio(key=f"f_data_{preset}").set_value(L.BROWN)
+    at.button[0].click().run()
+    assert not at.exception and not launched
+    assert any("English only" in e.value for e in at.error)
+    at.selectbox(key="train_preset").set_value("2-minute CPU demo, language model").run()
+    lm = at.selectbox(key="train_preset").value
+    assert at.radio(key=f"f_data_{lm}").value == L.BROWN
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert launched[-1]["data"] == L.BROWN and any("--corpus brown" in s.value for s in at.success)
 
 
 def test_page_demo_hides_form(tmp_path, monkeypatch):

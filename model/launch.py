@@ -237,6 +237,23 @@ def effective_state(status: dict | None, pid=None) -> str:
     return state if state in ("finished", "stopped", "failed") else "unknown"
 
 
+#: States in which a run's trainer process is alive: the page keeps polling them.
+LIVE_STATES = ("starting", "running")
+
+
+def run_state(run_dir: str | Path) -> str:
+    """:func:`effective_state` of a run folder, and ``starting`` for the run the lock names (just launched or
+    resumed from the page) while its trainer lives but has not yet written ``status.json`` as running."""
+    run_dir = Path(run_dir)
+    status = read_status(run_dir)
+    state = effective_state(status)
+    if state != "running":
+        lock = _read_json(run_dir.parent / LOCK_NAME)
+        if isinstance(lock, dict) and lock.get("run") == run_dir.name and pid_alive(lock.get("pid")):
+            return "starting"
+    return state
+
+
 def _read_json(path: Path):
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -499,7 +516,7 @@ def summarize(run_dir: Path) -> dict:
     evals = [m for m in metrics if "valid_loss" in m]
     row = {
         "name": run_dir.name,
-        "state": effective_state(status),
+        "state": run_state(run_dir),
         "step": (status or {}).get("step", max((m["step"] for m in metrics if isinstance(m.get("step"), int)),
                                                default=None)),
         "max_steps": (status or {}).get("max_steps"),

@@ -5,6 +5,8 @@ downloads. When it (or the ``playwright`` package) is missing, the module is ski
 
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look:
 ``translate-step3.png`` and ``attention.png`` at 1600×1000, ``projector-run-to-end.png`` at 1280×720.
+``training-finished.png``: a language-model run launched from the Training page and watched to its end (its
+runs folder is temporary: ``ATTENTION_EXPLORER_RUNS``).
 As in ``test_app.py``, nothing asserts particular German words: the model is a placeholder for now.
 """
 
@@ -58,13 +60,13 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def server():
+def _serve(env_overrides: dict[str, str], log_name: str):
     """``streamlit run app.py`` on a free port (its own process group, killed at the end). Yields the base URL."""
     ARTIFACTS.mkdir(exist_ok=True)
     port = _free_port()
-    log = open(ARTIFACTS / "streamlit-server.log", "wb")
+    log = open(ARTIFACTS / log_name, "wb")
     env = {k: v for k, v in os.environ.items() if k not in ("ATTENTION_EXPLORER_CHECKPOINTS", "ATTENTION_EXPLORER_DEMO")}
+    env.update(env_overrides)
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
          "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
@@ -76,9 +78,9 @@ def server():
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _healthy(url):
             if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with {proc.returncode}; see {ARTIFACTS / 'streamlit-server.log'}")
+                pytest.fail(f"streamlit exited with {proc.returncode}; see {ARTIFACTS / log_name}")
             if time.monotonic() > deadline:
-                pytest.fail(f"streamlit not healthy after {START_TIMEOUT_S} s; see {ARTIFACTS / 'streamlit-server.log'}")
+                pytest.fail(f"streamlit not healthy after {START_TIMEOUT_S} s; see {ARTIFACTS / log_name}")
             time.sleep(0.3)
         yield url
     finally:
@@ -91,6 +93,20 @@ def server():
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The app as ``make run`` starts it. Yields the base URL."""
+    yield from _serve({}, "streamlit-server.log")
+
+
+@pytest.fixture(scope="module")
+def training_server(tmp_path_factory):
+    """The app with its runs folder in a temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root)``."""
+    runs = tmp_path_factory.mktemp("browser-runs")
+    for url in _serve({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-training-server.log"):
+        yield url, runs
 
 
 @pytest.fixture(scope="module")
@@ -299,3 +315,33 @@ def test_every_page_renders_in_the_browser(server, new_page, path, title, name):
     assert_no_traceback(page)
     page.wait_for_timeout(500)
     shot(page, name)
+
+
+def test_training_page_launches_and_watches_a_language_model_run(training_server, new_page):
+    """As a student would: pick the language-model preset (Brown corpus), cut it to 40 steps, start it, and watch
+    the live charts until the run has finished; then the run is in the table and its heads-forming slider works."""
+    url, runs = training_server
+    page = new_page(DESKTOP)
+    page.goto(f"{url}/training")
+    page.get_by_role("heading", name="Training").first.wait_for()
+    settle(page)
+    page.get_by_text("No runs yet").wait_for()
+    page.get_by_test_id("stSelectbox").filter(has_text="Preset").click()
+    page.get_by_role("option", name="2-minute CPU demo, language model").click()
+    settle(page)
+    expect(page.get_by_role("radio", name="Brown corpus (English)")).to_be_checked()
+    steps = page.get_by_label("max steps")
+    steps.fill("40")
+    steps.press("Tab")
+    page.get_by_role("button", name="Start training").click()
+    page.get_by_text("Started run").wait_for()
+    expect(page.get_by_text("--corpus brown").first).to_be_visible()
+    page.get_by_text(re.compile(r"state \S*finished")).wait_for(timeout=240_000)  # the fragment polls every 2 s
+    settle(page)
+    assert_no_traceback(page)
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    assert (run / "best" / "model.safetensors").is_file()
+    expect(page.get_by_text("Validation perplexity").first).to_be_visible()
+    expect(page.get_by_text("Heads forming").first).to_be_visible()
+    page.wait_for_timeout(500)
+    shot(page, "training-finished.png")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -502,3 +503,27 @@ def test_page_shows_a_decoder_only_run(tmp_path, monkeypatch):
     assert not at.exception
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert "Validation BLEU / chrF" in titles
+
+
+def test_a_just_launched_run_is_starting_until_its_trainer_says_running(tmp_path):
+    """Between the click and the trainer's first status.json (or a resumed run's old ``stopped`` status), the run
+    the lock names is ``starting``, a live state the page keeps polling; once its process is gone it is not."""
+    run = tmp_path / "fresh"
+    run.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / L.LOCK_NAME).write_text(json.dumps({"run": "fresh", "pid": sleeper.pid}))
+        assert L.run_state(run) == "starting" and L.run_state(run) in L.LIVE_STATES
+        (run / "status.json").write_text(json.dumps({"state": "stopped", "step": 5}))  # resumed, not yet rewritten
+        assert L.run_state(run) == "starting"
+        assert L.summarize(run)["state"] == "starting"
+        (run / "status.json").write_text(json.dumps({"state": "running", "pid": sleeper.pid}))
+        assert L.run_state(run) == "running"
+        other = tmp_path / "other"
+        other.mkdir()
+        assert L.run_state(other) == "unknown"  # the lock names another run
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    (run / "status.json").write_text(json.dumps({"state": "stopped", "step": 5}))
+    assert L.run_state(run) == "stopped" and L.run_state(run) not in L.LIVE_STATES

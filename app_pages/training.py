@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from model import launch as L
@@ -17,7 +16,7 @@ CHECKPOINTS_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
 st.title("Training")
 st.caption("Train a small English → German Transformer here (or a decoder-only language model on the same "
-           "sentences) and watch it learn. Each run is the ordinary `python -m model.train` CLI running in the "
+           "sentences or on the Brown corpus's English prose) and watch it learn. Each run is the ordinary `python -m model.train` CLI running in the "
            "background; its folder under `runs/` holds the curves, log-spaced checkpoints and attention snapshots.")
 
 root = L.runs_root()
@@ -115,27 +114,14 @@ st.session_state["train_watch"] = watched
 run_dir = root / watched
 
 
-# --- charts -----------------------------------------------------------------------------------------------
-def line_chart(series: dict[str, tuple[list, list]], title: str, y_title: str, log_y: bool = False) -> go.Figure:
-    fig = go.Figure()
-    for label, (x, y) in series.items():
-        if x:
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers" if len(x) < 30 else "lines", name=label))
-    fig.update_layout(title=title, height=280, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step",
-                      yaxis_title=y_title, legend=dict(orientation="h", y=-0.3))
-    if log_y:
-        fig.update_yaxes(type="log")
-    return fig
-
-
-def column(records: list[dict], key: str) -> tuple[list, list]:
-    rows = [r for r in records if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), int)]
-    return [r["step"] for r in rows], [r[key] for r in rows]
+# --- charts ---------------------------------------------------------------------------------------------
+def chart(col, metrics: list[dict], series: dict[str, str], title: str, y_title: str, key: str, **kw) -> None:
+    col.plotly_chart(VT.run_figure(metrics, series, title, y_title, **kw), width="stretch", theme=None, key=key)
 
 
 def show_run(run_dir: Path) -> None:
     status = L.read_status(run_dir) or {}
-    state = L.effective_state(status if status else None)
+    state = L.run_state(run_dir)
     metrics = L.read_metrics(run_dir)
     last_step = max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=0)
     step, max_steps = status.get("step") or last_step, status.get("max_steps") or 0
@@ -152,31 +138,27 @@ def show_run(run_dir: Path) -> None:
         st.info("No metrics yet: the trainer is preparing the data and tokenizer.")
         return
     c1, c2 = st.columns(2)
-    c1.plotly_chart(line_chart({"train loss": column(metrics, "loss"), "valid loss": column(metrics, "valid_loss")},
-                               "Loss", "cross-entropy"), width="stretch", theme=None, key="ch_loss")
+    chart(c1, metrics, {"train loss": "loss", "valid loss": "valid_loss"}, "Loss", "cross-entropy (nats/token)",
+          "ch_loss")
     if L.run_arch(run_dir) == "decoder-only":  # a language model: no translation to score
-        c2.plotly_chart(line_chart({"valid perplexity": column(metrics, "valid_ppl")},
-                                   "Validation perplexity (exp of the loss)", "perplexity", log_y=True),
-                        width="stretch", theme=None, key="ch_ppl")
+        chart(c2, metrics, {"valid perplexity": "valid_ppl"}, "Validation perplexity (exp of the loss)",
+              "perplexity", "ch_ppl", log_y=True)
     else:
-        c2.plotly_chart(line_chart({"BLEU": column(metrics, "valid_bleu"), "chrF": column(metrics, "valid_chrf")},
-                                   "Validation BLEU / chrF", "score"), width="stretch", theme=None, key="ch_bleu")
+        chart(c2, metrics, {"BLEU": "valid_bleu", "chrF": "valid_chrf"}, "Validation BLEU / chrF", "score (0–100)",
+              "ch_bleu")
     c1, c2, c3 = st.columns(3)
-    c1.plotly_chart(line_chart({"lr": column(metrics, "lr")}, "Learning rate (warmup, then 1/√step)", "lr"),
-                    width="stretch", theme=None, key="ch_lr")
-    c2.plotly_chart(line_chart({"tokens/s": column(metrics, "tokens_per_s")}, "Throughput", "tokens/s"),
-                    width="stretch", theme=None, key="ch_tps")
-    c3.plotly_chart(line_chart({"grad norm": column(metrics, "grad_norm")}, "Gradient norm (before clipping)",
-                               "norm"), width="stretch", theme=None, key="ch_gn")
+    chart(c1, metrics, {"learning rate": "lr"}, "Learning rate (warmup, then 1/√step)", "learning rate", "ch_lr")
+    chart(c2, metrics, {"tokens/s": "tokens_per_s"}, "Throughput", "tokens / second", "ch_tps")
+    chart(c3, metrics, {"grad norm": "grad_norm"}, "Gradient norm (before clipping)", "norm", "ch_gn")
 
 
-running = L.effective_state(L.read_status(run_dir)) == "running"
+live = L.run_state(run_dir) in L.LIVE_STATES
 
 
-@st.fragment(run_every=2 if running else None)
+@st.fragment(run_every=2 if live else None)
 def watch() -> None:
     show_run(run_dir)
-    if running and L.effective_state(L.read_status(run_dir)) != "running":
+    if live and L.run_state(run_dir) not in L.LIVE_STATES:
         st.rerun()  # it just ended: refresh the buttons and stop polling
 
 
@@ -184,7 +166,7 @@ watch()
 
 
 # --- control ----------------------------------------------------------------------------------------------
-state = L.effective_state(L.read_status(run_dir))
+state = L.run_state(run_dir)
 if not L.demo_mode():
     c1, c2, c3, c4 = st.columns(4)
     if c1.button("Stop", disabled=state != "running", help="Graceful: saves last/ and exits"):
@@ -236,7 +218,7 @@ x_axis = c2.radio("x axis", list(VT.X_AXES), key="compare_x", bind="query-params
 states = {r["name"]: r["state"] for r in runs}
 
 
-@st.fragment(run_every=10 if any(states.get(n) == "running" for n in compared) else None)
+@st.fragment(run_every=10 if any(states.get(n) in L.LIVE_STATES for n in compared) else None)
 def compare_runs(chosen: list[str], x: str) -> None:
     """Overlaid curves of the chosen runs (refreshed every 10 s while one of them trains)."""
     if not chosen:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from model.runs import read_jsonl
-from viz.training import METRICS, PALETTE, X_AXES, compare_figure, compare_figures, run_series, run_styles
+from viz.training import (METRICS, PALETTE, X_AXES, compare_figure, compare_figures, run_figure, run_series,
+                          run_styles)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,3 +120,25 @@ def test_the_real_trainer_log_has_every_curve():
             xs, ys = run_series(records, metric, x)
             assert xs and len(xs) == len(ys), (metric, x)
             assert xs == sorted(xs), (metric, x)  # cumulative tokens and time grow with the step
+
+
+def test_run_figure_one_run_several_series():
+    """The Training page's live charts: one trace per series in palette order, bad records skipped, a series
+    without points kept in the legend, room for the tick labels, and a log axis only over a wide range."""
+    records = [{"step": 10, "loss": 8.0, "lr": 2e-4}, {"step": 20, "loss": 7.5, "lr": 4e-4}, "garbage",
+               {"step": 20, "valid_loss": 7.4, "valid_ppl": 1636.0}, {"step": "x", "loss": 1.0},
+               {"step": 30, "loss": float("nan")}]
+    fig = run_figure(records, {"train loss": "loss", "valid loss": "valid_loss", "BLEU": "valid_bleu"}, "Loss", "nats")
+    train, valid, bleu = fig.data
+    assert list(train.x) == [10, 20] and list(train.y) == [8.0, 7.5] and list(valid.x) == [20]
+    assert bleu.name == "BLEU (no points yet)" and list(bleu.x) == [None]
+    assert [t.line.color for t in fig.data] == list(PALETTE[:3]) and fig.layout.showlegend
+    assert fig.layout.yaxis.automargin and fig.layout.xaxis.automargin and fig.layout.xaxis.title.text == "step"
+    lr = run_figure(records, {"lr": "lr"}, "LR", "lr")
+    assert lr.layout.yaxis.exponentformat == "e" and not lr.layout.showlegend  # 2e-4, not 200μ; title names it
+    narrow = run_figure(records, {"ppl": "valid_ppl"}, "Perplexity", "ppl", log_y=True)
+    assert narrow.layout.yaxis.type != "log"  # one point: a log axis would have no readable ticks
+    wide = run_figure([{"step": 1, "valid_ppl": 2000.0}, {"step": 2, "valid_ppl": 90.0}], {"ppl": "valid_ppl"},
+                      "Perplexity", "ppl", log_y=True)
+    assert wide.layout.yaxis.type == "log"
+    assert len(run_figure([], {"loss": "loss"}, "Loss", "nats").data) == 1  # nothing logged yet: no error

@@ -168,20 +168,58 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
                           "<extra></extra>",
         ))
         any_points = any_points or bool(xs)
-    fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=18, color=TEXT_COLOR)),
-        font=FONT, height=height, template="plotly_white", hovermode="closest", showlegend=True,
-        margin=dict(l=10, r=10, t=50, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=14)),
-    )
-    fig.update_xaxes(title_text=X_AXES[x], automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb")
-    fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb",
-                     exponentformat="e" if metric == "lr" else "B")
+    _layout(fig, title, X_AXES[x], y_title, height, small_numbers=metric == "lr")
     if not any_points:
         notes = {empty_note(records, metric) for records in runs.values()}
         note = notes.pop() if len(notes) == 1 else no_points_note
         fig.add_annotation(text=note[0].upper() + note[1:] if runs else "No run selected", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=18, color="#6b7785"))
+    return fig
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int, small_numbers: bool = False,
+            title_size: int = 18) -> None:
+    """The look every training chart shares: title at the left, the legend under the plot, axes that make room
+    for their tick labels (``small_numbers``: ticks like 2e-4 instead of SI prefixes such as 200μ)."""
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=title_size, color=TEXT_COLOR)),
+        font=FONT, height=height, template="plotly_white", hovermode="closest", showlegend=True,
+        margin=dict(l=10, r=10, t=50, b=10),
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=14)),
+    )
+    fig.update_xaxes(title_text=x_title, automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb")
+    fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb",
+                     exponentformat="e" if small_numbers else "B")
+
+
+def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y_title: str, height: int = 300,
+               log_y: bool = False) -> go.Figure:
+    """One run's curves on one chart: ``series`` maps a legend label to a key of its ``metrics.jsonl`` records
+    (any numeric key, e.g. ``{"train loss": "loss", "valid loss": "valid_loss"}``), against the step.
+
+    Colours follow :data:`PALETTE` in ``series`` order; with two or more series there is a legend, where a series
+    without points says "no points yet". ``log_y`` takes a log axis only when the values span more than a factor of 10 (a log axis
+    over a narrow range has no readable ticks). Bad records are skipped as in :func:`run_series`.
+    """
+    fig = go.Figure()
+    values: list[float] = []
+    for i, (label, key) in enumerate(series.items()):
+        points = _by_step(records, key)
+        xs, ys = sorted(points), [points[s] for s in sorted(points)]
+        values += ys
+        color = PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Scatter(
+            x=xs or [None], y=ys or [None], name=label if xs else f"{label} (no points yet)",
+            mode="lines+markers" if len(xs) < 40 else "lines", line=dict(color=color, width=2.5),
+            marker=dict(size=7, color=color),
+            hovertemplate=f"<b>{label}</b><br>step %{{x:,.0f}}<br>%{{y:,.4~r}}<extra></extra>",
+        ))
+    _layout(fig, title, "step", y_title, height, small_numbers=any(0 < abs(v) < 1e-2 for v in values),
+            title_size=16)
+    fig.update_layout(showlegend=len(series) > 1)  # one series: the title names it
+    positive = [v for v in values if v > 0]
+    if log_y and positive and len(positive) == len(values) and max(positive) > 10 * min(positive):
+        fig.update_yaxes(type="log")
     return fig
 
 

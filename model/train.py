@@ -28,6 +28,7 @@ train/valid/test split), a monolingual text being a ``Pair(text, "")``.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -569,9 +570,13 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
         if not (last / "trainer_state.json").is_file():
             raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")
         saved = json.loads((out / "train_args.json").read_text())
-        for k in ("resume", "max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots",
-                  "compile", "peak_tflops"):
-            saved[k] = getattr(args, k)
+        given = getattr(args, "given", None)  # None: every option counts as given (a caller without main())
+        for k in RESUME_OVERRIDABLE:
+            if k not in saved or given is None or k in given:
+                saved[k] = getattr(args, k)
+        saved["resume"] = True
+        if ctx.is_main:  # the limits this run now has are the ones a later bare --resume (or the page) keeps
+            atomic_write_json(out / "train_args.json", saved)
         args = argparse.Namespace(**saved)
     args.impl = getattr(args, "impl", "ours")  # runs from before --impl existed
     args.attention_dropout = getattr(args, "attention_dropout", 0.0)
@@ -600,7 +605,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
         )
         model = build_model(cfg, args.impl).to(device)  # the same on every rank; DDP broadcasts rank 0's anyway
         if ctx.is_main:
-            atomic_write_json(out / "train_args.json", vars(args))
+            atomic_write_json(out / "train_args.json", {k: v for k, v in vars(args).items() if k != "given"})
             cfg.to_json(out / "config.json")
         if ctx.rank:
             torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
@@ -843,8 +848,26 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
         save_checkpoint(out / "best", model, tok, card, dtype=torch.float16 if args.fp16_weights else None)
 
 
+# What ``--resume`` may change: limits and the machine. An option left off the command line keeps the saved
+# run's value (a resumed run is not silently cut to the default --max-steps, nor loses --test-at-end); the
+# model and data options always come from the saved run.
+RESUME_OVERRIDABLE = ("max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots",
+                      "compile", "peak_tflops")
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``dest`` names of the options actually written in ``argv`` (not filled in from defaults)."""
+    probe = copy.deepcopy(parser)
+    for action in probe._actions:  # argparse has no public switch for "no defaults"
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return set(vars(probe.parse_args(argv)))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.given = given_options(parser, argv)
     try:
         return run(args)
     except (DataError, ConfigError, ValueError) as exc:

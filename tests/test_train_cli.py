@@ -115,6 +115,30 @@ def test_resume_is_exact(runs):
         [r["valid_loss"] for r in _records(straight) if "valid_loss" in r]
 
 
+def test_given_options_names_only_what_was_typed():
+    parser = train.build_parser()
+    assert train.given_options(parser, ["--out", "r", "--resume"]) == {"out", "resume"}
+    assert train.given_options(parser, ["--out", "r", "--max-steps", "5", "--test-at-end"]) == {
+        "out", "max_steps", "test_at_end"}
+
+
+def test_resume_without_limits_keeps_the_saved_ones(runs, tmp_path):
+    """A bare ``--resume`` keeps the run's own --max-steps (12, not the CLI default) and its settings; typed
+    options still override."""
+    import shutil
+    folder = tmp_path / "again"
+    shutil.copytree(runs["root"] / "resumed", folder)
+    rc, _, err = run_main(train.main, ["--out", folder, "--resume"])
+    assert rc == 0, err
+    status = json.loads((folder / "status.json").read_text())
+    assert status["max_steps"] == 12 and status["state"] == "finished"
+    saved = json.loads((folder / "train_args.json").read_text())
+    assert "given" not in saved and saved["max_steps"] == 12
+    rc, _, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "14", "--no-progress"])
+    assert rc == 0, err
+    assert json.loads((folder / "last" / "trainer_state.json").read_text())["step"] == 14
+
+
 def test_train_errors_exit_2(tmp_path):
     rc, _, err = run_main(train.main, ["--out", tmp_path / "empty", "--resume", "--no-progress"])
     assert rc == 2 and "nothing to resume" in err

@@ -84,7 +84,7 @@ st.title("Attention")
 st.caption("Each heatmap is one attention head: **rows = queries** (the token doing the looking), "
            "**columns = keys** (the tokens looked at); every row sums to 1. Hover a cell for the pair and its weight.")
 
-typed = st.text_input("English sentence", value=state.current_text(), key="attn_text")
+typed = st.text_input(state.input_label(ckpt), value=state.current_text(ckpt), key="attn_text")
 state.set_text(typed)
 src = state.source_for(ckpt, typed)
 if src is None:
@@ -335,7 +335,7 @@ if tab_compare.open:
                         key="attn_cmp_mode")
         other_trace, other_name = None, ""
         if mode == "another sentence":
-            default = next(p for p in state.PRESETS if p != src.text)
+            default = next(p for p in state.presets_for(ckpt) if p != src.text)
             other_text = st.text_input("Second sentence", value=default, key="attn_cmp_text")
             other_src = state.source_for(ckpt, other_text)
             if other_src is not None:

@@ -38,20 +38,21 @@ for name, value in ss["dl_settings"].items():  # (re)create the widgets' state, 
     ss.setdefault(f"dl_w_{name}", value)
 
 # --- sentence -------------------------------------------------------------------------------------------------
+presets = state.presets_for(ckpt)
 if "dl_text" not in ss:
-    ss["dl_text"] = state.current_text()
+    ss["dl_text"] = state.current_text(ckpt)
 
 
 def _use_preset() -> None:
-    if ss.get("dl_preset") in state.PRESETS:
+    if ss.get("dl_preset") in presets:
         ss["dl_text"] = ss["dl_preset"]
 
 
 col_preset, col_text = st.columns([1, 2])
-preset_options = ["(your own sentence)"] + state.PRESETS
+preset_options = ["(your own sentence)"] + presets
 col_preset.selectbox("Lecture presets", preset_options, key="dl_preset", on_change=_use_preset,
-                     index=preset_options.index(ss["dl_text"]) if ss["dl_text"] in state.PRESETS else 0)
-typed = col_text.text_input("English sentence", key="dl_text")
+                     index=preset_options.index(ss["dl_text"]) if ss["dl_text"] in presets else 0)
+typed = col_text.text_input(state.input_label(ckpt), key="dl_text")
 state.set_text(typed)
 
 # --- decoding rule --------------------------------------------------------------------------------------------

@@ -42,9 +42,9 @@ st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) to
            f"{tok.vocab_size} learned from the training data. `▁` marks the start of a word (the space before it).")
 
 # --- the text -----------------------------------------------------------------------------------------
-init_state("tok_text", st.query_params.get("tok_text", state.current_text()))
+init_state("tok_text", st.query_params.get("tok_text", state.current_text(ckpt)))
 text = st.text_area("Text", key="tok_text", height=80)
-if text != state.current_text():
+if text != state.current_text(ckpt):
     st.query_params["tok_text"] = text
 else:
     st.query_params.pop("tok_text", None)

@@ -13,29 +13,36 @@ ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
 
 st.title("Translate")
-st.caption("English → German with our own Transformer. Step through the decoding: at every step the model "
-           "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
-           "cross-attention shows which English pieces the decoder looked at to choose it.")
+if ckpt.config.arch == "decoder-only":
+    st.caption("This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
+               "continues your English prompt. Step through the decoding: at every step the model scores every "
+               "token of its vocabulary, the most probable one is taken (greedy decoding), and masked "
+               "self-attention shows which earlier tokens it looked at to choose it.")
+else:
+    st.caption("English → German with our own Transformer. Step through the decoding: at every step the model "
+               "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
+               "cross-attention shows which English pieces the decoder looked at to choose it.")
 
 # --- input ------------------------------------------------------------------------------------------
-text = state.current_text()
+presets = state.presets_for(ckpt)
+text = state.current_text(ckpt)
 if "text_input" not in st.session_state:
     st.session_state["text_input"] = text
 
 
 def _use_preset() -> None:
     choice = st.session_state["preset"]
-    if choice in state.PRESETS:
+    if choice in presets:
         st.session_state["text_input"] = choice
 
 
 col_preset, col_text = st.columns([1, 2])
-preset_options = ["(your own sentence)"] + state.PRESETS
+preset_options = ["(your own sentence)"] + presets
 col_preset.selectbox(
     "Lecture presets", preset_options, key="preset", on_change=_use_preset,
-    index=preset_options.index(text) if text in state.PRESETS else 0,
+    index=preset_options.index(text) if text in presets else 0,
 )
-typed = col_text.text_area("English sentence", key="text_input", height=80, max_chars=None)
+typed = col_text.text_area(state.input_label(ckpt), key="text_input", height=80, max_chars=None)
 state.set_text(typed)
 src = state.source_for(ckpt, typed)
 if src is None:

@@ -57,3 +57,17 @@ def test_attention_tabs_with_a_decoder_only_checkpoint(monkeypatch, lm_root):
         at.session_state["tab"] = tab
         at.run()
         assert not at.exception, (tab, at.exception[0].message)
+
+
+@pytest.mark.parametrize("page, preset_key, text_key", [("translate", "preset", "text_input"),
+                                                         ("decoding", "dl_preset", None)])
+def test_a_language_model_gets_prompts_to_continue(monkeypatch, lm_root, page, preset_key, text_key):
+    """Finished sentences make a sentence-level LM stop at once: its presets are openings, its box a prompt."""
+    from ui.state import LM_PRESETS
+    at = open_page(monkeypatch, lm_root, page)
+    assert at.selectbox(key=preset_key).options[1:] == LM_PRESETS
+    assert at.session_state["text"] == LM_PRESETS[0]
+    box = at.text_area(key=text_key) if text_key else at.text_input(key="dl_text")
+    assert box.label.startswith("English prompt") and box.value == LM_PRESETS[0]
+    if page == "translate":
+        assert "language model" in at.caption[0].value and "English → German" not in at.caption[0].value

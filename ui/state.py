@@ -32,6 +32,17 @@ PRESETS = [
     "Time flies like an arrow.",
 ]
 
+#: Prompts for a decoder-only model. It learned one sentence per sequence, so a finished sentence ("… .") is
+#: usually followed by <eos> at once: these are openings it can continue.
+LM_PRESETS = [
+    "Bobby likes",
+    "The animal didn't cross the street because it",
+    "The jury said that",
+    "She looked at him and",
+    "In the morning, the",
+    "Time flies like",
+]
+
 #: Hosted-demo mode (``ATTENTION_EXPLORER_DEMO=1``): shorter inputs and decodes.
 DEMO_MODE = os.environ.get("ATTENTION_EXPLORER_DEMO", "") not in ("", "0", "false")
 DEMO_MAX_CHARS = 300
@@ -126,10 +137,21 @@ def card_summary(ckpt: Checkpoint) -> str:
 
 
 # --- the sentence being explored --------------------------------------------------------------------
-def current_text() -> str:
-    """The sentence shared by the pages (``?text=``, else the first preset)."""
+def presets_for(ckpt: Checkpoint) -> list[str]:
+    """The lecture presets for this model: sentences to translate, or prompts for a decoder-only model."""
+    return LM_PRESETS if ckpt.config.arch == "decoder-only" else PRESETS
+
+
+def input_label(ckpt: Checkpoint) -> str:
+    """What the text box holds: an English sentence to translate, or a prompt to continue."""
+    return "English prompt (the model continues it)" if ckpt.config.arch == "decoder-only" else "English sentence"
+
+
+def current_text(ckpt: Checkpoint | None = None) -> str:
+    """The sentence shared by the pages (``?text=``, else the first preset for ``ckpt``)."""
     if "text" not in st.session_state:
-        st.session_state["text"] = st.query_params.get("text", PRESETS[0])
+        default = (presets_for(ckpt) if ckpt is not None else PRESETS)[0]
+        st.session_state["text"] = st.query_params.get("text", default)
     return st.session_state["text"]
 
 

@@ -32,6 +32,13 @@ PROBE_SENTENCES = [
     "Let us think logically.",
     "He played the piano beautifully.",
 ]
+#: A decoder-only run's probes: openings to continue (a finished sentence is mostly followed by ``<eos>``).
+LM_PROBE_PROMPTS = [
+    "Bobby likes",
+    "The animal didn't cross the street because it",
+    "The jury said that",
+    "She looked at him and",
+]
 
 
 def now_iso() -> str:
@@ -95,8 +102,11 @@ def _rounded(attention: torch.Tensor) -> list:
 
 @torch.inference_mode()
 def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
-                 sentences: list[str] = PROBE_SENTENCES) -> dict:
+                 sentences: list[str] | None = None) -> dict:
     """The probe sentences at ``step``, greedily decoded with their attention (the model is left in its mode).
+
+    ``sentences`` defaults to :data:`PROBE_SENTENCES` for a translator and :data:`LM_PROBE_PROMPTS` for a
+    decoder-only model.
 
     Encoder-decoder: each probe is translated; it records ``translation``, ``src_tokens``, ``tgt_tokens`` (the
     decoder inputs) and ``attention`` of kinds ``encoder``, ``decoder`` and ``cross``. Decoder-only: the probe
@@ -108,6 +118,8 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
     was_training = model.training
     model.eval()
     cfg = model.cfg
+    if sentences is None:
+        sentences = PROBE_SENTENCES if cfg.is_encoder_decoder else LM_PROBE_PROMPTS
     probes = []
     try:
         for text in sentences:

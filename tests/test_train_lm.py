@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from model import train
 from model.checkpoint import load_checkpoint
 from model.data import Pair
-from model.runs import PROBE_SENTENCES, read_status, snapshot_steps
+from model.runs import LM_PROBE_PROMPTS, read_status, snapshot_steps
 
 from test_ddp import TINY as DDP_TINY, torchrun
 from test_train_cli import TINY, run_main
@@ -77,12 +77,12 @@ def test_a_tiny_language_model_trains_and_loads_as_decoder_only(lm_runs):
     assert card["test"]["loss"] == test["test_loss"] and card["test"]["perplexity"] == test["test_ppl"]
 
 
-def test_probes_continue_the_probe_sentences_with_self_attention(lm_runs):
+def test_probes_continue_the_probe_prompts_with_self_attention(lm_runs):
     folder = lm_runs["root"] / "straight"
     records = [json.loads(line) for line in (folder / "probes.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == snapshot_steps(12)
     tok = load_checkpoint(folder / "best").tokenizer
-    for probe, sentence in zip(records[-1]["probes"], PROBE_SENTENCES, strict=True):
+    for probe, sentence in zip(records[-1]["probes"], LM_PROBE_PROMPTS, strict=True):
         assert probe["source"] == sentence and isinstance(probe["continuation"], str)
         assert "translation" not in probe and probe["src_tokens"] == []
         assert list(probe["attention"]) == ["self"]

@@ -384,7 +384,8 @@ with tab_cache:
                f"{cross_line}"
                f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
     st.plotly_chart(
-        kv_cache_figure(cfg.n_decoder_layers, cache.positions, new_rows=1, src_len=src_len,
+        kv_cache_figure(cfg.n_decoder_layers, cache.positions, new_rows=len(run.stepper.prefix) if step == 1 else 1,
+                        src_len=src_len,
                         target_tokens=tok.tokens(run.stepper.tokens[: cache.positions]), source_tokens=src.tokens,
                         cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
         width="stretch", theme=None, key="dl_kv",

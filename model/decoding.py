@@ -123,6 +123,16 @@ def lm_prompt(cfg, src_ids: list[int]) -> list[int]:
     return [cfg.bos_id] + [i for i in src_ids if i != cfg.eos_id]
 
 
+def decoder_prefix(cfg, src_ids: list[int] | None, prefix_ids: list[int] | None) -> list[int]:
+    """Where a decoding starts: ``prefix_ids`` if given; else ``[<bos>]`` for a translator (``src_ids`` go to the
+    encoder) and ``<bos>`` + the prompt ``src_ids`` for a decoder-only model (which has no encoder to read them)."""
+    if prefix_ids:
+        return list(prefix_ids)
+    if not cfg.is_encoder_decoder and src_ids:
+        return lm_prompt(cfg, src_ids)
+    return [cfg.bos_id]
+
+
 def strip_eos(ids: list[int], eos_id: int) -> list[int]:
     """``ids`` without a final ``<eos>`` (the output text, or the decoder's inputs: ``<eos>`` is never fed back)."""
     return list(ids[:-1]) if ids and ids[-1] == eos_id else list(ids)
@@ -138,8 +148,9 @@ class Stepper:
 
     Args:
         model: an eval-mode :class:`Transformer`.
-        src_ids: encoder input ids ``[src_len]`` (ignored for decoder-only models).
-        prefix_ids: target ids to start from (default ``[<bos>]``; a prompt for decoder-only models).
+        src_ids: encoder input ids ``[src_len]``. For a decoder-only model, the prompt's ids instead: without
+            ``prefix_ids`` the decoding starts from :func:`lm_prompt` of them (``<bos>`` + the prompt).
+        prefix_ids: target ids to start from (default ``[<bos>]``, or the prompt of a decoder-only model).
         max_new_tokens: the decoding stops after this many tokens, or at ``<eos>``.
         use_cache: feed one token per step with the KV cache (``True``) or recompute the whole prefix.
         head_masks: kind → ``[layers, heads]`` multipliers (0 switches a head off), kinds ``encoder``, ``decoder``,
@@ -160,7 +171,7 @@ class Stepper:
         self._cross_mask = masks.get("cross")
         if cfg.is_encoder_decoder and not src_ids:
             raise ValueError("an encoder-decoder model needs src_ids")
-        self.prefix = list(prefix_ids) if prefix_ids else [cfg.bos_id]
+        self.prefix = decoder_prefix(cfg, src_ids, prefix_ids)
         self.max_new_tokens = min(max_new_tokens or cfg.max_len, cfg.max_len - len(self.prefix))
         dev = model.device
         self.src = torch.tensor([src_ids], device=dev) if cfg.is_encoder_decoder else None

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import atomic_write_json
-from .decoding import Stepper, default_max_new_tokens, lm_prompt, prepare_source
+from .decoding import Stepper, default_max_new_tokens, prepare_source
 from .tokenizer import TextTokenizer
 from .trace import trace_pair
 from .transformer import Transformer
@@ -125,10 +125,7 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
         for text in sentences:
             src = prepare_source(tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
             limit = default_max_new_tokens(cfg, len(src.ids))
-            if cfg.is_encoder_decoder:
-                stepper = Stepper(model, src.ids, max_new_tokens=limit)
-            else:
-                stepper = Stepper(model, None, prefix_ids=lm_prompt(cfg, src.ids), max_new_tokens=limit)
+            stepper = Stepper(model, src.ids, max_new_tokens=limit)  # a decoder-only model continues src.ids
             stepper.run_to_end()
             trace = trace_pair(model, tokenizer, src.ids if cfg.is_encoder_decoder else None, stepper.decoder_inputs())
             output = tokenizer.decode(stepper.output_ids())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .decoding import decoder_prefix
 from .transformer import Transformer
 
 
@@ -153,6 +154,9 @@ def beam_search(model: Transformer, src_ids: list[int] | None, beam_size: int = 
                 max_new_tokens: int | None = None, prefix_ids: list[int] | None = None) -> BeamResult:
     """Beam search with the KV cache (the cache rows follow their beams via ``KVCache.select``).
 
+    ``src_ids`` and ``prefix_ids`` as in :class:`~model.decoding.Stepper` (a decoder-only model continues the
+    prompt ``src_ids``).
+
     Raises:
         SamplingError: ``beam_size`` outside 1–16.
     """
@@ -160,7 +164,7 @@ def beam_search(model: Transformer, src_ids: list[int] | None, beam_size: int = 
         raise SamplingError(f"beam size must be between 1 and 16, got {beam_size}")
     cfg = model.cfg
     dev = model.device
-    prefix = list(prefix_ids) if prefix_ids else [cfg.bos_id]
+    prefix = decoder_prefix(cfg, src_ids, prefix_ids)
     limit = min(max_new_tokens or cfg.max_len, cfg.max_len - len(prefix))
     memory = memory_mask = None
     if cfg.is_encoder_decoder:

@@ -12,18 +12,26 @@ import sys
 from pathlib import Path
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .decoding import InputError, Stepper, default_max_new_tokens, prepare_source, strip_eos, translate_texts
+from .decoding import (InputError, Stepper, decoder_prefix, default_max_new_tokens, prepare_source, strip_eos,
+                       translate_texts)
 from .sampling import Chooser, SamplingConfig, SamplingError, beam_search
 from .trace import trace_pair
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "en-de"
 
 
+def output_key(cfg) -> str:
+    """``"translation"`` for a translator, ``"continuation"`` for a decoder-only language model."""
+    return "translation" if cfg.is_encoder_decoder else "continuation"
+
+
 def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam_size: int = 0,
                    length_penalty: float = 0.6) -> dict:
     """Tokens, ids, translation and the attention shapes ``[layers, heads, q_len, k_len]`` of one sentence.
 
-    ``sampling`` picks each token (default greedy); ``beam_size > 0`` runs beam search instead.
+    ``sampling`` picks each token (default greedy); ``beam_size > 0`` runs beam search instead. A decoder-only
+    checkpoint continues ``text`` as a prompt: the result holds ``continuation`` instead of ``translation``
+    (:func:`output_key`), and ``tgt_tokens`` / ``tgt_ids`` are the generated tokens after the prompt.
 
     Raises:
         InputError: the text is unusable; SamplingError: a parameter is out of range.
@@ -31,12 +39,14 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
     cfg = ckpt.config
     src = prepare_source(ckpt.tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
     limit = default_max_new_tokens(cfg, len(src.ids))
+    key = output_key(cfg)
+    prefix = decoder_prefix(cfg, src.ids, None)
     extra = {}
     if beam_size:
         result = beam_search(ckpt.model, src.ids, beam_size, length_penalty, max_new_tokens=limit)
         best = result.hypotheses[0]
         generated = best.tokens
-        extra["beam"] = [{"translation": ckpt.tokenizer.decode(h.tokens), "log_prob": round(h.log_prob, 4),
+        extra["beam"] = [{key: ckpt.tokenizer.decode(h.tokens), "log_prob": round(h.log_prob, 4),
                           "score": round(h.score, 4), "finished": h.finished} for h in result.hypotheses]
         probs = None
     else:
@@ -45,10 +55,11 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
         generated = stepper.generated
         probs = [round(r.prob, 4) for r in stepper.records]
     output = strip_eos(generated, cfg.eos_id)
-    trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids, [cfg.bos_id] + generated)
+    trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids if cfg.is_encoder_decoder else None,
+                       prefix + strip_eos(generated, cfg.eos_id))
     return {
         "source": src.text,
-        "translation": ckpt.tokenizer.decode(output),
+        key: ckpt.tokenizer.decode(output),
         "src_tokens": src.tokens,
         "src_ids": src.ids,
         "tgt_tokens": ckpt.tokenizer.tokens(generated),
@@ -96,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot read {args.input}: {exc}", file=sys.stderr)
             return 2
         lines = [line.rstrip("\n") for line in stream]
-        if args.json or args.strategy != "greedy":
+        if args.json or args.strategy != "greedy" or not ckpt.config.is_encoder_decoder:
             for line in lines:
                 try:
                     result = translate_json(ckpt, line, sampling, beam, args.length_penalty)
-                    print(json.dumps(result, ensure_ascii=False) if args.json else result["translation"])
+                    print(json.dumps(result, ensure_ascii=False) if args.json else result[output_key(ckpt.config)])
                 except (InputError, SamplingError) as exc:
                     print(json.dumps({"source": line, "error": str(exc)}, ensure_ascii=False) if args.json else "")
         else:
@@ -117,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for note in result["notes"]:
             print(f"note: {note}", file=sys.stderr)
-        print(result["translation"])
+        print(result[output_key(ckpt.config)])
     return 0
 
 

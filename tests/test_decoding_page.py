@@ -110,16 +110,18 @@ def test_cache_bytes_formula_equals_the_stepper_cache(make_model, encode_src, ar
     src = encode_src("The house is big.")
     stepper = Stepper(model, src, max_new_tokens=6)
     assert cache_bytes(model.cfg, 0, len(src)) == stepper.cache.nbytes() == {"self": 0, "cross": 0, "total": 0}
+    prompt = len(stepper.prefix) - 1  # a decoder-only model's first step feeds <bos> + the whole prompt
+    assert prompt == (0 if arch == "encoder-decoder" else len(src) - 1)
     for n in range(1, 6):
         stepper.step(lambda lp: 5)  # never <eos>
-        assert stepper.cache.positions == n
-        expected = cache_bytes(model.cfg, n, len(src))
+        assert stepper.cache.positions == prompt + n
+        expected = cache_bytes(model.cfg, prompt + n, len(src))
         assert expected == stepper.cache.nbytes(), n
     cfg = model.cfg
-    assert expected["self"] == cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * 5 * 2 * 4
+    assert expected["self"] == cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * (prompt + 5) * 2 * 4
     assert expected["cross"] == (cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * len(src) * 2 * 4
                                  if arch == "encoder-decoder" else 0)
-    assert cache_bytes(cfg, 5, len(src), bytes_per_value=2)["total"] == expected["total"] // 2
+    assert cache_bytes(cfg, prompt + 5, len(src), bytes_per_value=2)["total"] == expected["total"] // 2
 
 
 # --- ui.decoding_lab: replayable runs, forcing, URL parsing, cache comparison -------------------------------

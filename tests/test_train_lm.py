@@ -148,6 +148,27 @@ def test_language_model_examples_are_the_sides_of_the_pairs(lm_runs):
     assert len(chosen) == 3 and sorted(i for b in batches for i in b) == [0, 1, 2]
 
 
+def test_the_translate_cli_continues_a_prompt_with_a_language_model(lm_runs, tmp_path):
+    """``python -m model.translate`` with a decoder-only checkpoint continues the text (it used to ignore it and
+    generate from <bos> alone): the JSON says ``continuation``, and its trace covers <bos> + prompt + output."""
+    from model import translate
+    best = lm_runs["root"] / "straight" / "best"
+    tok = load_checkpoint(best).tokenizer
+    rc, out, err = run_main(translate.main, ["--checkpoint", best, "--json", "The house"])
+    assert rc == 0, err
+    result = json.loads(out)
+    assert "translation" not in result and isinstance(result["continuation"], str)
+    n_prompt = 1 + len(tok.encode("The house").ids)
+    n_out = len([i for i in result["tgt_ids"] if i != 2])
+    assert result["attention_shapes"]["self"][2:] == [n_prompt + n_out, n_prompt + n_out]
+    rc, out, err = run_main(translate.main, ["--checkpoint", best, "--strategy", "beam", "--json", "The house"])
+    assert rc == 0 and "continuation" in json.loads(out)["beam"][0], err
+    path = tmp_path / "prompts.txt"
+    path.write_text("The house\n\nShe said\n", encoding="utf-8")
+    rc, out, err = run_main(translate.main, ["--checkpoint", best, "--input", path])
+    assert rc == 0 and len(out.splitlines()) == 3, err
+
+
 def test_a_trained_language_model_opens_in_the_app(lm_runs, monkeypatch, tmp_path):
     """The trainer's decoder-only best/ on the translate page: the typed text is the prompt, the model continues."""
     (tmp_path / "lm").symlink_to(lm_runs["root"] / "straight" / "best", target_is_directory=True)

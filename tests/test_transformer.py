@@ -358,3 +358,25 @@ def test_embeddings_are_scaled_and_get_positions(make_model):
     torch.testing.assert_close(x, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(shifted, x[:, 2:], atol=1e-6, rtol=0)
     assert not torch.allclose(x[0, 0], x[0, 3])  # same token, different position
+
+
+def test_a_decoder_only_stepper_continues_the_prompt_it_is_given_as_src_ids(make_model):
+    """The one stepping API: a decoder-only model's text arrives where a translator's source would, and the
+    decoding starts from <bos> + that prompt (it used to start from <bos> alone and ignore the text)."""
+    from model.decoding import decoder_prefix, lm_prompt
+    from model.sampling import beam_search
+    model = make_model(arch="decoder-only")
+    cfg = model.cfg
+    prompt = [5, 6, 7, cfg.eos_id]
+    assert decoder_prefix(cfg, prompt, None) == lm_prompt(cfg, prompt) == [cfg.bos_id, 5, 6, 7]
+    assert decoder_prefix(cfg, prompt, [cfg.bos_id, 9]) == [cfg.bos_id, 9]
+    a = Stepper(model, prompt, max_new_tokens=4)
+    b = Stepper(model, None, prefix_ids=lm_prompt(cfg, prompt), max_new_tokens=4)
+    a.run_to_end(_non_special)
+    b.run_to_end(_non_special)
+    assert a.tokens[:4] == [cfg.bos_id, 5, 6, 7] and a.tokens == b.tokens
+    beam = beam_search(model, prompt, beam_size=2, max_new_tokens=3)
+    beam_b = beam_search(model, None, beam_size=2, max_new_tokens=3, prefix_ids=lm_prompt(cfg, prompt))
+    assert [h.tokens for h in beam.hypotheses] == [h.tokens for h in beam_b.hypotheses]
+    # a translator's prefix is still <bos> alone: its src_ids go to the encoder
+    assert decoder_prefix(make_model().cfg, prompt, None) == [make_model().cfg.bos_id]

@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
-from model.decoding import InputError, SourceInput, Stepper, default_max_new_tokens, lm_prompt, prepare_source
+from model.decoding import InputError, SourceInput, Stepper, default_max_new_tokens, prepare_source
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -197,11 +197,7 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
 def new_stepper(model, src_ids: list[int]) -> Stepper:
     """A :class:`Stepper` for either architecture: an encoder-decoder translates ``src_ids``; a decoder-only model
     continues them (the text without its ``<eos>`` becomes the prompt after ``<bos>``)."""
-    cfg = model.cfg
-    limit = default_max_new_tokens(cfg, len(src_ids))
-    if cfg.is_encoder_decoder:
-        return Stepper(model, src_ids, max_new_tokens=limit)
-    return Stepper(model, None, prefix_ids=lm_prompt(cfg, src_ids), max_new_tokens=limit)
+    return Stepper(model, src_ids, max_new_tokens=default_max_new_tokens(model.cfg, len(src_ids)))
 
 
 def stepper_for(ckpt: Checkpoint, src: SourceInput) -> Stepper:

@@ -169,6 +169,27 @@ def test_the_translate_cli_continues_a_prompt_with_a_language_model(lm_runs, tmp
     assert rc == 0 and len(out.splitlines()) == 3, err
 
 
+def test_the_evaluate_cli_scores_a_language_model_by_perplexity(lm_runs, tmp_path):
+    from model import evaluate
+    best = lm_runs["root"] / "straight" / "best"
+    path = tmp_path / "text.txt"
+    path.write_text("The house is big.\nShe reads a book.\n", encoding="utf-8")
+    rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--text", path])
+    assert rc == 0, err
+    scores = json.loads(out)
+    assert scores["sequences"] == 2 and scores["tokens"] > 2 and "bleu" not in scores
+    assert scores["perplexity"] == pytest.approx(math.exp(scores["loss"]), rel=1e-3)
+    # the same number as the trainer's validation loss on the same sentences
+    ckpt = load_checkpoint(best)
+    examples = train.encode_examples(ckpt.tokenizer, train.monolingual(["The house is big.", "She reads a book."]),
+                                     ckpt.config)
+    loss = train.validation_loss(ckpt.model, examples, argparse.Namespace(batch_tokens=100), ckpt.model.device)
+    assert scores["loss"] == pytest.approx(loss, abs=1e-4)
+    (tmp_path / "blank.txt").write_text("\n\n", encoding="utf-8")
+    rc, _, err = run_main(evaluate.main, ["--checkpoint", best, "--text", tmp_path / "blank.txt"])
+    assert rc == 2 and err.startswith("error:")
+
+
 def test_a_trained_language_model_opens_in_the_app(lm_runs, monkeypatch, tmp_path):
     """The trainer's decoder-only best/ on the translate page: the typed text is the prompt, the model continues."""
     (tmp_path / "lm").symlink_to(lm_runs["root"] / "straight" / "best", target_is_directory=True)

@@ -89,12 +89,12 @@ def checkpoint_picker() -> Path | None:
     if not options:
         st.sidebar.error("No checkpoint found under `checkpoints/`. Train one with `python -m model.train`.")
         return None
-    names = list(options)
+    names = sorted(options, key=lambda n: n != DEFAULT_CHECKPOINT)  # the default first, the rest as found
     wanted = st.query_params.get("ckpt", DEFAULT_CHECKPOINT)
     if wanted not in options:
         if "ckpt" in st.query_params:
             st.sidebar.warning(f"Checkpoint “{wanted}” is not available; showing “{names[0]}”.")
-        wanted = DEFAULT_CHECKPOINT if DEFAULT_CHECKPOINT in options else names[0]
+        wanted = names[0]
     name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name")
     if name != DEFAULT_CHECKPOINT or "ckpt" in st.query_params:
         st.query_params["ckpt"] = name

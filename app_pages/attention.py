@@ -90,7 +90,8 @@ src = state.source_for(ckpt, typed)
 if src is None:
     st.stop()
 all_ids, output_ids = state.full_translation(ckpt, src)
-st.markdown(f"**Translation:** {tok.decode(output_ids) or '(empty output)'}")
+st.markdown(f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:** "
+            f"{tok.decode(output_ids) or '(empty output)'}")
 
 tgt_inputs = strip_eos(all_ids, cfg.eos_id)  # <eos> is an output, never a decoder input
 trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)

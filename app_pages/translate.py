@@ -49,9 +49,12 @@ if src is None:
     st.stop()
 
 all_ids, output_ids = state.full_translation(ckpt, src)
+output_html = html.escape(tok.decode(output_ids)) or "<i>(empty output)</i>"
+if not ckpt.config.is_encoder_decoder:  # a continuation reads on from its prompt, shown greyed before it
+    output_html = f'<span style="color:#8a8f98">{html.escape(src.text)}</span> {output_html}'
 st.markdown(
     f'<div style="font-size:1.6rem;padding:0.6rem 1rem;border-left:6px solid #e4572e;background:#fff7f3;'
-    f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{html.escape(tok.decode(output_ids)) or "<i>(empty output)</i>"}</div>',
+    f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{output_html}</div>',
     unsafe_allow_html=True,
 )
 
@@ -84,8 +87,10 @@ st.markdown(tokens_html(tok.tokens(stepper.generated), current=step - 1 if step 
 
 if step == 0:
     st.markdown("**Source pieces** (encoder input, after BPE)" if ckpt.config.is_encoder_decoder
-                else "**Prompt pieces** (after BPE; this decoder-only model continues them)")
-    st.markdown(tokens_html(src.tokens), unsafe_allow_html=True)
+                else "**Prompt pieces** (after BPE, behind `<bos>`; this decoder-only model continues them)")
+    # what the model is fed: the encoder reads the source with <eos>; a prompt goes in without it
+    st.markdown(tokens_html(tok.tokens(stepper.prefix) if not ckpt.config.is_encoder_decoder else src.tokens),
+                unsafe_allow_html=True)
     st.info("Press **Next** to let the decoder produce its first token.")
     st.stop()
 

@@ -65,6 +65,21 @@ def test_the_app_opens_on_it(monkeypatch):
     assert not at.exception, at.exception[0].message
     assert at.sidebar.selectbox(key="ckpt_name").value == "brown-lm"
     assert at.text_area(key="text_input").value == LM_PRESETS[0]
+    banner = [m.value for m in at.markdown if "border-left:6px" in m.value]
+    assert len(banner) == 1 and LM_PRESETS[0] in banner[0]  # the continuation follows its greyed prompt
+    pieces = [m.value for m in at.markdown if "bos&gt;" in m.value]  # step 0: what the decoder is fed
+    assert len(pieces) == 1 and "eos&gt;" not in pieces[0]
     [b for b in at.button if b.label == "Next"][0].click().run()
     assert not at.exception, at.exception[0].message
     assert any("Masked self-attention of step 1" in m.value for m in at.markdown)
+
+
+def test_the_attention_page_calls_it_a_continuation(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.query_params["ckpt"] = "brown-lm"
+    at.run()
+    at.switch_page("app_pages/attention.py").run()
+    assert not at.exception, at.exception[0].message
+    assert any(m.value.startswith("**Continuation:**") for m in at.markdown)
+    assert not any(m.value.startswith("**Translation:**") for m in at.markdown)

@@ -65,6 +65,16 @@ def test_pipeline_figure_has_four_stages_over_the_top_tokens_and_marks_the_cut()
     assert math.isclose(sum(bars[3].x), float(pipe.final[rows].sum()), rel_tol=1e-6)
 
 
+def test_pipeline_labels_show_quotes_and_escape_markup():
+    """Plotly shows ``&quot;`` literally: a ``"`` token must stay a quote, ``<`` / ``&`` must still be escaped."""
+    pieces = {0: '"', 1: "<b>", 2: "a&b"}
+    pipe = _pipeline(vocab=3)
+    labels = pipeline_figure(pipe, lambda i: pieces[i], top=3).layout.yaxis.ticktext
+    text = " ".join(labels)
+    assert '·"' in text and "&quot;" not in text
+    assert "&lt;b&gt;" in text and "·a&amp;b" in text
+
+
 def test_pipeline_figure_adds_a_forced_token_outside_the_top_rows():
     pipe = _pipeline(strategy="greedy")
     rare = int(torch.argmin(pipe.logits))

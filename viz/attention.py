@@ -46,6 +46,12 @@ def _as_array(weights) -> np.ndarray:
     return arr.astype(float)
 
 
+def plotly_escape(text: str) -> str:
+    """``text`` safe inside Plotly's label / hover mini-HTML: ``&``, ``<``, ``>`` escaped, quotes left alone
+    (Plotly decodes ``&lt;`` but shows ``&quot;`` literally: a ``"`` token appeared as ``&quot;``)."""
+    return html.escape(text, quote=False)
+
+
 def _short(label: str, limit: int = 14) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
@@ -77,7 +83,7 @@ def attention_heatmap(
     z = causal_blank(w) if causal else w.copy()
     q_disp = [display_token(t) for t in query_labels]
     k_disp = [display_token(t) for t in key_labels]
-    hover = np.array([[f"query <b>{html.escape(q)}</b> (row {i})<br>key <b>{html.escape(k)}</b> (column {j})"
+    hover = np.array([[f"query <b>{plotly_escape(q)}</b> (row {i})<br>key <b>{plotly_escape(k)}</b> (column {j})"
                        for j, k in enumerate(k_disp)] for i, q in enumerate(q_disp)])
     fig = go.Figure(
         go.Heatmap(

@@ -8,7 +8,6 @@ weight on the fixed 0–1 scale :data:`~viz.attention.ATTENTION_SCALE`, labels a
 
 from __future__ import annotations
 
-import html
 from typing import Sequence
 
 import altair as alt
@@ -17,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.attention import ATTENTION_SCALE, FONT, _as_array, _short, causal_blank, display_token
+from viz.attention import ATTENTION_SCALE, FONT, _as_array, _short, causal_blank, display_token, plotly_escape
 
 TEXT_COLOR = "#1b2a3a"
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
@@ -76,7 +75,7 @@ def model_grid_figure(
     k_disp = [display_token(t) for t in k_labels]
     hover = None
     if n_rows * n_cols * q_len * k_len <= GRID_HOVER_CELLS:
-        hover = np.array([[f"{html.escape(q)} → {html.escape(k)}" for k in k_disp] for q in q_disp])
+        hover = np.array([[f"{plotly_escape(q)} → {plotly_escape(k)}" for k in k_disp] for q in q_disp])
 
     fig = make_subplots(
         rows=n_rows, cols=n_cols,
@@ -91,7 +90,7 @@ def model_grid_figure(
                 go.Heatmap(
                     z=z_all[r, c], x=list(range(k_len)), y=list(range(q_len)), coloraxis="coloraxis",
                     customdata=hover, name=name,
-                    hovertemplate=(f"{html.escape(name)}<br>"
+                    hovertemplate=(f"{plotly_escape(name)}<br>"
                                    + ("%{customdata}" if hover is not None else "query %{y} → key %{x}")
                                    + "<br>weight %{z:.3f}<extra></extra>"),
                     xgap=1 if n <= 40 else 0, ygap=1 if n <= 40 else 0,
@@ -339,7 +338,7 @@ def head_stat_heatmap(
     fig = go.Figure(go.Heatmap(
         z=v, x=[f"head {j + 1}" for j in range(n_cols)], y=[f"{row_label} {i + 1}" for i in range(n_rows)],
         texttemplate=f"%{{z:.{decimals}f}}", textfont=dict(size=13),
-        hovertemplate="%{y} · %{x}<br>" + html.escape(name) + " %{z:.3f}<extra></extra>",
+        hovertemplate="%{y} · %{x}<br>" + plotly_escape(name) + " %{z:.3f}<extra></extra>",
         xgap=2, ygap=2, colorbar=dict(title=dict(text=name), thickness=14), **scale,
     ))
     fig.update_layout(

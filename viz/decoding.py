@@ -3,14 +3,13 @@ the KV cache (pure functions: arrays and labels in, Plotly figures out; no Strea
 
 from __future__ import annotations
 
-import html
 from typing import Callable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .attention import FONT, _short, display_token
+from .attention import FONT, _short, display_token, plotly_escape
 
 
 def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> go.Figure:
@@ -104,7 +103,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     pieces = [display_token(id_to_token(i)) for i in rows]
     labels = []
     for r, (piece, kept) in enumerate(zip(pieces, keep)):
-        text = html.escape(piece)
+        text = plotly_escape(piece)
         text = text if kept else f"<s>{text}</s>"
         text = f"<b>{text}</b>" if r == chosen else text
         labels.append(f"{r + 1}. {text}")
@@ -145,7 +144,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     fig.update_xaxes(automargin=True)
     verb = "forced" if forced else "chosen"
     fig.update_layout(
-        title=dict(text=title or f"Next-token choice: {verb} “{html.escape(pieces[chosen])}”", x=0.0, xanchor="left",
+        title=dict(text=title or f"Next-token choice: {verb} “{plotly_escape(pieces[chosen])}”", x=0.0, xanchor="left",
                    font=TITLE_FONT),
         font=FONT, height=150 + 26 * len(rows), margin=dict(l=10, r=30, t=100, b=30), plot_bgcolor="white",
         bargap=0.25, meta={"token_ids": rows, "kept": keep.tolist(), "chosen": chosen},
@@ -215,7 +214,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
                              hovertemplate="start: &lt;bos&gt;<extra></extra>", showlegend=False))
     colors, symbols, texts, hover = [], [], [], []
     for k, (t, j, (parent, token, lp, kept)) in enumerate(flat):
-        piece = html.escape(display_token(id_to_token(int(token))))
+        piece = plotly_escape(display_token(id_to_token(int(token))))
         done = int(token) == eos_id
         colors.append(ACCENT if on_best[k] else (BLUE if kept else GREY))
         symbols.append("square" if done else "circle")
@@ -284,7 +283,7 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
         z = np.array([[value_of(p) for p in range(n)] for _ in ylabels], dtype=float)
         lab = [display_token(t) for t in labels] if labels is not None and len(labels) == n else [str(p) for p in range(n)]
         what = {1: "reused from the cache", 2: "computed at this step", 3: "cross-attention, computed once"}
-        hover = np.array([[f"{yl}, position {p} ({html.escape(lab[p])}): {what[int(z[r, p])]}" for p in range(n)]
+        hover = np.array([[f"{yl}, position {p} ({plotly_escape(lab[p])}): {what[int(z[r, p])]}" for p in range(n)]
                           for r, yl in enumerate(ylabels)])
         fig.add_trace(go.Heatmap(
             z=z, x=list(range(n)), y=list(range(len(ylabels))), zmin=1, zmax=3, colorscale=scale, showscale=False,

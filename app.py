@@ -26,7 +26,8 @@ nav = st.navigation(pages)
 st.markdown("<style>.block-container{padding-top:2.2rem;padding-bottom:1rem}</style>", unsafe_allow_html=True)
 
 st.sidebar.title("Attention Explorer")
-st.sidebar.caption("A Transformer we trained ourselves, opened up: English → German, one token at a time.")
+st.sidebar.caption("Transformers we trained ourselves, opened up one token at a time: an English → German "
+                   "translator and an English language model.")
 st.session_state["_ckpt_path"] = checkpoint_picker()
 if DEMO_MODE:
     st.sidebar.info("Hosted demo: inputs are capped at 300 characters.")

@@ -299,6 +299,34 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
     shot(page, "decoding-beam.png")
 
 
+def pick(page, label: str, option: str) -> None:
+    """Choose ``option`` in the Streamlit selectbox labelled ``label`` as a person does: open it, click the item."""
+    page.get_by_label(label).first.click()
+    page.get_by_role("option", name=option, exact=True).click()
+    settle(page)
+
+
+def test_a_student_switches_to_the_language_model_and_steps_through_a_prompt(server, new_page):
+    page = new_page(DESKTOP)
+    open_translate(page, server)
+    pick(page, "Checkpoint", "brown-lm")
+    page.get_by_text("English prompt (the model continues it)").wait_for()
+    assert "ckpt=brown-lm" in page.url
+    prompt = "The animal didn't cross the street because it"
+    pick(page, "Lecture presets", prompt)
+    expect(page.get_by_label("English prompt (the model continues it)")).to_have_value(prompt)
+    for k in (1, 2, 3):
+        click_and_wait_step(page, "Next", k)
+    expect(page.get_by_text("Masked self-attention of step 3", exact=False)).to_be_visible()
+    banner = page.locator('[data-testid="stMarkdownContainer"] > div').filter(has_text=prompt).first.inner_text()
+    assert banner.startswith(prompt) and len(banner) > len(prompt) + 3  # the prompt, then its continuation
+    caption = page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"]').first.inner_text()
+    assert "language model" in caption and "English → German" not in caption
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)
+    shot(page, "language-model.png")
+
+
 @pytest.mark.parametrize("path, title, name", [
     ("positional", "Positional encoding", "positional.png"),
     ("tokenization", "Tokenization", "tokenization.png"),

@@ -45,6 +45,17 @@ class SourceInput:
     notes: list[str] = field(default_factory=list)
 
 
+#: A decoder-only prompt is cut shorter than ``max_len`` so that the model has this many positions left to continue.
+MIN_CONTINUATION = 32
+
+
+def input_limit(cfg) -> int:
+    """The most tokens (``<eos>`` included) of user text that :func:`prepare_source` keeps for this model: all
+    ``max_len`` positions of a translator's encoder, or ``max_len − MIN_CONTINUATION`` of a decoder-only model,
+    whose prompt and continuation share the ``max_len`` positions (a full-length prompt would leave none)."""
+    return cfg.max_len if cfg.is_encoder_decoder else max(2, cfg.max_len - MIN_CONTINUATION)
+
+
 def clean_user_text(text: str) -> tuple[str, list[str]]:
     """NFC-normalise, replace control characters by spaces and collapse whitespace. Returns ``(text, notes)``."""
     notes = []
@@ -64,12 +75,12 @@ def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: in
     """
     if text is not None and len(text) > MAX_INPUT_CHARS:
         raise InputError(
-            f"The text has {len(text):,} characters; this model translates single sentences of up to "
+            f"The text has {len(text):,} characters; this model reads single sentences of up to "
             f"{MAX_INPUT_CHARS:,} characters. Please shorten it."
         )
     clean, notes = clean_user_text(text)
     if not clean:
-        raise InputError("Please type a sentence to translate (the text is empty).")
+        raise InputError("Please type a sentence (the text is empty).")
     enc = tokenizer.encode(clean)
     ids, tokens, offsets = enc.ids, enc.tokens, enc.offsets
     truncated = len(ids) + 1 > max_len
@@ -319,7 +330,7 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
     prepared = []
     for t in texts:
         try:
-            prepared.append(prepare_source(tokenizer, t, cfg.max_len, cfg.eos_id, cfg.unk_id).ids)
+            prepared.append(prepare_source(tokenizer, t, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids)
         except InputError:
             prepared.append(None)
     order = sorted((i for i, p in enumerate(prepared) if p), key=lambda i: len(prepared[i]))

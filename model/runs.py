@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import atomic_write_json
-from .decoding import Stepper, default_max_new_tokens, prepare_source
+from .decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
 from .tokenizer import TextTokenizer
 from .trace import trace_pair
 from .transformer import Transformer
@@ -123,7 +123,7 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
     probes = []
     try:
         for text in sentences:
-            src = prepare_source(tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
+            src = prepare_source(tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
             limit = default_max_new_tokens(cfg, len(src.ids))
             stepper = Stepper(model, src.ids, max_new_tokens=limit)  # a decoder-only model continues src.ids
             stepper.run_to_end()

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .decoding import (InputError, Stepper, decoder_prefix, default_max_new_tokens, prepare_source, strip_eos,
-                       translate_texts)
+from .decoding import (InputError, Stepper, decoder_prefix, default_max_new_tokens, input_limit, prepare_source,
+                       strip_eos, translate_texts)
 from .sampling import Chooser, SamplingConfig, SamplingError, beam_search
 from .trace import trace_pair
 
@@ -37,7 +37,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
         InputError: the text is unusable; SamplingError: a parameter is out of range.
     """
     cfg = ckpt.config
-    src = prepare_source(ckpt.tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
+    src = prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
     limit = default_max_new_tokens(cfg, len(src.ids))
     key = output_key(cfg)
     prefix = decoder_prefix(cfg, src.ids, None)

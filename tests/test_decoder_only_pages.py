@@ -71,3 +71,23 @@ def test_a_language_model_gets_prompts_to_continue(monkeypatch, lm_root, page, p
     assert box.label.startswith("English prompt") and box.value == LM_PRESETS[0]
     if page == "translate":
         assert "language model" in at.caption[0].value and "English → German" not in at.caption[0].value
+
+
+def test_a_prompt_at_the_length_limit_still_leaves_room_to_continue(monkeypatch, lm_root):
+    """A translator's encoder reads max_len tokens; a decoder-only prompt is cut shorter, because prompt and
+    continuation share the positions (a full-length prompt gave 'Step 0 of 0' with a dead Next button)."""
+    from model.decoding import MIN_CONTINUATION, input_limit
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(lm_root))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.query_params["ckpt"] = "tiny-lm"
+    at.query_params["text"] = "word " * 300
+    at.run()
+    assert not at.exception, at.exception[0].message
+    cfg = load_checkpoint(lm_root / "tiny-lm").config
+    assert input_limit(cfg) == cfg.max_len - MIN_CONTINUATION
+    assert any(f"limit of {input_limit(cfg)} tokens" in i.value for i in at.info)
+    nxt = [b for b in at.button if b.label == "Next"][0]
+    assert not nxt.disabled
+    nxt.click().run()
+    assert not at.exception and any("Masked self-attention of step 1" in m.value for m in at.markdown)

@@ -14,7 +14,8 @@ from pathlib import Path
 import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
-from model.decoding import InputError, SourceInput, Stepper, default_max_new_tokens, prepare_source
+from model.decoding import (InputError, SourceInput, Stepper, default_max_new_tokens, input_limit,
+                            prepare_source)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -185,7 +186,7 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
         return None
     cfg = ckpt.config
     try:
-        src = prepare_source(ckpt.tokenizer, text, cfg.max_len, cfg.eos_id, cfg.unk_id)
+        src = prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
     except InputError as exc:
         st.warning(str(exc))
         return None

@@ -249,7 +249,7 @@ def test_empty_text_shows_a_warning(server, new_page):
     box = page.get_by_label("English sentence")
     box.fill("")
     box.press("Control+Enter")  # a text area commits on Ctrl+Enter (or on blur)
-    page.get_by_text("Please type a sentence to translate").wait_for()
+    page.get_by_text("Please type a sentence (the text is empty).").wait_for()
     settle(page)
     expect(page.locator('[data-testid="stAlertContentWarning"]')).to_have_count(1)
     expect(page.get_by_role("button", name="Next")).to_have_count(0)

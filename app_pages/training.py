@@ -207,8 +207,19 @@ if not L.demo_mode():
 st.subheader("Compare runs")
 ended = [r["name"] for r in runs if r["state"] in ("finished", "stopped")]
 c1, c2 = st.columns([3, 2])
+
+
+def _compare_touched() -> None:
+    st.session_state["compare_touched"] = True
+
+
+# Preselect the two most recent ended runs until the person picks: also when a run ends while the page is open
+# (a widget's default only counts when it is first drawn, so a run watched to its end was never preselected).
+if (ended and not st.session_state.get("compare") and not st.session_state.get("compare_touched")
+        and "compare" not in st.query_params):
+    st.session_state["compare"] = ended[:2]
 compared = c1.multiselect(
-    "Runs to overlay", names, default=ended[:2], key="compare", bind="query-params",
+    "Runs to overlay", names, key="compare", bind="query-params", on_change=_compare_touched,
     max_selections=len(VT.PALETTE),
     help="One colour per run, the same on every chart. Preselected: the two most recent runs that have ended; "
          "any other choice is kept in the page address, so a reload or a shared link shows the same runs.")

@@ -377,6 +377,19 @@ def test_compare_two_runs_overlays_their_curves(three_runs, monkeypatch):
     assert any("Pick runs" in c.value for c in at.caption)
 
 
+def test_a_run_that_ends_while_the_page_is_open_is_preselected(tmp_path, monkeypatch):
+    run = fake_run(tmp_path, "watched", age=10, state="running", pid=os.getpid())
+    at = page(monkeypatch, tmp_path)
+    assert at.multiselect(key="compare").value == []  # nothing has ended yet
+    status = json.loads((run / "status.json").read_text())
+    (run / "status.json").write_text(json.dumps({**status, "state": "finished"}))
+    at.run()
+    assert not at.exception and at.multiselect(key="compare").value == ["watched"]
+    at.multiselect(key="compare").set_value([]).run()  # a person's choice, even an empty one, is kept
+    at.run()
+    assert at.multiselect(key="compare").value == []
+
+
 def test_compare_selection_comes_from_the_url(three_runs, monkeypatch):
     monkeypatch.setenv(L.RUNS_ENV, str(three_runs))
     at = AppTest.from_file(str(PAGE), default_timeout=60)

@@ -210,21 +210,41 @@ def peak_tflops_for(device_name: str) -> float | None:
     return next((v for k, v in PEAK_TFLOPS.items() if k in device_name), None)
 
 
-def model_flops_utilization(n_params: int, tokens_per_s: float, peak_tflops: float | None) -> float | None:
-    """Model FLOPs utilization: achieved training FLOP/s ÷ peak FLOP/s (``None`` when the peak is unknown).
+def matmul_weights_per_token(cfg: ModelConfig) -> tuple[int, int]:
+    """``(per source token, per target token)``: how many weights one token is multiplied by in a forward pass.
 
-    Achieved ≈ ``6 × n_params × tokens_per_s``: 2 FLOPs per parameter per token for the forward matmuls and 4 for
-    the backward (Kaplan et al. 2020, §2.1; Chowdhery et al. 2022 "PaLM", appendix B, without its attention term).
-    ``tokens_per_s`` is what the trainer logs: non-pad source + target tokens per second, all ranks together;
-    ``peak_tflops`` (TFLOP/s) is the peak of all the devices together. It is an estimate, not a measurement: it
-    ignores attention-score FLOPs and padding, and it charges every parameter for every token, while in an
-    encoder-decoder a source token passes only the encoder and a target token only the decoder (and the output
-    layer), so for this model (about half of the parameters on each side) it over-counts them by about 2×; for a
-    decoder-only model (``--arch decoder-only``) every token does pass every parameter.
+    Encoder layer: W_Q, W_K, W_V, W_O (4·d_model²) and the feed-forward (2·d_model·d_ff), per source token.
+    Decoder layer, per target token: self-attention 4·d_model², cross-attention W_Q and W_O (2·d_model²), the
+    feed-forward; cross-attention W_K and W_V (2·d_model²) act on the encoder memory, so per *source* token.
+    The output projection (vocab × d_model) is per target token. Embedding lookups are not matmuls; biases and
+    LayerNorms are left out (under 1% here). A decoder-only model has no source side.
     """
+    d, ffn = cfg.d_model, 2 * cfg.d_model * cfg.d_ff
+    src = cfg.n_encoder_layers * (4 * d * d + ffn)
+    tgt = cfg.n_decoder_layers * (4 * d * d + ffn) + cfg.vocab_size * d
+    if cfg.is_encoder_decoder:
+        src += cfg.n_decoder_layers * 2 * d * d
+        tgt += cfg.n_decoder_layers * 2 * d * d
+    return src, tgt
+
+
+def training_flops(cfg: ModelConfig, src_tokens: int, tgt_tokens: int) -> float:
+    """FLOPs of one training step over ``src_tokens`` encoder and ``tgt_tokens`` decoder input tokens:
+    ``6 × Σ tokens × the weights each passes`` (2 per weight forward, 4 backward: Kaplan et al. 2020, §2.1; PaLM,
+    Chowdhery et al. 2022, appendix B, without its attention-score term). Charging every parameter to every
+    token instead would double-count an encoder-decoder, whose source tokens skip the decoder and vice versa.
+    """
+    per_src, per_tgt = matmul_weights_per_token(cfg)
+    return 6.0 * (per_src * src_tokens + per_tgt * tgt_tokens)
+
+
+def model_flops_utilization(flops_per_s: float, peak_tflops: float | None) -> float | None:
+    """Model FLOPs utilization: achieved training FLOP/s (:func:`training_flops` per second, all ranks
+    together) ÷ the peak of all devices together, ``peak_tflops`` in TFLOP/s; ``None`` when the peak is unknown.
+    An estimate, not a measurement: it ignores attention-score FLOPs and padding."""
     if not peak_tflops:
         return None
-    return 6.0 * n_params * tokens_per_s / (peak_tflops * 1e12)
+    return flops_per_s / (peak_tflops * 1e12)
 
 
 @dataclass
@@ -629,7 +649,6 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
     step_model = wrap_for_training(model, ctx, device, args.compile)
     peak = args.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     peak_total = peak * ctx.world_size if peak else None
-    n_params = model.num_parameters()
     stop = {"signal": None}
 
     def on_signal(signum, _frame):
@@ -667,6 +686,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
     bar = tqdm(total=args.max_steps, initial=state["step"], disable=args.no_progress or not ctx.is_main, unit="step",
                dynamic_ncols=True)
     window_tokens, window_start, window_loss, window_n = 0, time.time(), 0.0, 0
+    window_flops = 0.0  # this rank's
     model.train()
     reason, halt = "max_steps", None
     while state["step"] < args.max_steps:
@@ -679,7 +699,8 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             if state["step"] >= args.max_steps:
                 break
             src, tgt = collate(examples, batches[b], cfg.pad_id, device)
-            n_tokens = int((src != cfg.pad_id).sum() + (tgt != cfg.pad_id).sum())
+            n_src = int((src != cfg.pad_id).sum())
+            n_tokens = n_src + int((tgt != cfg.pad_id).sum())
             # Agreed by all ranks, so that none is left waiting in an all-reduce; n_tokens becomes the global count.
             halt, n_tokens = ctx.agree(local_stop_reason(stop, started, args.max_minutes), n_tokens)
             if halt:
@@ -698,6 +719,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             state["batch"] = b + 1
             state["tokens_seen"] += n_tokens
             window_tokens += n_tokens
+            window_flops += training_flops(cfg, n_src, int((tgt[:, :-1] != cfg.pad_id).sum()))
             window_loss += loss.item()
             window_n += 1
             bar.update(1)
@@ -707,14 +729,15 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
                 rec = {"step": state["step"], "epoch": state["epoch"], "loss": round(mean_loss, 4),
                        "lr": lr, "grad_norm": round(grad_norm, 3), "tokens_per_s": round(window_tokens / elapsed, 1),
                        "tokens_seen": state["tokens_seen"], "time_s": round(base_seconds + time.time() - started, 1)}
-                mfu = model_flops_utilization(n_params, window_tokens / elapsed, peak_total)
-                if mfu is not None:
-                    rec["mfu"] = float(f"{mfu:.4g}")
+                if peak_total:  # the same on every rank, so every rank joins the all-reduce
+                    flops_per_s = ctx.mean(window_flops / elapsed) * ctx.world_size
+                    rec["mfu"] = float(f"{model_flops_utilization(flops_per_s, peak_total):.4g}")
                 log(rec)
                 if ctx.is_main:
                     write_status(out, step=state["step"])
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
                 window_tokens, window_start, window_loss, window_n = 0, time.time(), 0.0, 0
+                window_flops = 0.0
             if state["step"] in snapshots:
                 if ctx.is_main:
                     snapshot(model, tok, out, state["step"])

@@ -699,8 +699,8 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             if state["step"] >= args.max_steps:
                 break
             src, tgt = collate(examples, batches[b], cfg.pad_id, device)
-            n_src = int((src != cfg.pad_id).sum())
-            n_tokens = n_src + int((tgt != cfg.pad_id).sum())
+            n_src, n_tgt = int((src != cfg.pad_id).sum()), int((tgt != cfg.pad_id).sum())
+            n_tokens = n_src + n_tgt
             # Agreed by all ranks, so that none is left waiting in an all-reduce; n_tokens becomes the global count.
             halt, n_tokens = ctx.agree(local_stop_reason(stop, started, args.max_minutes), n_tokens)
             if halt:
@@ -719,7 +719,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             state["batch"] = b + 1
             state["tokens_seen"] += n_tokens
             window_tokens += n_tokens
-            window_flops += training_flops(cfg, n_src, int((tgt[:, :-1] != cfg.pad_id).sum()))
+            window_flops += training_flops(cfg, n_src, n_tgt - len(tgt))  # decoder inputs: each row but its <eos>
             window_loss += loss.item()
             window_n += 1
             bar.update(1)

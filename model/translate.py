@@ -55,8 +55,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
         generated = stepper.generated
         probs = [round(r.prob, 4) for r in stepper.records]
     output = strip_eos(generated, cfg.eos_id)
-    trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids if cfg.is_encoder_decoder else None,
-                       prefix + strip_eos(generated, cfg.eos_id))
+    trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids if cfg.is_encoder_decoder else None, prefix + output)
     return {
         "source": src.text,
         key: ckpt.tokenizer.decode(output),

@@ -148,11 +148,10 @@ def input_label(ckpt: Checkpoint) -> str:
     return "English prompt (the model continues it)" if ckpt.config.arch == "decoder-only" else "English sentence"
 
 
-def current_text(ckpt: Checkpoint | None = None) -> str:
+def current_text(ckpt: Checkpoint) -> str:
     """The sentence shared by the pages (``?text=``, else the first preset for ``ckpt``)."""
     if "text" not in st.session_state:
-        default = (presets_for(ckpt) if ckpt is not None else PRESETS)[0]
-        st.session_state["text"] = st.query_params.get("text", default)
+        st.session_state["text"] = st.query_params.get("text", presets_for(ckpt)[0])
     return st.session_state["text"]
 
 

@@ -699,7 +699,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             if state["step"] >= args.max_steps:
                 break
             src, tgt = collate(examples, batches[b], cfg.pad_id, device)
-            n_src, n_tgt = int((src != cfg.pad_id).sum()), int((tgt != cfg.pad_id).sum())
+            n_src, n_tgt = torch.stack([(src != cfg.pad_id).sum(), (tgt != cfg.pad_id).sum()]).tolist()  # one sync
             n_tokens = n_src + n_tgt
             # Agreed by all ranks, so that none is left waiting in an all-reduce; n_tokens becomes the global count.
             halt, n_tokens = ctx.agree(local_stop_reason(stop, started, args.max_minutes), n_tokens)

@@ -34,6 +34,10 @@ class ModelConfig:
         d_ff: inner width of the position-wise feed-forward network (paper: 2048).
         dropout: dropout on sub-layer outputs and on embeddings + PE (paper: 0.1).
         attention_dropout: dropout on attention weights (training only).
+        activation_dropout: dropout on the FFN's inner ReLU activations (Araabi & Monz 2020 use 0.3 for small
+            data); ``None`` = the same as ``dropout`` (as every checkpoint before this field had).
+        decoder_layerdrop: probability of skipping a whole decoder layer in a training step (LayerDrop, Fan et al.
+            2020); never at inference.
         pos_encoding: ``"sinusoidal"`` (paper §3.5, base 10000), ``"learned"``, ``"rope"``, ``"alibi"``, ``"none"``.
         norm_first: ``False`` = post-LN as in the paper, ``True`` = pre-LN (Xiong et al. 2020).
         tie_embeddings: share source embedding, target embedding and output projection (paper §3.4).
@@ -50,6 +54,8 @@ class ModelConfig:
     d_ff: int = 1024
     dropout: float = 0.1
     attention_dropout: float = 0.0
+    activation_dropout: float | None = None
+    decoder_layerdrop: float = 0.0
     pos_encoding: str = "sinusoidal"
     norm_first: bool = False
     tie_embeddings: bool = True
@@ -93,8 +99,14 @@ class ModelConfig:
             raise ConfigError(f"RoPE needs an even d_k, got d_model {self.d_model} / n_heads {self.n_heads}")
         if self.pos_encoding == "sinusoidal" and self.d_model % 2:
             raise ConfigError(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
-        if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.attention_dropout < 1.0):
-            raise ConfigError("dropout must lie in [0, 1)")
+        rates = (self.dropout, self.attention_dropout, self.ffn_dropout, self.decoder_layerdrop)
+        if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r < 1.0 for r in rates):
+            raise ConfigError("dropout, attention_dropout, activation_dropout and decoder_layerdrop must lie in [0, 1)")
+
+    @property
+    def ffn_dropout(self) -> float:
+        """The dropout on the FFN's inner activations: ``activation_dropout``, or ``dropout`` when it is ``None``."""
+        return self.dropout if self.activation_dropout is None else self.activation_dropout
 
     # --- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import sys
 import time
@@ -68,6 +69,18 @@ def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
 def factor_for_peak(peak_lr: float, d_model: int, warmup: int) -> float:
     """The ``factor`` of :func:`noam_lr` whose maximum (at ``step = warmup``) equals ``peak_lr``."""
     return peak_lr / noam_lr(warmup, d_model, warmup)
+
+
+def learning_rate(step: int, d_model: int, args, factor: float) -> float:
+    """The learning rate of optimizer step ``step`` (≥ 1): :func:`noam_lr` at ``step + --lr-step-offset``, times a
+    linear re-warmup ``min(1, step / --rewarmup)`` when the offset is non-zero (a warm start's fresh Adam moments
+    must not take full-size steps at once)."""
+    offset = getattr(args, "lr_step_offset", 0) or 0
+    lr = noam_lr(step + offset, d_model, args.warmup, factor)
+    rewarm = getattr(args, "rewarmup", 0) or 0
+    if offset and rewarm:
+        lr *= min(1.0, step / rewarm)
+    return lr
 
 
 def pick_device(name: str) -> torch.device:
@@ -333,29 +346,103 @@ def collate(examples: list[Example], idx: list[int], pad: int, device) -> tuple[
     return src.to(device), tgt.to(device)
 
 
-class EpochPlan:
-    """The training examples of one epoch: sentences × repeat plus a fresh sample of phrases and words.
+def word_dropout(ids: torch.Tensor, p: float, unk_id: int, keep: tuple[int, ...]) -> torch.Tensor:
+    """``ids [batch, len]`` with each token replaced by ``unk_id`` with probability ``p``, except the ids in
+    ``keep`` (padding and the sentence markers), which never change. Word dropout as in Sennrich & Zhang (2019, §3.2)
+    and Araabi & Monz (2020), on BPE pieces, with ``<unk>`` for the dropped piece (which also teaches the model what
+    to do with pieces it cannot read). Returns a new tensor; ``p`` 0 returns ``ids`` itself."""
+    if not p:
+        return ids
+    droppable = torch.ones_like(ids, dtype=torch.bool)
+    for k in keep:
+        droppable &= ids != k
+    drop = droppable & (torch.rand(ids.shape, device=ids.device) < p)
+    return ids.masked_fill(drop, unk_id)
 
-    ``--phrases-per-epoch`` / ``--words-per-epoch`` count pairs; ``per_pair`` (:func:`sequences_per_pair`) is the
-    number of examples one pair gives, so a language model samples ``2 × N`` of its single-side sequences.
-    Deterministic in ``(seed, epoch)``, which is what makes ``--resume`` exact.
+
+class EpochPlan:
+    """The training examples of one epoch and how they are grouped into optimizer steps.
+
+    Without ``--dict-share``: sentences × ``--sentence-repeat`` plus a fresh sample of ``--phrases-per-epoch``
+    phrase and ``--words-per-epoch`` word pairs, all bucketed by length together (short dictionary pairs then fill
+    whole steps of their own). These count pairs; ``per_pair`` (:func:`sequences_per_pair`) is the number of
+    examples one pair gives, so a language model samples ``2 × N`` of its single-side sequences.
+
+    With ``--dict-share S`` (0 < S < 1): every step is two micro-batches, the sentences' (``(1 − S) ×
+    --batch-tokens`` padded tokens, bucketed by length) and the dictionary's (``S × --batch-tokens`` of phrase and
+    word pairs drawn afresh each epoch, bucketed among themselves), whose gradients add up in one optimizer step.
+    So every step sees both in a fixed share of tokens, and neither pads the other's rows. An epoch is one pass
+    over the sentences.
+
+    ``sentences``, ``phrases`` and ``words`` are pair lists; ``encode(pairs) -> list[Example]`` tokenizes them. With
+    ``reencode`` (BPE-dropout) the sentences and the sampled dictionary pairs are tokenized afresh every epoch, so
+    each epoch sees other segmentations; otherwise everything is tokenized once.
+
+    The sampling is deterministic in ``(seed, epoch)``, which is what makes ``--resume`` exact (with BPE-dropout,
+    whose random merges ``tokenizers`` draws from its own unseeded generator, the segmentations are not).
     """
 
-    def __init__(self, sentences, phrases, words, args, per_pair: int = 1):
-        self.sentences, self.phrases, self.words, self.args = sentences, phrases, words, args
-        self.per_pair = per_pair
+    def __init__(self, sentences, phrases, words, args, encode, per_pair: int = 1, reencode: bool = False):
+        self.args, self.encode, self.per_pair, self.reencode = args, encode, per_pair, reencode
+        self.raw = {"sentences": sentences, "phrases": phrases, "words": words}
+        self.cached = {} if reencode else {k: encode(v) for k, v in self.raw.items()}
+
+    @property
+    def dict_share(self) -> float:
+        return float(getattr(self.args, "dict_share", 0.0) or 0.0)
+
+    def pool_size(self, kind: str) -> int:
+        return len(self.raw[kind]) if self.reencode else len(self.cached[kind])
+
+    def take(self, kind: str, idx: list[int] | None = None) -> list[Example]:
+        """The examples of pool ``kind`` (all, or the pairs/examples at ``idx``), tokenized now when re-encoding."""
+        if not self.reencode:
+            pool = self.cached[kind]
+            return pool if idx is None else [pool[i] for i in idx]
+        pairs = self.raw[kind] if idx is None else [self.raw[kind][i] for i in idx]
+        return self.encode(pairs)
 
     def examples(self, epoch: int) -> tuple[list[Example], list[list[int]]]:
+        """Without ``--dict-share``: the epoch's examples and its length-bucketed, shuffled batches of indices."""
         gen = torch.Generator().manual_seed(self.args.seed * 100_003 + epoch)
-        chosen = self.sentences * self.args.sentence_repeat
-        for pool, n in ((self.phrases, self.args.phrases_per_epoch), (self.words, self.args.words_per_epoch)):
-            if pool and n:
-                pick = torch.randperm(len(pool), generator=gen)[: min(n * self.per_pair, len(pool))].tolist()
-                chosen = chosen + [pool[i] for i in pick]
+        chosen = self.take("sentences") * self.args.sentence_repeat
+        for kind, n in (("phrases", self.args.phrases_per_epoch), ("words", self.args.words_per_epoch)):
+            size = self.pool_size(kind)
+            if size and n:
+                count = n if self.reencode else n * self.per_pair  # pairs, or examples (a pair gives per_pair)
+                pick = torch.randperm(size, generator=gen)[: min(count, size)].tolist()
+                chosen = chosen + self.take(kind, pick)
         return chosen, make_batches(chosen, self.args.batch_tokens, gen)
+
+    def steps(self, epoch: int) -> tuple[list[Example], list[list[list[int]]]]:
+        """The epoch's examples and its optimizer steps, each a list of micro-batches (lists of example indices):
+        one micro-batch per step without ``--dict-share``, sentences + dictionary with it."""
+        share = self.dict_share
+        n_phrases, n_words = self.pool_size("phrases"), self.pool_size("words")
+        if not share or not (n_phrases + n_words):
+            chosen, batches = self.examples(epoch)
+            return chosen, [[b] for b in batches]
+        gen = torch.Generator().manual_seed(self.args.seed * 100_003 + epoch)
+        chosen = self.take("sentences") * self.args.sentence_repeat
+        sent_batches = make_batches(chosen, max(1, round(self.args.batch_tokens * (1 - share))), gen)
+        dict_budget = max(1, round(self.args.batch_tokens * share))
+        sample = self.take("phrases", list(range(min(n_phrases, 2000)))) + self.take("words", list(range(min(n_words, 1000))))
+        mean_size = sum(len(e.src) + len(e.tgt) for e in sample) / max(len(sample), 1)
+        wanted = math.ceil(len(sent_batches) * dict_budget / mean_size * 1.1)  # padding in the buckets: ~10%
+        total = n_phrases + n_words
+        order = torch.cat([torch.randperm(total, generator=gen)
+                           for _ in range(math.ceil(wanted / total))])[:wanted].tolist()
+        picked = (self.take("phrases", [i for i in order if i < n_phrases])
+                  + self.take("words", [i - n_phrases for i in order if i >= n_phrases]))
+        dict_batches = make_batches(picked, dict_budget, gen)
+        offset = len(chosen)
+        steps = [[b] + ([[offset + i for i in dict_batches[k]]] if k < len(dict_batches) else [])
+                 for k, b in enumerate(sent_batches)]
+        return chosen + picked, steps
 
 
 CORPORA = ("ding", "brown")
+VOCAB_SOURCES = ("all", "sentences")
 
 
 def corpus_of(args) -> str:
@@ -385,8 +472,9 @@ def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
         return sentences[: args.limit_train or None], [], [], valid
     sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
     valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
-    phrases = read_tsv(dataset_path("phrases", data_dir)) if args.phrases_per_epoch and not args.train_tsv else []
-    words = read_tsv(dataset_path("words", data_dir)) if args.words_per_epoch and not args.train_tsv else []
+    share = getattr(args, "dict_share", 0)
+    phrases = read_tsv(dataset_path("phrases", data_dir)) if (args.phrases_per_epoch or share) and not args.train_tsv else []
+    words = read_tsv(dataset_path("words", data_dir)) if (args.words_per_epoch or share) and not args.train_tsv else []
     if args.limit_train:
         sentences = sentences[: args.limit_train]
     return sentences, phrases, words, valid
@@ -406,7 +494,7 @@ def validation_loss(model, examples, args, device) -> float:
     total, count = 0.0, 0
     for idx in make_batches(examples, args.batch_tokens * 2, torch.Generator().manual_seed(0)):
         src, tgt = collate(examples, idx, model.cfg.pad_id, device)
-        with autocast(device):
+        with autocast(device, getattr(args, "precision", "auto")):
             logits = model(src, tgt[:, :-1])
         n = int((tgt[:, 1:] != model.cfg.pad_id).sum())
         total += float(loss_fn(logits, tgt[:, 1:], model.cfg.pad_id, 0.0)) * n
@@ -415,9 +503,51 @@ def validation_loss(model, examples, args, device) -> float:
     return total / max(count, 1)
 
 
-def autocast(device: torch.device):
-    """bf16 autocast on CUDA, a no-op elsewhere."""
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """True when the CPU computes bf16 matmuls natively (``avx512_bf16`` or ``amx_bf16`` among the flags of
+    ``/proc/cpuinfo``, or of ``cpuinfo`` when given). Without them, bf16 autocast is emulated and was measured ~10×
+    *slower* than fp32 on an AVX2-only AMD EPYC; with ``avx512_bf16``, ~2.4× faster (2 threads vs fp32 on 1)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``"bf16"`` or ``"fp32"``: ``auto`` is bf16 on CUDA and on CPUs with native bf16 (:func:`cpu_has_native_bf16`)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
+        return "bf16"
+    return "fp32"
+
+
+def autocast(device: torch.device, precision: str = "auto"):
+    """bf16 autocast for ``precision`` (resolved by :func:`resolve_precision`) on ``device``, else a no-op context.
+    Weights, optimizer state and the loss stay fp32; only the matmuls inside run in bf16."""
+    enabled = resolve_precision(precision, device) == "bf16"
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def default_threads(world_size: int = 1, environ=os.environ) -> int:
+    """CPU threads per process when ``--threads`` is 0: ``OMP_NUM_THREADS`` if set, else the cores this process may
+    use (``sched_getaffinity``) divided among the ``world_size`` processes (at least 1)."""
+    if environ.get("OMP_NUM_THREADS", "").isdigit() and int(environ["OMP_NUM_THREADS"]) > 0:
+        return int(environ["OMP_NUM_THREADS"])
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(world_size, 1))
 
 
 def perplexity(loss: float) -> float:
@@ -495,8 +625,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sentence-repeat", type=int, default=1, help="upsample the sentence pairs this many times")
     g.add_argument("--phrases-per-epoch", type=int, default=0, help="phrase pairs sampled into each epoch")
     g.add_argument("--words-per-epoch", type=int, default=0, help="word pairs sampled into each epoch")
+    g.add_argument("--dict-share", type=float, default=0.0,
+                   help="share of every step's tokens taken from the dictionary (phrase and word pairs), mixed into "
+                        "the same optimizer step as the sentences; 0 = off (then --phrases/--words-per-epoch apply)")
     g.add_argument("--limit-train", type=int, default=0, help="use only the first N sentence pairs (smoke tests)")
     g.add_argument("--vocab-size", type=int, default=8000)
+    g.add_argument("--vocab-from", default="all", choices=VOCAB_SOURCES,
+                   help="what the BPE vocabulary is learned from: all = sentences + phrases + words; sentences = the "
+                        "sentence pairs only (rarer pieces are then common in the sentences)")
+    g.add_argument("--bpe-dropout", type=float, default=0.0,
+                   help="BPE-dropout (Provilkov et al. 2020): each merge skipped with this probability when the "
+                        "training data is re-encoded every epoch; validation and the saved tokenizer never use it")
+    g.add_argument("--init-from", metavar="CHECKPOINT",
+                   help="start from this checkpoint's weights, tokenizer and architecture with a fresh optimizer "
+                        "(a warm start: carry a long run across sessions without its optimizer state)")
     g = p.add_argument_group("model")
     g.add_argument("--arch", default="encoder-decoder", choices=ARCHITECTURES,
                    help="encoder-decoder = EN→DE translator; decoder-only = GPT-style language model on both sides "
@@ -505,26 +647,48 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours = this project's Transformer; torch = the torch.nn.Transformer baseline (model/baseline.py)")
     g.add_argument("--d-model", type=int, default=256)
     g.add_argument("--n-heads", type=int, default=4)
+    g.add_argument("--encoder-layers", type=int, default=None, help="encoder depth (default: --layers)")
+    g.add_argument("--decoder-layers", type=int, default=None, help="decoder depth (default: --layers)")
     g.add_argument("--layers", type=int, default=3,
                    help="encoder and decoder layers each (decoder-only: the decoder layers)")
     g.add_argument("--d-ff", type=int, default=1024)
     g.add_argument("--dropout", type=float, default=0.1)
     g.add_argument("--attention-dropout", type=float, default=0.0,
                    help="dropout on the attention weights (the paper has none; torch.nn.Transformer uses --dropout)")
+    g.add_argument("--activation-dropout", type=float, default=None,
+                   help="dropout on the FFN's inner activations (default: --dropout)")
+    g.add_argument("--decoder-layerdrop", type=float, default=0.0,
+                   help="probability of skipping a whole decoder layer in a training step (LayerDrop)")
+    g.add_argument("--src-word-dropout", type=float, default=0.0,
+                   help="probability of replacing a source token by <unk> in training (never <eos> or padding)")
+    g.add_argument("--tgt-word-dropout", type=float, default=0.0,
+                   help="probability of replacing a decoder input token by <unk> in training (never <bos> or "
+                        "padding; the tokens to predict are unchanged)")
     g.add_argument("--pos-encoding", default="sinusoidal")
     g.add_argument("--norm-first", action="store_true", help="pre-LN (default: post-LN as in the paper)")
     g.add_argument("--max-len", type=int, default=128)
     g = p.add_argument_group("optimisation")
     g.add_argument("--peak-lr", type=float, default=1e-3, help="learning rate at the end of warmup")
     g.add_argument("--warmup", type=int, default=4000)
+    g.add_argument("--lr-step-offset", type=int, default=None,
+                   help="evaluate the schedule at step + N (default: the --init-from checkpoint's step, else 0), so a "
+                        "warm start continues the decayed learning rate instead of climbing to the peak again")
+    g.add_argument("--rewarmup", type=int, default=200,
+                   help="with --init-from: steps of linear re-warmup for the fresh optimizer moments")
     g.add_argument("--label-smoothing", type=float, default=0.1)
+    g.add_argument("--weight-decay", type=float, default=0.0,
+                   help="AdamW decoupled weight decay on the weight matrices (0 = Adam, as in the paper)")
     g.add_argument("--batch-tokens", type=int, default=2000, help="padded src+tgt tokens per batch")
     g.add_argument("--clip", type=float, default=1.0, help="gradient-norm clip")
     g.add_argument("--max-steps", type=int, default=10_000)
     g.add_argument("--max-minutes", type=float, default=0, help="stop after this wall time (0 = no limit)")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--device", default="auto")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default; per process)")
+    g.add_argument("--threads", type=int, default=0,
+                   help="CPU threads per process (0 = OMP_NUM_THREADS if set, else all cores ÷ processes)")
+    g.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="auto = bf16 autocast on CUDA and on CPUs with native bf16 (avx512_bf16/amx_bf16), else fp32; "
+                        "master weights stay fp32")
     g.add_argument("--compile", action="store_true",
                    help="optional: torch.compile the model for training (off by default; on CPU it works but the "
                         "compile takes long)")
@@ -534,6 +698,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="peak TFLOP/s of one device, for the logged mfu (default: known CUDA GPUs' dense bf16 peak; "
                         "on CPU no mfu unless given)")
     g.add_argument("--eval-every", type=int, default=1000)
+    g.add_argument("--select", default="auto", choices=("auto", "loss", "chrf"),
+                   help="what picks best/: valid loss, or valid chrF (auto: chrF for a translator, loss otherwise)")
+    g.add_argument("--patience", type=int, default=0,
+                   help="stop after this many evaluations without a better --select score (0 = never)")
+    g.add_argument("--keep-last", type=int, default=0,
+                   help="keep the weights of the last K evaluations in evals/step-N (for python -m model.average)")
     g.add_argument("--eval-sentences", type=int, default=300,
                    help="valid sentences translated for BLEU/chrF (not used by a decoder-only run)")
     g.add_argument("--test-at-end", action="store_true",
@@ -582,8 +752,8 @@ def local_stop_reason(stop: dict, started: float, max_minutes: float) -> str | N
 def train_loop(args, ctx: Dist, device: torch.device) -> int:
     """The training loop of :func:`run`: every rank takes the same steps; only rank 0 evaluates and writes."""
     out = Path(args.out)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads or default_threads(ctx.world_size))
     torch.manual_seed(args.seed)
     last = out / "last"
     if args.resume:
@@ -598,9 +768,7 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
         if ctx.is_main:  # the limits this run now has are the ones a later bare --resume (or the page) keeps
             atomic_write_json(out / "train_args.json", saved)
         args = argparse.Namespace(**saved)
-    args.impl = getattr(args, "impl", "ours")  # runs from before --impl existed
-    args.attention_dropout = getattr(args, "attention_dropout", 0.0)
-    args.arch = getattr(args, "arch", "encoder-decoder")
+    args = with_defaults(args)  # runs saved before an option existed get its default
     check_args(args)
     if args.impl != "ours":
         args.snapshots = False  # probes need our traced attention
@@ -610,17 +778,27 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
         ckpt = load_any(last, args.impl, device)
         model, tok, cfg = ckpt.model, ckpt.tokenizer, ckpt.config
         model.train()
+    elif args.init_from:
+        model, tok, cfg = warm_start(args, device)
+        if ctx.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(out / "train_args.json", {k: v for k, v in vars(args).items() if k != "given"})
+            cfg.to_json(out / "config.json")
+        if ctx.rank:
+            torch.manual_seed(args.seed + 1_000_003 * ctx.rank)
     else:
         if ctx.is_main:
             out.mkdir(parents=True, exist_ok=True)
-            tok = TextTokenizer.train(pair_sides(sentences + phrases + words), vocab_size=args.vocab_size)
+            vocab_texts = sentences if args.vocab_from == "sentences" else sentences + phrases + words
+            tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=args.vocab_size)
         if ctx.enabled:  # rank 0's vocabulary on every rank
             tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
         cfg = ModelConfig(
             arch=args.arch, vocab_size=tok.vocab_size, d_model=args.d_model, n_heads=args.n_heads,
-            n_encoder_layers=args.layers if args.arch == "encoder-decoder" else 0, n_decoder_layers=args.layers,
-            d_ff=args.d_ff, dropout=args.dropout,
-            attention_dropout=args.attention_dropout,
+            n_encoder_layers=(args.encoder_layers or args.layers) if args.arch == "encoder-decoder" else 0,
+            n_decoder_layers=args.decoder_layers or args.layers,
+            d_ff=args.d_ff, dropout=args.dropout, attention_dropout=args.attention_dropout,
+            activation_dropout=args.activation_dropout, decoder_layerdrop=args.decoder_layerdrop,
             pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
         )
         model = build_model(cfg, args.impl).to(device)  # the same on every rank; DDP broadcasts rank 0's anyway
@@ -629,15 +807,15 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
             cfg.to_json(out / "config.json")
         if ctx.rank:
             torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
-    sent_ex = encode_examples(tok, sentences, cfg)
-    plan = EpochPlan(sent_ex, encode_examples(tok, phrases, cfg), encode_examples(tok, words, cfg), args,
-                     per_pair=sequences_per_pair(cfg))
+    train_tok = with_bpe_dropout(tok, args.bpe_dropout)  # never saved: checkpoints keep ``tok``
+    plan = EpochPlan(sentences, phrases, words, args, lambda pairs: encode_examples(train_tok, pairs, cfg),
+                     per_pair=sequences_per_pair(cfg), reencode=bool(args.bpe_dropout))
     valid_ex = encode_examples(tok, valid, cfg)
-    eval_pairs = valid[: args.eval_sentences]
-    opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    eval_pairs = valid[: args.eval_sentences or None]  # 0: all of them
+    opt = make_optimizer(model, args.weight_decay)
     factor = factor_for_peak(args.peak_lr, cfg.d_model, args.warmup)
     state = {"step": 0, "epoch": 0, "batch": 0, "tokens_seen": 0, "train_seconds": 0.0, "best_valid_loss": None,
-             "best_step": None, "best_metrics": {}}
+             "best_step": None, "best_metrics": {}, "best_score": None, "evals_since_best": 0}
     if args.resume:
         saved_world = json.loads((last / "trainer_state.json").read_text()).get("world_size", 1)
         if saved_world != ctx.world_size:
@@ -690,37 +868,47 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
     model.train()
     reason, halt = "max_steps", None
     while state["step"] < args.max_steps:
-        examples, epoch_batches = plan.examples(state["epoch"])
-        batches = shard_batches(epoch_batches, ctx.rank, ctx.world_size)
+        examples, epoch_steps = plan.steps(state["epoch"])
+        batches = shard_batches(epoch_steps, ctx.rank, ctx.world_size)
         if not batches:
-            raise DataError(f"epoch {state['epoch']} has {len(epoch_batches)} batch(es), fewer than the "
+            raise DataError(f"epoch {state['epoch']} has {len(epoch_steps)} batch(es), fewer than the "
                             f"{ctx.world_size} process(es): use more data or a smaller --batch-tokens")
         for b in range(state["batch"], len(batches)):
             if state["step"] >= args.max_steps:
                 break
-            src, tgt = collate(examples, batches[b], cfg.pad_id, device)
-            n_src, n_tgt = torch.stack([(src != cfg.pad_id).sum(), (tgt != cfg.pad_id).sum()]).tolist()  # one sync
-            n_tokens = n_src + n_tgt
+            micro = [collate(examples, idx, cfg.pad_id, device) for idx in batches[b]]
+            counts = torch.stack([torch.stack([(src != cfg.pad_id).sum(), (tgt[:, 1:] != cfg.pad_id).sum()])
+                                  for src, tgt in micro]).tolist()  # one sync: [[src tokens, predicted tokens], …]
+            n_src = sum(c[0] for c in counts)
+            n_pred = sum(c[1] for c in counts)
+            n_tokens = n_src + n_pred + sum(len(tgt) for _, tgt in micro)  # + each row's <bos>: all non-pad tokens
             # Agreed by all ranks, so that none is left waiting in an all-reduce; n_tokens becomes the global count.
             halt, n_tokens = ctx.agree(local_stop_reason(stop, started, args.max_minutes), n_tokens)
             if halt:
                 break
-            lr = noam_lr(state["step"] + 1, cfg.d_model, args.warmup, factor)
+            lr = learning_rate(state["step"] + 1, cfg.d_model, args, factor)
             for group in opt.param_groups:
                 group["lr"] = lr
-            with autocast(device):
-                logits = step_model(src, tgt[:, :-1])
-            loss = loss_fn(logits, tgt[:, 1:], cfg.pad_id, args.label_smoothing)
             opt.zero_grad(set_to_none=True)
-            loss.backward()  # under DDP: the gradients averaged over ranks
+            loss = 0.0
+            for (src, tgt), (_, n) in zip(micro, counts):
+                src = word_dropout(src, args.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
+                tgt_in = word_dropout(tgt[:, :-1], args.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id))
+                with autocast(device, args.precision):
+                    logits = step_model(src, tgt_in)
+                # Each micro-batch weighted by its share of the step's predicted tokens: the step's loss is the mean
+                # over all of them, as if the micro-batches were one batch.
+                part = loss_fn(logits, tgt[:, 1:], cfg.pad_id, args.label_smoothing) * (n / max(n_pred, 1))
+                part.backward()  # gradients add up over micro-batches; under DDP averaged over ranks
+                loss += part.item()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip))
             opt.step()
             state["step"] += 1
             state["batch"] = b + 1
             state["tokens_seen"] += n_tokens
             window_tokens += n_tokens
-            window_flops += training_flops(cfg, n_src, n_tgt - len(tgt))  # decoder inputs: each row but its <eos>
-            window_loss += loss.item()
+            window_flops += training_flops(cfg, n_src, n_pred)  # decoder inputs: each row but its <eos>
+            window_loss += loss
             window_n += 1
             bar.update(1)
             if state["step"] % args.log_every == 0:
@@ -747,6 +935,9 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
                 # Resumable even after a hard kill: the resume state as of this evaluation.
                 state["train_seconds"] = base_seconds + time.time() - started
                 save_resume_state()
+                if args.patience and ctx.broadcast(state.get("evals_since_best", 0)) >= args.patience:
+                    halt = "patience"  # the same on every rank: rank 0's count, broadcast
+                    break
         else:
             state["epoch"] += 1
             state["batch"] = 0
@@ -764,9 +955,11 @@ def train_loop(args, ctx: Dist, device: torch.device) -> int:
         score_best_on_test(out, args, device, state["step"], log)
     log({"step": state["step"], "event": "stopped", "reason": reason})
     metrics_file.close()
-    write_status(out, state="finished" if reason in ("max_steps", "max_minutes") else "stopped", step=state["step"],
+    write_status(out, state="finished" if reason in ("max_steps", "max_minutes", "patience") else "stopped",
+                 step=state["step"],
                  reason=reason, exit_code=0)
-    print(f"stopped at step {state['step']} ({reason}); best valid loss {state['best_valid_loss']} at step {state['best_step']}")
+    print(f"stopped at step {state['step']} ({reason}); best at step {state['best_step']} "
+          f"(valid loss {state['best_valid_loss']}, {state.get('best_metrics') or {}})")
     return 0
 
 
@@ -819,7 +1012,8 @@ def score_best_on_test(out: Path, args, device, step: int, log) -> dict:
 def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out, log, base_seconds, started,
                       world_size: int = 1) -> None:
     """Validation loss and perplexity (+ BLEU/chrF of ``eval_pairs`` for an encoder-decoder); writes ``best/``
-    when the loss improved (with its card).
+    (with its card) when the :func:`selection_metric` improved, else counts the evaluation towards ``--patience``;
+    with ``--keep-last K`` also keeps the weights in ``evals/step-N``.
 
     A decoder-only model has no translation to score: its evaluation line holds ``valid_loss`` and ``valid_ppl``
     only (no ``valid_bleu`` / ``valid_chrf`` keys). ``model`` is the unwrapped module; ``world_size`` is the number
@@ -837,7 +1031,15 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
     log({**record, "time_s": round(train_seconds, 1)})
     tqdm.write(f"step {state['step']}: valid loss {v_loss:.3f}  perplexity {ppl:.1f}"
                + ("" if lm else f"  BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}"))
-    if state["best_valid_loss"] is None or v_loss < state["best_valid_loss"]:
+    if args.keep_last:
+        keep_evaluation(model, tok, out, state["step"], args.keep_last)
+    metric = selection_metric(args, model.cfg)
+    value = v_loss if metric == "loss" else scores["chrf"]
+    best = state.get("best_score")
+    if best is None and metric == "loss":
+        best = state["best_valid_loss"]  # runs from before --select
+    if best is None or (value < best if metric == "loss" else value > best):
+        state["best_score"], state["evals_since_best"] = value, 0
         state["best_valid_loss"], state["best_step"], state["best_metrics"] = round(v_loss, 4), state["step"], scores
         brown = corpus_of(args) == "brown"
         data = {"train": "Ding dictionary sentence pairs (GPL-2+)" if not args.train_tsv else args.train_tsv,
@@ -860,22 +1062,132 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
                       {"loss": round(v_loss, 4), "perplexity": ppl, "sentences": len(eval_pairs), **scores}),
             "recipe": {k: getattr(args, k) for k in ("peak_lr", "warmup", "label_smoothing", "batch_tokens", "dropout",
                                                       "attention_dropout", "norm_first", "seed", "clip")},
+            "precision": resolve_precision(getattr(args, "precision", "auto"), device),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "torch": torch.__version__,
         }
+        card["selected_by"] = f"valid {metric}" + (f" ({len(eval_pairs)} sentences)" if metric == "chrf" else "")
+        init = getattr(args, "init_card", None)
+        if init:  # a warm start: what came before, and the totals
+            card["init_from"] = init
+            card["total"] = {"tokens_seen": init["tokens_seen"] + state["tokens_seen"],
+                             "train_minutes": round(init["train_minutes"] + train_seconds / 60, 1)}
         if args.impl != "ours":
             card["impl"] = "torch.nn.Transformer baseline (model/baseline.py)"
         if world_size > 1:
             card["recipe"]["processes"] = world_size  # each step: world_size × batch_tokens
 
         save_checkpoint(out / "best", model, tok, card, dtype=torch.float16 if args.fp16_weights else None)
+    else:
+        state["evals_since_best"] = state.get("evals_since_best", 0) + 1
+
+
+def selection_metric(args, cfg: ModelConfig) -> str:
+    """``"loss"`` or ``"chrf"``: what ``--select`` picks ``best/`` by (``auto``: chrF for a translator, whose loss
+    under label smoothing is a poor guide to its translations; loss for a language model, which translates nothing)."""
+    select = getattr(args, "select", "auto")
+    if select == "auto":
+        return "chrf" if cfg.is_encoder_decoder else "loss"
+    if select == "chrf" and not cfg.is_encoder_decoder:
+        raise ValueError("--select chrf needs translations: a decoder-only model is selected by loss")
+    return select
+
+
+EVALS_DIR = "evals"
+
+
+def keep_evaluation(model, tok, out: Path, step: int, keep: int) -> Path:
+    """Save the weights at evaluation ``step`` as ``evals/step-N`` (fp32, for :mod:`model.average`) and delete all
+    but the last ``keep`` of them. Returns the new folder."""
+    folder = save_checkpoint(out / EVALS_DIR / f"step-{step}", model, tok, {"step": step, "kind": "evaluation"})
+    kept = sorted((p for p in (out / EVALS_DIR).iterdir() if p.name.startswith("step-")),
+                  key=lambda p: int(p.name.split("-")[1]))
+    for old in kept[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return folder
 
 
 # What ``--resume`` may change: limits and the machine. An option left off the command line keeps the saved
 # run's value (a resumed run is not silently cut to the default --max-steps, nor loses --test-at-end); the
 # model and data options always come from the saved run.
 RESUME_OVERRIDABLE = ("max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots",
-                      "compile", "peak_tflops")
+                      "compile", "peak_tflops", "precision", "patience")
+
+
+def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with every option it lacks set to the parser's default: a run folder's ``train_args.json`` written
+    before an option existed resumes as if the option had been left at its default."""
+    for action in build_parser()._actions:
+        if action.dest != "help" and not hasattr(args, action.dest):
+            setattr(args, action.dest, action.default)
+    return args
+
+
+#: Model options that only act in training, so a warm start (``--init-from``) may change them.
+WARM_START_KNOBS = ("dropout", "attention_dropout", "activation_dropout", "decoder_layerdrop")
+
+
+def with_bpe_dropout(tok: TextTokenizer, p: float) -> TextTokenizer:
+    """A *copy* of ``tok`` whose BPE skips each merge with probability ``p`` (BPE-dropout, Provilkov et al. 2020),
+    for encoding training data only; ``tok`` itself (the one saved in checkpoints) is untouched. ``p`` 0 → ``tok``."""
+    if not p:
+        return tok
+    copy_ = Tokenizer.from_str(tok.to_str())
+    copy_.model.dropout = p
+    return TextTokenizer(copy_)
+
+
+def make_optimizer(model, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """Adam (β₁ 0.9, β₂ 0.98, ε 1e-9; paper §5.3). With ``weight_decay`` > 0: AdamW (Loshchilov & Hutter 2019), the
+    decay applied to the weight matrices only (parameters of ≥ 2 dimensions: projections and the tied embedding),
+    not to biases and LayerNorm gains, in a second parameter group."""
+    if not weight_decay:
+        return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    params = list(model.parameters())
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                             lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+
+
+def warm_start(args, device):
+    """``(model, tokenizer, config)`` of ``--init-from``: its weights, tokenizer and architecture, in training mode.
+
+    Only the training-time knobs typed on the command line (dropout, attention dropout) replace the checkpoint's;
+    the other model options are ignored (its architecture is kept). ``--lr-step-offset`` defaults to the
+    checkpoint's step (from ``card.json``), so the schedule continues where it left off. Records the origin in
+    ``args.init_card`` for the new card. Raises ``DataError`` when the folder is not a loadable checkpoint of ours.
+    """
+    try:
+        ckpt = load_checkpoint(args.init_from, device)
+    except Exception as exc:  # CheckpointError and friends: a clear message, exit code 2
+        raise DataError(f"--init-from: {exc}") from exc
+    cfg = ckpt.config
+    given = getattr(args, "given", None) or set()
+    changes = {k: getattr(args, k) for k in WARM_START_KNOBS if k in given}
+    if changes:
+        cfg = ModelConfig.from_dict({**cfg.to_dict(), **changes})
+        model = build_model(cfg, "ours").to(device)
+        model.load_state_dict(ckpt.model.state_dict())
+    else:
+        model = ckpt.model
+    model.train()
+    card = ckpt.card or {}
+    if args.lr_step_offset is None:
+        args.lr_step_offset = int(card.get("step") or 0)
+    prior = card.get("init_from", {})
+    args.init_card = {  # what the checkpoint had seen, totals over every warm start before it included
+        "checkpoint": str(args.init_from), "step": card.get("step"),
+        "tokens_seen": (card.get("tokens_seen") or 0) + (prior.get("tokens_seen") or 0),
+        "train_minutes": round((card.get("train_minutes") or 0) + (prior.get("train_minutes") or 0), 1),
+    }
+    # The model options this run has in fact, so that train_args.json and the card tell the truth.
+    args.arch, args.impl, args.layers = cfg.arch, "ours", cfg.n_decoder_layers
+    for k in ("d_model", "n_heads", "d_ff", "pos_encoding", "norm_first", "max_len", *WARM_START_KNOBS):
+        setattr(args, k, getattr(cfg, k))
+    args.encoder_layers, args.decoder_layers = cfg.n_encoder_layers, cfg.n_decoder_layers
+    args.vocab_size = cfg.vocab_size
+    return model, ckpt.tokenizer, cfg
 
 
 def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:

@@ -61,7 +61,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, relative_position(cfg))
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.ffn_dropout)
         self.res_attn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
@@ -82,7 +82,7 @@ class DecoderLayer(nn.Module):
         if cfg.is_encoder_decoder:
             self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
             self.res_cross = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.ffn_dropout)
         self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
     def forward(self, x, self_mask, memory=None, memory_mask=None, *, self_cache=None, cross_cache=None,
@@ -257,7 +257,10 @@ class Transformer(nn.Module):
         x = self.embed_tokens(tgt, offset)
         positions = torch.arange(offset, offset + t, device=tgt.device)
         out = DecoderOutput(x, [], [])
+        skip = self.layers_to_drop(cache is None and not trace)
         for i, layer in enumerate(self.decoder_layers):
+            if i in skip:
+                continue
             x, w_self, w_cross = layer(
                 x,
                 self_mask,
@@ -278,6 +281,15 @@ class Transformer(nn.Module):
             x = self.decoder_norm(x)
         out.hidden = x
         return out
+
+    def layers_to_drop(self, allowed: bool) -> set[int]:
+        """Decoder layers skipped in this forward pass: each with probability ``cfg.decoder_layerdrop`` (LayerDrop,
+        Fan et al. 2020, §3), only in training mode and when ``allowed`` (never with a KV cache or a trace, whose
+        layer lists must be complete). The residual stream passes a skipped layer unchanged."""
+        p = self.cfg.decoder_layerdrop
+        if not (self.training and allowed and p):
+            return set()
+        return {i for i, r in enumerate(torch.rand(len(self.decoder_layers)).tolist()) if r < p}
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[batch, tgt_len, d_model]`` → ``[batch, tgt_len, vocab]`` (unnormalised log-probabilities)."""

@@ -173,7 +173,7 @@ def test_one_ddp_step_is_the_step_on_averaged_gradients(tmp_path):
     model = train.build_model(ckpt.config, "ours")  # the initial weights: the trainer seeds, then builds
     model.train()
     sentences, phrases, words, _ = train.load_data(args)
-    plan = train.EpochPlan(train.encode_pairs(ckpt.tokenizer, sentences, ckpt.config), [], [], args)
+    plan = train.EpochPlan(train.encode_pairs(ckpt.tokenizer, sentences, ckpt.config), [], [], args, lambda e: e)
     examples, batches = plan.examples(0)
     pad = ckpt.config.pad_id
     grads = []

@@ -144,7 +144,7 @@ def test_language_model_examples_are_the_sides_of_the_pairs(lm_runs):
     assert train.sequences_per_pair(cfg) == 2
     # --phrases-per-epoch counts pairs: a language model samples two sequences per pair.
     args = argparse.Namespace(seed=1, sentence_repeat=1, phrases_per_epoch=1, words_per_epoch=0, batch_tokens=500)
-    chosen, batches = train.EpochPlan(examples[:1], examples, [], args, per_pair=2).examples(0)
+    chosen, batches = train.EpochPlan(examples[:1], examples, [], args, lambda e: e, per_pair=2).examples(0)
     assert len(chosen) == 3 and sorted(i for b in batches for i in b) == [0, 1, 2]
 
 

@@ -1,0 +1,75 @@
+"""Average checkpoints: ``python -m model.average OUT CKPT CKPT …`` (Vaswani et al. 2017, §6.1: "averaging the last
+5 checkpoints").
+
+Every floating-point tensor of the output is the element-wise mean of the inputs' (computed in float64, stored in
+float32 unless ``--fp16``); the config and tokenizer come from the first checkpoint, and all inputs must share them
+exactly. The result is an ordinary checkpoint folder, loadable like any other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from .checkpoint import CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint, save_tensors
+
+
+def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool = False) -> Path:
+    """Write the mean of ``folders`` (≥ 1 checkpoint folders) to ``out`` and return it.
+
+    Raises:
+        CheckpointError: no input, an input that does not load, or inputs whose config, tokenizer or tensor
+            names differ.
+    """
+    folders = [Path(f) for f in folders]
+    if not folders:
+        raise CheckpointError("nothing to average: give at least one checkpoint folder")
+    first = load_checkpoint(folders[0])  # validates the first fully (config, tokenizer, weights)
+    tok_json = first.tokenizer.to_str()
+    total: dict[str, torch.Tensor] = {}
+    for folder in folders:
+        ckpt = first if folder == folders[0] else load_checkpoint(folder)
+        if ckpt.config.to_dict() != first.config.to_dict():
+            raise CheckpointError(f"{folder} has another config than {folders[0]}; only the same model averages")
+        if ckpt.tokenizer.to_str() != tok_json:
+            raise CheckpointError(f"{folder} has another tokenizer than {folders[0]}")
+        state = load_file(str(folder / "model.safetensors"))
+        if total and set(state) != set(total):
+            raise CheckpointError(f"{folder} holds other tensors than {folders[0]}")
+        for name, t in state.items():
+            t = t.to(torch.float64) if t.is_floating_point() else t
+            total[name] = total[name] + t if name in total and t.is_floating_point() else t
+    dtype = torch.float16 if fp16 else torch.float32
+    mean = {k: (v / len(folders)).to(dtype) if v.is_floating_point() else v for k, v in total.items()}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", first.config.to_dict())
+    atomic_write_bytes(out / "tokenizer.json", tok_json.encode("utf-8"))
+    save_tensors(out / "model.safetensors", mean, {"format": "pt"})
+    card = dict(first.card)
+    card["averaged"] = {"checkpoints": [str(f) for f in folders], "count": len(folders)}
+    atomic_write_json(out / "card.json", card)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m model.average", description=__doc__.split("\n\n")[0])
+    p.add_argument("out", help="output checkpoint folder (created)")
+    p.add_argument("checkpoints", nargs="+", help="checkpoint folders of the same model, e.g. runs/X/evals/step-*")
+    p.add_argument("--fp16", action="store_true", help="store the mean in float16 (half the size)")
+    args = p.parse_args(argv)
+    try:
+        out = average_checkpoints(args.checkpoints, args.out, args.fp16)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"averaged {len(args.checkpoints)} checkpoints into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,6 +23,58 @@ root = L.runs_root()
 
 
 # --- launch form ------------------------------------------------------------------------------------------
+def recipe_fields(p: dict, preset: str) -> dict:
+    """The low-resource recipe's knobs (regularisation, dictionary share, model selection, warm start), inside the
+    launch form; returns them as form keys."""
+    with st.expander("Low-resource recipe: regularisation, dictionary, selection, warm start"):
+        k = lambda name: f"f_{name}_{preset}"  # noqa: E731  (one key per preset, so a preset change refills)
+        c1, c2, c3, c4 = st.columns(4)
+        att = c1.number_input("attention dropout", 0.0, 0.99, float(p["attention_dropout"]), step=0.05, key=k("adrop"))
+        act = c2.number_input("FFN activation dropout", 0.0, 0.99, float(p["activation_dropout"] or p["dropout"]),
+                              step=0.05, key=k("actdrop"), help="Dropout inside the feed-forward network.")
+        src_wd = c3.number_input("source word dropout", 0.0, 0.99, float(p["src_word_dropout"]), step=0.05,
+                                 key=k("swd"), help="Source pieces replaced by <unk> in training.")
+        tgt_wd = c4.number_input("target word dropout", 0.0, 0.99, float(p["tgt_word_dropout"]), step=0.05,
+                                 key=k("twd"), help="Decoder input pieces replaced by <unk> in training.")
+        c1, c2, c3, c4 = st.columns(4)
+        layerdrop = c1.number_input("decoder LayerDrop", 0.0, 0.99, float(p["decoder_layerdrop"]), step=0.05,
+                                    key=k("ldrop"), help="Probability of skipping a decoder layer in a step.")
+        wd = c2.number_input("weight decay (AdamW)", 0.0, 1.0, float(p["weight_decay"]), step=0.01, format="%.4f",
+                             key=k("wd"))
+        bpe_drop = c3.number_input("BPE-dropout", 0.0, 0.99, float(p["bpe_dropout"]), step=0.05, key=k("bped"),
+                                   help="Training text re-segmented every epoch; the saved tokenizer never drops.")
+        dec_layers = c4.number_input("decoder layers (0 = as encoder)", 0, 12, int(p["decoder_layers"]),
+                                     key=k("declayers"))
+        c1, c2, c3, c4 = st.columns(4)
+        vocab = c1.number_input("vocabulary size", 100, 64_000, int(p["vocab_size"]), step=500, key=k("vocab"))
+        vocab_from = c2.selectbox("vocabulary learned from", ("all", "sentences"),
+                                  ("all", "sentences").index(p["vocab_from"]), key=k("vfrom"))
+        share = c3.number_input("dictionary share of each step", 0.0, 0.9, float(p["dict_share"]), step=0.05,
+                                key=k("share"), help="Phrase and word pairs mixed into every step (needs the "
+                                                     "dictionary in the training data); 0 = whole batches of them.")
+        precision = c4.selectbox("precision", ("auto", "fp32", "bf16"), ("auto", "fp32", "bf16").index(p["precision"]),
+                                 key=k("prec"), help="auto: bf16 on GPUs and CPUs with native bf16, else fp32.")
+        c1, c2, c3, c4 = st.columns(4)
+        select = c1.selectbox("best checkpoint by", ("auto", "chrf", "loss"), ("auto", "chrf", "loss").index(p["select"]),
+                              key=k("sel"), help="auto: valid chrF for a translator, loss for a language model.")
+        eval_sents = c2.number_input("valid sentences scored (0 = all)", 0, 100_000, int(p["eval_sentences"]),
+                                     key=k("evs"))
+        keep = c3.number_input("keep last evaluations", 0, 50, int(p["keep_last"]), key=k("keep"),
+                               help="For averaging: python -m model.average OUT runs/NAME/evals/step-*")
+        patience = c4.number_input("patience (evaluations)", 0, 1000, int(p["patience"]), key=k("pat"))
+        starts = ["(random weights)"] + [str(c) for c in L.warm_start_choices()]
+        init = st.selectbox("start from checkpoint (warm start)", starts,
+                            starts.index(p["init_from"]) if p["init_from"] in starts else 0, key=k("init"),
+                            help="Its weights, tokenizer and architecture (the shape fields above are then "
+                                 "ignored), with a fresh optimizer; the schedule continues from its step.")
+    return {"attention_dropout": float(att), "activation_dropout": float(act), "src_word_dropout": float(src_wd),
+            "tgt_word_dropout": float(tgt_wd), "decoder_layerdrop": float(layerdrop), "weight_decay": float(wd),
+            "bpe_dropout": float(bpe_drop), "decoder_layers": int(dec_layers), "vocab_size": int(vocab),
+            "vocab_from": vocab_from, "dict_share": float(share), "precision": precision, "select": select,
+            "eval_sentences": int(eval_sents), "keep_last": int(keep), "patience": int(patience),
+            "init_from": None if init == starts[0] else init}
+
+
 def launch_form() -> None:
     preset = st.selectbox("Preset", list(L.PRESETS), key="train_preset",
                           help="Fills the form; the 2-minute demos train a tiny model on 3,000 sentences (pairs).")
@@ -64,6 +116,7 @@ def launch_form() -> None:
                         key=f"f_data_{preset}",
                         help="Ding dictionary pairs (a decoder-only model trains on both sides of each as texts), "
                              "or the Brown corpus's English sentences for a decoder-only language model.")
+        recipe = recipe_fields(p, preset)
         upload = st.file_uploader("your own data: source<TAB>target per line (.tsv; a decoder-only model trains on "
                                   "both columns)", type=["tsv", "txt"], key=f"f_up_{preset}")
         submitted = st.form_submit_button("Start training", type="primary")
@@ -74,7 +127,7 @@ def launch_form() -> None:
             "label_smoothing": float(smoothing), "warmup": int(warmup), "peak_lr": float(peak_lr),
             "batch_tokens": int(batch), "seed": int(seed), "max_steps": int(max_steps),
             "max_minutes": float(max_minutes), "device": device, "data": data,
-            "train_tsv": "(uploaded)" if upload is not None else None}
+            "train_tsv": "(uploaded)" if upload is not None else None, **recipe}
     errors = L.validate_form(form)
     if name and not L.safe_name(name):
         errors.append("a run name may hold letters, digits, '.', '_' and '-' only")

@@ -46,7 +46,21 @@ DEFAULTS: dict = {
     "max_steps": 10_000, "max_minutes": 0.0, "seed": 1, "device": "auto", "data": "sentences",
     "train_tsv": None, "limit_train": 0, "vocab_size": 8000, "eval_every": 1000, "eval_sentences": 300,
     "log_every": 50, "threads": 0,
+    # The low-resource recipe (issue 13): 0 / "auto" / "all" / None leave the trainer's own defaults.
+    "attention_dropout": 0.0, "activation_dropout": None, "src_word_dropout": 0.0, "tgt_word_dropout": 0.0,
+    "decoder_layerdrop": 0.0, "weight_decay": 0.0, "bpe_dropout": 0.0, "vocab_from": "all", "decoder_layers": 0,
+    "dict_share": 0.0, "select": "auto", "keep_last": 0, "patience": 0, "precision": "auto", "init_from": None,
 }
+#: Form knobs passed to the trainer as ``--flag value`` when set (not 0 / None / the trainer's default).
+RECIPE_FLAGS = {"attention_dropout": "--attention-dropout", "activation_dropout": "--activation-dropout",
+                "src_word_dropout": "--src-word-dropout", "tgt_word_dropout": "--tgt-word-dropout",
+                "decoder_layerdrop": "--decoder-layerdrop", "weight_decay": "--weight-decay",
+                "bpe_dropout": "--bpe-dropout", "vocab_from": "--vocab-from", "decoder_layers": "--decoder-layers",
+                "dict_share": "--dict-share", "select": "--select", "keep_last": "--keep-last",
+                "patience": "--patience", "precision": "--precision", "init_from": "--init-from"}
+#: The recipe's rates, each a probability in [0, 1).
+RECIPE_RATES = ("attention_dropout", "activation_dropout", "src_word_dropout", "tgt_word_dropout",
+                "decoder_layerdrop", "bpe_dropout", "dict_share")
 
 PRESETS: dict[str, dict] = {
     "2-minute CPU demo": {
@@ -59,6 +73,12 @@ PRESETS: dict[str, dict] = {
         "vocab_size": 4000, "eval_every": 500, "eval_sentences": 100, "warmup": 1000, "log_every": 25,
     },
     "base-like": {"d_model": 256, "n_heads": 4, "layers": 3, "d_ff": 1024},
+    # Carry the shipped translator on (how checkpoints/en-de is trained across sessions; the README's command).
+    "continue the shipped translator (hours)": {
+        "init_from": "checkpoints/en-de", "peak_lr": 2e-3, "warmup": 500, "batch_tokens": 1500, "dict_share": 0.25,
+        "data": "sentences + phrases + words", "eval_every": 1000, "eval_sentences": 0, "keep_last": 5,
+        "max_steps": 1_000_000, "max_minutes": 120.0, "norm_first": True, "dropout": 0.2, "attention_dropout": 0.2,
+    },
     # A GPT-style language model of about the demo translator's size: its 2 + 2 layers become 4 decoder layers.
     "2-minute CPU demo, language model": {
         "arch": "decoder-only", "data": BROWN, "d_model": 64, "n_heads": 2, "layers": 4, "d_ff": 256,
@@ -71,6 +91,18 @@ PRESETS: dict[str, dict] = {
 def preset_form(name: str) -> dict:
     """The full form of a preset (defaults overlaid with the preset's values)."""
     return {**DEFAULTS, **PRESETS[name]}
+
+
+def warm_start_choices() -> list[str]:
+    """Checkpoint folders a run can start from (``--init-from``), relative to the repository where possible: the
+    shipped ones under ``checkpoints/`` and every run's ``best/``."""
+    from .checkpoint import list_checkpoints  # here: the launcher itself needs no torch
+
+    found = list_checkpoints(REPO / "checkpoints")
+    root = runs_root()
+    if root.is_dir():
+        found += sorted(p / "best" for p in root.iterdir() if (p / "best" / "model.safetensors").is_file())
+    return [str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in found]
 
 
 def runs_root() -> Path:
@@ -110,7 +142,17 @@ def validate_form(form: dict) -> list[str]:
     ints = {k: number(k) for k in ("d_model", "n_heads", "layers", "d_ff", "warmup", "batch_tokens", "max_steps",
                                     "seed", "limit_train", "vocab_size", "eval_every", "eval_sentences",
                                     "log_every", "threads")}
-    floats = {k: number(k, float) for k in ("dropout", "label_smoothing", "peak_lr", "max_minutes")}
+    floats = {k: number(k, float) for k in ("dropout", "label_smoothing", "peak_lr", "max_minutes", "weight_decay")}
+    for k in RECIPE_RATES:
+        if f.get(k) is not None and (number(k, float) is not None) and not 0.0 <= float(f[k]) < 1.0:
+            errors.append(f"{k} must lie in [0, 1), got {f[k]}")
+    for k in ("decoder_layers", "keep_last", "patience"):
+        if number(k) is not None and f[k] < 0:
+            errors.append(f"{k} must not be negative, got {f[k]}")
+    if floats["weight_decay"] is not None and floats["weight_decay"] < 0:
+        errors.append(f"weight_decay must not be negative, got {floats['weight_decay']}")
+    if f.get("init_from") and not (REPO / str(f["init_from"])).is_dir() and not Path(str(f["init_from"])).is_dir():
+        errors.append(f"no checkpoint folder {f['init_from']!r} to start from")
     for k in ("d_model", "n_heads", "layers", "d_ff", "batch_tokens", "max_steps", "eval_every", "log_every"):
         if ints[k] is not None and ints[k] <= 0:
             errors.append(f"{k} must be positive, got {ints[k]}")
@@ -181,6 +223,10 @@ def build_command(form: dict, run_dir: str | Path) -> list[str]:
             cmd += ["--phrases-per-epoch", str(PHRASES_PER_EPOCH)]
         if "words" in f["data"]:
             cmd += ["--words-per-epoch", str(WORDS_PER_EPOCH)]
+    for key, flag in RECIPE_FLAGS.items():
+        value = f.get(key)
+        if value not in (None, "", DEFAULTS[key]):
+            cmd += [flag, str(value)]
     cmd.append("--no-progress")
     return cmd
 

@@ -259,3 +259,34 @@ def test_the_form_passes_the_recipe_to_the_trainer():
     for word in ("bpe_dropout", "dict_share", "keep_last", "no/such/folder"):
         assert word in errors
     assert "checkpoints/en-de" in launch.warm_start_choices()
+
+
+# --- the A/B table --------------------------------------------------------------------------------------------------
+def test_every_ab_variant_is_a_valid_training_command(tmp_path):
+    from benchmarks import recipe
+
+    parser = train.build_parser()
+    for name in recipe.VARIANTS:
+        cmd = recipe.command(name, tmp_path / f"ab-{name}", 1.0, 10, 1)
+        args = parser.parse_args(cmd[3:])
+        assert args.max_minutes == 1.0 and args.seed == 1
+    assert parser.parse_args(recipe.command("vocab-4k-sentences", tmp_path, 1, 1, 1)[3:]).vocab_from == "sentences"
+
+
+def test_the_ab_table_reads_run_folders(tmp_path, capsys):
+    from benchmarks import recipe
+
+    for name, chrf in (("base", 20.0), ("dict-share-0.25", 21.5)):
+        run = tmp_path / f"ab-{name}"
+        run.mkdir()
+        (run / "train_args.json").write_text("{}")
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [
+            {"step": 500, "loss": 4.0, "tokens_seen": 700_000, "time_s": 300},
+            {"step": 500, "valid_loss": 4.2, "valid_chrf": chrf - 1, "valid_bleu": 2.0, "time_s": 320},
+            {"step": 1000, "loss": 3.5, "tokens_seen": 1_400_000, "time_s": 600},
+            {"step": 1000, "valid_loss": 3.9, "valid_chrf": chrf, "valid_bleu": 3.0, "time_s": 630}]))
+    (tmp_path / "ab-broken").mkdir()  # no files: left out, no traceback
+    assert recipe.main(["--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| dict-share-0.25" in out and "21.50 (+1.50)" in out and "1.40M" in out and "10.5" in out
+    assert recipe.main(["--only", "nonsense"]) == 2

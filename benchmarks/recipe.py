@@ -1,0 +1,133 @@
+"""A/B runs of the translator's recipe: ``python -m benchmarks.recipe [--launch] [--minutes M] [--only a,b] RUN …``.
+
+Each variant is the same short training run (same seed, data, schedule and step/minute budget) with one knob
+changed against ``base``. ``--launch`` trains the variants one after another under ``runs/ab-<name>`` (skipping
+those whose folder exists); without it, the table is printed from the run folders given (default
+``runs/ab-*``). The table has the knob, steps, tokens seen, minutes, valid loss and the best valid chrF/BLEU
+(over the evaluation sentences the runs were given), and the command that reproduces the row.
+
+A row says how a knob changed a *short* run: a knob that regularises (dropout, word dropout) may lose early and
+win late, so read the table as a curve's first stretch, not its end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.table import print_table
+
+#: The shipped recipe at half the width (d_model 128: about a third of the time per token), so that a short run
+#: sees more of its curve; the knobs' directions are what the table is for.
+BASE = ["--d-model", "128", "--n-heads", "4", "--layers", "3", "--d-ff", "512", "--dropout", "0.2",
+        "--attention-dropout", "0.2", "--norm-first", "--peak-lr", "2e-3", "--warmup", "500", "--batch-tokens", "1500",
+        "--eval-every", "500", "--eval-sentences", "300", "--seed", "1", "--no-snapshots", "--no-progress",
+        "--sentence-repeat", "2", "--phrases-per-epoch", "20000", "--words-per-epoch", "10000"]
+
+#: name → the options added to (or overriding) :data:`BASE`; one knob each.
+VARIANTS: dict[str, list[str]] = {
+    "base": [],
+    "vocab-4k-sentences": ["--vocab-size", "4000", "--vocab-from", "sentences"],
+    "vocab-2k-sentences": ["--vocab-size", "2000", "--vocab-from", "sentences"],
+    "dict-share-0.25": ["--dict-share", "0.25"],
+    "label-smoothing-0.3": ["--label-smoothing", "0.3"],
+    "word-dropout-0.1": ["--src-word-dropout", "0.1", "--tgt-word-dropout", "0.1"],
+    "bpe-dropout-0.1": ["--bpe-dropout", "0.1"],
+    "depth-5+5": ["--layers", "5"],
+}
+
+
+def command(name: str, out: Path, minutes: float, steps: int, threads: int) -> list[str]:
+    """The training command of variant ``name`` writing to ``out``."""
+    return [sys.executable, "-m", "model.train", "--out", str(out), *BASE, *VARIANTS[name],
+            "--max-minutes", str(minutes), "--max-steps", str(steps), "--threads", str(threads)]
+
+
+def summarize(run: Path) -> dict | None:
+    """The row of one run folder (``None`` when it has no ``train_args.json``): knob, steps, tokens, minutes, last
+    valid loss, best valid chrF and BLEU, and the command."""
+    try:
+        args = json.loads((run / "train_args.json").read_text())
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+    except (OSError, json.JSONDecodeError):
+        return None
+    records = [json.loads(line) for line in lines if line.strip()]
+    evals = [r for r in records if "valid_loss" in r]
+    steps = [r for r in records if "tokens_seen" in r]
+    best = max(evals, key=lambda r: r.get("valid_chrf", 0.0), default={})
+    return {
+        "run": run.name.removeprefix("ab-"),
+        "steps": steps[-1]["step"] if steps else 0,
+        "tokens": steps[-1]["tokens_seen"] if steps else 0,
+        "minutes": round(max((r.get("time_s", 0) for r in records), default=0) / 60, 1),
+        "valid_loss": evals[-1]["valid_loss"] if evals else None,
+        "chrf": best.get("valid_chrf"),
+        "bleu": best.get("valid_bleu"),
+        "best_step": best.get("step"),
+    }
+
+
+def table(runs: list[Path]) -> list[tuple[str, ...]]:
+    """Rows for :func:`print_table`, with each chrF's difference to the ``base`` run (when it is among them)."""
+    rows = [r for r in (summarize(p) for p in runs) if r]
+    base = next((r["chrf"] for r in rows if r["run"] == "base"), None)
+    out = []
+    for r in rows:
+        delta = "" if base is None or r["chrf"] is None or r["run"] == "base" else f" ({r['chrf'] - base:+.2f})"
+        out.append((r["run"], str(r["steps"]), f"{r['tokens'] / 1e6:.2f}M", str(r["minutes"]),
+                    "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}",
+                    "–" if r["chrf"] is None else f"{r['chrf']:.2f}{delta}",
+                    "–" if r["bleu"] is None else f"{r['bleu']:.2f}", str(r["best_step"])))
+    return out
+
+
+HEADER = ("variant", "steps", "tokens", "minutes", "valid loss (last)", "valid chrF (best, Δ base)",
+          "valid BLEU", "at step")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.recipe", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="*", help="run folders to tabulate (default: runs/ab-*)")
+    p.add_argument("--launch", action="store_true", help="train the variants first (one after another)")
+    p.add_argument("--only", default="", help="comma-separated variant names (default: all)")
+    p.add_argument("--minutes", type=float, default=90.0, help="wall-time limit of each run (a safety net)")
+    p.add_argument("--steps", type=int, default=1500, help="step budget of each run: the same for every variant")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--root", default="runs", help="where the ab-<variant> folders go")
+    p.add_argument("--print-commands", action="store_true", help="print each variant's command and stop")
+    args = p.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        print(f"error: unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}", file=sys.stderr)
+        return 2
+    root = Path(args.root)
+    if args.print_commands:
+        for n in names:
+            print(shlex.join(command(n, root / f"ab-{n}", args.minutes, args.steps, args.threads)[1:]))
+        return 0
+    if args.launch:
+        for n in names:
+            out = root / f"ab-{n}"
+            if out.exists():
+                print(f"{out} exists: kept as it is", file=sys.stderr)
+                continue
+            print(f"training {n} …", file=sys.stderr)
+            subprocess.run(command(n, out, args.minutes, args.steps, args.threads), check=False)
+    runs = [Path(r) for r in args.runs] or sorted(root.glob("ab-*"))
+    if args.launch or args.only:
+        runs = [r for r in runs if r.name.removeprefix("ab-") in names]
+    rows = table(runs)
+    if not rows:
+        print("no A/B runs found (train them with --launch)", file=sys.stderr)
+        return 1
+    print_table(rows, HEADER)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -275,37 +275,56 @@ class Stepper:
         return torch.stack([r.cross_attention for r in self.records], dim=2)
 
 
+def source_limits(cfg, src_batch: list[list[int]], max_new_tokens: int | None = None) -> list[int]:
+    """Length cap of each output: ``max_new_tokens`` if given, else :func:`default_max_new_tokens` of that
+    sentence's own source (the Stepper's rule), never past ``max_len − 1``. Per sentence, so that an output does
+    not depend on which sentences share its batch."""
+    return [min(max_new_tokens or default_max_new_tokens(cfg, len(s)), cfg.max_len - 1) for s in src_batch]
+
+
+def encode_batch(model: Transformer, src_batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Encode sources of any lengths at once, right-padded with ``<pad>``.
+
+    Returns:
+        ``(memory [batch, src_len, d_model], memory_mask [batch, 1, 1, src_len])``, ``src_len`` the longest source;
+        the mask is False on padding (it must go with every cached decoding step: the cross-attention cache holds
+        K/V of the padding too).
+    """
+    cfg = model.cfg
+    width = max(len(s) for s in src_batch)
+    src = torch.full((len(src_batch), width), cfg.pad_id, dtype=torch.long, device=model.device)
+    for i, s in enumerate(src_batch):
+        src[i, : len(s)] = torch.tensor(s)
+    memory, _ = model.encode(src)
+    return memory, model.src_mask(src)
+
+
 @torch.inference_mode()
 def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens: int | None = None) -> list[list[int]]:
     """Greedy translation of many sources at once with the KV cache (for evaluation).
 
     Args:
         src_batch: encoder ids per sentence (``<eos>`` included), any lengths.
-        max_new_tokens: length cap; default :func:`default_max_new_tokens` of the longest source, the Stepper's
-            rule (a model that never says ``<eos>`` then costs 2 × source + 10 steps, not ``max_len``).
+        max_new_tokens: length cap; default per sentence, :func:`source_limits` (a model that never says ``<eos>``
+            then costs 2 × source + 10 steps, not ``max_len``).
 
     Returns:
         Generated ids per sentence, ``<eos>`` and later tokens removed.
     """
     cfg = model.cfg
     dev = model.device
-    width = max(len(s) for s in src_batch)
-    src = torch.full((len(src_batch), width), cfg.pad_id, dtype=torch.long, device=dev)
-    for i, s in enumerate(src_batch):
-        src[i, : len(s)] = torch.tensor(s)
-    memory, _ = model.encode(src)
-    memory_mask = model.src_mask(src)
-    limit = min(max_new_tokens or default_max_new_tokens(cfg, width), cfg.max_len - 1)
+    memory, memory_mask = encode_batch(model, src_batch)
+    limits = torch.tensor(source_limits(cfg, src_batch, max_new_tokens), device=dev)
     cache = model.new_cache()
     tokens = torch.full((len(src_batch), 1), cfg.bos_id, dtype=torch.long, device=dev)
     done = torch.zeros(len(src_batch), dtype=torch.bool, device=dev)
     out = []
-    for _ in range(limit):
+    for step in range(int(limits.max())):
         hidden = model.decode(tokens[:, -1:], memory, memory_mask, cache=cache).hidden
         nxt = model.logits(hidden[:, -1]).argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
         out.append(nxt)
-        done |= nxt == cfg.eos_id
+        done |= (nxt == cfg.eos_id) | (limits <= step + 1)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         if bool(done.all()):
             break
@@ -321,8 +340,12 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     return result
 
 
-def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], batch_size: int = 64) -> list[str]:
-    """Greedy translations of ``texts`` (sorted by length internally for speed; order preserved).
+def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], batch_size: int = 64,
+                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch) -> list[str]:
+    """Translations of ``texts`` (sorted by length internally for speed; order preserved).
+
+    ``decode_batch(model, src_batch) -> ids per sentence`` translates one batch of encoder ids: greedy by
+    default, :func:`~model.sampling.beam_translate_texts` passes beam search.
 
     Texts that are empty or unusable give an empty string rather than an exception.
     """
@@ -337,6 +360,6 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
     results = [""] * len(texts)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        for i, ids in zip(chunk, greedy_batch(model, [prepared[i] for i in chunk])):
+        for i, ids in zip(chunk, decode_batch(model, [prepared[i] for i in chunk])):
             results[i] = tokenizer.decode(ids)
     return results

@@ -1,8 +1,9 @@
 """Score a checkpoint: ``python -m model.evaluate --checkpoint DIR [--tsv FILE | --text FILE] [--limit N]``.
 
-A translator: corpus BLEU and chrF (sacreBLEU) of greedy translations against the TSV's second column (default:
-the shipped Ding test split). A decoder-only language model: loss (nats/token, no label smoothing) and
-perplexity = exp(loss) on a text file, one sentence per line (default: the shipped Brown test split).
+A translator: corpus BLEU and chrF (sacreBLEU) of its translations against the TSV's second column (default:
+the shipped Ding test split), greedy or by beam search (``--strategy beam --beam K --alpha A``). A decoder-only
+language model: loss (nats/token, no label smoothing) and perplexity = exp(loss) on a text file, one sentence per
+line (default: the shipped Brown test split).
 """
 
 from __future__ import annotations
@@ -17,8 +18,14 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .data import DataError, dataset_path, read_tsv
 from .decoding import translate_texts
 from .metrics import bleu_chrf
+from .sampling import SamplingError, beam_translate_texts, check_beam_size
 from .train import encode_examples, monolingual, perplexity, validation_loss
 from .translate import DEFAULT_CHECKPOINT
+
+#: A translator's default decoding: greedy, measured better in chrF than beam search for the shipped
+#: ``checkpoints/en-de`` on the Ding valid split (1,062 sentences; one CPU thread): greedy BLEU 4.29 / chrF 24.70 in
+#: 116 s, beam 4 with α 0.6 4.43 / 23.82 in 293 s, beam 5 with α 1.0 4.30 / 24.09 in 354 s.
+DEFAULT_STRATEGY = "greedy"
 
 
 def language_model_scores(ckpt, texts: list[str], batch_tokens: int = 4000) -> dict:
@@ -45,8 +52,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="a language model's test text, one sentence per line (plain or .gz)")
     p.add_argument("--limit", type=int, default=0, help="score only the first N pairs")
     p.add_argument("--show", type=int, default=0, help="print the first N source / reference / output triples")
+    p.add_argument("--strategy", choices=["greedy", "beam"], default=DEFAULT_STRATEGY,
+                   help=f"a translator's decoding (default {DEFAULT_STRATEGY}: see DEFAULT_STRATEGY)")
+    p.add_argument("--beam", type=int, default=4, help="beam width k, 1-16 (with --strategy beam)")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty exponent (with --strategy beam)")
     args = p.parse_args(argv)
     try:
+        if args.strategy == "beam":
+            check_beam_size(args.beam)
         ckpt = load_checkpoint(args.checkpoint)
         if not ckpt.config.is_encoder_decoder:
             start = time.perf_counter()
@@ -55,16 +68,22 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"text": args.text, **scores, "seconds": round(time.perf_counter() - start, 1)}))
             return 0
         pairs = read_tsv(args.tsv, limit=args.limit or None)
-    except (CheckpointError, DataError) as exc:
+    except (CheckpointError, DataError, SamplingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    hyps = translate_texts(ckpt.model, ckpt.tokenizer, [p.src for p in pairs])
+    sources = [p.src for p in pairs]
+    if args.strategy == "beam":
+        hyps = beam_translate_texts(ckpt.model, ckpt.tokenizer, sources, args.beam, args.alpha)
+        decoding = {"strategy": "beam", "beam": args.beam, "alpha": args.alpha}
+    else:
+        hyps = translate_texts(ckpt.model, ckpt.tokenizer, sources)
+        decoding = {"strategy": "greedy"}
     seconds = time.perf_counter() - start
     for pair, hyp in list(zip(pairs, hyps))[: args.show]:
         print(f"SRC {pair.src}\nREF {pair.tgt}\nOUT {hyp}\n")
     scores = bleu_chrf(hyps, [p.tgt for p in pairs])
-    print(json.dumps({"tsv": args.tsv, "sentences": len(pairs), **scores, "seconds": round(seconds, 1)}))
+    print(json.dumps({"tsv": args.tsv, "sentences": len(pairs), **decoding, **scores, "seconds": round(seconds, 1)}))
     return 0
 
 

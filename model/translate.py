@@ -1,7 +1,7 @@
 """Translate from the command line: ``python -m model.translate --checkpoint DIR "text"``.
 
-``--input FILE`` translates one sentence per line (one output line each, empty for an unusable line);
-``--json`` prints tokens, ids and the attention tensor shapes instead of plain text.
+``--input FILE`` translates one sentence per line (one output line each, empty for an unusable line), greedy or
+beam search in batches; ``--json`` prints tokens, ids and the attention tensor shapes instead of plain text.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from .checkpoint import CheckpointError, load_checkpoint
 from .decoding import (InputError, Stepper, decoder_prefix, default_max_new_tokens, input_limit, prepare_source,
                        strip_eos, translate_texts)
-from .sampling import Chooser, SamplingConfig, SamplingError, beam_search
+from .sampling import Chooser, SamplingConfig, SamplingError, beam_search, beam_translate_texts, check_beam_size
 from .trace import trace_pair
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "en-de"
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
     p.add_argument("--top-p", type=float, default=1.0, help="1 = no nucleus cut")
-    p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha")
+    p.add_argument("--beam-size", "--beam", type=int, default=4)
+    p.add_argument("--length-penalty", "--alpha", type=float, default=0.6, help="GNMT alpha")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     sampling = SamplingConfig("sample" if args.strategy == "sample" else "greedy", args.temperature, args.top_k,
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     beam = args.beam_size if args.strategy == "beam" else 0
     try:
         sampling.validate()
+        if args.strategy == "beam":
+            check_beam_size(beam)
     except SamplingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -106,13 +108,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot read {args.input}: {exc}", file=sys.stderr)
             return 2
         lines = [line.rstrip("\n") for line in stream]
-        if args.json or args.strategy != "greedy" or not ckpt.config.is_encoder_decoder:
+        if args.json or args.strategy == "sample" or not ckpt.config.is_encoder_decoder:
             for line in lines:
                 try:
                     result = translate_json(ckpt, line, sampling, beam, args.length_penalty)
                     print(json.dumps(result, ensure_ascii=False) if args.json else result[output_key(ckpt.config)])
                 except (InputError, SamplingError) as exc:
                     print(json.dumps({"source": line, "error": str(exc)}, ensure_ascii=False) if args.json else "")
+        elif beam:
+            for out in beam_translate_texts(ckpt.model, ckpt.tokenizer, lines, beam, args.length_penalty):
+                print(out)
         else:
             for out in translate_texts(ckpt.model, ckpt.tokenizer, lines):
                 print(out)

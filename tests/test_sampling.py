@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from model.decoding import Stepper
+from model.decoding import Stepper, default_max_new_tokens, greedy_batch, strip_eos, translate_texts
 from model.sampling import (
-    Chooser, SamplingConfig, SamplingError, beam_search, choose_next, length_penalty, top_k_mask, top_p_mask,
+    Chooser, SamplingConfig, SamplingError, beam_search, beam_search_batch, beam_translate_texts, choose_next,
+    length_penalty, top_k_mask, top_p_mask,
 )
 
 
@@ -100,3 +101,96 @@ def test_beam_states_replay_the_search_and_match_teacher_forced_log_probs(make_m
     last = states[-1]
     pool = {tuple(h.tokens) for h in last.finished + last.open}
     assert {tuple(h.tokens) for h in result.hypotheses} <= pool
+
+
+# --- batched beam search (evaluation) ------------------------------------------------------------------------
+BATCH_TEXTS = ["The cat sleeps.", "a dog", "Where is the station?", "I am tired.", "Thank you very much.",
+               "The street is long and the weather is nice.", "Hi", "We go home."]
+
+
+#: Ways to push the random tiny model towards <eos>: ``(constant, scale)`` adds ``constant + scale · hidden[0]`` to
+#: the <eos> logit. Unpushed it rarely says <eos> and every search runs to its length cap; pushed, hypotheses close
+#: at varied lengths within one batch (checked below).
+EOS_PUSH = [(0.0, 0.0), (2.0, 0.0), (0.0, 2.0)]
+
+
+def _push_eos(monkeypatch, model, constant: float, scale: float) -> None:
+    plain = model.logits
+    eos = model.cfg.eos_id
+
+    def logits(hidden):
+        out = plain(hidden).clone()
+        out[..., eos] += constant + scale * hidden[..., 0]
+        return out
+
+    monkeypatch.setattr(model, "logits", logits)
+
+
+@pytest.mark.parametrize("push", EOS_PUSH)
+@pytest.mark.parametrize("beam_size,alpha", [(1, 0.0), (1, 0.6), (2, 0.6), (3, 0.0), (4, 0.6), (5, 1.0)])
+def test_batched_beam_search_equals_the_single_sentence_search(make_model, encode_src, monkeypatch, push,
+                                                               beam_size, alpha):
+    model = make_model(seed=1)
+    _push_eos(monkeypatch, model, *push)
+    srcs = [encode_src(t) for t in BATCH_TEXTS]
+    batched = beam_search_batch(model, srcs, beam_size, alpha)
+    for src, got in zip(srcs, batched):
+        want = beam_search(model, src, beam_size, alpha, max_new_tokens=default_max_new_tokens(model.cfg, len(src)))
+        assert [h.tokens for h in got.hypotheses] == [h.tokens for h in want.hypotheses]
+        assert [h.finished for h in got.hypotheses] == [h.finished for h in want.hypotheses]
+        assert [h.score for h in got.hypotheses] == pytest.approx([h.score for h in want.hypotheses], abs=1e-4)
+        assert len(got.hypotheses) == beam_size and got.steps == []
+
+
+def test_the_eos_push_exercises_closed_and_capped_searches(make_model, encode_src, monkeypatch):
+    """The parametrised comparison above covers both endings: hypotheses closed by <eos> at different steps in
+    one batch, and searches that reach their length cap with open beams."""
+    model = make_model(seed=1)
+    srcs = [encode_src(t) for t in BATCH_TEXTS]
+    _push_eos(monkeypatch, model, 0.0, 2.0)
+    for k in (2, 4):
+        best = [r.hypotheses[0] for r in beam_search_batch(model, srcs, k, 0.6)]
+        assert any(h.finished for h in best) and any(not h.finished for h in best)
+        assert len({len(h.tokens) for h in best if h.finished}) > 1
+    assert len({len(ids) for ids in greedy_batch(model, srcs)}) > 3
+
+
+@pytest.mark.parametrize("push", EOS_PUSH)
+def test_batched_beam_one_equals_greedy(make_model, encode_src, monkeypatch, push):
+    model = make_model(seed=1)
+    _push_eos(monkeypatch, model, *push)
+    srcs = [encode_src(t) for t in BATCH_TEXTS]
+    for alpha in (0.0, 0.6, 1.0):
+        beams = [strip_eos(r.hypotheses[0].tokens, model.cfg.eos_id) for r in beam_search_batch(model, srcs, 1, alpha)]
+        assert beams == greedy_batch(model, srcs)
+
+
+def test_beam_search_closes_only_eos_ranked_within_the_beam(make_model, encode_src, monkeypatch):
+    """An <eos> candidate ranked k+1…2k does not close a hypothesis (it did before: beam 1 then stopped where
+    greedy went on), and every closed hypothesis was one of its step's k best candidates."""
+    model = make_model(seed=1)
+    _push_eos(monkeypatch, model, 0.0, 2.0)
+    ranks = {True: set(), False: set()}  # kept or not → ranks of <eos> candidates
+    for text in BATCH_TEXTS:
+        for k in (1, 3):
+            result = beam_search(model, encode_src(text), k, 0.6, max_new_tokens=20)
+            for step in result.steps:
+                for rank, (_, token, _, kept) in enumerate(step):
+                    if token == model.cfg.eos_id:
+                        ranks[kept].add(rank - k)
+    assert ranks[True] and max(ranks[True]) < 0  # closed: ranked within the beam
+    assert ranks[False] and min(ranks[False]) >= 0  # the test met <eos> candidates ranked k+1…2k
+
+
+def test_beam_translate_texts_keeps_order_and_gives_empty_strings_for_unusable_input(make_model, tokenizer):
+    model = make_model(seed=1)
+    texts = ["The cat sleeps.", "", "   ", "Where is the station?", "\x00\x01", "a dog", "x" * 3000]
+    out = beam_translate_texts(model, tokenizer, texts, beam=3, alpha=0.6, batch_size=2)
+    assert len(out) == len(texts) and out[1] == out[2] == out[4] == out[6] == ""
+    for i in (0, 3, 5):
+        src = tokenizer.encode(texts[i]).ids + [model.cfg.eos_id]
+        best = beam_search(model, src, 3, 0.6, max_new_tokens=default_max_new_tokens(model.cfg, len(src)))
+        assert out[i] == tokenizer.decode(strip_eos(best.hypotheses[0].tokens, model.cfg.eos_id))
+    assert beam_translate_texts(model, tokenizer, texts, beam=1) == translate_texts(model, tokenizer, texts)
+    with pytest.raises(SamplingError):
+        beam_translate_texts(model, tokenizer, texts, beam=0)

@@ -203,6 +203,22 @@ def test_translate_input_file(best, tmp_path):
     assert len(out.splitlines()) == 3
 
 
+
+def test_translate_input_file_with_beam_search_matches_sentence_by_sentence(best, tmp_path):
+    lines = ["The house is big.", "", "Good morning.", "Where is the station?"]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    beam = ["--strategy", "beam", "--beam", "3", "--alpha", "1.0"]
+    rc, out, err = run_main(translate.main, ["--checkpoint", best, "--input", path, *beam])
+    assert rc == 0, err
+    got = out.split("\n")[:-1]
+    assert len(got) == 4 and got[1] == ""
+    for line, text in zip(lines, got):
+        if line:  # the batched search gives what the one-sentence search gives
+            assert text == run_main(translate.main, ["--checkpoint", best, line, *beam])[1].rstrip("\n")
+    rc, _, err = run_main(translate.main, ["--checkpoint", best, "--input", path, "--strategy", "beam", "--beam", "0"])
+    assert rc == 2 and "beam size" in err
+
 def test_translate_errors(best, tmp_path):
     rc, out, err = run_main(translate.main, ["--checkpoint", tmp_path / "no-such-checkpoint", "Hello."])
     assert rc == 2 and out == ""
@@ -227,6 +243,24 @@ def test_evaluate_cli(best, tmp_path):
     assert rc == 0 and out.startswith("SRC Good morning.\nREF Guten Morgen.\nOUT ")
     assert json.loads(out.strip().splitlines()[-1])["sentences"] == 2
 
+
+
+def test_evaluate_cli_beam_search(best):
+    rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--limit", "6", "--strategy", "beam", "--beam", "2",
+                                            "--alpha", "1.0"])
+    assert rc == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["strategy"] == "beam" and result["beam"] == 2 and result["alpha"] == 1.0
+    assert result["sentences"] == 6 and 0 <= result["chrf"] <= 100
+    scores = {}
+    for strategy in (["--strategy", "greedy"], ["--strategy", "beam", "--beam", "1"]):
+        rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--limit", "6", *strategy])
+        assert rc == 0, err
+        result = json.loads(out.strip().splitlines()[-1])
+        scores[strategy[1]] = (result["bleu"], result["chrf"])
+    assert scores["greedy"] == scores["beam"]  # beam 1 is greedy
+    rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--strategy", "beam", "--beam", "17"])
+    assert rc == 2 and out == "" and "beam size" in err
 
 def test_evaluate_errors(best, tmp_path):
     rc, out, err = run_main(evaluate.main, ["--checkpoint", tmp_path / "nope"])

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .tokenizer import replace_surrogates
+
 UNK = "<unk>"
 
 
@@ -86,7 +88,9 @@ def replay(word: str, table: MergeTable) -> list[Step]:
 
 
 def pre_tokenize(backend, text: str) -> list[str]:
-    """The words BPE sees: ``backend`` (a ``tokenizers.Tokenizer``) normalises and pre-tokenizes ``text``."""
+    """The words BPE sees: ``backend`` (a ``tokenizers.Tokenizer``) normalises and pre-tokenizes ``text`` (a lone
+    surrogate read as U+FFFD, as :meth:`~model.tokenizer.TextTokenizer.encode` reads it)."""
+    text = replace_surrogates(text)
     if backend.normalizer is not None:
         text = backend.normalizer.normalize_str(text)
     if backend.pre_tokenizer is None:

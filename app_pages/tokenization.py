@@ -6,8 +6,7 @@ import streamlit as st
 
 from model.bpe_replay import merge_table, piece_lengths, pre_tokenize, replay, segmentations
 from model.tokenizer import TextTokenizer
-from ui import state
-from ui.teaching import clamp, init_state, param_int
+from ui import state, url
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html
 
 PLOT = dict(width="stretch", theme=None)
@@ -42,12 +41,12 @@ st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) to
            f"{tok.vocab_size} learned from the training data. `▁` marks the start of a word (the space before it).")
 
 # --- the text -----------------------------------------------------------------------------------------
-init_state("tok_text", st.query_params.get("tok_text", state.current_text(ckpt)))
+shared = state.current_text(ckpt)
+url.init_widget("tok_text", lambda p: url.text_param(p, "tok_text", shared, MAX_CHARS, ))
 text = st.text_area("Text", key="tok_text", height=80)
-if text != state.current_text(ckpt):
-    st.query_params["tok_text"] = text
-else:
-    st.query_params.pop("tok_text", None)
+too_long = url.put_text("tok_text", text, shared)  # the shared sentence is in the link already
+if too_long:
+    st.caption(too_long)
 
 
 def show_tokens(text: str) -> None:
@@ -73,9 +72,12 @@ def show_tokens(text: str) -> None:
     if not words:
         st.warning("There is no word to replay.")
         return
+    url.init_widget("tok_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
+                    valid=lambda i: i in range(len(words)))
     choice = st.selectbox("Word (as BPE sees it, after pre-tokenization)", range(len(words)),
                           format_func=lambda i: f"{i}: {words[i]}", key="tok_word")
-    word = words[min(int(choice or 0), len(words) - 1)]
+    url.put("word", choice, 0)
+    word = words[choice]
     steps = replay(word, table)
     rows = []
     for n, step in enumerate(steps):
@@ -120,15 +122,15 @@ c2.dataframe(merges_frame(table.merges[start:], start), hide_index=True)
 
 # --- live trainer ---------------------------------------------------------------------------------------
 st.subheader("Train your own BPE")
-init_state("bpe_train_text", DEFAULT_TRAIN_TEXT)
-vocab_wanted = param_int("vocab", 120)
-vocab_ok, msg = clamp(vocab_wanted, 30, 2000, "The vocabulary size")
-if msg:
-    st.warning(msg)
-init_state("bpe_vocab", vocab_ok)
+url.init_widget("bpe_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT, TRAIN_MAX_CHARS,
+                                                            what="training text"))
+url.init_widget("bpe_vocab", lambda p: url.int_param(p, "vocab", 120, 30, 2000, what="vocabulary size"))
 train_text = st.text_area("Training text (one sentence per line)", key="bpe_train_text", height=140)
+too_long = url.put_text("train_text", train_text, DEFAULT_TRAIN_TEXT)
+if too_long:
+    st.caption(too_long)
 vocab_size = st.slider("Vocabulary size (specials and single characters included)", 30, 2000, key="bpe_vocab")
-st.query_params["vocab"] = str(vocab_size)
+url.put("vocab", vocab_size, 120)
 if not train_text.strip():
     st.warning("Paste some text to train on.")
 else:

@@ -5,7 +5,8 @@ import html
 import streamlit as st
 import torch
 
-from ui import state
+from ui import state, url
+from ui.decoding_lab import StepView
 from viz.attention import alignment_heatmap, display_token, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_bar
 
@@ -23,33 +24,18 @@ else:
                "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
                "cross-attention shows which English pieces the decoder looked at to choose it.")
 
-# --- input ------------------------------------------------------------------------------------------
-presets = state.presets_for(ckpt)
-text = state.current_text(ckpt)
-if "text_input" not in st.session_state:
-    st.session_state["text_input"] = text
-
-
-def _use_preset() -> None:
-    choice = st.session_state["preset"]
-    if choice in presets:
-        st.session_state["text_input"] = choice
-
-
-col_preset, col_text = st.columns([1, 2])
-preset_options = ["(your own sentence)"] + presets
-col_preset.selectbox(
-    "Lecture presets", preset_options, key="preset", on_change=_use_preset,
-    index=preset_options.index(text) if text in presets else 0,
-)
-typed = col_text.text_area(state.input_label(ckpt), key="text_input", height=80, max_chars=None)
+# --- input: the box applies on Enter; the presets box follows it ------------------------------------------
+typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")
 state.set_text(typed)
 src = state.source_for(ckpt, typed)
 if src is None:
     st.stop()
 
-all_ids, output_ids = state.full_translation(ckpt, src)
-output_html = html.escape(tok.decode(output_ids)) or "<i>(empty output)</i>"
+# The decoding is run to its end once (cached, shared, never changed); the session keeps only the step number, and
+# each run draws the view of that step. A click's run may overlap the previous one: neither can disturb the other.
+run = state.greedy_run(ckpt, src)
+total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
+output_html = html.escape(tok.decode(run.output_ids())) or "<i>(empty output)</i>"
 if not ckpt.config.is_encoder_decoder:  # a continuation reads on from its prompt, shown greyed before it
     output_html = f'<span style="color:#8a8f98">{html.escape(src.text)}</span> {output_html}'
 st.markdown(
@@ -59,43 +45,38 @@ st.markdown(
 )
 
 # --- step-through -------------------------------------------------------------------------------------
-stepper = state.stepper_for(ckpt, src)
-total_steps = len(all_ids) - len(stepper.prefix)  # tokens generated until <eos> (or the length limit)
-step = min(state.current_step(), total_steps)
-stepper.goto(step)
+step = state.current_step(total_steps)
+view = StepView.of(run, step)
 
 st.subheader("Step through the decoding")
 # The buttons move the step in on_click callbacks, which run before this script: the page (and the buttons'
 # enabled/disabled state) is then drawn for the new step in the same run.
-b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
-# Material icons, not emoji: a lecture-room PC may have no emoji font.
-b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=state.set_step,
-          args=(0,))
-b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=state.set_step,
-          args=(step - 1,))
-b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=step >= total_steps,
-          on_click=state.set_step, args=(step + 1,))
-b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=step >= total_steps,
-          on_click=state.set_step, args=(total_steps,))
-if step != st.session_state.get("step"):  # e.g. ?step=99999 clamped to the last step
-    state.set_step(step)
-info.markdown(f"**Step {step} of {total_steps}** · KV cache: "
-              f"{stepper.cache.nbytes()['total'] / 1024:.1f} KiB")
+info = state.step_buttons("step", step, total_steps, at_end=step >= total_steps)
+info.markdown(f"**Step {step} of {total_steps}** · KV cache: {view.cache_nbytes()['total'] / 1024:.1f} KiB")
 
 st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
-st.markdown(tokens_html(tok.tokens(stepper.generated), current=step - 1 if step else None), unsafe_allow_html=True)
+st.markdown(tokens_html(tok.tokens(view.generated), current=step - 1 if step else None), unsafe_allow_html=True)
+
+# The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
+cfg = ckpt.config
+n_layers = cfg.n_decoder_layers
+url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, n_layers - 1),
+                valid=lambda v: v in range(n_layers))
+url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
+                valid=lambda h: h == "mean" or h in range(cfg.n_heads))
 
 if step == 0:
+    url.put("layer", st.session_state["tr_layer"] + 1, n_layers)
+    url.put("head", url.format_head(st.session_state["tr_head"]), "mean")
     st.markdown("**Source pieces** (encoder input, after BPE)" if ckpt.config.is_encoder_decoder
                 else "**Prompt pieces** (after BPE, behind `<bos>`; this decoder-only model continues them)")
     # what the model is fed: the encoder reads the source with <eos>; a prompt goes in without it
-    st.markdown(tokens_html(tok.tokens(stepper.prefix) if not ckpt.config.is_encoder_decoder else src.tokens),
+    st.markdown(tokens_html(tok.tokens(view.prefix) if not ckpt.config.is_encoder_decoder else src.tokens),
                 unsafe_allow_html=True)
     st.info("Press **Next** to let the decoder produce its first token.")
     st.stop()
 
-record = stepper.records[step - 1]
-cfg = ckpt.config
+record = view.records[step - 1]
 left, right = st.columns([1, 1.25])
 with left:
     ids, probs = record.top(10)
@@ -108,30 +89,31 @@ with left:
                "(greedy: the most probable token).")
 with right:
     c1, c2 = st.columns(2)
-    layer = c1.selectbox("Layer", list(range(cfg.n_decoder_layers)), index=cfg.n_decoder_layers - 1,
-                         format_func=lambda i: f"decoder layer {i + 1}", key="tr_layer")
-    head_opts = ["mean"] + list(range(cfg.n_heads))
-    head = c2.selectbox("Head", head_opts, key="tr_head",
+    layer = c1.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"decoder layer {i + 1}",
+                         key="tr_layer")
+    head = c2.selectbox("Head", ["mean"] + list(range(cfg.n_heads)), key="tr_head",
                         format_func=lambda h: "mean over heads" if h == "mean" else f"head {h + 1}")
+    url.put("layer", layer + 1, n_layers)
+    url.put("head", url.format_head(head), "mean")
     if record.cross_attention is not None:
         st.markdown(f"**Cross-attention of step {step}** — which source pieces the new token looked at")
         row, keys = record.cross_attention[layer], src.tokens
     else:  # a decoder-only model has no encoder: show its masked self-attention over the prefix instead
         st.markdown(f"**Masked self-attention of step {step}** — which earlier pieces the new token looked at")
         row = record.self_attention[layer]
-        keys = tok.tokens(stepper.tokens[: row.shape[-1]])
+        keys = tok.tokens(view.tokens[: row.shape[-1]])
     weights = row.mean(0) if head == "mean" else row[head]
     st.markdown(highlight_tokens_html(keys, weights,
                                       caption="Shade = attention weight; outlined = the strongest piece."),
                 unsafe_allow_html=True)
-    matrix = stepper.cross_attention_matrix()
+    matrix = view.cross_attention_matrix()
     if matrix is not None:
         matrix = matrix[layer].mean(0) if head == "mean" else matrix[layer][head]
         st.plotly_chart(
-            alignment_heatmap(matrix, tok.tokens(stepper.generated), src.tokens,
+            alignment_heatmap(matrix, tok.tokens(view.generated), src.tokens,
                               title="Alignment so far<br><sup>rows = generated tokens (queries), columns = source pieces (keys)</sup>"),
             width="stretch", theme=None,
         )
 
-logp = float(sum(torch.log(torch.tensor(max(r.prob, 1e-12))) for r in stepper.records))
+logp = float(sum(torch.log(torch.tensor(max(r.prob, 1e-12))) for r in view.records))
 st.caption(f"Sequence log-probability so far: {logp:.2f} (sum of log p of each chosen token).")

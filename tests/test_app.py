@@ -38,7 +38,7 @@ from model.checkpoint import load_checkpoint  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.decoding import MAX_INPUT_CHARS  # noqa: E402
 from model.trace import KIND_TITLES  # noqa: E402
-from ui.state import CHECKPOINTS_ENV, PRESETS  # noqa: E402
+from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS  # noqa: E402
 
 CFG = ModelConfig.from_json(DEFAULT_CKPT / "config.json")
 STEP_RE = re.compile(r"\*\*Step (\d+) of (\d+)\*\*")
@@ -135,7 +135,7 @@ def test_translate_page_renders_default_preset():
     at = make_app()
     assert_clean(at)
     assert at.session_state["text"] == PRESETS[0] == "Bobby likes blackberries."
-    assert at.text_area(key="text_input").value == PRESETS[0]
+    assert at.text_input(key="text_input").value == PRESETS[0]
     assert at.selectbox(key="preset").value == PRESETS[0]
     assert [b.label for b in at.button] == ["Reset", "Back", "Next", "Run to end"]
     assert at.session_state["step"] == 0
@@ -216,7 +216,7 @@ def test_preset_changes_text_and_resets_step():
     assert at.session_state["step"] == 2
     at.selectbox(key="preset").select("The cat sat on the mat.").run()
     assert_clean(at)
-    assert at.text_area(key="text_input").value == "The cat sat on the mat."
+    assert at.text_input(key="text_input").value == "The cat sat on the mat."
     assert at.session_state["text"] == "The cat sat on the mat."
     assert at.query_params["text"] == "The cat sat on the mat."
     assert at.session_state["step"] == 0 and step_line(at)[0] == 0
@@ -227,7 +227,7 @@ def test_new_text_resets_step_in_state_and_url():
     at = make_app()
     button(at, "Next").click().run()
     button(at, "Next").click().run()
-    at.text_area(key="text_input").set_value("Time flies like an arrow.").run()
+    at.text_input(key="text_input").set_value("Time flies like an arrow.").run()
     assert_clean(at)
     assert at.session_state["step"] == 0
     assert "step" not in at.query_params
@@ -250,12 +250,12 @@ def test_new_text_resets_step_in_state_and_url():
 )
 def test_unusable_text_gives_a_warning(text, expected):
     at = make_app()
-    at.text_area(key="text_input").set_value(text).run()
+    at.text_input(key="text_input").set_value(text).run()
     assert_clean(at)
     assert len(at.warning) == 1 and expected in at.warning[0].value
     assert n_charts(at) == 0 and len(at.button) == 0  # the page stops after the message
     # …and recovers as soon as the text is usable again.
-    at.text_area(key="text_input").set_value("The cat sat on the mat.").run()
+    at.text_input(key="text_input").set_value("The cat sat on the mat.").run()
     assert_clean(at)
     assert not at.warning and len(at.button) == 4
 
@@ -272,7 +272,7 @@ def test_unusable_text_gives_a_warning(text, expected):
 )
 def test_odd_text_translates_with_a_note(text, note):
     at = make_app()
-    at.text_area(key="text_input").set_value(text).run()
+    at.text_input(key="text_input").set_value(text).run()
     assert_clean(at)
     assert not at.warning
     assert any(note in i.value for i in at.info), [i.value for i in at.info]
@@ -298,7 +298,7 @@ def _long_text() -> str:
 def test_long_text_is_truncated_with_a_note():
     text = _long_text()
     at = make_app()
-    at.text_area(key="text_input").set_value(text).run()
+    at.text_input(key="text_input").set_value(text).run()
     assert_clean(at)
     assert not at.warning
     assert any(f"limit of {CFG.max_len} tokens" in i.value for i in at.info), [i.value for i in at.info]
@@ -313,7 +313,7 @@ def test_query_params_open_a_given_sentence_and_step():
     at = make_app(text="The cat sat on the mat.", step="2")
     assert_clean(at)
     assert at.session_state["text"] == "The cat sat on the mat."
-    assert at.text_area(key="text_input").value == "The cat sat on the mat."
+    assert at.text_input(key="text_input").value == "The cat sat on the mat."
     assert at.selectbox(key="preset").value == "The cat sat on the mat."
     assert at.session_state["step"] == 2 and step_line(at)[0] == 2
     assert n_charts(at) == 2
@@ -330,8 +330,8 @@ def test_query_params_open_a_given_sentence_and_step():
 def test_query_param_text_that_is_not_a_preset():
     at = make_app(text="你好世界", step="1")
     assert_clean(at)
-    assert at.text_area(key="text_input").value == "你好世界"
-    assert at.selectbox(key="preset").value == "(your own sentence)"
+    assert at.text_input(key="text_input").value == "你好世界"
+    assert at.selectbox(key="preset").value == "— your own sentence —"
     assert any("<unk>" in i.value for i in at.info)
 
 
@@ -357,7 +357,7 @@ def test_garbage_query_params_never_raise(query):
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     if "ckpt" in query and query["ckpt"] != "en-de":
-        assert any("not available" in w.value for w in at.sidebar.warning)
+        assert any("Ignored `ckpt` (checkpoint)" in w.value for w in at.sidebar.warning)
         assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
     if query.get("step") in ("abc", "-5", "1.5"):
         assert at.session_state["step"] == 0
@@ -451,7 +451,7 @@ def test_attention_page_text_input(attention_page):
     # The sentence is shared with the Translate page.
     at.switch_page(TRANSLATE_PAGE).run()
     assert_clean(at)
-    assert at.text_area(key="text_input").value == "I love 🍕"
+    assert at.text_input(key="text_input").value == "I love 🍕"
     assert at.session_state["step"] == 0
 
 
@@ -586,3 +586,56 @@ def test_checkpoint_that_disappears(extra_root):
     assert not at.exception, [e.value for e in at.exception]
     assert at.warning or at.sidebar.warning or at.error
     assert "Traceback" not in messages(at)
+
+
+# --- the sentence box, the presets and the model switch (issue 14) ---------------------------------------------------
+def banner(at: AppTest) -> str:
+    return next(md.value for md in at.markdown if "border-left:6px solid" in md.value)
+
+
+def test_typing_an_own_sentence_turns_the_presets_box_neutral():
+    at = make_app()
+    at.selectbox(key="preset").select("The cat sat on the mat.").run()
+    assert at.text_input(key="text_input").value == "The cat sat on the mat."
+    at.text_input(key="text_input").input("I like my bike.").run()
+    assert_clean(at)
+    assert at.selectbox(key="preset").value == "— your own sentence —"
+    assert at.session_state["text"] == "I like my bike." and at.query_params["text"] == "I like my bike."
+    at.selectbox(key="preset").select("Time flies like an arrow.").run()  # a preset again fills the box
+    assert at.text_input(key="text_input").value == "Time flies like an arrow."
+    assert at.selectbox(key="preset").value == "Time flies like an arrow."
+
+
+@pytest.mark.skipif(not (ROOT / "checkpoints" / "brown-lm" / "model.safetensors").is_file(),
+                    reason="checkpoints/brown-lm is missing")
+def test_switching_models_gives_each_model_a_text_it_can_use():
+    """A translator's preset handed to the language model gave '(empty output)' at 'Step 1 of 1': a preset of the
+    other kind of model is replaced by the new model's default; a sentence the user typed is kept."""
+    at = make_app(text="The cat sat on the mat.", step="3")
+    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    assert_clean(at)
+    assert at.session_state["text"] == LM_PRESETS[0] == at.text_input(key="text_input").value
+    assert at.query_params["text"] == LM_PRESETS[0] and at.selectbox(key="preset").value == LM_PRESETS[0]
+    step, total = step_line(at)
+    assert step == 0 and total > 1 and "(empty output)" not in banner(at)
+
+    at.sidebar.selectbox(key="ckpt_name").select("en-de").run()
+    assert_clean(at)
+    assert at.text_input(key="text_input").value == PRESETS[0] and "(empty output)" not in banner(at)
+
+    at.text_input(key="text_input").input("I like my bike.").run()
+    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    assert_clean(at)
+    assert at.text_input(key="text_input").value == "I like my bike."
+    assert at.selectbox(key="preset").value == "— your own prompt —"
+
+
+def test_a_long_text_stays_out_of_the_link_with_a_caption():
+    long_text = "The cat sat on the mat. " * 30  # 720 characters: fine for the model, too long for a link
+    at = make_app()
+    at.text_input(key="text_input").input(long_text).run()
+    assert_clean(at)
+    assert "text" not in at.query_params
+    assert any("more than the 500 a link keeps" in c.value for c in at.caption)
+    at.text_input(key="text_input").input("Short again.").run()
+    assert at.query_params["text"] == "Short again." and not any("a link keeps" in c.value for c in at.caption)

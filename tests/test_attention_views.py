@@ -150,20 +150,6 @@ def test_head_stat_heatmap_is_layers_by_heads():
 
 
 # --- ui helpers ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("value, expected", [("2", 1), (" 3 ", 2), ("1", 0), ("0", None), ("4", None), ("-1", None),
-                                             ("abc", None), ("1.5", None), ("", None), (None, None)])
-def test_parse_layer_ignores_garbage(value, expected):
-    assert views.parse_layer(value, 3) == expected
-
-
-@pytest.mark.parametrize("value, expected", [("1", 0), ("4", 3), ("all", "all"), ("MEAN", "mean"), ("99", None),
-                                             ("0", None), ("abc", None), ("", None), (None, None)])
-def test_parse_head_ignores_garbage(value, expected):
-    assert views.parse_head(value, 4) == expected
-    if expected is not None:
-        assert views.parse_head(views.head_param(expected), 4) == expected
-
-
 def test_head_labels_and_masks():
     counts = {"encoder": 2, "decoder": 2, "cross": 2}
     options = views.head_options(counts, 3)
@@ -433,14 +419,22 @@ def test_word_level_toggle_merges_pieces_into_words(cfg):
 
 
 @needs_model
-@pytest.mark.parametrize("query", [{"layer": "abc", "head": "99"}, {"layer": "-1", "head": "mean!"},
-                                   {"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"}])
-def test_garbage_layer_and_head_in_the_url_are_ignored(cfg, query):
+@pytest.mark.parametrize("query, layer", [({"layer": "abc", "head": "99"}, "last"),
+                                          ({"layer": "-1", "head": "mean!"}, 1),  # clamped into 1…n
+                                          ({"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"}, "last")])
+def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cfg, query, layer):
+    query = dict(query)
+    tab = query.pop("tab", None)
     at = open_page(**query)
+    notes = " ".join(i.value for i in at.info)
+    assert all(f"`{name}`" in notes for name in query), notes
+    if tab:
+        show(at, tab)
     assert_clean(at)
-    assert at.selectbox(key="attn_layer").value == cfg.n_decoder_layers - 1
+    layer = cfg.n_decoder_layers if layer == "last" else layer
+    assert at.selectbox(key="attn_layer").value == layer - 1
     assert at.selectbox(key="attn_head").value == "all"
-    assert at.query_params["layer"] == str(cfg.n_decoder_layers) and at.query_params["head"] == "all"
+    assert at.query_params["layer"] == str(layer) and at.query_params["head"] == "all"
     assert len(charts(at)) == cfg.n_heads
 
 

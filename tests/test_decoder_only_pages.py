@@ -67,7 +67,7 @@ def test_a_language_model_gets_prompts_to_continue(monkeypatch, lm_root, page, p
     at = open_page(monkeypatch, lm_root, page)
     assert at.selectbox(key=preset_key).options[1:] == LM_PRESETS
     assert at.session_state["text"] == LM_PRESETS[0]
-    box = at.text_area(key=text_key) if text_key else at.text_input(key="dl_text")
+    box = at.text_input(key=text_key or "dl_text")
     assert box.label.startswith("English prompt") and box.value == LM_PRESETS[0]
     if page == "translate":
         assert "language model" in at.caption[0].value and "English → German" not in at.caption[0].value

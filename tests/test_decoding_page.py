@@ -175,22 +175,41 @@ def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, enc
     assert run.stepper.generated == before
 
 
-def test_parse_params_clamps_or_ignores_garbage_with_messages():
-    settings, notes = lab.parse_params(
-        {"temperature": "-1", "top_p": "7", "step": "abc", "top_k": "999999", "seed": "nan", "beam": "100",
-         "alpha": "inf", "strategy": "nucleus"}, vocab_size=2000)
-    assert settings == dict(lab.DEFAULTS, temperature=0.05, top_p=1.0, top_k=2000, beam=8, step=0)
+def test_settings_from_the_link_are_clamped_or_ignored_with_notes():
+    settings, notes = lab.settings_from_link(
+        {"temperature": "-1", "top_p": "7", "top_k": "999999", "seed": "nan", "beam": "100", "alpha": "inf",
+         "strategy": "nucleus"}, vocab_size=2000)
+    assert settings == dict(lab.DEFAULTS, temperature=0.05, top_p=1.0, top_k=2000, beam=8)
     text = " ".join(notes)
-    assert "temperature must be > 0" in text and "top-p must lie in (0, 1]" in text  # SamplingConfig's wording
-    assert "step=abc" in text and "nucleus" in text and "larger than the vocabulary" in text
-    ok, none = lab.parse_params({"strategy": "sample", "temperature": "0.7", "top_k": "40", "top_p": "0.9",
-                                 "seed": "3", "beam": "5", "alpha": "1", "step": "4"}, vocab_size=2000)
+    for name in ("temperature", "top_p", "top_k", "seed", "beam", "alpha", "strategy"):
+        assert f"`{name}`" in text, name
+    assert "nucleus" in text and "showing 2000" in text
+    ok, none = lab.settings_from_link({"strategy": "sample", "temperature": "0.7", "top_k": "40", "top_p": "0.9",
+                                       "seed": "3", "beam": "5", "alpha": "1"}, vocab_size=2000)
     assert none == [] and ok == dict(strategy="sample", temperature=0.7, top_k=40, top_p=0.9, seed=3, beam=5,
-                                     alpha=1.0, step=4)
-    assert lab.parse_forced("3:12,5:88", 100, 50) == ({3: 12, 5: 88}, [])
-    forced, notes = lab.parse_forced("zz,0:1,4:100,6:-1,7:5", 100, 50)
-    assert forced == {7: 5} and len(notes) == 1
-    assert lab.format_forced({5: 88, 3: 12}) == "3:12,5:88"
+                                     alpha=1.0)
+    lab.sampling_config(settings)  # always valid
+
+
+def test_a_step_view_is_the_run_as_it_stood_at_that_step(make_model, encode_src):
+    """StepView.of(finished run, k) equals a run stepped to k: the pages draw views of one cached finished run."""
+    model = make_model()
+    src = encode_src("The house is big.")
+    full = lab.LabRun(model, src, SamplingConfig("sample", 0.9, 0, 1.0, 5), {2: 77}, max_new_tokens=8)
+    full.run_to_end()
+    for k in range(0, full.n_steps + 1):
+        stepped = lab.LabRun(model, src, SamplingConfig("sample", 0.9, 0, 1.0, 5), {2: 77}, max_new_tokens=8)
+        stepped.goto(k)
+        view = lab.StepView.of(full, k)
+        assert view.generated == tuple(stepped.stepper.generated) and view.step == k
+        assert view.finished == stepped.finished and view.suggested == tuple(stepped.suggested)
+        assert view.cache_positions == stepped.stepper.cache.positions
+        assert view.cache_nbytes() == stepped.stepper.cache.nbytes()
+        assert view.forced_at(2) == stepped.forced_at(2)
+        assert view.output_ids() == stepped.stepper.output_ids()
+        matrix, expected = view.cross_attention_matrix(), stepped.stepper.cross_attention_matrix()
+        assert (matrix is None) == (expected is None) and (matrix is None or torch.equal(matrix, expected))
+    assert lab.StepView.of(full, 999).step == full.n_steps  # clamped
 
 
 def test_compare_cache_gives_the_same_log_probs(make_model, encode_src):
@@ -259,7 +278,7 @@ def _z(trace: dict) -> np.ndarray:
 
 
 def generated(at) -> list[int]:
-    return list(at.session_state["dl_run"][1].stepper.generated)
+    return list(at.session_state["dl_view"].generated)
 
 
 @needs_ckpt
@@ -354,7 +373,7 @@ def test_beam_search_shows_the_tree_and_sorted_hypotheses():
     at = page(strategy="beam", beam="3", alpha="0.6", step="999")  # past the end: clamped to the last step
     clean(at)
     assert at.slider(key="dl_w_beam").value == 3
-    result = at.session_state["dl_beam"][1]
+    result = at.session_state["dl_beam"][0]
     assert at.session_state["dl_step"] == len(result.steps) and at.query_params["step"] == str(len(result.steps))
     specs = charts(at)
     assert len(specs) == 1
@@ -386,7 +405,7 @@ def test_beam_search_steps_through_the_tree():
     assert at.session_state["dl_step"] == 1 and nodes() == 4
     button(at, "Run to end").click().run()
     clean(at)
-    assert at.session_state["dl_step"] == len(at.session_state["dl_beam"][1].steps)
+    assert at.session_state["dl_step"] == len(at.session_state["dl_beam"][0].steps)
     assert "Best hypothesis" in " ".join(m.value for m in at.markdown)
     # A shared link with the step reproduces the same view.
     again = page(strategy="beam", beam="2", alpha="0.6", step="1")
@@ -399,10 +418,10 @@ def test_garbage_query_params_never_raise():
     at = page(temperature="-1", top_p="7", step="abc", forced="zz", top_k="99999999", seed="x", beam="0",
               alpha="nan", strategy="sample")
     clean(at)
-    warned = " ".join(w.value for w in at.warning)
-    assert "temperature must be > 0" in warned and "top-p" in warned and "forced" in warned.lower()
+    noted = " ".join(w.value for w in at.info)
+    assert "`temperature`" in noted and "`top_p`" in noted and "`forced`" in noted
     assert at.slider(key="dl_w_temperature").value == 0.05 and at.slider(key="dl_w_top_p").value == 1.0
-    assert at.number_input(key="dl_w_top_k").value == at.session_state["dl_run"][1].stepper.model.cfg.vocab_size
+    assert at.number_input(key="dl_w_top_k").value == TextTokenizer.from_file(CKPT / "tokenizer.json").vocab_size
     assert at.slider(key="dl_w_beam").value == 1 and at.session_state["dl_step"] == 0
     button(at, "Next").click().run()
     clean(at)

@@ -205,7 +205,7 @@ def test_translate_three_steps_then_attention_page(server, new_page):
     page = new_page(DESKTOP)
     open_translate(page, server)
     assert step_of(page)[0] == 0
-    expect(page.get_by_text("Bobby likes blackberries.").first).to_be_visible()
+    expect(page.get_by_label("English sentence")).to_have_value("Bobby likes blackberries.")  # a one-line box
     for k in (1, 2, 3):
         click_and_wait_step(page, "Next", k)
     step, total = step_of(page)
@@ -248,7 +248,7 @@ def test_empty_text_shows_a_warning(server, new_page):
     open_translate(page, server)
     box = page.get_by_label("English sentence")
     box.fill("")
-    box.press("Control+Enter")  # a text area commits on Ctrl+Enter (or on blur)
+    box.press("Enter")
     page.get_by_text("Please type a sentence (the text is empty).").wait_for()
     settle(page)
     expect(page.locator('[data-testid="stAlertContentWarning"]')).to_have_count(1)
@@ -256,7 +256,7 @@ def test_empty_text_shows_a_warning(server, new_page):
     assert_no_traceback(page)
 
     box.fill("I love 🍕 and 🎉")
-    box.press("Control+Enter")
+    box.press("Enter")
     page.get_by_text("Characters the model never saw").wait_for()
     settle(page)
     expect(page.get_by_role("button", name="Next")).to_be_visible()
@@ -301,7 +301,7 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
 
 def pick(page, label: str, option: str) -> None:
     """Choose ``option`` in the Streamlit selectbox labelled ``label`` as a person does: open it, click the item."""
-    page.get_by_label(label).first.click()
+    page.get_by_role("combobox", name=label, exact=True).click()
     page.get_by_role("option", name=option, exact=True).click()
     settle(page)
 
@@ -373,3 +373,112 @@ def test_training_page_launches_and_watches_a_language_model_run(training_server
     expect(page.get_by_text("Heads forming").first).to_be_visible()
     page.wait_for_timeout(500)
     shot(page, "training-finished.png")
+
+
+# --- issue 14: lecture-ready --------------------------------------------------------------------------------
+def _shown_step(page, lab: bool) -> int:
+    """The step the page shows: "Step N of M" on Translate, "Step N · …" in the Decoding lab."""
+    pattern = r"Step (\d+) ·" if lab else r"Step (\d+) of \d+"
+    return int(re.search(pattern, page.get_by_text(re.compile(pattern)).first.inner_text()).group(1))
+
+
+@pytest.mark.parametrize("path", ["", "decoding"], ids=["translate", "decoding-lab"])
+def test_a_burst_of_next_clicks_counts_every_click_and_never_crashes(server, new_page, path):
+    """Six clicks on Next, 0.3 s apart, twice: each click's script run starts while the previous one may still be
+    running (Streamlit's fast reruns). Before, runs stepping one shared Stepper crashed ("Expected tensor for
+    argument #1 'indices' … got torch.FloatTensor", buttons gone) and clicks were lost (6 clicks, step 2)."""
+    page = new_page(DESKTOP)
+    lab = path == "decoding"
+    for burst in range(2):
+        page.goto(f"{server}/{path}?text=The+cat+sat+on+the+mat.")
+        page.get_by_text(re.compile(r"Step 0 ·" if lab else r"Step 0 of \d+")).first.wait_for()
+        settle(page)
+        next_button = page.get_by_role("button", name="Next")
+        for _ in range(6):
+            # force: as a person clicks, without waiting for the page to look settled (the busy test machine
+            # keeps Playwright's "stable" check waiting while Plotly draws)
+            next_button.click(force=True)
+            page.wait_for_timeout(300)
+        settle(page)
+        page.wait_for_timeout(1000)
+        settle(page)
+        exceptions = page.locator('[data-testid="stException"]')
+        assert exceptions.count() == 0, (burst, exceptions.first.inner_text())
+        expect(page.get_by_role("button", name="Back")).to_be_visible()
+        expected = 6 if lab else min(6, step_of(page)[1])
+        assert _shown_step(page, lab) == expected, burst
+        assert f"step={expected}" in page.url
+        assert_no_traceback(page)
+    shot(page, f"burst-{'lab' if lab else 'translate'}.png")
+
+
+def test_enter_in_the_sentence_box_applies_the_sentence(server, new_page):
+    """The sentence box is one line: Enter translates what was typed (a text area added a newline instead), and
+    the presets box then says the sentence is the user's own."""
+    page = new_page(DESKTOP)
+    open_translate(page, server, "?text=The+cat+sat+on+the+mat.")
+    expect(page.get_by_role("combobox", name="Lecture presets")).to_have_value("The cat sat on the mat.")
+    box = page.get_by_label("English sentence")
+    box.fill("I like my bike.")
+    box.press("Enter")
+    page.wait_for_url(re.compile(r"text=I\+like\+my\+bike"))
+    settle(page)
+    expect(box).to_have_value("I like my bike.")  # no newline
+    expect(page.get_by_role("combobox", name="Lecture presets")).to_have_value("— your own sentence —")
+    assert step_of(page)[0] == 0
+    assert_no_traceback(page)
+    shot(page, "translate-own-sentence.png")
+
+
+def _selectbox_value(page, label: str) -> str:
+    """The option a Streamlit selectbox shows."""
+    return page.get_by_role("combobox", name=label, exact=True).input_value()
+
+
+def _reopen(page, new_page, wait_text: str):
+    """The page's current link opened in a fresh browser context (no session, no cookies)."""
+    link = page.url
+    other = new_page(DESKTOP)
+    other.goto(link)
+    other.get_by_text(wait_text).first.wait_for()
+    settle(other)
+    return other, link
+
+
+def test_a_link_restores_the_translate_and_attention_views(server, new_page):
+    """Every control that changes the drawing is in the link: a fresh browser context on that link shows the same
+    view (Translate: sentence, step, layer, head; Attention: kind, layer, head, word level, tab, query and key)."""
+    page = new_page(DESKTOP)
+    open_translate(page, server, "?text=The+cat+sat+on+the+mat.")
+    for k in (1, 2):
+        click_and_wait_step(page, "Next", k)
+    pick(page, "Layer", "decoder layer 1")
+    pick(page, "Head", "head 2")
+    shown = (step_of(page), _selectbox_value(page, "Layer"), _selectbox_value(page, "Head"))
+    assert shown[1:] == ("decoder layer 1", "head 2")
+    other, link = _reopen(page, new_page, "Step through the decoding")
+    assert (step_of(other), _selectbox_value(other, "Layer"), _selectbox_value(other, "Head")) == shown, link
+    expect(other.get_by_label("English sentence")).to_have_value("The cat sat on the mat.")
+    assert_no_traceback(other)
+
+    page.goto(f"{server}/attention?text=The+cat+sat+on+the+mat.&tab=Tokens+%26+lines")
+    page.get_by_text("Query token (a row)").wait_for()
+    settle(page)
+    page.get_by_role("radio", name="Encoder self").check(force=True)
+    settle(page)
+    pick(page, "Layer", "layer 2")
+    pick(page, "Head", "head 3")
+    page.get_by_text("Word level").click()
+    settle(page)
+    pick(page, "Query token (a row)", "2: sat")
+    pick(page, "Key token (a column)", "1: cat")
+    labels = ("Layer", "Head", "Query token (a row)", "Key token (a column)")
+    shown = [_selectbox_value(page, label) for label in labels]
+    assert shown == ["layer 2", "head 3", "2: sat", "1: cat"]
+    other, link = _reopen(page, new_page, "Query token (a row)")
+    assert [_selectbox_value(other, label) for label in labels] == shown, link
+    expect(other.get_by_role("radio", name="Encoder self")).to_be_checked()
+    expect(other.get_by_role("switch", name="Word level")).to_be_checked()
+    expect(other.get_by_role("tab", name="Tokens & lines")).to_have_attribute("aria-selected", "true")
+    assert_no_traceback(other)
+    shot(other, "attention-from-link.png")

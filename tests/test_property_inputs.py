@@ -44,7 +44,7 @@ from model.trace import trace_pair
 from model.translate import translate_json
 from ui import attention_views as uav
 from ui import decoding_lab as lab
-from ui.teaching import clamp
+from ui import url
 from viz.attention import attention_heatmap, display_token, highlight_tokens_html, plotly_escape, tokens_html
 from viz.attention_views import lines_figure
 from viz.decoding import top_tokens_bar
@@ -488,26 +488,31 @@ URL_VALUE = st.one_of(NUMBERISH, SHORT_TEXT)
 def test_ui_parsers_and_text_helpers_take_any_string(ende, raw):
     """The URL and text-box parsers of ui/ and the label helpers of viz/ on any string: a value or None, never
     an exception."""
-    layer = uav.parse_layer(raw, 3)
-    assert layer is None or 0 <= layer < 3
-    head = uav.parse_head(raw, 4)
-    assert head is None or head in uav.HEAD_CHOICES or 0 <= head < 4
+    layer, _ = url.index_param({"layer": raw}, "layer", 3, 2)
+    assert 0 <= layer < 3
+    head, _ = url.head_param({"head": raw}, "head", 4, "all")
+    assert head in ("all", "mean") or 0 <= head < 4
     label = uav.parse_head_label(raw)
     masks = uav.head_masks([raw], {"encoder": 3, "decoder": 3, "cross": 3}, 4)
     assert label is not None or not masks
     pick = uav.grid_pick({"head_pick": [{"layer": raw, "head": raw}]})
     assert pick is None or pick[0] == pick[1]
-    forced, notes = lab.parse_forced(raw, 8000, 127)
+    forced, note = url.forced_param({"forced": raw}, "forced", 8000, 127)
     assert all(1 <= s <= 127 and 0 <= t < 8000 for s, t in forced.items())
-    assert lab.parse_forced(lab.format_forced(forced), 8000, 127) == (forced, [])
-    keys = ("strategy", "temperature", "top_k", "top_p", "seed", "beam", "alpha", "step")
-    settings_out, notes = lab.parse_params({k: raw for k in keys}, 8000)
+    assert url.forced_param({"forced": url.format_forced(forced)}, "forced", 8000, 127) == (forced, None)
+    keys = ("strategy", "temperature", "top_k", "top_p", "seed", "beam", "alpha")
+    settings_out, notes = lab.settings_from_link({k: raw for k in keys}, 8000)
     lab.sampling_config(settings_out)  # always valid for the widgets
     assert all(isinstance(n, str) for n in notes)
+    for value, note in (url.int_param({"n": raw}, "n", 5, 0, 100), url.float_param({"x": raw}, "x", 0.5, 0.0, 1.0),
+                        url.bool_param({"b": raw}, "b", True), url.int_list_param({"d": raw}, "d", [], 0, 63),
+                        url.text_param({"t": raw}, "t", "", 100), url.matrix_param({"m": raw}, "m", np.eye(2))):
+        assert note is None or isinstance(note, str)
+    assert 0 <= url.int_param({"n": raw}, "n", 5, 0, 100)[0] <= 100
     piece = lab.resolve_piece(ende.tokenizer, raw)
     assert piece is None or 0 <= piece < ende.tokenizer.vocab_size
-    value, message = clamp(len(raw), 0, 100, "length")
-    assert 0 <= value <= 100 and (message is None) == (len(raw) <= 100)
+    text, message = url.text_param({"t": raw}, "t", "", 100)
+    assert len(text) <= 100 and (message is None) == (len(raw) <= 100)
     utf8(display_token(raw) + plotly_escape(raw) + cell_html(raw) + pieces_html([raw]) + tokens_html([raw], 0))
     assert "<" not in plotly_escape(raw) and "<" not in cell_html(raw)
     assert uav.word_labels([raw, "<eos>"])[-1] == "<eos>"

@@ -194,6 +194,11 @@ def _warnings(at) -> str:
     return " ".join(str(w.value) for w in at.warning)
 
 
+def _notes(at) -> str:
+    """What the page says about its link's values (``st.info``)."""
+    return " ".join(str(i.value) for i in at.info)
+
+
 @needs_ckpt
 def test_positional_page_renders():
     at = _app("app_pages/positional.py")
@@ -206,18 +211,20 @@ def test_positional_page_renders():
 
 @needs_ckpt
 @pytest.mark.parametrize("params,expect", [
-    ({"d_model": "7"}, "even"), ({"length": "0"}, "between 1 and 512"), ({"length": "100000"}, "between 1 and 512"),
-    ({"d_model": "4096"}, "between 2 and 1024"), ({"offset": "999"}, "offset"),
+    ({"d_model": "7"}, "even"), ({"length": "0"}, "outside 1–512; showing 1"),
+    ({"length": "100000"}, "outside 1–512; showing 512"), ({"d_model": "4096"}, "outside 2–1024; showing 1024"),
+    ({"offset": "999"}, "offset"),
 ])
 def test_positional_page_bad_inputs_warn(params, expect):
     at = _app("app_pages/positional.py", **params)
-    assert expect in _warnings(at)
+    assert expect in _warnings(at) + _notes(at)
 
 
 @needs_ckpt
-def test_positional_page_ignores_garbage():
+def test_positional_page_ignores_garbage_with_a_note():
     at = _app("app_pages/positional.py", d_model="abc", length="x", offset="?")
     assert not at.warning
+    assert all(f"`{name}`" in _notes(at) for name in ("d_model", "length", "offset"))
 
 
 @needs_ckpt
@@ -239,10 +246,10 @@ def test_tokenization_page():
 @pytest.mark.parametrize("vocab,expect", [("5", "30"), ("999999", "2000"), ("2000", None), ("30", None), ("x", None)])
 def test_tokenization_page_vocab_extremes(vocab, expect):
     at = _app("app_pages/tokenization.py", vocab=vocab)
+    assert not at.warning
     if expect:
-        assert f"showing {expect}" in _warnings(at)
-    else:
-        assert not at.warning
+        assert f"showing {expect}" in _notes(at)
+    assert at.slider(key="bpe_vocab").value == int(expect or (vocab if vocab.isdigit() else 120))
 
 
 @needs_ckpt

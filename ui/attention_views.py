@@ -1,8 +1,8 @@
 """The Attention page's state and data helpers, without Streamlit.
 
-URL parsing of ``?layer=`` / ``?head=`` (1-based, as the page shows them; garbage is ignored), word-level
-views (BPE pieces merged into words), head labels for the ablation picker (``"cross L2 H3"``) and the masks
-they stand for, the head-statistics table, and the ``.npz`` export of a trace's raw attention.
+The Altair grid's click, word-level views (BPE pieces merged into words), head labels for the ablation picker
+(``"cross L2 H3"``) and the masks they stand for, the head-statistics table, and the ``.npz`` export of a trace's
+raw attention. Its URL parameters are read by :mod:`ui.url`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import torch
 from model.analysis import merge_words, word_ids
 from model.trace import Trace
 
-#: The head selectbox's non-numeric choices.
-HEAD_CHOICES = ("all", "mean")
 #: Column order of the head-statistics table (those a kind lacks are left out).
 STAT_COLUMNS = ("entropy", "same", "previous", "first", "eos", "max")
 STAT_HELP = {
@@ -33,35 +31,7 @@ STAT_HELP = {
 _HEAD_LABEL = re.compile(r"^\s*(encoder|decoder|cross|self)\s+L(\d+)\s+H(\d+)\s*$", re.IGNORECASE)
 
 
-# --- URL state -----------------------------------------------------------------------------------------------
-def parse_layer(value: Any, n_layers: int) -> int | None:
-    """``?layer=`` (1-based) → a 0-based layer index, or ``None`` when missing or not a layer of this model."""
-    try:
-        layer = int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-    return layer - 1 if 1 <= layer <= n_layers else None
-
-
-def parse_head(value: Any, n_heads: int) -> int | str | None:
-    """``?head=`` → ``"all"``, ``"mean"`` or a 0-based head index (from 1-based), or ``None`` for garbage."""
-    if value is None:
-        return None
-    text = str(value).strip().lower()
-    if text in HEAD_CHOICES:
-        return text
-    try:
-        head = int(text)
-    except ValueError:
-        return None
-    return head - 1 if 1 <= head <= n_heads else None
-
-
-def head_param(head: int | str) -> str:
-    """The head selectbox value for the URL: ``"all"``, ``"mean"`` or the 1-based head number."""
-    return head if isinstance(head, str) else str(head + 1)
-
-
+# --- the Altair grid ----------------------------------------------------------------------------------------
 def grid_pick(selection: Any) -> tuple[int, int] | None:
     """``(layer, head)`` 0-based from the Altair grid's selection state (``{"head_pick": [{"layer": l, "head": h}]}``,
     1-based), or ``None`` when nothing usable is selected."""

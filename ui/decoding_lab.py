@@ -12,16 +12,16 @@ replaces it.
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import torch
 
-from model.decoding import StepRecord, Stepper
+from model.decoding import StepRecord, Stepper, strip_eos
 from model.sampling import Chooser, Pipeline, SamplingConfig, SamplingError
 from model.transformer import Transformer
+from ui import url
 
 STRATEGIES = ("greedy", "sample", "beam")
 #: Widget ranges; URL values outside them are clamped (with a message).
@@ -131,6 +131,85 @@ class LabRun:
         return [r.token_id for r in self.records], [r.prob for r in self.records]
 
 
+@dataclass(frozen=True)
+class StepView:
+    """A finished decoding as it stood after its first ``step`` tokens: what the step-through pages draw.
+
+    Pages never step a decoding kept in the session: a click's script run may overlap the previous one (Streamlit
+    starts it at once), and two runs stepping one shared object leave it half-updated. Instead, the decoding is
+    run to its end once and cached (read-only), and each run takes the view of the step it shows with :meth:`of`.
+    Nothing is copied but the lists of references; the records and tensors are shared and must not be changed.
+
+    Attributes:
+        step: tokens generated so far (0 … the decoding's length).
+        prefix: the decoder's start (``<bos>``, plus a decoder-only model's prompt).
+        generated: the tokens generated so far (``[step]``).
+        records: one :class:`StepRecord` per generated token.
+        finished: the decoding ends with this step (``<eos>`` or the length limit).
+        cross_bytes: bytes of the cross-attention K/V held once a step has run (0 for a decoder-only model).
+        eos_id: the model's ``<eos>`` id.
+        pipelines, suggested, forced: a :class:`LabRun`'s per-step pipelines and the rule's own picks so far, and
+            its forced tokens ``{step: token_id}``, later steps included (empty for a plain :class:`Stepper`).
+    """
+
+    step: int
+    prefix: tuple[int, ...]
+    generated: tuple[int, ...]
+    records: tuple[StepRecord, ...]
+    finished: bool
+    cross_bytes: int
+    eos_id: int
+    pipelines: tuple[Pipeline, ...] = ()
+    suggested: tuple[int, ...] = ()
+    forced: Mapping[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, run: "LabRun | Stepper", step: int) -> "StepView":
+        """The view of a run (a finished :class:`Stepper` or :class:`LabRun`) after ``step`` tokens, clamped to
+        ``[0, its length]``."""
+        stepper = run.stepper if isinstance(run, LabRun) else run
+        step = min(max(int(step), 0), len(stepper.records))
+        records = tuple(stepper.records[:step])
+        eos = stepper.model.cfg.eos_id
+        finished = bool(records and records[-1].token_id == eos) or step >= stepper.max_new_tokens
+        extra = {}
+        if isinstance(run, LabRun):
+            extra = dict(pipelines=tuple(run.pipelines[:step]), suggested=tuple(run.suggested[:step]),
+                         forced=dict(run.forced))
+        return cls(step, tuple(stepper.prefix), tuple(stepper.generated[:step]), records, finished,
+                   stepper.cache.nbytes()["cross"] if step else 0, eos, **extra)
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The prefix and the tokens generated so far."""
+        return self.prefix + self.generated
+
+    def output_ids(self) -> list[int]:
+        """Generated ids without a final ``<eos>``."""
+        return strip_eos(list(self.generated), self.eos_id)
+
+    def forced_at(self, step: int) -> bool:
+        """Whether the token of 1-based ``step`` (already taken) was forced."""
+        return 1 <= step <= self.step and step in self.forced
+
+    @property
+    def cache_positions(self) -> int:
+        """Positions in the self-attention KV cache: every token fed so far (the newest one is not fed yet)."""
+        return len(self.prefix) + self.step - 1 if self.step else 0
+
+    def cache_nbytes(self) -> dict[str, int]:
+        """``{"self", "cross", "total"}`` bytes the KV cache held after this step, as the cache itself counted
+        them (:attr:`StepRecord.cache_bytes`)."""
+        total = self.records[-1].cache_bytes if self.records else 0
+        return {"self": total - self.cross_bytes, "cross": self.cross_bytes, "total": total}
+
+    def cross_attention_matrix(self) -> torch.Tensor | None:
+        """Cross-attention of the generated tokens ``[layers, heads, step, src_len]`` (``None`` without any)."""
+        if not self.records or self.records[0].cross_attention is None:
+            return None
+        return torch.stack([r.cross_attention for r in self.records], dim=2)
+
+
 def forced_after(forced: Mapping[int, int], step: int, token_id: int) -> dict[int, int]:
     """The forced tokens after forcing ``token_id`` at ``step``: later forced steps are dropped (they belonged
     to the branch being replaced), earlier ones kept."""
@@ -140,104 +219,19 @@ def forced_after(forced: Mapping[int, int], step: int, token_id: int) -> dict[in
 
 
 # --- URL parameters -----------------------------------------------------------------------------------------
-def format_forced(forced: Mapping[int, int]) -> str:
-    """``{3: 1234, 5: 88}`` → ``"3:1234,5:88"``."""
-    return ",".join(f"{s}:{t}" for s, t in sorted(forced.items()))
-
-
-def parse_forced(text: str | None, vocab_size: int, max_steps: int) -> tuple[dict[int, int], list[str]]:
-    """``"3:1234,5:88"`` → ``{3: 1234, 5: 88}``; malformed or out-of-range entries are dropped with a note."""
-    forced: dict[int, int] = {}
-    bad: list[str] = []
-    for part in (text or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            s, t = (int(x) for x in part.split(":"))
-        except ValueError:
-            bad.append(part)
-            continue
-        if 1 <= s <= max_steps and 0 <= t < vocab_size:
-            forced[s] = t
-        else:
-            bad.append(part)
-    notes = []
-    if bad:
-        shown = ", ".join(b[:20] for b in bad[:5])
-        notes.append(f"Ignored forced-token entries from the link that are not `step:token_id` within range: {shown}.")
-    return forced, notes
-
-
-def _number(raw, kind):
-    value = kind(float(raw)) if kind is int else float(raw)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("not finite")
-    return value
-
-
-def parse_params(params: Mapping[str, str], vocab_size: int) -> tuple[dict, list[str]]:
-    """Read the lab's settings from URL query parameters, clamping or ignoring bad values.
-
-    Returns ``(settings, notes)``: ``settings`` has every key of :data:`DEFAULTS` plus ``step`` (int ≥ 0),
-    always valid for the widgets; ``notes`` says, in plain words, what was changed and why. Range errors on
-    temperature / top-p / top-k are phrased by :meth:`SamplingConfig.validate`.
-    """
-    out = dict(DEFAULTS, step=0)
-    notes: list[str] = []
-
-    def read(key, kind):
-        if key not in params:
-            return None
-        try:
-            return _number(params[key], kind)
-        except (TypeError, ValueError, OverflowError):
-            notes.append(f"Ignored `{key}={str(params[key])[:30]}` from the link (not a number).")
-            return None
-
-    strategy = params.get("strategy")
-    if strategy is not None:
-        if strategy in STRATEGIES:
-            out["strategy"] = strategy
-        else:
-            notes.append(f"Unknown strategy `{str(strategy)[:30]}` in the link; using greedy.")
-
-    def clamp(key, value, lo, hi, check=None):
-        if value is None:
-            return
-        clamped = min(max(value, lo), hi)
-        if check is not None:
-            try:
-                check(value)
-            except SamplingError as exc:
-                notes.append(f"{exc}; using {clamped:g} instead.")
-                out[key] = clamped
-                return
-        if clamped != value:
-            notes.append(f"`{key}={value:g}` is outside {lo:g}–{hi:g}; using {clamped:g}.")
-        out[key] = clamped
-
-    clamp("temperature", read("temperature", float), *TEMPERATURE_RANGE,
-          check=lambda v: SamplingConfig("sample", temperature=v).validate())
-    clamp("top_p", read("top_p", float), *TOP_P_RANGE, check=lambda v: SamplingConfig("sample", top_p=v).validate())
-    top_k = read("top_k", int)
-    if top_k is not None:
-        try:
-            cfg = SamplingConfig("sample", top_k=top_k).validate(vocab_size)
-            if cfg.top_k != top_k:
-                notes.append(f"top-k {top_k} is larger than the vocabulary; using {cfg.top_k} (= no cut).")
-            out["top_k"] = cfg.top_k
-        except SamplingError as exc:
-            notes.append(f"{exc}; using 0 (no top-k cut) instead.")
-    clamp("seed", read("seed", int), *SEED_RANGE)
-    clamp("beam", read("beam", int), *BEAM_RANGE)
-    clamp("alpha", read("alpha", float), *ALPHA_RANGE)
-    step = read("step", int)
-    if step is not None:
-        if step < 0:
-            notes.append(f"`step={step}` is negative; starting at step 0.")
-        out["step"] = max(0, step)
-    return out, notes
+def settings_from_link(params: Mapping[str, str], vocab_size: int) -> tuple[dict, list[str]]:
+    """The lab's settings from the link's query parameters (read by :mod:`ui.url`): every key of :data:`DEFAULTS`,
+    each within its widget's range, and the notes about values that were clamped or ignored."""
+    parsed = {
+        "strategy": url.choice_param(params, "strategy", STRATEGIES, DEFAULTS["strategy"], what="decoding rule"),
+        "temperature": url.float_param(params, "temperature", DEFAULTS["temperature"], *TEMPERATURE_RANGE),
+        "top_k": url.int_param(params, "top_k", DEFAULTS["top_k"], 0, vocab_size),
+        "top_p": url.float_param(params, "top_p", DEFAULTS["top_p"], *TOP_P_RANGE),
+        "seed": url.int_param(params, "seed", DEFAULTS["seed"], *SEED_RANGE),
+        "beam": url.int_param(params, "beam", DEFAULTS["beam"], *BEAM_RANGE, what="beam width"),
+        "alpha": url.float_param(params, "alpha", DEFAULTS["alpha"], *ALPHA_RANGE, what="length penalty"),
+    }
+    return {k: v for k, (v, _) in parsed.items()}, [n for _, n in parsed.values() if n]
 
 
 def sampling_config(settings: Mapping) -> SamplingConfig:

@@ -2,8 +2,13 @@
 
 The model is loaded once per process and checkpoint version (``st.cache_resource`` keyed by path and
 modification time) and only used under ``torch.inference_mode()``; pages never mutate it. The sentence and
-the decoding step live in ``st.session_state`` and in the URL query parameters (``?ckpt=…&text=…&step=…``),
-so a reload or a shared link shows the same view.
+the decoding step live in ``st.session_state`` and in the URL query parameters (``?ckpt=…&text=…&step=…``,
+read and written through :mod:`ui.url`), so a reload or a shared link shows the same view.
+
+A decoding is never kept as a mutable object in the session. Streamlit starts the run for a new click while the
+run for the previous one may still be executing (fast reruns), so two runs of one session can overlap: the
+session holds only the step number, and the decoding is computed to its end once per (checkpoint version,
+token ids), cached, and read, never changed, by every run (:func:`greedy_run`, :class:`ui.decoding_lab.StepView`).
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from pathlib import Path
 import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
-from model.decoding import (InputError, SourceInput, Stepper, default_max_new_tokens, input_limit,
-                            prepare_source)
+from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, default_max_new_tokens,
+                            input_limit, prepare_source)
+from model.launch import run_arch
+from ui import url
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -91,15 +98,26 @@ def checkpoint_picker() -> Path | None:
         st.sidebar.error("No checkpoint found under `checkpoints/`. Train one with `python -m model.train`.")
         return None
     names = sorted(options, key=lambda n: n != DEFAULT_CHECKPOINT)  # the default first, the rest as found
-    wanted = st.query_params.get("ckpt", DEFAULT_CHECKPOINT)
-    if wanted not in options:
-        if "ckpt" in st.query_params:
-            st.sidebar.warning(f"Checkpoint “{wanted}” is not available; showing “{names[0]}”.")
-        wanted = names[0]
-    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name")
+    wanted, note = url.choice_param(st.query_params, "ckpt", names, names[0], what="checkpoint")
+    if note:
+        st.sidebar.warning(note)
+    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name",
+                                on_change=_on_checkpoint_change, args=(options,))
     if name != DEFAULT_CHECKPOINT or "ckpt" in st.query_params:
         st.query_params["ckpt"] = name
     return options[name]
+
+
+def _on_checkpoint_change(options: dict[str, Path]) -> None:
+    """Picker callback: a lecture preset of the other kind of model (a sentence to translate, a prompt to continue)
+    is replaced by the new model's default preset; a text the user typed is kept."""
+    folder = options.get(st.session_state.get("ckpt_name"))
+    text = st.session_state.get("text")
+    if folder is None or text is None:
+        return
+    presets = presets_for_arch(run_arch(folder))
+    if text not in presets and text in PRESETS + LM_PRESETS:
+        use_text(presets[0])
 
 
 def require_checkpoint() -> Checkpoint:
@@ -138,9 +156,14 @@ def card_summary(ckpt: Checkpoint) -> str:
 
 
 # --- the sentence being explored --------------------------------------------------------------------
+def presets_for_arch(arch: str) -> list[str]:
+    """The lecture presets for an architecture: sentences to translate, or prompts for a decoder-only model."""
+    return LM_PRESETS if arch == "decoder-only" else PRESETS
+
+
 def presets_for(ckpt: Checkpoint) -> list[str]:
-    """The lecture presets for this model: sentences to translate, or prompts for a decoder-only model."""
-    return LM_PRESETS if ckpt.config.arch == "decoder-only" else PRESETS
+    """The lecture presets for this model (:func:`presets_for_arch`)."""
+    return presets_for_arch(ckpt.config.arch)
 
 
 def input_label(ckpt: Checkpoint) -> str:
@@ -149,33 +172,105 @@ def input_label(ckpt: Checkpoint) -> str:
 
 
 def current_text(ckpt: Checkpoint) -> str:
-    """The sentence shared by the pages (``?text=``, else the first preset for ``ckpt``)."""
+    """The sentence shared by the pages (``?text=``, at most ``MAX_INPUT_CHARS`` characters, else the first preset
+    for ``ckpt``)."""
     if "text" not in st.session_state:
-        st.session_state["text"] = st.query_params.get("text", presets_for(ckpt)[0])
+        text, note = url.text_param(st.query_params, "text", presets_for(ckpt)[0], MAX_INPUT_CHARS)
+        st.session_state["text"] = text
+        url.show_notes(note)
     return st.session_state["text"]
 
 
+#: The pages' text boxes that show the shared sentence (see :func:`use_text`).
+TEXT_KEYS = ("text_input", "dl_text", "attn_text")
+
+
+def use_text(text: str) -> None:
+    """Make ``text`` the shared sentence from a callback (before any widget is drawn): the text boxes show it and
+    the decoding starts again at step 0."""
+    st.session_state["text"] = text
+    st.session_state["step"] = 0
+    for key in TEXT_KEYS:
+        if key in st.session_state:
+            st.session_state[key] = text
+
+
 def set_text(text: str) -> None:
+    """The page's text box holds ``text``: share it with the other pages and put it in the link (a new text starts
+    at step 0). A text too long for the link is left out of it, with a caption saying so."""
     if text != st.session_state.get("text"):
         st.session_state["text"] = text
         st.session_state["step"] = 0
         st.query_params.pop("step", None)  # a new sentence starts at step 0; keep the URL in agreement
-    st.query_params["text"] = text
+    note = url.put_text("text", text)
+    if note:
+        st.caption(note)
 
 
-def current_step() -> int:
-    """The decoding step shown (``?step=``), clamped to ``≥ 0``; garbage in the URL counts as 0."""
-    if "step" not in st.session_state:
-        try:
-            st.session_state["step"] = max(0, int(st.query_params.get("step", 0)))
-        except (TypeError, ValueError):
-            st.session_state["step"] = 0
-    return st.session_state["step"]
+def own_text_label(ckpt: Checkpoint) -> str:
+    """The presets box's entry for a text that is not a preset."""
+    return "— your own prompt —" if ckpt.config.arch == "decoder-only" else "— your own sentence —"
 
 
-def set_step(step: int) -> None:
-    st.session_state["step"] = max(0, int(step))
-    st.query_params["step"] = str(st.session_state["step"])
+def sentence_box(ckpt: Checkpoint, text_key: str, preset_key: str) -> str:
+    """The "Lecture presets" selectbox beside a one-line text box (Enter applies it). Returns the typed text.
+
+    The selectbox follows the box: it shows the preset the box holds, or :func:`own_text_label` once the user
+    has typed a text of their own.
+    """
+    ss = st.session_state
+    presets = presets_for(ckpt)
+    if text_key not in ss:
+        ss[text_key] = current_text(ckpt)
+    own = own_text_label(ckpt)
+    ss[preset_key] = ss[text_key] if ss[text_key] in presets else own
+
+    def use_preset() -> None:
+        if ss.get(preset_key) in presets:
+            ss[text_key] = ss[preset_key]
+
+    col_preset, col_text = st.columns([1, 2])
+    col_preset.selectbox("Lecture presets", [own] + presets, key=preset_key, on_change=use_preset)
+    return col_text.text_input(input_label(ckpt), key=text_key)
+
+
+def current_step(total: int, key: str = "step") -> int:
+    """The decoding step shown, within ``[0, total]``: ``st.session_state[key]``, first read from ``?step=``
+    (clamped, with a note). The step is written back into the link (step 0 is left out)."""
+    ss = st.session_state
+    if key not in ss:
+        ss[key], note = url.int_param(st.query_params, "step", 0, 0, total)
+        url.show_notes(note)
+    step = min(max(int(ss[key]), 0), total)
+    if step != ss[key]:
+        ss[key] = step
+    url.put("step", step, 0)
+    return step
+
+
+def _move_step(key: str, delta: int | None, to: int, total: int) -> None:
+    """Button callback: ``delta`` steps from the current one, or to ``to`` when ``delta`` is None; within
+    ``[0, total]``. Relative on purpose: a click that arrives before the page has redrawn its buttons still
+    counts from the step the previous click reached."""
+    ss = st.session_state
+    target = to if delta is None else int(ss.get(key, 0)) + delta
+    ss[key] = min(max(target, 0), total)
+
+
+def step_buttons(key: str, step: int, total: int, at_end: bool):
+    """Reset / Back / Next / Run to end for the step in ``st.session_state[key]`` (``total`` = the last step).
+    Returns the column beside them, for a status line."""
+    b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
+    # Material icons, not emoji: a lecture-room PC may have no emoji font.
+    b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_move_step,
+              args=(key, None, 0, total))
+    b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_move_step,
+              args=(key, -1, 0, total))
+    b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=at_end,
+              on_click=_move_step, args=(key, 1, 0, total))
+    b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=at_end, on_click=_move_step,
+              args=(key, None, total, total))
+    return info
 
 
 def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
@@ -200,22 +295,12 @@ def new_stepper(model, src_ids: list[int]) -> Stepper:
     return Stepper(model, src_ids, max_new_tokens=default_max_new_tokens(model.cfg, len(src_ids)))
 
 
-def stepper_for(ckpt: Checkpoint, src: SourceInput) -> Stepper:
-    """A :class:`Stepper` for this checkpoint and sentence, kept in the session so that stepping is incremental."""
-    key = (str(ckpt.path), tuple(src.ids))
-    held = st.session_state.get("_stepper")
-    if held is None or held[0] != key:
-        held = (key, new_stepper(ckpt.model, src.ids))
-        st.session_state["_stepper"] = held
-    return held[1]
-
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def _full_translation(path: str, mtime: float, src_ids: tuple[int, ...]) -> tuple[list[int], list[int]]:
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _greedy_run(path: str, mtime: float, src_ids: tuple[int, ...]) -> Stepper:
     ckpt = _load(path, mtime)
     stepper = new_stepper(ckpt.model, list(src_ids))
     stepper.run_to_end()
-    return stepper.tokens, stepper.output_ids()
+    return stepper
 
 
 def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
@@ -223,7 +308,15 @@ def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
     return str(ckpt.path), _mtime(Path(ckpt.path))
 
 
+def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Stepper:
+    """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), cached per checkpoint version
+    and ids and shared by every run and session: **read it, never step it** (view a step with
+    :meth:`ui.decoding_lab.StepView.of`)."""
+    return _greedy_run(*checkpoint_version(ckpt), tuple(src.ids))
+
+
 def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:
     """Greedy decode to the end: ``(all decoder ids — <bos>, a decoder-only prompt, the output, <eos> —, output ids
-    without them)`` (cached)."""
-    return _full_translation(str(ckpt.path), _mtime(Path(ckpt.path)), tuple(src.ids))
+    without them)`` (copies; cached)."""
+    run = greedy_run(ckpt, src)
+    return list(run.tokens), run.output_ids()

@@ -23,6 +23,8 @@ else:
     st.caption("English → German with our own Transformer. Step through the decoding: at every step the model "
                "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
                "cross-attention shows which English pieces the decoder looked at to choose it.")
+    if quality := state.quality_line(ckpt):
+        st.caption(quality)
 
 # --- input: the box applies on Enter; the presets box follows it ------------------------------------------
 typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")

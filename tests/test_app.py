@@ -261,20 +261,22 @@ def test_unusable_text_gives_a_warning(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text, note",
+    "text, note, unreadable",
     [
-        ("I love 🍕 and 🎉", "<unk>"),
-        ("Hello\x00\x07 world", "Control characters"),
-        ("Привет мир", "<unk>"),
-        ("你好世界", "<unk>"),
+        ("I love 🍕 and 🎉", "<unk>", False),
+        ("Hello\x00\x07 world", "Control characters", False),
+        ("Привет мир", "<unk>", True),
+        ("你好世界", "<unk>", True),
     ],
     ids=["emoji", "control-chars", "cyrillic", "chinese"],
 )
-def test_odd_text_translates_with_a_note(text, note):
+def test_odd_text_translates_with_a_note(text, note, unreadable):
+    """Odd text is still stepped through, with a note on what the model cannot read; text made mostly of such
+    characters also gets a warning that the output is made up."""
     at = make_app()
     at.text_input(key="text_input").set_value(text).run()
     assert_clean(at)
-    assert not at.warning
+    assert [("cannot read most" in w.value) for w in at.warning] == ([True] if unreadable else [])
     assert any(note in i.value for i in at.info), [i.value for i in at.info]
     assert len(at.button) == 4
     button(at, "Next").click().run()
@@ -639,3 +641,17 @@ def test_a_long_text_stays_out_of_the_link_with_a_caption():
     assert any("more than the 500 a link keeps" in c.value for c in at.caption)
     at.text_input(key="text_input").input("Short again.").run()
     assert at.query_params["text"] == "Short again." and not any("a link keeps" in c.value for c in at.caption)
+
+
+def test_the_translate_page_states_the_measured_quality_and_unreadable_text():
+    """One plain line of measured quality under the title (issue 13), and a warning for text made mostly of
+    characters the vocabulary cannot read (issue 14), instead of presenting a made-up output as a translation."""
+    at = make_app(text="I am hungry.")
+    assert_clean(at)
+    card = load_checkpoint(DEFAULT_CKPT).card
+    captions = " ".join(c.value for c in at.caption)
+    assert f"Ding test chrF {card['test']['chrf']:.1f}" in captions and "Expect mistakes" in captions
+    assert not any("cannot read most" in w.value for w in at.warning)
+    at = make_app(text="猫はマットの上に座った")
+    assert not at.exception
+    assert any("cannot read most of this text" in w.value for w in at.warning)

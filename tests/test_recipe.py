@@ -290,3 +290,4 @@ def test_the_ab_table_reads_run_folders(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| dict-share-0.25" in out and "21.50 (+1.50)" in out and "1.40M" in out and "10.5" in out
     assert recipe.main(["--only", "nonsense"]) == 2
+

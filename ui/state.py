@@ -22,6 +22,7 @@ from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load
 from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, default_max_new_tokens,
                             input_limit, prepare_source)
 from model.launch import run_arch
+from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from ui import url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,13 +147,29 @@ def card_summary(ckpt: Checkpoint) -> str:
     parts = [f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
              f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"]
     if card.get("hardware"):
-        parts.append(f"trained {card.get('train_minutes', '?')} min on {card['hardware']}")
+        minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes", "?"))
+        parts.append(f"trained {minutes} min in all on {card['hardware']}")
     test = card.get("test")
     if isinstance(test, dict) and "bleu" in test and "chrf" in test:
         parts.append(f"test BLEU {test['bleu']:.1f} · chrF {test['chrf']:.1f}")
     elif isinstance(test, dict) and "perplexity" in test:  # a language model
         parts.append(f"test perplexity {test['perplexity']:.1f}")
     return " · ".join(parts)
+
+
+def quality_line(ckpt: Checkpoint) -> str | None:
+    """One plain sentence on how good a translator is, from its card's measured scores (``None`` when the card
+    has none), so that a visitor is not misled by a confident-looking output."""
+    card = ckpt.card
+    test, everyday = card.get("test"), card.get("everyday")
+    if not (ckpt.config.is_encoder_decoder and isinstance(test, dict) and "chrf" in test and "bleu" in test):
+        return None
+    minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
+    where = f"trained {minutes:.0f} CPU-minutes" if isinstance(minutes, (int, float)) else "small"
+    line = f"A small model ({where}): Ding test chrF {test['chrf']:.1f}, BLEU {test['bleu']:.1f}"
+    if isinstance(everyday, dict) and "chrf" in everyday:
+        line += f"; everyday sentences chrF {everyday['chrf']:.1f}"
+    return line + ". Expect mistakes: its German is often wrong after the first words."
 
 
 # --- the sentence being explored --------------------------------------------------------------------
@@ -286,6 +303,9 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
         return None
     for note in src.notes:
         st.info(note)
+    if unknown_share(ckpt.tokenizer, src.text) > MOSTLY_UNKNOWN:
+        st.warning("The model cannot read most of this text: its vocabulary has no pieces for these characters, "
+                   "which it sees as <unk>. Whatever it writes below is made up, not a translation.")
     return src
 
 

@@ -301,7 +301,9 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
 
 def pick(page, label: str, option: str) -> None:
     """Choose ``option`` in the Streamlit selectbox labelled ``label`` as a person does: open it, click the item."""
-    page.get_by_role("combobox", name=label, exact=True).click()
+    box = page.get_by_role("combobox", name=label, exact=True)
+    expect(box).to_have_count(1, timeout=RUN_TIMEOUT_MS)  # a box redrawn for other options replaces the old one
+    box.click()
     page.get_by_role("option", name=option, exact=True).click()
     settle(page)
 
@@ -359,6 +361,7 @@ def test_training_page_launches_and_watches_a_language_model_run(training_server
     settle(page)
     expect(page.get_by_role("radio", name="Brown corpus (English)")).to_be_checked()
     steps = page.get_by_label("max steps")
+    expect(steps).to_have_count(1, timeout=RUN_TIMEOUT_MS)  # the form redrawn for the preset replaces the old one
     steps.fill("40")
     steps.press("Tab")
     page.get_by_role("button", name="Start training").click()

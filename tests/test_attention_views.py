@@ -272,8 +272,7 @@ def open_page(tab: str | None = None, **query: str):
     at = streamlit_testing.AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     for key, value in query.items():
         at.query_params[key] = value
-    at.run()
-    at.switch_page(ATTENTION_PAGE).run()
+    at.switch_page(ATTENTION_PAGE).run()  # the link opens the Attention page itself (Translate reads layer/head too)
     if tab:
         show(at, tab)
     return at

@@ -33,7 +33,7 @@ test: setup-dev chromium
 	$(PY) -m pytest -q tests
 
 data: setup
-	$(PY) -m model.data prepare
+	$(PY) -m corpora prepare ding
 
 bench: setup
 	$(PY) -m benchmarks.decode

@@ -16,7 +16,7 @@ import torch
 from model.analysis import (ablation_sweep, attention_rollout, greedy_with_head_masks, head_statistics,
                             sequence_log_probs)
 from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
-from model.launch import run_arch
+from training.launch import run_arch
 from model.trace import KIND_TITLES, trace_pair
 from ui import attention_views as views
 from ui import state, url
@@ -379,7 +379,7 @@ if tab_compare.open:
             # checkpoints of this one's architecture first: those are the ones whose attention kinds match
             others = dict(sorted(others.items(), key=lambda item: run_arch(item[1]) != cfg.arch))
             if not others:
-                st.info("Only one checkpoint is available. Train another (`python -m model.train --out runs/NAME`) "
+                st.info("Only one checkpoint is available. Train another (`python -m training.train --out runs/NAME`) "
                         "and copy its `best/` folder under `checkpoints/` to compare two models.")
             else:
                 url.init_widget("attn_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model import worked
+from teaching import worked
 from ui import url
 from viz.teaching import annotated_matrix, scaling_chart
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from model.worked import rotation_errors, sinusoidal
+from teaching.worked import rotation_errors, sinusoidal
 from ui import state
 from ui import url
 from viz.teaching import (alibi_bias, alibi_slopes, bar, dimension_waves, matrix_heatmap, norm_histogram,

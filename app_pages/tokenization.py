@@ -4,7 +4,7 @@ for one word, vocabulary statistics, and a small live BPE trainer."""
 import pandas as pd
 import streamlit as st
 
-from model.bpe_replay import merge_table, piece_lengths, pre_tokenize, replay, segmentations
+from teaching.bpe_replay import merge_table, piece_lengths, pre_tokenize, replay, segmentations
 from model.tokenizer import TextTokenizer
 from ui import state, url
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html

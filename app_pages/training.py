@@ -1,4 +1,4 @@
-"""Training: launch a run of ``python -m model.train`` from a form, watch its curves live, stop / resume / delete
+"""Training: launch a run of ``python -m training.train`` from a form, watch its curves live, stop / resume / delete
 it, replay how the attention heads formed, and open the result in the explorer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from model import launch as L
+from training import launch as L
 from viz import training as VT
 from viz.attention import attention_heatmap
 
@@ -16,7 +16,7 @@ CHECKPOINTS_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
 st.title("Training")
 st.caption("Train a small English → German Transformer here (or a decoder-only language model on the same "
-           "sentences or on the Brown corpus's English prose) and watch it learn. Each run is the ordinary `python -m model.train` CLI running in the "
+           "sentences or on the Brown corpus's English prose) and watch it learn. Each run is the ordinary `python -m training.train` CLI running in the "
            "background; its folder under `runs/` holds the curves, log-spaced checkpoints and attention snapshots.")
 
 root = L.runs_root()
@@ -60,7 +60,7 @@ def recipe_fields(p: dict, preset: str) -> dict:
         eval_sents = c2.number_input("valid sentences scored (0 = all)", 0, 100_000, int(p["eval_sentences"]),
                                      key=k("evs"))
         keep = c3.number_input("keep last evaluations", 0, 50, int(p["keep_last"]), key=k("keep"),
-                               help="For averaging: python -m model.average OUT runs/NAME/evals/step-*")
+                               help="For averaging: python -m training.average OUT runs/NAME/evals/step-*")
         patience = c4.number_input("patience (evaluations)", 0, 1000, int(p["patience"]), key=k("pat"))
         starts = ["(random weights)"] + [str(c) for c in L.warm_start_choices()]
         init = st.selectbox("start from checkpoint (warm start)", starts,

@@ -15,7 +15,7 @@ import time
 import torch
 
 from model.checkpoint import load_checkpoint
-from model.data import dataset_path, read_tsv
+from corpora.files import dataset_path, read_tsv
 from model.decoding import Stepper, prepare_source, translate_texts
 from model.translate import DEFAULT_CHECKPOINT
 

@@ -43,7 +43,7 @@ VARIANTS: dict[str, list[str]] = {
 
 def command(name: str, out: Path, minutes: float, steps: int, threads: int) -> list[str]:
     """The training command of variant ``name`` writing to ``out``."""
-    return [sys.executable, "-m", "model.train", "--out", str(out), *BASE, *VARIANTS[name],
+    return [sys.executable, "-m", "training.train", "--out", str(out), *BASE, *VARIANTS[name],
             "--max-minutes", str(minutes), "--max-steps", str(steps), "--threads", str(threads)]
 
 

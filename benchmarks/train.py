@@ -2,19 +2,19 @@
 
 Prints one table: for every implementation (our :class:`~model.transformer.Transformer` and the
 ``torch.nn.Transformer`` baseline of :mod:`model.baseline`, both built from the same config), precision (fp32, or
-bf16 autocast through :func:`model.train.autocast`) and CPU thread count, the median time of one training step in
-ms, the throughput in tokens/s (a batch's non-pad source + target tokens, counted as ``python -m model.train`` counts
+bf16 autocast through :func:`training.train.autocast`) and CPU thread count, the median time of one training step in
+ms, the throughput in tokens/s (a batch's non-pad source + target tokens, counted as ``python -m training.train`` counts
 them, over the median step), and that throughput as a multiple of the table's first row, all measured in the same
 run (the ratios are what to compare across machines).
 
-One training step is what ``python -m model.train`` does per batch: forward on ``(src, tgt[:, :-1])`` in training
-mode (dropout on), label-smoothed cross-entropy (:func:`model.train.loss_fn`, smoothing 0.1), backward, gradient
+One training step is what ``python -m training.train`` does per batch: forward on ``(src, tgt[:, :-1])`` in training
+mode (dropout on), label-smoothed cross-entropy (:func:`training.train.loss_fn`, smoothing 0.1), backward, gradient
 clipping at 1.0 and an Adam step. The batches are synthetic: random tokens in the shape of a ``--batch-tokens 1500``
 batch of the shipped model (37 rows × 20 source and 20 target tokens, a few rows shorter and padded), the same
 batches for every row of the table. Warm-up steps are not timed.
 
 bf16 autocast only pays on a CPU that computes bf16 natively (``avx512_bf16`` / ``amx_bf16``,
-:func:`model.train.cpu_has_native_bf16`); elsewhere PyTorch emulates it and it is several times *slower* than fp32.
+:func:`training.train.cpu_has_native_bf16`); elsewhere PyTorch emulates it and it is several times *slower* than fp32.
 The line above the table says which case this CPU is.
 """
 
@@ -29,7 +29,7 @@ import torch
 
 from model.baseline import IMPLS, build_model
 from model.config import ModelConfig
-from model.train import autocast, cpu_has_native_bf16, loss_fn
+from training.train import autocast, cpu_has_native_bf16, loss_fn
 from model.translate import DEFAULT_CHECKPOINT
 
 from .table import print_table

@@ -5,7 +5,7 @@ Issue #2 asks for a model that beats "a same-budget ``torch.nn.Transformer`` bas
 token embedding scaled by √d_model, the sinusoidal encoding of paper §3.5, ``nn.Transformer`` in the middle
 (its own encoder/decoder layers, attention dropout and final norms) and a generator tied to the embedding.
 Everything else — data, batches, schedule, label smoothing, clipping, steps, evaluation — is
-``python -m model.train`` unchanged, selected with ``--impl torch``.
+``python -m training.train`` unchanged, selected with ``--impl torch``.
 
 It has no KV cache and no attention tracing (``nn.Transformer`` exposes neither), so its decoding recomputes the
 whole prefix at every step. It duck-types the parts of :class:`~model.transformer.Transformer` that training and

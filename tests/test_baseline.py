@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from model import train
+from training import train
 from model.baseline import TorchBaseline, build_model, load_baseline
 from model.decoding import greedy_batch
 
@@ -72,7 +72,7 @@ def test_impl_torch_trains_saves_and_resumes(tmp_path):
 
 def test_the_explorer_refuses_a_baseline_checkpoint_with_a_message(tmp_path):
     from model.checkpoint import CheckpointError, load_checkpoint
-    from model.launch import LaunchError, export_best
+    from training.launch import LaunchError, export_best
 
     out = tmp_path / "baseline"
     rc, _, err = run_main(train.main, ["--out", out, "--impl", "torch", "--max-steps", 3, *TINY])

@@ -1,4 +1,4 @@
-"""The Brown corpus preparation (``python -m model.data prepare-brown``): tags stripped, punctuation joined,
+"""The Brown corpus preparation (``python -m corpora prepare brown``): tags stripped, punctuation joined,
 deterministic hash split with no valid/test sentence in train, the shipped files, and clear errors."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from model import brown
-from model.data import DataError, main as data_main
+from corpora import brown
+from corpora.files import DataError
+from corpora.__main__ import main as data_main
 
 SHIPPED = brown.BROWN_DIR
 
@@ -90,16 +91,16 @@ def test_prepare_from_a_tgz_through_the_cli(tmp_path, capsys):
         for p in package.iterdir():
             if p.name != "package.json":
                 tar.add(p, arcname=f"package/{p.name}")
-    assert data_main(["prepare-brown", "--package", str(archive), "--out", str(tmp_path / "out")]) == 0
+    assert data_main(["prepare", "brown", "--package", str(archive), "--out", str(tmp_path / "out")]) == 0
     assert "sentences" in capsys.readouterr().out
     assert "1.2.3" in (tmp_path / "out" / "NOTICE.md").read_text()
 
 
 def test_prepare_errors_are_messages(tmp_path, capsys):
-    assert data_main(["prepare-brown", "--package", str(tmp_path / "missing.tgz"), "--out", str(tmp_path)]) == 2
+    assert data_main(["prepare", "brown", "--package", str(tmp_path / "missing.tgz"), "--out", str(tmp_path)]) == 2
     assert "no such package" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
-    assert data_main(["prepare-brown", "--package", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
+    assert data_main(["prepare", "brown", "--package", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
     assert "no Brown corpus texts" in capsys.readouterr().err
 
 

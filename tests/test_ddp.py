@@ -1,4 +1,4 @@
-"""Data-parallel training through the ordinary trainer: ``torchrun --nproc-per-node 2 -m model.train`` on CPU
+"""Data-parallel training through the ordinary trainer: ``torchrun --nproc-per-node 2 -m training.train`` on CPU
 (gloo). The runs are real two-process launches of a tiny model; the helpers are tested as pure functions."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 
-from model import train
+from training import train
 from model.checkpoint import load_checkpoint
-from model.train import (Dist, dist_from_env, matmul_weights_per_token, model_flops_utilization, peak_tflops_for,
+from training.train import (Dist, dist_from_env, matmul_weights_per_token, model_flops_utilization, peak_tflops_for,
                          shard_batches, training_flops)
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
@@ -35,7 +35,7 @@ TIMEOUT = 120  # seconds for one launch; a hang in an all-reduce fails the test 
 def torchrun_cmd(out: Path, *args) -> list[str]:
     """Two CPU processes of the training CLI; ``--standalone`` lets torchrun pick a free rendezvous port."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "-m", "model.train", "--out", str(out), *map(str, args)]
+            "-m", "training.train", "--out", str(out), *map(str, args)]
 
 
 def env() -> dict:

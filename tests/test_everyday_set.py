@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from model.data import dataset_path, read_tsv, split_key
+from corpora.files import dataset_path, read_tsv, split_key
 
 EVERYDAY = Path(__file__).resolve().parent.parent / "assets" / "eval" / "everyday.tsv"
 

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from model.analysis import attention_rollout, head_statistics, sequence_log_probs
-from model.bpe_replay import merge_table, pre_tokenize, replay, segmentations
+from teaching.bpe_replay import merge_table, pre_tokenize, replay, segmentations
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.decoding import MAX_INPUT_CHARS, InputError, Stepper, clean_user_text, input_limit, prepare_source, \
     translate_texts

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model import average, train
+from training import average, train
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
 from test_train_cli import run_main
@@ -242,7 +242,7 @@ def test_the_average_of_checkpoints_is_the_mean_of_their_weights(make_model, tok
 
 # --- the Training page's form ---------------------------------------------------------------------------------------
 def test_the_form_passes_the_recipe_to_the_trainer():
-    from model import launch
+    from training import launch
 
     form = launch.preset_form("continue the shipped translator (hours)")
     assert launch.validate_form(form) == []

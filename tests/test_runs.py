@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from model.checkpoint import load_checkpoint
-from model.runs import PROBE_SENTENCES, read_status, snapshot_steps, write_status
+from training.runs import PROBE_SENTENCES, read_status, snapshot_steps, write_status
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
@@ -37,7 +37,7 @@ def test_write_status_merges_and_read_status_tolerates_garbage(tmp_path):
 
 
 def run_train(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "model.train", "--out", str(out), *TINY, *extra], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "training.train", "--out", str(out), *TINY, *extra], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -95,7 +95,7 @@ def test_a_hard_killed_run_can_be_resumed_from_its_last_evaluation(tmp_path):
     proc.communicate(timeout=60)
     state = json.loads((tmp_path / "run" / "last" / "trainer_state.json").read_text())
     assert state["step"] >= 6
-    resumed = subprocess.run([sys.executable, "-m", "model.train", "--out", str(tmp_path / "run"), "--resume",
+    resumed = subprocess.run([sys.executable, "-m", "training.train", "--out", str(tmp_path / "run"), "--resume",
                               "--max-steps", str(state["step"] + 3), "--no-progress", "--threads", "1"],
                              cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model.brown import brown_path, read_lines
+from corpora.brown import brown_path, read_lines
 from model.checkpoint import load_checkpoint
 from model.decoding import Stepper, prepare_source
-from model.evaluate import language_model_scores
+from training.evaluate import language_model_scores
 from ui.state import LM_PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent

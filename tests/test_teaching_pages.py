@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from model import worked
-from model.bpe_replay import encode_by_replay, merge_table, piece_lengths, pre_tokenize, replay, segmentations
+from teaching import worked
+from teaching.bpe_replay import encode_by_replay, merge_table, piece_lengths, pre_tokenize, replay, segmentations
 from model.positional import sinusoidal_table
 from model.tokenizer import TextTokenizer
 from viz import teaching as vt
@@ -112,7 +112,7 @@ def ckpt_tokenizer():
 
 
 def _sentences(limit=200):
-    from model.data import dataset_path, read_tsv
+    from corpora.files import dataset_path, read_tsv
     try:
         pairs = read_tsv(dataset_path("train"), limit=limit)
     except Exception as exc:  # pragma: no cover - no data in this clone

@@ -13,9 +13,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from model import evaluate, train, translate
+from training import evaluate, train
+from model import translate
 from model.checkpoint import load_checkpoint
-from model.train import factor_for_peak, noam_lr
+from training.train import factor_for_peak, noam_lr
 
 TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
         "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",

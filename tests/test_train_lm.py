@@ -1,4 +1,4 @@
-"""``python -m model.train --arch decoder-only``: a GPT-style language model trained on both sides of the pairs
+"""``python -m training.train --arch decoder-only``: a GPT-style language model trained on both sides of the pairs
 (in-process, tiny): best/ loads as decoder-only, loss + perplexity instead of BLEU, probes continue the probe
 sentences with self-attention, --test-at-end, exact --resume, the baseline refused, and the checkpoint opens in
 the app."""
@@ -16,10 +16,10 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from streamlit.testing.v1 import AppTest
 
-from model import train
+from training import train
 from model.checkpoint import load_checkpoint
-from model.data import Pair
-from model.runs import LM_PROBE_PROMPTS, read_status, snapshot_steps
+from corpora.files import Pair
+from training.runs import LM_PROBE_PROMPTS, read_status, snapshot_steps
 
 from test_ddp import TINY as DDP_TINY, torchrun
 from test_train_cli import TINY, run_main
@@ -170,7 +170,7 @@ def test_the_translate_cli_continues_a_prompt_with_a_language_model(lm_runs, tmp
 
 
 def test_the_evaluate_cli_scores_a_language_model_by_perplexity(lm_runs, tmp_path):
-    from model import evaluate
+    from training import evaluate
     best = lm_runs["root"] / "straight" / "best"
     path = tmp_path / "text.txt"
     path.write_text("The house is big.\nShe reads a book.\n", encoding="utf-8")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from model import launch as L
+from training import launch as L
 from model.checkpoint import load_checkpoint
 from viz.training import PALETTE
 
@@ -72,14 +72,14 @@ def test_validate_form_errors():
 def test_build_command_is_the_cli():
     form = {**L.preset_form("2-minute CPU demo"), "norm_first": True, "data": "sentences + phrases"}
     cmd = L.build_command(form, "runs/x")
-    assert cmd == [sys.executable, "-m", "model.train", "--out", "runs/x", "--arch", "encoder-decoder",
+    assert cmd == [sys.executable, "-m", "training.train", "--out", "runs/x", "--arch", "encoder-decoder",
                    "--d-model", "64", "--n-heads", "2",
                    "--layers", "2", "--d-ff", "256", "--dropout", "0.1", "--pos-encoding", "sinusoidal",
                    "--norm-first", "--label-smoothing", "0.1", "--warmup", "200", "--peak-lr", "0.001",
                    "--batch-tokens", "1500", "--max-steps", "100000", "--max-minutes", "2.0", "--seed", "1",
                    "--device", "auto", "--vocab-size", "2000", "--eval-every", "100", "--eval-sentences", "50",
                    "--log-every", "10", "--limit-train", "3000", "--phrases-per-epoch", "2000", "--no-progress"]
-    from model.train import build_parser
+    from training.train import build_parser
     args = build_parser().parse_args(cmd[3:])  # the trainer accepts it
     assert args.d_model == 64 and args.norm_first and args.max_minutes == 2.0
     tsv = L.build_command({**form, "data": "uploaded TSV", "train_tsv": "/r/train.tsv"}, "r")
@@ -88,7 +88,7 @@ def test_build_command_is_the_cli():
 
 def test_decoder_only_form(tmp_path):
     """The architecture knob: validated, passed as ``--arch``, accepted by the trainer; presets stay translators."""
-    from model.train import build_parser
+    from training.train import build_parser
     assert all(L.preset_form(p)["arch"] == "encoder-decoder" for p in ("2-minute CPU demo", "small", "base-like"))
     lm = L.preset_form("2-minute CPU demo, language model")
     assert lm["arch"] == "decoder-only" and L.validate_form(lm) == []
@@ -463,7 +463,7 @@ def fake_lm_run(root: Path, name: str, *, age: float) -> Path:
     import torch
 
     from model.config import ModelConfig
-    from model.runs import probe_record
+    from training.runs import probe_record
     from model.tokenizer import TextTokenizer
     from model.transformer import Transformer
 

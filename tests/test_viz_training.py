@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from model.runs import read_jsonl
+from training.runs import read_jsonl
 from viz.training import (METRICS, PALETTE, X_AXES, compare_figure, compare_figures, run_figure, run_series,
                           run_styles)
 
@@ -112,7 +112,7 @@ def test_unknown_metric_or_axis_is_an_error_and_empty_input_is_fine():
 def test_the_real_trainer_log_has_every_curve(tmp_path):
     """The record keys this module reads are the ones ``model/train.py`` writes: a tiny real run (12 steps,
     evaluations at 6 and 12) has points on every chart against every x axis."""
-    from model import train
+    from training import train
     from test_train_cli import TINY, run_main
 
     rc, _, err = run_main(train.main, ["--out", tmp_path / "run", "--max-steps", "12", *TINY])

@@ -21,7 +21,7 @@ import streamlit as st
 from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
 from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, default_max_new_tokens,
                             input_limit, prepare_source)
-from model.launch import run_arch
+from training.launch import run_arch
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from ui import url
 
@@ -96,7 +96,7 @@ def checkpoint_picker() -> Path | None:
     """Sidebar selectbox of checkpoints; the choice is kept in ``?ckpt=``. Returns the folder or ``None``."""
     options = available_checkpoints()
     if not options:
-        st.sidebar.error("No checkpoint found under `checkpoints/`. Train one with `python -m model.train`.")
+        st.sidebar.error("No checkpoint found under `checkpoints/`. Train one with `python -m training.train`.")
         return None
     names = sorted(options, key=lambda n: n != DEFAULT_CHECKPOINT)  # the default first, the rest as found
     wanted, note = url.choice_param(st.query_params, "ckpt", names, names[0], what="checkpoint")
@@ -130,7 +130,7 @@ def require_checkpoint() -> Checkpoint:
     folder = st.session_state.get("_ckpt_path")
     if folder is None:
         st.error("No model is available. Put a checkpoint folder under `checkpoints/` or train one "
-                 "(`python -m model.train --out runs/NAME`).")
+                 "(`python -m training.train --out runs/NAME`).")
         st.stop()
     try:
         ckpt = _load(str(folder), _mtime(Path(folder)))

@@ -120,7 +120,7 @@ def annotated_matrix(z, title: str = "", row_labels: Sequence[str] | None = None
 
 
 def scaling_chart(rows: Sequence[dict]) -> go.Figure:
-    """Largest softmax weight vs ``d_k`` with and without ÷√d_k (rows from ``model.worked.scaling_demo``)."""
+    """Largest softmax weight vs ``d_k`` with and without ÷√d_k (rows from ``teaching.worked.scaling_demo``)."""
     d = [str(r["d_k"]) for r in rows]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=d, y=[r["max_raw"] for r in rows], mode="lines+markers", name="q·k (no scaling)"))

@@ -1,6 +1,6 @@
 """Launch, watch and control training runs from the app (no Streamlit here).
 
-A run is the ordinary training CLI, ``python -m model.train --out runs/<name> …``, started as a detached process
+A run is the ordinary training CLI, ``python -m training.train --out runs/<name> …``, started as a detached process
 (its own session, so that a Stop reaches the whole process group and a Streamlit rerun does not kill it), with
 stdout/stderr in ``runs/<name>/train.log``. ``runs/.active`` (JSON ``{run, pid}``) says which run the app started
 last; it blocks a second launch while that run lives and is stale once its process is gone.
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import ARCHITECTURES, POS_ENCODINGS, ConfigError, ModelConfig
+from model.config import ARCHITECTURES, POS_ENCODINGS, ConfigError, ModelConfig
 from .runs import read_jsonl, read_status
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def preset_form(name: str) -> dict:
 def warm_start_choices() -> list[str]:
     """Checkpoint folders a run can start from (``--init-from``), relative to the repository where possible: the
     shipped ones under ``checkpoints/`` and every run's ``best/``."""
-    from .checkpoint import list_checkpoints  # here: the launcher itself needs no torch
+    from model.checkpoint import list_checkpoints  # here: the launcher itself needs no torch
 
     found = list_checkpoints(REPO / "checkpoints")
     root = runs_root()
@@ -195,9 +195,9 @@ def validate_form(form: dict) -> list[str]:
 
 
 def build_command(form: dict, run_dir: str | Path) -> list[str]:
-    """The CLI a user would type for this form: ``[python, -m, model.train, --out, run_dir, …]``."""
+    """The CLI a user would type for this form: ``[python, -m, training.train, --out, run_dir, …]``."""
     f = {**DEFAULTS, **form}
-    cmd = [sys.executable, "-m", "model.train", "--out", str(run_dir), "--arch", f["arch"],
+    cmd = [sys.executable, "-m", "training.train", "--out", str(run_dir), "--arch", f["arch"],
            "--d-model", str(f["d_model"]), "--n-heads", str(f["n_heads"]), "--layers", str(f["layers"]),
            "--d-ff", str(f["d_ff"]), "--dropout", str(f["dropout"]), "--pos-encoding", f["pos_encoding"]]
     if f["norm_first"]:
@@ -412,7 +412,7 @@ def resume(run_dir: str | Path, root: str | Path | None = None) -> Path:
     if not can_resume(run_dir):
         raise LaunchError(f"{run_dir.name}: nothing to resume (no last/ saved, or still running)")
     saved = read_train_args(run_dir)
-    cmd = [sys.executable, "-m", "model.train", "--out", str(run_dir.resolve()), "--resume", "--no-progress",
+    cmd = [sys.executable, "-m", "training.train", "--out", str(run_dir.resolve()), "--resume", "--no-progress",
            "--max-steps", str(saved.get("max_steps", DEFAULTS["max_steps"])),
            "--device", str(saved.get("device", "auto"))]
     if saved.get("max_minutes"):

@@ -1,4 +1,4 @@
-"""Average checkpoints: ``python -m model.average OUT CKPT CKPT …`` (Vaswani et al. 2017, §6.1: "averaging the last
+"""Average checkpoints: ``python -m training.average OUT CKPT CKPT …`` (Vaswani et al. 2017, §6.1: "averaging the last
 5 checkpoints").
 
 Every floating-point tensor of the output is the element-wise mean of the inputs' (computed in float64, stored in
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from .checkpoint import CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint, save_tensors
+from model.checkpoint import CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint, save_tensors
 
 
 def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool = False) -> Path:
@@ -57,7 +57,7 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.average", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.average", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="output checkpoint folder (created)")
     p.add_argument("checkpoints", nargs="+", help="checkpoint folders of the same model, e.g. runs/X/evals/step-*")
     p.add_argument("--fp16", action="store_true", help="store the mean in float16 (half the size)")

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import atomic_write_json
-from .decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
-from .tokenizer import TextTokenizer
-from .trace import trace_pair
-from .transformer import Transformer
+from model.checkpoint import atomic_write_json
+from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
+from model.tokenizer import TextTokenizer
+from model.trace import trace_pair
+from model.transformer import Transformer
 
 PROBE_SENTENCES = [
     "Bobby likes blackberries.",

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from .positional import sinusoidal_table
+from model.positional import sinusoidal_table
 
 #: The seed articles' 3×3 example (rows = tokens).
 REF_Q = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6], [0.7, 0.8, 0.9]])

@@ -1,4 +1,4 @@
-"""Score a checkpoint: ``python -m model.evaluate --checkpoint DIR [--tsv FILE | --text FILE] [--limit N]``.
+"""Score a checkpoint: ``python -m training.evaluate --checkpoint DIR [--tsv FILE | --text FILE] [--limit N]``.
 
 A translator: corpus BLEU and chrF (sacreBLEU) of its translations against the TSV's second column (default:
 the shipped Ding test split), greedy or by beam search (``--strategy beam --beam K --alpha A``). A decoder-only
@@ -13,14 +13,14 @@ import json
 import sys
 import time
 
-from .brown import brown_path, read_lines
-from .checkpoint import CheckpointError, load_checkpoint
-from .data import DataError, dataset_path, read_tsv
-from .decoding import translate_texts
+from corpora.brown import brown_path, read_lines
+from model.checkpoint import CheckpointError, load_checkpoint
+from corpora.files import DataError, dataset_path, read_tsv
+from model.decoding import translate_texts
 from .metrics import bleu_chrf
-from .sampling import SamplingError, beam_translate_texts, check_beam_size
+from model.sampling import SamplingError, beam_translate_texts, check_beam_size
 from .train import encode_examples, monolingual, perplexity, validation_loss
-from .translate import DEFAULT_CHECKPOINT
+from model.translate import DEFAULT_CHECKPOINT
 
 #: A translator's default decoding: greedy, measured better in chrF than beam search for the shipped
 #: ``checkpoints/en-de`` on the Ding valid split (1,062 sentences; one CPU thread): greedy BLEU 4.29 / chrF 24.70 in
@@ -45,7 +45,7 @@ def language_model_scores(ckpt, texts: list[str], batch_tokens: int = 4000) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.evaluate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m training.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--tsv", default=str(dataset_path("test")), help="a translator's test pairs")
     p.add_argument("--text", default=str(brown_path("test")),

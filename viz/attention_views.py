@@ -16,20 +16,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.attention import ATTENTION_SCALE, FONT, _as_array, _short, causal_blank, display_token, plotly_escape
-
-TEXT_COLOR = "#1b2a3a"
-MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
-LINE_COLOR = "#1d5fa3"
-HIGHLIGHT = "#e4572e"
+from viz.attention import _as_array, _short, causal_blank, display_token, plotly_escape
+from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, BLUE as LINE_COLOR, FONT, GRID, INK as TEXT_COLOR,
+                       MASKED_BG, MONO, PALE_BLUE, PLOTLY_CONFIG, SUBTLE, WHITE, ZERO_LINE)
 #: Above this many tokens on a side, the grid's small panels carry no tick labels (hover still names the pair).
 GRID_LABEL_LIMIT = 24
 #: Above this many cells in all, the grid's hover shows positions only (per-cell label strings get heavy).
 GRID_HOVER_CELLS = 60_000
 #: Cells (layers × heads × queries × keys) up to which the clickable Altair grid is offered.
 ALTAIR_GRID_CELLS = 40_000
-#: Plotly toolbar: the camera button saves SVG (sharp on slides) instead of PNG.
-PLOTLY_CONFIG = {"toImageButtonOptions": {"format": "svg", "scale": 1}, "displaylogo": False}
 
 
 def _check_labels(shape: tuple[int, ...], q_labels: Sequence[str], k_labels: Sequence[str]) -> None:
@@ -114,7 +109,7 @@ def model_grid_figure(
         font=FONT,
         height=n_rows * panel + 70 + bottom,
         margin=dict(l=10, r=10, t=70 if title else 40, b=bottom),
-        plot_bgcolor="#e6e6e6" if causal else "white",
+        plot_bgcolor=MASKED_BG if causal else WHITE,
         coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=1.0,
                        colorbar=dict(title=dict(text="weight"), thickness=12, len=min(1.0, 300 / max(1, n_rows * panel)))),
     )
@@ -183,7 +178,7 @@ def model_grid_altair(
                       domain=False, labelFontSize=12)
     return (
         alt.Chart(df)
-        .mark_rect(stroke="#ffffff", strokeWidth=0.3 if px >= 8 else 0)
+        .mark_rect(stroke=WHITE, strokeWidth=0.3 if px >= 8 else 0)
         .encode(
             x=alt.X("x0:Q", axis=x_axis, scale=alt.Scale(domain=[0, n_heads * bx - gap], nice=False)),
             x2="x1:Q",
@@ -257,12 +252,12 @@ def lines_figure(
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16, color=TEXT_COLOR)),
         font=FONT, height=min(1400, 90 + 28 * n), margin=dict(l=10, r=10, t=60 if title else 30, b=10),
-        plot_bgcolor="white",
+        plot_bgcolor=WHITE,
     )
     fig.update_xaxes(visible=False, range=[-pad, 1 + pad])
     fig.update_yaxes(visible=False, autorange="reversed")
-    fig.add_annotation(x=0, y=-0.9, text="queries", showarrow=False, font=dict(size=13, color="#555"), xanchor="right")
-    fig.add_annotation(x=1, y=-0.9, text="keys", showarrow=False, font=dict(size=13, color="#555"), xanchor="left")
+    fig.add_annotation(x=0, y=-0.9, text="queries", showarrow=False, font=dict(size=13, color=SUBTLE), xanchor="right")
+    fig.add_annotation(x=1, y=-0.9, text="keys", showarrow=False, font=dict(size=13, color=SUBTLE), xanchor="left")
     return fig
 
 
@@ -292,11 +287,11 @@ def token_bar_figure(
     ))
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15, color=TEXT_COLOR)), font=FONT,
-        height=340, margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor="white", bargap=0.2,
+        height=340, margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor=WHITE, bargap=0.2,
     )
     fig.update_xaxes(tickvals=list(range(len(w))), ticktext=[_short(t) for t in disp], tickangle=-45,
                      tickfont=dict(family=MONO, size=13 if len(w) <= 24 else 10), title_text=axis_title, automargin=True)
-    fig.update_yaxes(range=[0, 1.1], title_text=value_title, gridcolor="#eee", automargin=True)
+    fig.update_yaxes(range=[0, 1.1], title_text=value_title, gridcolor=GRID, automargin=True)
     return fig
 
 
@@ -343,7 +338,7 @@ def head_stat_heatmap(
     ))
     fig.update_layout(
         title=dict(text=title if title is not None else name, x=0.0, xanchor="left", font=dict(size=16, color=TEXT_COLOR)),
-        font=FONT, height=140 + 56 * n_rows, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white",
+        font=FONT, height=140 + 56 * n_rows, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor=WHITE,
     )
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(side="top", automargin=True)
@@ -362,7 +357,7 @@ def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") 
         raise ValueError("one log-probability per token is needed")
     disp = [display_token(t) for t in labels]
     x = list(range(len(b)))
-    fig = go.Figure(go.Bar(x=x, y=b, name="all heads", marker_color="#8fb8de", customdata=disp,
+    fig = go.Figure(go.Bar(x=x, y=b, name="all heads", marker_color=PALE_BLUE, customdata=disp,
                            hovertemplate="%{customdata}<br>all heads: %{y:.3f}<extra></extra>"))
     if ablated is not None:
         a = _as_array(ablated).reshape(-1)
@@ -372,12 +367,12 @@ def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") 
                              hovertemplate="%{customdata}<br>heads removed: %{y:.3f}<extra></extra>"))
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15, color=TEXT_COLOR)), font=FONT, barmode="group",
-        height=360, margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor="white",
+        height=360, margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor=WHITE,
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
     )
     fig.update_xaxes(tickvals=x, ticktext=[_short(t) for t in disp], tickangle=-45, automargin=True,
                      tickfont=dict(family=MONO, size=13 if len(b) <= 24 else 10), title_text="translation tokens")
-    fig.update_yaxes(title_text="log-probability (nats)", gridcolor="#eee", zerolinecolor="#999", automargin=True)
+    fig.update_yaxes(title_text="log-probability (nats)", gridcolor=GRID, zerolinecolor=ZERO_LINE, automargin=True)
     return fig
 
 
@@ -404,8 +399,8 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
         hovertemplate="row %{y}, column %{x}<br>difference %{z:+.3f}<extra></extra>",
         colorbar=dict(title=dict(text="second − first"), thickness=14),
     ))
-    tick_font = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=13, color=TEXT_COLOR)
-    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor="#e6e6e6",
+    tick_font = dict(family=MONO, size=13, color=TEXT_COLOR)
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor=MASKED_BG,
                       height=min(900, 200 + 30 * diff.shape[0]), margin=dict(l=10, r=10, t=50 if title else 20, b=10))
     fig.update_xaxes(tickvals=list(range(len(k_disp))), ticktext=k_disp, tickangle=-45, tickfont=tick_font,
                      title_text="keys (attended to) →", automargin=True, showgrid=False)

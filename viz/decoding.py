@@ -9,7 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .attention import FONT, _short, display_token, plotly_escape
+from viz.attention import _short, display_token, plotly_escape
+from viz.theme import ACCENT, DARK_TEXT, FONT, GREY, INK, MONO, SKY as LIGHT, STEEL as BLUE, SUBTLE, TITLE_FONT, WHITE
+from viz.theme import title as _title
 
 
 def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> go.Figure:
@@ -25,7 +27,7 @@ def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | 
     labels = [f"{display_token(t)}" for t in tokens]
     # Keep duplicates apart (two pieces can display alike): prefix the rank.
     labels = [f"{i + 1}. {l}" for i, l in enumerate(labels)]
-    colors = ["#e4572e" if i == chosen else "#3a87c0" for i in range(len(tokens))]
+    colors = [ACCENT if i == chosen else BLUE for i in range(len(tokens))]
     fig = go.Figure(
         go.Bar(
             x=list(probs), y=labels, orientation="h", marker_color=colors,
@@ -34,26 +36,20 @@ def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | 
         )
     )
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=16, color="#1b2a3a")), font=FONT,
+        title=_title(title), font=FONT,
         height=90 + 30 * len(tokens), margin=dict(l=10, r=40, t=50 if title else 20, b=30),
         xaxis=dict(range=[0, min(1.0, max(probs) * 1.25 if len(probs) else 1.0)], tickformat=".0%",
                    title_text="probability", automargin=True),
         yaxis=dict(autorange="reversed", automargin=True,
-                   tickfont=dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=14, color="#1b2a3a")),
-        plot_bgcolor="white",
+                   tickfont=dict(family=MONO, size=14, color=INK)),
+        plot_bgcolor=WHITE,
     )
     return fig
 
 
 # --- decoding lab -----------------------------------------------------------------------------------------
-BLUE = "#3a87c0"
-ACCENT = "#e4572e"
-GREY = "#c4c4c4"
-LIGHT = "#8fc1de"
-INK = "#1b2a3a"
 #: Token labels in a monospace font (as the attention heatmaps), so that pieces like "·en" and "en" stay apart.
-TOKEN_FONT = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=13, color=INK)
-TITLE_FONT = dict(size=16, color=INK)
+TOKEN_FONT = dict(family=MONO, size=13, color=INK)
 
 
 def _np(x) -> np.ndarray:
@@ -129,7 +125,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
                 x=values.tolist(), y=y, orientation="h", name=name, marker_color=colors,
                 marker_pattern_shape=["" if k else "/" for k in keep] if name == "probs" else None,
                 text=text, textposition="inside" if col <= 2 else "outside", insidetextanchor="start",
-                textfont=dict(color="white" if col <= 2 else "#333333"), cliponaxis=False, showlegend=False,
+                textfont=dict(color=WHITE if col <= 2 else DARK_TEXT), cliponaxis=False, showlegend=False,
                 customdata=np.array([[p, s] for p, s in zip(pieces, status)], dtype=object),
                 hovertemplate="%{customdata[0]}: %{x:.4f} (%{customdata[1]})<extra>" + name + "</extra>",
             ),
@@ -146,7 +142,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     fig.update_layout(
         title=dict(text=title or f"Next-token choice: {verb} “{plotly_escape(pieces[chosen])}”", x=0.0, xanchor="left",
                    font=TITLE_FONT),
-        font=FONT, height=150 + 26 * len(rows), margin=dict(l=10, r=30, t=100, b=30), plot_bgcolor="white",
+        font=FONT, height=150 + 26 * len(rows), margin=dict(l=10, r=30, t=100, b=30), plot_bgcolor=WHITE,
         bargap=0.25, meta={"token_ids": rows, "kept": keep.tolist(), "chosen": chosen},
     )
     fig.update_annotations(font_size=13)
@@ -210,7 +206,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     fig.add_trace(go.Scatter(x=[p[0] for p in path], y=[p[1] for p in path], mode="lines", name="best path",
                              hoverinfo="skip", showlegend=False, line=dict(color=ACCENT, width=4)))
     fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="root", text=["&lt;bos&gt;"],
-                             textposition="top center", marker=dict(size=14, color="#555555", symbol="diamond"),
+                             textposition="top center", marker=dict(size=14, color=SUBTLE, symbol="diamond"),
                              hovertemplate="start: &lt;bos&gt;<extra></extra>", showlegend=False))
     colors, symbols, texts, hover = [], [], [], []
     for k, (t, j, (parent, token, lp, kept)) in enumerate(flat):
@@ -225,7 +221,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     fig.add_trace(go.Scatter(
         x=[p[0] for p in node_xy], y=[p[1] for p in node_xy], mode="markers+text", name="candidates",
         text=texts, textposition="top center", textfont=dict(TOKEN_FONT, size=11),
-        marker=dict(size=11, color=colors, symbol=symbols, line=dict(color="white", width=1)),
+        marker=dict(size=11, color=colors, symbol=symbols, line=dict(color=WHITE, width=1)),
         customdata=hover, hovertemplate="%{customdata}<extra></extra>", showlegend=False,
     ))
     for name, color, symbol in (("kept beam", BLUE, "circle"), ("finished (<eos>)", BLUE, "square"),
@@ -234,7 +230,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
                                  marker=dict(size=11, color=color, symbol=symbol)))
     width = max((len(s) for s in steps), default=1)
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor="white",
+        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor=WHITE,
         height=200 + 46 * width, margin=dict(l=50, r=20, t=60 if title else 30, b=90),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
     )
@@ -302,7 +298,7 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
     fig.update_yaxes(tickvals=list(range(len(ylabels))), ticktext=ylabels, autorange="reversed", automargin=True,
                      row=1, col=1)
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor="white",
+        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor=WHITE,
         height=200 + 30 * len(ylabels), margin=dict(l=10, r=10, t=90 if title else 60, b=80),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
     )

@@ -17,15 +17,15 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import FONT
+from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG,
+                       ERROR_BORDER, FONT, HIGHLIGHT_BG, MASKED_BG, MUTED, WHITE)
 
 DIVERGING = "RdBu"
-CHIP_COLOURS = ("#dbeafe", "#fde68a")
 
 
 def _layout(fig: go.Figure, title: str, height: int, xtitle: str = "", ytitle: str = "") -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, height=height,
-                      margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor="white")
+                      margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor=WHITE)
     fig.update_xaxes(title_text=xtitle, automargin=True)
     fig.update_yaxes(title_text=ytitle, automargin=True)
     return fig
@@ -67,9 +67,9 @@ def norm_histogram(embedding_norms, pe_norms, title: str = "") -> go.Figure:
     """Overlaid histograms: ``‖embedding · √d_model‖`` per vocabulary entry vs ``‖PE(pos)‖`` per position."""
     fig = go.Figure()
     fig.add_trace(go.Histogram(x=np.asarray(embedding_norms, dtype=float), name="‖token embedding × √d_model‖",
-                               opacity=0.65, marker_color="#1d5fa3"))
+                               opacity=0.65, marker_color=BLUE))
     fig.add_trace(go.Histogram(x=np.asarray(pe_norms, dtype=float), name="‖PE(pos)‖", opacity=0.65,
-                               marker_color="#e4572e"))
+                               marker_color=ACCENT))
     fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=-0.25))
     return _layout(fig, title, 360, "vector norm", "count")
 
@@ -96,7 +96,7 @@ def alibi_bias(n: int, slope: float) -> np.ndarray:
 
 def bar(x: Sequence, y: Sequence[float], title: str = "", xtitle: str = "", ytitle: str = "") -> go.Figure:
     """A plain bar chart (e.g. ALiBi slopes per head, piece lengths)."""
-    fig = go.Figure(go.Bar(x=list(x), y=list(y), marker_color="#1d5fa3"))
+    fig = go.Figure(go.Bar(x=list(x), y=list(y), marker_color=BLUE))
     return _layout(fig, title, 320, xtitle, ytitle)
 
 
@@ -113,7 +113,7 @@ def annotated_matrix(z, title: str = "", row_labels: Sequence[str] | None = None
     fig = go.Figure(go.Heatmap(z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale="Blues",
                                showscale=False, xgap=2, ygap=2, hoverinfo="skip"))
     fig = _layout(fig, title, 90 + 42 * rows)
-    fig.update_layout(plot_bgcolor="#e6e6e6")
+    fig.update_layout(plot_bgcolor=MASKED_BG)
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(side="top")
     return fig
@@ -130,11 +130,11 @@ def scaling_chart(rows: Sequence[dict]) -> go.Figure:
 
 
 # --- tokenization -------------------------------------------------------------------------------------
-def _chip(top: str, bottom: str, bg: str, border: str = "#9aa5b1", dashed: bool = False) -> str:
+def _chip(top: str, bottom: str, bg: str, border: str = CHIP_BORDER, dashed: bool = False) -> str:
     style = (f"display:inline-block;margin:2px 3px;padding:3px 6px;border-radius:5px;background:{bg};"
              f"border:1px {'dashed' if dashed else 'solid'} {border};text-align:center;vertical-align:top")
     return (f'<span style="{style}"><span style="font-family:monospace;font-size:1.15rem;white-space:pre">{top}</span>'
-            f'<br><span style="font-size:0.75rem;color:#444;font-family:monospace">{bottom}</span></span>')
+            f'<br><span style="font-size:0.75rem;color:{MUTED};font-family:monospace">{bottom}</span></span>')
 
 
 def token_spans_html(text: str, tokens: Sequence[str], ids: Sequence[int], offsets: Sequence[tuple[int, int]],
@@ -149,9 +149,9 @@ def token_spans_html(text: str, tokens: Sequence[str], ids: Sequence[int], offse
         chars = text[s:e]
         bottom = f"{html.escape(piece)} · {int(tid)}"
         if piece == unk:
-            chips.append(_chip(html.escape(chars.replace(" ", "␣")) or "∅", bottom, "#fecaca", "#b91c1c"))
+            chips.append(_chip(html.escape(chars.replace(" ", "␣")) or "∅", bottom, ERROR_BG, ERROR_BORDER))
         elif s == e:
-            chips.append(_chip("∅", bottom + " · empty span", "#f3f4f6", dashed=True))
+            chips.append(_chip("∅", bottom + " · empty span", EMPTY_BG, dashed=True))
         else:
             chips.append(_chip(html.escape(chars.replace(" ", "␣")), bottom, CHIP_COLOURS[n % 2]))
     return '<div style="line-height:2.6">' + "".join(chips) + "</div>"
@@ -168,6 +168,6 @@ def pieces_html(pieces: Sequence[str], highlight: Sequence[bool] | None = None) 
     for i, p in enumerate(pieces):
         on = bool(highlight[i]) if highlight is not None else False
         out.append(f'<span style="display:inline-block;margin:1px 2px;padding:1px 6px;border-radius:4px;'
-                   f'font-family:monospace;font-size:1.05rem;background:{"#fde68a" if on else "#eef2f7"};'
-                   f'border:{"2px solid #e4572e" if on else "1px solid #cbd5e1"}">{cell_html(p)}</span>')
+                   f'font-family:monospace;font-size:1.05rem;background:{HIGHLIGHT_BG if on else CELL_BG};'
+                   f'border:{f"2px solid {ACCENT}" if on else f"1px solid {CELL_BORDER}"}">{cell_html(p)}</span>')
     return "".join(out)

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import FONT
+from viz.theme import AXIS_LINE, FONT, INK as TEXT_COLOR, LIGHT_GRID, PLACEHOLDER, SERIES_PALETTE
 
 #: x-axis choices: label shown in the app (and kept in the URL) → axis title.
 X_AXES: dict[str, str] = {
@@ -47,10 +47,9 @@ METRICS: dict[str, tuple[str, str, str]] = {
 #: Legend note of a run whose evaluation lines lack the metric (a language model has no BLEU / chrF).
 NOT_MEASURED = "not measured (language model)"
 
-#: Okabe–Ito colours (colour-blind safe), strong ones first; yellow last, as it is faint on white.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+#: One colour per run, in order (:data:`viz.theme.SERIES_PALETTE`); after the colours run out, dashes.
+PALETTE = SERIES_PALETTE
 DASHES = ("solid", "dash", "dot")
-TEXT_COLOR = "#1b2a3a"
 
 
 def _number(value) -> float | None:
@@ -173,7 +172,7 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
         notes = {empty_note(records, metric) for records in runs.values()}
         note = notes.pop() if len(notes) == 1 else no_points_note
         fig.add_annotation(text=note[0].upper() + note[1:] if runs else "No run selected", showarrow=False,
-                           xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=18, color="#6b7785"))
+                           xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=18, color=PLACEHOLDER))
     return fig
 
 
@@ -187,8 +186,8 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int,
         margin=dict(l=10, r=10, t=50, b=10),
         legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=14)),
     )
-    fig.update_xaxes(title_text=x_title, automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb")
-    fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor="#9aa5b1", gridcolor="#e3e7eb",
+    fig.update_xaxes(title_text=x_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID)
+    fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID,
                      exponentformat="e" if small_numbers else "B")
 
 

@@ -1,0 +1,80 @@
+"""One look for every figure and HTML fragment: palette, font stacks, Plotly toolbar config, layout defaults.
+
+Every colour and font the app draws with is named here once; figures in :mod:`viz` and the HTML the pages
+write (``app_pages/``, ``ui/``) use these names instead of hex literals. No Streamlit, no model.
+"""
+
+from __future__ import annotations
+
+# --- palette -------------------------------------------------------------------------------------------
+INK = "#1b2a3a"  #: titles, tick labels, text on light backgrounds
+MUTED = "#444444"  #: axis titles, secondary text
+SUBTLE = "#555555"  #: captions, small notes, neutral markers
+FAINT = "#8a8f98"  #: text that is context, not content (the source beside a translation)
+NAVY = "#0b2545"  #: text on pale attention chips
+BLUE = "#1d5fa3"  #: the main data colour (lines, bars, the "this model" series)
+STEEL = "#3a87c0"  #: candidate bars and beam nodes that were not chosen
+SKY = "#8fc1de"  #: a lighter companion of STEEL
+PALE_BLUE = "#8fb8de"  #: the "all heads" baseline bars
+ACCENT = "#e4572e"  #: the one thing to look at: chosen token, strongest key, open head
+ACCENT_BG = "#fff7f3"  #: background of the highlighted output box
+ACCENT_PALE = "#fde4dc"  #: background of the active token chip
+GREY = "#c4c4c4"  #: pruned beams
+BORDER = "#c9d6e3"  #: chip borders
+CHIP_BG = "#f5f8fb"  #: inactive token chip background
+GRID = "#eeeeee"  #: gridlines
+ZERO_LINE = "#999999"  #: zero lines
+MASKED_BG = "#e6e6e6"  #: plot background where a causal mask blanks cells
+WHITE = "#ffffff"
+DARK_TEXT = "#333333"  #: text inside light bars
+PLACEHOLDER = "#6b7785"  #: "no data yet" notes inside an empty chart
+AXIS_LINE = "#9aa5b1"  #: axis lines of the training charts
+LIGHT_GRID = "#e3e7eb"  #: gridlines of the training charts
+#: One colour per series (runs, curves): Okabe–Ito, colour-blind safe, strong ones first; yellow last, as it is
+#: faint on white.
+SERIES_PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+
+# Teaching chips (BPE replay, RoPE rotation tables)
+CHIP_COLOURS = ("#dbeafe", "#fde68a")  #: alternating piece backgrounds
+HIGHLIGHT_BG = "#fde68a"  #: the cell being explained
+CELL_BG = "#eef2f7"  #: other cells
+CELL_BORDER = "#cbd5e1"
+CHIP_BORDER = AXIS_LINE
+EMPTY_BG = "#f3f4f6"  #: an empty span
+ERROR_BG = "#fecaca"  #: a piece the vocabulary lacks
+ERROR_BORDER = "#b91c1c"
+
+#: A sequential scale on 0–1 that stays readable on a projector: white → deep blue, rising fast at low weights
+#: so that 0.05–0.3 are visible, while one fixed range keeps heads comparable (a uniform head stays pale).
+ATTENTION_SCALE = [[0.0, WHITE], [0.04, "#e3eef8"], [0.12, "#a9cde6"], [0.3, "#4f97c9"], [0.6, BLUE],
+                   [1.0, "#0b2f66"]]
+#: "r,g,b" of the dark attention blue, for ``rgba(r,g,b,alpha)`` chip shading by weight.
+ATTENTION_RGB = "11,61,128"
+
+# --- fonts ---------------------------------------------------------------------------------------------
+SANS = "Inter, Segoe UI, Helvetica, Arial, sans-serif"
+MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
+#: Plotly layout font of every figure (px).
+FONT = dict(family=SANS, size=15)
+#: Figure titles (px).
+TITLE_FONT = dict(size=16, color=INK)
+#: Axis titles (px); 14 px is the smallest size readable from the back of a lecture room.
+AXIS_TITLE_FONT = dict(size=14, color=MUTED)
+#: Token pieces as tick labels or node labels (px).
+TOKEN_FONT = dict(family=MONO, size=14, color=INK)
+#: The smallest font any figure uses for labels a class has to read (px).
+MIN_READABLE = 14
+
+# --- Plotly --------------------------------------------------------------------------------------------
+#: Plotly toolbar: the camera button saves SVG (sharp on slides) instead of PNG.
+PLOTLY_CONFIG = {"toImageButtonOptions": {"format": "svg", "scale": 1}, "displaylogo": False}
+
+
+def title(text: str, size: int = 16) -> dict:
+    """A left-aligned figure title in :data:`INK` (a Plotly ``layout.title`` dict)."""
+    return dict(text=text, x=0.0, xanchor="left", font=dict(size=size, color=INK))
+
+
+def legend_above(y: float = 1.02) -> dict:
+    """A horizontal legend just above the plot area, right-aligned, so that it never covers an axis title."""
+    return dict(orientation="h", yanchor="bottom", y=y, xanchor="right", x=1.0)

@@ -1,17 +1,14 @@
 """Page "Positional encoding": the sinusoidal table, its waves and similarities, the linear-map property, and
 what the loaded checkpoint uses (sinusoidal / learned / RoPE / ALiBi)."""
 
-import math
-
-import numpy as np
 import pandas as pd
 import streamlit as st
 
+from teaching import positions
 from teaching.worked import rotation_errors, sinusoidal
 from ui import state
 from ui import url
-from viz.teaching import (alibi_bias, alibi_slopes, bar, dimension_waves, matrix_heatmap, norm_histogram,
-                          rope_angles, similarity)
+from viz.teaching import bar, dimension_waves, matrix_heatmap, norm_histogram
 
 PLOT = dict(width="stretch", theme=None)
 
@@ -53,7 +50,7 @@ url.put("dims", sorted(dims), default_dims)
 st.plotly_chart(dimension_waves(table, dims, "Selected dimensions over position"), **PLOT)
 
 st.subheader("Position–position similarity")
-st.plotly_chart(matrix_heatmap(similarity(table), "PE(i) · PE(j)", "position j", "position i",
+st.plotly_chart(matrix_heatmap(positions.similarity(table), "PE(i) · PE(j)", "position j", "position i",
                                colorscale="Viridis", zmid=None), **PLOT)
 st.caption(f"The diagonal is ‖PE(pos)‖² = d_model/2 = {d_ok // 2}; the dot product falls off with |i − j| and "
            "depends only on the distance, not on the absolute positions.")
@@ -66,8 +63,8 @@ st.markdown(r"For every offset $k$ the matrix $M_k$ with $2\times2$ blocks "
 if n_pos < 2 or not 0 <= abs(offset) < n_pos:
     st.warning(f"Pick an offset k with |k| < {n_pos} (the number of positions) to check the property.")
 else:
-    positions = [p for p in (0, 1, 2, 7, 20, 50, n_pos - 1 - max(offset, 0)) if 0 <= p < n_pos]
-    rows = rotation_errors(table, offset, sorted(set(positions)))
+    checked = [p for p in (0, 1, 2, 7, 20, 50, n_pos - 1 - max(offset, 0)) if 0 <= p < n_pos]
+    rows = rotation_errors(table, offset, sorted(set(checked)))
     st.dataframe(pd.DataFrame(rows).style.format({"max abs error": "{:.2e}"}), hide_index=True)
 
 # --- the loaded checkpoint -------------------------------------------------------------------------------
@@ -79,26 +76,27 @@ kind = cfg.pos_encoding
 st.markdown(f"This checkpoint uses **{kind}** positions (d_model {cfg.d_model}, max_len {cfg.max_len}, "
             f"{cfg.n_heads} heads).")
 pos_table = getattr(getattr(model, "pos", None), "table", None)
-if kind in ("sinusoidal", "learned") and pos_table is not None:
+norms = positions.position_signal_norms(model, cfg.d_model)
+if kind in ("sinusoidal", "learned") and pos_table is not None and norms is not None:
     pe = pos_table.detach().float().cpu().numpy()
     what = "its fixed sinusoidal table" if kind == "sinusoidal" else "its learned table (model.pos.table)"
     st.plotly_chart(matrix_heatmap(pe, f"{what}: [{pe.shape[0]} × {pe.shape[1]}]"), **PLOT)
-    emb = model.embed.weight.detach().float().cpu().numpy() * math.sqrt(cfg.d_model)
-    emb_norms, pe_norms = np.linalg.norm(emb, axis=1), np.linalg.norm(pe, axis=1)
+    emb_norms, pe_norms = norms
     st.plotly_chart(norm_histogram(emb_norms, pe_norms, "How loud is the position signal?"), **PLOT)
     st.markdown(f"Mean ‖embedding × √d_model‖ = **{emb_norms.mean():.2f}** over {len(emb_norms)} tokens; "
                 f"mean ‖PE(pos)‖ = **{pe_norms.mean():.2f}** over {len(pe_norms)} positions.")
 elif kind == "rope":
-    d_k = cfg.d_model // cfg.n_heads
+    rope_layers = positions.attention_layers(model, "rope")
+    d_k = rope_layers[0].d_k if rope_layers else cfg.d_model // cfg.n_heads
     st.markdown(r"**RoPE** (Su et al. 2021) adds nothing to the embeddings. Inside self-attention, each pair "
                 r"$i$ of every query and key is rotated by $\theta = pos \cdot 10000^{-2i/d_k}$, so $q_m \cdot k_n$ "
                 r"depends on $m - n$ only.")
     if d_k % 2 == 0:
-        ang = np.mod(rope_angles(min(cfg.max_len, 128), d_k), 2 * np.pi)
+        ang = positions.rope_angles(min(cfg.max_len, 128), d_k)  # as the model's rope_rotate turns q and k
         st.plotly_chart(matrix_heatmap(ang, f"Rotation angle θ mod 2π (d_k = {d_k})", "pair i", "position",
                                        colorscale="Twilight", zmid=None), **PLOT)
 elif kind == "alibi":
-    slopes = alibi_slopes(cfg.n_heads)
+    slopes = positions.model_alibi_slopes(model, cfg.n_heads)  # the slopes this model's layers hold
     st.markdown(r"**ALiBi** (Press et al. 2022) adds nothing to the embeddings. Each head $h$ adds "
                 r"$-m_h\,|i-j|$ to its attention scores, with slopes $m_h = 2^{-8(h+1)/H}$.")
     st.plotly_chart(bar([f"head {h}" for h in range(cfg.n_heads)], slopes, "Slopes m_h", "", "m"), **PLOT)
@@ -108,7 +106,7 @@ elif kind == "alibi":
     head = st.selectbox("Head", list(range(cfg.n_heads)), key="pe_head")
     url.put("head", head, 0)
     n = min(cfg.max_len, 24)
-    st.plotly_chart(matrix_heatmap(alibi_bias(n, slopes[head]), f"Bias −m·|i−j|, head {head}", "key j",
+    st.plotly_chart(matrix_heatmap(positions.alibi_bias_matrix(slopes[head], n), f"Bias −m·|i−j|, head {head}", "key j",
                                    "query i", colorscale="Blues_r", zmid=None), **PLOT)
 else:
     st.markdown("No position signal: the model sees its input as a bag of tokens (except through the causal "

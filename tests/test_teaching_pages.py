@@ -17,6 +17,7 @@ from teaching.bpe_replay import encode_by_replay, merge_table, piece_lengths, pr
 from model.positional import sinusoidal_table
 from model.tokenizer import TextTokenizer
 from viz import teaching as vt
+from viz import theme
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT = ROOT / "checkpoints" / "en-de"
@@ -160,13 +161,30 @@ def test_merge_table_accepts_string_merges_and_trained_tokenizers():
 
 
 # --- figures ---------------------------------------------------------------------------------------------
-def test_viz_shapes():
-    assert vt.rope_angles(10, 8).shape == (10, 4)
-    assert vt.rope_angles(5, 4)[3, 1] == pytest.approx(3 * 10000 ** (-2 / 4))
-    np.testing.assert_allclose(vt.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
-    b = vt.alibi_bias(5, 0.5)
+def test_position_numbers_follow_the_papers():
+    """teaching.positions computes with the model's code; the papers' formulas, written out here, must agree."""
+    from teaching import positions
+    assert positions.rope_angles(10, 8).shape == (10, 4)
+    assert positions.rope_angles(5, 4)[3, 1] == pytest.approx(3 * 10000 ** (-2 / 4), rel=1e-6)
+    theta = np.arange(7)[:, None] * 10000.0 ** (-np.arange(0, 8, 2) / 8)[None, :]  # Su et al. 2021
+    np.testing.assert_allclose(positions.rope_angles(7, 8), np.mod(theta, 2 * np.pi), atol=1e-5)
+    with pytest.raises(ValueError):
+        positions.rope_angles(3, 5)
+    b = positions.alibi_bias_matrix(0.5, 5)
     assert b.shape == (5, 5) and b[0, 0] == 0 and b[0, 4] == -2.0 and b[4, 0] == -2.0
-    assert vt.similarity(np.ones((7, 4))).shape == (7, 7)
+    assert positions.similarity(np.ones((7, 4))).shape == (7, 7)
+
+
+def test_alibi_slopes_are_read_from_the_loaded_model():
+    from model.attention import MultiHeadAttention
+    from teaching import positions
+    layer = MultiHeadAttention(16, 8, position="alibi")
+    np.testing.assert_allclose(positions.model_alibi_slopes(layer, 8), 2.0 ** -np.arange(1, 9))  # Press et al.
+    layer.slopes = layer.slopes * 3  # a model whose slopes differ is shown as it is, not as the formula says
+    np.testing.assert_allclose(positions.model_alibi_slopes(layer, 8), 3 * 2.0 ** -np.arange(1, 9))
+
+
+def test_viz_shapes():
     fig = vt.matrix_heatmap(np.zeros((6, 4)))
     assert np.asarray(fig.data[0].z).shape == (6, 4)
     fig = vt.annotated_matrix(np.array([[0.5, -np.inf]]))
@@ -175,7 +193,7 @@ def test_viz_shapes():
     assert len(vt.norm_histogram([1, 2], [3]).data) == 2
     html = vt.token_spans_html("a <b>", ["▁", "▁a", "▁<b>"], [5, 6, 7], [(0, 0), (0, 1), (1, 5)])
     assert "∅" in html and "&lt;b&gt;" in html and "<b>" not in html
-    assert "#fecaca" in vt.token_spans_html("🙂", ["<unk>"], [3], [(0, 1)])
+    assert theme.ERROR_BG in vt.token_spans_html("🙂", ["<unk>"], [3], [(0, 1)])
 
 
 # --- the pages --------------------------------------------------------------------------------------------
@@ -263,18 +281,12 @@ def test_lecture_page():
     assert not at.exception
 
 
-def test_rope_and_alibi_formulas_agree_with_the_model():
-    attention = pytest.importorskip("model.attention")
-    if hasattr(attention, "alibi_slopes"):
-        np.testing.assert_allclose(vt.alibi_slopes(4), attention.alibi_slopes(4).double().numpy(), rtol=1e-6)
-        bias = attention.alibi_bias(attention.alibi_slopes(4), torch.arange(6), torch.arange(6))
-        np.testing.assert_allclose(vt.alibi_bias(6, vt.alibi_slopes(4)[2]), bias[2].double().numpy(), rtol=1e-6)
-    if hasattr(attention, "rope_rotate"):  # rotating a unit vector (1, 0) by θ gives (cos θ, sin θ)
-        x = torch.zeros(7, 8, dtype=torch.float64)
-        x[:, 0::2] = 1.0
-        rot = attention.rope_rotate(x, torch.arange(7)).double().numpy()
-        np.testing.assert_allclose(np.arctan2(rot[:, 1::2], rot[:, 0::2]),
-                                   np.angle(np.exp(1j * vt.rope_angles(7, 8))), atol=1e-5)
+def test_norm_histogram_legend_sits_above_the_plot_not_on_the_axis_title():
+    """Issue 14: the legend under the histogram covered the "vector norm" axis title."""
+    fig = vt.norm_histogram([1, 2], [3], "How loud is the position signal?")
+    assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1.0
+    assert fig.layout.margin.t >= 90  # room for the title and the legend line under it
+    assert fig.layout.xaxis.title.text == "vector norm"
 
 
 @needs_ckpt

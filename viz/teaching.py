@@ -1,12 +1,8 @@
 """Figures and HTML for the teaching pages (positional encoding, tokenization, worked examples).
 
-Pure functions from arrays / strings to Plotly figures or HTML fragments: no Streamlit, no model. The RoPE and
-ALiBi formulas are computed here from their papers, independently of the model code:
-
-* RoPE (Su et al. 2021): pair ``i`` of a ``d_k``-wide head at position ``pos`` is rotated by
-  ``θ = pos · base^(−2i/d_k)``.
-* ALiBi (Press et al. 2022): head ``h`` of ``H`` (H a power of two) has slope ``m_h = 2^(−8(h+1)/H)`` and adds
-  ``−m_h · |i − j|`` to the score of query ``i`` and key ``j``.
+Pure functions from arrays / strings to Plotly figures or HTML fragments: no Streamlit, no model, no math of
+the model's (RoPE angles, ALiBi slopes and the like are computed in :mod:`teaching.positions` with the model's
+own code, and drawn here).
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG,
-                       ERROR_BORDER, FONT, HIGHLIGHT_BG, MASKED_BG, MUTED, WHITE)
+                       ERROR_BORDER, FONT, HIGHLIGHT_BG, MASKED_BG, MUTED, WHITE, legend_above)
 
 DIVERGING = "RdBu"
 
@@ -57,12 +53,6 @@ def dimension_waves(table, dims: Sequence[int], title: str = "") -> go.Figure:
     return _layout(fig, title, 360, "position", "value")
 
 
-def similarity(table) -> np.ndarray:
-    """``table @ tableᵀ``: ``[positions, positions]`` dot products of the position vectors."""
-    table = np.asarray(table, dtype=float)
-    return table @ table.T
-
-
 def norm_histogram(embedding_norms, pe_norms, title: str = "") -> go.Figure:
     """Overlaid histograms: ``‖embedding · √d_model‖`` per vocabulary entry vs ``‖PE(pos)‖`` per position."""
     fig = go.Figure()
@@ -70,28 +60,11 @@ def norm_histogram(embedding_norms, pe_norms, title: str = "") -> go.Figure:
                                opacity=0.65, marker_color=BLUE))
     fig.add_trace(go.Histogram(x=np.asarray(pe_norms, dtype=float), name="‖PE(pos)‖", opacity=0.65,
                                marker_color=ACCENT))
-    fig.update_layout(barmode="overlay", legend=dict(orientation="h", y=-0.25))
-    return _layout(fig, title, 360, "vector norm", "count")
-
-
-def rope_angles(n_pos: int, d_k: int, base: float = 10000.0) -> np.ndarray:
-    """RoPE rotation angles ``θ[pos, i] = pos · base^(−2i/d_k)``: ``[n_pos, d_k/2]`` (Su et al. 2021)."""
-    if n_pos <= 0 or d_k <= 0 or d_k % 2:
-        raise ValueError("n_pos must be positive and d_k even")
-    return np.arange(n_pos, dtype=float)[:, None] * base ** (-np.arange(0, d_k, 2, dtype=float) / d_k)[None, :]
-
-
-def alibi_slopes(n_heads: int) -> np.ndarray:
-    """ALiBi slopes ``m_h = 2^(−8(h+1)/H)`` for ``h = 0 … H−1`` (``[H]``, Press et al. 2022)."""
-    if n_heads <= 0:
-        raise ValueError("n_heads must be positive")
-    return 2.0 ** (-8.0 * (np.arange(n_heads) + 1) / n_heads)
-
-
-def alibi_bias(n: int, slope: float) -> np.ndarray:
-    """ALiBi bias ``−m · |i − j|`` for queries ``i`` and keys ``j`` in ``0 … n−1``: ``[n, n]``."""
-    idx = np.arange(n)
-    return -float(slope) * np.abs(idx[:, None] - idx[None, :])
+    fig = _layout(fig, title, 400, "vector norm", "count")
+    # the legend above the plot, under the title: below it, it sat on the x-axis title
+    fig.update_layout(barmode="overlay", legend=legend_above(), title_y=0.97, title_yanchor="top",
+                      margin=dict(t=100))
+    return fig
 
 
 def bar(x: Sequence, y: Sequence[float], title: str = "", xtitle: str = "", ytitle: str = "") -> go.Figure:

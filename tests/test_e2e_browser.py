@@ -12,24 +12,15 @@ As in ``test_app.py``, nothing asserts particular German words: the model is a p
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from benchmarks.app_server import CHROMIUM, ServerError, serve
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
-if not Path(CHROMIUM).is_file() and shutil.which("chromium"):
-    CHROMIUM = shutil.which("chromium")
 
 if not Path(CHROMIUM).is_file():
     pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium); browser tests skipped",
@@ -39,60 +30,19 @@ if not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file():  # prag
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 expect = sync_api.expect
 
-START_TIMEOUT_S = 60
 RUN_TIMEOUT_MS = 60_000  # one script run (model load + decode) on a busy 2-core machine
 DESKTOP = {"width": 1600, "height": 1000}
 PROJECTOR = {"width": 1280, "height": 720}
 
 
 # --- the server and the browser -------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-            return r.status == 200 and r.read().strip() == b"ok"
-    except OSError:
-        return False
-
-
 def _serve(env_overrides: dict[str, str], log_name: str):
-    """``streamlit run app.py`` on a free port (its own process group, killed at the end). Yields the base URL."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    port = _free_port()
-    log = open(ARTIFACTS / log_name, "wb")
-    env = {k: v for k, v in os.environ.items() if k not in ("ATTENTION_EXPLORER_CHECKPOINTS", "ATTENTION_EXPLORER_DEMO")}
-    env.update(env_overrides)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-         "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
+    """The app on a free port (:func:`benchmarks.app_server.serve`). Yields the base URL."""
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(url):
-            if proc.poll() is not None:
-                pytest.fail(f"streamlit exited with {proc.returncode}; see {ARTIFACTS / log_name}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"streamlit not healthy after {START_TIMEOUT_S} s; see {ARTIFACTS / log_name}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        with serve(ARTIFACTS / log_name, env_overrides) as url:
+            yield url
+    except ServerError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,86 @@
+"""Serve the app as ``make run`` does, for the browser benchmark and the browser tests.
+
+:func:`serve` starts ``streamlit run app.py`` on a free local port in its own process group and stops it at the
+end; :data:`CHROMIUM` is Debian's Chromium (``/usr/bin/chromium``, ``$CHROMIUM``, or ``chromium`` on the PATH),
+which Playwright drives through ``executable_path`` (never ``playwright install``: it downloads).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
+if not Path(CHROMIUM).is_file() and shutil.which("chromium"):
+    CHROMIUM = shutil.which("chromium")
+START_TIMEOUT_S = 60
+#: Variables that would make a served app differ from the one ``make run`` starts.
+APP_ENV = ("ATTENTION_EXPLORER_CHECKPOINTS", "ATTENTION_EXPLORER_DEMO")
+
+
+class ServerError(RuntimeError):
+    """The app did not come up: streamlit exited, or was not healthy within :data:`START_TIMEOUT_S` seconds."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str) -> bool:
+    """True when ``url`` answers Streamlit's health check with ``ok``."""
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+            return r.status == 200 and r.read().strip() == b"ok"
+    except OSError:
+        return False
+
+
+@contextmanager
+def serve(log_path: Path, env_overrides: dict[str, str] | None = None) -> Iterator[str]:
+    """``streamlit run app.py`` on a free port, its output in ``log_path``. Yields the base URL.
+
+    Raises:
+        ServerError: streamlit exited early or was not healthy after :data:`START_TIMEOUT_S` seconds.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in APP_ENV}
+    env.update(env_overrides or {})
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not healthy(url):
+                if proc.poll() is not None:
+                    raise ServerError(f"streamlit exited with {proc.returncode}; see {log_path}")
+                if time.monotonic() > deadline:
+                    raise ServerError(f"streamlit not healthy after {START_TIMEOUT_S} s; see {log_path}")
+                time.sleep(0.3)
+            yield url
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)

@@ -1,0 +1,154 @@
+"""How fast the app answers a person, measured in a real browser: ``python -m benchmarks.browser [--repeats N]``.
+
+Serves the app as ``make run`` does (:mod:`benchmarks.app_server`), drives it with Playwright and Debian's
+Chromium, and prints the median and worst of ``--repeats`` (≥ 5) timings, in seconds, from the user's action
+until the page has finished its rerun and shows the new state:
+
+* **page load → first chart**: a fresh browser context opens ``/?text=…&step=1`` (a new sentence each time)
+  until a Plotly chart is drawn and no element is stale;
+* **first Next on a sentence**: a new sentence at step 0, then Next;
+* **Next** and **Back**: one step forward or back in the middle of a sentence;
+* **layer change**: another decoder layer in the Translate step view's *Layer* box;
+* **Run to end**.
+
+"Finished" means: the expected ``Step k of N`` text is shown, no element is marked stale (``data-stale``, which
+Streamlit sets on what the current rerun has not redrawn yet), Streamlit's running icon is gone, and two
+animation frames have passed (Plotly draws in the next frame). The machine is shared and noisy: compare rows
+of one run with each other, and runs on one machine only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from .app_server import CHROMIUM, ROOT, ServerError, serve
+from .table import print_table
+
+GOALS_S = {"page load → first chart": 2.5, "first Next on a sentence": 0.8, "Next": 0.3, "Back": 0.3,
+           "layer change": 0.5, "Run to end": None}
+SENTENCES = ["The cat sat on the mat.", "Bobby likes blackberries.", "I am hungry.", "Where is the station?",
+             "The weather is nice today.", "My brother reads a book.", "We go home now.", "She drinks cold water.",
+             "The children play in the garden.", "Close the window, please.", "He works in a big city.",
+             "The train is late again."]
+TIMEOUT_MS = 120_000
+
+#: In-page check that the rerun is over: nothing stale, no running icon, and ``pattern`` (if any) in the text.
+SETTLED_JS = """(pattern) => {
+  if (document.querySelector('[data-stale="true"]')) return false;
+  if (document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')) return false;
+  if (document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningManIcon"]')) return false;
+  return !pattern || new RegExp(pattern).test(document.body.innerText);
+}"""
+TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+
+
+def settled(page, pattern: str | None = None, min_ms: int = 0) -> None:
+    """Wait until the rerun is over (see :data:`SETTLED_JS`), at least ``min_ms`` after the call."""
+    if min_ms:
+        page.wait_for_timeout(min_ms)
+    page.wait_for_function(SETTLED_JS, arg=pattern, timeout=TIMEOUT_MS, polling=15)
+    page.evaluate(TWO_FRAMES_JS)
+
+
+def timed(action, page, pattern: str | None) -> float:
+    """Seconds from ``action()`` until :func:`settled` with ``pattern``."""
+    t0 = time.perf_counter()
+    action()
+    settled(page, pattern)
+    return time.perf_counter() - t0
+
+
+def step_pattern(k: int) -> str:
+    return rf"Step {k} of \d+"
+
+
+def total_steps(page) -> int:
+    return int(re.search(r"Step \d+ of (\d+)", page.inner_text("body")).group(1))
+
+
+def open_sentence(page, url: str, text: str, step: int = 0) -> None:
+    query = f"?text={text.replace(' ', '+')}" + (f"&step={step}" if step else "")
+    page.goto(f"{url}/{query}")
+    page.get_by_text(re.compile(r"Step \d+ of \d+")).first.wait_for(timeout=TIMEOUT_MS)
+    settled(page, step_pattern(step), min_ms=300)
+
+
+def measure(url: str, repeats: int, browser) -> dict[str, list[float]]:
+    """Every timing of :data:`GOALS_S`, ``repeats`` times each (seconds)."""
+    times: dict[str, list[float]] = {name: [] for name in GOALS_S}
+    viewport = {"width": 1280, "height": 720}
+    warm = browser.new_context(viewport=viewport)  # the first visit loads the checkpoint: not what is measured
+    open_sentence(warm.new_page(), url, SENTENCES[-1])
+    warm.close()
+    for i in range(repeats):
+        ctx = browser.new_context(viewport=viewport)
+        page = ctx.new_page()
+        text = SENTENCES[i % len(SENTENCES)]
+        t0 = time.perf_counter()
+        page.goto(f"{url}/?text={text.replace(' ', '+')}&step=1")
+        page.locator(".js-plotly-plot").first.wait_for(timeout=TIMEOUT_MS)
+        settled(page, step_pattern(1))
+        times["page load → first chart"].append(time.perf_counter() - t0)
+
+        open_sentence(page, url, SENTENCES[(i + len(SENTENCES) // 2) % len(SENTENCES)])
+        next_button = page.get_by_role("button", name="Next")
+        times["first Next on a sentence"].append(timed(next_button.click, page, step_pattern(1)))
+        n = total_steps(page)
+        for k in range(2, min(n, 4) + 1):
+            times["Next"].append(timed(next_button.click, page, step_pattern(k)))
+        k = min(n, 4)
+        times["Back"].append(timed(page.get_by_role("button", name="Back").click, page,
+                                   step_pattern(k - 1)))
+
+        def pick_layer() -> None:
+            page.get_by_label("Layer").first.click()
+            options = page.get_by_role("option")
+            options.nth(i % options.count()).click()
+        times["layer change"].append(timed(pick_layer, page, step_pattern(k - 1)))
+        run_to_end = page.get_by_role("button", name=re.compile("Run to end"))
+        times["Run to end"].append(timed(run_to_end.click, page, rf"Step {n} of {n}"))
+        ctx.close()
+    return times
+
+
+def rows(times: dict[str, list[float]]) -> list[tuple[str, ...]]:
+    """Table rows: measure, median s, worst s, goal s, met?"""
+    out = []
+    for name, values in times.items():
+        med = statistics.median(values)
+        goal = GOALS_S[name]
+        verdict = "—" if goal is None else ("yes" if med <= goal else f"no (×{med / goal:.1f})")
+        out.append((name, f"{med:.2f}", f"{max(values):.2f}", "—" if goal is None else f"{goal:.1f}", verdict,
+                    str(len(values))))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.browser", description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=5, help="timings per measure (default 5; at least 1)")
+    args = p.parse_args(argv)
+    if not Path(CHROMIUM).is_file():
+        print(f"error: Chromium not found at {CHROMIUM} (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    from playwright.sync_api import sync_playwright
+
+    try:
+        with serve(ROOT / "test-artifacts" / "benchmark-browser.log") as url, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+            times = measure(url, max(1, args.repeats), browser)
+            browser.close()
+    except ServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"Browser timings, seconds (Chromium, 1280×720, {max(1, args.repeats)} repeats; median and worst):")
+    print_table(rows(times), header=("measure", "median s", "worst s", "goal s", "goal met", "n"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -43,3 +43,16 @@ def test_train_benchmark_prints_a_row_per_impl_precision_and_thread_count():
         assert steps == "2" and float(ms.replace(",", "")) > 0 and float(tokens_s.replace(",", "")) > 0
         assert ratio.endswith("×") and float(ratio[:-1]) > 0
     assert cells[("ours", "fp32", "1")][3] == "1.00×"
+
+
+def test_browser_benchmark_rows_give_median_worst_and_the_goal_verdict():
+    from benchmarks.browser import GOALS_S, rows
+
+    times = {name: [0.2, 0.4, 0.3] for name in GOALS_S}
+    table = {r[0]: r for r in rows(times)}
+    assert set(table) == set(GOALS_S)
+    assert table["Next"][1:] == ("0.30", "0.40", "0.3", "yes", "3")
+    assert table["first Next on a sentence"][4] == "yes"
+    times["layer change"] = [1.0] * 5
+    assert {r[0]: r for r in rows(times)}["layer change"][4] == "no (×2.0)"
+    assert table["Run to end"][3:5] == ("—", "—")

@@ -5,9 +5,14 @@ Run with ``make run`` (or ``streamlit run app.py``).
 
 import streamlit as st
 
+from ui import presentation
 from ui.state import DEMO_MODE, checkpoint_picker
 
-st.set_page_config(page_title="Attention Explorer", page_icon="🔭", layout="wide")
+# Presentation mode is read first (from this session's toggle, or ?present=1 on a first visit): the sidebar
+# starts collapsed in it. A later call with another state collapses or opens it when the toggle changes.
+presenting = presentation.init()
+st.set_page_config(page_title="Attention Explorer", page_icon="🔭", layout="wide",
+                   initial_sidebar_state="collapsed" if presenting else "auto")
 
 # The page scripts live in app_pages/, not pages/: with a pages/ folder next to app.py, Streamlit's legacy
 # multipage mode runs a deep link (/attention, /translate) as that page script alone, without this file,
@@ -22,13 +27,16 @@ pages = [
     st.Page("app_pages/training.py", title="Training", icon=":material/model_training:"),
 ]
 nav = st.navigation(pages)
-# Less empty space above the title: more of each step fits on a projector.
-st.markdown("<style>.block-container{padding-top:2.2rem;padding-bottom:1rem}</style>", unsafe_allow_html=True)
+# Less empty space above the title: more of each step fits on a projector. (Styles go into the sidebar: an
+# element in the page would add a gap above the title.)
+st.sidebar.markdown("<style>.block-container{padding:3.4rem 3rem 1rem 3rem}"
+                    "[data-testid=stMain] h1{padding-top:0 !important}</style>", unsafe_allow_html=True)
 
 st.sidebar.title("Attention Explorer")
 st.sidebar.caption("Transformers we trained ourselves, opened up one token at a time: an English → German "
                    "translator and an English language model.")
 st.session_state["_ckpt_path"] = checkpoint_picker()
+presentation.sidebar_toggle()
 if DEMO_MODE:
     st.sidebar.info("Hosted demo: inputs are capped at 300 characters.")
 

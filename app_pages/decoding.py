@@ -10,10 +10,9 @@ import torch
 from model.decoding import default_max_new_tokens
 from model.sampling import BeamResult, SamplingConfig, SamplingError, beam_search, beam_states, length_penalty
 from ui import decoding_lab as lab
-from ui import state, url
+from ui import state, url, widgets
 from viz.attention import alignment_heatmap, display_token, tokens_html
 from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
-from viz.theme import ACCENT, ACCENT_BG
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
@@ -104,17 +103,9 @@ def lab_run(sampling: SamplingConfig, forced) -> lab.LabRun:
     return _lab_run(*version, tuple(src.ids), spec, tuple(sorted(forced.items())), limit, _model=ckpt.model)
 
 
-def translation_box(text: str) -> None:
-    st.markdown(
-        f'<div style="font-size:1.5rem;padding:0.5rem 1rem;border-left:6px solid {ACCENT};background:{ACCENT_BG};'
-        f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{html.escape(text) or "<i>(empty output)</i>"}</div>',
-        unsafe_allow_html=True,
-    )
-
-
 def step_controls(step: int, finished: bool, end: int, status: str) -> None:
     """Reset / Back / Next / Run to end (``end`` = the last step), and a status line."""
-    state.step_buttons("dl_step", step, end, finished).markdown(f"**Step {step}** · {status}")
+    widgets.step_buttons("dl_step", step, end, finished, status=f"**Step {step}** · {status}")
 
 
 def hypotheses_table(hyps, alpha: float) -> None:
@@ -146,7 +137,7 @@ if strategy == "beam":
     at_end = step == n_total
     best = result.hypotheses[0] if at_end else now.best()
     st.markdown("**Best hypothesis**" if at_end else f"**Best hypothesis so far** (step {step} of {n_total})")
-    translation_box(tok.decode(best.tokens) if best else "")
+    widgets.output_box(tok.decode(best.tokens) if best else "")
     step_controls(step, at_end, n_total,
                   f"{len(now.open)} open beams · {len(now.finished)} finished · search ends after {n_total} steps")
     shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
@@ -157,7 +148,7 @@ if strategy == "beam":
     fig.update_layout(height=200 + 46 * 2 * width)
     fig.update_yaxes(range=[2 * width - 0.5, -0.9], tickvals=list(range(2 * width)),
                      ticktext=[str(i + 1) for i in range(2 * width)])
-    st.plotly_chart(fig, width="stretch", theme=None, key="dl_beam_tree")
+    widgets.show_figure(fig, key="dl_beam_tree")
     if step == 0:
         st.info(f"Press **Next**: every open beam (now only <bos>) proposes its continuations; the {2 * width} best "
                 f"(beam, token) pairs by cumulative log-probability are considered and up to {width} kept.")
@@ -221,7 +212,7 @@ def _clear_forced() -> None:
     ss["dl_forced"], ss["dl_branches"] = {}, ()
 
 
-translation_box(tok.decode(run.output_ids()))
+widgets.output_box(tok.decode(run.output_ids()))
 if run.finished:
     status = "finished (<eos>)" if run.records and run.records[-1].token_id == cfg.eos_id else "length limit reached"
 else:
@@ -241,13 +232,13 @@ else:
     forced_here = run.forced_at(step)
     left, right = st.columns([3, 1])
     with left:
-        st.plotly_chart(
+        widgets.show_figure(
             pipeline_figure(pipe, tok.id_to_token, top=15,
                             temperature=sampling.temperature if sampling.strategy == "sample" else None,
                             forced=forced_here,
                             title=f"Step {step}: from logits to the next token "
                                   f"({'forced' if forced_here else sampling.strategy})"),
-            width="stretch", theme=None, key="dl_pipeline",
+            key="dl_pipeline",
         )
         chosen = html.escape(display_token(tok.id_to_token(record.token_id)))
         line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
@@ -322,10 +313,10 @@ with tab_probs:
     pcol, hcol = st.columns([1.2, 1])
     pcol.dataframe(rows, hide_index=True, width="stretch")
     if matrix is not None:
-        hcol.plotly_chart(
+        widgets.show_figure(
             alignment_heatmap(matrix[-1].mean(0), tok.tokens(run.generated), src.tokens,
                               title="Cross-attention so far (last decoder layer, mean over heads)"),
-            width="stretch", theme=None, key="dl_alignment",
+            where=hcol, key="dl_alignment",
         )
 
 with tab_cache:
@@ -344,12 +335,12 @@ with tab_cache:
     st.caption(f"Self: {per} × {positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
                f"{cross_line}"
                f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
-    st.plotly_chart(
+    widgets.show_figure(
         kv_cache_figure(cfg.n_decoder_layers, positions, new_rows=len(run.prefix) if step == 1 else 1,
                         src_len=src_len,
                         target_tokens=tok.tokens(run.tokens[:positions]), source_tokens=src.tokens,
                         cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
-        width="stretch", theme=None, key="dl_kv",
+        key="dl_kv",
     )
     st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
                 "the whole prefix every step without it.")

@@ -5,91 +5,87 @@ import html
 import streamlit as st
 import torch
 
-from ui import state, url
+from ui import state, url, widgets
 from ui.decoding_lab import StepView
 from viz.attention import alignment_heatmap, display_token, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_bar
-from viz.theme import ACCENT, ACCENT_BG, FAINT
 
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
 
-st.title("Translate")
-if ckpt.config.arch == "decoder-only":
-    st.caption("This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
-               "continues your English prompt. Step through the decoding: at every step the model scores every "
-               "token of its vocabulary, the most probable one is taken (greedy decoding), and masked "
-               "self-attention shows which earlier tokens it looked at to choose it.")
-else:
-    st.caption("English → German with our own Transformer. Step through the decoding: at every step the model "
-               "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
-               "cross-attention shows which English pieces the decoder looked at to choose it.")
-    if quality := state.quality_line(ckpt):
-        st.caption(quality)
+# Two columns from the top (issue 14): the sentence, the output and the step buttons on the left, the attention
+# of the current token on the right, so that at 1280×720 a lecturer clicks Next and sees the answer unscrolled.
+left, right = st.columns([1.1, 1], gap="medium")
+with left:
+    st.title("Translate")
+    if ckpt.config.arch == "decoder-only":
+        st.caption("This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
+                   "continues your English prompt. Step through the decoding: at every step the model scores every "
+                   "token of its vocabulary, the most probable one is taken (greedy decoding), and masked "
+                   "self-attention shows which earlier tokens it looked at to choose it.")
+    else:
+        st.caption("English → German with our own Transformer. Step through the decoding: at every step the model "
+                   "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
+                   "cross-attention shows which English pieces the decoder looked at to choose it.")
+        if quality := state.quality_line(ckpt):
+            st.caption(quality)
 
-# --- input: the box applies on Enter; the presets box follows it ------------------------------------------
-typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")
-state.set_text(typed)
-src = state.source_for(ckpt, typed)
-if src is None:
-    st.stop()
+    # --- input: the box applies on Enter; the presets box follows it --------------------------------------
+    typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")
+    state.set_text(typed)
+    src = state.source_for(ckpt, typed)
+    if src is None:
+        st.stop()
 
-# The decoding is run to its end once (cached, shared, never changed); the session keeps only the step number, and
-# each run draws the view of that step. A click's run may overlap the previous one: neither can disturb the other.
-run = state.greedy_run(ckpt, src)
-total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
-output_html = html.escape(tok.decode(run.output_ids())) or "<i>(empty output)</i>"
-if not ckpt.config.is_encoder_decoder:  # a continuation reads on from its prompt, shown greyed before it
-    output_html = f'<span style="color:{FAINT}">{html.escape(src.text)}</span> {output_html}'
-st.markdown(
-    f'<div style="font-size:1.6rem;padding:0.6rem 1rem;border-left:6px solid {ACCENT};background:{ACCENT_BG};'
-    f'border-radius:4px;margin:0.2rem 0 0.6rem 0">{output_html}</div>',
-    unsafe_allow_html=True,
-)
+    # The decoding is run to its end once (cached, shared, never changed); the session keeps only the step
+    # number, and each run draws the view of that step. A click's run may overlap the previous one: neither
+    # can disturb the other.
+    run = state.greedy_run(ckpt, src)
+    total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
+    # a continuation reads on from its prompt, shown greyed before it
+    widgets.output_box(tok.decode(run.output_ids()), prompt="" if ckpt.config.is_encoder_decoder else src.text)
 
-# --- step-through -------------------------------------------------------------------------------------
-step = state.current_step(total_steps)
-view = StepView.of(run, step)
-
-st.subheader("Step through the decoding")
-# The buttons move the step in on_click callbacks, which run before this script: the page (and the buttons'
-# enabled/disabled state) is then drawn for the new step in the same run.
-info = state.step_buttons("step", step, total_steps, at_end=step >= total_steps)
-info.markdown(f"**Step {step} of {total_steps}** · KV cache: {view.cache_nbytes()['total'] / 1024:.1f} KiB")
-
-st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
-st.markdown(tokens_html(tok.tokens(view.generated), current=step - 1 if step else None), unsafe_allow_html=True)
+    # --- step-through ---------------------------------------------------------------------------------
+    step = state.current_step(total_steps)
+    view = StepView.of(run, step)
+    st.subheader("Step through the decoding")
+    widgets.step_buttons("step", step, total_steps, at_end=step >= total_steps,
+                         status=f"**Step {step} of {total_steps}** · KV cache: "
+                                f"{view.cache_nbytes()['total'] / 1024:.1f} KiB")
+    st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
+    st.markdown(tokens_html(tok.tokens(view.generated), current=step - 1 if step else None), unsafe_allow_html=True)
 
 # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
 cfg = ckpt.config
 n_layers = cfg.n_decoder_layers
-url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, n_layers - 1),
-                valid=lambda v: v in range(n_layers))
-url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
-                valid=lambda h: h == "mean" or h in range(cfg.n_heads))
+with right:
+    url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, n_layers - 1),
+                    valid=lambda v: v in range(n_layers))
+    url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
+                    valid=lambda h: h == "mean" or h in range(cfg.n_heads))
 
 if step == 0:
     url.put("layer", st.session_state["tr_layer"] + 1, n_layers)
     url.put("head", url.format_head(st.session_state["tr_head"]), "mean")
-    st.markdown("**Source pieces** (encoder input, after BPE)" if ckpt.config.is_encoder_decoder
-                else "**Prompt pieces** (after BPE, behind `<bos>`; this decoder-only model continues them)")
-    # what the model is fed: the encoder reads the source with <eos>; a prompt goes in without it
-    st.markdown(tokens_html(tok.tokens(view.prefix) if not ckpt.config.is_encoder_decoder else src.tokens),
-                unsafe_allow_html=True)
-    st.info("Press **Next** to let the decoder produce its first token.")
+    with right:
+        st.markdown("**Source pieces** (encoder input, after BPE)" if ckpt.config.is_encoder_decoder
+                    else "**Prompt pieces** (after BPE, behind `<bos>`; this decoder-only model continues them)")
+        # what the model is fed: the encoder reads the source with <eos>; a prompt goes in without it
+        st.markdown(tokens_html(tok.tokens(view.prefix) if not ckpt.config.is_encoder_decoder else src.tokens),
+                    unsafe_allow_html=True)
+        st.info("Press **Next** to let the decoder produce its first token.")
     st.stop()
 
 record = view.records[step - 1]
-left, right = st.columns([1, 1.25])
 with left:
     ids, probs = record.top(10)
     chosen = ids.index(record.token_id) if record.token_id in ids else None
-    st.plotly_chart(
-        top_tokens_bar(tok.tokens(ids), probs, chosen, title=f"Step {step}: the 10 most probable next tokens"),
-        width="stretch", theme=None,
-    )
+    widgets.show_figure(top_tokens_bar(tok.tokens(ids), probs, chosen,
+                                       title=f"Step {step}: the 10 most probable next tokens"))
     st.caption(f"Chosen: **{html.escape(display_token(tok.id_to_token(record.token_id)))}** with p = {record.prob:.3f} "
                "(greedy: the most probable token).")
+    logp = float(sum(torch.log(torch.tensor(max(r.prob, 1e-12))) for r in view.records))
+    st.caption(f"Sequence log-probability so far: {logp:.2f} (sum of log p of each chosen token).")
 with right:
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"decoder layer {i + 1}",
@@ -112,11 +108,8 @@ with right:
     matrix = view.cross_attention_matrix()
     if matrix is not None:
         matrix = matrix[layer].mean(0) if head == "mean" else matrix[layer][head]
-        st.plotly_chart(
-            alignment_heatmap(matrix, tok.tokens(view.generated), src.tokens,
-                              title="Alignment so far<br><sup>rows = generated tokens (queries), columns = source pieces (keys)</sup>"),
-            width="stretch", theme=None,
-        )
-
-logp = float(sum(torch.log(torch.tensor(max(r.prob, 1e-12))) for r in view.records))
-st.caption(f"Sequence log-probability so far: {logp:.2f} (sum of log p of each chosen token).")
+        fig = alignment_heatmap(matrix, tok.tokens(view.generated), src.tokens,
+                                title="Alignment so far: generated × source pieces")
+        # at most ~420 px high, so that it stays on screen beside the step buttons at 1280×720 (cells get thinner)
+        fig.update_layout(height=min(fig.layout.height or 420, 420), margin_t=40)
+        widgets.show_figure(fig)

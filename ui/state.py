@@ -265,31 +265,6 @@ def current_step(total: int, key: str = "step") -> int:
     return step
 
 
-def _move_step(key: str, delta: int | None, to: int, total: int) -> None:
-    """Button callback: ``delta`` steps from the current one, or to ``to`` when ``delta`` is None; within
-    ``[0, total]``. Relative on purpose: a click that arrives before the page has redrawn its buttons still
-    counts from the step the previous click reached."""
-    ss = st.session_state
-    target = to if delta is None else int(ss.get(key, 0)) + delta
-    ss[key] = min(max(target, 0), total)
-
-
-def step_buttons(key: str, step: int, total: int, at_end: bool):
-    """Reset / Back / Next / Run to end for the step in ``st.session_state[key]`` (``total`` = the last step).
-    Returns the column beside them, for a status line."""
-    b1, b2, b3, b4, info = st.columns([1, 1, 1, 1.3, 3])
-    # Material icons, not emoji: a lecture-room PC may have no emoji font.
-    b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_move_step,
-              args=(key, None, 0, total))
-    b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_move_step,
-              args=(key, -1, 0, total))
-    b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=at_end,
-              on_click=_move_step, args=(key, 1, 0, total))
-    b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=at_end, on_click=_move_step,
-              args=(key, None, total, total))
-    return info
-
-
 def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
     """Tokenize ``text`` for the model, showing any problem or note in the page. ``None`` if unusable."""
     if DEMO_MODE and len(text) > DEMO_MAX_CHARS:

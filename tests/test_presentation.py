@@ -1,0 +1,118 @@
+"""Presentation mode (issue 14, "readable from the back of the room"), with Streamlit's AppTest.
+
+A sidebar toggle kept in the link as ``?present=1``: figures drawn through ``ui.widgets.show_figure`` get larger
+fonts (axis labels at least ``MIN_TICK`` px); the mode belongs to one browser session, never to the process.
+The browser half (layout at 1280×720, font sizes as drawn) is in ``test_presentation_browser.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from plotly.subplots import make_subplots
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app.py"
+CKPT = ROOT / "checkpoints" / "en-de"
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from ui import presentation  # noqa: E402
+from ui.presentation import KEY, MIN_TICK, PARAM, enlarged  # noqa: E402
+
+needs_model = pytest.mark.skipif(not (CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
+
+
+@pytest.fixture(autouse=True)
+def _at_repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("ATTENTION_EXPLORER_CHECKPOINTS", raising=False)
+    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
+
+
+def make_app(**query: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=90)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def axis_font_sizes(at: AppTest) -> list[float]:
+    """Tick-label and axis-title font sizes of every axis of every Plotly chart of the page (``None`` = unset, 0)."""
+    sizes = []
+    for chart in at.get("plotly_chart"):
+        layout = json.loads(chart.proto.spec)["layout"]
+        for name, axis in layout.items():
+            if name.startswith(("xaxis", "yaxis")):
+                sizes.append((axis.get("tickfont") or {}).get("size") or 0)
+                sizes.append(((axis.get("title") or {}).get("font") or {}).get("size") or 0)
+    return sizes
+
+
+# --- the figure helper (no Streamlit) ----------------------------------------------------------------------
+def test_enlarged_is_a_copy_with_every_axis_label_at_least_min_tick():
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("a", "b"))
+    fig.add_trace(go.Heatmap(z=[[0, 1], [1, 0]], texttemplate="%{z}", textfont=dict(size=10)), 1, 1)
+    fig.add_trace(go.Bar(x=[1, 2], y=["x", "y"], orientation="h"), 1, 2)
+    fig.update_layout(font=dict(size=12), title_text="t")
+    fig.update_xaxes(tickfont=dict(size=9))
+    before = json.loads(fig.to_json())
+    big = enlarged(fig)
+    assert json.loads(fig.to_json()) == before  # a cached figure shared by other sessions is never changed
+    axes = [big.layout[name] for name in big.layout if name.startswith(("xaxis", "yaxis"))]
+    assert len(axes) == 4
+    for axis in axes:
+        assert axis.tickfont.size >= MIN_TICK >= 14 and axis.title.font.size >= MIN_TICK
+    assert big.layout.font.size > 12 and big.layout.title.font.size > 12
+    assert [a.font.size for a in big.layout.annotations] == [round((a.font.size or 12) * presentation.SCALE)
+                                                             for a in fig.layout.annotations]
+    assert big.data[0].textfont.size == 11  # numbers in cells grow a little only (they must stay inside)
+
+
+# --- the app ---------------------------------------------------------------------------------------------
+@needs_model
+def test_the_toggle_is_kept_in_the_link_and_a_link_restores_it():
+    at = make_app()
+    clean(at)
+    toggle = at.toggle(key=KEY)
+    assert toggle.value is False and PARAM not in at.query_params
+    toggle.set_value(True).run()
+    clean(at)
+    assert at.session_state[KEY] is True and at.query_params[PARAM] == "1"
+
+    again = make_app(**{PARAM: at.query_params[PARAM]})  # the link, opened in a new session
+    clean(again)
+    assert again.toggle(key=KEY).value is True and again.query_params[PARAM] == "1"
+    again.toggle(key=KEY).set_value(False).run()
+    assert PARAM not in again.query_params and again.session_state[KEY] is False
+
+
+@needs_model
+def test_a_bad_value_in_the_link_is_ignored_with_a_note():
+    at = make_app(**{PARAM: "maybe"})
+    clean(at)
+    assert at.toggle(key=KEY).value is False
+    assert any(f"`{PARAM}`" in i.value for i in at.info), [i.value for i in at.info]
+
+
+@needs_model
+def test_presentation_mode_enlarges_the_translate_charts_for_this_session_only():
+    """Two sessions in one process (as on a server): the presenting one gets axis labels of ≥ MIN_TICK px, the
+    other keeps the normal sizes: the mode is per session, not a module global."""
+    shown = make_app(text="The cat sat on the mat.", step="2", **{PARAM: "1"})
+    plain = make_app(text="The cat sat on the mat.", step="2")
+    shown.run()  # the presenting session runs again after the plain one started
+    clean(shown), clean(plain)
+    big, small = axis_font_sizes(shown), axis_font_sizes(plain)
+    assert len(big) == len(small) > 0
+    assert min(big) >= MIN_TICK
+    assert min(small) < MIN_TICK  # unchanged figures: at least one default (unset) size
+    assert plain.toggle(key=KEY).value is False and PARAM not in plain.query_params

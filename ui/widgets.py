@@ -1,0 +1,78 @@
+"""Widgets shared by the pages: the output box, the step buttons, and the one way a page shows a figure.
+
+Streamlit glue only: what is drawn comes from :mod:`viz`; what a step is comes from the caller.
+"""
+
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from ui import presentation
+from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG
+
+
+# --- the output box -----------------------------------------------------------------------------------------
+def output_box(text: str, prompt: str = "", where=None) -> None:
+    """The text a decoding produced, large, in the accent box; ``prompt`` (a language model's input) is shown
+    greyed before it. Empty output reads "(empty output)"."""
+    body = html.escape(text) or "<i>(empty output)</i>"
+    if prompt:
+        body = f'<span style="color:{FAINT}">{html.escape(prompt)}</span> {body}'
+    (where or st).markdown(
+        f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'
+        f'border-left:6px solid {ACCENT};background:{ACCENT_BG};border-radius:4px;margin:0.1rem 0 0.5rem 0">'
+        f"{body}</div>",
+        unsafe_allow_html=True,
+    )
+
+
+# --- the step buttons ---------------------------------------------------------------------------------------
+def _move_step(key: str, delta: int | None, to: int, total: int) -> None:
+    """Button callback: ``delta`` steps from the current one, or to ``to`` when ``delta`` is None; within
+    ``[0, total]``. Relative on purpose: a click that arrives before the page has redrawn its buttons still
+    counts from the step the previous click reached."""
+    ss = st.session_state
+    target = to if delta is None else int(ss.get(key, 0)) + delta
+    ss[key] = min(max(target, 0), total)
+
+
+def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = "") -> None:
+    """Reset / Back / Next / Run to end for the step in ``st.session_state[key]`` (``total`` = the last step),
+    and ``status`` (markdown) on the line below them.
+
+    The buttons move the step in ``on_click`` callbacks, which run before the script: the page (and the buttons'
+    enabled state) is then drawn for the new step in the same run.
+    """
+    b1, b2, b3, b4 = st.columns([1, 1, 1, 1.35], gap="small")
+    # Material icons, not emoji: a lecture-room PC may have no emoji font.
+    b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_move_step,
+              args=(key, None, 0, total))
+    b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_move_step,
+              args=(key, -1, 0, total))
+    b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=at_end,
+              on_click=_move_step, args=(key, 1, 0, total))
+    b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=at_end, on_click=_move_step,
+              args=(key, None, total, total))
+    if status:
+        st.markdown(status)
+
+
+# --- figures ----------------------------------------------------------------------------------------------
+def show_figure(fig, where=None, **kwargs):
+    """``st.plotly_chart`` (full width, the figure's own colours, :data:`PLOTLY_CONFIG`), with larger fonts
+    when this session is in presentation mode. ``where``: a column or container (default: the page)."""
+    kwargs.setdefault("width", "stretch")
+    kwargs.setdefault("theme", None)
+    kwargs.setdefault("config", PLOTLY_CONFIG)
+    if presentation.is_on():
+        fig = presentation.enlarged(fig)
+    return (where or st).plotly_chart(fig, **kwargs)
+
+
+def show_altair(chart, where=None, **kwargs):
+    """``st.altair_chart`` with larger fonts in presentation mode; returns what Streamlit returns (a selection)."""
+    if presentation.is_on():
+        chart = presentation.enlarged_altair(chart)
+    return (where or st).altair_chart(chart, **kwargs)

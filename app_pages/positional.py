@@ -8,6 +8,7 @@ from teaching import positions
 from teaching.worked import rotation_errors, sinusoidal
 from ui import state
 from ui import url
+from ui.widgets import show_figure
 from viz.teaching import bar, dimension_waves, matrix_heatmap, norm_histogram
 
 PLOT = dict(width="stretch", theme=None)
@@ -38,7 +39,7 @@ if d_ok % 2:
 
 table = sinusoidal(n_pos, d_ok)
 st.subheader("The table")
-st.plotly_chart(matrix_heatmap(table, f"PE [{n_pos} positions × {d_ok} dimensions]"), **PLOT)
+show_figure(matrix_heatmap(table, f"PE [{n_pos} positions × {d_ok} dimensions]"), **PLOT)
 st.caption("Left columns (small i) oscillate fast, right columns slowly: every position gets a distinct "
            "pattern of phases, like the hands of a clock with many speeds.")
 
@@ -47,11 +48,11 @@ url.init_widget("pe_dims", lambda p: url.int_list_param(p, "dims", default_dims,
                 valid=lambda v: all(d < d_ok for d in v))
 dims = st.multiselect("Dimensions to plot as waves", list(range(d_ok)), key="pe_dims")
 url.put("dims", sorted(dims), default_dims)
-st.plotly_chart(dimension_waves(table, dims, "Selected dimensions over position"), **PLOT)
+show_figure(dimension_waves(table, dims, "Selected dimensions over position"), **PLOT)
 
 st.subheader("Position–position similarity")
-st.plotly_chart(matrix_heatmap(positions.similarity(table), "PE(i) · PE(j)", "position j", "position i",
-                               colorscale="Viridis", zmid=None), **PLOT)
+show_figure(matrix_heatmap(positions.similarity(table), "PE(i) · PE(j)", "position j", "position i",
+                            colorscale="Viridis", zmid=None), **PLOT)
 st.caption(f"The diagonal is ‖PE(pos)‖² = d_model/2 = {d_ok // 2}; the dot product falls off with |i − j| and "
            "depends only on the distance, not on the absolute positions.")
 
@@ -80,9 +81,9 @@ norms = positions.position_signal_norms(model, cfg.d_model)
 if kind in ("sinusoidal", "learned") and pos_table is not None and norms is not None:
     pe = pos_table.detach().float().cpu().numpy()
     what = "its fixed sinusoidal table" if kind == "sinusoidal" else "its learned table (model.pos.table)"
-    st.plotly_chart(matrix_heatmap(pe, f"{what}: [{pe.shape[0]} × {pe.shape[1]}]"), **PLOT)
+    show_figure(matrix_heatmap(pe, f"{what}: [{pe.shape[0]} × {pe.shape[1]}]"), **PLOT)
     emb_norms, pe_norms = norms
-    st.plotly_chart(norm_histogram(emb_norms, pe_norms, "How loud is the position signal?"), **PLOT)
+    show_figure(norm_histogram(emb_norms, pe_norms, "How loud is the position signal?"), **PLOT)
     st.markdown(f"Mean ‖embedding × √d_model‖ = **{emb_norms.mean():.2f}** over {len(emb_norms)} tokens; "
                 f"mean ‖PE(pos)‖ = **{pe_norms.mean():.2f}** over {len(pe_norms)} positions.")
 elif kind == "rope":
@@ -93,21 +94,21 @@ elif kind == "rope":
                 r"depends on $m - n$ only.")
     if d_k % 2 == 0:
         ang = positions.rope_angles(min(cfg.max_len, 128), d_k)  # as the model's rope_rotate turns q and k
-        st.plotly_chart(matrix_heatmap(ang, f"Rotation angle θ mod 2π (d_k = {d_k})", "pair i", "position",
-                                       colorscale="Twilight", zmid=None), **PLOT)
+        show_figure(matrix_heatmap(ang, f"Rotation angle θ mod 2π (d_k = {d_k})", "pair i", "position",
+                                    colorscale="Twilight", zmid=None), **PLOT)
 elif kind == "alibi":
     slopes = positions.model_alibi_slopes(model, cfg.n_heads)  # the slopes this model's layers hold
     st.markdown(r"**ALiBi** (Press et al. 2022) adds nothing to the embeddings. Each head $h$ adds "
                 r"$-m_h\,|i-j|$ to its attention scores, with slopes $m_h = 2^{-8(h+1)/H}$.")
-    st.plotly_chart(bar([f"head {h}" for h in range(cfg.n_heads)], slopes, "Slopes m_h", "", "m"), **PLOT)
+    show_figure(bar([f"head {h}" for h in range(cfg.n_heads)], slopes, "Slopes m_h", "", "m"), **PLOT)
     # heads are counted from 0 here, as in the slopes' formula and chart
     url.init_widget("pe_head", lambda p: url.int_param(p, "head", 0, 0, cfg.n_heads - 1),
                     valid=lambda h: h in range(cfg.n_heads))
     head = st.selectbox("Head", list(range(cfg.n_heads)), key="pe_head")
     url.put("head", head, 0)
     n = min(cfg.max_len, 24)
-    st.plotly_chart(matrix_heatmap(positions.alibi_bias_matrix(slopes[head], n), f"Bias −m·|i−j|, head {head}", "key j",
-                                   "query i", colorscale="Blues_r", zmid=None), **PLOT)
+    show_figure(matrix_heatmap(positions.alibi_bias_matrix(slopes[head], n), f"Bias −m·|i−j|, head {head}", "key j",
+                                "query i", colorscale="Blues_r", zmid=None), **PLOT)
 else:
     st.markdown("No position signal: the model sees its input as a bag of tokens (except through the causal "
                 "mask of the decoder).")

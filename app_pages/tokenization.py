@@ -7,6 +7,7 @@ import streamlit as st
 from teaching.bpe_replay import merge_table, piece_lengths, pre_tokenize, replay, segmentations
 from model.tokenizer import TextTokenizer
 from ui import state, url
+from ui.widgets import show_figure
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html
 
 PLOT = dict(width="stretch", theme=None)
@@ -111,8 +112,8 @@ else:
 st.subheader("The vocabulary")
 lengths = piece_lengths(table.vocab)
 counts = pd.Series(lengths).value_counts().sort_index()
-st.plotly_chart(bar(counts.index.tolist(), counts.values.tolist(), "Piece length (characters, ▁ not counted)",
-                    "length", "pieces"), **PLOT)
+show_figure(bar(counts.index.tolist(), counts.values.tolist(), "Piece length (characters, ▁ not counted)",
+                 "length", "pieces"), **PLOT)
 c1, c2 = st.columns(2)
 c1.markdown("**First 20 merges** (the most frequent pairs)")
 c1.dataframe(merges_frame(table.merges[:20], 0), hide_index=True)

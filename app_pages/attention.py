@@ -8,54 +8,26 @@ layer and head above the tabs are shared by all of them and kept in the URL (``?
 """
 
 import math
-from pathlib import Path
 
 import streamlit as st
 import torch
 
-from model.analysis import (ablation_sweep, attention_rollout, greedy_with_head_masks, head_statistics,
-                            sequence_log_probs)
-from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
-from training.launch import run_arch
-from model.trace import KIND_TITLES, trace_pair
+from model.analysis import attention_rollout, head_statistics
+from model.config import CAUSAL_KINDS
+from model.decoding import strip_eos
+from model.trace import trace_pair
 from ui import attention_views as views
 from ui import state, url
-from viz.attention import attention_heatmap, causal_blank, display_token, highlight_tokens_html
-from viz.attention_views import (ALTAIR_GRID_CELLS, difference_heatmap, head_stat_heatmap, lines_figure,
-                                 log_prob_figure, model_grid_altair, model_grid_figure, token_bar_figure)
-from viz.theme import PLOTLY_CONFIG
+from ui.attention_tabs import ablation_tab, compare_tab, plot
+from viz.attention import attention_heatmap, display_token, highlight_tokens_html
+from viz.attention_views import head_stat_heatmap, lines_figure, token_bar_figure
+from viz.grid import ALTAIR_GRID_CELLS, model_grid_altair, model_grid_figure
+from viz.labels import KIND_SHORT, KIND_TITLES, WORD_START_NOTE, head_name, kind_note, view_title
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
-ckpt_path, ckpt_mtime = state.checkpoint_version(ckpt)
 
-SHORT_TITLES = {"encoder": "Encoder self", "decoder": "Decoder self (masked)", "cross": "Cross (decoder → encoder)",
-                "self": "Self (masked)"}
 TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
-
-
-# --- cached computations (keyed by checkpoint folder + version + sentence; the model itself is not hashed) ---------
-@st.cache_data(show_spinner=False, max_entries=256)
-def _log_probs(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, heads: tuple, _model) -> list[float]:
-    masks = views.head_masks(heads, _layer_counts(_model.cfg), _model.cfg.n_heads)
-    return sequence_log_probs(_model, list(src_ids) or None, list(tgt_ids), masks).tolist()
-
-
-@st.cache_data(show_spinner="Decoding without those heads…", max_entries=128)
-def _greedy_without(path: str, mtime: float, src_ids: tuple, heads: tuple, max_new: int, _model) -> list[int]:
-    masks = views.head_masks(heads, _layer_counts(_model.cfg), _model.cfg.n_heads)
-    return greedy_with_head_masks(_model, list(src_ids) or None, masks, max_new_tokens=max_new)
-
-
-@st.cache_data(show_spinner="Removing each head in turn…", max_entries=64)
-def _sweep(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, _model) -> dict:
-    return {k: v.tolist() for k, v in ablation_sweep(_model, list(src_ids) or None, list(tgt_ids)).items()}
-
-
-def _layer_counts(c) -> dict[str, int]:
-    if c.is_encoder_decoder:
-        return {"encoder": c.n_encoder_layers, "decoder": c.n_decoder_layers, "cross": c.n_decoder_layers}
-    return {"self": c.n_decoder_layers}
 
 
 def _open_head(layer: int, head: int) -> None:
@@ -77,14 +49,11 @@ def _on_grid_click() -> None:
         _open_head(*picked)
 
 
-def _plot(fig, key: str | None = None) -> None:
-    st.plotly_chart(fig, width="stretch", theme=None, key=key, config=PLOTLY_CONFIG)
-
-
 # --- sentence, translation, trace -----------------------------------------------------------------------------
 st.title("Attention")
 st.caption("Each heatmap is one attention head: **rows = queries** (the token doing the looking), "
-           "**columns = keys** (the tokens looked at); every row sums to 1. Hover a cell for the pair and its weight.")
+           "**columns = keys** (the tokens looked at); every row sums to 1. Hover a cell for the pair and its weight. "
+           + WORD_START_NOTE)
 
 if "attn_text" not in st.session_state:
     st.session_state["attn_text"] = state.current_text(ckpt)
@@ -107,7 +76,7 @@ c1, c2, c3, c4 = st.columns([2, 1, 1, 0.8], vertical_alignment="bottom")
 # Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
 url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
                 valid=lambda k: k in kinds)
-kind = c1.radio("Attention", kinds, format_func=lambda k: SHORT_TITLES[k], horizontal=True, key="attn_kind")
+kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="attn_kind")
 n_layers = trace.attention[kind].shape[0]
 url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, n_layers - 1),
                 valid=lambda v: v in range(n_layers))
@@ -116,8 +85,7 @@ url.init_widget("attn_head", lambda p: url.head_param(p, "head", cfg.n_heads, "a
 url.init_widget("attn_words", lambda p: url.bool_param(p, "words", False, what="word level"))
 layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="attn_layer")
 head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="attn_head",
-                    format_func=lambda h: {"all": "all heads", "mean": "mean over heads"}[h] if isinstance(h, str)
-                    else f"head {h + 1}")
+                    format_func=head_name)
 words = c4.toggle("Word level", key="attn_words",
                   help="Merge BPE pieces into words: sum over a word's key pieces, mean over its query pieces "
                        "(rows still sum to 1).")
@@ -126,25 +94,10 @@ url.put("layer", layer + 1)
 url.put("head", url.format_head(head))
 url.put("words", words, False)
 
-q_pieces, k_pieces = trace.labels(kind)
-causal = kind in ("decoder", "self")
-attn = trace.attention[kind]  # [layers, heads, q, k]
-if words:
-    attn, q_labels, k_labels = views.word_level(attn, q_pieces, k_pieces)
-else:
-    q_labels, k_labels = q_pieces, k_pieces
-unit = " · words" if words else ""
-weights = attn[layer]  # [heads, q, k]
-explain = {
-    "encoder": "Every English piece attends to every English piece (no mask).",
-    "decoder": "Each German input piece attends to itself and the pieces before it; the grey upper triangle is "
-               "masked (the future is hidden).",
-    "cross": "Each German input piece (a query; it predicts the next token) attends to the English pieces "
-             "(keys and values come from the encoder output, the memory). Lengths may differ: "
-             f"{len(q_labels)} × {len(k_labels)}.",
-    "self": "Each piece attends to itself and the pieces before it.",
-}[kind]
-st.info(explain)
+view = views.make_view(trace, kind, layer, head, words)
+attn, q_labels, k_labels = view.attn, view.q_labels, view.k_labels  # [layers, heads, q, k], rows, columns
+causal, unit, weights = view.causal, view.unit, view.weights
+st.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
 
 url.show_notes(url.choice_param(params, "tab", TABS, TABS[0], )[1])  # the tabs read ?tab= themselves
 tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
@@ -158,25 +111,20 @@ if tab_heads.open:
                 if h % 2 == 0:  # one row of two charts at a time, so that heads read 1 2 / 3 4
                     cols = st.columns(2)
                 with cols[h % 2]:
-                    _plot(attention_heatmap(weights[h], q_labels, k_labels, causal=causal,
-                                            title=f"{KIND_TITLES[kind]} · layer {layer + 1} · head {h + 1}{unit}"),
-                          key=f"hm_{kind}_{layer}_{h}")
+                    plot(attention_heatmap(weights[h], q_labels, k_labels, causal=causal,
+                                           title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
         else:
-            w = weights.mean(0) if head == "mean" else weights[head]
-            name = "mean over heads" if head == "mean" else f"head {head + 1}"
-            _plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620,
-                                    title=f"{KIND_TITLES[kind]} · layer {layer + 1} · {name}{unit}"))
+            w, _ = view.one_head()
+            plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620,
+                                   title=view_title(kind, layer, head, words)))
 
 # --- Tokens & lines ---------------------------------------------------------------------------------------------
 if tab_tokens.open:
     with tab_tokens:
-        if isinstance(head, int):
-            w, name = weights[head], f"head {head + 1}"
-        else:
-            w, name = weights.mean(0), "mean over heads"
-            if head == "all":
-                st.caption("All heads are selected above, so this tab follows their **mean**; pick one head to follow it.")
-        where = f"{SHORT_TITLES[kind]} · layer {layer + 1} · {name}{unit}"
+        w, shown = view.one_head()
+        if head == "all":
+            st.caption("All heads are selected above, so this tab follows their **mean**; pick one head to follow it.")
+        where = view_title(kind, layer, shown, words, short=True)
         for key, name, n in (("attn_query", "query", len(q_labels)), ("attn_key", "key", len(k_labels))):
             url.init_widget(key, lambda p, name=name, n=n: url.int_param(p, name, 0, 0, n - 1, what="token number"),
                             valid=lambda v, n=n: v in range(n))
@@ -185,16 +133,16 @@ if tab_tokens.open:
             qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="attn_query",
                               format_func=lambda i: f"{i}: {display_token(q_labels[i])}")
             q_word = display_token(q_labels[qi])
-            _plot(token_bar_figure(w[qi], k_labels, title=f"What “{q_word}” attends to · {where}",
-                                   mark=qi if kind != "cross" else None, axis_title="keys"))
+            plot(token_bar_figure(w[qi], k_labels, title=f"What “{q_word}” attends to", subtitle=where,
+                                  mark=qi if kind != "cross" else None, axis_title="keys"))
             st.markdown(highlight_tokens_html(k_labels, w[qi], caption=f"“{q_word}” over the keys (the strongest outlined)"),
                         unsafe_allow_html=True)
         with right:
             kj = st.selectbox("Key token (a column)", list(range(len(k_labels))), key="attn_key",
                               format_func=lambda i: f"{i}: {display_token(k_labels[i])}")
             k_word = display_token(k_labels[kj])
-            _plot(token_bar_figure(w[:, kj], q_labels, title=f"Who attends to “{k_word}” · {where}",
-                                   mark=kj if kind != "cross" else None, axis_title="queries"))
+            plot(token_bar_figure(w[:, kj], q_labels, title=f"Who attends to “{k_word}”", subtitle=where,
+                                  mark=kj if kind != "cross" else None, axis_title="queries"))
             st.markdown(highlight_tokens_html(q_labels, w[:, kj], caption=f"the queries' weight on “{k_word}” "
                                               "(a column does not sum to 1)"), unsafe_allow_html=True)
         st.subheader("Lines")
@@ -208,7 +156,7 @@ if tab_tokens.open:
         url.put("threshold", round(threshold, 4), 0.05)
         url.put("focus", focus, False)
         st.caption("Queries on the left, keys on the right; a line's opacity is its weight (the same scale for every head).")
-        _plot(lines_figure(w, q_labels, k_labels, threshold=threshold, query=qi if focus else None, title=where))
+        plot(lines_figure(w, q_labels, k_labels, threshold=threshold, query=qi if focus else None, title=where))
 
 # --- Model grid -------------------------------------------------------------------------------------------------
 if tab_grid.open:
@@ -226,7 +174,7 @@ if tab_grid.open:
                     f"(up to {ALTAIR_GRID_CELLS:,}); showing the Plotly grid. Pick a head below to open it.")
             style = "Plotly"
         if style == "Plotly":
-            _plot(model_grid_figure(attn, q_labels, k_labels, causal=causal, title=title, highlight=picked))
+            plot(model_grid_figure(attn, q_labels, k_labels, causal=causal, title=title, highlight=picked))
         else:
             st.altair_chart(model_grid_altair(attn, q_labels, k_labels, causal=causal, selected=picked),
                             on_select=_on_grid_click, selection_mode="head_pick", key="attn_grid_alt", theme=None)
@@ -235,18 +183,18 @@ if tab_grid.open:
                      placeholder="Pick a head to open it large…", on_change=_on_grid_pick,
                      format_func=lambda i: f"layer {i // cfg.n_heads + 1} · head {i % cfg.n_heads + 1}")
         if picked is not None:
-            _plot(attention_heatmap(attn[layer][head], q_labels, k_labels, causal=causal, height=560,
-                                    title=f"{KIND_TITLES[kind]} · layer {layer + 1} · head {head + 1}{unit}"))
+            plot(attention_heatmap(attn[layer][head], q_labels, k_labels, causal=causal, height=560,
+                                   title=view_title(kind, layer, head, words)))
 
 # --- Summaries --------------------------------------------------------------------------------------------------
 if tab_summary.open:
     with tab_summary:
         stack = torch.stack([attn.mean(1), attn.max(1).values], dim=1)  # [layers, 2, q, k]
-        _plot(model_grid_figure(stack, q_labels, k_labels, causal=causal, col_names=["mean over heads", "max over heads"],
-                                title=f"{KIND_TITLES[kind]} · mean and max over heads, per layer{unit}"))
+        plot(model_grid_figure(stack, q_labels, k_labels, causal=causal, col_names=["mean over heads", "max over heads"],
+                               title=f"{KIND_TITLES[kind]} · mean and max over heads, per layer{unit}"))
         st.caption("The mean keeps rows summing to 1; the max shows where *some* head looks (rows may sum to more than 1).")
         st.subheader("Attention rollout")
-        self_kinds = [k for k in ("encoder", "decoder", "self") if k in trace.attention]
+        self_kinds = [k for k in trace.kinds if k != "cross"]  # rollout chains square maps only
         cols = st.columns(len(self_kinds))
         for col, k in zip(cols, self_kinds):
             rollout = attention_rollout(trace.attention[k])  # [n, n]
@@ -254,8 +202,8 @@ if tab_summary.open:
             if words:
                 rollout, r_q, r_k = views.word_level(rollout, r_q, r_k)
             with col:
-                _plot(attention_heatmap(rollout, r_q, r_k, causal=k != "encoder", zmax=None,
-                                        title=f"Rollout · {KIND_TITLES[k]}{unit}"))
+                plot(attention_heatmap(rollout, r_q, r_k, causal=k in CAUSAL_KINDS, zmax=None,
+                                       title=f"Rollout · {KIND_TITLES[k]}{unit}"))
         st.caption(
             "Rollout (Abnar & Zuidema, 2020): each layer's head-averaged attention is mixed with the identity for the "
             "residual connection (½·A + ½·I), and the layers are multiplied, estimating how much each input position "
@@ -282,7 +230,7 @@ if tab_stats.open:
         if kind == "cross":
             st.caption("Cross-attention: *same* and *previous* compare German position i with English position i, "
                        "which is rarely meaningful; *first* is the first English piece, *eos* the source's <eos>.")
-        elif kind in ("decoder", "self"):
+        elif causal:
             st.caption("*first* is the weight on <bos>, a common resting place (attention sink) for heads with nothing to do.")
         names = list(stats)
         url.init_widget("attn_stat", lambda p: url.choice_param(p, "stat", names, names[0], what="statistic"),
@@ -290,143 +238,16 @@ if tab_stats.open:
         stat = st.selectbox("Statistic", names, key="attn_stat", format_func=lambda n: f"{n}: {views.STAT_HELP.get(n, '')}")
         url.put("stat", stat, names[0])
         k_len = trace.attention[kind].shape[-1]
-        _plot(head_stat_heatmap(stats[stat], stat, zmin=0.0, zmax=math.log(k_len) if stat == "entropy" else 1.0,
-                                title=f"{KIND_TITLES[kind]} · {stat} per head"))
+        plot(head_stat_heatmap(stats[stat], stat, zmin=0.0, zmax=math.log(k_len) if stat == "entropy" else 1.0,
+                               title=f"{KIND_TITLES[kind]} · {stat} per head"))
 
-# --- Ablation ---------------------------------------------------------------------------------------------------
+# --- Ablation and Compare (ui/attention_tabs.py) ---------------------------------------------------------------
 if tab_ablation.open:
     with tab_ablation:
-        st.caption("Switch heads off (their output is zeroed before Wᴼ) and score **the translation above** again "
-                   "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
-        counts = _layer_counts(cfg)
-        options = views.head_options(counts, cfg.n_heads)
-        url.init_widget("attn_ablate", lambda p: url.choices_param(p, "ablate", options, what="heads switched off"),
-                        valid=lambda v: set(v) <= set(options))
-        chosen = st.multiselect("Heads to switch off", options, key="attn_ablate",
-                                placeholder="e.g. cross L2 H3")
-        url.put("ablate", sorted(chosen, key=options.index), [])
-        heads = tuple(sorted(chosen, key=options.index))
-        src_key, tgt_key = tuple(src.ids), tuple(all_ids)
-        scored = tok.tokens(all_ids[1:])
-        if len(all_ids) < 2:
-            st.info("The translation is empty: there is nothing to score.")
-        else:
-            base = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, (), _model=ckpt.model)
-            m1, m2, m3 = st.columns(3)
-            m1.metric("Total log-prob, all heads", f"{sum(base):.3f}")
-            if heads:
-                ablated = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, heads, _model=ckpt.model)
-                change = sum(ablated) - sum(base)
-                m2.metric("Total log-prob, heads removed", f"{sum(ablated):.3f}", delta=f"{change:+.3f} nats")
-                m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
-                          help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
-                _plot(log_prob_figure(scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"))
-                limit = default_max_new_tokens(cfg, len(src.ids))
-                new_ids = _greedy_without(ckpt_path, ckpt_mtime, src_key, heads, limit, _model=ckpt.model)
-                new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
-                same = new_out == list(output_ids)
-                st.markdown(f"**Greedy translation without {', '.join(heads)}:** {tok.decode(new_out) or '(empty output)'} "
-                            f"{'— *unchanged*' if same else '— *changed*'}")
-            else:
-                m2.metric("Total log-prob, heads removed", "—")
-                _plot(log_prob_figure(scored, base, title="Per-token log-probability, all heads"))
-                st.info("Pick one or more heads above to switch them off.")
-
-            st.subheader("Every head, one at a time")
-            sweep_key = (ckpt_path, ckpt_mtime, src_key, tgt_key)
-            if "_attn_sweep_for" not in st.session_state:  # a link with ?sweep=1 shows the sweep again
-                wanted, note = url.bool_param(params, "sweep", False)
-                st.session_state["_attn_sweep_for"] = sweep_key if wanted else None
-                url.show_notes(note)
-            if st.button("Sweep all heads", key="attn_sweep",
-                         help=f"{sum(counts.values()) * cfg.n_heads} scorings of the translation, one per head"):
-                st.session_state["_attn_sweep_for"] = sweep_key
-            swept = st.session_state.get("_attn_sweep_for") == sweep_key
-            url.put("sweep", swept, False)
-            if swept:
-                result = _sweep(ckpt_path, ckpt_mtime, src_key, tgt_key, _model=ckpt.model)
-                st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
-                           "**red = the head helped** this output, blue = the output got likelier without it.")
-                cols = st.columns(len(result))
-                for col, (k, drop) in zip(cols, result.items()):
-                    with col:
-                        _plot(head_stat_heatmap(torch.tensor(drop), "drop (nats)", diverging=True,
-                                                title=f"{SHORT_TITLES[k]}"), key=f"sweep_{k}")
-
-# --- Compare -----------------------------------------------------------------------------------------------------
+        ablation_tab(ckpt, src, all_ids, output_ids)
 if tab_compare.open:
     with tab_compare:
-        modes = {"sentence": "another sentence", "checkpoint": "another checkpoint"}
-        url.init_widget("attn_cmp_mode", lambda p: url.choice_param(p, "compare", modes, modes["sentence"],
-                                                                    what="comparison"))
-        mode = st.radio("Compare with", list(modes.values()), horizontal=True, key="attn_cmp_mode")
-        url.put("compare", next(k for k, v in modes.items() if v == mode), "sentence")
-        other_trace, other_name = None, ""
-        if mode == "another sentence":
-            default = next(p for p in state.presets_for(ckpt) if p != src.text)
-            url.init_widget("attn_cmp_text", lambda p: url.text_param(p, "compare_text", default, MAX_INPUT_CHARS,
-                                                                      what="second sentence"))
-            other_text = st.text_input("Second sentence", key="attn_cmp_text")
-            too_long = url.put_text("compare_text", other_text, default)
-            if too_long:
-                st.caption(too_long)
-            other_src = state.source_for(ckpt, other_text)
-            if other_src is not None:
-                o_all, o_out = state.full_translation(ckpt, other_src)
-                other_trace = trace_pair(ckpt.model, tok, other_src.ids, strip_eos(o_all, cfg.eos_id))
-                other_name = f"“{other_src.text}” → {tok.decode(o_out)}"
-        else:
-            others = {n: p for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
-            # checkpoints of this one's architecture first: those are the ones whose attention kinds match
-            others = dict(sorted(others.items(), key=lambda item: run_arch(item[1]) != cfg.arch))
-            if not others:
-                st.info("Only one checkpoint is available. Train another (`python -m training.train --out runs/NAME`) "
-                        "and copy its `best/` folder under `checkpoints/` to compare two models.")
-            else:
-                url.init_widget("attn_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
-                                                                            next(iter(others)), what="second checkpoint"),
-                                valid=lambda n: n in others)
-                name = st.selectbox("Second checkpoint", list(others), key="attn_cmp_ckpt")
-                url.put("compare_ckpt", name, next(iter(others)))
-                other, error = state.load_other(others[name])
-                if error:
-                    st.warning(f"That checkpoint cannot be loaded: {error}")
-                elif other.config.arch != cfg.arch:
-                    st.warning("The two checkpoints have different architectures; their attention kinds differ.")
-                elif other.tokenizer.to_str() == tok.to_str():
-                    # Same tokenizer: the second model reads the same source and this translation (teacher forcing),
-                    # so the two maps have the same shape and differ only in where the models look.
-                    other_trace = trace_pair(other.model, tok, src.ids, tgt_inputs)
-                    other_name = f"checkpoint {name}, same sentence and translation"
-                else:
-                    o_src = state.source_for(other, src.text)
-                    if o_src is not None:
-                        o_all, o_out = state.full_translation(other, o_src)
-                        other_trace = trace_pair(other.model, other.tokenizer, o_src.ids, strip_eos(o_all, other.config.eos_id))
-                        other_name = f"checkpoint {name} (its own tokenizer and translation: {other.tokenizer.decode(o_out)})"
-        if other_trace is not None:
-            o_attn = other_trace.attention[kind]
-            o_layer = min(layer, o_attn.shape[0] - 1)
-            o_q, o_k = other_trace.labels(kind)
-            if words:
-                o_attn, o_q, o_k = views.word_level(o_attn, o_q, o_k)
-            pick = head if isinstance(head, int) and head < o_attn.shape[1] else "mean"
-            first = weights[pick] if pick != "mean" else weights.mean(0)
-            second = o_attn[o_layer][pick] if pick != "mean" else o_attn[o_layer].mean(0)
-            name = "mean over heads" if pick == "mean" else f"head {pick + 1}"
-            st.caption(f"{SHORT_TITLES[kind]} · layer {layer + 1} · {name}{unit}. Second: {other_name}.")
-            left, right = st.columns(2)
-            with left:
-                _plot(attention_heatmap(first, q_labels, k_labels, causal=causal, title="First"), key="cmp_a")
-            with right:
-                _plot(attention_heatmap(second, o_q, o_k, causal=causal, title="Second"), key="cmp_b")
-            if tuple(first.shape) == tuple(second.shape):
-                a = causal_blank(first.numpy()) if causal else first
-                b = causal_blank(second.numpy()) if causal else second
-                _plot(difference_heatmap(a, b, q_labels, k_labels, title="Difference (second − first)"), key="cmp_d")
-            else:
-                st.info(f"The two maps have different shapes ({tuple(first.shape)} vs {tuple(second.shape)}), so "
-                        "there is no cell-by-cell difference: compare their patterns side by side.")
+        compare_tab(ckpt, src, tgt_inputs, view)
 
 # --- tokens and export ------------------------------------------------------------------------------------------
 with st.expander("Tokens, ids and export"):

@@ -8,6 +8,7 @@ from teaching.bpe_replay import merge_table, piece_lengths, pre_tokenize, replay
 from model.tokenizer import TextTokenizer
 from ui import state, url
 from ui.widgets import show_figure
+from viz.labels import WORD_START_NOTE
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html
 
 PLOT = dict(width="stretch", theme=None)
@@ -39,7 +40,7 @@ table = _merges(*state.checkpoint_version(ckpt), tok.to_str())
 st.title("Tokenization")
 st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. 2016) "
            "cuts the text into pieces from a vocabulary of "
-           f"{tok.vocab_size} learned from the training data. `▁` marks the start of a word (the space before it).")
+           f"{tok.vocab_size} learned from the training data. " + WORD_START_NOTE + " Every page shows pieces this way.")
 
 # --- the text -----------------------------------------------------------------------------------------
 shared = state.current_text(ckpt)

@@ -148,8 +148,7 @@ def ablation_sweep(model: Transformer, src_ids: list[int] | None, tgt_ids: list[
     """
     cfg = model.cfg
     base = float(sequence_log_probs(model, src_ids, tgt_ids).sum())
-    kinds = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers, "cross": cfg.n_decoder_layers} \
-        if cfg.is_encoder_decoder else {"self": cfg.n_decoder_layers}
+    kinds = cfg.attention_layers()
     result = {}
     for kind, n_layers in kinds.items():
         drop = torch.zeros(n_layers, cfg.n_heads)

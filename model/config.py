@@ -12,8 +12,13 @@ from pathlib import Path
 
 ARCHITECTURES = ("encoder-decoder", "decoder-only")
 POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
-#: Schemes the model implements (all of them; kept as a separate list for schemes added to the names first).
-IMPLEMENTED_POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
+#: The attention kinds, as plain identifiers (display wording lives in ``viz/labels.py``): an encoder-decoder has
+#: ``encoder`` (source self-attention), ``decoder`` (masked target self-attention) and ``cross`` (target queries
+#: over source keys); a decoder-only model has ``self`` (masked self-attention).
+ENCODER_DECODER_KINDS = ("encoder", "decoder", "cross")
+DECODER_ONLY_KINDS = ("self",)
+#: Kinds whose queries see only keys at or before their own position.
+CAUSAL_KINDS = frozenset({"decoder", "self"})
 
 
 class ConfigError(ValueError):
@@ -77,14 +82,19 @@ class ModelConfig:
     def is_encoder_decoder(self) -> bool:
         return self.arch == "encoder-decoder"
 
+    def attention_layers(self) -> dict[str, int]:
+        """Attention kind → number of layers that have it (:data:`ENCODER_DECODER_KINDS` or
+        :data:`DECODER_ONLY_KINDS`, in that order); every layer has ``n_heads`` heads."""
+        if self.is_encoder_decoder:
+            return {"encoder": self.n_encoder_layers, "decoder": self.n_decoder_layers, "cross": self.n_decoder_layers}
+        return {"self": self.n_decoder_layers}
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an impossible combination."""
         if self.arch not in ARCHITECTURES:
             raise ConfigError(f"arch must be one of {ARCHITECTURES}, got {self.arch!r}")
         if self.pos_encoding not in POS_ENCODINGS:
             raise ConfigError(f"pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
-        if self.pos_encoding not in IMPLEMENTED_POS_ENCODINGS:
-            raise ConfigError(f"pos_encoding {self.pos_encoding!r} is not implemented yet")
         for name in ("vocab_size", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "max_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):

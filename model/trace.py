@@ -2,7 +2,8 @@
 
 Attention tensors are ``[layers, heads, q_len, k_len]`` (rows = queries, columns = keys), one per kind:
 ``encoder`` (source self-attention), ``decoder`` (masked target self-attention) and ``cross``
-(target queries over source keys), or ``self`` for a decoder-only model.
+(target queries over source keys), or ``self`` for a decoder-only model (:data:`model.config.CAUSAL_KINDS` are
+masked). The words the pages show for each kind are in ``viz/labels.py``.
 """
 
 from __future__ import annotations
@@ -46,14 +47,6 @@ class Trace:
         if kind == "cross":
             return self.tgt_tokens, self.src_tokens
         return self.tgt_tokens, self.tgt_tokens
-
-
-KIND_TITLES = {
-    "encoder": "Encoder self-attention",
-    "decoder": "Decoder masked self-attention",
-    "cross": "Cross-attention (decoder → encoder)",
-    "self": "Masked self-attention",
-}
 
 
 @torch.inference_mode()

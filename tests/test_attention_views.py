@@ -23,8 +23,8 @@ from model.analysis import greedy_with_head_masks, head_statistics, sequence_log
 from model.decoding import Stepper
 from model.trace import trace_pair
 from ui import attention_views as views
-from viz.attention_views import (ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, head_stat_heatmap, lines_figure, log_prob_figure,
-                                 model_grid_altair, model_grid_figure, token_bar_figure)
+from viz.attention_views import head_stat_heatmap, lines_figure, log_prob_figure, token_bar_figure
+from viz.grid import ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, model_grid_altair, model_grid_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CKPT = ROOT / "checkpoints" / "en-de"
@@ -57,7 +57,7 @@ def test_model_grid_has_one_panel_per_layer_and_head():
     titles = [a.text for a in fig.layout.annotations]
     assert titles[:2] == ["layer 1 · head 1", "layer 1 · head 2"] and titles[-1] == "layer 3 · head 4"
     # Tick labels on the outer axes only: x on the bottom row, y in the first column.
-    assert fig.layout.xaxis9.showticklabels and list(fig.layout.xaxis9.ticktext) == [f"k{j}" for j in range(6)]
+    assert fig.layout.xaxis9.showticklabels and list(fig.layout.xaxis9.ticktext) == [f"▁k{j}" for j in range(6)]
     assert not fig.layout.xaxis1.showticklabels
     assert fig.layout.yaxis5.showticklabels and not fig.layout.yaxis6.showticklabels
 
@@ -117,7 +117,7 @@ def test_lines_opacity_is_the_weight_and_weak_lines_are_omitted():
         assert list(t.x) == [0, 1] and list(t.y) == [i, j]  # left = query i, right = key j
     assert [t.opacity for t in lines] == sorted(t.opacity for t in lines)  # strongest drawn last
     texts = [t for t in fig.data if t.mode == "text+markers"]
-    assert list(texts[0].text) == ["a", "b"] and list(texts[1].text) == ["x", "y", "·z"]
+    assert list(texts[0].text) == ["▁a", "▁b"] and list(texts[1].text) == ["▁x", "▁y", "z"]
     focused = [t for t in lines_figure(w, ["▁a", "▁b"], ["▁x", "▁y", "z"], threshold=0.0, query=1).data
                if t.mode == "lines"]
     assert {tuple(t.meta) for t in focused} == {(1, 0), (1, 1), (1, 2)}
@@ -147,6 +147,62 @@ def test_head_stat_heatmap_is_layers_by_heads():
     assert (seq.zmin, seq.zmax) == (0.0, pytest.approx(math.log(6)))
     with pytest.raises(ValueError):
         head_stat_heatmap(torch.zeros(2, 3, 4), "x")
+
+
+# --- issue 14: readable from the back of the room -------------------------------------------------------------
+def test_model_grid_labels_are_readable_on_a_projector():
+    """The grid's tick labels were 9–11 px and its panel titles 12 px (read as ~8 px on a slide)."""
+    labels = [f"▁w{i}" for i in range(10)]
+    fig = model_grid_figure(random_attention(3, 4, 10, 10), labels, labels, title="grid")
+    assert fig.layout.xaxis9.tickfont.size >= 14 and fig.layout.yaxis1.tickfont.size >= 14
+    assert all(a.font.size >= 14 for a in fig.layout.annotations)
+    assert fig.layout.xaxis9.showticklabels and fig.layout.yaxis5.showticklabels
+    # 8 heads × 20 keys would squeeze 14 px key labels into ~7 px columns: none then, the query labels stay
+    long = [f"▁w{i}" for i in range(20)]
+    crowded = model_grid_figure(random_attention(2, 8, 20, 20), long, long)
+    assert not crowded.layout.xaxis9.showticklabels and crowded.layout.yaxis1.showticklabels
+    assert crowded.layout.height >= 2 * 18 * 20  # 18 px per labelled query row
+    chart = model_grid_altair(random_attention(2, 2, 4, 4), list("abcd"), list("abcd")).to_dict()
+    assert chart["encoding"]["x"]["axis"]["labelFontSize"] >= 14
+
+
+def test_token_bar_title_is_two_short_lines_that_fit_a_half_width_column():
+    """"What “X” attends to · Decoder self (masked) · layer 3 · head 2 · words" was cut off in a half column."""
+    fig = token_bar_figure([0.5, 0.5], ["▁a", "<b>"], title="Who attends to “<bos>”",
+                           subtitle="Decoder self (masked) · layer 3 · mean over heads · words")
+    text = fig.layout.title.text
+    lines = text.split("<br>")
+    assert len(lines) == 2 and "&lt;bos&gt;" in lines[0]
+    visible = [__import__("re").sub(r"<[^>]+>", "", line) for line in lines]
+    assert max(len(v) for v in visible) <= 60  # ≈ 500 px at 14–16 px: inside a half-width column at 1280 px
+    assert fig.layout.margin.t >= 26 + 28 * 2
+
+
+def test_head_stat_numbers_fit_their_cells_and_head_names_leave_the_title_alone():
+    """The sweep's numbers spilled out of narrow cells, and the head names at the top ran into the title."""
+    values = torch.tensor([[0.0342, -12.345, 1234.5, float("nan")]])
+    fig = head_stat_heatmap(values, "drop (nats)", diverging=True, title="Cross (decoder → encoder)")
+    assert list(fig.data[0].text[0]) == ["0.03", "-12.3", "1234", ""]
+    assert all(len(t) <= 5 for t in fig.data[0].text[0])
+    assert fig.data[0].textfont.size >= 14
+    assert fig.layout.xaxis.side == "bottom"
+
+
+def test_who_attends_chips_do_not_all_read_zero():
+    """A column of small weights read "0.00" on every chip while one was outlined as the strongest."""
+    from viz.attention import highlight_tokens_html
+    small = highlight_tokens_html(["▁a", "▁b", "▁c"], [0.004, 0.012, 0.001])
+    assert "0.012" in small and "0.004" in small and "0.00<" not in small
+    assert small.count("3px solid") == 1 and "largest weight is only 0.012" in small
+    none = highlight_tokens_html(["▁a", "▁b"], [0.0001, 0.0])
+    assert "3px solid" not in none and "every weight is below" in none
+
+
+def test_compare_caption_ends_in_one_full_stop():
+    from viz.labels import end_sentence
+    assert end_sentence("“The cat sat.” → Die Katze saß.") == "“The cat sat.” → Die Katze saß."
+    assert end_sentence("checkpoint b, same sentence and translation") == "checkpoint b, same sentence and translation."
+    assert end_sentence("(… translation: Hallo!)") == "(… translation: Hallo!)"
 
 
 # --- ui helpers ------------------------------------------------------------------------------------------------

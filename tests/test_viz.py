@@ -10,10 +10,13 @@ from viz.attention import alignment_heatmap, attention_heatmap, display_token, h
 from viz.decoding import top_tokens_bar
 
 
-def test_display_token_marks_word_starts_and_continuations():
-    assert display_token("▁Bobby") == "Bobby"
-    assert display_token("berries") == "·berries"
+def test_one_word_start_convention_the_tokenizers_own():
+    """Issue 14: Tokenization showed ``▁`` and the other pages ``·``; every page now shows the tokenizer's ``▁``."""
+    assert display_token("▁Bobby") == "▁Bobby"
+    assert display_token("berries") == "berries"
     assert display_token("<eos>") == "<eos>"
+    from viz.labels import WORD_START_NOTE
+    assert "▁" in WORD_START_NOTE and "·" not in WORD_START_NOTE
 
 
 def test_heatmap_keeps_duplicate_tokens_apart_and_states_axes():
@@ -23,7 +26,7 @@ def test_heatmap_keeps_duplicate_tokens_apart_and_states_axes():
     assert np.asarray(hm.z).shape == (3, 4)
     assert list(hm.y) == [0, 1, 2]  # numeric rows: the two "the" stay two rows
     assert "queries" in fig.layout.yaxis.title.text and "keys" in fig.layout.xaxis.title.text
-    assert "query <b>the</b> (row 2)" in hm.customdata[2][0]
+    assert "query <b>▁the</b> (row 2)" in hm.customdata[2][0]
     assert fig.layout.yaxis.autorange == "reversed"  # first query on top
 
 
@@ -81,3 +84,39 @@ def test_colours_and_fonts_are_named_once_in_the_theme():
                  for path in sorted((root / folder).glob("*.py")) if path.name != "theme.py"
                  for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
     assert offenders == []
+
+
+# --- issue 14: decoding figures readable from the back of the room -----------------------------------------------
+def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
+    """At later steps the two-line labels of neighbouring steps ran into each other: one short line per node now,
+    alternately above and below, and the numbers only on the newest step."""
+    from types import SimpleNamespace
+
+    from viz.decoding import beam_tree_figure
+    steps = [[(0, 10 + t, -0.5 * t - j, j < 2) for j in range(4)] for t in range(30)]
+    result = SimpleNamespace(steps=steps, hypotheses=[SimpleNamespace(tokens=[10 + t for t in range(30)])])
+    fig = beam_tree_figure(result, lambda i: f"▁verylongpiece{i}", eos_id=2)
+    nodes = next(t for t in fig.data if t.name == "candidates")
+    places, texts, xs = list(nodes.textposition), list(nodes.text), list(nodes.x)
+    for k in range(len(xs) - 4):
+        assert places[k] != places[k + 4]  # the same rank one step later sits on the other side
+    older = [t for t, x in zip(texts, xs) if x < 30]
+    assert all("<br>" not in t and len(t) <= 8 for t in older)
+    assert all("<br>" in t for t, x, kept in zip(texts, xs, [c[3] for s in steps for c in s]) if x == 30 and kept)
+    assert nodes.textfont.size >= 13
+
+
+def test_pipeline_panels_keep_their_axis_labels_apart():
+    """The last tick of one panel ran into the first of the next ("0−15")."""
+    from types import SimpleNamespace
+
+    from viz.decoding import pipeline_figure
+    logits = torch.linspace(-15, 0, 20)
+    probs = torch.softmax(logits, -1)
+    pipe = SimpleNamespace(logits=logits, scaled=logits, probs=probs, final=probs, keep=torch.ones(20, dtype=torch.bool),
+                           token_id=19)
+    fig = pipeline_figure(pipe, lambda i: f"▁t{i}", top=15, temperature=1.0)
+    domains = [fig.layout[f"xaxis{'' if i == 1 else i}"].domain for i in range(1, 5)]
+    assert all(b[0] - a[1] >= 0.06 for a, b in zip(domains, domains[1:]))
+    assert fig.layout.xaxis.nticks <= 3 and fig.layout.xaxis2.nticks <= 3
+    assert fig.layout.xaxis.tickfont.size >= 14 and all(a.font.size >= 14 for a in fig.layout.annotations)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -16,6 +17,7 @@ import pandas as pd
 import torch
 
 from model.analysis import merge_words, word_ids
+from model.config import CAUSAL_KINDS, DECODER_ONLY_KINDS, ENCODER_DECODER_KINDS
 from model.trace import Trace
 
 #: Column order of the head-statistics table (those a kind lacks are left out).
@@ -28,7 +30,60 @@ STAT_HELP = {
     "eos": "weight on the source's final <eos>",
     "max": "mean of each row's largest weight (1 = always one key)",
 }
-_HEAD_LABEL = re.compile(r"^\s*(encoder|decoder|cross|self)\s+L(\d+)\s+H(\d+)\s*$", re.IGNORECASE)
+_HEAD_LABEL = re.compile(rf"^\s*({'|'.join(ENCODER_DECODER_KINDS + DECODER_ONLY_KINDS)})\s+L(\d+)\s+H(\d+)\s*$",
+                         re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class View:
+    """What the Attention page's shared controls picked, and the weights they show.
+
+    Attributes:
+        kind: attention kind (``encoder``, ``decoder``, ``cross``, ``self``); layer: 0-based;
+        head: 0-based head, ``"all"`` or ``"mean"``; words: word level (pieces merged into words).
+        attn: ``[layers, heads, q, k]`` of ``kind`` (word level when ``words``); q_labels / k_labels: its rows /
+            columns (pieces, or words as word-start pieces).
+    """
+
+    kind: str
+    layer: int
+    head: int | str
+    words: bool
+    attn: torch.Tensor
+    q_labels: list[str]
+    k_labels: list[str]
+
+    @property
+    def causal(self) -> bool:
+        """Keys after each query are masked (decoder and decoder-only self-attention)."""
+        return self.kind in CAUSAL_KINDS
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """``[heads, q, k]``: the picked layer."""
+        return self.attn[self.layer]
+
+    @property
+    def unit(self) -> str:
+        """Title suffix: ``" · words"`` at word level, else empty."""
+        return " · words" if self.words else ""
+
+    def one_head(self) -> tuple[torch.Tensor, int | str]:
+        """``([q, k] weights, head)`` of the picked head, or of the mean over heads (``"mean"``) when all are shown."""
+        if isinstance(self.head, int):
+            return self.weights[self.head], self.head
+        return self.weights.mean(0), "mean"
+
+
+def make_view(trace: Trace, kind: str, layer: int, head: int | str, words: bool) -> View:
+    """The :class:`View` of ``trace`` for the picked kind, layer, head and word level."""
+    q_pieces, k_pieces = trace.labels(kind)
+    attn = trace.attention[kind]
+    if words:
+        attn, q_labels, k_labels = word_level(attn, q_pieces, k_pieces)
+    else:
+        q_labels, k_labels = list(q_pieces), list(k_pieces)
+    return View(kind, layer, head, words, attn, q_labels, k_labels)
 
 
 # --- the Altair grid ----------------------------------------------------------------------------------------
@@ -52,7 +107,7 @@ def word_labels(pieces: Sequence[str]) -> list[str]:
     """One label per word (words as :func:`model.analysis.word_ids` groups them), as word-start pieces.
 
     A word's pieces are joined without the ``▁`` marker and the result gets one ``▁`` in front, so that
-    :func:`viz.attention.display_token` shows the plain word: ``["▁black", "berries", "."]`` → ``["▁blackberries."]``.
+    every view shows the word as one word-start piece: ``["▁black", "berries", "."]`` → ``["▁blackberries."]``.
     Special tokens (``<bos>``, ``<eos>``) stay as they are.
     """
     ids = word_ids(list(pieces))

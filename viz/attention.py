@@ -2,7 +2,7 @@
 
 Convention on every chart: **rows = queries (the token doing the looking), columns = keys (the tokens looked
 at)**; each row sums to 1. Axes are numeric positions with the pieces as tick labels, so a sentence with the
-same word twice keeps two rows.
+same word twice keeps two rows. Pieces are shown as the tokenizer stores them, ``▁`` marking a word start.
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS
 
 
 def display_token(piece: str) -> str:
-    """A BPE piece for display: a word-start piece loses its ``▁`` marker, a word-continuing piece gets ``·``.
+    """A BPE piece as every page shows it: as the tokenizer stores it, ``▁`` marking a word start.
 
-    ``"▁Bobby"`` → ``"Bobby"``, ``"berries"`` → ``"·berries"``; special tokens stay as they are.
+    ``"▁Bobby"`` → ``"▁Bobby"``, ``"berries"`` → ``"berries"`` (a piece without ``▁`` continues the word before).
+    One convention for the whole app, the tokenizer's own, so that the Tokenization page's merges and every
+    chart read alike (:data:`viz.labels.WORD_START_NOTE` explains it where pieces are shown).
     """
-    if piece.startswith("<") and piece.endswith(">"):
-        return piece
-    if piece.startswith("▁"):
-        return piece[1:] or "▁"
-    return "·" + piece
+    return piece
 
 
 def causal_blank(z: np.ndarray) -> np.ndarray:
@@ -41,6 +39,13 @@ def causal_blank(z: np.ndarray) -> np.ndarray:
 def _as_array(weights) -> np.ndarray:
     arr = weights.detach().cpu().numpy() if hasattr(weights, "detach") else np.asarray(weights)
     return arr.astype(float)
+
+
+def check_labels(shape: tuple[int, ...], q_labels: Sequence[str], k_labels: Sequence[str]) -> None:
+    """Raise ``ValueError`` unless there is one query label per row and one key label per column of ``shape``
+    (``[..., q_len, k_len]``)."""
+    if len(q_labels) != shape[-2] or len(k_labels) != shape[-1]:
+        raise ValueError(f"labels ({len(q_labels)}, {len(k_labels)}) do not fit weights {shape}")
 
 
 def plotly_escape(text: str) -> str:
@@ -75,8 +80,7 @@ def attention_heatmap(
     """
     w = _as_array(weights)
     q_len, k_len = w.shape
-    if len(query_labels) != q_len or len(key_labels) != k_len:
-        raise ValueError(f"labels ({len(query_labels)}, {len(key_labels)}) do not fit weights {w.shape}")
+    check_labels(w.shape, query_labels, key_labels)
     z = causal_blank(w) if causal else w.copy()
     q_disp = [display_token(t) for t in query_labels]
     k_disp = [display_token(t) for t in key_labels]
@@ -123,26 +127,34 @@ def alignment_heatmap(weights, target_labels: Sequence[str], source_labels: Sequ
 
 
 def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> str:
-    """The source pieces as inline chips shaded by ``weights`` (``[len(tokens)]``, 0–1); the strongest is outlined.
+    """The pieces as inline chips shaded by ``weights`` (``[len(tokens)]``, 0–1, relative to the largest), each
+    with its weight; the strongest is outlined.
 
-    Returns an HTML fragment (safe: every piece is escaped).
+    Weights are written with 2 decimals, or 3 when the largest is under 0.05 (a column of small weights read
+    all "0.00" before). When even the largest rounds to 0 at that precision, nothing is outlined and the
+    caption says so. Returns an HTML fragment (safe: every piece is escaped).
     """
-    w = _as_array(weights).reshape(-1)
+    w = np.nan_to_num(_as_array(weights).reshape(-1))
     if len(w) != len(tokens):
         raise ValueError("one weight per token is needed")
-    top = int(np.argmax(w)) if len(w) else -1
-    peak = float(w.max()) if len(w) else 1.0
+    peak = float(w.max()) if len(w) else 0.0
+    places = 2 if peak >= 0.05 else 3
+    top = int(np.argmax(w)) if len(w) and round(peak, places) > 0 else -1
     chips = []
     for i, (tok, weight) in enumerate(zip(tokens, w)):
         alpha = 0.08 + 0.92 * (weight / peak if peak > 0 else 0.0)
         color = WHITE if alpha > 0.55 else NAVY
         border = f"3px solid {ACCENT}" if i == top else f"1px solid {BORDER}"
         chips.append(
-            f'<span title="weight {weight:.3f}" style="display:inline-block;margin:3px 2px;padding:4px 8px;'
+            f'<span title="weight {weight:.4f}" style="display:inline-block;margin:3px 2px;padding:4px 8px;'
             f"border-radius:6px;border:{border};background:rgba({ATTENTION_RGB},{alpha:.2f});color:{color};"
             f'font-size:1.15rem;font-family:monospace">{html.escape(display_token(tok))}'
-            f'<sub style="font-size:0.7rem;margin-left:4px">{weight:.2f}</sub></span>'
+            f'<sub style="font-size:0.8rem;margin-left:4px">{weight:.{places}f}</sub></span>'
         )
+    if top < 0 and len(w):
+        caption = (caption + " — " if caption else "") + f"every weight is below {0.5 * 10 ** -places:g}"
+    elif places == 3:
+        caption = (caption + " — " if caption else "") + f"the largest weight is only {peak:.3f}"
     cap = f'<div style="color:{SUBTLE};font-size:0.9rem;margin-top:2px">{html.escape(caption)}</div>' if caption else ""
     return f'<div style="line-height:2.2">{"".join(chips)}</div>{cap}'
 

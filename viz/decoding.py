@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from viz.attention import _short, display_token, plotly_escape
-from viz.theme import ACCENT, DARK_TEXT, FONT, GREY, INK, MONO, SKY as LIGHT, STEEL as BLUE, SUBTLE, TITLE_FONT, WHITE
+from viz.theme import (ACCENT, DARK_TEXT, FONT, GREY, INK, MIN_READABLE, MONO, SKY as LIGHT, STEEL as BLUE, SUBTLE,
+                       TITLE_FONT, WHITE)
 from viz.theme import title as _title
 
 
@@ -48,7 +49,9 @@ def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | 
 
 
 # --- decoding lab -----------------------------------------------------------------------------------------
-#: Token labels in a monospace font (as the attention heatmaps), so that pieces like "·en" and "en" stay apart.
+#: Gap between the pipeline's four panels (fraction of the width): room for each panel's end tick labels.
+PANEL_GAP = 0.07
+#: Token labels in a monospace font (as the attention heatmaps), so that pieces like "▁en" and "en" stay apart.
 TOKEN_FONT = dict(family=MONO, size=13, color=INK)
 
 
@@ -105,7 +108,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         labels.append(f"{r + 1}. {text}")
     t_text = "greedy:<br>no temperature" if temperature is None else f"logits ÷ T<br>(T = {temperature:g})"
     fig = make_subplots(
-        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.025,
+        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=PANEL_GAP,
         subplot_titles=("logits<br> ", t_text, "softmax, then the<br>top-k / top-p cut" if temperature is not None
                         else "softmax; greedy keeps<br>only the argmax", "renormalised<br>→ pick"),
     )
@@ -137,7 +140,11 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
                          else f"{peak:.1%}"], row=1, col=col)
     fig.update_yaxes(tickvals=y, ticktext=labels, autorange="reversed", tickfont=TOKEN_FONT, automargin=True,
                      row=1, col=1)
-    fig.update_xaxes(automargin=True)
+    # At most 3 ticks on the logit axes, and a gap between panels: with 2.5 % and automatic ticks the last label
+    # of one panel ran into the first of the next ("0−15").
+    for col in (1, 2):
+        fig.update_xaxes(nticks=3, row=1, col=col)
+    fig.update_xaxes(automargin=True, tickfont=dict(size=MIN_READABLE))
     verb = "forced" if forced else "chosen"
     fig.update_layout(
         title=dict(text=title or f"Next-token choice: {verb} “{plotly_escape(pieces[chosen])}”", x=0.0, xanchor="left",
@@ -145,7 +152,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         font=FONT, height=150 + 26 * len(rows), margin=dict(l=10, r=30, t=100, b=30), plot_bgcolor=WHITE,
         bargap=0.25, meta={"token_ids": rows, "kept": keep.tolist(), "chosen": chosen},
     )
-    fig.update_annotations(font_size=13)
+    fig.update_annotations(font_size=MIN_READABLE)
     return fig
 
 
@@ -208,19 +215,25 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="root", text=["&lt;bos&gt;"],
                              textposition="top center", marker=dict(size=14, color=SUBTLE, symbol="diamond"),
                              hovertemplate="start: &lt;bos&gt;<extra></extra>", showlegend=False))
-    colors, symbols, texts, hover = [], [], [], []
+    colors, symbols, texts, hover, places = [], [], [], [], []
+    last = len(steps) - 1
     for k, (t, j, (parent, token, lp, kept)) in enumerate(flat):
         piece = plotly_escape(display_token(id_to_token(int(token))))
         done = int(token) == eos_id
         colors.append(ACCENT if on_best[k] else (BLUE if kept else GREY))
         symbols.append("square" if done else "circle")
-        texts.append(f"{piece}<br>{lp:.2f}" if kept else piece)
+        # Labels of neighbouring steps used to run into each other once the tree was wide: one short line per
+        # node (the log-probability only on the newest step, whose column has no right neighbour; hover and the
+        # step's table have every number), above the node on even steps and below it on odd ones.
+        label = plotly_escape(_short(display_token(id_to_token(int(token))), 8))
+        texts.append(f"{label}<br>{lp:.2f}" if kept and t == last else label)
+        places.append("top center" if t % 2 == 0 else "bottom center")
         state = ("finished (ends with &lt;eos&gt;)" if done else "kept as a beam") if kept else "pruned"
         hover.append(f"step {t + 1}, rank {j + 1}: <b>{piece}</b><br>cumulative log p = {lp:.3f}<br>"
                      f"parent beam {int(parent) + 1}<br>{state}")
     fig.add_trace(go.Scatter(
         x=[p[0] for p in node_xy], y=[p[1] for p in node_xy], mode="markers+text", name="candidates",
-        text=texts, textposition="top center", textfont=dict(TOKEN_FONT, size=11),
+        text=texts, textposition=places, textfont=dict(TOKEN_FONT, size=13),
         marker=dict(size=11, color=colors, symbol=symbols, line=dict(color=WHITE, width=1)),
         customdata=hover, hovertemplate="%{customdata}<extra></extra>", showlegend=False,
     ))

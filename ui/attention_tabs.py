@@ -1,0 +1,188 @@
+"""The Attention page's two heaviest tabs, Ablation and Compare, as Streamlit renderers, and the page's chart call.
+
+Both read the page's current view (:class:`ui.attention_views.View`: kind, layer, head, word level and the
+weights shown) and keep their own controls in the link (``?ablate=&sweep=``, ``?compare=&compare_text=&compare_ckpt=``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import streamlit as st
+import torch
+
+from model.analysis import ablation_sweep, greedy_with_head_masks, sequence_log_probs
+from model.checkpoint import Checkpoint
+from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
+from model.trace import trace_pair
+from training.runs import run_arch
+from ui import attention_views as views
+from ui import state, url
+from viz.attention import attention_heatmap, causal_blank
+from viz.attention_views import difference_heatmap, head_stat_heatmap, log_prob_figure
+from viz.labels import KIND_SHORT, end_sentence, head_name
+from viz.theme import PLOTLY_CONFIG
+
+
+def plot(fig, key: str | None = None) -> None:
+    """One Plotly chart at the page's width, in the app's own theme, its camera saving SVG."""
+    st.plotly_chart(fig, width="stretch", theme=None, key=key, config=PLOTLY_CONFIG)
+
+
+# --- cached computations (keyed by checkpoint folder + version + sentence; the model itself is not hashed) ---------
+@st.cache_data(show_spinner=False, max_entries=256)
+def _log_probs(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, heads: tuple, _model) -> list[float]:
+    masks = views.head_masks(heads, _model.cfg.attention_layers(), _model.cfg.n_heads)
+    return sequence_log_probs(_model, list(src_ids) or None, list(tgt_ids), masks).tolist()
+
+
+@st.cache_data(show_spinner="Decoding without those heads…", max_entries=128)
+def _greedy_without(path: str, mtime: float, src_ids: tuple, heads: tuple, max_new: int, _model) -> list[int]:
+    masks = views.head_masks(heads, _model.cfg.attention_layers(), _model.cfg.n_heads)
+    return greedy_with_head_masks(_model, list(src_ids) or None, masks, max_new_tokens=max_new)
+
+
+@st.cache_data(show_spinner="Removing each head in turn…", max_entries=64)
+def _sweep(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, _model) -> dict:
+    return {k: v.tolist() for k, v in ablation_sweep(_model, list(src_ids) or None, list(tgt_ids)).items()}
+
+
+# --- Ablation ------------------------------------------------------------------------------------------------------
+def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int]) -> None:
+    """Switch heads off and score the translation ``all_ids`` (``<bos>`` … ``<eos>``) again; sweep every head."""
+    tok, cfg = ckpt.tokenizer, ckpt.config
+    ckpt_path, ckpt_mtime = state.checkpoint_version(ckpt)
+    st.caption("Switch heads off (their output is zeroed before Wᴼ) and score **the translation above** again "
+               "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
+    counts = cfg.attention_layers()
+    options = views.head_options(counts, cfg.n_heads)
+    url.init_widget("attn_ablate", lambda p: url.choices_param(p, "ablate", options, what="heads switched off"),
+                    valid=lambda v: set(v) <= set(options))
+    chosen = st.multiselect("Heads to switch off", options, key="attn_ablate", placeholder="e.g. cross L2 H3")
+    url.put("ablate", sorted(chosen, key=options.index), [])
+    heads = tuple(sorted(chosen, key=options.index))
+    src_key, tgt_key = tuple(src.ids), tuple(all_ids)
+    scored = tok.tokens(all_ids[1:])
+    if len(all_ids) < 2:
+        st.info("The translation is empty: there is nothing to score.")
+        return
+    base = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, (), _model=ckpt.model)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Total log-prob, all heads", f"{sum(base):.3f}")
+    if heads:
+        ablated = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, heads, _model=ckpt.model)
+        change = sum(ablated) - sum(base)
+        m2.metric("Total log-prob, heads removed", f"{sum(ablated):.3f}", delta=f"{change:+.3f} nats")
+        m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
+                  help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
+        plot(log_prob_figure(scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"))
+        limit = default_max_new_tokens(cfg, len(src.ids))
+        new_ids = _greedy_without(ckpt_path, ckpt_mtime, src_key, heads, limit, _model=ckpt.model)
+        new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
+        same = new_out == list(output_ids)
+        st.markdown(f"**Greedy translation without {', '.join(heads)}:** {tok.decode(new_out) or '(empty output)'} "
+                    f"{'— *unchanged*' if same else '— *changed*'}")
+    else:
+        m2.metric("Total log-prob, heads removed", "—")
+        plot(log_prob_figure(scored, base, title="Per-token log-probability, all heads"))
+        st.info("Pick one or more heads above to switch them off.")
+
+    st.subheader("Every head, one at a time")
+    sweep_key = (ckpt_path, ckpt_mtime, src_key, tgt_key)
+    if "_attn_sweep_for" not in st.session_state:  # a link with ?sweep=1 shows the sweep again
+        wanted, note = url.bool_param(st.query_params, "sweep", False)
+        st.session_state["_attn_sweep_for"] = sweep_key if wanted else None
+        url.show_notes(note)
+    if st.button("Sweep all heads", key="attn_sweep",
+                 help=f"{sum(counts.values()) * cfg.n_heads} scorings of the translation, one per head"):
+        st.session_state["_attn_sweep_for"] = sweep_key
+    swept = st.session_state.get("_attn_sweep_for") == sweep_key
+    url.put("sweep", swept, False)
+    if swept:
+        result = _sweep(ckpt_path, ckpt_mtime, src_key, tgt_key, _model=ckpt.model)
+        st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
+                   "**red = the head helped** this output, blue = the output got likelier without it.")
+        # one kind per row, at the page's width: side by side, the cells were too narrow for their numbers
+        for k, drop in result.items():
+            plot(head_stat_heatmap(torch.tensor(drop), "drop (nats)", diverging=True, title=KIND_SHORT[k]),
+                 key=f"sweep_{k}")
+
+
+# --- Compare -------------------------------------------------------------------------------------------------------
+def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) -> None:
+    """The current view beside the same view of a second sentence or a second checkpoint, and their difference."""
+    tok, cfg = ckpt.tokenizer, ckpt.config
+    modes = {"sentence": "another sentence", "checkpoint": "another checkpoint"}
+    url.init_widget("attn_cmp_mode", lambda p: url.choice_param(p, "compare", modes, modes["sentence"],
+                                                                what="comparison"))
+    mode = st.radio("Compare with", list(modes.values()), horizontal=True, key="attn_cmp_mode")
+    url.put("compare", next(k for k, v in modes.items() if v == mode), "sentence")
+    other_trace, other_name = None, ""
+    if mode == "another sentence":
+        default = next(p for p in state.presets_for(ckpt) if p != src.text)
+        url.init_widget("attn_cmp_text", lambda p: url.text_param(p, "compare_text", default, MAX_INPUT_CHARS,
+                                                                  what="second sentence"))
+        other_text = st.text_input("Second sentence", key="attn_cmp_text")
+        too_long = url.put_text("compare_text", other_text, default)
+        if too_long:
+            st.caption(too_long)
+        other_src = state.source_for(ckpt, other_text)
+        if other_src is not None:
+            o_all, o_out = state.full_translation(ckpt, other_src)
+            other_trace = trace_pair(ckpt.model, tok, other_src.ids, strip_eos(o_all, cfg.eos_id))
+            other_name = f"“{other_src.text}” → {tok.decode(o_out)}"
+    else:
+        others = {n: p for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
+        # checkpoints of this one's architecture first: those are the ones whose attention kinds match
+        others = dict(sorted(others.items(), key=lambda item: run_arch(item[1]) != cfg.arch))
+        if not others:
+            st.info("Only one checkpoint is available. Train another (`python -m training.train --out runs/NAME`) "
+                    "and copy its `best/` folder under `checkpoints/` to compare two models.")
+            return
+        url.init_widget("attn_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
+                                                                    next(iter(others)), what="second checkpoint"),
+                        valid=lambda n: n in others)
+        name = st.selectbox("Second checkpoint", list(others), key="attn_cmp_ckpt")
+        url.put("compare_ckpt", name, next(iter(others)))
+        other, error = state.load_other(others[name])
+        if error:
+            st.warning(f"That checkpoint cannot be loaded: {error}")
+        elif other.config.arch != cfg.arch:
+            st.warning("The two checkpoints have different architectures; their attention kinds differ.")
+        elif other.tokenizer.to_str() == tok.to_str():
+            # Same tokenizer: the second model reads the same source and this translation (teacher forcing),
+            # so the two maps have the same shape and differ only in where the models look.
+            other_trace = trace_pair(other.model, tok, src.ids, tgt_inputs)
+            other_name = f"checkpoint {name}, same sentence and translation"
+        else:
+            o_src = state.source_for(other, src.text)
+            if o_src is not None:
+                o_all, o_out = state.full_translation(other, o_src)
+                other_trace = trace_pair(other.model, other.tokenizer, o_src.ids, strip_eos(o_all, other.config.eos_id))
+                other_name = f"checkpoint {name} (its own tokenizer and translation: {other.tokenizer.decode(o_out)})"
+    if other_trace is None:
+        return
+    kind, layer, causal = view.kind, view.layer, view.causal
+    o_attn = other_trace.attention[kind]
+    o_layer = min(layer, o_attn.shape[0] - 1)
+    o_q, o_k = other_trace.labels(kind)
+    if view.words:
+        o_attn, o_q, o_k = views.word_level(o_attn, o_q, o_k)
+    pick = view.head if isinstance(view.head, int) and view.head < o_attn.shape[1] else "mean"
+    first = view.weights[pick] if pick != "mean" else view.weights.mean(0)
+    second = o_attn[o_layer][pick] if pick != "mean" else o_attn[o_layer].mean(0)
+    st.caption(f"{KIND_SHORT[kind]} · layer {layer + 1} · {head_name(pick)}{view.unit}. "
+               f"Second: {end_sentence(other_name)}")
+    left, right = st.columns(2)
+    with left:
+        plot(attention_heatmap(first, view.q_labels, view.k_labels, causal=causal, title="First"), key="cmp_a")
+    with right:
+        plot(attention_heatmap(second, o_q, o_k, causal=causal, title="Second"), key="cmp_b")
+    if tuple(first.shape) == tuple(second.shape):
+        a = causal_blank(first.numpy()) if causal else first
+        b = causal_blank(second.numpy()) if causal else second
+        plot(difference_heatmap(a, b, view.q_labels, view.k_labels, title="Difference (second − first)"), key="cmp_d")
+    else:
+        st.info(f"The two maps have different shapes ({tuple(first.shape)} vs {tuple(second.shape)}), so "
+                "there is no cell-by-cell difference: compare their patterns side by side.")

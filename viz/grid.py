@@ -1,0 +1,198 @@
+"""The model grid: every head of every layer at once, as small heatmaps (Plotly) or one clickable chart (Altair).
+
+Pure functions from weight arrays (tensors or numpy) and token labels to figures; no Streamlit, no model.
+Conventions as in :mod:`viz.attention`: rows = queries, columns = keys, every weight on the fixed 0–1 scale
+:data:`viz.theme.ATTENTION_SCALE`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from viz.attention import _as_array, _short, causal_blank, check_labels, display_token, plotly_escape
+from viz import theme
+from viz.theme import ACCENT as HIGHLIGHT, ATTENTION_SCALE, FONT, INK as TEXT_COLOR, MASKED_BG, MIN_READABLE, MONO, WHITE
+
+#: Above this many tokens on a side, the grid's small panels carry no tick labels (hover still names the pair).
+GRID_LABEL_LIMIT = 24
+#: Above this many key columns across the whole grid (heads × keys), the bottom row carries no key labels: at
+#: :data:`viz.theme.MIN_READABLE` px they would overlap on a slide-wide chart (about 1100 px, 17 px a column).
+GRID_KEY_LABEL_LIMIT = 64
+#: Pixels per query row of a labelled panel, so that 14 px labels do not overlap.
+LABEL_ROW_PX = 18
+#: Above this many cells in all, the grid's hover shows positions only (per-cell label strings get heavy).
+GRID_HOVER_CELLS = 60_000
+#: Cells (layers × heads × queries × keys) up to which the clickable Altair grid is offered.
+ALTAIR_GRID_CELLS = 40_000
+
+
+
+def model_grid_figure(
+    attn,
+    q_labels: Sequence[str],
+    k_labels: Sequence[str],
+    causal: bool = False,
+    title: str = "",
+    row_names: Sequence[str] | None = None,
+    col_names: Sequence[str] | None = None,
+    highlight: tuple[int, int] | None = None,
+) -> go.Figure:
+    """Every head of every layer as one small heatmap: a grid of ``layers`` rows × ``heads`` columns.
+
+    Args:
+        attn: ``[layers, heads, q_len, k_len]`` weights (tensor or array), rows = queries. Any ``[R, C, q, k]``
+            stack works (the Summaries tab passes ``[layers, 2, q, k]`` for mean / max over heads).
+        q_labels / k_labels: BPE pieces of the rows / columns (tick labels on the outer axes only, and none
+            when a side has more than :data:`GRID_LABEL_LIMIT` pieces).
+        causal: blank the masked upper triangle.
+        row_names / col_names: panel titles are ``"{row} · {col}"`` (default ``layer i`` / ``head j``).
+        highlight: ``(row, col)`` of a panel to outline (the head currently open).
+
+    Returns:
+        A Plotly figure with ``R × C`` heatmap traces on one shared colour axis (0–1).
+    """
+    w = _as_array(attn)
+    if w.ndim != 4:
+        raise ValueError(f"the grid needs [layers, heads, q, k], got {w.shape}")
+    n_rows, n_cols, q_len, k_len = w.shape
+    check_labels(w.shape, q_labels, k_labels)
+    row_names = list(row_names) if row_names is not None else [f"layer {i + 1}" for i in range(n_rows)]
+    col_names = list(col_names) if col_names is not None else [f"head {j + 1}" for j in range(n_cols)]
+    z_all = causal_blank(w) if causal else w
+    n = max(q_len, k_len)
+    labelled = n <= GRID_LABEL_LIMIT
+    key_labels = labelled and n_cols * k_len <= GRID_KEY_LABEL_LIMIT
+    q_disp = [display_token(t) for t in q_labels]
+    k_disp = [display_token(t) for t in k_labels]
+    hover = None
+    if n_rows * n_cols * q_len * k_len <= GRID_HOVER_CELLS:
+        hover = np.array([[f"{plotly_escape(q)} → {plotly_escape(k)}" for k in k_disp] for q in q_disp])
+
+    fig = make_subplots(
+        rows=n_rows, cols=n_cols,
+        subplot_titles=[f"{r} · {c}" for r in row_names for c in col_names],
+        horizontal_spacing=min(0.04 if not labelled else 0.03, 0.3 / max(n_cols, 1)),
+        vertical_spacing=min(0.08, 0.5 / max(n_rows, 1)),
+    )
+    for r in range(n_rows):
+        for c in range(n_cols):
+            name = f"{row_names[r]} · {col_names[c]}"
+            fig.add_trace(
+                go.Heatmap(
+                    z=z_all[r, c], x=list(range(k_len)), y=list(range(q_len)), coloraxis="coloraxis",
+                    customdata=hover, name=name,
+                    hovertemplate=(f"{plotly_escape(name)}<br>"
+                                   + ("%{customdata}" if hover is not None else "query %{y} → key %{x}")
+                                   + "<br>weight %{z:.3f}<extra></extra>"),
+                    xgap=1 if n <= 40 else 0, ygap=1 if n <= 40 else 0,
+                ),
+                row=r + 1, col=c + 1,
+            )
+    tick_font = dict(family=MONO, size=MIN_READABLE, color=TEXT_COLOR)
+    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, ticks="")
+    fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False, ticks="", autorange="reversed")
+    if key_labels:
+        for c in range(n_cols):
+            fig.update_xaxes(showticklabels=True, tickvals=list(range(k_len)), ticktext=[_short(t, 10) for t in k_disp],
+                             tickangle=-60, tickfont=tick_font, automargin=True, row=n_rows, col=c + 1)
+    if labelled:
+        for r in range(n_rows):
+            fig.update_yaxes(showticklabels=True, tickvals=list(range(q_len)), ticktext=[_short(t, 10) for t in q_disp],
+                             tickfont=tick_font, automargin=True, row=r + 1, col=1)
+    panel = int(max(130, LABEL_ROW_PX * q_len + 40)) if labelled else int(min(300, max(130, 16 * q_len + 40)))
+    bottom = 20 + (9 * max((len(_short(t, 10)) for t in k_disp), default=1) if key_labels else 0)
+    fig.update_layout(
+        title=theme.title(title),
+        font=FONT,
+        height=n_rows * panel + 70 + bottom,
+        margin=dict(l=10, r=10, t=70 if title else 40, b=bottom),
+        plot_bgcolor=MASKED_BG if causal else WHITE,
+        coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=1.0,
+                       colorbar=dict(title=dict(text="weight"), thickness=12, len=min(1.0, 300 / max(1, n_rows * panel)))),
+    )
+    fig.update_annotations(font=dict(size=MIN_READABLE, color=TEXT_COLOR))  # the panel titles
+    if highlight is not None and 0 <= highlight[0] < n_rows and 0 <= highlight[1] < n_cols:
+        idx = highlight[0] * n_cols + highlight[1] + 1
+        suffix = "" if idx == 1 else str(idx)
+        fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.03, x1=1.03, y0=-0.03,
+                      y1=1.03, line=dict(color=HIGHLIGHT, width=3))
+    return fig
+
+
+def model_grid_altair(
+    attn,
+    q_labels: Sequence[str],
+    k_labels: Sequence[str],
+    causal: bool = False,
+    selected: tuple[int, int] | None = None,
+    cell: int | None = None,
+) -> alt.Chart:
+    """The model grid as one Altair chart whose click selects a head (selection parameter ``head_pick``).
+
+    One rectangle per (layer, head, query, key), laid out in blocks (layers down, heads across) in a single
+    view, so that ``st.altair_chart(..., on_select=…, selection_mode="head_pick")`` reports
+    ``{"layer": l, "head": h}`` (1-based) for the clicked head. Masked decoder cells are left out.
+
+    Args:
+        attn: ``[layers, heads, q_len, k_len]``; keep ``layers·heads·q·k`` ≤ :data:`ALTAIR_GRID_CELLS`.
+        selected: ``(layer, head)`` 0-based, drawn at full opacity while the others are dimmed (before a click).
+        cell: pixels per cell (default adapts to the length).
+
+    Raises:
+        ValueError: wrong shape, labels that do not fit, or more cells than :data:`ALTAIR_GRID_CELLS`.
+    """
+    w = _as_array(attn)
+    if w.ndim != 4:
+        raise ValueError(f"the grid needs [layers, heads, q, k], got {w.shape}")
+    n_layers, n_heads, q_len, k_len = w.shape
+    check_labels(w.shape, q_labels, k_labels)
+    if w.size > ALTAIR_GRID_CELLS:
+        raise ValueError(f"{w.size} cells is too many for the clickable grid (limit {ALTAIR_GRID_CELLS})")
+    gap = max(2, round(0.25 * max(q_len, k_len)))
+    bx, by = k_len + gap, q_len + gap
+    layer, head, i, j = np.meshgrid(np.arange(n_layers), np.arange(n_heads), np.arange(q_len), np.arange(k_len),
+                                    indexing="ij")
+    keep = np.ones(w.shape, dtype=bool)
+    if causal:
+        keep &= (j <= i + (k_len - q_len))
+    q_disp = np.array([display_token(t) for t in q_labels], dtype=object)
+    k_disp = np.array([display_token(t) for t in k_labels], dtype=object)
+    x0 = head * bx + j
+    y0 = layer * by + i
+    df = pd.DataFrame({
+        "layer": (layer + 1)[keep], "head": (head + 1)[keep], "query": q_disp[i[keep]], "key": k_disp[j[keep]],
+        "weight": w[keep].round(4), "x0": x0[keep], "x1": x0[keep] + 1, "y0": y0[keep], "y1": y0[keep] + 1,
+    })
+    stops = [s for s, _ in ATTENTION_SCALE]
+    colors = [c for _, c in ATTENTION_SCALE]
+    pick = alt.selection_point(name="head_pick", fields=["layer", "head"], on="click", clear="dblclick",
+                               value=[{"layer": selected[0] + 1, "head": selected[1] + 1}] if selected else None)
+    px = cell or int(max(4, min(18, 520 // max(1, n_heads * bx), 420 // max(1, n_layers * by))))
+    x_axis = alt.Axis(values=[h * bx + k_len / 2 for h in range(n_heads)], labelExpr=f"'head ' + (floor(datum.value / {bx}) + 1)",
+                      title=None, grid=False, ticks=False, domain=False, orient="top", labelFontSize=MIN_READABLE)
+    y_axis = alt.Axis(values=[l * by + q_len / 2 for l in range(n_layers)],
+                      labelExpr=f"'layer ' + (floor(datum.value / {by}) + 1)", title=None, grid=False, ticks=False,
+                      domain=False, labelFontSize=MIN_READABLE)
+    return (
+        alt.Chart(df)
+        .mark_rect(stroke=WHITE, strokeWidth=0.3 if px >= 8 else 0)
+        .encode(
+            x=alt.X("x0:Q", axis=x_axis, scale=alt.Scale(domain=[0, n_heads * bx - gap], nice=False)),
+            x2="x1:Q",
+            y=alt.Y("y0:Q", axis=y_axis, scale=alt.Scale(domain=[n_layers * by - gap, 0], nice=False)),
+            y2="y1:Q",
+            color=alt.Color("weight:Q", scale=alt.Scale(domain=stops, range=colors, clamp=True),
+                            legend=alt.Legend(title="weight")),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.35)),
+            tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("query:N"), alt.Tooltip("key:N"),
+                     alt.Tooltip("weight:Q", format=".3f")],
+        )
+        .add_params(pick)
+        .properties(width=px * (n_heads * bx - gap), height=px * (n_layers * by - gap))
+    )

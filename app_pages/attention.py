@@ -17,7 +17,7 @@ from model.config import CAUSAL_KINDS
 from model.decoding import strip_eos
 from model.trace import trace_pair
 from ui import attention_views as views
-from ui import state, url
+from ui import state, url, widgets
 from ui.attention_tabs import ablation_tab, compare_tab, plot
 from viz.attention import attention_heatmap, display_token, highlight_tokens_html
 from viz.attention_views import head_stat_heatmap, lines_figure, token_bar_figure
@@ -176,8 +176,8 @@ if tab_grid.open:
         if style == "Plotly":
             plot(model_grid_figure(attn, q_labels, k_labels, causal=causal, title=title, highlight=picked))
         else:
-            st.altair_chart(model_grid_altair(attn, q_labels, k_labels, causal=causal, selected=picked),
-                            on_select=_on_grid_click, selection_mode="head_pick", key="attn_grid_alt", theme=None)
+            widgets.show_altair(model_grid_altair(attn, q_labels, k_labels, causal=causal, selected=picked),
+                                on_select=_on_grid_click, selection_mode="head_pick", key="attn_grid_alt", theme=None)
         st.session_state["attn_grid_open"] = None if picked is None else picked[0] * cfg.n_heads + picked[1]
         st.selectbox("Open a head", list(range(n_layers * cfg.n_heads)), index=None, key="attn_grid_open",
                      placeholder="Pick a head to open it large…", on_change=_on_grid_pick,

@@ -109,12 +109,13 @@ def step_controls(step: int, finished: bool, end: int, status: str) -> None:
 
 
 def hypotheses_table(hyps, alpha: float) -> None:
-    st.dataframe(
+    # a static table: its cells wrap, where a dataframe's cut the translations off at the column's width
+    st.table(
         [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
           "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
           "score": round(h.score, 3), "finished": h.finished}
          for i, h in enumerate(hyps)],
-        hide_index=True, width="stretch",
+        hide_index=True,
     )
 
 

@@ -7,22 +7,26 @@ import streamlit as st
 
 from teaching import worked
 from ui import url
+from ui.widgets import show_figure
 from viz.teaching import annotated_matrix, scaling_chart
-
-PLOT = dict(width="stretch", theme=None)
 
 st.title("Worked examples")
 st.caption("Small matrices you can edit; every intermediate is shown with 4 decimals. Rows are tokens.")
 
 
-def editor(label: str, default: np.ndarray, key: str, param: str, prefix: str = "d") -> np.ndarray | None:
-    """An editable matrix, kept in the link as ``?param=1,0;0,1`` when it differs from ``default``; ``None``
+def editor(label: str, default: np.ndarray, key: str, param: str, prefix: str = "d", title: str = "",
+           row_prefix: str = "t") -> np.ndarray | None:
+    """An editable matrix under its heading (``**label**`` and ``title``), rows named ``{row_prefix}0, …`` and
+    columns ``{prefix}0, …``; kept in the link as ``?param=1,0;0,1`` when it differs from ``default``. ``None``
     (with a warning) when a cell is empty or not a number."""
     base = f"{key}_from_link"  # what the editor starts from: the link's matrix (first visit) or the example
     if base not in st.session_state:
         st.session_state[base], note = url.matrix_param(st.query_params, param, default, what=f"matrix {label}")
         url.show_notes(note)
-    frame = pd.DataFrame(st.session_state[base], columns=[f"{prefix}{j}" for j in range(default.shape[1])])
+    st.markdown(f"**{label}**" + (f" — {title}" if title else ""))
+    matrix = st.session_state[base]
+    frame = pd.DataFrame(matrix, columns=[f"{prefix}{j}" for j in range(default.shape[1])],
+                         index=[f"{row_prefix}{i}" for i in range(len(matrix))])
     edited = st.data_editor(frame, key=key, hide_index=False, width="stretch")
     values = pd.DataFrame(edited).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(values).all():
@@ -33,7 +37,7 @@ def editor(label: str, default: np.ndarray, key: str, param: str, prefix: str = 
 
 
 def show(z, title, rows=None, cols=None):
-    st.plotly_chart(annotated_matrix(z, title, rows, cols), **PLOT)
+    show_figure(annotated_matrix(z, title, rows, cols))
 
 
 # --- scaled dot-product attention ---------------------------------------------------------------------
@@ -43,11 +47,11 @@ url.init_widget("wx_scale", lambda p: url.bool_param(p, "scaled", True))
 url.init_widget("wx_causal", lambda p: url.bool_param(p, "causal", False))
 c1, c2, c3 = st.columns(3)
 with c1:
-    q = editor("Q", worked.REF_Q, "wx_q", "q")
+    q = editor("Q", worked.REF_Q, "wx_q", "q", title="queries, one row per token", row_prefix="q")
 with c2:
-    k = editor("K", worked.REF_K, "wx_k", "k")
+    k = editor("K", worked.REF_K, "wx_k", "k", title="keys, one row per token", row_prefix="k")
 with c3:
-    v = editor("V", worked.REF_V, "wx_v", "v")
+    v = editor("V", worked.REF_V, "wx_v", "v", title="values, one row per token", row_prefix="v")
 o1, o2 = st.columns(2)
 scale = o1.checkbox("Divide by √d_k", key="wx_scale")
 causal = o2.checkbox("Causal mask (decoder self-attention)", key="wx_causal")
@@ -89,14 +93,12 @@ st.header("Layer normalisation")
 st.latex(r"\mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
          r"\quad\text{per token, over its } d_{model} \text{ features}")
 x_default = np.array([[1.0, 2.0, 3.0, 4.0], [2.0, -1.0, 0.5, 0.0], [10.0, 10.0, 10.0, 11.0]])
-x = editor("X", x_default, "wx_ln_x", "x")
+x = editor("X", x_default, "wx_ln_x", "x", title="one row per token, one column per feature", row_prefix="token ")
 g1, g2 = st.columns(2)
 with g1:
-    st.markdown("γ (scale)")
-    gamma = editor("γ", np.ones((1, 4)), "wx_ln_g", "gamma")
+    gamma = editor("γ", np.ones((1, 4)), "wx_ln_g", "gamma", title="scale, one per feature", row_prefix="γ")
 with g2:
-    st.markdown("β (shift)")
-    beta = editor("β", np.zeros((1, 4)), "wx_ln_b", "beta")
+    beta = editor("β", np.zeros((1, 4)), "wx_ln_b", "beta", title="shift, one per feature", row_prefix="β")
 if x is not None and gamma is not None and beta is not None:
     try:
         ln = worked.layer_norm_steps(x, gamma, beta)
@@ -141,7 +143,7 @@ rows = worked.scaling_demo(seed=seed)
 st.markdown("With q, k ~ N(0, 1), the score q·k has variance d_k: the bigger the head, the more one score "
             f"dominates and the softmax saturates (gradients vanish). Seed {seed}, 10 keys; uniform entropy "
             f"= ln 10 = {np.log(10):.3f}.")
-st.plotly_chart(scaling_chart(rows), **PLOT)
+show_figure(scaling_chart(rows))
 st.dataframe(pd.DataFrame([{k_: r[k_] for k_ in ("d_k", "score_std", "max_raw", "max_scaled", "entropy_raw",
                                                   "entropy_scaled")} for r in rows]).style.format(precision=4),
              hide_index=True)

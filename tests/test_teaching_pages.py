@@ -275,6 +275,10 @@ def test_lecture_page():
     at = _app("app_pages/lecture.py")
     assert not at.warning
     assert len(at.get("plotly_chart")) >= 10
+    # issue 14: the Q / K / V input tables were unlabeled: each has a heading saying what its rows are
+    headings = [str(m.value) for m in at.markdown]
+    for name, what in (("Q", "queries"), ("K", "keys"), ("V", "values"), ("X", "one row per token")):
+        assert any(h.startswith(f"**{name}** — {what}") for h in headings), (name, headings)
     at = _app("app_pages/lecture.py", causal="1", scaled="0", seed="zz")
     assert at.checkbox(key="wx_causal").value and not at.checkbox(key="wx_scale").value
     at.radio(key="wx_heads").set_value(4).run()

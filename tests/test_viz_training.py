@@ -110,7 +110,7 @@ def test_unknown_metric_or_axis_is_an_error_and_empty_input_is_fine():
 
 
 def test_the_real_trainer_log_has_every_curve(tmp_path):
-    """The record keys this module reads are the ones ``model/train.py`` writes: a tiny real run (12 steps,
+    """The record keys this module reads are the ones the trainer (``training/loop.py``) writes: a tiny real run (12 steps,
     evaluations at 6 and 12) has points on every chart against every x axis."""
     from training import train
     from test_train_cli import TINY, run_main
@@ -145,3 +145,16 @@ def test_run_figure_one_run_several_series():
                       "Perplexity", "ppl", log_y=True)
     assert wide.layout.yaxis.type == "log"
     assert len(run_figure([], {"loss": "loss"}, "Loss", "nats").data) == 1  # nothing logged yet: no error
+
+
+def test_legend_sits_under_the_axis_title_not_on_it():
+    """Issue 14: the legend at y = −0.22 of the plot covered the x-axis title on the Training charts."""
+    from viz.theme import AXIS_ROOM, LEGEND_ROW
+    runs = {f"run-{i}": [{"step": s, "loss": 5.0 - s / 100} for s in (10, 20, 30)] for i in range(12)}
+    fig = compare_figure(runs, "loss")
+    legend = fig.layout.legend
+    assert legend.yref == "container" and legend.y == 0 and legend.yanchor == "bottom"
+    assert legend.font.size >= 14
+    assert fig.layout.margin.b >= AXIS_ROOM + 2 * LEGEND_ROW  # twelve runs take two legend rows, under the title
+    one = run_figure(runs["run-0"], {"train loss": "loss", "valid loss": "valid_loss"}, "Loss", "nats")
+    assert one.layout.legend.yref == "container" and one.layout.margin.b >= AXIS_ROOM + LEGEND_ROW

@@ -18,16 +18,15 @@ from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
 from model.trace import trace_pair
 from training.runs import run_arch
 from ui import attention_views as views
-from ui import state, url
+from ui import state, url, widgets
 from viz.attention import attention_heatmap, causal_blank
 from viz.attention_views import difference_heatmap, head_stat_heatmap, log_prob_figure
 from viz.labels import KIND_SHORT, end_sentence, head_name
-from viz.theme import PLOTLY_CONFIG
 
 
 def plot(fig, key: str | None = None) -> None:
-    """One Plotly chart at the page's width, in the app's own theme, its camera saving SVG."""
-    st.plotly_chart(fig, width="stretch", theme=None, key=key, config=PLOTLY_CONFIG)
+    """One Plotly chart at the page's width (:func:`ui.widgets.show_figure`: larger fonts in presentation mode)."""
+    widgets.show_figure(fig, key=key)
 
 
 # --- cached computations (keyed by checkpoint folder + version + sentence; the model itself is not hashed) ---------

@@ -78,3 +78,32 @@ def title(text: str, size: int = 16) -> dict:
 def legend_above(y: float = 1.02) -> dict:
     """A horizontal legend just above the plot area, right-aligned, so that it never covers an axis title."""
     return dict(orientation="h", yanchor="bottom", y=y, xanchor="right", x=1.0)
+
+
+#: Room under the plot for the x tick labels and the x-axis title (px), below which a bottom legend starts.
+AXIS_ROOM = 64
+#: Height of one legend row (px) at :data:`MIN_READABLE`.
+LEGEND_ROW = 26
+
+
+def legend_rows(names, width: int = 900, size: int = MIN_READABLE) -> int:
+    """Rows a horizontal legend of ``names`` needs in ``width`` px (each entry: its symbol, ~0.6 em a character)."""
+    rows, used = 1, 0.0
+    for name in names:
+        entry = 50 + 0.6 * size * len(str(name))
+        if used and used + entry > width:
+            rows, used = rows + 1, 0.0
+        used += entry
+    return rows
+
+
+def legend_below(names, width: int = 900) -> tuple[dict, int]:
+    """A horizontal legend at the very bottom of the figure, under the x-axis title rather than on it.
+
+    Returns ``(legend, bottom_margin)``: the legend dict (anchored to the figure, not the plot) and the bottom
+    margin (px) that keeps :data:`AXIS_ROOM` for the tick labels and axis title above it.
+    """
+    rows = legend_rows(names, width)
+    legend = dict(orientation="h", yref="container", y=0.0, yanchor="bottom", xanchor="left", x=0.0,
+                  font=dict(size=MIN_READABLE))
+    return legend, AXIS_ROOM + LEGEND_ROW * rows

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.theme import AXIS_LINE, FONT, INK as TEXT_COLOR, LIGHT_GRID, PLACEHOLDER, SERIES_PALETTE
+from viz.theme import AXIS_LINE, AXIS_ROOM, FONT, INK as TEXT_COLOR, LIGHT_GRID, PLACEHOLDER, SERIES_PALETTE, legend_below
 
 #: x-axis choices: label shown in the app (and kept in the URL) → axis title.
 X_AXES: dict[str, str] = {
@@ -178,13 +178,14 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int, small_numbers: bool = False,
             title_size: int = 18) -> None:
-    """The look every training chart shares: title at the left, the legend under the plot, axes that make room
+    """The look every training chart shares: title at the left, the legend under the x-axis title, axes that make room
     for their tick labels (``small_numbers``: ticks like 2e-4 instead of SI prefixes such as 200μ)."""
+    # the legend at the bottom of the figure, under the x-axis title (at y = −0.22 of the plot it sat on it)
+    legend, bottom = legend_below([t.name for t in fig.data])
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=title_size, color=TEXT_COLOR)),
-        font=FONT, height=height, template="plotly_white", hovermode="closest", showlegend=True,
-        margin=dict(l=10, r=10, t=50, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=14)),
+        font=FONT, height=height + bottom - AXIS_ROOM, template="plotly_white", hovermode="closest", showlegend=True,
+        margin=dict(l=10, r=10, t=50, b=bottom), legend=legend,
     )
     fig.update_xaxes(title_text=x_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID)
     fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID,

@@ -8,9 +8,15 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from model.config import ARCHITECTURES, CAUSAL_KINDS, POS_ENCODINGS
+from training import form as TF
 from training import launch as L
+from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
+from training import runs as R
+from ui.run_view import ARCH_LABELS, DATA_LABELS
 from viz import training as VT
 from viz.attention import attention_heatmap
+from viz.labels import KIND_SHORT
 
 CHECKPOINTS_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -19,7 +25,7 @@ st.caption("Train a small English → German Transformer here (or a decoder-only
            "sentences or on the Brown corpus's English prose) and watch it learn. Each run is the ordinary `python -m training.train` CLI running in the "
            "background; its folder under `runs/` holds the curves, log-spaced checkpoints and attention snapshots.")
 
-root = L.runs_root()
+root = R.runs_root()
 
 
 # --- launch form ------------------------------------------------------------------------------------------
@@ -43,47 +49,46 @@ def recipe_fields(p: dict, preset: str) -> dict:
                              key=k("wd"))
         bpe_drop = c3.number_input("BPE-dropout", 0.0, 0.99, float(p["bpe_dropout"]), step=0.05, key=k("bped"),
                                    help="Training text re-segmented every epoch; the saved tokenizer never drops.")
-        dec_layers = c4.number_input("decoder layers (0 = as encoder)", 0, 12, int(p["decoder_layers"]),
+        dec_layers = c4.number_input("decoder layers (0 = as encoder)", 0, 12, int(p["decoder_layers"] or 0),
                                      key=k("declayers"))
         c1, c2, c3, c4 = st.columns(4)
         vocab = c1.number_input("vocabulary size", 100, 64_000, int(p["vocab_size"]), step=500, key=k("vocab"))
-        vocab_from = c2.selectbox("vocabulary learned from", ("all", "sentences"),
-                                  ("all", "sentences").index(p["vocab_from"]), key=k("vfrom"))
+        vocab_from = c2.selectbox("vocabulary learned from", VOCAB_SOURCES, VOCAB_SOURCES.index(p["vocab_from"]),
+                                  key=k("vfrom"))
         share = c3.number_input("dictionary share of each step", 0.0, 0.9, float(p["dict_share"]), step=0.05,
                                 key=k("share"), help="Phrase and word pairs mixed into every step (needs the "
                                                      "dictionary in the training data); 0 = whole batches of them.")
-        precision = c4.selectbox("precision", ("auto", "fp32", "bf16"), ("auto", "fp32", "bf16").index(p["precision"]),
+        precision = c4.selectbox("precision", PRECISIONS, PRECISIONS.index(p["precision"]),
                                  key=k("prec"), help="auto: bf16 on GPUs and CPUs with native bf16, else fp32.")
         c1, c2, c3, c4 = st.columns(4)
-        select = c1.selectbox("best checkpoint by", ("auto", "chrf", "loss"), ("auto", "chrf", "loss").index(p["select"]),
+        select = c1.selectbox("best checkpoint by", SELECT, SELECT.index(p["select"]),
                               key=k("sel"), help="auto: valid chrF for a translator, loss for a language model.")
         eval_sents = c2.number_input("valid sentences scored (0 = all)", 0, 100_000, int(p["eval_sentences"]),
                                      key=k("evs"))
         keep = c3.number_input("keep last evaluations", 0, 50, int(p["keep_last"]), key=k("keep"),
                                help="For averaging: python -m training.average OUT runs/NAME/evals/step-*")
         patience = c4.number_input("patience (evaluations)", 0, 1000, int(p["patience"]), key=k("pat"))
-        starts = ["(random weights)"] + [str(c) for c in L.warm_start_choices()]
+        starts = ["(random weights)"] + [str(c) for c in TF.warm_start_choices()]
         init = st.selectbox("start from checkpoint (warm start)", starts,
                             starts.index(p["init_from"]) if p["init_from"] in starts else 0, key=k("init"),
                             help="Its weights, tokenizer and architecture (the shape fields above are then "
                                  "ignored), with a fresh optimizer; the schedule continues from its step.")
     return {"attention_dropout": float(att), "activation_dropout": float(act), "src_word_dropout": float(src_wd),
             "tgt_word_dropout": float(tgt_wd), "decoder_layerdrop": float(layerdrop), "weight_decay": float(wd),
-            "bpe_dropout": float(bpe_drop), "decoder_layers": int(dec_layers), "vocab_size": int(vocab),
+            "bpe_dropout": float(bpe_drop), "decoder_layers": int(dec_layers) or None, "vocab_size": int(vocab),
             "vocab_from": vocab_from, "dict_share": float(share), "precision": precision, "select": select,
             "eval_sentences": int(eval_sents), "keep_last": int(keep), "patience": int(patience),
             "init_from": None if init == starts[0] else init}
 
 
 def launch_form() -> None:
-    preset = st.selectbox("Preset", list(L.PRESETS), key="train_preset",
+    preset = st.selectbox("Preset", list(TF.PRESETS), key="train_preset",
                           help="Fills the form; the 2-minute demos train a tiny model on 3,000 sentences (pairs).")
-    p = L.preset_form(preset)
+    p = TF.preset_form(preset)
     with st.form("launch"):
         arch = st.selectbox(
-            "architecture", L.ARCHITECTURES, L.ARCHITECTURES.index(p["arch"]), key=f"f_arch_{preset}",
-            format_func=lambda a: {"encoder-decoder": "encoder-decoder (English → German translator)",
-                                   "decoder-only": "decoder-only (GPT-style language model)"}.get(a, a),
+            "architecture", ARCHITECTURES, ARCHITECTURES.index(p["arch"]), key=f"f_arch_{preset}",
+            format_func=lambda a: ARCH_LABELS.get(a, a),
             help="A decoder-only model learns to continue text: each side of every training pair (English and "
                  "German) is one text. It is evaluated by loss and perplexity; BLEU does not apply.")
         c1, c2, c3, c4 = st.columns(4)
@@ -94,7 +99,7 @@ def launch_form() -> None:
         d_ff = c4.number_input("d_ff", 8, 8192, p["d_ff"], step=64, key=f"f_dff_{preset}")
         c1, c2, c3, c4 = st.columns(4)
         dropout = c1.number_input("dropout", 0.0, 0.99, float(p["dropout"]), step=0.05, key=f"f_drop_{preset}")
-        pos = c2.selectbox("positional encoding", L.POS_ENCODINGS, L.POS_ENCODINGS.index(p["pos_encoding"]),
+        pos = c2.selectbox("positional encoding", POS_ENCODINGS, POS_ENCODINGS.index(p["pos_encoding"]),
                            key=f"f_pos_{preset}")
         norm = c3.radio("layer norm", ["post-LN (paper)", "pre-LN"], index=int(p["norm_first"]),
                         key=f"f_norm_{preset}")
@@ -110,10 +115,10 @@ def launch_form() -> None:
         max_steps = c1.number_input("max steps", 1, 10_000_000, p["max_steps"], key=f"f_steps_{preset}")
         max_minutes = c2.number_input("max minutes (0 = no limit)", 0.0, 10_000.0, float(p["max_minutes"]),
                                       key=f"f_min_{preset}")
-        device = c3.selectbox("device", L.DEVICES, key=f"f_dev_{preset}")
+        device = c3.selectbox("device", TF.DEVICES, key=f"f_dev_{preset}")
         name = c4.text_input("run name (optional)", key=f"f_name_{preset}")
-        data = st.radio("training data", L.DATA_CHOICES, index=L.DATA_CHOICES.index(p["data"]), horizontal=True,
-                        key=f"f_data_{preset}",
+        data = st.radio("training data", TF.DATA_SOURCES, index=TF.DATA_SOURCES.index(p["data"]), horizontal=True,
+                        key=f"f_data_{preset}", format_func=lambda d: DATA_LABELS.get(d, d),
                         help="Ding dictionary pairs (a decoder-only model trains on both sides of each as texts), "
                              "or the Brown corpus's English sentences for a decoder-only language model.")
         recipe = recipe_fields(p, preset)
@@ -128,7 +133,7 @@ def launch_form() -> None:
             "batch_tokens": int(batch), "seed": int(seed), "max_steps": int(max_steps),
             "max_minutes": float(max_minutes), "device": device, "data": data,
             "train_tsv": "(uploaded)" if upload is not None else None, **recipe}
-    errors = L.validate_form(form)
+    errors = TF.validate_form(form)
     if name and not L.safe_name(name):
         errors.append("a run name may hold letters, digits, '.', '_' and '-' only")
     if errors:
@@ -136,12 +141,12 @@ def launch_form() -> None:
         return
     try:
         run_dir = L.launch(form, root, name=name or None,
-                          train_tsv_bytes=upload.getvalue() if data == "uploaded TSV" and upload else None)
+                          train_tsv_bytes=upload.getvalue() if data == "tsv" and upload else None)
     except (L.LaunchError, OSError) as exc:
         st.error(f"Nothing was started: {exc}")
         return
     st.session_state["train_watch"] = run_dir.name
-    st.success(f"Started run `{run_dir.name}`. The command: `{' '.join(L.build_command(form, run_dir)[1:])}`")
+    st.success(f"Started run `{run_dir.name}`. The command: `{' '.join(TF.build_command(form, run_dir)[1:])}`")
 
 
 if L.demo_mode():
@@ -173,9 +178,9 @@ def chart(col, metrics: list[dict], series: dict[str, str], title: str, y_title:
 
 
 def show_run(run_dir: Path) -> None:
-    status = L.read_status(run_dir) or {}
+    status = R.read_status(run_dir) or {}
     state = L.run_state(run_dir)
-    metrics = L.read_metrics(run_dir)
+    metrics = R.read_metrics(run_dir)
     last_step = max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=0)
     step, max_steps = status.get("step") or last_step, status.get("max_steps") or 0
     st.markdown(f"**{run_dir.name}** — state **{state}** · step {step} / {max_steps or '?'}"
@@ -184,7 +189,7 @@ def show_run(run_dir: Path) -> None:
         st.progress(min(1.0, step / max_steps), text=f"step {step} of {max_steps}")
     if state == "failed":
         st.error(f"The run failed: {status.get('error') or 'the trainer process is gone (killed?)'}")
-        tail = L.log_tail(run_dir)
+        tail = R.log_tail(run_dir)
         if tail:
             st.code(tail, language=None)
     if not metrics:
@@ -193,7 +198,7 @@ def show_run(run_dir: Path) -> None:
     c1, c2 = st.columns(2)
     chart(c1, metrics, {"train loss": "loss", "valid loss": "valid_loss"}, "Loss", "cross-entropy (nats/token)",
           "ch_loss")
-    if L.run_arch(run_dir) == "decoder-only":  # a language model: no translation to score
+    if R.run_arch(run_dir) == "decoder-only":  # a language model: no translation to score
         chart(c2, metrics, {"valid perplexity": "valid_ppl"}, "Validation perplexity (exp of the loss)",
               "perplexity", "ch_ppl", log_y=True)
     else:
@@ -232,7 +237,7 @@ if not L.demo_mode():
             st.rerun()
         except L.LaunchError as exc:
             st.error(str(exc))
-    no_status = L.read_status(run_dir) is None and L.recently_written(run_dir)
+    no_status = R.read_status(run_dir) is None and R.recently_written(run_dir)
     if no_status:
         st.caption("This run has no status.json but was written to in the last minutes: it may be a CLI run "
                    "of an older trainer still going, so Delete is off.")
@@ -291,7 +296,7 @@ def compare_runs(chosen: list[str], x: str) -> None:
     records: dict[str, list[dict]] = {}
     for name in chosen:
         folder = root / name
-        recs = L.read_metrics(folder)
+        recs = R.read_metrics(folder)
         if not folder.is_dir():
             st.info(f"Run `{name}` is no longer there (deleted or moved since the list of runs was read); "
                     "it is left out of the charts.")
@@ -318,48 +323,38 @@ compare_runs(compared, x_axis)
 
 # --- heads forming ----------------------------------------------------------------------------------------
 st.subheader("Heads forming")
-probes = L.read_probes(run_dir)
-if not probes:
-    train_args = L.read_train_args(run_dir)
-    if train_args.get("impl", "ours") != "ours":
+snapshots = R.read_probes(run_dir)
+if not snapshots:
+    if R.read_train_args(run_dir).get("impl", "ours") != "ours":
         st.info("This run trains the torch.nn.Transformer baseline, whose attention cannot be traced: it has no "
                 "attention snapshots. Compare its curves with another run's above.")
     else:
         st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
     st.stop()
-steps = [r["step"] for r in probes]
+steps = [s.step for s in snapshots]
 snap_step = st.select_slider("snapshot step", steps, value=steps[-1], key="hf_step") if len(steps) > 1 else steps[0]
-record = probes[steps.index(snap_step)]
-sources = [p.get("source", "?") for p in record["probes"]]
-if not sources:
+probes = snapshots[steps.index(snap_step)].probes
+if not probes:
     st.stop()
 c1, c2 = st.columns(2)
-src_i = c1.selectbox("probe sentence", range(len(sources)), format_func=lambda i: sources[i], key="hf_src")
-probe = record["probes"][src_i]
-att = probe.get("attention") or {}
-if not att:
+src_i = c1.selectbox("probe sentence", range(len(probes)), format_func=lambda i: probes[i].source, key="hf_src")
+probe = probes[src_i]
+trace = probe.trace
+if not trace.kinds:
     st.stop()
-kinds = list(att)
-kind = c2.selectbox("attention", kinds, key="hf_kind",
-                    format_func=lambda k: {"encoder": "encoder self", "decoder": "decoder masked self",
-                                           "cross": "cross (decoder → encoder)", "self": "masked self"}.get(k, k))
-if "continuation" in probe:  # a decoder-only run continues the probe sentence
-    st.markdown(f"Continuation at step {snap_step}: {probe.get('source', '')} **{probe['continuation']}**")
+kind = c2.selectbox("attention", trace.kinds, key="hf_kind", format_func=lambda k: KIND_SHORT.get(k, k))
+if probe.continues:  # a decoder-only run continues the probe sentence
+    st.markdown(f"Continuation at step {snap_step}: {probe.source} **{probe.output}**")
 else:
-    st.markdown(f"Translation at step {snap_step}: **{probe.get('translation', '')}**")
-src_tok, tgt_tok = probe.get("src_tokens", []), probe.get("tgt_tokens", [])
-q_lab = src_tok if kind == "encoder" else tgt_tok  # kinds: encoder, decoder (masked self), cross; self (LM)
-k_lab = tgt_tok if kind in ("decoder", "self") else src_tok
-layers = att[kind]
-for li, layer in enumerate(layers):
-    cols = st.columns(len(layer))
-    for hi, head in enumerate(layer):
-        q = q_lab if len(q_lab) == len(head) else [str(i) for i in range(len(head))]
-        k = k_lab if head and len(k_lab) == len(head[0]) else [str(i) for i in range(len(head[0]) if head else 0)]
-        try:
-            fig = attention_heatmap(head, q, k, title=f"layer {li + 1} · head {hi + 1}",
-                                    causal=kind in ("decoder", "self"), height=260)
-        except (ValueError, IndexError) as exc:
-            cols[hi].warning(f"cannot draw: {exc}")
-            continue
+    st.markdown(f"Translation at step {snap_step}: **{probe.output}**")
+q_lab, k_lab = trace.labels(kind)
+attention = trace.attention[kind]  # [layers, heads, q, k]
+n_layers, n_heads, n_q, n_k = attention.shape
+q_lab = q_lab if len(q_lab) == n_q else [str(i) for i in range(n_q)]
+k_lab = k_lab if len(k_lab) == n_k else [str(i) for i in range(n_k)]
+for li in range(n_layers):
+    cols = st.columns(n_heads)
+    for hi in range(n_heads):
+        fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
+                                causal=kind in CAUSAL_KINDS, height=260)
         cols[hi].plotly_chart(fig, width="stretch", theme=None, key=f"hf_{kind}_{li}_{hi}")

@@ -13,13 +13,13 @@ win late, so read the table as a curve's first stretch, not its end.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks.table import print_table
+from training.runs import read_metrics, read_train_args
 
 #: The shipped recipe at half the width (d_model 128: about a third of the time per token), so that a short run
 #: sees more of its curve; the knobs' directions are what the table is for.
@@ -48,14 +48,11 @@ def command(name: str, out: Path, minutes: float, steps: int, threads: int) -> l
 
 
 def summarize(run: Path) -> dict | None:
-    """The row of one run folder (``None`` when it has no ``train_args.json``): knob, steps, tokens, minutes, last
-    valid loss, best valid chrF and BLEU, and the command."""
-    try:
-        args = json.loads((run / "train_args.json").read_text())
-        lines = (run / "metrics.jsonl").read_text().splitlines()
-    except (OSError, json.JSONDecodeError):
+    """The row of one run folder (``None`` when it has no ``train_args.json`` or no metrics): knob, steps, tokens,
+    minutes, last valid loss, best valid chrF and BLEU, and the command."""
+    records = read_metrics(run)
+    if not read_train_args(run) or not records:
         return None
-    records = [json.loads(line) for line in lines if line.strip()]
     evals = [r for r in records if "valid_loss" in r]
     steps = [r for r in records if "tokens_seen" in r]
     best = max(evals, key=lambda r: r.get("valid_chrf", 0.0), default={})

@@ -2,19 +2,20 @@
 
 Prints one table: for every implementation (our :class:`~model.transformer.Transformer` and the
 ``torch.nn.Transformer`` baseline of :mod:`model.baseline`, both built from the same config), precision (fp32, or
-bf16 autocast through :func:`training.train.autocast`) and CPU thread count, the median time of one training step in
+bf16 autocast through :func:`training.device.autocast`) and CPU thread count, the median time of one training step in
 ms, the throughput in tokens/s (a batch's non-pad source + target tokens, counted as ``python -m training.train`` counts
 them, over the median step), and that throughput as a multiple of the table's first row, all measured in the same
 run (the ratios are what to compare across machines).
 
-One training step is what ``python -m training.train`` does per batch: forward on ``(src, tgt[:, :-1])`` in training
-mode (dropout on), label-smoothed cross-entropy (:func:`training.train.loss_fn`, smoothing 0.1), backward, gradient
+One training step is what ``python -m training.train`` does per batch: forward on a :class:`training.batches.Batch`'s
+``(src, tgt_in)`` in training mode (dropout on), label-smoothed cross-entropy (:func:`training.batches.loss_fn`,
+smoothing 0.1), backward, gradient
 clipping at 1.0 and an Adam step. The batches are synthetic: random tokens in the shape of a ``--batch-tokens 1500``
 batch of the shipped model (37 rows × 20 source and 20 target tokens, a few rows shorter and padded), the same
 batches for every row of the table. Warm-up steps are not timed.
 
 bf16 autocast only pays on a CPU that computes bf16 natively (``avx512_bf16`` / ``amx_bf16``,
-:func:`training.train.cpu_has_native_bf16`); elsewhere PyTorch emulates it and it is several times *slower* than fp32.
+:func:`training.device.cpu_has_native_bf16`); elsewhere PyTorch emulates it and it is several times *slower* than fp32.
 The line above the table says which case this CPU is.
 """
 
@@ -29,7 +30,8 @@ import torch
 
 from model.baseline import IMPLS, build_model
 from model.config import ModelConfig
-from training.train import autocast, cpu_has_native_bf16, loss_fn
+from training.batches import Batch, Example, collate, loss_fn
+from training.device import autocast, cpu_has_native_bf16
 from model.translate import DEFAULT_CHECKPOINT
 
 from .table import print_table
@@ -49,21 +51,23 @@ def load_config(spec: str) -> ModelConfig:
     return ModelConfig.from_json(DEFAULT_CHECKPOINT / "config.json" if spec == "shipped" else Path(spec))
 
 
-def synthetic_batch(cfg: ModelConfig, batch: int, length: int, gen: torch.Generator):
-    """Random ``(src [batch, length], tgt [batch, length])`` like a length-bucketed training batch: source rows
-    ``tokens … <eos>``, target rows ``<bos> tokens … <eos>``, each row 0–3 tokens shorter than ``length`` (the
-    first row full length) and padded, token ids drawn from the non-special vocabulary."""
+def synthetic_batch(cfg: ModelConfig, batch: int, length: int, gen: torch.Generator) -> Batch:
+    """A random :class:`training.batches.Batch` of ``batch`` rows like a length-bucketed training batch: source rows
+    ``tokens … <eos>`` and target rows ``<bos> tokens … <eos>`` of at most ``length`` tokens, each row 0–3 tokens
+    shorter (the first row full length) and padded, token ids drawn from the non-special vocabulary."""
     first = max(cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id) + 1
-    src = torch.full((batch, length), cfg.pad_id, dtype=torch.long)
-    tgt = torch.full((batch, length), cfg.pad_id, dtype=torch.long)
+    examples = []
     for row in range(batch):
-        for out, start in ((src, 0), (tgt, 1)):
+        sides = []
+        for start in (0, 1):  # source, target
             n = length if row == 0 else int(torch.randint(max(start + 2, length - 3), length + 1, (1,), generator=gen))
-            out[row, :n] = torch.randint(first, cfg.vocab_size, (n,), generator=gen)
-            out[row, n - 1] = cfg.eos_id
+            ids = torch.randint(first, cfg.vocab_size, (n,), generator=gen).tolist()
+            ids[-1] = cfg.eos_id
             if start:
-                out[row, 0] = cfg.bos_id
-    return src, tgt
+                ids[0] = cfg.bos_id
+            sides.append(ids)
+        examples.append(Example(*sides))
+    return collate(examples, list(range(batch)), cfg.pad_id, "cpu")
 
 
 def time_training(cfg: ModelConfig, impl: str, precision: str, threads: int, batches, warmup: int,
@@ -81,12 +85,12 @@ def time_training(cfg: ModelConfig, impl: str, precision: str, threads: int, bat
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
     def step(i: int) -> float:
-        src, tgt = batches[i % len(batches)]
+        batch = batches[i % len(batches)]
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with autocast(device, precision):
-            logits = model(src, tgt[:, :-1])
-        loss_fn(logits, tgt[:, 1:], cfg.pad_id, LABEL_SMOOTHING).backward()
+            logits = model(batch.src, batch.tgt_in)
+        loss_fn(logits, batch.tgt_out, cfg.pad_id, LABEL_SMOOTHING).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         opt.step()
         return time.perf_counter() - start
@@ -131,7 +135,7 @@ def main(argv=None) -> int:
         p.error(f"--len must be from 3 to the config's max_len {cfg.max_len}, got {args.len}")
     gen = torch.Generator().manual_seed(0)
     batches = [synthetic_batch(cfg, args.batch, args.len, gen) for _ in range(N_BATCHES)]
-    tokens = [int((s != cfg.pad_id).sum() + (t != cfg.pad_id).sum()) for s, t in batches]
+    tokens = [b.n_tokens for b in batches]
 
     threads_before = torch.get_num_threads()
     results = []

@@ -18,9 +18,14 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from training import train
+from model.baseline import build_model
+from model.flops import matmul_weights_per_token, training_flops
+from training.batches import EpochPlan, collate, encode_pairs, loss_fn
+from training.config import build_parser
+from training.data import load_data
+from training.schedule import factor_for_peak, noam_lr
 from model.checkpoint import load_checkpoint
-from training.train import (Dist, dist_from_env, matmul_weights_per_token, model_flops_utilization, peak_tflops_for,
-                         shard_batches, training_flops)
+from training.distributed import Dist, dist_from_env, model_flops_utilization, peak_tflops_for, shard_batches
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="this torch build has no torch.distributed with gloo")
@@ -167,26 +172,26 @@ def test_one_ddp_step_is_the_step_on_averaged_gradients(tmp_path):
     out = tmp_path / "one"
     run = torchrun(out, *TINY, "--dropout", "0", "--max-steps", 1, "--log-every", 1, "--peak-tflops", 0.05)
     assert run.returncode == 0, run.stdout + run.stderr
-    args = train.build_parser().parse_args(["--out", str(out), *TINY, "--dropout", "0"])
+    args = build_parser().parse_args(["--out", str(out), *TINY, "--dropout", "0"])
     ckpt = load_checkpoint(out / "last")
     torch.manual_seed(args.seed)
-    model = train.build_model(ckpt.config, "ours")  # the initial weights: the trainer seeds, then builds
+    model = build_model(ckpt.config, "ours")  # the initial weights: the trainer seeds, then builds
     model.train()
-    sentences, phrases, words, _ = train.load_data(args)
-    plan = train.EpochPlan(train.encode_pairs(ckpt.tokenizer, sentences, ckpt.config), [], [], args, lambda e: e)
+    sentences, phrases, words, _ = load_data(args)
+    plan = EpochPlan(encode_pairs(ckpt.tokenizer, sentences, ckpt.config), [], [], args, lambda e: e)
     examples, batches = plan.examples(0)
     pad = ckpt.config.pad_id
     grads = []
     for idx in batches[:2]:
         model.zero_grad(set_to_none=True)
-        src, tgt = train.collate(examples, idx, pad, "cpu")
-        train.loss_fn(model(src, tgt[:, :-1]), tgt[:, 1:], pad, args.label_smoothing).backward()
+        batch = collate(examples, idx, pad, "cpu")
+        loss_fn(model(batch.src, batch.tgt_in), batch.tgt_out, pad, args.label_smoothing).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
     for p, g0, g1 in zip(model.parameters(), *grads):
         p.grad = (g0 + g1) / 2
     torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
     d_model = ckpt.config.d_model
-    lr = train.noam_lr(1, d_model, args.warmup, train.factor_for_peak(args.peak_lr, d_model, args.warmup))
+    lr = noam_lr(1, d_model, args.warmup, factor_for_peak(args.peak_lr, d_model, args.warmup))
     torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9).step()
     got = ckpt.model.state_dict()
     for name, want in model.state_dict().items():
@@ -202,7 +207,7 @@ def test_one_ddp_step_is_the_step_on_averaged_gradients(tmp_path):
     n_src = sum(len(examples[i].src) for idx in batches[:2] for i in idx)
     n_tgt_in = sum(len(examples[i].tgt) - 1 for idx in batches[:2] for i in idx)
     seconds = n_tokens / rec["tokens_per_s"]
-    want = train.training_flops(ckpt.config, n_src, n_tgt_in) / seconds / (2 * 0.05e12)
+    want = training_flops(ckpt.config, n_src, n_tgt_in) / seconds / (2 * 0.05e12)
     assert rec["mfu"] == pytest.approx(want, rel=0.25)
 
 

@@ -12,6 +12,11 @@ import torch
 from safetensors.torch import load_file
 
 from training import average, train
+from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
+from training.checkpoints import warm_start
+from training.config import build_parser, normalise
+from training.device import autocast, cpu_has_native_bf16, default_threads, resolve_precision
+from training.schedule import factor_for_peak, learning_rate, make_optimizer
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
 from test_train_cli import run_main
@@ -25,14 +30,14 @@ TINY = ["--limit-train", "200", "--eval-every", "4", "--eval-sentences", "8", "-
 def test_word_dropout_never_touches_padding_or_sentence_markers():
     pad, bos, eos, unk = 0, 1, 2, 3
     ids = torch.tensor([[bos, 10, 11, 12, eos, pad, pad], [bos, 20, 21, 22, 23, 24, eos]])
-    out = train.word_dropout(ids, 1.0 - 1e-9, unk, (pad, bos, eos))  # every droppable token goes
+    out = word_dropout(ids, 1.0 - 1e-9, unk, (pad, bos, eos))  # every droppable token goes
     assert torch.equal(out[ids == pad], ids[ids == pad])
     assert torch.equal(out[ids == bos], ids[ids == bos]) and torch.equal(out[ids == eos], ids[ids == eos])
     assert (out[(ids > 3)] == unk).all()
-    assert train.word_dropout(ids, 0.0, unk, (pad,)) is ids
+    assert word_dropout(ids, 0.0, unk, (pad,)) is ids
     torch.manual_seed(0)
     big = torch.randint(4, 500, (200, 50))
-    rate = (train.word_dropout(big, 0.1, unk, (pad,)) == unk).float().mean().item()
+    rate = (word_dropout(big, 0.1, unk, (pad,)) == unk).float().mean().item()
     assert 0.08 < rate < 0.12
 
 
@@ -71,8 +76,8 @@ def test_layerdrop_skips_decoder_layers_in_training_only(make_model, encode_src,
 
 def test_weight_decay_uses_adamw_on_matrices_only(make_model):
     model = make_model()
-    assert type(train.make_optimizer(model, 0.0)) is torch.optim.Adam
-    opt = train.make_optimizer(model, 0.01)
+    assert type(make_optimizer(model, 0.0)) is torch.optim.Adam
+    opt = make_optimizer(model, 0.01)
     assert isinstance(opt, torch.optim.AdamW)
     decay, rest = opt.param_groups
     assert decay["weight_decay"] == 0.01 and rest["weight_decay"] == 0.0
@@ -82,13 +87,13 @@ def test_weight_decay_uses_adamw_on_matrices_only(make_model):
 
 # --- precision and threads -----------------------------------------------------------------------------------
 def test_native_bf16_is_read_from_the_cpu_flags():
-    assert train.cpu_has_native_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
-    assert train.cpu_has_native_bf16("flags : sse amx_bf16 amx_tile\n")
-    assert not train.cpu_has_native_bf16("flags\t: fpu avx avx2 fma\n")
-    assert not train.cpu_has_native_bf16("")
+    assert cpu_has_native_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_native_bf16("flags : sse amx_bf16 amx_tile\n")
+    assert not cpu_has_native_bf16("flags\t: fpu avx avx2 fma\n")
+    assert not cpu_has_native_bf16("")
     cpu = torch.device("cpu")
-    assert train.resolve_precision("fp32", cpu) == "fp32" and train.resolve_precision("bf16", cpu) == "bf16"
-    assert train.resolve_precision("auto", cpu) == ("bf16" if train.cpu_has_native_bf16() else "fp32")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    assert resolve_precision("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
 
 
 def test_bf16_and_fp32_give_the_same_loss_on_a_tiny_batch(make_model, encode_src, encode_tgt):
@@ -98,29 +103,29 @@ def test_bf16_and_fp32_give_the_same_loss_on_a_tiny_batch(make_model, encode_src
     tgt = torch.tensor([encode_tgt("Das Haus ist groß.")])
     losses = {}
     for precision in ("fp32", "bf16"):
-        with train.autocast(torch.device("cpu"), precision):
+        with autocast(torch.device("cpu"), precision):
             logits = model(src, tgt[:, :-1])
         assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
-        losses[precision] = float(train.loss_fn(logits, tgt[:, 1:], 0, 0.1))
+        losses[precision] = float(loss_fn(logits, tgt[:, 1:], 0, 0.1))
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=2e-2)
 
 
 def test_default_threads():
-    assert train.default_threads(1, {"OMP_NUM_THREADS": "3"}) == 3
-    assert train.default_threads(64, {}) == 1
-    assert train.default_threads(1, {}) >= 1
+    assert default_threads(1, {"OMP_NUM_THREADS": "3"}) == 3
+    assert default_threads(64, {}) == 1
+    assert default_threads(1, {}) >= 1
 
 
 # --- the dictionary share -----------------------------------------------------------------------------------------
 def _examples(n, length, offset=0):
-    return [train.Example(list(range(4, 4 + length)), [1, *range(4 + offset, 4 + offset + length), 2]) for _ in range(n)]
+    return [Example(list(range(4, 4 + length)), [1, *range(4 + offset, 4 + offset + length), 2]) for _ in range(n)]
 
 
 def test_dict_share_mixes_every_step_in_the_given_share():
     sentences, phrases, words = _examples(300, 12), _examples(2000, 3, 1), _examples(1000, 1, 2)
     args = argparse.Namespace(seed=1, sentence_repeat=1, phrases_per_epoch=0, words_per_epoch=0, batch_tokens=600,
                               dict_share=0.25)
-    plan = train.EpochPlan(sentences, phrases, words, args, lambda e: e)
+    plan = EpochPlan(sentences, phrases, words, args, lambda e: e)
     examples, steps = plan.steps(0)
     assert all(len(step) == 2 for step in steps[:-1])  # sentences + dictionary in (nearly) every step
     sent_ids = {i for step in steps for i in step[0]}
@@ -139,9 +144,9 @@ def test_dict_share_mixes_every_step_in_the_given_share():
 
 # --- BPE-dropout -----------------------------------------------------------------------------------------------
 def test_bpe_dropout_works_on_a_copy(tokenizer):
-    noisy = train.with_bpe_dropout(tokenizer, 0.5)
+    noisy = with_bpe_dropout(tokenizer, 0.5)
     assert noisy is not tokenizer and tokenizer.backend.model.dropout is None
-    assert train.with_bpe_dropout(tokenizer, 0.0) is tokenizer
+    assert with_bpe_dropout(tokenizer, 0.0) is tokenizer
     text = "The weather is nice. The street is long."
     assert len({tuple(noisy.encode(text).tokens) for _ in range(20)}) > 1
     assert len({tuple(tokenizer.encode(text).tokens) for _ in range(5)}) == 1
@@ -199,12 +204,31 @@ def test_a_warm_start_continues_from_the_checkpoint(recipe_runs):
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in records if "lr" in r]
     args = argparse.Namespace(warmup=4, lr_step_offset=src_card["step"], rewarmup=200)
-    factor = train.factor_for_peak(1e-3, 32, 4)
-    assert lrs == [pytest.approx(train.learning_rate(s, 32, args, factor)) for s in (2, 4)]
+    factor = factor_for_peak(1e-3, 32, 4)
+    assert lrs == [pytest.approx(learning_rate(s, 32, args, factor)) for s in (2, 4)]
     assert lrs[0] < lrs[1]  # re-warming up
     card = json.loads((folder / "best" / "card.json").read_text())
     assert card["init_from"]["tokens_seen"] == src_card["tokens_seen"]
     assert card["total"]["tokens_seen"] == src_card["tokens_seen"] + card["tokens_seen"]
+
+
+def test_a_warm_start_continues_the_schedule_of_a_chain_of_warm_starts(make_model, tokenizer, tmp_path):
+    """``--lr-step-offset`` defaults to where the checkpoint left the schedule: its step plus the offset its own run
+    started at (``recipe_extra.lr_step_offset`` of a warm-started run's card), not its step alone, which restarted
+    the decay too early on the second warm start."""
+    cpu = torch.device("cpu")
+    chained = save_checkpoint(tmp_path / "warm", make_model(), tokenizer,
+                              {"step": 4, "recipe_extra": {"lr_step_offset": 12, "rewarmup": 200}})
+    args = normalise({"out": str(tmp_path / "next"), "init_from": str(chained)})
+    warm_start(args, cpu)
+    assert args.lr_step_offset == 16 and args.init_card["step"] == 4
+    first = save_checkpoint(tmp_path / "first", make_model(), tokenizer, {"step": 7})  # trained from scratch
+    args = normalise({"out": str(tmp_path / "next"), "init_from": str(first)})
+    warm_start(args, cpu)
+    assert args.lr_step_offset == 7
+    args = normalise({"out": str(tmp_path / "next"), "init_from": str(chained), "lr_step_offset": 3})
+    warm_start(args, cpu)
+    assert args.lr_step_offset == 3  # a typed offset wins
 
 
 def test_init_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
@@ -242,30 +266,30 @@ def test_the_average_of_checkpoints_is_the_mean_of_their_weights(make_model, tok
 
 # --- the Training page's form ---------------------------------------------------------------------------------------
 def test_the_form_passes_the_recipe_to_the_trainer():
-    from training import launch
+    from training import form as launch_form
 
-    form = launch.preset_form("continue the shipped translator (hours)")
-    assert launch.validate_form(form) == []
-    cmd = launch.build_command(form, "runs/x")
+    form = launch_form.preset_form("continue the shipped translator (hours)")
+    assert launch_form.validate_form(form) == []
+    cmd = launch_form.build_command(form, "runs/x")
     flags = dict(zip(cmd, cmd[1:]))
     assert flags["--init-from"] == "checkpoints/en-de" and flags["--dict-share"] == "0.25"
     assert flags["--eval-sentences"] == "0" and flags["--keep-last"] == "5"
-    args = train.build_parser().parse_args(cmd[3:])  # the trainer understands every flag the form writes
+    args = build_parser().parse_args(cmd[3:])  # the trainer understands every flag the form writes
     assert args.init_from == "checkpoints/en-de" and args.attention_dropout == 0.2
-    plain = launch.build_command(launch.preset_form("base-like"), "runs/y")
+    plain = launch_form.build_command(launch_form.preset_form("base-like"), "runs/y")
     assert not {"--init-from", "--dict-share", "--bpe-dropout", "--select"} & set(plain)  # defaults stay unsaid
     bad = {**form, "bpe_dropout": 1.5, "dict_share": -0.1, "keep_last": -1, "init_from": "no/such/folder"}
-    errors = " ".join(launch.validate_form(bad))
+    errors = " ".join(launch_form.validate_form(bad))
     for word in ("bpe_dropout", "dict_share", "keep_last", "no/such/folder"):
         assert word in errors
-    assert "checkpoints/en-de" in launch.warm_start_choices()
+    assert "checkpoints/en-de" in launch_form.warm_start_choices()
 
 
 # --- the A/B table --------------------------------------------------------------------------------------------------
 def test_every_ab_variant_is_a_valid_training_command(tmp_path):
     from benchmarks import recipe
 
-    parser = train.build_parser()
+    parser = build_parser()
     for name in recipe.VARIANTS:
         cmd = recipe.command(name, tmp_path / f"ab-{name}", 1.0, 10, 1)
         args = parser.parse_args(cmd[3:])

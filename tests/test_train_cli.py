@@ -14,9 +14,10 @@ import torch
 from safetensors.torch import load_file
 
 from training import evaluate, train
+from training.config import build_parser, given_options
 from model import translate
 from model.checkpoint import load_checkpoint
-from training.train import factor_for_peak, noam_lr
+from training.schedule import factor_for_peak, noam_lr
 
 TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
         "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",
@@ -117,9 +118,9 @@ def test_resume_is_exact(runs):
 
 
 def test_given_options_names_only_what_was_typed():
-    parser = train.build_parser()
-    assert train.given_options(parser, ["--out", "r", "--resume"]) == {"out", "resume"}
-    assert train.given_options(parser, ["--out", "r", "--max-steps", "5", "--test-at-end"]) == {
+    parser = build_parser()
+    assert given_options(parser, ["--out", "r", "--resume"]) == {"out", "resume"}
+    assert given_options(parser, ["--out", "r", "--max-steps", "5", "--test-at-end"]) == {
         "out", "max_steps", "test_at_end"}
 
 

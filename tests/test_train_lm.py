@@ -17,6 +17,9 @@ from safetensors.torch import load_file
 from streamlit.testing.v1 import AppTest
 
 from training import train
+from training.batches import EpochPlan, collate, encode_examples, sequences_per_pair
+from training.data import monolingual
+from training.evaluate import validation_loss
 from model.checkpoint import load_checkpoint
 from corpora.files import Pair
 from training.runs import LM_PROBE_PROMPTS, read_status, snapshot_steps
@@ -135,16 +138,18 @@ def test_language_model_examples_are_the_sides_of_the_pairs(lm_runs):
     ckpt = load_checkpoint(lm_runs["root"] / "straight" / "best")
     cfg, tok = ckpt.config, ckpt.tokenizer
     pairs = [Pair("The house is big.", "Das Haus ist groß."), Pair("Good morning.", "Guten Morgen.")]
-    examples = train.encode_examples(tok, pairs, cfg)
+    examples = encode_examples(tok, pairs, cfg)
     assert [tok.decode(e.tgt[1:-1]) for e in examples] == ["The house is big.", "Das Haus ist groß.",
                                                           "Good morning.", "Guten Morgen."]
     assert all(e.src == [] and e.tgt[0] == cfg.bos_id and e.tgt[-1] == cfg.eos_id for e in examples)
-    src, tgt = train.collate(examples, [0, 3], cfg.pad_id, "cpu")
-    assert src.shape == (2, 0) and tgt.shape == (2, max(len(examples[0].tgt), len(examples[3].tgt)))
-    assert train.sequences_per_pair(cfg) == 2
+    batch = collate(examples, [0, 3], cfg.pad_id, "cpu")
+    longest = max(len(examples[0].tgt), len(examples[3].tgt))
+    assert batch.src.shape == (2, 0) and batch.tgt_in.shape == batch.tgt_out.shape == (2, longest - 1)
+    assert batch.n_src == 0 and batch.n_pred == len(examples[0].tgt) + len(examples[3].tgt) - 2
+    assert sequences_per_pair(cfg) == 2
     # --phrases-per-epoch counts pairs: a language model samples two sequences per pair.
     args = argparse.Namespace(seed=1, sentence_repeat=1, phrases_per_epoch=1, words_per_epoch=0, batch_tokens=500)
-    chosen, batches = train.EpochPlan(examples[:1], examples, [], args, lambda e: e, per_pair=2).examples(0)
+    chosen, batches = EpochPlan(examples[:1], examples, [], args, lambda e: e, per_pair=2).examples(0)
     assert len(chosen) == 3 and sorted(i for b in batches for i in b) == [0, 1, 2]
 
 
@@ -181,9 +186,8 @@ def test_the_evaluate_cli_scores_a_language_model_by_perplexity(lm_runs, tmp_pat
     assert scores["perplexity"] == pytest.approx(math.exp(scores["loss"]), rel=1e-3)
     # the same number as the trainer's validation loss on the same sentences
     ckpt = load_checkpoint(best)
-    examples = train.encode_examples(ckpt.tokenizer, train.monolingual(["The house is big.", "She reads a book."]),
-                                     ckpt.config)
-    loss = train.validation_loss(ckpt.model, examples, argparse.Namespace(batch_tokens=100), ckpt.model.device)
+    examples = encode_examples(ckpt.tokenizer, monolingual(["The house is big.", "She reads a book."]), ckpt.config)
+    loss = validation_loss(ckpt.model, examples, 100, ckpt.model.device)
     assert scores["loss"] == pytest.approx(loss, abs=1e-4)
     (tmp_path / "blank.txt").write_text("\n\n", encoding="utf-8")
     rc, _, err = run_main(evaluate.main, ["--checkpoint", best, "--text", tmp_path / "blank.txt"])

@@ -1,4 +1,4 @@
-"""The Training page: ``model/launch.py`` (form validation, the CLI it builds, real tiny runs started as
+"""The Training page: ``training/form.py`` and ``training/launch.py`` (form validation, the CLI it builds, real tiny runs started as
 subprocesses, the one-run lock, stop, kill -9, delete, garbage tolerance) and ``app_pages/training.py`` via AppTest.
 
 Every run goes into a temporary runs root; nothing touches ``runs/``.
@@ -17,8 +17,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from training import form as TF
 from training import launch as L
+from training import runs as R
 from model.checkpoint import load_checkpoint
+from training.config import FIELDS, build_parser, value_type
+from viz.labels import KIND_SHORT
 from viz.training import PALETTE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,63 +54,107 @@ def finished(tmp_path_factory):
     """A real tiny run, launched through :func:`launch.launch` and waited for."""
     root = tmp_path_factory.mktemp("runs")
     os.environ.pop(L.DEMO_ENV, None)
-    run = L.launch({**L.preset_form("2-minute CPU demo"), **TINY}, root, name="tiny")
-    assert wait_for(lambda: (L.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), \
-        L.log_tail(run)
+    run = L.launch({**TF.preset_form("2-minute CPU demo"), **TINY}, root, name="tiny")
+    assert wait_for(lambda: (R.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), \
+        R.log_tail(run)
     return root, run
 
 
 # --- the form --------------------------------------------------------------------------------------------
 def test_validate_form_errors():
-    assert L.validate_form(L.preset_form("2-minute CPU demo")) == []
-    assert all(L.validate_form(L.preset_form(p)) == [] for p in L.PRESETS)
-    assert any("divisible" in e for e in L.validate_form({"d_model": 30, "n_heads": 4}))
-    assert any("max_steps" in e for e in L.validate_form({"max_steps": 0}))
-    assert any("max_minutes" in e for e in L.validate_form({"max_minutes": -1}))
-    assert any("dropout" in e for e in L.validate_form({"dropout": 1.5}))
-    assert any("positional" in e for e in L.validate_form({"pos_encoding": "wavelet"}))
-    assert any("RoPE" in e for e in L.validate_form({"pos_encoding": "rope", "d_model": 36, "n_heads": 4}))
-    assert any("upload" in e for e in L.validate_form({"data": "uploaded TSV"}))
+    assert TF.validate_form(TF.preset_form("2-minute CPU demo")) == []
+    assert all(TF.validate_form(TF.preset_form(p)) == [] for p in TF.PRESETS)
+    assert any("divisible" in e for e in TF.validate_form({"d_model": 30, "n_heads": 4}))
+    assert any("max_steps" in e for e in TF.validate_form({"max_steps": 0}))
+    assert any("max_minutes" in e for e in TF.validate_form({"max_minutes": -1}))
+    assert any("dropout" in e for e in TF.validate_form({"dropout": 1.5}))
+    assert any("positional" in e for e in TF.validate_form({"pos_encoding": "wavelet"}))
+    assert any("RoPE" in e for e in TF.validate_form({"pos_encoding": "rope", "d_model": 36, "n_heads": 4}))
+    assert any("upload" in e for e in TF.validate_form({"data": "tsv"}))
 
 
 def test_build_command_is_the_cli():
-    form = {**L.preset_form("2-minute CPU demo"), "norm_first": True, "data": "sentences + phrases"}
-    cmd = L.build_command(form, "runs/x")
-    assert cmd == [sys.executable, "-m", "training.train", "--out", "runs/x", "--arch", "encoder-decoder",
-                   "--d-model", "64", "--n-heads", "2",
-                   "--layers", "2", "--d-ff", "256", "--dropout", "0.1", "--pos-encoding", "sinusoidal",
-                   "--norm-first", "--label-smoothing", "0.1", "--warmup", "200", "--peak-lr", "0.001",
+    form = {**TF.preset_form("2-minute CPU demo"), "norm_first": True, "data": "sentences+phrases"}
+    cmd = TF.build_command(form, "runs/x")
+    assert cmd == [sys.executable, "-m", "training.train", "--out", "runs/x", "--phrases-per-epoch", "2000",
+                   "--limit-train", "3000", "--vocab-size", "2000", "--arch", "encoder-decoder", "--d-model", "64",
+                   "--n-heads", "2", "--layers", "2", "--d-ff", "256", "--dropout", "0.1", "--pos-encoding",
+                   "sinusoidal", "--norm-first", "--peak-lr", "0.001", "--warmup", "200", "--label-smoothing", "0.1",
                    "--batch-tokens", "1500", "--max-steps", "100000", "--max-minutes", "2.0", "--seed", "1",
-                   "--device", "auto", "--vocab-size", "2000", "--eval-every", "100", "--eval-sentences", "50",
-                   "--log-every", "10", "--limit-train", "3000", "--phrases-per-epoch", "2000", "--no-progress"]
-    from training.train import build_parser
+                   "--device", "auto", "--log-every", "10", "--eval-every", "100", "--eval-sentences", "50",
+                   "--no-progress"]  # TrainConfig's order: the always-shown recipe plus what differs from a default
     args = build_parser().parse_args(cmd[3:])  # the trainer accepts it
     assert args.d_model == 64 and args.norm_first and args.max_minutes == 2.0
-    tsv = L.build_command({**form, "data": "uploaded TSV", "train_tsv": "/r/train.tsv"}, "r")
+    tsv = TF.build_command({**form, "data": "tsv", "train_tsv": "/r/train.tsv"}, "r")
     assert tsv[tsv.index("--train-tsv") + 1] == "/r/train.tsv" and "--phrases-per-epoch" not in tsv
 
 
 def test_decoder_only_form(tmp_path):
     """The architecture knob: validated, passed as ``--arch``, accepted by the trainer; presets stay translators."""
-    from training.train import build_parser
-    assert all(L.preset_form(p)["arch"] == "encoder-decoder" for p in ("2-minute CPU demo", "small", "base-like"))
-    lm = L.preset_form("2-minute CPU demo, language model")
-    assert lm["arch"] == "decoder-only" and L.validate_form(lm) == []
-    for data in L.DATA_CHOICES:  # every data choice makes sense for a language model too (both sides as texts)
-        form = {**lm, "data": data, "train_tsv": "/r/train.tsv" if data == "uploaded TSV" else None}
-        assert L.validate_form(form) == [], data
-        cmd = L.build_command(form, "runs/lm")
+    assert all(TF.preset_form(p)["arch"] == "encoder-decoder" for p in ("2-minute CPU demo", "small", "base-like"))
+    lm = TF.preset_form("2-minute CPU demo, language model")
+    assert lm["arch"] == "decoder-only" and TF.validate_form(lm) == []
+    for data in TF.DATA_SOURCES:  # every data choice makes sense for a language model too (both sides as texts)
+        form = {**lm, "data": data, "train_tsv": "/r/train.tsv" if data == "tsv" else None}
+        assert TF.validate_form(form) == [], data
+        cmd = TF.build_command(form, "runs/lm")
         assert cmd[cmd.index("--arch") + 1] == "decoder-only"
         args = build_parser().parse_args(cmd[3:])
         assert args.arch == "decoder-only" and args.layers == 4
-        assert bool(args.words_per_epoch) == ("words" in data) and (args.train_tsv is not None) == ("TSV" in data)
-        assert (args.corpus == "brown") == (data == L.BROWN)
-    assert lm["data"] == L.BROWN  # the language-model preset reads English text
-    translator = {**L.preset_form("2-minute CPU demo"), "data": L.BROWN}
-    assert any("Brown corpus is English only" in e for e in L.validate_form(translator))
-    assert any("architecture" in e for e in L.validate_form({"arch": "encoder-only"}))
-    assert any("divisible" in e for e in L.validate_form({**lm, "d_model": 30, "n_heads": 4}))
+        assert bool(args.words_per_epoch) == ("words" in data) and (args.train_tsv is not None) == (data == "tsv")
+        assert (args.corpus == "brown") == (data == "brown")
+    assert lm["data"] == "brown"  # the language-model preset reads English text
+    translator = {**TF.preset_form("2-minute CPU demo"), "data": "brown"}
+    assert any("Brown corpus is English only" in e for e in TF.validate_form(translator))
+    assert any("architecture" in e for e in TF.validate_form({"arch": "encoder-only"}))
+    assert any("divisible" in e for e in TF.validate_form({**lm, "d_model": 30, "n_heads": 4}))
     assert L.new_run_name(lm, tmp_path).endswith("-d64h2l4-lm")
+
+
+def _other_value(name: str, field):
+    """A value of option ``name`` other than its default, of its type."""
+    if field.metadata.get("choices"):
+        return next(c for c in field.metadata["choices"] if c != field.default)
+    special = {"pos_encoding": "rope", "device": "cpu", "data_dir": "/data", "valid_tsv": "/v.tsv",
+               "init_from": "checkpoints/en-de"}
+    if name in special:
+        return special[name]
+    kind = value_type(name)
+    if kind is bool:
+        return not field.default
+    if kind is int:
+        return (field.default or 0) + 1
+    return round((field.default or 0.0) + 0.25, 4)
+
+
+def test_every_trainer_option_can_be_set_from_the_form():
+    """The form and the trainer's parser come from one TrainConfig: whatever a form (or a preset file) sets reaches
+    the trainer as it was set (attention dropout could not be set from the form once the two had drifted)."""
+    parser = build_parser()
+    base = TF.preset_form("base-like")
+    for name, field in FIELDS.items():
+        if name in TF.NOT_IN_FORM or name in ("corpus", "train_tsv", "phrases_per_epoch", "words_per_epoch"):
+            continue  # the data source sets these (test_decoder_only_form)
+        value = _other_value(name, field)
+        args = parser.parse_args(TF.build_command({**base, name: value}, "runs/x")[3:])
+        assert getattr(args, name) == value, name
+    assert set(TF.form_defaults()) == set(FIELDS) - set(TF.NOT_IN_FORM) | {"data"}
+
+
+def test_presets_are_data_files_of_known_options(tmp_path):
+    assert list(TF.PRESETS)[0] == "2-minute CPU demo" and len(TF.PRESETS) == len(list(TF.PRESETS_DIR.glob("*.json")))
+    (tmp_path / "1-typo.json").write_text(json.dumps({"name": "typo", "values": {"d_modell": 64}}))
+    with pytest.raises(ValueError, match="d_modell"):
+        TF.load_presets(tmp_path)
+
+
+def test_old_train_args_are_normalised_when_read(tmp_path):
+    """A run written before an option existed reads back with that option at its default (no guessing later)."""
+    (tmp_path / "train_args.json").write_text(json.dumps({"out": "runs/old", "max_steps": 50, "d_model": 64}))
+    saved = R.read_train_args(tmp_path)
+    assert saved["max_steps"] == 50 and saved["d_model"] == 64
+    assert saved["dict_share"] == 0.0 and saved["corpus"] == "ding" and saved["select"] == "auto"
+    assert R.read_train_args(tmp_path / "missing") == {}
 
 
 def test_demo_refuses_launch(tmp_path, monkeypatch):
@@ -117,24 +165,24 @@ def test_demo_refuses_launch(tmp_path, monkeypatch):
 
 
 def test_runs_root_env(tmp_path, monkeypatch):
-    monkeypatch.setenv(L.RUNS_ENV, str(tmp_path))
-    assert L.runs_root() == tmp_path
-    monkeypatch.delenv(L.RUNS_ENV)
-    assert L.runs_root() == L.RUNS_ROOT
+    monkeypatch.setenv(R.RUNS_ENV, str(tmp_path))
+    assert R.runs_root() == tmp_path
+    monkeypatch.delenv(R.RUNS_ENV)
+    assert R.runs_root() == R.RUNS_ROOT
 
 
 # --- real runs -------------------------------------------------------------------------------------------
 def test_tiny_run_finishes(finished):
     root, run = finished
-    assert L.read_status(run)["state"] == "finished", L.log_tail(run)
+    assert R.read_status(run)["state"] == "finished", R.log_tail(run)
     assert L.active_run(root) is None and not (root / L.LOCK_NAME).exists()  # lock released once it ended
     (row,) = L.list_runs(root)
     assert row["name"] == "tiny" and row["state"] == "finished" and row["step"] == 20
     assert row["loss"] is not None and row["valid_loss"] is not None and "d32" in row["model"]
-    metrics = L.read_metrics(run)
+    metrics = R.read_metrics(run)
     assert any("lr" in m for m in metrics) and any(m.get("event") == "stopped" for m in metrics)
-    probes = L.read_probes(run)
-    assert [p["step"] for p in probes] == [0, 10, 20]
+    probes = R.read_probes(run)
+    assert [p.step for p in probes] == [0, 10, 20]
     assert load_checkpoint(run / "best").config.d_model == 32
     assert not L.can_resume(run)  # all its steps are done
 
@@ -148,12 +196,12 @@ def test_half_written_and_garbage_files(finished, tmp_path):
     good = (run / "metrics.jsonl").read_text().splitlines()
     (bad / "metrics.jsonl").write_text("\n".join(good[:3]) + '\n{"step": 9, "lo')
     (bad / "probes.jsonl").write_text('garbage\n{"step": "x"}\n')
-    assert len(L.read_metrics(bad)) == 3 and L.read_probes(bad) == []
+    assert len(R.read_metrics(bad)) == 3 and R.read_probes(bad) == []
     (tmp_path / "empty").mkdir()
     rows = {r["name"]: r for r in L.list_runs(tmp_path)}
     assert rows["bad"]["state"] == "unknown" and rows["empty"]["state"] == "unknown"
     assert L.list_runs(tmp_path / "missing") == []
-    assert L.read_metrics(tmp_path / "vanished") == [] and L.effective_state(None) == "unknown"
+    assert R.read_metrics(tmp_path / "vanished") == [] and L.effective_state(None) == "unknown"
     assert L.summarize(tmp_path / "vanished")["state"] == "unknown"
     (tmp_path / L.LOCK_NAME).write_text("garbage")
     assert L.active_run(tmp_path) is None and not (tmp_path / L.LOCK_NAME).exists()
@@ -167,7 +215,7 @@ def test_half_written_and_garbage_files(finished, tmp_path):
 def test_lock_delete_and_stop(tmp_path):
     run = L.launch(LONG, tmp_path, name="long")
     try:
-        assert wait_for(lambda: L.effective_state(L.read_status(run)) == "running", 120), L.log_tail(run)
+        assert wait_for(lambda: L.effective_state(R.read_status(run)) == "running", 120), R.log_tail(run)
         assert L.active_run(tmp_path) == run
         with pytest.raises(L.LaunchError, match="still training"):
             L.launch(TINY, tmp_path, name="second")
@@ -176,9 +224,9 @@ def test_lock_delete_and_stop(tmp_path):
             L.delete(run)
         assert L.list_runs(tmp_path)[0]["state"] == "running"
         assert L.stop(run)
-        assert wait_for(lambda: (L.read_status(run) or {}).get("state") != "running", 120), L.log_tail(run)
-        assert L.read_status(run)["state"] == "stopped" and L.read_status(run)["reason"] == "SIGTERM"
-        assert L.effective_state(L.read_status(run)) == "stopped" and L.active_run(tmp_path) is None
+        assert wait_for(lambda: (R.read_status(run) or {}).get("state") != "running", 120), R.log_tail(run)
+        assert R.read_status(run)["state"] == "stopped" and R.read_status(run)["reason"] == "SIGTERM"
+        assert L.effective_state(R.read_status(run)) == "stopped" and L.active_run(tmp_path) is None
         assert L.can_resume(run) and (run / "last" / "trainer_state.json").is_file()
     finally:
         L.stop(run)
@@ -189,14 +237,14 @@ def test_lock_delete_and_stop(tmp_path):
 def test_kill_9_is_failed_and_checkpoint_loads(tmp_path):
     run = L.launch(LONG, tmp_path, name="killed")
     try:
-        assert wait_for(lambda: (run / "checkpoints" / "step-10" / "config.json").is_file(), 120), L.log_tail(run)
-        status = L.read_status(run)
+        assert wait_for(lambda: (run / "checkpoints" / "step-10" / "config.json").is_file(), 120), R.log_tail(run)
+        status = R.read_status(run)
         assert L.effective_state(status) == "running"
     finally:
-        pid = (L.read_status(run) or {}).get("pid") or json.loads((tmp_path / L.LOCK_NAME).read_text())["pid"]
+        pid = (R.read_status(run) or {}).get("pid") or json.loads((tmp_path / L.LOCK_NAME).read_text())["pid"]
         os.kill(pid, signal.SIGKILL)
-    assert wait_for(lambda: L.effective_state(L.read_status(run)) == "failed", 30)
-    assert L.read_status(run)["state"] == "running"  # the file still says so; the page knows better
+    assert wait_for(lambda: L.effective_state(R.read_status(run)) == "failed", 30)
+    assert R.read_status(run)["state"] == "running"  # the file still says so; the page knows better
     assert L.active_run(tmp_path) is None  # stale lock
     found = [p for p in (run / "last", run / "best", run / "checkpoints" / "step-0") if (p / "config.json").is_file()]
     assert found and load_checkpoint(found[-1]).config.d_model == 32
@@ -206,7 +254,7 @@ def test_kill_9_is_failed_and_checkpoint_loads(tmp_path):
 
 # --- the page --------------------------------------------------------------------------------------------
 def page(monkeypatch, root: Path, demo: bool = False) -> AppTest:
-    monkeypatch.setenv(L.RUNS_ENV, str(root))
+    monkeypatch.setenv(R.RUNS_ENV, str(root))
     if demo:
         monkeypatch.setenv(L.DEMO_ENV, "1")
     at = AppTest.from_file(str(PAGE), default_timeout=60)
@@ -259,16 +307,16 @@ def test_page_form_brown_corpus(tmp_path, monkeypatch):
                         launched.append(form) or Path(root) / "lm-run")
     at = page(monkeypatch, tmp_path)
     preset = at.selectbox(key="train_preset").value
-    at.radio(key=f"f_data_{preset}").set_value(L.BROWN)
+    at.radio(key=f"f_data_{preset}").set_value("brown")
     at.button[0].click().run()
     assert not at.exception and not launched
     assert any("English only" in e.value for e in at.error)
     at.selectbox(key="train_preset").set_value("2-minute CPU demo, language model").run()
     lm = at.selectbox(key="train_preset").value
-    assert at.radio(key=f"f_data_{lm}").value == L.BROWN
+    assert at.radio(key=f"f_data_{lm}").value == "brown"
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert launched[-1]["data"] == L.BROWN and any("--corpus brown" in s.value for s in at.success)
+    assert launched[-1]["data"] == "brown" and any("--corpus brown" in s.value for s in at.success)
 
 
 def test_page_demo_hides_form(tmp_path, monkeypatch):
@@ -391,7 +439,7 @@ def test_a_run_that_ends_while_the_page_is_open_is_preselected(tmp_path, monkeyp
 
 
 def test_compare_selection_comes_from_the_url(three_runs, monkeypatch):
-    monkeypatch.setenv(L.RUNS_ENV, str(three_runs))
+    monkeypatch.setenv(R.RUNS_ENV, str(three_runs))
     at = AppTest.from_file(str(PAGE), default_timeout=60)
     at.query_params["compare"] = ["oldest", "no-such-run"]
     at.query_params["compare_x"] = "tokens seen"
@@ -499,7 +547,7 @@ def test_page_shows_a_decoder_only_run(tmp_path, monkeypatch):
     assert "Loss" in titles and "Validation perplexity (exp of the loss)" in titles
     assert "Validation BLEU / chrF" not in titles
     # heads forming: the probe's continuation and its masked self-attention
-    assert at.selectbox(key="hf_kind").options == ["masked self"]
+    assert at.selectbox(key="hf_kind").options == [KIND_SHORT["self"]]
     assert any(m.value.startswith("Continuation at step 200: The cat sat.") for m in at.markdown)
     assert any(t == "layer 1 · head 2" for t in titles)
     at.select_slider(key="hf_step").set_value(0).run()

@@ -1,21 +1,34 @@
-"""Run-folder records written by the trainer: ``status.json``, log-spaced snapshots and ``probes.jsonl``.
+"""THE run-folder format: every file of ``runs/<id>/`` is read and written here, and nowhere else.
 
-A run folder ``runs/<id>/`` holds:
+A run folder holds:
 
+* ``train_args.json`` — the trainer's options (:class:`training.config.TrainConfig` fields, plus ``init_card`` for
+  a warm start); read back normalised (:func:`read_train_args`: options newer than the run get their default);
+* ``config.json`` — the model's :class:`model.config.ModelConfig`;
 * ``status.json`` — ``state`` (``running`` / ``finished`` / ``stopped`` / ``failed``), ``pid``, ``started``,
-  ``updated`` (ISO times, UTC), ``step``, ``max_steps``, ``reason``, ``exit_code``, ``error``; replaced atomically,
-  so a reader (the training page) never sees half a file;
+  ``updated`` (ISO times, UTC), ``step``, ``max_steps``, ``max_minutes``, ``reason``, ``exit_code``, ``error``;
+  replaced atomically, so a reader (the training page) never sees half a file;
+* ``metrics.jsonl`` — one JSON object per log step (``loss``, ``lr``, ``tokens_per_s``, …), evaluation
+  (``valid_loss``, ``valid_ppl``, ``valid_bleu``, ``valid_chrf``) or event (``{"event": "stopped"}``);
 * ``checkpoints/step-N/`` — checkpoints at the log-spaced steps of :func:`snapshot_steps`;
 * ``probes.jsonl`` — one JSON object per snapshot: the probe sentences' greedy translations (a decoder-only
   model: their greedy continuations) and their attention ``{kind: [layers][heads][q][k]}`` (rounded to 4
-  decimals), to replay how heads form.
+  decimals), to replay how heads form; read back as :class:`Snapshot` s of :class:`model.trace.Trace` s;
+* ``best/``, ``last/``, ``evals/step-N/`` — checkpoints (:mod:`training.checkpoints`); ``train.log`` — the
+  trainer's output when the Training page started it.
+
+Every reader tolerates missing or garbage files and folders that vanish mid-read: a run being written by another
+process is the normal case.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -23,8 +36,22 @@ import torch
 from model.checkpoint import atomic_write_json
 from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
 from model.tokenizer import TextTokenizer
-from model.trace import trace_pair
+from model.config import ARCHITECTURES
+from model.trace import Trace, trace_pair
 from model.transformer import Transformer
+from .config import defaults
+
+STATUS, METRICS, PROBES, TRAIN_ARGS, CONFIG, LOG = (
+    "status.json", "metrics.jsonl", "probes.jsonl", "train_args.json", "config.json", "train.log")
+RUNS_ROOT = Path(__file__).resolve().parent.parent / "runs"
+#: Overrides :data:`RUNS_ROOT` (read at every call), e.g. for tests.
+RUNS_ENV = "ATTENTION_EXPLORER_RUNS"
+
+
+def runs_root() -> Path:
+    """Where run folders live: ``$ATTENTION_EXPLORER_RUNS`` if set, else :data:`RUNS_ROOT` (``runs/``)."""
+    env = os.environ.get(RUNS_ENV, "").strip()
+    return Path(env).expanduser() if env else RUNS_ROOT
 
 PROBE_SENTENCES = [
     "Bobby likes blackberries.",
@@ -58,7 +85,7 @@ def snapshot_steps(max_steps: int) -> list[int]:
 
 def write_status(folder: Path, **fields) -> dict:
     """Merge ``fields`` into ``status.json`` (with ``updated`` set to now) and replace the file atomically."""
-    path = Path(folder) / "status.json"
+    path = Path(folder) / STATUS
     try:
         status = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
@@ -72,9 +99,10 @@ def write_status(folder: Path, **fields) -> dict:
 def read_status(folder: Path) -> dict | None:
     """``status.json`` of a run, or ``None`` when it is missing or unreadable."""
     try:
-        return json.loads((Path(folder) / "status.json").read_text(encoding="utf-8"))
+        status = json.loads((Path(folder) / STATUS).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return None
+    return status if isinstance(status, dict) else None
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -140,3 +168,164 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
     finally:
         model.train(was_training)
     return {"step": step, "probes": probes}
+
+
+# --- writing (the trainer) ---------------------------------------------------------------------------------------
+class MetricsLog:
+    """Appends records to ``metrics.jsonl``, one JSON object a line, flushed at once (the page reads it live).
+    With ``enabled`` False (a data-parallel rank other than 0) it writes nothing."""
+
+    def __init__(self, folder: Path, enabled: bool = True):
+        self.file = open(Path(folder) / METRICS, "a", encoding="utf-8") if enabled else None
+
+    def __call__(self, record: dict) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def append_probes(folder: Path, record: dict) -> None:
+    """Append a :func:`probe_record` to ``probes.jsonl``."""
+    with open(Path(folder) / PROBES, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def write_train_args(folder: Path, args: dict) -> None:
+    """Replace ``train_args.json`` with ``args`` (the trainer's options, atomically)."""
+    atomic_write_json(Path(folder) / TRAIN_ARGS, args)
+
+
+# --- reading (the trainer's --resume, the Training page, benchmarks) -----------------------------------------------
+def read_json(path: Path):
+    """The JSON value in ``path``, or ``None`` when it is missing, unreadable or not JSON (half-written)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def read_train_args(folder: Path) -> dict:
+    """The run's options, normalised: ``train_args.json`` with every option it lacks (the run is older than the
+    option) set to its :class:`training.config.TrainConfig` default; ``{}`` when the file is missing or unreadable."""
+    saved = read_json(Path(folder) / TRAIN_ARGS)
+    return {**defaults(), **saved} if isinstance(saved, dict) else {}
+
+
+def read_config(folder: Path) -> dict:
+    """The run's (or a checkpoint's) ``config.json`` as a dict; ``{}`` when missing or unreadable."""
+    cfg = read_json(Path(folder) / CONFIG)
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def read_card(folder: Path) -> dict:
+    """A checkpoint folder's ``card.json``; ``{}`` when missing or unreadable."""
+    card = read_json(Path(folder) / "card.json")
+    return card if isinstance(card, dict) else {}
+
+
+def read_metrics(folder: Path) -> list[dict]:
+    """The records of ``metrics.jsonl`` (a half-written last line and garbage lines are skipped)."""
+    return read_jsonl(Path(folder) / METRICS)
+
+
+@dataclass
+class Probe:
+    """One probe sentence at one snapshot: ``output`` is its translation (``continues`` False) or the text that
+    a decoder-only model continued it with (``continues`` True); ``trace`` holds its tokens and attention
+    (``trace.attention[kind]``: ``[layers, heads, q_len, k_len]``; no ids or logits)."""
+
+    source: str
+    output: str
+    continues: bool
+    trace: Trace
+
+
+@dataclass
+class Snapshot:
+    """One line of ``probes.jsonl``: the step and its raw probe records, turned into :class:`Probe` s on first use
+    (a long run has hundreds of snapshots; the page draws one)."""
+
+    step: int
+    records: list
+
+    @cached_property
+    def probes(self) -> list[Probe]:
+        """The probes that read as attention tensors (a malformed one is left out)."""
+        out = []
+        for rec in self.records:
+            if not isinstance(rec, dict):
+                continue
+            try:
+                attention = {k: torch.tensor(v, dtype=torch.float32) for k, v in (rec.get("attention") or {}).items()}
+            except (TypeError, ValueError):
+                continue
+            if any(a.dim() != 4 for a in attention.values()):
+                continue
+            trace = Trace(src_tokens=list(rec.get("src_tokens") or []), tgt_tokens=list(rec.get("tgt_tokens") or []),
+                          src_ids=[], tgt_ids=[], attention=attention)
+            continues = "continuation" in rec
+            out.append(Probe(str(rec.get("source", "?")), str(rec.get("continuation" if continues else "translation",
+                                                                        "")), continues, trace))
+        return out
+
+
+def read_probes(folder: Path) -> list[Snapshot]:
+    """The snapshots of ``probes.jsonl``, sorted by step (a resumed run may redo a snapshot: the latest wins);
+    bad lines skipped."""
+    out = {}
+    for rec in read_jsonl(Path(folder) / PROBES):
+        if isinstance(rec.get("step"), int) and isinstance(rec.get("probes"), list):
+            out[rec["step"]] = Snapshot(rec["step"], rec["probes"])
+    return [out[k] for k in sorted(out)]
+
+
+def has_resume_state(folder: Path) -> bool:
+    """Whether ``last/`` holds a resume state (``trainer_state.json``)."""
+    return (Path(folder) / "last" / "trainer_state.json").is_file()
+
+
+def log_tail(folder: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of ``train.log`` (``""`` without one)."""
+    try:
+        with open(Path(folder) / LOG, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 20_000))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.replace("\r", "\n").splitlines()[-lines:])
+
+
+def recently_written(folder: Path, seconds: float = 300.0) -> bool:
+    """Whether ``metrics.jsonl`` or ``status.json`` changed in the last ``seconds`` (a run without a usable
+    status that may still be training)."""
+    for name in (METRICS, STATUS):
+        try:
+            if time.time() - (Path(folder) / name).stat().st_mtime < seconds:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def run_arch(folder: Path) -> str:
+    """The run's architecture from ``config.json`` (else ``train_args.json``; ``"encoder-decoder"`` if neither says)."""
+    for data in (read_config(folder), read_json(Path(folder) / TRAIN_ARGS)):
+        if isinstance(data, dict) and data.get("arch") in ARCHITECTURES:
+            return data["arch"]
+    return "encoder-decoder"
+
+
+def model_summary(cfg: dict) -> str:
+    """``"d256 · 4h · 3L · sinusoidal"`` from a run's ``config.json`` (layers per stack; a language model says
+    ``"· decoder-only"``); ``""`` without a config."""
+    if not cfg:
+        return ""
+    lm = cfg.get("arch") == "decoder-only"
+    layers = cfg.get("n_decoder_layers") if lm else cfg.get("n_encoder_layers")
+    return (f"d{cfg.get('d_model')} · {cfg.get('n_heads')}h · {layers}L · {cfg.get('pos_encoding')}"
+            + (" · decoder-only" if lm else ""))

@@ -1,0 +1,218 @@
+"""``TrainConfig``: every training hyper-parameter once, with its default, help text and CLI flag.
+
+Both the trainer's argparse parser (:func:`build_parser`) and the Training page's launch form
+(:func:`training.form.form_defaults`, :func:`training.form.build_command`) are derived from the fields of
+:class:`TrainConfig`, so a new option is added in one place and is settable from both. A field's metadata holds:
+
+* ``help``, ``group`` (the ``--help`` section), ``flag`` (default ``--field-name``), ``choices``, ``metavar``;
+* ``type`` for an option whose default is ``None`` (else the default's type; ``bool`` fields are switches);
+* ``check``: what the launch form validates (``positive``, ``nonneg``, ``rate`` = a probability in [0, 1),
+  ``min100``);
+* ``show``: the launcher writes this option on every command it builds (the recipe at a glance), not only when it
+  differs from the default.
+
+A run's saved ``train_args.json`` is normalised once when read (:func:`normalise`): an option that did not exist
+when the run was written gets its default, so the trainer never has to guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from dataclasses import MISSING, dataclass, field, fields
+
+from corpora.files import dataset_path
+from model.baseline import IMPLS
+from model.config import ARCHITECTURES
+
+CORPORA = ("ding", "brown")
+VOCAB_SOURCES = ("all", "sentences")
+PRECISIONS = ("auto", "fp32", "bf16")
+SELECT = ("auto", "loss", "chrf")
+
+
+def opt(default, help: str = "", group: str = "run", **meta):  # noqa: A002  (argparse's own word)
+    """A :class:`TrainConfig` field: ``default`` plus the metadata described in the module docstring."""
+    return field(default=default, metadata={"help": help, "group": group, **meta})
+
+
+@dataclass
+class TrainConfig:
+    """The options of ``python -m training.train`` (lengths in tokens, rates as probabilities, times in minutes)."""
+
+    out: str = opt(None, "run folder (created)", type=str, required=True)
+    resume: bool = opt(False, "continue the run in --out exactly where it stopped")
+    # --- data
+    data_dir: str = opt(str(dataset_path("train").parent), group="data")
+    corpus: str = opt("ding", "ding = the shipped EN–DE sentence pairs; brown = English sentences of the Brown corpus "
+                              "(decoder-only models; assets/data/brown)", "data", choices=CORPORA)
+    train_tsv: str | None = opt(None, "your own source<TAB>target training file (replaces the shipped sentences)",
+                                "data", type=str)
+    valid_tsv: str | None = opt(None, "validation file (default: the shipped valid split)", "data", type=str)
+    sentence_repeat: int = opt(1, "upsample the sentence pairs this many times", "data", check="positive")
+    phrases_per_epoch: int = opt(0, "phrase pairs sampled into each epoch", "data", check="nonneg")
+    words_per_epoch: int = opt(0, "word pairs sampled into each epoch", "data", check="nonneg")
+    dict_share: float = opt(0.0, "share of every step's tokens taken from the dictionary (phrase and word pairs), "
+                                 "mixed into the same optimizer step as the sentences; 0 = off (then "
+                                 "--phrases/--words-per-epoch apply)", "data", check="rate")
+    limit_train: int = opt(0, "use only the first N sentence pairs (smoke tests)", "data", check="nonneg")
+    vocab_size: int = opt(8000, group="data", check="min100", show=True)
+    vocab_from: str = opt("all", "what the BPE vocabulary is learned from: all = sentences + phrases + words; "
+                                 "sentences = the sentence pairs only (rarer pieces are then common in the sentences)",
+                          "data", choices=VOCAB_SOURCES)
+    bpe_dropout: float = opt(0.0, "BPE-dropout (Provilkov et al. 2020): each merge skipped with this probability when "
+                                  "the training data is re-encoded every epoch; validation and the saved tokenizer "
+                                  "never use it", "data", check="rate")
+    init_from: str | None = opt(None, "start from this checkpoint's weights, tokenizer and architecture with a fresh "
+                                      "optimizer (a warm start: carry a long run across sessions without its "
+                                      "optimizer state)", "data", type=str, metavar="CHECKPOINT")
+    # --- model
+    arch: str = opt("encoder-decoder", "encoder-decoder = EN→DE translator; decoder-only = GPT-style language model "
+                                       "on both sides of every pair (continues a prompt; evaluated by "
+                                       "loss/perplexity, no BLEU)", "model", choices=ARCHITECTURES, show=True)
+    impl: str = opt("ours", "ours = this project's Transformer; torch = the torch.nn.Transformer baseline "
+                            "(model/baseline.py)", "model", choices=IMPLS)
+    d_model: int = opt(256, group="model", check="positive", show=True)
+    n_heads: int = opt(4, group="model", check="positive", show=True)
+    encoder_layers: int | None = opt(None, "encoder depth (default: --layers)", "model", type=int, check="nonneg")
+    decoder_layers: int | None = opt(None, "decoder depth (default: --layers)", "model", type=int, check="nonneg")
+    layers: int = opt(3, "encoder and decoder layers each (decoder-only: the decoder layers)", "model",
+                      check="positive", show=True)
+    d_ff: int = opt(1024, group="model", check="positive", show=True)
+    dropout: float = opt(0.1, group="model", check="rate", show=True)
+    attention_dropout: float = opt(0.0, "dropout on the attention weights (the paper has none; torch.nn.Transformer "
+                                        "uses --dropout)", "model", check="rate")
+    activation_dropout: float | None = opt(None, "dropout on the FFN's inner activations (default: --dropout)",
+                                           "model", type=float, check="rate")
+    decoder_layerdrop: float = opt(0.0, "probability of skipping a whole decoder layer in a training step "
+                                        "(LayerDrop)", "model", check="rate")
+    src_word_dropout: float = opt(0.0, "probability of replacing a source token by <unk> in training (never <eos> "
+                                       "or padding)", "model", check="rate")
+    tgt_word_dropout: float = opt(0.0, "probability of replacing a decoder input token by <unk> in training (never "
+                                       "<bos> or padding; the tokens to predict are unchanged)", "model",
+                                  check="rate")
+    pos_encoding: str = opt("sinusoidal", group="model", show=True)
+    norm_first: bool = opt(False, "pre-LN (default: post-LN as in the paper)", "model")
+    max_len: int = opt(128, group="model", check="positive")
+    # --- optimisation
+    peak_lr: float = opt(1e-3, "learning rate at the end of warmup", "optimisation", check="positive", show=True)
+    warmup: int = opt(4000, group="optimisation", check="nonneg", show=True)
+    lr_step_offset: int | None = opt(None, "evaluate the schedule at step + N (default: the --init-from checkpoint's "
+                                           "step, its own offset included, else 0), so a warm start continues the "
+                                           "decayed learning rate instead of climbing to the peak again",
+                                     "optimisation", type=int)
+    rewarmup: int = opt(200, "with --init-from: steps of linear re-warmup for the fresh optimizer moments",
+                        "optimisation", check="nonneg")
+    label_smoothing: float = opt(0.1, group="optimisation", check="rate", show=True)
+    weight_decay: float = opt(0.0, "AdamW decoupled weight decay on the weight matrices (0 = Adam, as in the paper)",
+                              "optimisation", check="nonneg")
+    batch_tokens: int = opt(2000, "padded src+tgt tokens per batch", "optimisation", check="positive", show=True)
+    clip: float = opt(1.0, "gradient-norm clip", "optimisation", check="positive")
+    max_steps: int = opt(10_000, group="optimisation", check="positive", show=True)
+    max_minutes: float = opt(0.0, "stop after this wall time (0 = no limit)", "optimisation", check="nonneg")
+    seed: int = opt(1, group="optimisation", check="nonneg", show=True)
+    device: str = opt("auto", group="optimisation", show=True)
+    threads: int = opt(0, "CPU threads per process (0 = OMP_NUM_THREADS if set, else all cores ÷ processes)",
+                       "optimisation", check="nonneg")
+    precision: str = opt("auto", "auto = bf16 autocast on CUDA and on CPUs with native bf16 (avx512_bf16/amx_bf16), "
+                                 "else fp32; master weights stay fp32", "optimisation", choices=PRECISIONS)
+    compile: bool = opt(False, "optional: torch.compile the model for training (off by default; on CPU it works "
+                               "but the compile takes long)", "optimisation")
+    # --- logging
+    log_every: int = opt(50, group="logging", check="positive", show=True)
+    peak_tflops: float | None = opt(None, "peak TFLOP/s of one device, for the logged mfu (default: known CUDA GPUs' "
+                                          "dense bf16 peak; on CPU no mfu unless given)", "logging", type=float)
+    eval_every: int = opt(1000, group="logging", check="positive", show=True)
+    select: str = opt("auto", "what picks best/: valid loss, or valid chrF (auto: chrF for a translator, loss "
+                              "otherwise)", "logging", choices=SELECT)
+    patience: int = opt(0, "stop after this many evaluations without a better --select score (0 = never)",
+                        "logging", check="nonneg")
+    keep_last: int = opt(0, "keep the weights of the last K evaluations in evals/step-N (for python -m "
+                            "training.average)", "logging", check="nonneg")
+    eval_sentences: int = opt(300, "valid sentences translated for BLEU/chrF (not used by a decoder-only run)",
+                              "logging", check="nonneg", show=True)
+    test_at_end: bool = opt(False, "score best/ on the shipped test split at the end (decoder-only: test loss and "
+                                   "perplexity)", "logging")
+    fp16_weights: bool = opt(False, "store best/ weights in float16 (half the size)", "logging")
+    no_progress: bool = opt(False, group="logging")
+    snapshots: bool = opt(True, "skip the log-spaced checkpoints/step-N/ and probes.jsonl", "logging",
+                          flag="--no-snapshots")
+
+
+#: The options, in order: ``{name: dataclasses.Field}``.
+FIELDS = {f.name: f for f in fields(TrainConfig)}
+
+
+def flag_of(name: str) -> str:
+    """The CLI flag of option ``name`` (``"d_model"`` → ``"--d-model"``; ``snapshots`` → ``"--no-snapshots"``)."""
+    return FIELDS[name].metadata.get("flag") or "--" + name.replace("_", "-")
+
+
+def value_type(name: str):
+    """The Python type of option ``name``'s value (``bool`` for a switch; ``None`` for a plain string)."""
+    f = FIELDS[name]
+    if "type" in f.metadata:
+        return f.metadata["type"]
+    return None if isinstance(f.default, str) else type(f.default)
+
+
+def defaults() -> dict:
+    """``{option: default}`` of every option."""
+    return {name: f.default for name, f in FIELDS.items() if f.default is not MISSING}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m training.train``, one option per :class:`TrainConfig` field."""
+    p = argparse.ArgumentParser(prog="python -m training.train", description="Train an EN→DE Transformer.")
+    groups = {"run": p}
+    for name, f in FIELDS.items():
+        meta = f.metadata
+        group = groups.get(meta["group"]) or groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
+        kw = {"dest": name, "help": meta["help"] or None}
+        if isinstance(f.default, bool):
+            kw["action"] = "store_false" if f.default else "store_true"
+        else:
+            kw.update(default=f.default, type=value_type(name))
+            kw.update({k: meta[k] for k in ("choices", "metavar", "required") if k in meta})
+            if meta.get("required"):
+                del kw["default"]
+        group.add_argument(flag_of(name), **kw)
+    return p
+
+
+def normalise(saved: dict) -> argparse.Namespace:
+    """A run's arguments (``train_args.json``, possibly written before some option existed) with every missing
+    option set to its default; keys that are not options (``init_card``) are kept as they are."""
+    return argparse.Namespace(**{**defaults(), **saved})
+
+
+def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``dest`` names of the options actually written in ``argv`` (not filled in from defaults)."""
+    probe = copy.deepcopy(parser)
+    for action in probe._actions:  # argparse has no public switch for "no defaults"
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return set(vars(probe.parse_args(argv)))
+
+
+# What ``--resume`` may change: limits and the machine. An option left off the command line keeps the saved
+# run's value (a resumed run is not silently cut to the default --max-steps, nor loses --test-at-end); the
+# model and data options always come from the saved run.
+RESUME_OVERRIDABLE = ("max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots",
+                      "compile", "peak_tflops", "precision", "patience")
+
+
+def check_args(args) -> None:
+    """Refuse combinations the trainer cannot run. Raises ``ValueError`` (``main`` exits with code 2)."""
+    if args.impl != "ours" and args.arch != "encoder-decoder":
+        raise ValueError(f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
+                         f"train --arch {args.arch} with --impl ours")
+    if args.corpus == "brown":
+        if args.arch != "decoder-only":
+            raise ValueError("--corpus brown is English only: it trains a language model (--arch decoder-only), "
+                             "not a translator")
+        if args.train_tsv or args.valid_tsv:
+            raise ValueError("--corpus brown and --train-tsv/--valid-tsv both name the training data; give one")
+        if args.phrases_per_epoch or args.words_per_epoch or args.sentence_repeat != 1:
+            raise ValueError("--phrases-per-epoch, --words-per-epoch and --sentence-repeat are for the Ding pairs, "
+                             "not --corpus brown")

@@ -1,0 +1,43 @@
+"""The run's corpus as sentence pairs: the shipped Ding EN–DE pairs (sentences, phrases, words), the user's TSV
+files, or the Brown corpus's English sentences (a decoder-only model's; :mod:`corpora.brown`), a monolingual text
+being a one-sided ``Pair(text, "")``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corpora.brown import brown_path, read_lines
+from corpora.files import Pair, dataset_path, read_tsv
+
+
+def monolingual(texts: list[str]) -> list[Pair]:
+    """Texts as one-sided pairs ``Pair(text, "")``: the form a decoder-only model's monolingual corpus takes."""
+    return [Pair(t, "") for t in texts]
+
+
+def load_test(args) -> list[Pair]:
+    """The test split of ``args.corpus`` under ``args.data_dir`` (Ding test pairs, or Brown test sentences as
+    one-sided pairs). Raises ``DataError`` when the file is missing."""
+    if args.corpus == "brown":
+        return monolingual(read_lines(brown_path("test", Path(args.data_dir) / "brown")))
+    return read_tsv(dataset_path("test", Path(args.data_dir)))
+
+
+def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
+    """``(sentences, phrases, words, valid)`` pairs from the shipped corpus or the user's TSV files (Brown:
+    one-sided pairs, no phrases or words). Phrases and words are read only when a run samples them
+    (``--phrases-per-epoch``, ``--words-per-epoch`` or ``--dict-share``) and trains on the shipped sentences.
+    Raises ``DataError`` when a file is missing or malformed."""
+    data_dir = Path(args.data_dir)
+    if args.corpus == "brown":
+        sentences = monolingual(read_lines(brown_path("train", data_dir / "brown")))
+        valid = monolingual(read_lines(brown_path("valid", data_dir / "brown")))
+        return sentences[: args.limit_train or None], [], [], valid
+    sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
+    valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
+    dictionary = not args.train_tsv
+    phrases = read_tsv(dataset_path("phrases", data_dir)) if (args.phrases_per_epoch or args.dict_share) and dictionary else []
+    words = read_tsv(dataset_path("words", data_dir)) if (args.words_per_epoch or args.dict_share) and dictionary else []
+    if args.limit_train:
+        sentences = sentences[: args.limit_train]
+    return sentences, phrases, words, valid

@@ -1,0 +1,321 @@
+"""The training loop: a :class:`Trainer` set up from the options (a fresh model, a warm start or a resumed run),
+then one optimizer step after another until a limit is reached, with logging, snapshots and evaluations between
+steps. Every data-parallel rank takes the same steps; only rank 0 evaluates and writes files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from corpora.files import DataError
+from model.baseline import build_model
+from model.config import ModelConfig
+from model.flops import training_flops
+from model.tokenizer import TextTokenizer
+from .batches import (Batch, EpochPlan, collate, encode_examples, loss_fn, pair_sides, sequences_per_pair,
+                      with_bpe_dropout, word_dropout)
+from .checkpoints import load_any, load_last, read_trainer_state, save_last, snapshot, warm_start
+from .config import RESUME_OVERRIDABLE, check_args
+from .data import load_data
+from .device import autocast, default_threads
+from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
+from .evaluate import evaluate_and_save, score_best_on_test
+from .runs import MetricsLog, now_iso, read_train_args, snapshot_steps, write_status, write_train_args
+from .schedule import factor_for_peak, learning_rate, make_optimizer
+
+#: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
+FINISHED_REASONS = ("max_steps", "max_minutes", "patience")
+
+
+def resolve_args(args: argparse.Namespace, ctx: Dist, given: set[str] | None) -> argparse.Namespace:
+    """The options this run trains with. ``--resume``: the saved run's, except the :data:`RESUME_OVERRIDABLE`
+    limits written on the command line (``given``; ``None`` = every option counts as given), which are saved back
+    so that a later bare ``--resume`` keeps them. Raises ``DataError`` when there is nothing to resume, and
+    ``ValueError`` for options that do not go together."""
+    out = Path(args.out)
+    if args.resume:
+        if not (out / "last" / "trainer_state.json").is_file():
+            raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")
+        saved = read_train_args(out)
+        if not saved:
+            raise DataError(f"cannot resume {out}: its train_args.json is missing or unreadable")
+        for k in RESUME_OVERRIDABLE:
+            if given is None or k in given:
+                saved[k] = getattr(args, k)
+        saved.update(resume=True, out=args.out)  # the folder it is in now (it may have been moved or copied)
+        if ctx.is_main:
+            write_train_args(out, saved)
+        args = argparse.Namespace(**saved)
+    check_args(args)
+    if args.impl != "ours":
+        args.snapshots = False  # probes need our traced attention
+    return args
+
+
+def new_model(args, ctx: Dist, device, sentences, phrases, words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
+    """A fresh model: a BPE vocabulary learned on rank 0 (and sent to the others), then random weights."""
+    tok = None
+    if ctx.is_main:
+        vocab_texts = sentences if args.vocab_from == "sentences" else sentences + phrases + words
+        tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=args.vocab_size)
+    if ctx.enabled:  # rank 0's vocabulary on every rank
+        tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
+    cfg = ModelConfig(
+        arch=args.arch, vocab_size=tok.vocab_size, d_model=args.d_model, n_heads=args.n_heads,
+        n_encoder_layers=(args.encoder_layers or args.layers) if args.arch == "encoder-decoder" else 0,
+        n_decoder_layers=args.decoder_layers or args.layers,
+        d_ff=args.d_ff, dropout=args.dropout, attention_dropout=args.attention_dropout,
+        activation_dropout=args.activation_dropout, decoder_layerdrop=args.decoder_layerdrop,
+        pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
+    )
+    return build_model(cfg, args.impl).to(device), tok, cfg  # the same on every rank; DDP broadcasts rank 0's
+
+
+@dataclass
+class Window:
+    """What happened since the last log line: steps, tokens (all ranks), this rank's FLOPs and summed loss."""
+
+    start: float
+    steps: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    loss: float = 0.0
+
+
+class Trainer:
+    """One run being trained: options, model, data plan, optimizer and the resumable ``state``."""
+
+    def __init__(self, args, ctx: Dist, device: torch.device, given: set[str] | None = None):
+        self.args, self.ctx, self.device, self.out = args, ctx, device, Path(args.out)
+        sentences, phrases, words, valid = load_data(args)
+        if args.resume:
+            ckpt = load_any(self.out / "last", args.impl, device)
+            self.model, self.tok, self.cfg = ckpt.model, ckpt.tokenizer, ckpt.config
+            self.model.train()
+        else:
+            if args.init_from:
+                self.model, self.tok, self.cfg = warm_start(args, device, given or frozenset())
+            else:
+                if ctx.is_main:
+                    self.out.mkdir(parents=True, exist_ok=True)
+                self.model, self.tok, self.cfg = new_model(args, ctx, device, sentences, phrases, words)
+            if ctx.is_main:
+                self.out.mkdir(parents=True, exist_ok=True)
+                write_train_args(self.out, vars(args))
+                self.cfg.to_json(self.out / "config.json")
+            if ctx.rank:
+                torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
+        train_tok = with_bpe_dropout(self.tok, args.bpe_dropout)  # never saved: checkpoints keep self.tok
+        self.plan = EpochPlan(sentences, phrases, words, args, lambda pairs: encode_examples(train_tok, pairs, self.cfg),
+                              per_pair=sequences_per_pair(self.cfg), reencode=bool(args.bpe_dropout))
+        self.valid_ex = encode_examples(self.tok, valid, self.cfg)
+        self.eval_pairs = valid[: args.eval_sentences or None]  # 0: all of them
+        self.opt = make_optimizer(self.model, args.weight_decay)
+        self.factor = factor_for_peak(args.peak_lr, self.cfg.d_model, args.warmup)
+        self.state = self.initial_state()
+        self.step_model = wrap_for_training(self.model, ctx, device, args.compile)
+        peak = args.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
+        self.peak_total = peak * ctx.world_size if peak else None
+        self.snapshots = set(snapshot_steps(args.max_steps)) if args.snapshots else set()
+        self.signal: str | None = None
+
+    def initial_state(self) -> dict:
+        """A fresh trainer state, or the one ``last/`` saved (``--resume``, same number of processes)."""
+        if self.args.resume:
+            last = self.out / "last"
+            saved_world = read_trainer_state(last).get("world_size", 1)
+            if saved_world != self.ctx.world_size:
+                raise DataError(f"{self.out} was trained by {saved_world} process(es); resume it with the same "
+                                f"number (this launch has {self.ctx.world_size})")
+            return load_last(last, self.model, self.opt, self.ctx.rank)
+        state = {"step": 0, "epoch": 0, "batch": 0, "tokens_seen": 0, "train_seconds": 0.0, "best_valid_loss": None,
+                 "best_step": None, "best_metrics": {}, "best_score": None, "evals_since_best": 0}
+        if self.ctx.enabled:
+            state["world_size"] = self.ctx.world_size  # batch positions count per-rank steps
+        return state
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Train until a limit, then evaluate, save ``last/`` and write the final status. Returns the exit code."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.on_signal)
+        self.started, self.base_seconds = time.time(), self.state["train_seconds"]
+        self.log = MetricsLog(self.out, enabled=self.ctx.is_main)
+        self.announce()
+        self.bar = tqdm(total=self.args.max_steps, initial=self.state["step"], unit="step", dynamic_ncols=True,
+                        disable=self.args.no_progress or not self.ctx.is_main)
+        self.window = Window(time.time())
+        self.model.train()
+        reason = self.train_steps()
+        self.bar.close()
+        return self.finish(reason)
+
+    def train_steps(self) -> str:
+        """Optimizer steps until one of ``--max-steps``, a signal, ``--max-minutes`` or ``--patience`` ends the run;
+        returns which."""
+        for b, examples, micro in self.step_batches():
+            batches = [collate(examples, idx, self.cfg.pad_id, self.device) for idx in micro]
+            # Agreed by all ranks, so that none is left waiting in an all-reduce; n_tokens becomes the global count.
+            halt, n_tokens = self.ctx.agree(self.local_stop_reason(), sum(x.n_tokens for x in batches))
+            if halt:
+                return halt
+            lr = learning_rate(self.state["step"] + 1, self.cfg.d_model, self.args, self.factor)
+            loss, grad_norm = self.optimizer_step(batches, lr)
+            self.count_step(b, n_tokens, batches, loss)
+            step = self.state["step"]
+            if step % self.args.log_every == 0:
+                self.log_progress(lr, grad_norm)
+            if step in self.snapshots:
+                self.take_snapshot()
+            if step % self.args.eval_every == 0 or step == self.args.max_steps:
+                self.evaluate()
+                self.save_resume_state()  # resumable even after a hard kill: the state as of this evaluation
+                if self.args.patience and self.ctx.broadcast(self.state.get("evals_since_best", 0)) >= self.args.patience:
+                    return "patience"  # the same on every rank: rank 0's count, broadcast
+        return "max_steps"
+
+    def step_batches(self):
+        """Yields ``(position, examples, micro-batches)`` of every step from the state's position on, epoch after
+        epoch, until ``--max-steps``; advances the state's epoch when one is used up."""
+        while self.state["step"] < self.args.max_steps:
+            examples, epoch_steps = self.plan.steps(self.state["epoch"])
+            batches = shard_batches(epoch_steps, self.ctx.rank, self.ctx.world_size)
+            if not batches:
+                raise DataError(f"epoch {self.state['epoch']} has {len(epoch_steps)} batch(es), fewer than the "
+                                f"{self.ctx.world_size} process(es): use more data or a smaller --batch-tokens")
+            for b in range(self.state["batch"], len(batches)):
+                if self.state["step"] >= self.args.max_steps:
+                    return
+                yield b, examples, batches[b]
+            self.state["epoch"] += 1
+            self.state["batch"] = 0
+
+    def optimizer_step(self, batches: list[Batch], lr: float) -> tuple[float, float]:
+        """One Adam step at learning rate ``lr`` over the micro-batches (gradients summed, each weighted by its share
+        of the step's predicted tokens, so the loss is the mean over all of them as if they were one batch).
+        Returns ``(loss, gradient norm before clipping)``."""
+        cfg, args = self.cfg, self.args
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.opt.zero_grad(set_to_none=True)
+        n_pred = sum(x.n_pred for x in batches)
+        loss = 0.0
+        for batch in batches:
+            src = word_dropout(batch.src, args.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
+            tgt_in = word_dropout(batch.tgt_in, args.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id))
+            with autocast(self.device, args.precision):
+                logits = self.step_model(src, tgt_in)
+            part = loss_fn(logits, batch.tgt_out, cfg.pad_id, args.label_smoothing) * (batch.n_pred / max(n_pred, 1))
+            part.backward()  # under DDP averaged over ranks
+            loss += part.item()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.clip))
+        self.opt.step()
+        return loss, grad_norm
+
+    def count_step(self, b: int, n_tokens: int, batches: list[Batch], loss: float) -> None:
+        """Advance the state past step position ``b`` and add the step to the log window."""
+        self.state["step"] += 1
+        self.state["batch"] = b + 1
+        self.state["tokens_seen"] += n_tokens
+        w = self.window
+        w.steps, w.tokens, w.loss = w.steps + 1, w.tokens + n_tokens, w.loss + loss
+        w.flops += training_flops(self.cfg, sum(x.n_src for x in batches), sum(x.n_pred for x in batches))  # this rank's
+        self.bar.update(1)
+
+    # --- between steps ------------------------------------------------------------------------------------------
+    def on_signal(self, signum, _frame) -> None:
+        self.signal = signal.Signals(signum).name
+
+    def local_stop_reason(self) -> str | None:
+        """Why this process wants to stop before the next step: the signal it caught, ``"max_minutes"`` once the
+        wall time since it started reaches ``--max-minutes`` (0 = no limit), else ``None``."""
+        if self.signal:
+            return self.signal
+        if self.args.max_minutes and (time.time() - self.started) / 60 >= self.args.max_minutes:
+            return "max_minutes"
+        return None
+
+    def train_seconds(self) -> float:
+        """Training time of the run so far, earlier processes (before a resume) included."""
+        return self.base_seconds + time.time() - self.started
+
+    def announce(self) -> None:
+        """``status.json`` says running, with the limits; the step-0 snapshot of a fresh run."""
+        if self.ctx.is_main:
+            write_status(self.out, state="running", pid=os.getpid(), started=now_iso(), step=self.state["step"],
+                         max_steps=self.args.max_steps, max_minutes=self.args.max_minutes, reason=None,
+                         exit_code=None, error=None)
+            if 0 in self.snapshots and self.state["step"] == 0:
+                snapshot(self.model, self.tok, self.out, 0)
+        self.ctx.barrier()
+
+    def log_progress(self, lr: float, grad_norm: float) -> None:
+        """One ``metrics.jsonl`` line for the window since the last one (loss averaged over ranks), then a new window."""
+        w, ctx, step = self.window, self.ctx, self.state["step"]
+        elapsed = time.time() - w.start
+        rec = {"step": step, "epoch": self.state["epoch"], "loss": round(ctx.mean(w.loss / w.steps), 4), "lr": lr,
+               "grad_norm": round(grad_norm, 3), "tokens_per_s": round(w.tokens / elapsed, 1),
+               "tokens_seen": self.state["tokens_seen"], "time_s": round(self.train_seconds(), 1)}
+        if self.peak_total:  # the same on every rank, so every rank joins the all-reduce
+            flops_per_s = ctx.mean(w.flops / elapsed) * ctx.world_size
+            rec["mfu"] = float(f"{model_flops_utilization(flops_per_s, self.peak_total):.4g}")
+        self.log(rec)
+        if ctx.is_main:
+            write_status(self.out, step=step)
+        self.bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", lr=f"{lr:.2e}")
+        self.window = Window(time.time())
+
+    def take_snapshot(self) -> None:
+        if self.ctx.is_main:
+            snapshot(self.model, self.tok, self.out, self.state["step"])
+        self.ctx.barrier()
+
+    def evaluate(self) -> None:
+        if self.ctx.is_main:
+            evaluate_and_save(self.model, self.tok, self.valid_ex, self.eval_pairs, self.args, self.device,
+                              self.state, self.out, self.log, self.train_seconds(), world_size=self.ctx.world_size)
+
+    def save_resume_state(self) -> None:
+        self.state["train_seconds"] = self.train_seconds()
+        rng_states = self.ctx.gather(torch.get_rng_state())
+        if self.ctx.is_main:
+            save_last(self.out / "last", self.model, self.tok, self.opt, self.state, rng_states)
+        self.ctx.barrier()
+
+    def finish(self, reason: str) -> int:
+        """Evaluate the last step if it was not, save ``last/``, score on the test split (``--test-at-end``) and
+        write the final status (``finished`` for a limit, ``stopped`` for a signal)."""
+        if self.state.get("last_eval_step") != self.state["step"] and self.state["step"] > 0:
+            self.evaluate()
+        self.save_resume_state()
+        if not self.ctx.is_main:
+            return 0
+        if self.args.test_at_end and (self.out / "best").is_dir():
+            score_best_on_test(self.out, self.args, self.device, self.state["step"], self.log)
+        self.log({"step": self.state["step"], "event": "stopped", "reason": reason})
+        self.log.close()
+        write_status(self.out, state="finished" if reason in FINISHED_REASONS else "stopped", step=self.state["step"],
+                     reason=reason, exit_code=0)
+        s = self.state
+        print(f"stopped at step {s['step']} ({reason}); best at step {s['best_step']} "
+              f"(valid loss {s['best_valid_loss']}, {s.get('best_metrics') or {}})")
+        return 0
+
+
+def train_loop(args, ctx: Dist, device: torch.device, given: set[str] | None = None) -> int:
+    """Train ``args`` as this process of ``ctx`` on ``device``; ``given``: the options written on the command line
+    (``None``: all of them). Returns the exit code; raises ``DataError``/``ValueError`` for a run that cannot
+    start."""
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads or default_threads(ctx.world_size))
+    torch.manual_seed(args.seed)
+    args = resolve_args(args, ctx, given)
+    return Trainer(args, ctx, device, given).run()

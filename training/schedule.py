@@ -1,0 +1,42 @@
+"""The optimiser of Vaswani et al. (2017), §5.3: Adam (β₁ 0.9, β₂ 0.98, ε 1e-9) and the warmup +
+inverse-square-root learning rate of eq. (3), with the offset and re-warmup a warm start needs."""
+
+from __future__ import annotations
+
+import torch
+
+
+def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """Learning rate of paper eq. (3): ``factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)`` (step ≥ 1;
+    step 0 counts as 1)."""
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def factor_for_peak(peak_lr: float, d_model: int, warmup: int) -> float:
+    """The ``factor`` of :func:`noam_lr` whose maximum (at ``step = warmup``) equals ``peak_lr``."""
+    return peak_lr / noam_lr(warmup, d_model, warmup)
+
+
+def learning_rate(step: int, d_model: int, args, factor: float) -> float:
+    """The learning rate of optimizer step ``step`` (≥ 1): :func:`noam_lr` at ``step + args.lr_step_offset`` (with
+    ``args.warmup``), times a linear re-warmup ``min(1, step / args.rewarmup)`` when the offset is non-zero (a warm
+    start's fresh Adam moments must not take full-size steps at once)."""
+    offset = args.lr_step_offset or 0
+    lr = noam_lr(step + offset, d_model, args.warmup, factor)
+    if offset and args.rewarmup:
+        lr *= min(1.0, step / args.rewarmup)
+    return lr
+
+
+def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """Adam (β₁ 0.9, β₂ 0.98, ε 1e-9; paper §5.3), its learning rate set per step. With ``weight_decay`` > 0: AdamW
+    (Loshchilov & Hutter 2019), the decay applied to the weight matrices only (parameters of ≥ 2 dimensions:
+    projections and the tied embedding), not to biases and LayerNorm gains, in a second parameter group."""
+    if not weight_decay:
+        return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    params = list(model.parameters())
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                             lr=0.0, betas=(0.9, 0.98), eps=1e-9)

@@ -13,7 +13,7 @@ from training import form as TF
 from training import launch as L
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from training import runs as R
-from ui.run_view import ARCH_LABELS, DATA_LABELS
+from ui.run_view import ARCH_LABELS, DATA_LABELS, progress
 from viz import training as VT
 from viz.attention import attention_heatmap
 from viz.labels import KIND_SHORT
@@ -177,16 +177,18 @@ def chart(col, metrics: list[dict], series: dict[str, str], title: str, y_title:
     col.plotly_chart(VT.run_figure(metrics, series, title, y_title, **kw), width="stretch", theme=None, key=key)
 
 
-def show_run(run_dir: Path) -> None:
+def show_run(run_dir: Path) -> str:
+    """The watched run's header, progress by its binding limit, failure and charts; returns its state."""
     status = R.read_status(run_dir) or {}
     state = L.run_state(run_dir)
     metrics = R.read_metrics(run_dir)
     last_step = max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=0)
-    step, max_steps = status.get("step") or last_step, status.get("max_steps") or 0
-    st.markdown(f"**{run_dir.name}** — state **{state}** · step {step} / {max_steps or '?'}"
+    status = {**status, "step": status.get("step") or last_step}
+    done = progress(status, R.read_train_args(run_dir).get("max_minutes"), live=state in L.LIVE_STATES)
+    st.markdown(f"**{run_dir.name}** — state **{state}** · " + (done[1] if done else f"step {status['step']}")
                 + (f" · updated {status['updated']}" if status.get("updated") else ""))
-    if max_steps:
-        st.progress(min(1.0, step / max_steps), text=f"step {step} of {max_steps}")
+    if done:
+        st.progress(done[0], text=done[1])
     if state == "failed":
         st.error(f"The run failed: {status.get('error') or 'the trainer process is gone (killed?)'}")
         tail = R.log_tail(run_dir)
@@ -194,7 +196,7 @@ def show_run(run_dir: Path) -> None:
             st.code(tail, language=None)
     if not metrics:
         st.info("No metrics yet: the trainer is preparing the data and tokenizer.")
-        return
+        return state
     c1, c2 = st.columns(2)
     chart(c1, metrics, {"train loss": "loss", "valid loss": "valid_loss"}, "Loss", "cross-entropy (nats/token)",
           "ch_loss")
@@ -208,23 +210,25 @@ def show_run(run_dir: Path) -> None:
     chart(c1, metrics, {"learning rate": "lr"}, "Learning rate (warmup, then 1/√step)", "learning rate", "ch_lr")
     chart(c2, metrics, {"tokens/s": "tokens_per_s"}, "Throughput", "tokens / second", "ch_tps")
     chart(c3, metrics, {"grad norm": "grad_norm"}, "Gradient norm (before clipping)", "norm", "ch_gn")
+    return state
 
 
-live = L.run_state(run_dir) in L.LIVE_STATES
+# The runs table and the buttons below are drawn with this state; the fragment alone redraws every 2 s while the
+# run lives, so when the run's state changes (starting → running → finished) the whole page must be redrawn, or
+# Stop stays disabled on a running run and the table keeps saying "starting".
+state = L.run_state(run_dir)
 
 
-@st.fragment(run_every=2 if live else None)
+@st.fragment(run_every=2 if state in L.LIVE_STATES else None)
 def watch() -> None:
-    show_run(run_dir)
-    if live and L.run_state(run_dir) not in L.LIVE_STATES:
-        st.rerun()  # it just ended: refresh the buttons and stop polling
+    if show_run(run_dir) != state:
+        st.rerun()
 
 
 watch()
 
 
 # --- control ----------------------------------------------------------------------------------------------
-state = L.run_state(run_dir)
 if not L.demo_mode():
     c1, c2, c3, c4 = st.columns(4)
     if c1.button("Stop", disabled=state != "running", help="Graceful: saves last/ and exits"):

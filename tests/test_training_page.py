@@ -6,12 +6,14 @@ Every run goes into a temporary runs root; nothing touches ``runs/``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from training import launch as L
 from training import runs as R
 from model.checkpoint import load_checkpoint
 from training.config import FIELDS, build_parser, value_type
+from ui.run_view import progress
 from viz.labels import KIND_SHORT
 from viz.training import PALETTE
 
@@ -155,6 +158,56 @@ def test_old_train_args_are_normalised_when_read(tmp_path):
     assert saved["max_steps"] == 50 and saved["d_model"] == 64
     assert saved["dict_share"] == 0.0 and saved["corpus"] == "ding" and saved["select"] == "auto"
     assert R.read_train_args(tmp_path / "missing") == {}
+
+
+# --- the progress line -------------------------------------------------------------------------------------
+START = "2026-01-01T00:00:00+00:00"
+T0 = datetime.fromisoformat(START).timestamp()
+
+
+def test_progress_shows_the_limit_that_ends_the_run_first():
+    """Issue 14: a 2-minute run with a 100,000-step limit read "step 90 of 100000"; it shows its minutes."""
+    status = {"step": 90, "max_steps": 100_000, "max_minutes": 2.0, "started": START}
+    fraction, text = progress(status, now=T0 + 72)
+    assert text == "1.2 of 2 minutes · step 90" and fraction == pytest.approx(0.6)
+    assert progress({**status, "max_minutes": 0.0}, now=T0 + 72) == (pytest.approx(0.0009), "step 90 of 100000")
+    fast = {**status, "step": 9000, "max_steps": 10_000}  # 90% of the steps in 60% of the time: steps bind
+    assert progress(fast, now=T0 + 72)[1] == "step 9000 of 10000"
+    older = {k: v for k, v in status.items() if k != "max_minutes"}  # status.json of an older trainer
+    assert progress(older, max_minutes=2.0, now=T0 + 72)[1] == "1.2 of 2 minutes · step 90"
+    ended = {**status, "updated": "2026-01-01T00:02:01+00:00"}  # an ended run: its own end, not now
+    assert progress(ended, now=T0 + 3600, live=False) == (1.0, "2.0 of 2 minutes · step 90")
+    assert progress({"step": 5}) is None
+
+
+def test_the_page_shows_a_timed_run_by_its_minutes(tmp_path, monkeypatch):
+    run = fake_run(tmp_path, "timed", age=10, state="running", pid=os.getpid(), steps=(50, 90))
+    status = json.loads((run / "status.json").read_text())
+    now = datetime.now(timezone.utc)
+    (run / "status.json").write_text(json.dumps({**status, "max_steps": 100_000, "max_minutes": 2.0,
+                                                 "started": (now - timedelta(seconds=30)).isoformat()}))
+    at = page(monkeypatch, tmp_path)
+    header = " ".join(m.value for m in at.markdown)
+    assert "of 2 minutes · step 90" in header and "of 100000" not in header
+
+
+def test_stop_is_enabled_once_a_starting_run_runs(tmp_path, monkeypatch):
+    """Issue 14: a run launched from the page was "starting" when the page was drawn; the live view (a fragment)
+    then saw it running, but the Stop button and the runs table, drawn outside the fragment, kept the old state
+    until a reload. Here the trainer writes "running" just as the live view looks: the page must redraw."""
+    fake_run(tmp_path, "launched", age=10, state="running", pid=os.getpid())
+    seen = {"live view": False}
+
+    def run_state(run_dir):  # "starting" until the live view (show_run) has looked once, then "running"
+        if any(frame.function == "show_run" for frame in inspect.stack()):
+            seen["live view"] = True
+        return "running" if seen["live view"] else "starting"
+
+    monkeypatch.setattr(L, "run_state", run_state)
+    at = page(monkeypatch, tmp_path)
+    assert not at.exception
+    assert {b.label: b.disabled for b in at.button}["Stop"] is False
+    assert at.dataframe[0].value.set_index("name")["state"]["launched"] == "running"
 
 
 def test_demo_refuses_launch(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ import streamlit as st
 from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
 from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, default_max_new_tokens,
                             input_limit, prepare_source)
-from training.launch import run_arch
+from training.runs import run_arch
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from ui import url
 

@@ -44,8 +44,8 @@ class TrainConfig:
     resume: bool = opt(False, "continue the run in --out exactly where it stopped")
     # --- data
     data_dir: str = opt(str(dataset_path("train").parent), group="data")
-    corpus: str = opt("ding", "ding = the shipped EN–DE sentence pairs; brown = English sentences of the Brown corpus "
-                              "(decoder-only models; assets/data/brown)", "data", choices=CORPORA)
+    corpus: str = opt("ding", "ding = the shipped EN–DE sentence pairs; brown = English sentences of the Brown "
+                              "corpus (decoder-only models; assets/data/brown)", "data", choices=CORPORA)
     train_tsv: str | None = opt(None, "your own source<TAB>target training file (replaces the shipped sentences)",
                                 "data", type=str)
     valid_tsv: str | None = opt(None, "validation file (default: the shipped valid split)", "data", type=str)

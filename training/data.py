@@ -35,9 +35,11 @@ def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
         return sentences[: args.limit_train or None], [], [], valid
     sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
     valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
-    dictionary = not args.train_tsv
-    phrases = read_tsv(dataset_path("phrases", data_dir)) if (args.phrases_per_epoch or args.dict_share) and dictionary else []
-    words = read_tsv(dataset_path("words", data_dir)) if (args.words_per_epoch or args.dict_share) and dictionary else []
+    def dictionary(kind: str, per_epoch: int) -> list[Pair]:
+        wanted = (per_epoch or args.dict_share) and not args.train_tsv
+        return read_tsv(dataset_path(kind, data_dir)) if wanted else []
+
+    phrases, words = dictionary("phrases", args.phrases_per_epoch), dictionary("words", args.words_per_epoch)
     if args.limit_train:
         sentences = sentences[: args.limit_train]
     return sentences, phrases, words, valid

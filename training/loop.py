@@ -28,7 +28,7 @@ from .data import load_data
 from .device import autocast, default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
 from .evaluate import evaluate_and_save, score_best_on_test
-from .runs import MetricsLog, now_iso, read_train_args, snapshot_steps, write_status, write_train_args
+from .runs import MetricsLog, now_iso, read_train_args, snapshot_steps, write_config, write_status, write_train_args
 from .schedule import factor_for_peak, learning_rate, make_optimizer
 
 #: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
@@ -96,25 +96,10 @@ class Trainer:
     def __init__(self, args, ctx: Dist, device: torch.device, given: set[str] | None = None):
         self.args, self.ctx, self.device, self.out = args, ctx, device, Path(args.out)
         sentences, phrases, words, valid = load_data(args)
-        if args.resume:
-            ckpt = load_any(self.out / "last", args.impl, device)
-            self.model, self.tok, self.cfg = ckpt.model, ckpt.tokenizer, ckpt.config
-            self.model.train()
-        else:
-            if args.init_from:
-                self.model, self.tok, self.cfg = warm_start(args, device, given or frozenset())
-            else:
-                if ctx.is_main:
-                    self.out.mkdir(parents=True, exist_ok=True)
-                self.model, self.tok, self.cfg = new_model(args, ctx, device, sentences, phrases, words)
-            if ctx.is_main:
-                self.out.mkdir(parents=True, exist_ok=True)
-                write_train_args(self.out, vars(args))
-                self.cfg.to_json(self.out / "config.json")
-            if ctx.rank:
-                torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
+        self.model, self.tok, self.cfg = self.model_to_train(given, sentences, phrases, words)
         train_tok = with_bpe_dropout(self.tok, args.bpe_dropout)  # never saved: checkpoints keep self.tok
-        self.plan = EpochPlan(sentences, phrases, words, args, lambda pairs: encode_examples(train_tok, pairs, self.cfg),
+        self.plan = EpochPlan(sentences, phrases, words, args,
+                              lambda pairs: encode_examples(train_tok, pairs, self.cfg),
                               per_pair=sequences_per_pair(self.cfg), reencode=bool(args.bpe_dropout))
         self.valid_ex = encode_examples(self.tok, valid, self.cfg)
         self.eval_pairs = valid[: args.eval_sentences or None]  # 0: all of them
@@ -122,10 +107,33 @@ class Trainer:
         self.factor = factor_for_peak(args.peak_lr, self.cfg.d_model, args.warmup)
         self.state = self.initial_state()
         self.step_model = wrap_for_training(self.model, ctx, device, args.compile)
-        peak = args.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
+        peak = args.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda"
+                                    else None)
         self.peak_total = peak * ctx.world_size if peak else None
         self.snapshots = set(snapshot_steps(args.max_steps)) if args.snapshots else set()
         self.signal: str | None = None
+
+    def model_to_train(self, given, sentences, phrases, words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
+        """``(model, tokenizer, config)`` in training mode: ``last/``'s (``--resume``), the ``--init-from``
+        checkpoint's, or a new one; a new run also writes ``train_args.json`` and ``config.json``."""
+        args, ctx = self.args, self.ctx
+        if args.resume:
+            ckpt = load_any(self.out / "last", args.impl, self.device)
+            ckpt.model.train()
+            return ckpt.model, ckpt.tokenizer, ckpt.config
+        if args.init_from:
+            model, tok, cfg = warm_start(args, self.device, given or frozenset())
+        else:
+            if ctx.is_main:
+                self.out.mkdir(parents=True, exist_ok=True)
+            model, tok, cfg = new_model(args, ctx, self.device, sentences, phrases, words)
+        if ctx.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            write_train_args(self.out, vars(args))
+            write_config(self.out, cfg)
+        if ctx.rank:
+            torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
+        return model, tok, cfg
 
     def initial_state(self) -> dict:
         """A fresh trainer state, or the one ``last/`` saved (``--resume``, same number of processes)."""
@@ -178,8 +186,8 @@ class Trainer:
             if step % self.args.eval_every == 0 or step == self.args.max_steps:
                 self.evaluate()
                 self.save_resume_state()  # resumable even after a hard kill: the state as of this evaluation
-                if self.args.patience and self.ctx.broadcast(self.state.get("evals_since_best", 0)) >= self.args.patience:
-                    return "patience"  # the same on every rank: rank 0's count, broadcast
+                if self.out_of_patience():
+                    return "patience"
         return "max_steps"
 
     def step_batches(self):
@@ -227,7 +235,7 @@ class Trainer:
         self.state["tokens_seen"] += n_tokens
         w = self.window
         w.steps, w.tokens, w.loss = w.steps + 1, w.tokens + n_tokens, w.loss + loss
-        w.flops += training_flops(self.cfg, sum(x.n_src for x in batches), sum(x.n_pred for x in batches))  # this rank's
+        w.flops += training_flops(self.cfg, sum(x.n_src for x in batches), sum(x.n_pred for x in batches))
         self.bar.update(1)
 
     # --- between steps ------------------------------------------------------------------------------------------
@@ -258,7 +266,7 @@ class Trainer:
         self.ctx.barrier()
 
     def log_progress(self, lr: float, grad_norm: float) -> None:
-        """One ``metrics.jsonl`` line for the window since the last one (loss averaged over ranks), then a new window."""
+        """One ``metrics.jsonl`` line for the window since the last (loss averaged over ranks); a new window."""
         w, ctx, step = self.window, self.ctx, self.state["step"]
         elapsed = time.time() - w.start
         rec = {"step": step, "epoch": self.state["epoch"], "loss": round(ctx.mean(w.loss / w.steps), 4), "lr": lr,
@@ -282,6 +290,12 @@ class Trainer:
         if self.ctx.is_main:
             evaluate_and_save(self.model, self.tok, self.valid_ex, self.eval_pairs, self.args, self.device,
                               self.state, self.out, self.log, self.train_seconds(), world_size=self.ctx.world_size)
+
+    def out_of_patience(self) -> bool:
+        """``--patience`` evaluations in a row without a better score; the same on every rank (rank 0's count)."""
+        if not self.args.patience:
+            return False
+        return self.ctx.broadcast(self.state.get("evals_since_best", 0)) >= self.args.patience
 
     def save_resume_state(self) -> None:
         self.state["train_seconds"] = self.train_seconds()

@@ -199,6 +199,11 @@ def write_train_args(folder: Path, args: dict) -> None:
     atomic_write_json(Path(folder) / TRAIN_ARGS, args)
 
 
+def write_config(folder: Path, cfg) -> None:
+    """Write the model's :class:`model.config.ModelConfig` as ``config.json``."""
+    cfg.to_json(Path(folder) / CONFIG)
+
+
 # --- reading (the trainer's --resume, the Training page, benchmarks) -----------------------------------------------
 def read_json(path: Path):
     """The JSON value in ``path``, or ``None`` when it is missing, unreadable or not JSON (half-written)."""

@@ -30,9 +30,9 @@ def learning_rate(step: int, d_model: int, args, factor: float) -> float:
 
 
 def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """Adam (β₁ 0.9, β₂ 0.98, ε 1e-9; paper §5.3), its learning rate set per step. With ``weight_decay`` > 0: AdamW
-    (Loshchilov & Hutter 2019), the decay applied to the weight matrices only (parameters of ≥ 2 dimensions:
-    projections and the tied embedding), not to biases and LayerNorm gains, in a second parameter group."""
+    """Adam (β₁ 0.9, β₂ 0.98, ε 1e-9; paper §5.3), its learning rate set per step. With ``weight_decay`` > 0:
+    AdamW (Loshchilov & Hutter 2019), the decay applied to the weight matrices only (parameters of ≥ 2
+    dimensions: projections and the tied embedding), not to biases and LayerNorm gains, in a second group."""
     if not weight_decay:
         return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
     params = list(model.parameters())

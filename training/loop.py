@@ -28,7 +28,8 @@ from .data import load_data
 from .device import autocast, default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
 from .evaluate import evaluate_and_save, score_best_on_test
-from .runs import MetricsLog, now_iso, read_train_args, snapshot_steps, write_config, write_status, write_train_args
+from .runs import (MetricsLog, has_resume_state, now_iso, read_train_args, snapshot_steps, write_config, write_status,
+                   write_train_args)
 from .schedule import factor_for_peak, learning_rate, make_optimizer
 
 #: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
@@ -42,7 +43,7 @@ def resolve_args(args: argparse.Namespace, ctx: Dist, given: set[str] | None) ->
     ``ValueError`` for options that do not go together."""
     out = Path(args.out)
     if args.resume:
-        if not (out / "last" / "trainer_state.json").is_file():
+        if not has_resume_state(out):
             raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")
         saved = read_train_args(out)
         if not saved:

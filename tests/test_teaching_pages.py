@@ -291,6 +291,7 @@ def test_norm_histogram_legend_sits_above_the_plot_not_on_the_axis_title():
     assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1.0
     assert fig.layout.margin.t >= 90  # room for the title and the legend line under it
     assert fig.layout.xaxis.title.text == "vector norm"
+    assert fig.data[0].bingroup == fig.data[1].bingroup  # one set of bins: a constant PE norm is drawn too
 
 
 @needs_ckpt

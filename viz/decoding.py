@@ -233,7 +233,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
                      f"parent beam {int(parent) + 1}<br>{state}")
     fig.add_trace(go.Scatter(
         x=[p[0] for p in node_xy], y=[p[1] for p in node_xy], mode="markers+text", name="candidates",
-        text=texts, textposition=places, textfont=dict(TOKEN_FONT, size=13),
+        text=texts, textposition=places, textfont=dict(TOKEN_FONT, size=13), cliponaxis=False,
         marker=dict(size=11, color=colors, symbol=symbols, line=dict(color=WHITE, width=1)),
         customdata=hover, hovertemplate="%{customdata}<extra></extra>", showlegend=False,
     ))

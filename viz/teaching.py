@@ -57,9 +57,10 @@ def norm_histogram(embedding_norms, pe_norms, title: str = "") -> go.Figure:
     """Overlaid histograms: ``‖embedding · √d_model‖`` per vocabulary entry vs ``‖PE(pos)‖`` per position."""
     fig = go.Figure()
     fig.add_trace(go.Histogram(x=np.asarray(embedding_norms, dtype=float), name="‖token embedding × √d_model‖",
-                               opacity=0.65, marker_color=BLUE))
+                               opacity=0.65, marker_color=BLUE, bingroup="norms"))
+    # the same bins for both: alone, a sinusoidal table's norms (all √(d_model/2)) got a zero-width bin, not drawn
     fig.add_trace(go.Histogram(x=np.asarray(pe_norms, dtype=float), name="‖PE(pos)‖", opacity=0.65,
-                               marker_color=ACCENT))
+                               marker_color=ACCENT, bingroup="norms"))
     fig = _layout(fig, title, 400, "vector norm", "count")
     # the legend above the plot, under the title: below it, it sat on the x-axis title
     fig.update_layout(barmode="overlay", legend=legend_above(), title_y=0.97, title_yanchor="top",
@@ -85,8 +86,9 @@ def annotated_matrix(z, title: str = "", row_labels: Sequence[str] | None = None
     shown = np.where(np.isfinite(z), z, np.nan)
     fig = go.Figure(go.Heatmap(z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale="Blues",
                                showscale=False, xgap=2, ygap=2, hoverinfo="skip"))
-    fig = _layout(fig, title, 90 + 42 * rows)
-    fig.update_layout(plot_bgcolor=MASKED_BG)
+    fig = _layout(fig, title, 110 + 42 * rows)
+    # column names sit on top: room for them under the title, which they touched with the default margin
+    fig.update_layout(plot_bgcolor=MASKED_BG, margin=dict(t=80 if title else 40))
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(side="top")
     return fig

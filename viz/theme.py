@@ -86,7 +86,7 @@ AXIS_ROOM = 64
 LEGEND_ROW = 26
 
 
-def legend_rows(names, width: int = 900, size: int = MIN_READABLE) -> int:
+def legend_rows(names, width: int = 600, size: int = MIN_READABLE) -> int:
     """Rows a horizontal legend of ``names`` needs in ``width`` px (each entry: its symbol, ~0.6 em a character)."""
     rows, used = 1, 0.0
     for name in names:
@@ -97,7 +97,7 @@ def legend_rows(names, width: int = 900, size: int = MIN_READABLE) -> int:
     return rows
 
 
-def legend_below(names, width: int = 900) -> tuple[dict, int]:
+def legend_below(names, width: int = 600) -> tuple[dict, int]:
     """A horizontal legend at the very bottom of the figure, under the x-axis title rather than on it.
 
     Returns ``(legend, bottom_margin)``: the legend dict (anchored to the figure, not the plot) and the bottom

@@ -14,6 +14,7 @@ from training import launch as L
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from training import runs as R
 from ui.run_view import ARCH_LABELS, DATA_LABELS, progress
+from ui.widgets import show_figure
 from viz import training as VT
 from viz.attention import attention_heatmap
 from viz.labels import KIND_SHORT
@@ -174,7 +175,7 @@ run_dir = root / watched
 
 # --- charts ---------------------------------------------------------------------------------------------
 def chart(col, metrics: list[dict], series: dict[str, str], title: str, y_title: str, key: str, **kw) -> None:
-    col.plotly_chart(VT.run_figure(metrics, series, title, y_title, **kw), width="stretch", theme=None, key=key)
+    show_figure(VT.run_figure(metrics, series, title, y_title, **kw), where=col, key=key)
 
 
 def show_run(run_dir: Path) -> str:
@@ -319,7 +320,7 @@ def compare_runs(chosen: list[str], x: str) -> None:
     for i in range(0, len(metrics), 2):
         cols = st.columns(2)
         for col, metric in zip(cols, metrics[i:i + 2]):
-            col.plotly_chart(figs[metric], width="stretch", theme=None, key=f"cmp_{metric}")
+            show_figure(figs[metric], where=col, key=f"cmp_{metric}")
 
 
 compare_runs(compared, x_axis)
@@ -361,4 +362,4 @@ for li in range(n_layers):
     for hi in range(n_heads):
         fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
                                 causal=kind in CAUSAL_KINDS, height=260)
-        cols[hi].plotly_chart(fig, width="stretch", theme=None, key=f"hf_{kind}_{li}_{hi}")
+        show_figure(fig, where=cols[hi], key=f"hf_{kind}_{li}_{hi}")

@@ -60,7 +60,8 @@ def model_alibi_slopes(model: torch.nn.Module, n_heads: int) -> np.ndarray:
 def alibi_bias_matrix(slope: float, n: int) -> np.ndarray:
     """ALiBi bias ``−m · |i − j|`` for queries ``i`` and keys ``j`` in ``0 … n−1``: ``[n, n]``."""
     positions = torch.arange(n)
-    return alibi_bias(torch.tensor([float(slope)], dtype=torch.float64), positions, positions)[0].numpy() + 0.0  # + 0.0: no −0 on the diagonal
+    bias = alibi_bias(torch.tensor([float(slope)], dtype=torch.float64), positions, positions)[0]  # [n, n]
+    return bias.numpy() + 0.0  # + 0.0: 0, not −0, on the diagonal
 
 
 def position_signal_norms(model: torch.nn.Module, d_model: int) -> tuple[np.ndarray, np.ndarray] | None:

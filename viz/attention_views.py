@@ -121,7 +121,8 @@ def token_bar_figure(
         plot_bgcolor=WHITE, bargap=0.2,
     )
     fig.update_xaxes(tickvals=list(range(len(w))), ticktext=[_short(t) for t in disp], tickangle=-45,
-                     tickfont=dict(family=MONO, size=13 if len(w) <= 24 else 10), title_text=axis_title, automargin=True)
+                     tickfont=dict(family=MONO, size=MIN_READABLE if len(w) <= 24 else 11), title_text=axis_title,
+                     automargin=True)
     fig.update_yaxes(range=[0, 1.1], title_text=value_title, gridcolor=GRID, automargin=True)
     return fig
 
@@ -214,7 +215,7 @@ def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") 
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
     )
     fig.update_xaxes(tickvals=x, ticktext=[_short(t) for t in disp], tickangle=-45, automargin=True,
-                     tickfont=dict(family=MONO, size=13 if len(b) <= 24 else 10), title_text="translation tokens")
+                     tickfont=dict(family=MONO, size=MIN_READABLE if len(b) <= 24 else 11), title_text="translation tokens")
     fig.update_yaxes(title_text="log-probability (nats)", gridcolor=GRID, zerolinecolor=ZERO_LINE, automargin=True)
     return fig
 
@@ -242,7 +243,7 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
         hovertemplate="row %{y}, column %{x}<br>difference %{z:+.3f}<extra></extra>",
         colorbar=dict(title=dict(text="second − first"), thickness=14),
     ))
-    tick_font = dict(family=MONO, size=13, color=TEXT_COLOR)
+    tick_font = dict(family=MONO, size=MIN_READABLE, color=TEXT_COLOR)
     fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor=MASKED_BG,
                       height=min(900, 200 + 30 * diff.shape[0]), margin=dict(l=10, r=10, t=50 if title else 20, b=10))
     fig.update_xaxes(tickvals=list(range(len(k_disp))), ticktext=k_disp, tickangle=-45, tickfont=tick_font,

@@ -52,7 +52,7 @@ def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | 
 #: Gap between the pipeline's four panels (fraction of the width): room for each panel's end tick labels.
 PANEL_GAP = 0.07
 #: Token labels in a monospace font (as the attention heatmaps), so that pieces like "▁en" and "en" stay apart.
-TOKEN_FONT = dict(family=MONO, size=13, color=INK)
+TOKEN_FONT = dict(family=MONO, size=MIN_READABLE, color=INK)
 
 
 def _np(x) -> np.ndarray:

@@ -37,7 +37,7 @@ if not (DEFAULT_CKPT / "model.safetensors").is_file():  # pragma: no cover - a c
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.decoding import MAX_INPUT_CHARS  # noqa: E402
-from model.trace import KIND_TITLES  # noqa: E402
+from viz.labels import KIND_TITLES  # noqa: E402
 from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS  # noqa: E402
 
 CFG = ModelConfig.from_json(DEFAULT_CKPT / "config.json")

@@ -36,6 +36,10 @@ CSS = f"""<style>
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] div[style*="color"] {{color: {INK} !important;}}
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] div[style*="0.9rem"] {{font-size: 1.02rem !important;}}
 [data-testid="stWidgetLabel"] p {{font-size: 1.05rem !important;}}
+[data-testid="stMain"] input, [data-testid="stMain"] textarea,
+[data-testid="stMain"] [data-baseweb="select"] div {{font-size: 1.05rem;}}
+.ae-output {{font-size: 2rem !important;}}
+[data-testid="stAppDeployButton"] {{display: none;}}
 </style>"""
 
 

@@ -120,3 +120,15 @@ def test_pipeline_panels_keep_their_axis_labels_apart():
     assert all(b[0] - a[1] >= 0.06 for a, b in zip(domains, domains[1:]))
     assert fig.layout.xaxis.nticks <= 3 and fig.layout.xaxis2.nticks <= 3
     assert fig.layout.xaxis.tickfont.size >= 14 and all(a.font.size >= 14 for a in fig.layout.annotations)
+
+
+def test_a_long_alignment_title_is_wrapped_not_cut_off():
+    """The Decoding lab's "Cross-attention so far (last decoder layer, mean over heads)" ran past its column."""
+    from viz.theme import TITLE_CHARS, wrap_title
+    fig = alignment_heatmap(np.full((2, 3), 1 / 3), ["▁a", "▁b"], list("xyz"),
+                            title="Cross-attention so far (last decoder layer, mean over heads)")
+    lines = fig.layout.title.text.split("<br>")
+    assert lines == ["Cross-attention so far", "(last decoder layer, mean over heads)"]
+    assert fig.layout.margin.t >= 26 + 24 * 2
+    assert wrap_title("Decoder masked self-attention · layer 1 · head 2") == "Decoder masked self-attention · layer 1 · head 2"
+    assert all(len(x) <= TITLE_CHARS for x in wrap_title("Cross-attention (decoder → encoder) · layer 3 · head 1 · words").split("<br>"))

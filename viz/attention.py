@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
-                       INK, MASKED_BG, MONO, NAVY, SUBTLE, WHITE, title as _title)
+                       INK, MASKED_BG, MONO, NAVY, SUBTLE, WHITE, title as _title, title_margin, wrap_title)
 
 
 def display_token(piece: str) -> str:
@@ -107,7 +107,7 @@ def attention_heatmap(
         title=_title(title),
         font=FONT,
         height=height or min(900, 200 + cell * q_len),
-        margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+        margin=dict(l=10, r=10, t=max(50, title_margin(title, 26, 24)) if title else 20, b=10),
         plot_bgcolor=MASKED_BG if causal else WHITE,
     )
     fig.update_xaxes(
@@ -122,8 +122,11 @@ def attention_heatmap(
 
 
 def alignment_heatmap(weights, target_labels: Sequence[str], source_labels: Sequence[str], title: str = "") -> go.Figure:
-    """Cross-attention as a translation alignment: ``[steps, src_len]``, one row per generated token."""
-    return attention_heatmap(weights, target_labels, source_labels, title=title)
+    """Cross-attention as a translation alignment: ``[steps, src_len]``, one row per generated token.
+
+    A long ``title`` is broken into lines (:func:`viz.theme.wrap_title`): beside the step view it sits in a narrow
+    column, where one line was cut off."""
+    return attention_heatmap(weights, target_labels, source_labels, title=wrap_title(title))
 
 
 def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> str:

@@ -75,6 +75,32 @@ def title(text: str, size: int = 16) -> dict:
     return dict(text=text, x=0.0, xanchor="left", font=dict(size=size, color=INK))
 
 
+#: Characters of a 16 px title that fit a half-width chart at 1280 px (about 430 px); Plotly never wraps a title.
+TITLE_CHARS = 52
+
+
+def wrap_title(text: str, limit: int = TITLE_CHARS) -> str:
+    """``text`` broken into lines of at most ``limit`` characters with ``<br>``, at ``" · "``, ``" ("`` or a space.
+
+    A line break goes before the separator's second part (``"A · B"`` → ``"A ·<br>B"``; ``"A (b)"`` → ``"A<br>(b)"``);
+    a word longer than ``limit`` stays whole. Text that fits is returned unchanged.
+    """
+    lines, rest = [], text
+    while len(rest) > limit:
+        dot, paren, space = rest.rfind(" · ", 0, limit - 1), rest.rfind(" (", 0, limit), rest.rfind(" ", 0, limit + 1)
+        cut = dot + 2 if dot > 0 else paren if paren > 0 else space
+        if cut <= 0:
+            break
+        lines.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    return "<br>".join(lines + [rest])
+
+
+def title_margin(text: str, base: int = 24, line: int = 24) -> int:
+    """Top margin (px) that fits a title of ``text``'s lines (``<br>``-separated); ``base`` alone for no title."""
+    return base + line * (text.count("<br>") + 1) if text else base
+
+
 def legend_above(y: float = 1.02) -> dict:
     """A horizontal legend just above the plot area, right-aligned, so that it never covers an axis title."""
     return dict(orientation="h", yanchor="bottom", y=y, xanchor="right", x=1.0)

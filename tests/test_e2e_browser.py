@@ -423,11 +423,11 @@ def test_a_link_restores_the_translate_and_attention_views(server, new_page):
     pick(page, "Head", "head 3")
     page.get_by_text("Word level").click()
     settle(page)
-    pick(page, "Query token (a row)", "2: sat")
-    pick(page, "Key token (a column)", "1: cat")
+    pick(page, "Query token (a row)", "2: ▁sat")
+    pick(page, "Key token (a column)", "1: ▁cat")
     labels = ("Layer", "Head", "Query token (a row)", "Key token (a column)")
     shown = [_selectbox_value(page, label) for label in labels]
-    assert shown == ["layer 2", "head 3", "2: sat", "1: cat"]
+    assert shown == ["layer 2", "head 3", "2: ▁sat", "1: ▁cat"]
     other, link = _reopen(page, new_page, "Query token (a row)")
     assert [_selectbox_value(other, label) for label in labels] == shown, link
     expect(other.get_by_role("radio", name="Encoder self")).to_be_checked()

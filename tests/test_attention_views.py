@@ -559,3 +559,34 @@ def test_compare_with_a_corrupt_checkpoint_warns(tmp_path, monkeypatch):
     at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
     assert not at.exception
     assert any("cannot be loaded" in w.value for w in at.warning)
+
+
+def test_compare_with_only_another_architecture_says_plainly_why_not(tmp_path, monkeypatch):
+    """The two shipped models differ in architecture: the tab says so and how to get a comparable checkpoint,
+    instead of offering brown-lm and then warning that it cannot be compared."""
+    monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(tmp_path / "no-runs"))
+    at = open_page("Compare")
+    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    assert_clean(at)
+    assert not [s for s in at.selectbox if s.key == "attn_cmp_ckpt"]
+    text = " ".join(i.value for i in at.info)
+    assert "No other encoder-decoder checkpoint" in text and "brown-lm (decoder-only)" in text
+    assert "Training page" in text
+
+
+def test_compare_offers_a_runs_checkpoints_of_the_same_architecture(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for sub in ("best", "checkpoints/step-100", "evals/step-20", "evals/step-3"):
+        folder = runs / "r1" / sub
+        folder.mkdir(parents=True)
+        for f in DEFAULT_CKPT.iterdir():
+            (folder / f.name).symlink_to(f)
+    (runs / "r1" / "checkpoints" / "step-200").mkdir()  # still being written: not listed
+    monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(runs))
+    at = open_page("Compare")
+    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    assert_clean(at)
+    box = at.selectbox(key="attn_cmp_ckpt")
+    assert box.options == ["runs/r1/best", "runs/r1/checkpoints/step-100", "runs/r1/evals/step-3",
+                           "runs/r1/evals/step-20"]
+    assert len(charts(at)) == 3  # first, second, difference (the same weights: zero)

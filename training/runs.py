@@ -325,6 +325,32 @@ def run_arch(folder: Path) -> str:
     return "encoder-decoder"
 
 
+#: Sub-folders of a run that hold checkpoints: the best one, the snapshots (fp16) and the kept evaluations (fp32).
+CHECKPOINT_FOLDERS = ("best", "checkpoints", "evals")
+
+
+def run_checkpoints(root: Path | None = None) -> dict[str, Path]:
+    """Every checkpoint the runs under ``root`` (default :func:`runs_root`) left: ``"<run>/best"``,
+    ``"<run>/checkpoints/step-N"`` and ``"<run>/evals/step-N"`` → folder, runs by name and steps in order. A run
+    that is still writing may list a folder whose files are incomplete: loading it says so
+    (:class:`model.checkpoint.CheckpointError`)."""
+    from model.checkpoint import is_checkpoint_dir
+
+    root = Path(root) if root is not None else runs_root()
+    found: dict[str, Path] = {}
+    if not root.is_dir():
+        return found
+    step = lambda p: int(p.name.split("-")[1]) if p.name.split("-")[-1].isdigit() else -1  # noqa: E731
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        for sub in CHECKPOINT_FOLDERS:
+            folder = run / sub
+            candidates = [folder] if sub == "best" else sorted(folder.glob("step-*"), key=step) if folder.is_dir() else []
+            for path in candidates:
+                if is_checkpoint_dir(path):
+                    found[str(path.relative_to(root))] = path
+    return found
+
+
 def model_summary(cfg: dict) -> str:
     """``"d256 · 4h · 3L · sinusoidal"`` from a run's ``config.json`` (layers per stack; a language model says
     ``"· decoder-only"``); ``""`` without a config."""

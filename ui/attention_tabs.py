@@ -16,7 +16,7 @@ from model.analysis import ablation_sweep, greedy_with_head_masks, sequence_log_
 from model.checkpoint import Checkpoint
 from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
 from model.trace import trace_pair
-from training.runs import run_arch
+from training.runs import run_arch, run_checkpoints
 from ui import attention_views as views
 from ui import state, url, widgets
 from viz.attention import attention_heatmap, causal_blank
@@ -109,6 +109,17 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
 
 
 # --- Compare -------------------------------------------------------------------------------------------------------
+def comparable_checkpoints(ckpt: Checkpoint) -> dict[str, Path]:
+    """Name → folder of every checkpoint with ``ckpt``'s architecture but another folder: the shipped ones, then
+    every run's ``best/``, snapshots and kept evaluations (:func:`training.runs.run_checkpoints`, named
+    ``runs/<run>/…``). Only these have the same attention kinds, so a difference map between two of them exists."""
+    here = Path(ckpt.path).resolve()
+    candidates = dict(state.available_checkpoints())
+    candidates.update({f"runs/{name}": path for name, path in run_checkpoints().items()})
+    return {name: path for name, path in candidates.items()
+            if Path(path).resolve() != here and run_arch(path) == ckpt.config.arch}
+
+
 def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) -> None:
     """The current view beside the same view of a second sentence or a second checkpoint, and their difference."""
     tok, cfg = ckpt.tokenizer, ckpt.config
@@ -132,12 +143,20 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
             other_trace = trace_pair(ckpt.model, tok, other_src.ids, strip_eos(o_all, cfg.eos_id))
             other_name = f"“{other_src.text}” → {tok.decode(o_out)}"
     else:
-        others = {n: p for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
-        # checkpoints of this one's architecture first: those are the ones whose attention kinds match
-        others = dict(sorted(others.items(), key=lambda item: run_arch(item[1]) != cfg.arch))
+        others = comparable_checkpoints(ckpt)
         if not others:
-            st.info("Only one checkpoint is available. Train another (`python -m training.train --out runs/NAME`) "
-                    "and copy its `best/` folder under `checkpoints/` to compare two models.")
+            shipped = {n: run_arch(p) for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
+            other_archs = ", ".join(f"{n} ({a})" for n, a in shipped.items())
+            st.info(f"No other {cfg.arch} checkpoint to compare with. "
+                    + (f"The other checkpoints ({other_archs}) have a different architecture: their attention kinds "
+                       "differ (a decoder-only model has no encoder and no cross-attention), so no difference map "
+                       "exists. " if shipped else "")
+                    + "A training run of this architecture leaves comparable checkpoints (its `best/`, snapshots and "
+                      "kept evaluations, listed here by run): start one on the Training page, e.g. the preset "
+                      "that continues the shipped translator.")
+            if "compare_ckpt" in st.query_params:
+                url.show_notes(f"Ignored `compare_ckpt` (second checkpoint) = “{str(st.query_params['compare_ckpt'])[:30]}” "
+                               "from the link: no checkpoint of this architecture is available here.")
             return
         url.init_widget("attn_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
                                                                     next(iter(others)), what="second checkpoint"),
@@ -147,8 +166,6 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
         other, error = state.load_other(others[name])
         if error:
             st.warning(f"That checkpoint cannot be loaded: {error}")
-        elif other.config.arch != cfg.arch:
-            st.warning("The two checkpoints have different architectures; their attention kinds differ.")
         elif other.tokenizer.to_str() == tok.to_str():
             # Same tokenizer: the second model reads the same source and this translation (teacher forcing),
             # so the two maps have the same shape and differ only in where the models look.

@@ -409,6 +409,7 @@ def test_a_link_restores_the_translate_and_attention_views(server, new_page):
     pick(page, "Head", "head 2")
     shown = (step_of(page), _selectbox_value(page, "Layer"), _selectbox_value(page, "Head"))
     assert shown[1:] == ("decoder layer 1", "head 2")
+    page.wait_for_url(re.compile(r"[?&]head=2(&|$)"))  # the rerun writes the link after drawing the box
     other, link = _reopen(page, new_page, "Step through the decoding")
     assert (step_of(other), _selectbox_value(other, "Layer"), _selectbox_value(other, "Head")) == shown, link
     expect(other.get_by_label("English sentence")).to_have_value("The cat sat on the mat.")
@@ -428,6 +429,7 @@ def test_a_link_restores_the_translate_and_attention_views(server, new_page):
     labels = ("Layer", "Head", "Query token (a row)", "Key token (a column)")
     shown = [_selectbox_value(page, label) for label in labels]
     assert shown == ["layer 2", "head 3", "2: ▁sat", "1: ▁cat"]
+    page.wait_for_url(re.compile(r"[?&]key=1(&|$)"))  # under load the link is written a moment after the box shows
     other, link = _reopen(page, new_page, "Query token (a row)")
     assert [_selectbox_value(other, label) for label in labels] == shown, link
     expect(other.get_by_role("radio", name="Encoder self")).to_be_checked()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from model.checkpoint import atomic_write_json
+from model.checkpoint import atomic_write_json, is_checkpoint_dir
 from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
 from model.tokenizer import TextTokenizer
 from model.config import ARCHITECTURES
@@ -325,30 +325,29 @@ def run_arch(folder: Path) -> str:
     return "encoder-decoder"
 
 
-#: Sub-folders of a run that hold checkpoints: the best one, the snapshots (fp16) and the kept evaluations (fp32).
-CHECKPOINT_FOLDERS = ("best", "checkpoints", "evals")
-
-
 def run_checkpoints(root: Path | None = None) -> dict[str, Path]:
     """Every checkpoint the runs under ``root`` (default :func:`runs_root`) left: ``"<run>/best"``,
     ``"<run>/checkpoints/step-N"`` and ``"<run>/evals/step-N"`` → folder, runs by name and steps in order. A run
     that is still writing may list a folder whose files are incomplete: loading it says so
     (:class:`model.checkpoint.CheckpointError`)."""
-    from model.checkpoint import is_checkpoint_dir
-
     root = Path(root) if root is not None else runs_root()
     found: dict[str, Path] = {}
     if not root.is_dir():
         return found
-    step = lambda p: int(p.name.split("-")[1]) if p.name.split("-")[-1].isdigit() else -1  # noqa: E731
     for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        for sub in CHECKPOINT_FOLDERS:
-            folder = run / sub
-            candidates = [folder] if sub == "best" else sorted(folder.glob("step-*"), key=step) if folder.is_dir() else []
-            for path in candidates:
-                if is_checkpoint_dir(path):
-                    found[str(path.relative_to(root))] = path
+        candidates = [run / "best"]
+        for sub in ("checkpoints", "evals"):
+            candidates += sorted((run / sub).glob("step-*"), key=_step)  # nothing when the folder is missing
+        for path in candidates:
+            if is_checkpoint_dir(path):
+                found[str(path.relative_to(root))] = path
     return found
+
+
+def _step(folder: Path) -> int:
+    """N of a ``step-N`` folder (−1 for a name that is not one), for sorting snapshots in step order."""
+    n = folder.name.removeprefix("step-")
+    return int(n) if n.isdigit() else -1
 
 
 def model_summary(cfg: dict) -> str:

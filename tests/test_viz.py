@@ -132,3 +132,29 @@ def test_a_long_alignment_title_is_wrapped_not_cut_off():
     assert fig.layout.margin.t >= 26 + 24 * 2
     assert wrap_title("Decoder masked self-attention · layer 1 · head 2") == "Decoder masked self-attention · layer 1 · head 2"
     assert all(len(x) <= TITLE_CHARS for x in wrap_title("Cross-attention (decoder → encoder) · layer 3 · head 1 · words").split("<br>"))
+
+
+def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
+    """Issue 14: its ticks were 11 px and its strip titles 13 px; a long sentence's labels ran into each other."""
+    from viz.decoding import KV_MIN_STRIP, KV_PLOT_PX, MIN_READABLE, kv_cache_figure, kv_tick_plan
+    short = kv_cache_figure(3, positions=4, src_len=8, target_tokens=["<bos>", "▁Die", "▁Katze", "▁sa"],
+                            source_tokens=["▁The", "▁cat", "▁sat", "▁on", "▁the", "▁mat", ".", "<eos>"], title="Step 3")
+    long = kv_cache_figure(3, positions=30, src_len=40, target_tokens=[f"▁wort{i}" for i in range(30)],
+                           source_tokens=[f"▁word{i}xx" for i in range(40)], title="Step 29")
+    for fig in (short, long, kv_cache_figure(2, positions=0, src_len=4)):
+        axes = [fig.layout[a] for a in fig.layout if a.startswith(("xaxis", "yaxis"))]
+        sizes = [ax.tickfont.size or fig.layout.font.size for ax in axes]
+        sizes += [a.font.size for a in fig.layout.annotations]
+        sizes += [fig.layout.legend.font.size, fig.layout.hoverlabel.font.size, fig.layout.title.font.size]
+        assert min(sizes) >= MIN_READABLE, sizes
+        shares = [fig.layout[a].domain[1] - fig.layout[a].domain[0] for a in ("xaxis", "xaxis2")]
+        assert min(shares) >= KV_MIN_STRIP * 0.9  # room for each strip's two-line title
+    assert short.layout.xaxis.tickangle == 0 and list(short.layout.xaxis2.tickvals) == list(range(8))
+    for axis, n in ((long.layout.xaxis, 30), (long.layout.xaxis2, 40)):
+        kept = list(axis.tickvals)
+        assert axis.tickangle == -90 and kept[-1] == n - 1  # upright, thinned, the newest position kept
+        cell = KV_PLOT_PX * (axis.domain[1] - axis.domain[0]) / n
+        assert min(b - a for a, b in zip(kept, kept[1:])) * cell >= 1.3 * MIN_READABLE
+    assert kv_tick_plan(["ab"] * 3, 300) == (0, 1) and kv_tick_plan(["▁abcdefg"] * 60, 300)[0] == -90
+    with pytest.raises(ValueError):
+        kv_tick_plan(["a"], 0)

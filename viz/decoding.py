@@ -254,6 +254,35 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     return fig
 
 
+#: Plot width (px) the KV-cache figure lays its labels out for: the page's width at 1280×720 with the sidebar open,
+#: less the row labels. Presentation mode draws 1.25× larger fonts on a wider page (the sidebar collapsed), so the
+#: same plan holds there.
+KV_PLOT_PX = 740
+#: Smallest share of the width either strip gets, so that its two-line title fits above it (fraction).
+KV_MIN_STRIP = 0.4
+#: Width of one character of :data:`TOKEN_FONT` (px): a monospace glyph is 0.6 em.
+_TOKEN_CHAR_PX = 0.6 * MIN_READABLE
+#: Distance (px) that two upright (−90°) tick labels need between their ticks: a line height.
+_UPRIGHT_GAP_PX = 1.3 * MIN_READABLE
+
+
+def kv_tick_plan(labels: Sequence[str], strip_px: float) -> tuple[int, int]:
+    """How the KV-cache figure writes ``labels`` (one per cell) under a strip ``strip_px`` wide without overlaps:
+    ``(angle, every)``: level (0°) when the longest fits its cell, else upright (−90°, read from below) with
+    every ``every``-th label kept (1 = all) so that neighbours stay at least :data:`_UPRIGHT_GAP_PX` apart.
+
+    Raises:
+        ValueError: ``strip_px`` is not positive.
+    """
+    if strip_px <= 0:
+        raise ValueError(f"strip_px must be positive, got {strip_px}")
+    cell = strip_px / max(len(labels), 1)
+    longest = max((len(t) for t in labels), default=0) * _TOKEN_CHAR_PX + 8  # 8 px between neighbours
+    if longest <= cell:
+        return 0, 1
+    return -90, max(1, int(np.ceil(_UPRIGHT_GAP_PX / cell)))
+
+
 def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: int | None = None,
                     target_tokens: Sequence[str] | None = None, source_tokens: Sequence[str] | None = None,
                     cross_new: bool = False, title: str = "") -> go.Figure:
@@ -266,6 +295,8 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
     ``cross_new``) and reused unchanged afterwards (light blue).
 
     Each cell stands for a ``[heads, d_k]`` block. ``z`` values: 1 = reused, 2 = new, 3 = cross (computed once).
+    Every text is at least :data:`MIN_READABLE` px; token labels are turned upright and thinned (:func:`kv_tick_plan`)
+    where they would run into each other at :data:`KV_PLOT_PX`.
 
     Args:
         target_tokens: labels of the ``positions`` decoder inputs (``<bos>`` + the tokens fed so far).
@@ -276,10 +307,15 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
     has_cross = bool(src_len)
     cols = 2 if has_cross else 1
     widths = [max(positions, 1), max(src_len or 0, 1)] if has_cross else [1]
+    shares = [w / sum(widths) for w in widths]
+    if has_cross:  # each strip wide enough for its title: the other gives way
+        shares[0] = min(max(shares[0], KV_MIN_STRIP), 1 - KV_MIN_STRIP)
+        shares[1] = 1 - shares[0]
+    gap = 0.06
     fig = make_subplots(
-        rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.06, column_widths=[w / sum(widths) for w in widths],
-        subplot_titles=(["self-attention K/V<br>(one row per target position)"]
-                        + (["cross-attention K/V<br>(from the encoder output, computed once)"] if has_cross else [])),
+        rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=gap, column_widths=shares,
+        subplot_titles=(["self-attention K/V<br>(a column per target position)"]
+                        + (["cross-attention K/V<br>(computed once, from the encoder)"] if has_cross else [])),
     )
     scale = [[0.0, BLUE], [0.33, BLUE], [0.33, ACCENT], [0.67, ACCENT], [0.67, LIGHT], [1.0, LIGHT]]
 
@@ -298,8 +334,11 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
             z=z, x=list(range(n)), y=list(range(len(ylabels))), zmin=1, zmax=3, colorscale=scale, showscale=False,
             xgap=2, ygap=2, name=name, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
         ), row=1, col=col)
-        fig.update_xaxes(tickvals=list(range(n)), ticktext=[_short(t, 8) for t in lab], tickangle=0 if n <= 14 else -60,
-                         tickfont=dict(TOKEN_FONT, size=11), automargin=True, row=1, col=col)
+        ticks = [_short(t, 8) for t in lab]
+        angle, every = kv_tick_plan(ticks, KV_PLOT_PX * (1 - gap * (cols - 1)) * shares[col - 1])
+        kept = list(range(n - 1, -1, -every))[::-1]  # thinned from the newest position back
+        fig.update_xaxes(tickvals=kept, ticktext=[ticks[p] for p in kept], tickangle=angle,
+                         tickfont=TOKEN_FONT, automargin=True, row=1, col=col)
 
     strip(positions, lambda p: 2.0 if p >= positions - new_rows else 1.0, target_tokens, 1, "self-attention cache")
     if has_cross:
@@ -311,11 +350,15 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
     fig.update_yaxes(tickvals=list(range(len(ylabels))), ticktext=ylabels, autorange="reversed", automargin=True,
                      row=1, col=1)
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor=WHITE,
-        height=200 + 30 * len(ylabels), margin=dict(l=10, r=10, t=90 if title else 60, b=80),
-        legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
+        # the title at the top of a margin that also holds the strips' two-line titles, at 1.25× in presentation
+        title=dict(text=title, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=8),
+                   font=TITLE_FONT),
+        font=FONT, plot_bgcolor=WHITE,
+        height=230 + 30 * len(ylabels), margin=dict(l=10, r=10, t=120 if title else 70, b=80),
+        legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0, font_size=MIN_READABLE),
+        hoverlabel=dict(font_size=MIN_READABLE),
     )
-    fig.update_annotations(font_size=13)
+    fig.update_annotations(font_size=MIN_READABLE)
     return fig
 
 

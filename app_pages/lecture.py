@@ -7,7 +7,7 @@ import streamlit as st
 
 from teaching import worked
 from ui import url
-from ui.widgets import show_figure
+from ui.widgets import show_figure, show_table
 from viz.teaching import annotated_matrix, scaling_chart
 
 st.title("Worked examples")
@@ -144,9 +144,9 @@ st.markdown("With q, k ~ N(0, 1), the score q·k has variance d_k: the bigger th
             f"dominates and the softmax saturates (gradients vanish). Seed {seed}, 10 keys; uniform entropy "
             f"= ln 10 = {np.log(10):.3f}.")
 show_figure(scaling_chart(rows))
-st.dataframe(pd.DataFrame([{k_: r[k_] for k_ in ("d_k", "score_std", "max_raw", "max_scaled", "entropy_raw",
-                                                  "entropy_scaled")} for r in rows]).style.format(precision=4),
-             hide_index=True)
+SCALING_COLUMNS = ("score_std", "max_raw", "max_scaled", "entropy_raw", "entropy_scaled")
+show_table([{k_: r[k_] for k_ in ("d_k", *SCALING_COLUMNS)} for r in rows],
+           formats=dict.fromkeys(SCALING_COLUMNS, "{:.4f}"))
 
 # --- errata ---------------------------------------------------------------------------------------------
 st.header("Known mistakes in the seed articles")

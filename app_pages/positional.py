@@ -1,14 +1,13 @@
 """Page "Positional encoding": the sinusoidal table, its waves and similarities, the linear-map property, and
 what the loaded checkpoint uses (sinusoidal / learned / RoPE / ALiBi)."""
 
-import pandas as pd
 import streamlit as st
 
 from teaching import positions
 from teaching.worked import rotation_errors, sinusoidal
 from ui import state
 from ui import url
-from ui.widgets import show_figure
+from ui.widgets import show_figure, show_table
 from viz.teaching import bar, dimension_waves, matrix_heatmap, norm_histogram
 
 PLOT = dict(width="stretch", theme=None)
@@ -66,7 +65,7 @@ if n_pos < 2 or not 0 <= abs(offset) < n_pos:
 else:
     checked = [p for p in (0, 1, 2, 7, 20, 50, n_pos - 1 - max(offset, 0)) if 0 <= p < n_pos]
     rows = rotation_errors(table, offset, sorted(set(checked)))
-    st.dataframe(pd.DataFrame(rows).style.format({"max abs error": "{:.2e}"}), hide_index=True)
+    show_table(rows, formats={"max abs error": "{:.2e}"})
 
 # --- the loaded checkpoint -------------------------------------------------------------------------------
 st.divider()

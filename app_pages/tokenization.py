@@ -7,7 +7,7 @@ import streamlit as st
 from teaching.bpe_replay import merge_table, piece_lengths, pre_tokenize, replay, segmentations
 from model.tokenizer import TextTokenizer
 from ui import state, url
-from ui.widgets import show_figure
+from ui.widgets import show_figure, show_table
 from viz.labels import WORD_START_NOTE
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html
 
@@ -64,8 +64,7 @@ def show_tokens(text: str) -> None:
 
     st.subheader("Characters, words, pieces")
     seg = segmentations(text, enc.tokens)
-    st.dataframe(pd.DataFrame([{"unit": k, "count": len(v), "sequence": " | ".join(v)} for k, v in seg.items()]),
-                 hide_index=True, width="stretch")
+    show_table([{"unit": k, "count": len(v), "sequence": " | ".join(v)} for k, v in seg.items()])
     st.caption("Characters give long sequences over a tiny alphabet; words a huge vocabulary with no answer "
                "for unseen words; BPE pieces sit in between.")
 
@@ -117,10 +116,10 @@ show_figure(bar(counts.index.tolist(), counts.values.tolist(), "Piece length (ch
                  "length", "pieces"), **PLOT)
 c1, c2 = st.columns(2)
 c1.markdown("**First 20 merges** (the most frequent pairs)")
-c1.dataframe(merges_frame(table.merges[:20], 0), hide_index=True)
+show_table(merges_frame(table.merges[:20], 0), c1)
 c2.markdown("**Last 20 merges**")
 start = max(0, len(table.merges) - 20)
-c2.dataframe(merges_frame(table.merges[start:], start), hide_index=True)
+show_table(merges_frame(table.merges[start:], start), c2)
 
 # --- live trainer ---------------------------------------------------------------------------------------
 st.subheader("Train your own BPE")
@@ -143,7 +142,7 @@ else:
     my_table = merge_table(mine.to_str())
     st.markdown(f"Learned **{len(my_table.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
                 f"(asked for {vocab_size}; all characters seen are always kept).")
-    st.dataframe(merges_frame(my_table.merges[:20], 0), hide_index=True)
+    show_table(merges_frame(my_table.merges[:20], 0))
     first = next(line for line in train_text.splitlines() if line.strip())
     enc = mine.encode(first)
     st.markdown(token_spans_html(first, enc.tokens, enc.ids, enc.offsets), unsafe_allow_html=True)

@@ -14,7 +14,7 @@ from training import launch as L
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from training import runs as R
 from ui.run_view import ARCH_LABELS, DATA_LABELS, progress
-from ui.widgets import show_figure
+from ui.widgets import show_figure, show_table
 from viz import training as VT
 from viz.attention import attention_heatmap
 from viz.labels import KIND_SHORT
@@ -165,7 +165,7 @@ if not runs:
     st.info(f"No runs yet under `{root}`.")
     st.stop()
 table = pd.DataFrame([{k: v for k, v in r.items() if k not in ("path", "error")} for r in runs])
-st.dataframe(table, hide_index=True, width="stretch")
+show_table(table)
 names = [r["name"] for r in runs]
 wanted = st.session_state.get("train_watch")
 watched = st.selectbox("Watch run", names, index=names.index(wanted) if wanted in names else 0, key="train_pick")

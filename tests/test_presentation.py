@@ -116,3 +116,16 @@ def test_presentation_mode_enlarges_the_translate_charts_for_this_session_only()
     assert min(big) >= MIN_TICK
     assert min(small) < MIN_TICK  # unchanged figures: at least one default (unset) size
     assert plain.toggle(key=KEY).value is False and PARAM not in plain.query_params
+
+
+# --- tables (issue 14: the data grid draws on a canvas that no CSS reaches) ---------------------------------------
+def test_a_projected_table_is_escaped_html_with_large_text():
+    from ui.widgets import table_html
+    out = table_html([{"token": "<bos>", "error": 1.5e-7, "p": 0.123456789, "kept": True},
+                      {"token": "▁a&b", "error": 2e-3, "p": -12.345, "kept": False}],
+                     formats={"error": "{:.2e}", "missing": "{:.1f}"}, height=300)
+    assert 'class="dataframe ae-table"' in out and "max-height:300px" in out
+    assert "&lt;bos&gt;" in out and "<bos>" not in out and "▁a&amp;b" in out
+    assert "1.50e-07" in out and "0.123457" in out and "-12.345" in out and "True" in out
+    assert "<th>token</th>" in out and out.count("<tr") == 3
+    assert presentation.TABLE_PX >= 16 and f"font-size: {presentation.TABLE_PX}px" in presentation.CSS

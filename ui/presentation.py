@@ -1,7 +1,8 @@
 """Presentation mode: the app readable from the back of a lecture room (issue 14).
 
 A sidebar toggle, kept in the link as ``?present=1``, that gives larger fonts for tokens and in every figure
-(axis labels of at least :data:`MIN_TICK` px), captions in full contrast and the sidebar collapsed.
+(axis labels of at least :data:`MIN_TICK` px), tables as HTML with :data:`TABLE_PX` px text
+(:func:`ui.widgets.show_table`), captions in full contrast and the sidebar collapsed.
 
 The mode belongs to one browser session: it lives in ``st.session_state`` (the toggle's key), never in a module
 global, since every Streamlit session shares this module. Pages draw their figures through
@@ -15,13 +16,15 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui import url
-from viz.theme import INK, MIN_READABLE
+from viz.theme import BORDER, CHIP_BG, INK, MIN_READABLE
 
 KEY = "presentation"  #: session-state key of the toggle
 PARAM = "present"  #: query parameter
 #: Smallest font of any axis tick label or axis title in presentation mode (px).
 MIN_TICK = max(16, MIN_READABLE)
 SCALE = 1.25  #: fonts of figures grow by this factor (and to at least MIN_TICK)
+#: Text of tables in presentation mode (px; :func:`ui.widgets.show_table` draws them as HTML there).
+TABLE_PX = MIN_TICK + 2
 
 #: Extra CSS in presentation mode. Token chips and the notes under them carry inline styles (viz/ writes HTML
 #: fragments), hence the attribute selectors and ``!important``; the browser rewrites an inline style (colours
@@ -39,6 +42,11 @@ CSS = f"""<style>
 [data-testid="stMain"] input, [data-testid="stMain"] textarea,
 [data-testid="stMain"] [data-baseweb="select"] div {{font-size: 1.05rem;}}
 .ae-output {{font-size: 2rem !important;}}
+table.ae-table {{border-collapse: collapse; width: 100%; font-size: {TABLE_PX}px; line-height: 1.35; color: {INK};
+  margin-bottom: 0.6rem;}}
+table.ae-table th, table.ae-table td {{border: 1px solid {BORDER}; padding: 0.25rem 0.6rem; text-align: left;
+  vertical-align: top;}}
+table.ae-table th {{background: {CHIP_BG}; font-weight: 600; position: sticky; top: 0;}}
 [data-testid="stAppDeployButton"] {{display: none;}}
 </style>"""
 
@@ -58,7 +66,7 @@ def is_on() -> bool:
 def sidebar_toggle() -> bool:
     """The sidebar toggle; writes the mode into the link and adds the mode's CSS. Returns the mode."""
     on = st.sidebar.toggle("Presentation mode", key=KEY,
-                           help="Larger fonts for tokens and charts, captions in full contrast, the sidebar "
+                           help="Larger fonts for tokens, charts and tables, captions in full contrast, the sidebar "
                                 "collapsed (open it again with the arrow at the top left). Kept in the link.")
     url.put(PARAM, bool(on), False)
     if on:

@@ -1,4 +1,4 @@
-"""Widgets shared by the pages: the output box, the step buttons, and the one way a page shows a figure.
+"""Widgets shared by the pages: the output box, the step buttons, and the one way a page shows a figure or a table.
 
 Streamlit glue only: what is drawn comes from :mod:`viz`; what a step is comes from the caller.
 """
@@ -6,7 +6,9 @@ Streamlit glue only: what is drawn comes from :mod:`viz`; what a step is comes f
 from __future__ import annotations
 
 import html
+from typing import Any, Mapping, Sequence
 
+import pandas as pd
 import streamlit as st
 
 from ui import presentation
@@ -76,3 +78,51 @@ def show_altair(chart, where=None, **kwargs):
     if presentation.is_on():
         chart = presentation.enlarged_altair(chart)
     return (where or st).altair_chart(chart, **kwargs)
+
+
+# --- tables -----------------------------------------------------------------------------------------------
+def _fmt(value: Any) -> str:
+    """A cell's default text in a projected table: floats to 6 significant digits (``-12.345``, ``1e-07``)."""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def table_html(data: pd.DataFrame | Sequence[Mapping[str, Any]], formats: Mapping[str, str] | None = None,
+               height: int | None = None) -> str:
+    """``data`` as an HTML table (class ``ae-table``, styled by :data:`ui.presentation.CSS`), every header and cell
+    HTML-escaped, the index left out. ``formats``: column → ``str.format`` spec (e.g. ``{"error": "{:.2e}"}``);
+    other floats get 6 significant digits. ``height`` (px): scroll vertically beyond it (``None``: every row)."""
+    frame = pd.DataFrame(data)
+    formatters = {c: str(f).format for c, f in (formats or {}).items() if c in frame.columns}
+    for column in frame.columns:
+        formatters.setdefault(column, _fmt)
+    body = frame.to_html(index=False, escape=True, border=0, classes="ae-table", formatters=formatters, na_rep="")
+    limit = f"max-height:{int(height)}px;overflow-y:auto;" if height else ""
+    return f'<div class="ae-table-wrap" style="overflow-x:auto;{limit}">{body}</div>'
+
+
+def show_table(data: pd.DataFrame | Sequence[Mapping[str, Any]], where=None, *, wrap: bool = False,
+               formats: Mapping[str, str] | None = None, height: int | None = None, **kwargs):
+    """The one way a page shows a table, the index hidden.
+
+    Normally ``st.dataframe`` (sortable, scrollable), or ``st.table`` when ``wrap`` (static cells in which long
+    text wraps). In presentation mode an HTML table (:func:`table_html`) whose text CSS enlarges to at least
+    :data:`ui.presentation.MIN_TICK` px: the data grid draws on a canvas that no CSS reaches.
+
+    Args:
+        data: a DataFrame or a list of row dicts (column → value).
+        where: a column or container (default: the page).
+        formats: column → ``str.format`` spec, in both modes (normally through a pandas Styler).
+        height: the dataframe's height in px; in presentation mode the table scrolls beyond it.
+        kwargs: more arguments of ``st.dataframe`` / ``st.table`` (``column_config``, ``key``); not used in
+            presentation mode, where the table is static.
+    """
+    where = where or st
+    if presentation.is_on():
+        return where.html(table_html(data, formats, height))
+    frame = pd.DataFrame(data)
+    shown = frame.style.format(dict(formats)) if formats else frame
+    if wrap:
+        return where.table(shown, hide_index=True, **kwargs)
+    if height:
+        kwargs["height"] = height
+    return where.dataframe(shown, hide_index=True, **kwargs)

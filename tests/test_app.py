@@ -159,14 +159,16 @@ def test_step_buttons_move_through_the_decoding():
     assert at.query_params["step"] == "1"
     # The buttons are drawn for the new step in the same run (Back is usable right away).
     assert not button(at, "Back").proto.disabled and not button(at, "Reset").proto.disabled
-    # Bar chart of the next-token distribution + the alignment heatmap.
-    assert n_charts(at) == 2
+    # The next-token list (HTML bars: no chart to redraw per click) + the alignment heatmap.
+    topk = [md.value for md in at.markdown if 'class="ae-topk"' in md.value]
+    assert len(topk) == 1 and "Step 1: the 10 most probable" in topk[0]
+    assert topk[0].count('class="ae-topk-row"') == min(10, CFG.vocab_size)
+    assert n_charts(at) == 1
     titles = chart_titles(at)
-    assert titles[0].startswith("Step 1:") and titles[1].startswith("Alignment")
-    bar, heat = (json.loads(c.proto.spec)["data"][0] for c in at.get("plotly_chart"))
-    assert bar["type"] == "bar" and len(bar["y"]) == min(10, CFG.vocab_size)
+    assert titles[0].startswith("Alignment")
+    (heat,) = (json.loads(c.proto.spec)["data"][0] for c in at.get("plotly_chart"))
     assert heat["type"] == "heatmap"
-    z = heat_z(at, 1)
+    z = heat_z(at, 0)
     assert z.shape[0] == 1  # one row per generated token, one column per source piece
     assert np.allclose(z.sum(axis=1), 1.0, atol=1e-4)
 
@@ -179,7 +181,7 @@ def test_step_buttons_move_through_the_decoding():
     step, total = step_line(at)
     assert at.session_state["step"] == step == total >= 1
     assert button(at, "Next").proto.disabled and button(at, "Run to end").proto.disabled
-    assert heat_z(at, 1).shape[0] == total
+    assert heat_z(at, 0).shape[0] == total
     last = chip_markdown(at)
 
     button(at, "Back").click().run()
@@ -199,14 +201,14 @@ def test_step_buttons_move_through_the_decoding():
 
 def test_translate_layer_and_head_selectors():
     at = make_app(step="1")
-    assert n_charts(at) == 2
+    assert n_charts(at) == 1
     at.selectbox(key="tr_layer").select(0).run()
     at.selectbox(key="tr_head").select(CFG.n_heads - 1).run()
     assert_clean(at)
-    assert n_charts(at) == 2
+    assert n_charts(at) == 1
     at.selectbox(key="tr_head").select("mean").run()
     assert_clean(at)
-    assert n_charts(at) == 2
+    assert n_charts(at) == 1
 
 
 def test_preset_changes_text_and_resets_step():
@@ -281,7 +283,7 @@ def test_odd_text_translates_with_a_note(text, note, unreadable):
     assert len(at.button) == 4
     button(at, "Next").click().run()
     assert_clean(at)
-    assert at.session_state["step"] == 1 and n_charts(at) == 2
+    assert at.session_state["step"] == 1 and n_charts(at) == 1
     assert any(note in i.value for i in at.info)
 
 
@@ -306,8 +308,8 @@ def test_long_text_is_truncated_with_a_note():
     assert any(f"limit of {CFG.max_len} tokens" in i.value for i in at.info), [i.value for i in at.info]
     button(at, "Next").click().run()
     assert_clean(at)
-    assert n_charts(at) == 2
-    assert heat_z(at, 1).shape[1] == CFG.max_len  # max_len - 1 pieces + <eos>
+    assert n_charts(at) == 1
+    assert heat_z(at, 0).shape[1] == CFG.max_len  # max_len - 1 pieces + <eos>
 
 
 # --- query parameters ----------------------------------------------------------------------------------
@@ -318,8 +320,8 @@ def test_query_params_open_a_given_sentence_and_step():
     assert at.text_input(key="text_input").value == "The cat sat on the mat."
     assert at.selectbox(key="preset").value == "The cat sat on the mat."
     assert at.session_state["step"] == 2 and step_line(at)[0] == 2
-    assert n_charts(at) == 2
-    assert heat_z(at, 1).shape[0] == 2
+    assert n_charts(at) == 1
+    assert heat_z(at, 0).shape[0] == 2
 
     # Same view as reaching step 2 with the buttons.
     by_hand = make_app()
@@ -574,7 +576,7 @@ def test_sidebar_lists_extra_checkpoints_and_recovers(extra_root):
     assert_clean(at)
     button(at, "Next").click().run()
     assert_clean(at)
-    assert n_charts(at) == 2
+    assert n_charts(at) == 1
 
 
 def test_checkpoint_that_disappears(extra_root):

@@ -97,6 +97,13 @@ def assert_no_traceback(page) -> None:
     assert "Traceback" not in body, body[:2000]
 
 
+def expect_step_view(page) -> None:
+    """A step of the Translate view is drawn: the next-token list (HTML bars) and the alignment chart."""
+    expect(page.locator(".ae-topk")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
+    expect(page.locator('[data-testid="stPlotlyChart"]').filter(has_text="Alignment so far")).to_have_count(
+        1, timeout=RUN_TIMEOUT_MS)
+
+
 def open_translate(page, url: str, query: str = "") -> None:
     page.goto(f"{url}/{query}")
     page.get_by_text("Step through the decoding", exact=True).wait_for()
@@ -162,7 +169,7 @@ def test_translate_three_steps_then_attention_page(server, new_page):
     assert step == 3 and total >= 3
     expect(page.get_by_text(re.compile(r"Step 3 of \d+"))).to_be_visible()
     expect(page.get_by_role("button", name="Back")).to_be_enabled()
-    expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(2)
+    expect_step_view(page)
     assert "step=3" in page.url
     assert_no_traceback(page)
     page.wait_for_timeout(500)  # let Plotly finish drawing
@@ -187,7 +194,7 @@ def test_projector_run_to_end(server, new_page):
     step, total = step_of(page)
     assert step == total >= 1
     expect(page.get_by_role("button", name="Next")).to_be_disabled()
-    expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(2)
+    expect_step_view(page)
     assert_no_traceback(page)
     page.wait_for_timeout(500)
     shot(page, "projector-run-to-end.png")

@@ -47,7 +47,7 @@ from ui import decoding_lab as lab
 from ui import url
 from viz.attention import attention_heatmap, display_token, highlight_tokens_html, plotly_escape, tokens_html
 from viz.attention_views import lines_figure
-from viz.decoding import top_tokens_bar
+from viz.decoding import top_tokens_html
 from viz.teaching import cell_html, pieces_html, token_spans_html
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -338,7 +338,7 @@ def check_steps(ckpt: Checkpoint, src, n_steps: int) -> Stepper:
             assert a.cross_attention.shape == (cfg.n_decoder_layers, cfg.n_heads, len(src.ids))
             assert a.cross_attention.sum(-1).sub(1).abs().max() < 1e-3
     ids, probs = on.records[-1].top(10)
-    top_tokens_bar(ckpt.tokenizer.tokens(ids), probs)
+    top_tokens_html(ckpt.tokenizer.tokens(ids), probs)
     last = on.records[-1].token_id
     on.back()
     on.step()

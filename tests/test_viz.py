@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from viz.attention import alignment_heatmap, attention_heatmap, display_token, highlight_tokens_html, tokens_html
-from viz.decoding import top_tokens_bar
+from viz.decoding import top_tokens_html
 
 
 def test_one_word_start_convention_the_tokenizers_own():
@@ -63,14 +63,16 @@ def test_tokens_html_marks_current_and_handles_empty():
     assert html.count("#e4572e") == 1 and html.rindex("#e4572e") > html.index("a</span>")
 
 
-def test_top_tokens_bar_highlights_the_chosen_token():
-    fig = top_tokens_bar(["▁Das", "▁Die", "▁Der"], [0.6, 0.3, 0.1], chosen=1)
-    bar = fig.data[0]
-    assert list(bar.x) == [0.6, 0.3, 0.1]
-    assert bar.marker.color[1] != bar.marker.color[0]
-    assert bar.y[0].startswith("1. ") and "Das" in bar.y[0]
+def test_top_tokens_html_ranks_scales_and_highlights_the_chosen_token():
+    html = top_tokens_html(["▁Das", "▁Die", "<b>"], [0.6, 0.3, 0.1], chosen=1, title="Step 1")
+    rows = html.split('class="ae-topk-row"')[1:]
+    assert len(rows) == 3 and "1. ▁Das" in rows[0] and "60.0%" in rows[0]
+    assert "width:100.0%" in rows[0] and "width:50.0%" in rows[1]  # scaled to the most probable
+    assert "#e4572e" in rows[1] and "#e4572e" not in rows[0] + rows[2]  # the chosen one, in the accent
+    assert "&lt;b&gt;" in rows[2] and "<b>" not in html  # pieces are escaped
+    assert "Step 1" in html and "no candidates" in top_tokens_html([], [])
     with pytest.raises(ValueError):
-        top_tokens_bar(["a"], [0.5, 0.5])
+        top_tokens_html(["a"], [0.5, 0.5])
 
 
 def test_colours_and_fonts_are_named_once_in_the_theme():

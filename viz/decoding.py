@@ -1,8 +1,10 @@
 """Decoding figures: the next-token distribution of one step, the sampling pipeline, the beam-search tree and
-the KV cache (pure functions: arrays and labels in, Plotly figures out; no Streamlit, no model)."""
+the KV cache (pure functions: arrays and labels in, Plotly figures — or, for the per-click top-10 list, an HTML
+fragment — out; no Streamlit, no model)."""
 
 from __future__ import annotations
 
+import html
 from typing import Callable, Sequence
 
 import numpy as np
@@ -10,42 +12,47 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from viz.attention import _short, display_token, plotly_escape
-from viz.theme import (ACCENT, DARK_TEXT, FONT, GREY, INK, MIN_READABLE, MONO, SKY as LIGHT, STEEL as BLUE, SUBTLE,
-                       TITLE_FONT, WHITE)
+from viz.theme import (ACCENT, CHIP_BG, DARK_TEXT, FONT, GREY, INK, MIN_READABLE, MONO, SKY as LIGHT,
+                       STEEL as BLUE, SUBTLE, TITLE_FONT, WHITE)
 from viz.theme import title as _title
 
 
-def top_tokens_bar(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> go.Figure:
-    """Horizontal bars of the most probable next tokens, most probable on top.
+def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> str:
+    """The most probable next tokens as a ranked list of horizontal bars, most probable on top: an HTML fragment,
+    not a chart, so that a step of the Translate view redraws in the browser at once (issue 14: a Plotly bar
+    chart here cost 0.1–0.4 s of the browser's main thread on every click).
 
     Args:
-        tokens: BPE pieces, in descending probability.
-        probs: their probabilities (0–1).
-        chosen: index of the token that was picked (drawn in the accent colour), or ``None``.
+        tokens: BPE pieces, in descending probability (shown with :func:`viz.attention.display_token`).
+        probs: their probabilities (0–1); the bars are scaled to the largest.
+        chosen: index of the token that was picked (accent colour, bold), or ``None``.
+        title: a heading above the list ('' for none).
+
+    Raises:
+        ValueError: when ``tokens`` and ``probs`` differ in length.
     """
     if len(tokens) != len(probs):
         raise ValueError("one probability per token is needed")
-    labels = [f"{display_token(t)}" for t in tokens]
-    # Keep duplicates apart (two pieces can display alike): prefix the rank.
-    labels = [f"{i + 1}. {l}" for i, l in enumerate(labels)]
-    colors = [ACCENT if i == chosen else BLUE for i in range(len(tokens))]
-    fig = go.Figure(
-        go.Bar(
-            x=list(probs), y=labels, orientation="h", marker_color=colors,
-            text=[f"{p:.1%}" for p in probs], textposition="outside", cliponaxis=False,
-            hovertemplate="%{y}: p = %{x:.4f}<extra></extra>",
+    peak = max((float(p) for p in probs), default=0.0)
+    rows = []
+    for i, (tok, p) in enumerate(zip(tokens, probs)):
+        p = float(p)
+        width = 100.0 * p / peak if peak > 0 else 0.0
+        colour, weight = (ACCENT, "700") if i == chosen else (BLUE, "400")
+        # rank + piece | bar | percentage; the rank keeps pieces that display alike apart
+        rows.append(
+            f'<div class="ae-topk-row" title="p = {p:.4f}" style="display:flex;align-items:center;gap:8px;'
+            f'margin:2px 0;font-size:1.05rem">'
+            f'<span style="flex:0 0 9.5em;font-family:{MONO};color:{INK};font-weight:{weight};white-space:nowrap;'
+            f'overflow:hidden;text-overflow:ellipsis">{i + 1}. {html.escape(display_token(tok))}</span>'
+            f'<span style="flex:1 1 auto;background:{CHIP_BG};border-radius:3px;height:1.05em">'
+            f'<span style="display:block;width:{width:.1f}%;height:100%;background:{colour};border-radius:3px">'
+            f"</span></span>"
+            f'<span style="flex:0 0 4.2em;text-align:right;color:{INK};font-weight:{weight}">{p:.1%}</span></div>'
         )
-    )
-    fig.update_layout(
-        title=_title(title), font=FONT,
-        height=90 + 30 * len(tokens), margin=dict(l=10, r=40, t=50 if title else 20, b=30),
-        xaxis=dict(range=[0, min(1.0, max(probs) * 1.25 if len(probs) else 1.0)], tickformat=".0%",
-                   title_text="probability", automargin=True),
-        yaxis=dict(autorange="reversed", automargin=True,
-                   tickfont=dict(family=MONO, size=14, color=INK)),
-        plot_bgcolor=WHITE,
-    )
-    return fig
+    head = (f'<div style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">{html.escape(title)}</div>'
+            if title else "")
+    return f'<div class="ae-topk">{head}{"".join(rows) or "<i>no candidates</i>"}</div>'
 
 
 # --- decoding lab -----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from model.config import CAUSAL_KINDS
 from model.decoding import strip_eos
 from model.trace import trace_pair
 from ui import attention_views as views
-from ui import state, url, widgets
+from ui import presentation, state, url, widgets
 from ui.attention_tabs import ablation_tab, compare_tab, plot
 from viz.attention import attention_heatmap, display_token, highlight_tokens_html
 from viz.attention_views import head_stat_heatmap, lines_figure, token_bar_figure
@@ -50,21 +50,25 @@ def _on_grid_click() -> None:
 
 
 # --- sentence, translation, trace -----------------------------------------------------------------------------
-st.title("Attention")
-st.caption("Each heatmap is one attention head: **rows = queries** (the token doing the looking), "
-           "**columns = keys** (the tokens looked at); every row sums to 1. Hover a cell for the pair and its weight. "
-           + WORD_START_NOTE)
-
+# Issue 14: at 1280×720 the first chart must start on the first screen: the title beside the sentence, the
+# translation beside the reading guide (an expander), then one row of controls and the tabs.
+head, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
+head.title("Attention")
 if "attn_text" not in st.session_state:
     st.session_state["attn_text"] = state.current_text(ckpt)
-typed = st.text_input(state.input_label(ckpt), key="attn_text")
+typed = sentence.text_input(state.input_label(ckpt), key="attn_text")
 state.set_text(typed)
 src = state.source_for(ckpt, typed)
 if src is None:
     st.stop()
 all_ids, output_ids = state.full_translation(ckpt, src)
-st.markdown(f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:** "
-            f"{tok.decode(output_ids) or '(empty output)'}")
+said, guide_col = st.columns([3, 1], vertical_alignment="center")
+said.markdown(f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:** "
+              f"{tok.decode(output_ids) or '(empty output)'}")
+said.caption("**Rows = queries**, **columns = keys**; each row sums to 1. Hover a cell for the pair and its weight.")
+guide = guide_col.expander("How to read these maps")
+guide.markdown("Each heatmap is one attention head: **rows = queries** (the token doing the looking), **columns = "
+               "keys** (the tokens looked at). " + WORD_START_NOTE)
 
 tgt_inputs = strip_eos(all_ids, cfg.eos_id)  # <eos> is an output, never a decoder input
 trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
@@ -72,7 +76,7 @@ trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
 # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
 kinds = trace.kinds
 params = st.query_params
-c1, c2, c3, c4 = st.columns([2, 1, 1, 0.8], vertical_alignment="bottom")
+c1, c2, c3, c4 = st.columns([3, 1, 1, 1], vertical_alignment="bottom")
 # Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
 url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
                 valid=lambda k: k in kinds)
@@ -97,7 +101,7 @@ url.put("words", words, False)
 view = views.make_view(trace, kind, layer, head, words)
 attn, q_labels, k_labels = view.attn, view.q_labels, view.k_labels  # [layers, heads, q, k], rows, columns
 causal, unit, weights = view.causal, view.unit, view.weights
-st.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
+guide.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
 
 url.show_notes(url.choice_param(params, "tab", TABS, TABS[0], )[1])  # the tabs read ?tab= themselves
 tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
@@ -221,11 +225,11 @@ if tab_stats.open:
         eos_index = len(trace.src_tokens) - 1 if kind in ("encoder", "cross") else None
         stats = head_statistics(trace.attention[kind], eos_index=eos_index)
         st.caption(f"{KIND_TITLES[kind]}: one row per head, each number averaged over the query rows "
-                   "(piece level, whatever the word-level switch says). Click a column header to sort.")
-        st.dataframe(
-            views.stats_frame(stats), hide_index=True, key="attn_stats_table",
-            column_config={n: st.column_config.NumberColumn(n, help=views.STAT_HELP.get(n), format="%.3f")
-                           for n in stats},
+                   "(piece level, whatever the word-level switch says)."
+                   + ("" if presentation.is_on() else " Click a column header to sort."))
+        widgets.show_table(
+            views.stats_frame(stats), key="attn_stats_table", formats={n: "{:.3f}" for n in stats},
+            column_config={n: st.column_config.NumberColumn(n, help=views.STAT_HELP.get(n)) for n in stats},
         )
         if kind == "cross":
             st.caption("Cross-attention: *same* and *previous* compare German position i with English position i, "

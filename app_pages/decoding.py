@@ -18,11 +18,14 @@ ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 ss = st.session_state
 
-st.title("Decoding lab")
-st.caption("At every step the decoder scores every token of its vocabulary; a *decoding rule* turns those scores "
-           "into one token. Compare greedy decoding, sampling (temperature, top-k, top-p, with a seed so a run "
-           "replays exactly) and beam search; force a token of your choice and see where the translation goes; "
-           "and watch the KV cache that makes each step cheap.")
+# Issue 14: at 1280×720 the chart must start on the first screen. The title and the sentence share a row, the
+# output beside the step buttons, and the rule's controls stand in a narrow column beside the chart.
+head, sentence = st.columns([1.6, 3], vertical_alignment="bottom")
+head.title("Decoding lab", help="At every step the decoder scores every token of its vocabulary; a *decoding rule* "
+           "turns those scores into one token. Compare greedy decoding, sampling (temperature, top-k, top-p, with a "
+           "seed so a run replays exactly) and beam search; force a token of your choice and see where the "
+           "translation goes; and watch the KV cache that makes each step cheap.")
+head.caption("How the next token is chosen, step by step.")
 
 # --- settings: read from the link on the first visit, then owned by the widgets ------------------------------
 if "dl_settings" not in ss:
@@ -36,26 +39,29 @@ for name, value in ss["dl_settings"].items():  # (re)create the widgets' state, 
     ss.setdefault(f"dl_w_{name}", value)
 
 # --- sentence -------------------------------------------------------------------------------------------------
-typed = state.sentence_box(ckpt, text_key="dl_text", preset_key="dl_preset")
+with sentence:
+    typed = state.sentence_box(ckpt, text_key="dl_text", preset_key="dl_preset")
 state.set_text(typed)
+out_col, steps_col = st.columns(2)
+controls, main = st.columns([1, 2.7], gap="medium")
 
 # --- decoding rule --------------------------------------------------------------------------------------------
-strategy = st.radio("Decoding rule", lab.STRATEGIES, key="dl_w_strategy", horizontal=True,
-                    format_func={"greedy": "greedy (argmax)", "sample": "sample (T, top-k, top-p)",
-                                 "beam": "beam search"}.get)
+strategy = controls.radio("Decoding rule", lab.STRATEGIES, key="dl_w_strategy",
+                          format_func={"greedy": "greedy (argmax)", "sample": "sample (T, top-k, top-p)",
+                                       "beam": "beam search"}.get)
 sampling_off, beam_off = strategy != "sample", strategy != "beam"
-c = st.columns([1.3, 1, 1.3, 1, 1.2, 1.2])
-c[0].slider("Temperature T", *lab.TEMPERATURE_RANGE, step=0.05, key="dl_w_temperature", disabled=sampling_off,
-            help="Divide the logits by T before the softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
-c[1].number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, step=1, key="dl_w_top_k",
-                  disabled=sampling_off, help="Keep only the k most probable tokens.")
-c[2].slider("Top-p (nucleus)", *lab.TOP_P_RANGE, step=0.05, key="dl_w_top_p", disabled=sampling_off,
-            help="Keep the smallest set of most probable tokens whose probabilities add up to p (1 = off).")
-c[3].number_input("Seed", min_value=lab.SEED_RANGE[0], max_value=lab.SEED_RANGE[1], step=1, key="dl_w_seed",
-                  disabled=sampling_off, help="The same seed draws the same tokens again.")
-c[4].slider("Beam width", *lab.BEAM_RANGE, step=1, key="dl_w_beam", disabled=beam_off)
-c[5].slider("Length penalty α", *lab.ALPHA_RANGE, step=0.1, key="dl_w_alpha", disabled=beam_off,
-            help="GNMT: score = log P / ((5 + length) / 6)^α; α = 0 compares raw log-probabilities.")
+with controls:  # one under the other, beside the chart
+    st.slider("Temperature T", *lab.TEMPERATURE_RANGE, step=0.05, key="dl_w_temperature", disabled=sampling_off,
+              help="Divide the logits by T before the softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
+    st.number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, step=1, key="dl_w_top_k",
+                    disabled=sampling_off, help="Keep only the k most probable tokens.")
+    st.slider("Top-p (nucleus)", *lab.TOP_P_RANGE, step=0.05, key="dl_w_top_p", disabled=sampling_off,
+              help="Keep the smallest set of most probable tokens whose probabilities add up to p (1 = off).")
+    st.number_input("Seed", min_value=lab.SEED_RANGE[0], max_value=lab.SEED_RANGE[1], step=1, key="dl_w_seed",
+                    disabled=sampling_off, help="The same seed draws the same tokens again.")
+    st.slider("Beam width", *lab.BEAM_RANGE, step=1, key="dl_w_beam", disabled=beam_off)
+    st.slider("Length penalty α", *lab.ALPHA_RANGE, step=0.1, key="dl_w_alpha", disabled=beam_off,
+              help="GNMT: score = log P / ((5 + length) / 6)^α; α = 0 compares raw log-probabilities.")
 settings = {name: ss[f"dl_w_{name}"] for name in lab.DEFAULTS}
 ss["dl_settings"] = settings
 
@@ -68,7 +74,8 @@ def sync_url() -> None:
 
 
 sync_url()
-src = state.source_for(ckpt, typed)
+with main:  # a note about the sentence, where the chart would be
+    src = state.source_for(ckpt, typed)
 if src is None:
     st.stop()
 version = state.checkpoint_version(ckpt)
@@ -110,12 +117,12 @@ def step_controls(step: int, finished: bool, end: int, status: str) -> None:
 
 def hypotheses_table(hyps, alpha: float) -> None:
     # a static table: its cells wrap, where a dataframe's cut the translations off at the column's width
-    st.table(
+    widgets.show_table(
         [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
           "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
           "score": round(h.score, 3), "finished": h.finished}
          for i, h in enumerate(hyps)],
-        hide_index=True,
+        wrap=True,
     )
 
 
@@ -137,32 +144,31 @@ if strategy == "beam":
     now = states[step]
     at_end = step == n_total
     best = result.hypotheses[0] if at_end else now.best()
-    st.markdown("**Best hypothesis**" if at_end else f"**Best hypothesis so far** (step {step} of {n_total})")
-    widgets.output_box(tok.decode(best.tokens) if best else "")
-    step_controls(step, at_end, n_total,
-                  f"{len(now.open)} open beams · {len(now.finished)} finished · search ends after {n_total} steps")
+    out_col.markdown("**Best hypothesis**" if at_end else f"**Best hypothesis so far** (step {step} of {n_total})")
+    widgets.output_box(tok.decode(best.tokens) if best else "", where=out_col)
+    with steps_col:
+        step_controls(step, at_end, n_total, f"{len(now.open)} open beams · {len(now.finished)} finished · "
+                                             f"search ends after {n_total} steps")
     shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
-    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id,
-                           title=f"Beam search tree after step {step}: x = step, y = rank; grey = pruned, "
-                                 "orange = best so far")
+    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id, title=f"Beam search tree after step {step}")
     fig.update_xaxes(tickvals=list(range(n_total + 1)), range=[-0.7, n_total + 0.5])  # grows in place
     fig.update_layout(height=200 + 46 * 2 * width)
     fig.update_yaxes(range=[2 * width - 0.5, -0.9], tickvals=list(range(2 * width)),
                      ticktext=[str(i + 1) for i in range(2 * width)])
-    widgets.show_figure(fig, key="dl_beam_tree")
+    widgets.show_figure(fig, where=main, key="dl_beam_tree")
+    main.caption("x = step, y = rank; grey = pruned, orange = best so far.")
     if step == 0:
-        st.info(f"Press **Next**: every open beam (now only <bos>) proposes its continuations; the {2 * width} best "
-                f"(beam, token) pairs by cumulative log-probability are considered and up to {width} kept.")
+        main.info(f"Press **Next**: every open beam (now only <bos>) proposes its continuations; the {2 * width} best "
+                  f"(beam, token) pairs by cumulative log-probability are considered and up to {width} kept.")
     else:
         st.markdown(f"**Step {step}: the {len(now.candidates)} candidates considered**, best first "
                     "(cumulative log P = the beam's log P + log p(token))")
-        st.dataframe(
+        widgets.show_table(
             [{"rank": i + 1, "beam (parent)": tok.decode(parent) or "<bos>",
               "+ token": display_token(tok.id_to_token(token)), "cumulative log P": round(lp, 3),
               "outcome": ("closes a hypothesis" if token == cfg.eos_id else "kept as a beam") if kept
               else "pruned"}
              for i, (parent, token, lp, kept) in enumerate(now.candidates)],
-            hide_index=True, width="stretch",
         )
     if at_end:
         st.markdown("**Final ranking, best first** (score = log P / lp, lp = ((5 + length) / 6)^α; beams still "
@@ -213,26 +219,20 @@ def _clear_forced() -> None:
     ss["dl_forced"], ss["dl_branches"] = {}, ()
 
 
-widgets.output_box(tok.decode(run.output_ids()))
+widgets.output_box(tok.decode(run.output_ids()), where=out_col)
 if run.finished:
     status = "finished (<eos>)" if run.records and run.records[-1].token_id == cfg.eos_id else "length limit reached"
 else:
     status = "not finished"
-step_controls(step, run.finished, full.n_steps, f"{status} · KV cache {run.cache_nbytes()['total'] / 1024:.1f} KiB")
-st.markdown("**Generated so far**")
-st.markdown(tokens_html(tok.tokens(run.generated), current=step - 1 if step else None), unsafe_allow_html=True)
-if full.forced:
-    st.caption("Forced tokens: " + ", ".join(f"step {s} → {html.escape(display_token(tok.id_to_token(t)))}"
-                                             for s, t in sorted(full.forced.items())))
-    st.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
-
+with steps_col:
+    step_controls(step, run.finished, full.n_steps,
+                  f"{status} · KV cache {run.cache_nbytes()['total'] / 1024:.1f} KiB")
 if step == 0:
-    st.info("Press **Next** to let the decoder produce its first token: you will see how the rule picks it.")
+    main.info("Press **Next** to let the decoder produce its first token: you will see how the rule picks it.")
 else:
     record, pipe = run.records[step - 1], run.pipelines[step - 1]
     forced_here = run.forced_at(step)
-    left, right = st.columns([3, 1])
-    with left:
+    with main:
         widgets.show_figure(
             pipeline_figure(pipe, tok.id_to_token, top=15,
                             temperature=sampling.temperature if sampling.strategy == "sample" else None,
@@ -249,7 +249,7 @@ else:
             line += f" Forced by you; the rule had picked **{picked}**."
         st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
                           "raw logits by one constant per step, which the softmax ignores.")
-    with right:
+    with controls:  # under the rule's settings
         st.markdown(f"**Force a different token at step {step}**")
         ids, probs = record.top(15)
         if ss.get("dl_force_choice") not in ids:
@@ -266,6 +266,15 @@ else:
         st.caption("The step is redone with your token instead of the rule's choice; the following steps "
                    "continue from it. Each forced variant is kept as a branch below.")
 
+generated_box = main.container()  # under the chart: the tokens so far, newest outlined
+generated_box.markdown("**Generated so far**")
+generated_box.markdown(tokens_html(tok.tokens(run.generated), current=step - 1 if step else None),
+                       unsafe_allow_html=True)
+if full.forced:
+    generated_box.caption("Forced tokens: " + ", ".join(
+        f"step {s} → {html.escape(display_token(tok.id_to_token(t)))}" for s, t in sorted(full.forced.items())))
+    generated_box.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
+
 # --- branches ---------------------------------------------------------------------------------------------
 if ss["dl_branches"]:
     st.subheader("Branches")
@@ -276,24 +285,23 @@ if ss["dl_branches"]:
         return ", ".join(f"{s}→{display_token(tok.id_to_token(t))}" for s, t in sorted(forced.items())) or "—"
 
     names = ["as decoded"] + [f"branch {i}" for i in range(1, len(branches))]
-    st.dataframe(
+    widgets.show_table(
         [{"branch": name, "forced (step→token)": describe(forced),
           "translation": tok.decode([t for t in ids if t != cfg.eos_id]),
           "log P": round(sum(float(torch.log(torch.tensor(max(p, 1e-12)))) for p in probs), 3),
           "tokens": len(ids)}
          for name, forced, (ids, probs) in zip(names, branches, results)],
-        hide_index=True, width="stretch",
     )
     shown = list(range(len(branches)))[:1] + list(range(len(branches)))[1:][-3:]  # "as decoded" + the last three
     cols = st.columns(len(shown))
     for col, i in zip(cols, shown):
         ids, probs = results[i]
         col.markdown(f"**{names[i]}**")
-        col.dataframe(
+        widgets.show_table(
             [{"step": s + 1, "token": display_token(tok.id_to_token(t)), "p": round(p, 3),
               "forced": "★" if branches[i].get(s + 1) == t else ""}
              for s, (t, p) in enumerate(zip(ids, probs))],
-            hide_index=True, width="stretch", height=min(400, 38 + 35 * len(ids)),
+            col, height=min(400, 38 + 35 * len(ids)),
         )
     st.caption("Per-step probabilities under the model (T = 1); ★ = forced. Every branch is decoded to the end "
                "with the current rule and seed.")
@@ -312,7 +320,7 @@ with tab_probs:
     st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
     matrix = run.cross_attention_matrix()
     pcol, hcol = st.columns([1.2, 1])
-    pcol.dataframe(rows, hide_index=True, width="stretch")
+    widgets.show_table(rows, pcol)
     if matrix is not None:
         widgets.show_figure(
             alignment_heatmap(matrix[-1].mean(0), tok.tokens(run.generated), src.tokens,

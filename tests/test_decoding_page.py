@@ -430,3 +430,19 @@ def test_garbage_query_params_never_raise():
     huge = page(step="99999", forced="1:3,2:-5", strategy="greedy")
     clean(huge)
     assert huge.session_state["dl_step"] == len(generated(huge)) >= 1
+
+
+@needs_ckpt
+def test_presentation_mode_draws_every_table_as_html():
+    """Issue 14: in presentation mode a table is an HTML table that CSS enlarges, not the canvas data grid."""
+    from ui import presentation
+    at = st_testing.AppTest.from_string(WRAPPER, default_timeout=TIMEOUT)
+    for key, value in {"strategy": "beam", "beam": "2", "step": "1"}.items():
+        at.query_params[key] = value
+    at.session_state[presentation.KEY] = True
+    at.run()
+    clean(at)
+    assert not at.dataframe and not at.table
+    tables = [h.proto.body for h in at.get("html") if "ae-table" in h.proto.body]
+    assert len(tables) == 2  # the candidates, the open beams
+    assert tables[0].count("&lt;bos&gt;") == 4 and "<bos>" not in tables[0]  # every candidate extends <bos>

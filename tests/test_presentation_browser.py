@@ -68,3 +68,71 @@ def test_the_sidebar_toggle_collapses_the_sidebar_and_goes_into_the_link(server,
     settle(page)
     expect(sidebar).to_have_attribute("data-collapsed", "true")
     assert_no_traceback(page)
+
+
+# --- issue 14 leftovers: the Attention page and the Decoding lab on one screen, tables, the KV-cache figure ------
+#: Of the first chart, at least this much (px) must be on the first screen: its top no lower than the viewport's
+#: height less this (before the redesign Attention's heatmaps began at 600 px and the lab's chart at 760 px).
+SHOWN_PX = 300
+#: Every text of the charts inside ``root`` (an element): content, box (px, as drawn) and computed font size.
+CHART_TEXTS_JS = """(root) => [...root.querySelectorAll('svg text')].filter(t => t.textContent.trim())
+    .map(t => { const r = t.getBoundingClientRect();
+                return {text: t.textContent, x: r.x, y: r.y, w: r.width, h: r.height,
+                        size: parseFloat(getComputedStyle(t).fontSize)}; }).filter(b => b.w > 0)"""
+PAGES = {  # page → (path, text that says the page is drawn, the main chart's text)
+    "attention": ("attention?text=The+cat+sat+on+the+mat.", "Translation:", "layer 3 · head 1"),
+    "decoding": ("decoding?text=The+cat+sat+on+the+mat.&step=3", "Step 3", "from logits to the next token"),
+}
+
+
+def overlapping(boxes: list[dict], slack: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of texts whose boxes intersect by more than ``slack`` px each way."""
+    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"]) > slack
+            and min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"]) > slack]
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+@pytest.mark.parametrize("viewport, present", [(PROJECTOR, True), (PROJECTOR, False), (FULL_HD, True)],
+                         ids=["1280x720-presentation", "1280x720-normal", "1920x1080-presentation"])
+def test_the_main_chart_starts_on_the_first_screen(server, new_page, name, viewport, present):
+    path, drawn, chart_text = PAGES[name]
+    page = new_page(viewport)
+    page.goto(f"{server}/{path}" + ("&present=1" if present else ""))
+    page.get_by_text(drawn, exact=False).first.wait_for()
+    settle(page)
+    chart = page.locator('[data-testid="stPlotlyChart"]').filter(has_text=chart_text).first
+    chart.wait_for()
+    page.wait_for_timeout(500)  # Plotly draws after the run
+    box = chart.bounding_box()
+    assert box is not None and 0 <= box["y"] <= viewport["height"] - SHOWN_PX, (name, box)
+    assert box["height"] >= SHOWN_PX, box
+    if name == "decoding":  # the step buttons stay on screen beside it
+        in_viewport(page, page.get_by_role("button", name="Next"), "the Next button")
+    assert_no_traceback(page)
+    shot = f"presentation-{name}-{viewport['width']}x{viewport['height']}{'' if present else '-normal'}.png"
+    page.screenshot(path=str(ARTIFACTS / shot))  # the viewport only: what the room sees
+
+
+def test_tables_and_the_kv_cache_figure_are_readable_in_presentation_mode(server, new_page):
+    """Tables are HTML there (the data grid's canvas ignored the CSS) with text of 16 px or more; every text of the
+    KV-cache figure is at least 14 px, and none runs into another."""
+    page = new_page(PROJECTOR)
+    page.goto(f"{server}/decoding?text=The+cat+sat+on+the+mat.&step=3&present=1")
+    page.get_by_text("Step 3", exact=False).first.wait_for()
+    settle(page)
+    cells = page.locator("table.ae-table td")
+    cells.first.wait_for(state="attached")  # the tables come after the chart, late in the run
+    sizes = cells.evaluate_all("cells => cells.map(c => parseFloat(getComputedStyle(c).fontSize))")
+    assert sizes and min(sizes) >= 16, sorted(sizes)[:3]
+    assert page.locator('[data-testid="stDataFrame"]').count() == 0
+    page.get_by_role("tab", name="KV cache").click()
+    kv = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="what the decoder keeps")
+    kv.wait_for()
+    kv.scroll_into_view_if_needed()
+    page.wait_for_timeout(700)
+    texts = kv.evaluate(CHART_TEXTS_JS)
+    assert len(texts) > 10 and min(t["size"] for t in texts) >= 14, sorted(t["size"] for t in texts)[:3]
+    assert overlapping(texts) == []
+    assert_no_traceback(page)
+    kv.screenshot(path=str(ARTIFACTS / "presentation-kv-cache-1280x720.png"))

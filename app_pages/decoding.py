@@ -11,7 +11,7 @@ from model.decoding import default_max_new_tokens
 from model.sampling import BeamResult, SamplingConfig, SamplingError, beam_search, beam_states, length_penalty
 from ui import decoding_lab as lab
 from ui import state, url, widgets
-from viz.attention import alignment_heatmap, display_token, tokens_html
+from viz.attention import alignment_html, display_token, tokens_html
 from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
 
 ckpt = state.require_checkpoint()
@@ -322,11 +322,9 @@ with tab_probs:
     pcol, hcol = st.columns([1.2, 1])
     widgets.show_table(rows, pcol)
     if matrix is not None:
-        widgets.show_figure(
-            alignment_heatmap(matrix[-1].mean(0), tok.tokens(run.generated), src.tokens,
-                              title="Cross-attention so far (last decoder layer, mean over heads)"),
-            where=hcol, key="dl_alignment",
-        )
+        hcol.markdown(alignment_html(matrix[-1].mean(0), tok.tokens(run.generated), src.tokens,
+                                     title="Cross-attention so far (last decoder layer, mean over heads)"),
+                      unsafe_allow_html=True)
 
 with tab_cache:
     positions = run.cache_positions

@@ -5,7 +5,8 @@ Chromium, and prints the median and worst of ``--repeats`` (≥ 5) timings, in s
 until the page has finished its rerun and shows the new state:
 
 * **page load → first chart**: a fresh browser context opens ``/?text=…&step=1`` (a new sentence each time)
-  until a Plotly chart is drawn and no element is stale;
+  until the step's alignment map (the first chart; HTML since the Plotly version cost ~3 s of page load) is
+  drawn and no element is stale;
 * **first Next on a sentence**: a new sentence at step 0, then Next;
 * **Next** and **Back**: one step forward or back in the middle of a sentence;
 * **layer change**: another decoder layer in the Translate step view's *Layer* box;
@@ -95,7 +96,7 @@ def measure(url: str, repeats: int, browser) -> dict[str, list[float]]:
         text = SENTENCES[i % len(SENTENCES)]
         t0 = time.perf_counter()
         page.goto(f"{url}/?text={text.replace(' ', '+')}&step=1")
-        page.locator(".js-plotly-plot").first.wait_for(timeout=TIMEOUT_MS)
+        page.locator(".ae-align").first.wait_for(timeout=TIMEOUT_MS)
         settled(page, step_pattern(1))
         times["page load → first chart"].append(time.perf_counter() - t0)
 

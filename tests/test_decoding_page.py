@@ -295,9 +295,10 @@ def test_page_renders_greedy_and_steps_forward_and_back():
     clean(at)
     assert at.session_state["dl_step"] == 1 and at.query_params["step"] == "1"
     specs = charts(at)
-    assert len(specs) == 3  # pipeline, alignment so far, KV cache
+    assert len(specs) == 2  # pipeline, KV cache; the alignment so far is an HTML grid
     assert [t["name"] for t in specs[0]["data"]] == ["logits", "scaled", "probs", "final"]
-    assert specs[1]["data"][0]["type"] == "heatmap"
+    (alignment,) = [m.value for m in at.markdown if 'class="ae-align"' in m.value]
+    assert "Cross-attention so far" in alignment and alignment.count("<tr style=") == 1  # one row per step
     assert any("Sequence log-probability" in m.value for m in at.markdown)
     first = generated(at)
 

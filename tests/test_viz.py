@@ -1,12 +1,14 @@
 """Figure builders: shapes, labels, the axis convention and the causal blanking."""
 
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from viz.attention import alignment_heatmap, attention_heatmap, display_token, highlight_tokens_html, tokens_html
+from viz.attention import (alignment_html, attention_heatmap, display_token, highlight_tokens_html, scale_colour,
+                           tokens_html)
 from viz.decoding import top_tokens_html
 
 
@@ -43,9 +45,27 @@ def test_heatmap_rejects_labels_that_do_not_fit():
         attention_heatmap(np.ones((2, 3)) / 3, ["a"], ["x", "y", "z"])
 
 
-def test_alignment_heatmap_is_rectangular():
-    fig = alignment_heatmap(np.full((2, 5), 0.2), ["▁Das", "▁ist"], list("abcde"))
-    assert np.asarray(fig.data[0].z).shape == (2, 5)
+def test_alignment_html_is_a_grid_of_weights_with_escaped_labels():
+    weights = np.array([[0.1, 0.2, 0.3, 0.4, 0.0], [0.5, 0.5, 0.0, 0.0, np.nan]])
+    page = alignment_html(weights, ["▁Das", "<b>"], list("abcd") + ["<eos>"], title="Alignment so far")
+    body = page.split("<tbody>")[1].split("</tbody>")[0]
+    rows = [re.findall(r'data-w="([^"]+)"', r) for r in body.split("</tr>")[:-1]]
+    assert [[float(w) for w in r] for r in rows] == [[0.1, 0.2, 0.3, 0.4, 0.0], [0.5, 0.5, 0.0, 0.0, 0.0]]
+    assert page.count('class="ae-align-col"') == 5 and "&lt;eos&gt;" in page and "<b>" not in page
+    assert "Alignment so far" in page and "font-size:14px" in page
+    newest = body.split("</tr>")[1]
+    assert "4px solid #e4572e" in newest and "4px solid #e4572e" not in body.split("</tr>")[0]
+    assert "#e4572e" not in alignment_html(weights, ["▁Das", "x"], list("abcde"), current=None)
+    with pytest.raises(ValueError):
+        alignment_html(weights, ["▁Das"], list("abcde"))
+
+
+def test_scale_colour_follows_the_attention_scale():
+    from viz.theme import ATTENTION_SCALE
+    assert scale_colour(0.0) == ATTENTION_SCALE[0][1] and scale_colour(1.0) == ATTENTION_SCALE[-1][1]
+    assert scale_colour(0.6) == ATTENTION_SCALE[-2][1]  # a stop is hit exactly
+    assert scale_colour(-3) == scale_colour(float("nan")) == scale_colour(0.0) and scale_colour(7) == scale_colour(1)
+    assert scale_colour(0.5, [[0, "#000000"], [1, "#ffffff"]]) == "#808080"  # linear in RGB between stops
 
 
 def test_highlight_outlines_the_strongest_and_escapes_html():
@@ -124,17 +144,11 @@ def test_pipeline_panels_keep_their_axis_labels_apart():
     assert fig.layout.xaxis.tickfont.size >= 14 and all(a.font.size >= 14 for a in fig.layout.annotations)
 
 
-def test_a_long_alignment_title_is_wrapped_not_cut_off():
-    """The Decoding lab's "Cross-attention so far (last decoder layer, mean over heads)" ran past its column."""
-    from viz.theme import TITLE_CHARS, wrap_title
-    fig = alignment_heatmap(np.full((2, 3), 1 / 3), ["▁a", "▁b"], list("xyz"),
-                            title="Cross-attention so far (last decoder layer, mean over heads)")
-    lines = fig.layout.title.text.split("<br>")
-    assert lines == ["Cross-attention so far", "(last decoder layer, mean over heads)"]
-    assert fig.layout.margin.t >= 26 + 24 * 2
+def test_long_titles_are_wrapped_not_cut_off():
+    from viz.theme import wrap_title
+    assert wrap_title("Cross-attention so far (last decoder layer, mean over heads)").split("<br>") == [
+        "Cross-attention so far", "(last decoder layer, mean over heads)"]
     assert wrap_title("Decoder masked self-attention · layer 1 · head 2") == "Decoder masked self-attention · layer 1 · head 2"
-    assert all(len(x) <= TITLE_CHARS for x in wrap_title("Cross-attention (decoder → encoder) · layer 3 · head 1 · words").split("<br>"))
-
 
 def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
     """Issue 14: its ticks were 11 px and its strip titles 13 px; a long sentence's labels ran into each other."""

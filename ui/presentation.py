@@ -42,6 +42,10 @@ CSS = f"""<style>
 [data-testid="stMain"] input, [data-testid="stMain"] textarea,
 [data-testid="stMain"] [data-baseweb="select"] div {{font-size: 1.05rem;}}
 .ae-output {{font-size: 2rem !important;}}
+.ae-topk-row {{font-size: 1.2rem !important;}}
+.ae-topk span[style*="monospace"] {{font-size: 1.2rem !important;}}
+.ae-align th, .ae-align-legend {{font-size: {MIN_TICK + 1}px !important;}}
+.ae-align tr {{height: {MIN_TICK + 12}px !important;}}
 table.ae-table {{border-collapse: collapse; width: 100%; font-size: {TABLE_PX}px; line-height: 1.35; color: {INK};
   margin-bottom: 0.6rem;}}
 table.ae-table th, table.ae-table td {{border: 1px solid {BORDER}; padding: 0.25rem 0.6rem; text-align: left;

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
-                       INK, MASKED_BG, MONO, NAVY, SUBTLE, WHITE, title as _title, title_margin, wrap_title)
+                       INK, MASKED_BG, MONO, NAVY, SUBTLE, WHITE, title as _title, title_margin)
 
 
 def display_token(piece: str) -> str:
@@ -121,12 +121,82 @@ def attention_heatmap(
     return fig
 
 
-def alignment_heatmap(weights, target_labels: Sequence[str], source_labels: Sequence[str], title: str = "") -> go.Figure:
-    """Cross-attention as a translation alignment: ``[steps, src_len]``, one row per generated token.
+def scale_colour(value: float, scale: Sequence[Sequence] = ATTENTION_SCALE) -> str:
+    """The colour of ``value`` (clipped to 0–1; NaN counts as 0) on a Plotly-style colour ``scale`` of
+    ``[position, "#rrggbb"]`` stops, interpolated linearly in RGB as Plotly does: ``"#rrggbb"``. HTML views use it
+    so that their cells match the heatmaps' colours."""
+    v = min(max(float(value), 0.0), 1.0) if np.isfinite(value) else 0.0
+    for (p0, c0), (p1, c1) in zip(scale, scale[1:]):
+        if v <= p1:
+            t = (v - p0) / (p1 - p0) if p1 > p0 else 1.0
+            return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(_rgb(c0), _rgb(c1)))
+    return scale[-1][1]
 
-    A long ``title`` is broken into lines (:func:`viz.theme.wrap_title`): beside the step view it sits in a narrow
-    column, where one line was cut off."""
-    return attention_heatmap(weights, target_labels, source_labels, title=wrap_title(title))
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    """``"#rrggbb"`` → ``(r, g, b)``, 0–255."""
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+#: Height of a row of :func:`alignment_html`, px: one line of a 14 px label with a little air.
+ALIGN_ROW_PX = 24
+
+
+def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequence[str], title: str = "",
+                   current: int | None = -1) -> str:
+    """Cross-attention as a translation alignment, drawn as an HTML grid (one row per generated piece, one column
+    per source piece, each cell shaded on :data:`~viz.theme.ATTENTION_SCALE` from 0 to 1, hover = the weight).
+
+    An HTML grid rather than a Plotly heatmap: the Translate step view redraws it on every click, and a page
+    without Plotly loads ~3 s sooner on a busy 2-core machine (issue 14). Labels are 14 px or more.
+
+    Args:
+        weights: ``[steps, src_len]`` cross-attention weights (tensor or array), rows = generated pieces.
+        target_labels / source_labels: BPE pieces of the rows / columns.
+        title: a heading above the grid ('' for none).
+        current: the row outlined as the newest token (``-1`` = the last, ``None`` = none).
+
+    Returns:
+        An HTML fragment (every piece escaped); each cell carries its weight in ``data-w``.
+
+    Raises:
+        ValueError: when the labels do not fit the weights' shape.
+    """
+    w = _as_array(weights)
+    check_labels(w.shape, target_labels, source_labels)
+    n_rows = w.shape[0]
+    current = n_rows + current if current is not None and current < 0 else current
+    # Streamlit's markdown styles tables (borders, padding, stripes): every cell says its own.
+    label = (f"font-family:{MONO};font-size:14px;color:{INK};font-weight:400;white-space:nowrap;border:0;"
+             "background:none")
+    head = "".join(
+        f'<th class="ae-align-col" style="{label};vertical-align:bottom;padding:0 0 4px 0">'
+        f'<div style="writing-mode:vertical-rl;transform:rotate(180deg);margin:0 auto;max-height:9em;'
+        f'overflow:hidden;text-overflow:ellipsis">{html.escape(display_token(k))}</div></th>'
+        for k in source_labels)
+    rows = []
+    for i, (q, row) in enumerate(zip(target_labels, w)):
+        q_disp = html.escape(display_token(q))
+        newest = i == current
+        cells = "".join(
+            f'<td data-w="{x:.4f}" title="{q_disp} → {html.escape(display_token(k))}: {x:.3f}" '
+            f'style="background:{scale_colour(x)};border:0;padding:0;border-radius:2px"></td>'
+            for k, x in zip(source_labels, np.nan_to_num(row)))
+        mark = f"border-right:4px solid {ACCENT};font-weight:700" if newest else f"border-right:4px solid {WHITE}"
+        rows.append(f'<tr style="height:{ALIGN_ROW_PX}px"><th class="ae-align-row" style="{label};text-align:right;'
+                    f'padding:0 8px 0 0;{mark}">{q_disp}</th>{cells}</tr>')
+    stops = ", ".join(f"{c} {100 * p:.0f}%" for p, c in ATTENTION_SCALE)
+    legend = (f'<div class="ae-align-legend" style="display:flex;flex-wrap:wrap;justify-content:space-between;'
+              f'align-items:center;gap:4px 12px;margin-top:6px;font-size:14px;color:{SUBTLE}">'
+              f"<span>rows: generated · columns: source</span>"
+              f'<span style="display:flex;align-items:center;gap:6px">weight 0<span style="width:110px;height:12px;'
+              f'border:1px solid {BORDER};background:linear-gradient(to right, {stops})"></span>1</span></div>')
+    heading = (f'<div class="ae-align-title" style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">'
+               f"{html.escape(title)}</div>" if title else "")
+    return (f'<div class="ae-align">{heading}<table style="width:100%;table-layout:fixed;border-collapse:separate;'
+            f'border-spacing:2px;margin:0"><colgroup><col style="width:7.5em">'
+            f'{"<col>" * len(source_labels)}</colgroup><thead><tr><th style="border:0;background:none"></th>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>{legend}</div>')
 
 
 def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> str:

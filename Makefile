@@ -30,7 +30,7 @@ run: setup
 	$(PY) -m streamlit run app.py --server.port $(PORT) --browser.gatherUsageStats false
 
 test: setup-dev chromium
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 data: setup
 	$(PY) -m corpora prepare ding

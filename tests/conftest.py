@@ -141,3 +141,4 @@ def encode_src(tokenizer):
 def encode_tgt(tokenizer):
     """``encode_tgt(text) -> ids``: decoder ids ``<bos> … <eos>`` of ``text`` (as in training)."""
     return lambda text: [1] + tokenizer.encode(text).ids + [2]
+

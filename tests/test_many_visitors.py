@@ -27,6 +27,10 @@ from model.checkpoint import load_checkpoint  # noqa: E402
 from model.decoding import input_limit, prepare_source  # noqa: E402
 from ui.state import new_stepper  # noqa: E402
 
+#: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
+#: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
+pytestmark = pytest.mark.xdist_group("browser")
+
 TIMEOUT_MS = 180_000  # eight sessions share two busy cores
 VISITORS = [
     ("en-de", "The cat sat on the mat."),

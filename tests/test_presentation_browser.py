@@ -14,6 +14,10 @@ from test_e2e_browser import (ARTIFACTS, PROJECTOR, assert_no_traceback, browser
                               new_page, open_translate, server, settle)
 from ui.presentation import MIN_TICK
 
+#: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
+#: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
+pytestmark = pytest.mark.xdist_group("browser")
+
 FULL_HD = {"width": 1920, "height": 1080}
 
 #: Font sizes (px) of the row and column labels of the HTML alignment map.
@@ -93,8 +97,9 @@ def overlapping(boxes: list[dict], slack: float = 1.0) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("name", list(PAGES))
-@pytest.mark.parametrize("viewport, present", [(PROJECTOR, True), (PROJECTOR, False), (FULL_HD, True)],
-                         ids=["1280x720-presentation", "1280x720-normal", "1920x1080-presentation"])
+# 1280×720 only: the smaller screen is the harder case (the Translate test above also checks 1920×1080)
+@pytest.mark.parametrize("viewport, present", [(PROJECTOR, True), (PROJECTOR, False)],
+                         ids=["1280x720-presentation", "1280x720-normal"])
 def test_the_main_chart_starts_on_the_first_screen(server, new_page, name, viewport, present):
     path, drawn, chart_text = PAGES[name]
     page = new_page(viewport)

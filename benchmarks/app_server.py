@@ -48,8 +48,9 @@ def healthy(url: str) -> bool:
 
 
 @contextmanager
-def serve(log_path: Path, env_overrides: dict[str, str] | None = None) -> Iterator[str]:
-    """``streamlit run app.py`` on a free port, its output in ``log_path``. Yields the base URL.
+def serve(log_path: Path, env_overrides: dict[str, str] | None = None, script: str = "app.py") -> Iterator[str]:
+    """``streamlit run app.py`` (or another ``script``, relative to the repository) on a free port, its output in
+    ``log_path``. Yields the base URL.
 
     Raises:
         ServerError: streamlit exited early or was not healthy after :data:`START_TIMEOUT_S` seconds.
@@ -60,7 +61,7 @@ def serve(log_path: Path, env_overrides: dict[str, str] | None = None) -> Iterat
     env.update(env_overrides or {})
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+            [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
              "--server.fileWatcherType", "none"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,

@@ -14,7 +14,9 @@ until the page has finished its rerun and shows the new state:
 * and, for the split of where the time goes, **server: Translate rerun for Next**: the same click's script run
   alone, in-process with Streamlit's AppTest (model work, figure building and serialisation; no browser, no
   network). What a browser row takes beyond it is the frontend: the websocket round trip, React and Plotly
-  drawing in Chromium.
+  drawing in Chromium;
+* **floor: a click on a one-button Streamlit app** (:mod:`benchmarks.floor_app`), timed as Next is: what
+  Streamlit itself costs per click on this machine, below which no page can go.
 
 "Finished" means: the expected ``Step k of N`` text is shown, no element is marked stale (``data-stale``, which
 Streamlit sets on what the current rerun has not redrawn yet), Streamlit's running icon is gone, and two
@@ -36,6 +38,7 @@ from .table import print_table
 
 GOALS_S = {"page load → first chart": 2.5, "first Next on a sentence": 0.8, "Next": 0.3, "Back": 0.3,
            "layer change": 0.5, "Run to end": None}
+FLOOR = "floor: Next on a one-button Streamlit app"
 SENTENCES = ["The cat sat on the mat.", "Bobby likes blackberries.", "I am hungry.", "Where is the station?",
              "The weather is nice today.", "My brother reads a book.", "We go home now.", "She drinks cold water.",
              "The children play in the garden.", "Close the window, please.", "He works in a big city.",
@@ -161,6 +164,16 @@ def rows(times: dict[str, list[float]]) -> list[tuple[str, ...]]:
     return out
 
 
+def floor_seconds(repeats: int, browser) -> list[float]:
+    """Seconds per click on :mod:`benchmarks.floor_app` (``3 * repeats`` clicks, as many as the Next row)."""
+    with serve(ROOT / "test-artifacts" / "benchmark-floor.log", script="benchmarks/floor_app.py") as url:
+        page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+        page.goto(url)
+        settled(page, "Step 0 of 99", min_ms=300)
+        button = page.get_by_role("button", name="Next")
+        return [timed(button.click, page, rf"Step {k} of 99") for k in range(1, 3 * repeats + 1)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.browser", description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=5, help="timings per measure (default 5; at least 1)")
@@ -171,9 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     try:
-        with serve(ROOT / "test-artifacts" / "benchmark-browser.log") as url, sync_playwright() as pw:
+        with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-            times = measure(url, max(1, args.repeats), browser)
+            with serve(ROOT / "test-artifacts" / "benchmark-browser.log") as url:
+                times = measure(url, max(1, args.repeats), browser)
+            times[FLOOR] = floor_seconds(max(1, args.repeats), browser)
             browser.close()
         times["server: Translate rerun for Next"] = server_rerun_seconds(max(1, args.repeats))
     except ServerError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from pathlib import Path
 
 from benchmarks import decode, train
 from benchmarks.table import print_table
@@ -56,3 +57,13 @@ def test_browser_benchmark_rows_give_median_worst_and_the_goal_verdict():
     times["layer change"] = [1.0] * 5
     assert {r[0]: r for r in rows(times)}["layer change"][4] == "no (×2.0)"
     assert table["Run to end"][3:5] == ("—", "—")
+
+
+def test_the_floor_app_counts_each_click():
+    """The browser benchmark's floor row times this app's Next exactly as Translate's: it must step like it."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "benchmarks" / "floor_app.py")).run()
+    for _ in range(2):
+        at.button[0].click().run()
+    assert not at.exception and at.markdown[0].value == "Step 2 of 99"

@@ -44,7 +44,6 @@ with left:
     # a continuation reads on from its prompt, shown greyed before it
     widgets.output_box(tok.decode(run.output_ids()), prompt="" if ckpt.config.is_encoder_decoder else src.text)
 
-
     # --- step-through: the step buttons rerun the whole page --------------------------------------------
     # (not a fragment: a click during a script run interrupts it and counts, while clicks that reach a running
     # fragment wait for it and two of them on one button merge into one: issue 14 says every click counts)

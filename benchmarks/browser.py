@@ -13,8 +13,8 @@ until the page has finished its rerun and shows the new state:
 * **Run to end**;
 * and, for the split of where the time goes, **server: Translate rerun for Next**: the same click's script run
   alone, in-process with Streamlit's AppTest (model work, figure building and serialisation; no browser, no
-  network). What a browser row takes beyond it is the frontend: the websocket round trip, React and Plotly
-  drawing in Chromium;
+  network). What a browser row takes beyond it is the frontend: the websocket round trip and React drawing in
+  Chromium (Translate draws no Plotly chart);
 * **floor: a click on a one-button Streamlit app** (:mod:`benchmarks.floor_app`), timed as Next is: what
   Streamlit itself costs per click on this machine, below which no page can go.
 
@@ -167,11 +167,14 @@ def rows(times: dict[str, list[float]]) -> list[tuple[str, ...]]:
 def floor_seconds(repeats: int, browser) -> list[float]:
     """Seconds per click on :mod:`benchmarks.floor_app` (``3 * repeats`` clicks, as many as the Next row)."""
     with serve(ROOT / "test-artifacts" / "benchmark-floor.log", script="benchmarks/floor_app.py") as url:
-        page = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+        ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+        page = ctx.new_page()
         page.goto(url)
         settled(page, "Step 0 of 99", min_ms=300)
         button = page.get_by_role("button", name="Next")
-        return [timed(button.click, page, rf"Step {k} of 99") for k in range(1, 3 * repeats + 1)]
+        times = [timed(button.click, page, rf"Step {k} of 99") for k in range(1, 3 * repeats + 1)]
+        ctx.close()
+        return times
 
 
 def main(argv: list[str] | None = None) -> int:

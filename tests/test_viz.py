@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from viz.attention import (alignment_html, attention_heatmap, display_token, highlight_tokens_html, scale_colour,
+from viz.attention import (alignment_html, attention_heatmap, display_token, highlight_tokens_html, scale_colours,
                            tokens_html)
 from viz.decoding import top_tokens_html
 
@@ -60,12 +60,14 @@ def test_alignment_html_is_a_grid_of_weights_with_escaped_labels():
         alignment_html(weights, ["▁Das"], list("abcde"))
 
 
-def test_scale_colour_follows_the_attention_scale():
+def test_scale_colours_follow_the_attention_scale():
     from viz.theme import ATTENTION_SCALE
-    assert scale_colour(0.0) == ATTENTION_SCALE[0][1] and scale_colour(1.0) == ATTENTION_SCALE[-1][1]
-    assert scale_colour(0.6) == ATTENTION_SCALE[-2][1]  # a stop is hit exactly
-    assert scale_colour(-3) == scale_colour(float("nan")) == scale_colour(0.0) and scale_colour(7) == scale_colour(1)
-    assert scale_colour(0.5, [[0, "#000000"], [1, "#ffffff"]]) == "#808080"  # linear in RGB between stops
+    assert scale_colours([0.0, 1.0]) == [ATTENTION_SCALE[0][1], ATTENTION_SCALE[-1][1]]
+    assert scale_colours([0.6]) == [ATTENTION_SCALE[-2][1]]  # a stop is hit exactly
+    low, nan, zero, high, one = scale_colours([-3, float("nan"), 0.0, 7, 1])
+    assert low == nan == zero and high == one
+    assert scale_colours([0.5], [[0, "#000000"], [1, "#ffffff"]]) == ["#808080"]  # linear in RGB between stops
+    assert scale_colours(np.full((2, 3), 0.6)) == [ATTENTION_SCALE[-2][1]] * 6 and scale_colours([]) == []
 
 
 def test_highlight_outlines_the_strongest_and_escapes_html():

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale, unlabel_rgb
 
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
                        INK, MASKED_BG, MONO, NAVY, SUBTLE, WHITE, title as _title, title_margin)
@@ -121,21 +122,13 @@ def attention_heatmap(
     return fig
 
 
-def scale_colour(value: float, scale: Sequence[Sequence] = ATTENTION_SCALE) -> str:
-    """The colour of ``value`` (clipped to 0–1; NaN counts as 0) on a Plotly-style colour ``scale`` of
-    ``[position, "#rrggbb"]`` stops, interpolated linearly in RGB as Plotly does: ``"#rrggbb"``. HTML views use it
-    so that their cells match the heatmaps' colours."""
-    v = min(max(float(value), 0.0), 1.0) if np.isfinite(value) else 0.0
-    for (p0, c0), (p1, c1) in zip(scale, scale[1:]):
-        if v <= p1:
-            t = (v - p0) / (p1 - p0) if p1 > p0 else 1.0
-            return "#" + "".join(f"{round(a + (b - a) * t):02x}" for a, b in zip(_rgb(c0), _rgb(c1)))
-    return scale[-1][1]
-
-
-def _rgb(colour: str) -> tuple[int, int, int]:
-    """``"#rrggbb"`` → ``(r, g, b)``, 0–255."""
-    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+def scale_colours(values, scale: Sequence[Sequence] = ATTENTION_SCALE) -> list[str]:
+    """The colours (``"#rrggbb"``) of ``values`` (any shape, read flat; clipped to 0–1, NaN counts as 0) on a
+    Plotly colour ``scale`` of ``[position, "#rrggbb"]`` stops, sampled by Plotly itself
+    (``plotly.colors.sample_colorscale``), so that HTML views match the heatmaps' colours."""
+    v = np.clip(np.nan_to_num(np.asarray(values, dtype=float).reshape(-1), nan=0.0), 0.0, 1.0)
+    return ["#%02x%02x%02x" % tuple(round(c) for c in unlabel_rgb(rgb))
+            for rgb in sample_colorscale(scale, v.tolist())] if v.size else []
 
 
 #: Height of a row of :func:`alignment_html`, px: one line of a 14 px label with a little air.
@@ -174,14 +167,15 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
         f'<div style="writing-mode:vertical-rl;transform:rotate(180deg);margin:0 auto;max-height:9em;'
         f'overflow:hidden;text-overflow:ellipsis">{html.escape(display_token(k))}</div></th>'
         for k in source_labels)
+    colours = np.array(scale_colours(w), dtype=object).reshape(w.shape)  # one call: per cell was 8x slower
     rows = []
     for i, (q, row) in enumerate(zip(target_labels, w)):
         q_disp = html.escape(display_token(q))
         newest = i == current
         cells = "".join(
             f'<td data-w="{x:.4f}" title="{q_disp} → {html.escape(display_token(k))}: {x:.3f}" '
-            f'style="background:{scale_colour(x)};border:0;padding:0;border-radius:2px"></td>'
-            for k, x in zip(source_labels, np.nan_to_num(row)))
+            f'style="background:{colour};border:0;padding:0;border-radius:2px"></td>'
+            for k, x, colour in zip(source_labels, np.nan_to_num(row), colours[i]))
         mark = f"border-right:4px solid {ACCENT};font-weight:700" if newest else f"border-right:4px solid {WHITE}"
         rows.append(f'<tr style="height:{ALIGN_ROW_PX}px"><th class="ae-align-row" style="{label};text-align:right;'
                     f'padding:0 8px 0 0;{mark}">{q_disp}</th>{cells}</tr>')
@@ -195,7 +189,8 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
                f"{html.escape(title)}</div>" if title else "")
     return (f'<div class="ae-align">{heading}<table style="width:100%;table-layout:fixed;border-collapse:separate;'
             f'border-spacing:2px;margin:0"><colgroup><col style="width:7.5em">'
-            f'{"<col>" * len(source_labels)}</colgroup><thead><tr><th style="border:0;background:none"></th>{head}</tr></thead>'
+            f'{"<col>" * len(source_labels)}</colgroup>'
+            f'<thead><tr><th style="border:0;background:none"></th>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{legend}</div>')
 
 

@@ -13,7 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from corpora.files import read_tsv
 from training import evaluate, train
+from training.batches import encode_examples
 from training.config import build_parser, given_options
 from model import translate
 from model.checkpoint import load_checkpoint
@@ -244,7 +246,14 @@ def test_evaluate_cli(best, tmp_path):
     rc, out, _ = run_main(evaluate.main, ["--checkpoint", best, "--tsv", tsv, "--show", "1"])
     assert rc == 0 and out.startswith("SRC Good morning.\nREF Guten Morgen.\nOUT ")
     assert json.loads(out.strip().splitlines()[-1])["sentences"] == 2
-
+    rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--tsv", tsv, "--loss"])
+    assert rc == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    ckpt = load_checkpoint(best)
+    expected = evaluate.validation_loss(ckpt.model, encode_examples(ckpt.tokenizer, read_tsv(tsv), ckpt.config),
+                                        4000, torch.device("cpu"), "fp32")
+    assert result["loss"] == pytest.approx(expected, abs=1e-4)  # the references' loss, no label smoothing
+    assert result["perplexity"] == pytest.approx(math.exp(result["loss"]), rel=1e-3)
 
 
 def test_evaluate_cli_beam_search(best):

@@ -1,7 +1,8 @@
 """Score a checkpoint: ``python -m training.evaluate --checkpoint DIR [--tsv FILE | --text FILE] [--limit N]``.
 
 A translator: corpus BLEU and chrF (sacreBLEU) of its translations against the TSV's second column (default:
-the shipped Ding test split), greedy or by beam search (``--strategy beam --beam K --alpha A``). A decoder-only
+the shipped Ding test split), greedy or by beam search (``--strategy beam --beam K --alpha A``), and with ``--loss``
+the references' loss (nats/token, no label smoothing) and perplexity. A decoder-only
 language model: loss (nats/token, no label smoothing) and perplexity = exp(loss) on a text file, one sentence per
 line (default: the shipped Brown test split).
 """
@@ -245,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"a translator's decoding (default {DEFAULT_STRATEGY}: see DEFAULT_STRATEGY)")
     p.add_argument("--beam", type=int, default=4, help="beam width k, 1-16 (with --strategy beam)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty exponent (with --strategy beam)")
+    p.add_argument("--loss", action="store_true",
+                   help="a translator: also the references' loss (nats/token, no label smoothing) and perplexity")
     args = p.parse_args(argv)
     try:
         if args.strategy == "beam":
@@ -272,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     for pair, hyp in list(zip(pairs, hyps))[: args.show]:
         print(f"SRC {pair.src}\nREF {pair.tgt}\nOUT {hyp}\n")
     scores = bleu_chrf(hyps, [p.tgt for p in pairs])
+    if args.loss:
+        loss = validation_loss(ckpt.model, encode_examples(ckpt.tokenizer, pairs, ckpt.config), 4000,
+                               next(ckpt.model.parameters()).device, "fp32")
+        ckpt.model.eval()
+        scores.update(loss=round(loss, 4), perplexity=round(perplexity(loss), 2))
     print(json.dumps({"tsv": args.tsv, "sentences": len(pairs), **decoding, **scores, "seconds": round(seconds, 1)}))
     return 0
 

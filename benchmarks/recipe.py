@@ -1,9 +1,11 @@
-"""A/B runs of the translator's recipe: ``python -m benchmarks.recipe [--launch] [--minutes M] [--only a,b] RUN …``.
+"""A/B runs of the translator's recipe: ``python -m benchmarks.recipe [--warm CKPT] [--launch] [--only a,b] RUN …``.
 
 Each variant is the same short training run (same seed, data, schedule and step/minute budget) with one knob
 changed against ``base``. ``--launch`` trains the variants one after another under ``runs/ab-<name>`` (skipping
 those whose folder exists); without it, the table is printed from the run folders given (default
-``runs/ab-*``). The table has the knob, steps, tokens seen, minutes, valid loss and the best valid chrF/BLEU
+``runs/ab-*``). With ``--warm CKPT`` every variant is instead a warm start from that checkpoint (the way the
+shipped model is carried on: the leg recipe of :data:`WARM_BASE`), in ``runs/warm-<name>``: it measures what a knob
+does to an already trained model, which is what the next leg has to choose. The table has the knob, steps, tokens seen, minutes, valid loss and the best valid chrF/BLEU
 (over the evaluation sentences the runs were given), and the command that reproduces the row.
 
 A row says how a knob changed a *short* run: a knob that regularises (dropout, word dropout) may lose early and
@@ -41,9 +43,28 @@ VARIANTS: dict[str, list[str]] = {
 }
 
 
-def command(name: str, out: Path, minutes: float, steps: int, threads: int) -> list[str]:
-    """The training command of variant ``name`` writing to ``out``."""
-    return [sys.executable, "-m", "training.train", "--out", str(out), *BASE, *VARIANTS[name],
+#: The warm-start leg recipe of the shipped model (README, "Carry a run on"): the architecture, dropout and tokenizer
+#: are the checkpoint's; every valid sentence is translated at each evaluation.
+WARM_BASE = ["--peak-lr", "2e-3", "--warmup", "500", "--dict-share", "0.25", "--batch-tokens", "1500",
+             "--eval-every", "500", "--eval-sentences", "0", "--keep-last", "8", "--seed", "1", "--no-progress",
+             "--fp16-weights"]
+
+#: name → the options added to :data:`WARM_BASE`; one knob each (the knobs that a warm start may change).
+WARM_VARIANTS: dict[str, list[str]] = {
+    "base": [],
+    "bpe-dropout-0.1": ["--bpe-dropout", "0.1"],
+    "word-dropout-0.1": ["--src-word-dropout", "0.1", "--tgt-word-dropout", "0.1"],
+    "dict-share-0.5": ["--dict-share", "0.5"],
+    "label-smoothing-0.3": ["--label-smoothing", "0.3"],
+    "dropout-0.3": ["--dropout", "0.3", "--attention-dropout", "0.3"],
+}
+
+
+def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm: str | None = None) -> list[str]:
+    """The training command of variant ``name`` writing to ``out``: from scratch (:data:`VARIANTS`), or with
+    ``warm`` a warm start from that checkpoint folder (:data:`WARM_VARIANTS`)."""
+    recipe = ["--init-from", warm, *WARM_BASE, *WARM_VARIANTS[name]] if warm else [*BASE, *VARIANTS[name]]
+    return [sys.executable, "-m", "training.train", "--out", str(out), *recipe,
             "--max-minutes", str(minutes), "--max-steps", str(steps), "--threads", str(threads)]
 
 
@@ -57,7 +78,7 @@ def summarize(run: Path) -> dict | None:
     steps = [r for r in records if "tokens_seen" in r]
     best = max(evals, key=lambda r: r.get("valid_chrf", 0.0), default={})
     return {
-        "run": run.name.removeprefix("ab-"),
+        "run": run.name.removeprefix("ab-").removeprefix("warm-"),
         "steps": steps[-1]["step"] if steps else 0,
         "tokens": steps[-1]["tokens_seen"] if steps else 0,
         "minutes": round(max((r.get("time_s", 0) for r in records), default=0) / 60, 1),
@@ -94,30 +115,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=90.0, help="wall-time limit of each run (a safety net)")
     p.add_argument("--steps", type=int, default=1500, help="step budget of each run: the same for every variant")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--root", default="runs", help="where the ab-<variant> folders go")
+    p.add_argument("--root", default="runs", help="where the ab-<variant> (warm-<variant>) folders go")
+    p.add_argument("--warm", metavar="CKPT", default=None,
+                   help="A/B as warm starts from this checkpoint folder (e.g. checkpoints/en-de), in warm-<variant>")
     p.add_argument("--print-commands", action="store_true", help="print each variant's command and stop")
     args = p.parse_args(argv)
-    names = [n for n in args.only.split(",") if n] or list(VARIANTS)
-    unknown = [n for n in names if n not in VARIANTS]
+    variants, prefix = (WARM_VARIANTS, "warm-") if args.warm else (VARIANTS, "ab-")
+    names = [n for n in args.only.split(",") if n] or list(variants)
+    unknown = [n for n in names if n not in variants]
     if unknown:
-        print(f"error: unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}", file=sys.stderr)
+        print(f"error: unknown variant(s) {', '.join(unknown)}; known: {', '.join(variants)}", file=sys.stderr)
         return 2
     root = Path(args.root)
     if args.print_commands:
         for n in names:
-            print(shlex.join(command(n, root / f"ab-{n}", args.minutes, args.steps, args.threads)[1:]))
+            print(shlex.join(command(n, root / f"{prefix}{n}", args.minutes, args.steps, args.threads, args.warm)[1:]))
         return 0
     if args.launch:
         for n in names:
-            out = root / f"ab-{n}"
+            out = root / f"{prefix}{n}"
             if out.exists():
                 print(f"{out} exists: kept as it is", file=sys.stderr)
                 continue
             print(f"training {n} …", file=sys.stderr)
-            subprocess.run(command(n, out, args.minutes, args.steps, args.threads), check=False)
-    runs = [Path(r) for r in args.runs] or sorted(root.glob("ab-*"))
+            subprocess.run(command(n, out, args.minutes, args.steps, args.threads, args.warm), check=False)
+    runs = [Path(r) for r in args.runs] or sorted(root.glob(f"{prefix}*"))
     if args.launch or args.only:
-        runs = [r for r in runs if r.name.removeprefix("ab-") in names]
+        runs = [r for r in runs if r.name.removeprefix(prefix) in names]
     rows = table(runs)
     if not rows:
         print("no A/B runs found (train them with --launch)", file=sys.stderr)

@@ -295,6 +295,12 @@ def test_every_ab_variant_is_a_valid_training_command(tmp_path):
         args = parser.parse_args(cmd[3:])
         assert args.max_minutes == 1.0 and args.seed == 1
     assert parser.parse_args(recipe.command("vocab-4k-sentences", tmp_path, 1, 1, 1)[3:]).vocab_from == "sentences"
+    for name, knob in recipe.WARM_VARIANTS.items():  # warm starts: the checkpoint's model, the leg recipe, one knob
+        cmd = recipe.command(name, tmp_path / f"warm-{name}", 1.0, 10, 1, warm="checkpoints/en-de")
+        args = parser.parse_args(cmd[3:])
+        assert args.init_from == "checkpoints/en-de" and args.dict_share == (0.5 if name == "dict-share-0.5" else 0.25)
+        assert args.eval_sentences == 0 and args.max_steps == 10 and args.seed == 1
+        assert not {"--d-model", "--layers"} & set(cmd) and set(knob) <= set(cmd)
 
 
 def test_the_ab_table_reads_run_folders(tmp_path, capsys):
@@ -314,4 +320,9 @@ def test_the_ab_table_reads_run_folders(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| dict-share-0.25" in out and "21.50 (+1.50)" in out and "1.40M" in out and "10.5" in out
     assert recipe.main(["--only", "nonsense"]) == 2
+    assert recipe.main(["--warm", "checkpoints/en-de", "--only", "vocab-4k-sentences"]) == 2  # not a warm knob
+    (tmp_path / "ab-base").rename(tmp_path / "warm-base")
+    assert recipe.main(["--root", str(tmp_path), "--warm", "checkpoints/en-de"]) == 0
+    out = capsys.readouterr().out
+    assert "| base" in out and "dict-share" not in out  # only the warm-* folders
 

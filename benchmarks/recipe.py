@@ -68,10 +68,13 @@ def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm
             "--max-minutes", str(minutes), "--max-steps", str(steps), "--threads", str(threads)]
 
 
-def summarize(run: Path) -> dict | None:
+def summarize(run: Path, at_step: int = 0) -> dict | None:
     """The row of one run folder (``None`` when it has no ``train_args.json`` or no metrics): knob, steps, tokens,
-    minutes, last valid loss, best valid chrF and BLEU, and the command."""
+    minutes, last valid loss, best valid chrF and BLEU, and the command. ``at_step`` > 0 reads only the records up
+    to that step, so that runs stopped by a time limit at different steps compare at the same step budget."""
     records = read_metrics(run)
+    if at_step:
+        records = [r for r in records if r.get("step", 0) <= at_step]
     if not read_train_args(run) or not records:
         return None
     evals = [r for r in records if "valid_loss" in r]
@@ -89,9 +92,9 @@ def summarize(run: Path) -> dict | None:
     }
 
 
-def table(runs: list[Path]) -> list[tuple[str, ...]]:
+def table(runs: list[Path], at_step: int = 0) -> list[tuple[str, ...]]:
     """Rows for :func:`print_table`, with each chrF's difference to the ``base`` run (when it is among them)."""
-    rows = [r for r in (summarize(p) for p in runs) if r]
+    rows = [r for r in (summarize(p, at_step) for p in runs) if r]
     base = next((r["chrf"] for r in rows if r["run"] == "base"), None)
     out = []
     for r in rows:
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="runs", help="where the ab-<variant> (warm-<variant>) folders go")
     p.add_argument("--warm", metavar="CKPT", default=None,
                    help="A/B as warm starts from this checkpoint folder (e.g. checkpoints/en-de), in warm-<variant>")
+    p.add_argument("--at-step", type=int, default=0,
+                   help="tabulate each run up to this step only (runs stopped by --minutes at different steps)")
     p.add_argument("--print-commands", action="store_true", help="print each variant's command and stop")
     args = p.parse_args(argv)
     variants, prefix = (WARM_VARIANTS, "warm-") if args.warm else (VARIANTS, "ab-")
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [Path(r) for r in args.runs] or sorted(root.glob(f"{prefix}*"))
     if args.launch or args.only:
         runs = [r for r in runs if r.name.removeprefix(prefix) in names]
-    rows = table(runs)
+    rows = table(runs, args.at_step)
     if not rows:
         print("no A/B runs found (train them with --launch)", file=sys.stderr)
         return 1

@@ -319,6 +319,9 @@ def test_the_ab_table_reads_run_folders(tmp_path, capsys):
     assert recipe.main(["--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| dict-share-0.25" in out and "21.50 (+1.50)" in out and "1.40M" in out and "10.5" in out
+    assert recipe.main(["--root", str(tmp_path), "--at-step", "500"]) == 0  # the same step budget for every run
+    out = capsys.readouterr().out
+    assert "20.50 (+1.50)" in out and "0.70M" in out and "1.40M" not in out and "4.200" in out
     assert recipe.main(["--only", "nonsense"]) == 2
     assert recipe.main(["--warm", "checkpoints/en-de", "--only", "vocab-4k-sentences"]) == 2  # not a warm knob
     (tmp_path / "ab-base").rename(tmp_path / "warm-base")

@@ -15,7 +15,7 @@ from training import average, train
 from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
 from training.checkpoints import warm_start
 from training.config import build_parser, normalise
-from training.device import autocast, cpu_has_native_bf16, default_threads, resolve_precision
+from training.device import autocast, cpu_has_native_bf16, default_threads, hardware, resolve_precision
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
@@ -114,6 +114,17 @@ def test_default_threads():
     assert default_threads(1, {"OMP_NUM_THREADS": "3"}) == 3
     assert default_threads(64, {}) == 1
     assert default_threads(1, {}) >= 1
+
+
+def test_the_card_names_the_cpu_threads_in_plain_english():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert hardware().endswith(" 1 thread)") or not hardware().startswith("CPU")
+        torch.set_num_threads(2)
+        assert hardware().endswith(" 2 threads)") or not hardware().startswith("CPU")
+    finally:
+        torch.set_num_threads(before)
 
 
 # --- the dictionary share -----------------------------------------------------------------------------------------

@@ -67,5 +67,7 @@ def hardware(world_size: int = 1) -> str:
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
     else:
-        name = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+        threads = torch.get_num_threads()
+        name = (f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                f"{threads} thread{'' if threads == 1 else 's'})")
     return f"{world_size} × {name}" if world_size > 1 else name

@@ -5,8 +5,9 @@ changed against ``base``. ``--launch`` trains the variants one after another und
 those whose folder exists); without it, the table is printed from the run folders given (default
 ``runs/ab-*``). With ``--warm CKPT`` every variant is instead a warm start from that checkpoint (the way the
 shipped model is carried on: the leg recipe of :data:`WARM_BASE`), in ``runs/warm-<name>``: it measures what a knob
-does to an already trained model, which is what the next leg has to choose. The table has the knob, steps, tokens seen, minutes, valid loss and the best valid chrF/BLEU
-(over the evaluation sentences the runs were given), and the command that reproduces the row.
+does to an already trained model, which is what the next leg has to choose. The table has the knob, steps, tokens
+seen, minutes, valid loss and the best valid chrF/BLEU (over the evaluation sentences the runs were given), and the
+command that reproduces the row.
 
 A row says how a knob changed a *short* run: a knob that regularises (dropout, word dropout) may lose early and
 win late, so read the table as a curve's first stretch, not its end.
@@ -60,10 +61,30 @@ WARM_VARIANTS: dict[str, list[str]] = {
 }
 
 
+def overridden(base: list[str], knob: list[str]) -> list[str]:
+    """``base`` with ``knob`` in place of the options it sets (each ``--flag`` with its values), so that a printed
+    command names every option once (``--layers 5``, not ``--layers 3 … --layers 5``)."""
+    def groups(opts: list[str]) -> list[list[str]]:
+        out: list[list[str]] = []
+        for token in opts:
+            if token.startswith("--") or not out:
+                out.append([token])
+            else:
+                out[-1].append(token)
+        return out
+
+    knob_groups = groups(knob)
+    flags = {g[0] for g in knob_groups}
+    return [t for g in groups(base) if g[0] not in flags for t in g] + [t for g in knob_groups for t in g]
+
+
 def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm: str | None = None) -> list[str]:
     """The training command of variant ``name`` writing to ``out``: from scratch (:data:`VARIANTS`), or with
     ``warm`` a warm start from that checkpoint folder (:data:`WARM_VARIANTS`)."""
-    recipe = ["--init-from", warm, *WARM_BASE, *WARM_VARIANTS[name]] if warm else [*BASE, *VARIANTS[name]]
+    if warm:
+        recipe = ["--init-from", warm, *overridden(WARM_BASE, WARM_VARIANTS[name])]
+    else:
+        recipe = overridden(BASE, VARIANTS[name])
     return [sys.executable, "-m", "training.train", "--out", str(out), *recipe,
             "--max-minutes", str(minutes), "--max-steps", str(steps), "--threads", str(threads)]
 

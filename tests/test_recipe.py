@@ -312,6 +312,9 @@ def test_every_ab_variant_is_a_valid_training_command(tmp_path):
         assert args.init_from == "checkpoints/en-de" and args.dict_share == (0.5 if name == "dict-share-0.5" else 0.25)
         assert args.eval_sentences == 0 and args.max_steps == 10 and args.seed == 1
         assert not {"--d-model", "--layers"} & set(cmd) and set(knob) <= set(cmd)
+        assert len([t for t in cmd if t.startswith("--")]) == len({t for t in cmd if t.startswith("--")})  # once each
+    depth = recipe.command("depth-5+5", tmp_path, 1, 1, 1)
+    assert depth.count("--layers") == 1 and parser.parse_args(depth[3:]).layers == 5
 
 
 def test_the_ab_table_reads_run_folders(tmp_path, capsys):

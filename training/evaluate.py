@@ -83,10 +83,16 @@ def language_model_scores(ckpt, texts: list[str], batch_tokens: int = 4000) -> d
     examples = encode_examples(ckpt.tokenizer, monolingual(texts), ckpt.config)
     if not examples:
         raise DataError("no usable sentence to score")
-    loss = validation_loss(ckpt.model, examples, batch_tokens, ckpt.model.device)
-    ckpt.model.eval()
     return {"sequences": len(examples), "tokens": sum(len(e.tgt) - 1 for e in examples),
-            "loss": round(loss, 4), "perplexity": round(perplexity(loss), 2)}
+            **loss_scores(ckpt, examples, batch_tokens)}
+
+
+def loss_scores(ckpt, examples, batch_tokens: int = 4000, precision: str = "auto") -> dict:
+    """``{"loss", "perplexity"}`` of ``ckpt`` on encoded ``examples`` (:func:`validation_loss`: nats/token, no
+    label smoothing), rounded for printing; leaves the model in evaluation mode."""
+    loss = validation_loss(ckpt.model, examples, batch_tokens, ckpt.model.device, precision)
+    ckpt.model.eval()
+    return {"loss": round(loss, 4), "perplexity": round(perplexity(loss), 2)}
 
 
 # --- evaluations during training ------------------------------------------------------------------------------------
@@ -276,10 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SRC {pair.src}\nREF {pair.tgt}\nOUT {hyp}\n")
     scores = bleu_chrf(hyps, [p.tgt for p in pairs])
     if args.loss:
-        loss = validation_loss(ckpt.model, encode_examples(ckpt.tokenizer, pairs, ckpt.config), 4000,
-                               next(ckpt.model.parameters()).device, "fp32")
-        ckpt.model.eval()
-        scores.update(loss=round(loss, 4), perplexity=round(perplexity(loss), 2))
+        scores.update(loss_scores(ckpt, encode_examples(ckpt.tokenizer, pairs, ckpt.config), precision="fp32"))
     print(json.dumps({"tsv": args.tsv, "sentences": len(pairs), **decoding, **scores, "seconds": round(seconds, 1)}))
     return 0
 

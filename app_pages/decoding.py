@@ -2,17 +2,16 @@
 and comparing the branches, beam search as a tree, and what the KV cache holds and saves."""
 
 import html
-import platform
 
 import streamlit as st
-import torch
 
 from model.decoding import default_max_new_tokens
-from model.sampling import BeamResult, SamplingConfig, SamplingError, beam_search, beam_states, length_penalty
+from model.sampling import SamplingConfig, SamplingError, beam_search, beam_states
 from ui import decoding_lab as lab
+from ui import decoding_views as views
 from ui import state, url, widgets
-from viz.attention import alignment_html, display_token, tokens_html
-from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
+from viz.attention import display_token, tokens_html
+from viz.decoding import pipeline_figure
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
@@ -115,17 +114,6 @@ def step_controls(step: int, finished: bool, end: int, status: str) -> None:
     widgets.step_buttons("dl_step", step, end, finished, status=f"**Step {step}** · {status}")
 
 
-def hypotheses_table(hyps, alpha: float) -> None:
-    # a static table: its cells wrap, where a dataframe's cut the translations off at the column's width
-    widgets.show_table(
-        [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
-          "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
-          "score": round(h.score, 3), "finished": h.finished}
-         for i, h in enumerate(hyps)],
-        wrap=True,
-    )
-
-
 # === beam search, step by step =================================================================================
 if strategy == "beam":
     try:
@@ -135,52 +123,12 @@ if strategy == "beam":
         st.warning(f"{exc}.")
         st.stop()
     ss["dl_beam"] = (result, states)  # what is shown (read-only), for tests
-    n_total = len(result.steps)
-    step = state.current_step(n_total, key="dl_step")
+    step = state.current_step(len(result.steps), key="dl_step")
     if not result.hypotheses:
         st.info("Beam search produced no hypothesis for this sentence.")
         st.stop()
-    alpha, width = float(settings["alpha"]), int(settings["beam"])
-    now = states[step]
-    at_end = step == n_total
-    best = result.hypotheses[0] if at_end else now.best()
-    out_col.markdown("**Best hypothesis**" if at_end else f"**Best hypothesis so far** (step {step} of {n_total})")
-    widgets.output_box(tok.decode(best.tokens) if best else "", where=out_col)
-    with steps_col:
-        step_controls(step, at_end, n_total, f"{len(now.open)} open beams · {len(now.finished)} finished · "
-                                             f"search ends after {n_total} steps")
-    shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
-    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id, title=f"Beam search tree after step {step}")
-    fig.update_xaxes(tickvals=list(range(n_total + 1)), range=[-0.7, n_total + 0.5])  # grows in place
-    fig.update_layout(height=200 + 46 * 2 * width)
-    fig.update_yaxes(range=[2 * width - 0.5, -0.9], tickvals=list(range(2 * width)),
-                     ticktext=[str(i + 1) for i in range(2 * width)])
-    widgets.show_figure(fig, where=main, key="dl_beam_tree")
-    main.caption("x = step, y = rank; grey = pruned, orange = best so far.")
-    if step == 0:
-        main.info(f"Press **Next**: every open beam (now only <bos>) proposes its continuations; the {2 * width} best "
-                  f"(beam, token) pairs by cumulative log-probability are considered and up to {width} kept.")
-    else:
-        st.markdown(f"**Step {step}: the {len(now.candidates)} candidates considered**, best first "
-                    "(cumulative log P = the beam's log P + log p(token))")
-        widgets.show_table(
-            [{"rank": i + 1, "beam (parent)": tok.decode(parent) or "<bos>",
-              "+ token": display_token(tok.id_to_token(token)), "cumulative log P": round(lp, 3),
-              "outcome": ("closes a hypothesis" if token == cfg.eos_id else "kept as a beam") if kept
-              else "pruned"}
-             for i, (parent, token, lp, kept) in enumerate(now.candidates)],
-        )
-    if at_end:
-        st.markdown("**Final ranking, best first** (score = log P / lp, lp = ((5 + length) / 6)^α; beams still "
-                    "open at the end are ranked with the finished ones)")
-        hypotheses_table(result.hypotheses, alpha)
-    else:
-        if now.open and step:
-            st.markdown("**Open beams after this step** (score = log P / lp)")
-            hypotheses_table(sorted(now.open, key=lambda h: h.score, reverse=True), alpha)
-        if now.finished:
-            st.markdown("**Finished so far** (ended with <eos>)")
-            hypotheses_table(sorted(now.finished, key=lambda h: h.score, reverse=True), alpha)
+    views.beam_view(ckpt, result, states, step, int(settings["beam"]), float(settings["alpha"]),
+                    out_col=out_col, steps_col=steps_col, main=main, step_controls=step_controls)
     st.stop()
 
 # === greedy / sampling, step by step ==========================================================================
@@ -271,99 +219,20 @@ generated_box.markdown("**Generated so far**")
 generated_box.markdown(tokens_html(tok.tokens(run.generated), current=step - 1 if step else None),
                        unsafe_allow_html=True)
 if full.forced:
-    generated_box.caption("Forced tokens: " + ", ".join(
-        f"step {s} → {html.escape(display_token(tok.id_to_token(t)))}" for s, t in sorted(full.forced.items())))
+    generated_box.caption("Forced tokens: " + views.forced_caption(tok, full.forced))
     generated_box.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
 
 # --- branches ---------------------------------------------------------------------------------------------
 if ss["dl_branches"]:
     st.subheader("Branches")
     branches = [{}] + [b for b in ss["dl_branches"] if b]
-    results = [lab_run(sampling, forced).tokens_and_probs() for forced in branches]
-
-    def describe(forced: dict) -> str:
-        return ", ".join(f"{s}→{display_token(tok.id_to_token(t))}" for s, t in sorted(forced.items())) or "—"
-
-    names = ["as decoded"] + [f"branch {i}" for i in range(1, len(branches))]
-    widgets.show_table(
-        [{"branch": name, "forced (step→token)": describe(forced),
-          "translation": tok.decode([t for t in ids if t != cfg.eos_id]),
-          "log P": round(sum(float(torch.log(torch.tensor(max(p, 1e-12)))) for p in probs), 3),
-          "tokens": len(ids)}
-         for name, forced, (ids, probs) in zip(names, branches, results)],
-    )
-    shown = list(range(len(branches)))[:1] + list(range(len(branches)))[1:][-3:]  # "as decoded" + the last three
-    cols = st.columns(len(shown))
-    for col, i in zip(cols, shown):
-        ids, probs = results[i]
-        col.markdown(f"**{names[i]}**")
-        widgets.show_table(
-            [{"step": s + 1, "token": display_token(tok.id_to_token(t)), "p": round(p, 3),
-              "forced": "★" if branches[i].get(s + 1) == t else ""}
-             for s, (t, p) in enumerate(zip(ids, probs))],
-            col, height=min(400, 38 + 35 * len(ids)),
-        )
-    st.caption("Per-step probabilities under the model (T = 1); ★ = forced. Every branch is decoded to the end "
-               "with the current rule and seed.")
+    views.branches_view(ckpt, branches, [lab_run(sampling, forced).tokens_and_probs() for forced in branches])
 
 if step == 0:
     st.stop()
 
 tab_probs, tab_cache = st.tabs(["Probabilities and cross-attention", "KV cache"])
 with tab_probs:
-    log_p, rows = 0.0, []
-    for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines)):
-        log_p += float(rec.log_probs[rec.token_id])
-        rows.append({"step": s + 1, "token": display_token(tok.id_to_token(rec.token_id)),
-                     "p (model)": round(rec.prob, 4), "p (after the rule)": round(float(pipe.final[rec.token_id]), 4),
-                     "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": round(log_p, 3)})
-    st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
-    matrix = run.cross_attention_matrix()
-    pcol, hcol = st.columns([1.2, 1])
-    widgets.show_table(rows, pcol)
-    if matrix is not None:
-        hcol.markdown(alignment_html(matrix[-1].mean(0), tok.tokens(run.generated), src.tokens,
-                                     title="Cross-attention so far (last decoder layer, mean over heads)"),
-                      unsafe_allow_html=True)
-
+    views.probabilities_tab(ckpt, run, src.tokens)
 with tab_cache:
-    positions = run.cache_positions
-    held_bytes = run.cache_nbytes()
-    src_len = len(src.ids) if cfg.is_encoder_decoder else None
-    formula = cache_bytes(cfg, positions, src_len or 0)
-    m1, m2, m3 = st.columns(3)
-    m1.metric("Self-attention K/V", f"{held_bytes['self'] / 1024:.1f} KiB")
-    m2.metric("Cross-attention K/V", f"{held_bytes['cross'] / 1024:.1f} KiB")
-    m3.metric("Total", f"{held_bytes['total'] / 1024:.1f} KiB")
-    per = f"{cfg.n_decoder_layers} layers × {cfg.n_heads} heads × {cfg.d_k} (d_k)"
-    agree = "matches" if formula == held_bytes else "differs from"
-    cross_line = (f"Cross: {per} × {src_len} source pieces × 2 × 4 bytes = {formula['cross']:,} B. " if src_len
-                  else "No cross-attention (decoder-only model). ")
-    st.caption(f"Self: {per} × {positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
-               f"{cross_line}"
-               f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
-    widgets.show_figure(
-        kv_cache_figure(cfg.n_decoder_layers, positions, new_rows=len(run.prefix) if step == 1 else 1,
-                        src_len=src_len,
-                        target_tokens=tok.tokens(run.tokens[:positions]), source_tokens=src.tokens,
-                        cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
-        key="dl_kv",
-    )
-    st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
-                "the whole prefix every step without it.")
-    cmp_key = (src_key, run.generated)
-    if st.button(f"Measure both over these {step} steps", icon=":material/timer:", key="dl_measure"):
-        ss["dl_cache_cmp"] = (cmp_key, lab.compare_cache(ckpt.model, src.ids, list(run.generated)))
-    held_cmp = ss.get("dl_cache_cmp")
-    if held_cmp and held_cmp[0] == cmp_key:
-        res = held_cmp[1]
-        where = f"{ckpt.model.device} ({platform.machine()}, {torch.get_num_threads()} torch threads)"
-        st.markdown(
-            f"Measured just now on this machine, {where}, best of 3: with the cache **{res.ms_per_step_on:.2f} ms** "
-            f"per step, without it **{res.ms_per_step_off:.2f} ms** per step "
-            f"({res.ms_per_step_off / max(res.ms_per_step_on, 1e-9):.1f}×). "
-            f"Largest difference of any log-probability over {res.steps} steps × {cfg.vocab_size:,} tokens: "
-            f"**{res.max_abs_diff:.1e}** (the same result, up to float rounding)."
-        )
-        st.caption("For a short sentence and a small model the difference is small; it grows with the length, "
-                   "since without the cache step n recomputes all n positions in every layer.")
+    views.kv_cache_tab(ckpt, run, step, src.ids, src.tokens, cmp_key=(src_key, run.generated))

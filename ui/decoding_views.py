@@ -1,0 +1,193 @@
+"""The Decoding lab's larger views as Streamlit renderers: beam search step by step, the forced-token branches, the
+probabilities tab and the KV-cache tab.
+
+They draw what the page computed (a :class:`~ui.decoding_lab.StepView`, a beam result and its per-step states)
+and own no state of their own except the cache-timing button's result (``dl_cache_cmp``). The page
+(``app_pages/decoding.py``) keeps the flow: settings, sentence, the decoding rule, forcing.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import platform
+from typing import Callable, Sequence
+
+import streamlit as st
+import torch
+
+from model.checkpoint import Checkpoint
+from model.sampling import BeamResult, length_penalty
+from ui import decoding_lab as lab
+from ui import widgets
+from viz.attention import alignment_html, display_token
+from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure
+
+
+def hypotheses_table(tok, hyps: Sequence, alpha: float) -> None:
+    """Beam hypotheses as rows: translation, log P, length, the length penalty lp (Wu et al. 2016, eq. 14) and the
+    score log P / lp."""
+    # a static table: its cells wrap, where a dataframe's cut the translations off at the column's width
+    widgets.show_table(
+        [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
+          "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
+          "score": round(h.score, 3), "finished": h.finished}
+         for i, h in enumerate(hyps)],
+        wrap=True,
+    )
+
+
+def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: float, *, out_col, steps_col, main,
+              step_controls: Callable[[int, bool, int, str], None]) -> None:
+    """Beam search at ``step`` (0 … ``len(result.steps)``): the best hypothesis so far, the step buttons, the tree
+    grown to this step, the candidates the step considered, and the open / finished hypotheses (the final
+    ranking at the end). ``states`` is :func:`model.sampling.beam_states` of ``result``."""
+    tok, cfg = ckpt.tokenizer, ckpt.config
+    n_total = len(result.steps)
+    now = states[step]
+    at_end = step == n_total
+    best = result.hypotheses[0] if at_end else now.best()
+    out_col.markdown("**Best hypothesis**" if at_end else f"**Best hypothesis so far** (step {step} of {n_total})")
+    widgets.output_box(tok.decode(best.tokens) if best else "", where=out_col)
+    with steps_col:
+        step_controls(step, at_end, n_total, f"{len(now.open)} open beams · {len(now.finished)} finished · "
+                                             f"search ends after {n_total} steps")
+    shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
+    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id, title=f"Beam search tree after step {step}")
+    fig.update_xaxes(tickvals=list(range(n_total + 1)), range=[-0.7, n_total + 0.5])  # grows in place
+    fig.update_layout(height=200 + 46 * 2 * width)
+    fig.update_yaxes(range=[2 * width - 0.5, -0.9], tickvals=list(range(2 * width)),
+                     ticktext=[str(i + 1) for i in range(2 * width)])
+    widgets.show_figure(fig, where=main, key="dl_beam_tree")
+    main.caption("x = step, y = rank; grey = pruned, orange = best so far.")
+    if step == 0:
+        main.info(f"Press **Next**: every open beam (now only <bos>) proposes its continuations; the {2 * width} best "
+                  f"(beam, token) pairs by cumulative log-probability are considered and up to {width} kept.")
+    else:
+        st.markdown(f"**Step {step}: the {len(now.candidates)} candidates considered**, best first "
+                    "(cumulative log P = the beam's log P + log p(token))")
+        widgets.show_table(
+            [{"rank": i + 1, "beam (parent)": tok.decode(parent) or "<bos>",
+              "+ token": display_token(tok.id_to_token(token)), "cumulative log P": round(lp, 3),
+              "outcome": ("closes a hypothesis" if token == cfg.eos_id else "kept as a beam") if kept
+              else "pruned"}
+             for i, (parent, token, lp, kept) in enumerate(now.candidates)],
+        )
+    if at_end:
+        st.markdown("**Final ranking, best first** (score = log P / lp, lp = ((5 + length) / 6)^α; beams still "
+                    "open at the end are ranked with the finished ones)")
+        hypotheses_table(tok, result.hypotheses, alpha)
+        return
+    if now.open and step:
+        st.markdown("**Open beams after this step** (score = log P / lp)")
+        hypotheses_table(tok, sorted(now.open, key=lambda h: h.score, reverse=True), alpha)
+    if now.finished:
+        st.markdown("**Finished so far** (ended with <eos>)")
+        hypotheses_table(tok, sorted(now.finished, key=lambda h: h.score, reverse=True), alpha)
+
+
+def branches_view(ckpt: Checkpoint, branches: Sequence[dict], results: Sequence[tuple[list, list]]) -> None:
+    """The forced-token branches side by side: a summary row each (what was forced, the translation, its log P
+    under the model) and the per-step tokens of "as decoded" and the last three branches. ``branches[0]`` is
+    ``{}`` (nothing forced); ``results[i]`` is ``(token ids, probabilities)`` of ``branches[i]``."""
+    tok, cfg = ckpt.tokenizer, ckpt.config
+
+    def describe(forced: dict) -> str:
+        return ", ".join(f"{s}→{display_token(tok.id_to_token(t))}" for s, t in sorted(forced.items())) or "—"
+
+    names = ["as decoded"] + [f"branch {i}" for i in range(1, len(branches))]
+    widgets.show_table(
+        [{"branch": name, "forced (step→token)": describe(forced),
+          "translation": tok.decode([t for t in ids if t != cfg.eos_id]),
+          "log P": round(sum(math.log(max(p, 1e-12)) for p in probs), 3),
+          "tokens": len(ids)}
+         for name, forced, (ids, probs) in zip(names, branches, results)],
+    )
+    shown = [0, *range(1, len(branches))[-3:]]  # "as decoded" + the last three
+    for col, i in zip(st.columns(len(shown)), shown):
+        ids, probs = results[i]
+        col.markdown(f"**{names[i]}**")
+        widgets.show_table(
+            [{"step": s + 1, "token": display_token(tok.id_to_token(t)), "p": round(p, 3),
+              "forced": "★" if branches[i].get(s + 1) == t else ""}
+             for s, (t, p) in enumerate(zip(ids, probs))],
+            col, height=min(400, 38 + 35 * len(ids)),
+        )
+    st.caption("Per-step probabilities under the model (T = 1); ★ = forced. Every branch is decoded to the end "
+               "with the current rule and seed.")
+
+
+def probabilities_tab(ckpt: Checkpoint, run: lab.StepView, src_tokens: list[str]) -> None:
+    """Every generated token's probability under the model and after the rule, the running sequence log P, and the
+    cross-attention so far (last decoder layer, mean over heads) as an alignment grid."""
+    tok = ckpt.tokenizer
+    log_p, rows = 0.0, []
+    for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines)):
+        log_p += float(rec.log_probs[rec.token_id])
+        rows.append({"step": s + 1, "token": display_token(tok.id_to_token(rec.token_id)),
+                     "p (model)": round(rec.prob, 4), "p (after the rule)": round(float(pipe.final[rec.token_id]), 4),
+                     "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": round(log_p, 3)})
+    st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
+    matrix = run.cross_attention_matrix()
+    pcol, hcol = st.columns([1.2, 1])
+    widgets.show_table(rows, pcol)
+    if matrix is not None:
+        hcol.markdown(alignment_html(matrix[-1].mean(0), tok.tokens(run.generated), src_tokens,
+                                     title="Cross-attention so far (last decoder layer, mean over heads)"),
+                      unsafe_allow_html=True)
+
+
+def kv_cache_tab(ckpt: Checkpoint, run: lab.StepView, step: int, src_ids: list[int], src_tokens: list[str],
+                 cmp_key) -> None:
+    """What the KV cache holds after ``step`` (bytes per part, checked against the formula layers × heads × d_k ×
+    positions × 2 × 4 bytes), the cache drawn, and a button that times decoding with and without it
+    (:func:`ui.decoding_lab.compare_cache`, ms per step, best of 3). ``cmp_key`` identifies the decoded tokens, so
+    a timing is shown only for the tokens it measured."""
+    ss = st.session_state
+    tok, cfg = ckpt.tokenizer, ckpt.config
+    positions = run.cache_positions
+    held_bytes = run.cache_nbytes()
+    src_len = len(src_ids) if cfg.is_encoder_decoder else None
+    formula = cache_bytes(cfg, positions, src_len or 0)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Self-attention K/V", f"{held_bytes['self'] / 1024:.1f} KiB")
+    m2.metric("Cross-attention K/V", f"{held_bytes['cross'] / 1024:.1f} KiB")
+    m3.metric("Total", f"{held_bytes['total'] / 1024:.1f} KiB")
+    per = f"{cfg.n_decoder_layers} layers × {cfg.n_heads} heads × {cfg.d_k} (d_k)"
+    agree = "matches" if formula == held_bytes else "differs from"
+    cross_line = (f"Cross: {per} × {src_len} source pieces × 2 × 4 bytes = {formula['cross']:,} B. " if src_len
+                  else "No cross-attention (decoder-only model). ")
+    st.caption(f"Self: {per} × {positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
+               f"{cross_line}"
+               f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
+    widgets.show_figure(
+        kv_cache_figure(cfg.n_decoder_layers, positions, new_rows=len(run.prefix) if step == 1 else 1,
+                        src_len=src_len,
+                        target_tokens=tok.tokens(run.tokens[:positions]), source_tokens=src_tokens,
+                        cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
+        key="dl_kv",
+    )
+    st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
+                "the whole prefix every step without it.")
+    if st.button(f"Measure both over these {step} steps", icon=":material/timer:", key="dl_measure"):
+        ss["dl_cache_cmp"] = (cmp_key, lab.compare_cache(ckpt.model, src_ids, list(run.generated)))
+    held_cmp = ss.get("dl_cache_cmp")
+    if not (held_cmp and held_cmp[0] == cmp_key):
+        return
+    res = held_cmp[1]
+    where = f"{ckpt.model.device} ({platform.machine()}, {torch.get_num_threads()} torch threads)"
+    st.markdown(
+        f"Measured just now on this machine, {where}, best of 3: with the cache **{res.ms_per_step_on:.2f} ms** "
+        f"per step, without it **{res.ms_per_step_off:.2f} ms** per step "
+        f"({res.ms_per_step_off / max(res.ms_per_step_on, 1e-9):.1f}×). "
+        f"Largest difference of any log-probability over {res.steps} steps × {cfg.vocab_size:,} tokens: "
+        f"**{res.max_abs_diff:.1e}** (the same result, up to float rounding)."
+    )
+    st.caption("For a short sentence and a small model the difference is small; it grows with the length, "
+               "since without the cache step n recomputes all n positions in every layer.")
+
+
+def forced_caption(tok, forced: dict[int, int]) -> str:
+    """``"step 3 → ▁Haus, …"``: the forced tokens in step order, HTML-escaped."""
+    return ", ".join(f"step {s} → {html.escape(display_token(tok.id_to_token(t)))}"
+                     for s, t in sorted(forced.items()))

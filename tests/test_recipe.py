@@ -275,6 +275,20 @@ def test_the_average_of_checkpoints_is_the_mean_of_their_weights(make_model, tok
     assert rc == 2 and "not found" in err
 
 
+def test_lanes_with_other_dropout_average_and_the_card_says_so(make_model, tokenizer, tmp_path):
+    """Dropout acts only in training: warm-start lanes that changed it are still one model to average."""
+    a = save_checkpoint(tmp_path / "a", make_model(seed=0, dropout=0.1), tokenizer)
+    b = save_checkpoint(tmp_path / "b", make_model(seed=1, dropout=0.3, attention_dropout=0.3), tokenizer)
+    out = average.average_checkpoints([a, b], tmp_path / "avg")
+    avg = load_checkpoint(out)
+    assert avg.config.dropout == 0.1  # the first input's
+    sa, sb = load_checkpoint(a).model.state_dict(), load_checkpoint(b).model.state_dict()
+    for name, t in avg.model.state_dict().items():
+        assert torch.allclose(t, (sa[name] + sb[name]) / 2, atol=1e-6), name
+    knobs = json.loads((out / "card.json").read_text())["averaged"]["training_knobs"]
+    assert knobs["dropout"] == [0.1, 0.3] and "decoder_layerdrop" not in knobs
+
+
 # --- the Training page's form ---------------------------------------------------------------------------------------
 def test_the_form_passes_the_recipe_to_the_trainer():
     from training import form as launch_form

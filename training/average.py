@@ -3,7 +3,9 @@
 
 Every floating-point tensor of the output is the element-wise mean of the inputs' (computed in float64, stored in
 float32 unless ``--fp16``); the config and tokenizer come from the first checkpoint, and all inputs must share them
-exactly. The result is an ordinary checkpoint folder, loadable like any other.
+exactly, except the options that act only in training (dropout rates, LayerDrop: :data:`WARM_START_KNOBS`), so
+that lanes warm-started from one model with other dropout still make one soup (Wortsman et al. 2022); the card
+lists such differences. The result is an ordinary checkpoint folder, loadable like any other.
 """
 
 from __future__ import annotations
@@ -16,6 +18,12 @@ import torch
 from safetensors.torch import load_file
 
 from model.checkpoint import CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint, save_tensors
+from training.checkpoints import WARM_START_KNOBS
+
+
+def _architecture(config: dict) -> dict:
+    """``config`` without the training-only knobs: what must agree for weights to average."""
+    return {k: v for k, v in config.items() if k not in WARM_START_KNOBS}
 
 
 def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool = False) -> Path:
@@ -31,10 +39,14 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
     first = load_checkpoint(folders[0])  # validates the first fully (config, tokenizer, weights)
     tok_json = first.tokenizer.to_str()
     total: dict[str, torch.Tensor] = {}
+    knobs: dict[str, list] = {}  # training-only knob -> its value in each input
     for folder in folders:
         ckpt = first if folder == folders[0] else load_checkpoint(folder)
-        if ckpt.config.to_dict() != first.config.to_dict():
+        config = ckpt.config.to_dict()
+        if _architecture(config) != _architecture(first.config.to_dict()):
             raise CheckpointError(f"{folder} has another config than {folders[0]}; only the same model averages")
+        for k in WARM_START_KNOBS:
+            knobs.setdefault(k, []).append(config.get(k))
         if ckpt.tokenizer.to_str() != tok_json:
             raise CheckpointError(f"{folder} has another tokenizer than {folders[0]}")
         state = load_file(str(folder / "model.safetensors"))
@@ -52,6 +64,9 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
     save_tensors(out / "model.safetensors", mean, {"format": "pt"})
     card = dict(first.card)
     card["averaged"] = {"checkpoints": [str(f) for f in folders], "count": len(folders)}
+    differ = {k: values for k, values in knobs.items() if len(set(map(repr, values))) > 1}
+    if differ:  # the config keeps the first input's values; these never act at inference
+        card["averaged"]["training_knobs"] = differ
     atomic_write_json(out / "card.json", card)
     return out
 

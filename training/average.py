@@ -38,12 +38,13 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
         raise CheckpointError("nothing to average: give at least one checkpoint folder")
     first = load_checkpoint(folders[0])  # validates the first fully (config, tokenizer, weights)
     tok_json = first.tokenizer.to_str()
+    first_architecture = _architecture(first.config.to_dict())
     total: dict[str, torch.Tensor] = {}
     knobs: dict[str, list] = {}  # training-only knob -> its value in each input
     for folder in folders:
         ckpt = first if folder == folders[0] else load_checkpoint(folder)
         config = ckpt.config.to_dict()
-        if _architecture(config) != _architecture(first.config.to_dict()):
+        if _architecture(config) != first_architecture:
             raise CheckpointError(f"{folder} has another config than {folders[0]}; only the same model averages")
         for k in WARM_START_KNOBS:
             knobs.setdefault(k, []).append(config.get(k))

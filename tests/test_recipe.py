@@ -15,6 +15,7 @@ from training import average, train
 from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
 from training.checkpoints import warm_start
 from training.config import build_parser, normalise
+from training.evaluate import best_card
 from training.device import autocast, cpu_has_native_bf16, default_threads, hardware, resolve_precision
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -240,6 +241,23 @@ def test_a_warm_start_continues_the_schedule_of_a_chain_of_warm_starts(make_mode
     args = normalise({"out": str(tmp_path / "next"), "init_from": str(chained), "lr_step_offset": 3})
     warm_start(args, cpu)
     assert args.lr_step_offset == 3  # a typed offset wins
+
+
+def test_a_warm_start_carries_the_lineage_legs_into_its_card(make_model, tokenizer, tmp_path):
+    """The shipped card's ``legs`` (scores after each earlier leg, drawn on the Training page) pass to the next
+    leg's card, and are not duplicated inside its ``init_from``."""
+    legs = [{"leg": "leg 1", "train_minutes": 10.0, "tokens_seen": 1000, "valid_chrf": 20.0, "shipped": True}]
+    start = save_checkpoint(tmp_path / "start", make_model(), tokenizer, {"step": 7, "legs": legs})
+    args = normalise({"out": str(tmp_path / "next"), "init_from": str(start)})
+    model, _, _ = warm_start(args, torch.device("cpu"))
+    state = {"step": 3, "epoch": 0, "tokens_seen": 50}
+    card = best_card(model, args, torch.device("cpu"), state, {"chrf": 21.0}, 60.0, 1, "valid chrf")
+    assert card["legs"] == legs and "legs" not in card["init_from"]
+    assert card["total"]["tokens_seen"] == 50 and card["init_from"]["checkpoint"] == str(start)
+    plain = save_checkpoint(tmp_path / "plain", make_model(), tokenizer, {"step": 7})
+    args = normalise({"out": str(tmp_path / "next2"), "init_from": str(plain)})
+    model, _, _ = warm_start(args, torch.device("cpu"))
+    assert "legs" not in best_card(model, args, torch.device("cpu"), state, {}, 60.0, 1, "valid chrf")
 
 
 def test_init_from_a_missing_checkpoint_is_a_clear_error(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from training.runs import read_jsonl
-from viz.training import (METRICS, PALETTE, X_AXES, compare_figure, compare_figures, run_figure, run_series,
-                          run_styles)
+from viz.training import (LEG_SCORES, METRICS, PALETTE, X_AXES, compare_figure, compare_figures, legs_figure,
+                          run_figure, run_series, run_styles)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,3 +158,33 @@ def test_legend_sits_under_the_axis_title_not_on_it():
     assert fig.layout.margin.b >= AXIS_ROOM + 2 * LEGEND_ROW  # twelve runs take two legend rows, under the title
     one = run_figure(runs["run-0"], {"train loss": "loss", "valid loss": "valid_loss"}, "Loss", "nats")
     assert one.layout.legend.yref == "container" and one.layout.margin.b >= AXIS_ROOM + LEGEND_ROW
+
+
+# --- a checkpoint's training legs --------------------------------------------------------------------------------
+LEGS = [
+    {"leg": "leg 1", "train_minutes": 100, "tokens_seen": 13e6, "valid_chrf": 24.7, "everyday_chrf": 35.1,
+     "test_chrf": 23.7, "shipped": True},
+    {"leg": "leg 2", "train_minutes": 215, "tokens_seen": 19e6, "valid_chrf": 26.0, "everyday_chrf": 37.7,
+     "test_chrf": 24.8, "shipped": True},
+    {"leg": "leg 3 (tried)", "train_minutes": 300, "tokens_seen": 25e6, "valid_chrf": 26.1, "everyday_chrf": 37.0,
+     "shipped": False},
+    "garbage", {"leg": "no minutes", "valid_chrf": 99.0}, {"leg": "bad", "train_minutes": 50, "valid_chrf": math.nan},
+]
+
+
+def test_legs_figure_draws_each_score_against_cumulative_minutes_and_tried_legs_hollow():
+    fig = legs_figure(LEGS)
+    shipped = {t.name: t for t in fig.data if t.showlegend is not False}
+    assert set(shipped) == set(LEG_SCORES.values())  # the test chrF has only shipped points: no dotted part
+    assert list(shipped["Ding valid chrF"].x) == [100, 215] and list(shipped["Ding valid chrF"].y) == [24.7, 26.0]
+    tried = [t for t in fig.data if t.showlegend is False]
+    assert len(tried) == 2 and all(t.line.dash == "dot" for t in tried)  # valid and everyday went on to leg 3
+    valid_tried = next(t for t in tried if t.legendgroup == "valid_chrf")
+    assert list(valid_tried.x) == [215, 300] and valid_tried.marker.color == "white"  # from the last shipped leg
+    assert [c[0] for c in valid_tried.customdata] == ["leg 2", "leg 3 (tried)"]
+    assert "CPU-minutes" in fig.layout.xaxis.title.text
+
+
+def test_legs_figure_without_legs_says_so():
+    fig = legs_figure([{"leg": "x"}, None])
+    assert not fig.data and "no training legs" in fig.layout.annotations[0].text

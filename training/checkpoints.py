@@ -95,7 +95,7 @@ def warm_start(args, device, given=frozenset()):
     checkpoint's;
     the other model options are ignored (its architecture is kept). ``--lr-step-offset`` defaults to the
     checkpoint's :func:`schedule_position`, so the schedule continues where it left off. Records the origin in
-    ``args.init_card`` for the new card and sets ``args``' model options to the checkpoint's. Raises ``DataError``
+    ``args.init_card`` for the new card (with the checkpoint card's ``legs`` history, when it has one) and sets ``args``' model options to the checkpoint's. Raises ``DataError``
     when the folder is not a loadable checkpoint of ours.
     """
     try:
@@ -120,6 +120,8 @@ def warm_start(args, device, given=frozenset()):
         "tokens_seen": (card.get("tokens_seen") or 0) + (prior.get("tokens_seen") or 0),
         "train_minutes": round((card.get("train_minutes") or 0) + (prior.get("train_minutes") or 0), 1),
     }
+    if isinstance(card.get("legs"), list):  # the lineage's scores leg by leg, carried into the new card
+        args.init_card["legs"] = card["legs"]
     # The model options this run has in fact, so that train_args.json and the card tell the truth.
     args.arch, args.impl, args.layers = cfg.arch, "ours", cfg.n_decoder_layers
     for k in ("d_model", "n_heads", "d_ff", "pos_encoding", "norm_first", "max_len", *WARM_START_KNOBS):

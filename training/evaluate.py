@@ -142,7 +142,8 @@ def data_card(args, lm: bool) -> dict:
 def best_card(model, args, device, state: dict, valid: dict, train_seconds: float, world_size: int,
               selected_by: str) -> dict:
     """The ``card.json`` of ``best/``: task, data, step, tokens, minutes, hardware, ``valid`` scores, recipe,
-    precision, date, and for a warm start ``init_from`` and the ``total`` over every start."""
+    precision, date, and for a warm start ``init_from``, the ``total`` over every start and the starting card's
+    ``legs`` (its scores after each earlier leg)."""
     lm = not model.cfg.is_encoder_decoder
     brown = args.corpus == "brown"
     card = {
@@ -161,8 +162,10 @@ def best_card(model, args, device, state: dict, valid: dict, train_seconds: floa
         "torch": torch.__version__,
         "selected_by": selected_by,
     }
-    init = getattr(args, "init_card", None)  # set by a warm start only
+    init = dict(getattr(args, "init_card", None) or {})  # set by a warm start only
     if init:
+        if "legs" in init:  # the history of the warm start's lineage (viz.training.legs_figure); append a leg
+            card["legs"] = init.pop("legs")
         card["init_from"] = init
         card["total"] = {"tokens_seen": init["tokens_seen"] + state["tokens_seen"],
                          "train_minutes": round(init["train_minutes"] + train_seconds / 60, 1)}

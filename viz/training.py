@@ -229,3 +229,58 @@ def compare_figures(runs: Mapping[str, Sequence[dict]], x: str = "step", metrics
     on every chart (``styles``, by default :func:`run_styles` of ``runs``' order)."""
     styles = {**run_styles(list(runs)), **(styles or {})}
     return {m: compare_figure(runs, m, x, styles=styles, height=height) for m in metrics}
+
+
+#: The scores a model card's ``legs`` list may hold → legend label (:func:`legs_figure`).
+LEG_SCORES: dict[str, str] = {
+    "everyday_chrf": "everyday sentences chrF",
+    "valid_chrf": "Ding valid chrF",
+    "test_chrf": "Ding test chrF",
+}
+
+
+def legs_figure(legs: Sequence[Mapping], height: int = 340) -> go.Figure:
+    """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative CPU-minutes.
+
+    ``legs`` is a model card's ``legs`` list (``checkpoints/en-de/card.json``): one mapping per training leg with
+    ``leg`` (a short name), ``train_minutes`` (cumulative, minutes), ``tokens_seen`` (cumulative, tokens),
+    ``shipped`` (bool: whether that leg's model was the shipped one) and any of :data:`LEG_SCORES` (chrF, 0–100).
+    A leg that was not shipped is drawn as a hollow marker and a dotted segment: the curve of what was tried. Legs
+    without a numeric ``train_minutes`` and scores that are missing or not finite are skipped, never raised on.
+    """
+    rows = [leg for leg in legs if isinstance(leg, Mapping) and _number(leg.get("train_minutes")) is not None]
+    fig = go.Figure()
+    for i, (key, label) in enumerate(LEG_SCORES.items()):
+        points = [(float(leg["train_minutes"]), v, leg) for leg in rows if (v := _number(leg.get(key))) is not None]
+        if not points:
+            continue
+        color = PALETTE[i % len(PALETTE)]
+        shipped = [p for p in points if p[2].get("shipped", True)]
+        tried = [p for p in points if not p[2].get("shipped", True)]
+
+        def custom(pts):  # hover: the leg's name and its cumulative tokens (millions)
+            return [[str(p[2].get("leg", "")), (_number(p[2].get("tokens_seen")) or 0) / 1e6] for p in pts]
+
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in shipped], y=[p[1] for p in shipped], name=label, mode="lines+markers",
+            line=dict(color=color, width=2.5), marker=dict(size=9, color=color),
+            customdata=custom(shipped), legendgroup=key,
+            hovertemplate=f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.0f}} CPU-minutes, "
+                          "%{customdata[1]:.1f}M tokens<extra></extra>",
+        ))
+        if tried and shipped:  # the step from the last shipped model to what was tried after it
+            last = shipped[-1]
+            fig.add_trace(go.Scatter(
+                x=[last[0], *(p[0] for p in tried)], y=[last[1], *(p[1] for p in tried)], mode="lines+markers",
+                line=dict(color=color, width=2, dash="dot"), legendgroup=key, showlegend=False,
+                marker=dict(size=[0] + [10] * len(tried), color="white", line=dict(color=color, width=2)),
+                customdata=custom([last, *tried]),
+                hovertemplate=f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.0f}} CPU-minutes, "
+                              "%{customdata[1]:.1f}M tokens<extra></extra>",
+            ))
+    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)", "CPU-minutes of training, cumulative",
+            "chrF (0–100)", height, title_size=16)
+    if not fig.data:
+        fig.add_annotation(text="This model's card has no training legs", showarrow=False, xref="paper",
+                           yref="paper", x=0.5, y=0.5, font=dict(size=18, color=PLACEHOLDER))
+    return fig

@@ -119,6 +119,30 @@ def test_resume_is_exact(runs):
         [r["valid_loss"] for r in _records(straight) if "valid_loss" in r]
 
 
+def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(runs, tmp_path):
+    """``--resume`` (or a fresh run) into a folder whose status names another live trainer would interleave two
+    processes' checkpoints and metrics: it is refused with a clear message, and status.json stays the live one's."""
+    import shutil
+    import subprocess
+    import sys
+    folder = tmp_path / "busy"
+    shutil.copytree(runs["root"] / "resumed", folder)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        status = {"state": "running", "pid": live.pid, "step": 6}
+        (folder / "status.json").write_text(json.dumps(status))
+        before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        for argv in (["--out", folder, "--resume"], ["--out", folder, *TINY]):
+            rc, _, err = run_main(train.main, argv)
+            assert rc == 2 and f"process {live.pid}" in err and "stop it first" in err
+        assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    finally:
+        live.kill()
+        live.wait()
+    rc, _, err = run_main(train.main, ["--out", folder, "--resume"])  # the trainer is gone: resuming works
+    assert rc == 0, err
+
+
 def test_given_options_names_only_what_was_typed():
     parser = build_parser()
     assert given_options(parser, ["--out", "r", "--resume"]) == {"out", "resume"}

@@ -29,7 +29,7 @@ from corpora.files import DataError
 from model.config import ConfigError
 from .config import build_parser, given_options
 from .distributed import dist_from_env, process_group, setup_device
-from .loop import train_loop
+from .loop import RunBusyError, train_loop
 from .runs import write_status
 
 
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args, given_options(parser, argv))
+    except RunBusyError as exc:  # the live run's status.json is not ours to touch
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (DataError, ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         if Path(args.out).is_dir() and dist_from_env().is_main:

@@ -24,24 +24,35 @@ from .batches import (Batch, EpochPlan, collate, encode_examples, loss_fn, pair_
                       with_bpe_dropout, word_dropout)
 from .checkpoints import load_any, load_last, read_trainer_state, save_last, snapshot, warm_start
 from .config import RESUME_OVERRIDABLE, check_args
+from .launch import pid_alive
 from .data import load_data
 from .device import autocast, default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
 from .evaluate import evaluate_and_save, score_best_on_test
-from .runs import (MetricsLog, has_resume_state, now_iso, read_train_args, snapshot_steps, write_config, write_status,
-                   write_train_args)
+from .runs import (MetricsLog, has_resume_state, now_iso, read_status, read_train_args, snapshot_steps, write_config,
+                   write_status, write_train_args)
 from .schedule import factor_for_peak, learning_rate, make_optimizer
 
 #: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
 FINISHED_REASONS = ("max_steps", "max_minutes", "patience")
 
 
+class RunBusyError(DataError):
+    """``--out`` is the folder of a run that a live process is training: nothing may be written there."""
+
+
 def resolve_args(args: argparse.Namespace, ctx: Dist, given: set[str] | None) -> argparse.Namespace:
     """The options this run trains with. ``--resume``: the saved run's, except the :data:`RESUME_OVERRIDABLE`
     limits written on the command line (``given``; ``None`` = every option counts as given), which are saved back
-    so that a later bare ``--resume`` keeps them. Raises ``DataError`` when there is nothing to resume, and
-    ``ValueError`` for options that do not go together."""
+    so that a later bare ``--resume`` keeps them. Raises ``DataError`` when there is nothing to resume,
+    :class:`RunBusyError` when another live process trains in ``--out`` (checked for a single process, not for the
+    ranks of a ``torchrun`` launch), and ``ValueError`` for options that do not go together."""
     out = Path(args.out)
+    status = read_status(out) or {}
+    if not ctx.enabled and status.get("state") in ("running", "starting") and status.get("pid") != os.getpid() \
+            and pid_alive(status.get("pid")):  # two trainers in one folder would overwrite each other's files
+        raise RunBusyError(f"{out} is being trained by process {status['pid']} right now: stop it first "
+                           f"(kill -TERM {status['pid']} saves last/), or choose another --out")
     if args.resume:
         if not has_resume_state(out):
             raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")

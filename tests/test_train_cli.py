@@ -143,6 +143,26 @@ def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(r
     assert rc == 0, err
 
 
+def test_a_bare_resume_trains_with_the_runs_saved_threads(runs, tmp_path, monkeypatch):
+    """A run started with ``--threads 1`` and resumed with a bare ``--resume`` keeps one thread: the thread count
+    was set before the saved options were read, so a resumed one-thread run took every core and, next to another
+    run, slowed to a tenth of its speed (OpenMP threads fighting for the cores)."""
+    import shutil
+    folder = tmp_path / "threads"
+    shutil.copytree(runs["root"] / "resumed", folder)
+    saved = json.loads((folder / "train_args.json").read_text())
+    (folder / "train_args.json").write_text(json.dumps({**saved, "threads": 1}))
+    monkeypatch.setattr("training.loop.default_threads", lambda world_size=1: 2)  # what an unset --threads takes
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        rc, _, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "13"])
+        assert rc == 0, err
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_given_options_names_only_what_was_typed():
     parser = build_parser()
     assert given_options(parser, ["--out", "r", "--resume"]) == {"out", "resume"}

@@ -340,8 +340,8 @@ def train_loop(args, ctx: Dist, device: torch.device, given: set[str] | None = N
     """Train ``args`` as this process of ``ctx`` on ``device``; ``given``: the options written on the command line
     (``None``: all of them). Returns the exit code; raises ``DataError``/``ValueError`` for a run that cannot
     start."""
+    args = resolve_args(args, ctx, given)  # first: a bare --resume trains with the run's saved --threads
     if device.type == "cpu":
         torch.set_num_threads(args.threads or default_threads(ctx.world_size))
     torch.manual_seed(args.seed)
-    args = resolve_args(args, ctx, given)
     return Trainer(args, ctx, device, given).run()

@@ -38,9 +38,14 @@ VARIANTS: dict[str, list[str]] = {
     "vocab-2k-sentences": ["--vocab-size", "2000", "--vocab-from", "sentences"],
     "dict-share-0.25": ["--dict-share", "0.25"],
     "label-smoothing-0.3": ["--label-smoothing", "0.3"],
+    "label-smoothing-0.5": ["--label-smoothing", "0.5"],
+    "dropout-0.3": ["--dropout", "0.3", "--attention-dropout", "0.3"],
     "word-dropout-0.1": ["--src-word-dropout", "0.1", "--tgt-word-dropout", "0.1"],
     "bpe-dropout-0.1": ["--bpe-dropout", "0.1"],
     "depth-5+5": ["--layers", "5"],
+    # not a knob but a diagnostic: the first half of the sentence pairs (the dictionary stays whole); how much a
+    # doubling of the sentences is worth, read off against base at the same steps
+    "half-sentences": ["--limit-train", "7255"],
 }
 
 

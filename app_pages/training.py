@@ -32,9 +32,10 @@ legs = R.read_card(CHECKPOINTS_ROOT / DEFAULT_CHECKPOINT).get("legs")
 if isinstance(legs, list) and legs:
     with st.expander("How the shipped translator was trained: its scores after each leg"):
         show_figure(VT.legs_figure(legs), key="legs")
-        st.caption("Each leg warm-started the model before it (`--init-from`) on the same 14.5k sentence pairs and "
-                   "dictionary; chrF of greedy translations. The gains shrink leg by leg: more CPU time alone no "
-                   "longer buys better German. The README's “The shipped model” has every run behind each point.")
+        st.caption("Each leg after the first warm-started the model before it (`--init-from`) on the same 14.5k "
+                   "sentence pairs and dictionary; chrF of greedy translations. The gains shrink leg by leg: more CPU "
+                   "time alone no longer buys better German. The README's “The shipped model” has every run behind "
+                   "each point.")
 
 
 if L.demo_mode():

@@ -326,7 +326,7 @@ def test_page_shows_the_shipped_translators_legs(tmp_path, monkeypatch):
     """The expander with the shipped model's scores after each leg, drawn from its card's ``legs``."""
     at = page(monkeypatch, tmp_path)
     (expander,) = [e for e in at.expander if "scores after each leg" in e.label]
-    charts = [c for c in expander.get("plotly_chart")]
+    charts = list(expander.get("plotly_chart"))
     assert len(charts) == 1
     names = {t["name"] for t in json.loads(charts[0].proto.spec)["data"] if t.get("showlegend", True)}
     assert {"Ding valid chrF", "everyday sentences chrF", "Ding test chrF"} <= names

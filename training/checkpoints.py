@@ -95,8 +95,9 @@ def warm_start(args, device, given=frozenset()):
     checkpoint's;
     the other model options are ignored (its architecture is kept). ``--lr-step-offset`` defaults to the
     checkpoint's :func:`schedule_position`, so the schedule continues where it left off. Records the origin in
-    ``args.init_card`` for the new card (with the checkpoint card's ``legs`` history, when it has one) and sets ``args``' model options to the checkpoint's. Raises ``DataError``
-    when the folder is not a loadable checkpoint of ours.
+    ``args.init_card`` for the new card (with the checkpoint card's ``legs`` history, when it has one) and sets
+    ``args``' model options to the checkpoint's. Raises ``DataError`` when the folder is not a loadable checkpoint
+    of ours.
     """
     try:
         ckpt = load_checkpoint(args.init_from, device)

@@ -24,7 +24,7 @@ from .batches import (Batch, EpochPlan, collate, encode_examples, loss_fn, pair_
                       with_bpe_dropout, word_dropout)
 from .checkpoints import load_any, load_last, read_trainer_state, save_last, snapshot, warm_start
 from .config import RESUME_OVERRIDABLE, check_args
-from .launch import pid_alive
+from .launch import effective_state
 from .data import load_data
 from .device import autocast, default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
@@ -49,8 +49,8 @@ def resolve_args(args: argparse.Namespace, ctx: Dist, given: set[str] | None) ->
     ranks of a ``torchrun`` launch), and ``ValueError`` for options that do not go together."""
     out = Path(args.out)
     status = read_status(out) or {}
-    if not ctx.enabled and status.get("state") in ("running", "starting") and status.get("pid") != os.getpid() \
-            and pid_alive(status.get("pid")):  # two trainers in one folder would overwrite each other's files
+    if not ctx.enabled and status.get("pid") != os.getpid() and effective_state(status) == "running":
+        # two trainers in one folder would overwrite each other's files
         raise RunBusyError(f"{out} is being trained by process {status['pid']} right now: stop it first "
                            f"(kill -TERM {status['pid']} saves last/), or choose another --out")
     if args.resume:

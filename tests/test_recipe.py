@@ -16,7 +16,7 @@ from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word
 from training.checkpoints import warm_start
 from training.config import build_parser, normalise
 from training.evaluate import best_card
-from training.device import autocast, cpu_has_native_bf16, default_threads, hardware, resolve_precision
+from training.device import AUTO_PRECISION_ENV, autocast, cpu_has_native_bf16, default_threads, hardware, resolve_precision
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
@@ -94,7 +94,22 @@ def test_native_bf16_is_read_from_the_cpu_flags():
     assert not cpu_has_native_bf16("")
     cpu = torch.device("cpu")
     assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+
+
+def test_auto_precision_follows_the_cpu_unless_the_environment_forces_it(monkeypatch):
+    """EXPLORER_AUTO_PRECISION lets one machine run the suite as the other kind of CPU would."""
+    cpu = torch.device("cpu")
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)
     assert resolve_precision("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
+    for forced in ("bf16", "fp32"):
+        monkeypatch.setenv(AUTO_PRECISION_ENV, forced)
+        assert resolve_precision("auto", cpu) == forced
+        assert resolve_precision("fp32", cpu) == "fp32"  # an explicit precision is never overridden
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "native")
+    assert resolve_precision("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "fp16")
+    with pytest.raises(ValueError, match="bf16, fp32 or native"):
+        resolve_precision("auto", cpu)
 
 
 def test_bf16_and_fp32_give_the_same_loss_on_a_tiny_batch(make_model, encode_src, encode_tgt):

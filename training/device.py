@@ -34,10 +34,35 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
+#: Environment variable that decides what ``--precision auto`` means on this machine, ``bf16`` or ``fp32``, whatever
+#: the CPU's flags say. It lets one machine run the test suite as the other kind of CPU would: ``bf16`` on an
+#: AVX2-only CPU takes the code paths of an ``avx512_bf16`` one (emulated: slow but correct), ``fp32`` on a bf16 CPU
+#: those of an AVX2 one. Unset (or ``native``): the CPU decides.
+AUTO_PRECISION_ENV = "EXPLORER_AUTO_PRECISION"
+
+
+def auto_precision_override(environ=os.environ) -> str | None:
+    """``"bf16"`` or ``"fp32"`` when :data:`AUTO_PRECISION_ENV` forces what ``auto`` means, else ``None``.
+
+    Raises:
+        ValueError: the variable holds anything but ``bf16``, ``fp32``, ``native`` or nothing.
+    """
+    value = environ.get(AUTO_PRECISION_ENV, "").strip().lower()
+    if value in ("", "native"):
+        return None
+    if value not in ("bf16", "fp32"):
+        raise ValueError(f"{AUTO_PRECISION_ENV}={value!r}: use bf16, fp32 or native")
+    return value
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """``"bf16"`` or ``"fp32"``: ``auto`` is bf16 on CUDA and on CPUs with native bf16 (:func:`cpu_has_native_bf16`)."""
+    """``"bf16"`` or ``"fp32"``: ``auto`` is bf16 on CUDA and on CPUs with native bf16 (:func:`cpu_has_native_bf16`),
+    unless :data:`AUTO_PRECISION_ENV` says otherwise (:func:`auto_precision_override`)."""
     if precision != "auto":
         return precision
+    forced = auto_precision_override()
+    if forced:
+        return forced
     if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
         return "bf16"
     return "fp32"

@@ -285,7 +285,9 @@ class Trainer:
                "grad_norm": round(grad_norm, 3), "tokens_per_s": round(w.tokens / elapsed, 1),
                "tokens_seen": self.state["tokens_seen"], "time_s": round(self.train_seconds(), 1)}
         if self.peak_total:  # the same on every rank, so every rank joins the all-reduce
-            flops_per_s = ctx.mean(w.flops / elapsed) * ctx.world_size
+            # Every rank's FLOPs over this rank's window: the window tokens_per_s uses too, so the two agree
+            # (each rank timing its own window made mfu depend on how far apart the ranks' clocks drifted).
+            flops_per_s = ctx.mean(w.flops) * ctx.world_size / elapsed
             rec["mfu"] = float(f"{model_flops_utilization(flops_per_s, self.peak_total):.4g}")
         self.log(rec)
         if ctx.is_main:

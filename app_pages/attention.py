@@ -50,7 +50,7 @@ def _on_grid_click() -> None:
 
 
 # --- sentence, translation, trace -----------------------------------------------------------------------------
-# Issue 14: at 1280×720 the first chart must start on the first screen: the title beside the sentence, the
+# A projector shows 1280×720: the first chart must start on the first screen: the title beside the sentence, the
 # translation beside the reading guide (an expander), then one row of controls and the tabs.
 head, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
 head.title("Attention")

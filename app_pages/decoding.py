@@ -17,7 +17,7 @@ ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 ss = st.session_state
 
-# Issue 14: at 1280×720 the chart must start on the first screen. The title and the sentence share a row, the
+# A projector shows 1280×720: the chart must start on the first screen. The title and the sentence share a row, the
 # output beside the step buttons, and the rule's controls stand in a narrow column beside the chart.
 head, sentence = st.columns([1.6, 3], vertical_alignment="bottom")
 head.title("Decoding lab", help="At every step the decoder scores every token of its vocabulary; a *decoding rule* "

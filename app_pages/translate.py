@@ -13,7 +13,7 @@ from viz.decoding import top_tokens_html
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
 
-# Two columns from the top (issue 14): the sentence, the output and the step buttons on the left, the attention
+# Two columns from the top: the sentence, the output and the step buttons on the left, the attention
 # of the current token on the right, so that at 1280×720 a lecturer clicks Next and sees the answer unscrolled.
 left, right = st.columns([1.1, 1], gap="medium")
 with left:
@@ -46,7 +46,7 @@ with left:
 
     # --- step-through: the step buttons rerun the whole page --------------------------------------------
     # (not a fragment: a click during a script run interrupts it and counts, while clicks that reach a running
-    # fragment wait for it and two of them on one button merge into one: issue 14 says every click counts)
+    # fragment wait for it and two of them on one button merge into one: every click must count)
     total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
     step = state.current_step(total_steps)
     view = StepView.of(run, step)
@@ -82,7 +82,7 @@ with right:
 def attention_view(view: StepView, src) -> None:
     """The right column at one step: the source pieces before the first step; from step 1 on, the layer and head
     boxes, the attention of the newest token and the alignment so far. A fragment: a change of layer or head
-    reruns only this (issue 14), not the page."""
+    reruns only this, not the page, so the click answers sooner."""
     step = view.step
     if step == 0:
         url.put("layer", st.session_state["tr_layer"] + 1, n_layers)

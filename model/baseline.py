@@ -1,6 +1,7 @@
 """The reference point our model is measured against: PyTorch's own ``torch.nn.Transformer``.
 
-Issue #2 asks for a model that beats "a same-budget ``torch.nn.Transformer`` baseline trained the same way".
+Our model is only worth its code if it does at least as well as "a same-budget ``torch.nn.Transformer`` baseline
+trained the same way".
 :class:`TorchBaseline` is that baseline, built the way the PyTorch translation tutorial builds it: one shared
 token embedding scaled by √d_model, the sinusoidal encoding of paper §3.5, ``nn.Transformer`` in the middle
 (its own encoder/decoder layers, attention dropout and final norms) and a generator tied to the embedding.

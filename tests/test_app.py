@@ -604,7 +604,7 @@ def test_checkpoint_that_disappears(extra_root):
     assert "Traceback" not in messages(at)
 
 
-# --- the sentence box, the presets and the model switch (issue 14) ---------------------------------------------------
+# --- the sentence box, the presets and the model switch ---------------------------------------------------------------
 def banner(at: AppTest) -> str:
     return next(md.value for md in at.markdown if "border-left:6px solid" in md.value)
 
@@ -658,8 +658,8 @@ def test_a_long_text_stays_out_of_the_link_with_a_caption():
 
 
 def test_the_translate_page_states_the_measured_quality_and_unreadable_text():
-    """One plain line of measured quality under the title (issue 13), and a warning for text made mostly of
-    characters the vocabulary cannot read (issue 14), instead of presenting a made-up output as a translation."""
+    """One plain line of measured quality under the title, and a warning for text made mostly of
+    characters the vocabulary cannot read, instead of presenting a made-up output as a translation."""
     at = make_app(text="I am hungry.")
     assert_clean(at)
     card = load_checkpoint(DEFAULT_CKPT).card

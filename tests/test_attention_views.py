@@ -149,7 +149,7 @@ def test_head_stat_heatmap_is_layers_by_heads():
         head_stat_heatmap(torch.zeros(2, 3, 4), "x")
 
 
-# --- issue 14: readable from the back of the room -------------------------------------------------------------
+# --- readable from the back of the room ------------------------------------------------------------------------
 def test_model_grid_labels_are_readable_on_a_projector():
     """The grid's tick labels were 9–11 px and its panel titles 12 px (read as ~8 px on a slide)."""
     labels = [f"▁w{i}" for i in range(10)]

@@ -380,7 +380,7 @@ def test_beam_search_shows_the_tree_and_sorted_hypotheses():
     assert len(specs) == 1
     cands = next(t for t in specs[0]["data"] if t.get("name") == "candidates")
     assert len(cands["x"]) == sum(len(s) for s in result.steps)
-    table = at.table[-1].value  # the final ranking: a static table, whose cells wrap (issue 14: a dataframe cut
+    table = at.table[-1].value  # the final ranking: a static table, whose cells wrap (a dataframe cut
     assert all(not str(t).endswith("…") for t in table["translation"])  # the translations off at its width)
     scores = list(table["score"])
     assert scores == sorted(scores, reverse=True) and list(table["rank"]) == list(range(1, len(scores) + 1))
@@ -435,7 +435,7 @@ def test_garbage_query_params_never_raise():
 
 @needs_ckpt
 def test_presentation_mode_draws_every_table_as_html():
-    """Issue 14: in presentation mode a table is an HTML table that CSS enlarges, not the canvas data grid."""
+    """In presentation mode a table is an HTML table that CSS enlarges, not the canvas data grid."""
     from ui import presentation
     at = st_testing.AppTest.from_string(WRAPPER, default_timeout=TIMEOUT)
     for key, value in {"strategy": "beam", "beam": "2", "step": "1"}.items():

@@ -343,7 +343,7 @@ def test_training_page_launches_and_watches_a_language_model_run(training_server
     shot(page, "training-finished.png")
 
 
-# --- issue 14: lecture-ready --------------------------------------------------------------------------------
+# --- lecture-ready -------------------------------------------------------------------------------------------
 def _shown_step(page, lab: bool) -> int:
     """The step the page shows: "Step N of M" on Translate, "Step N · …" in the Decoding lab."""
     pattern = r"Step (\d+) ·" if lab else r"Step (\d+) of \d+"

@@ -1,5 +1,5 @@
-"""Eight visitors at once (issue 14, "many visitors"): eight browser contexts step different sentences on both
-shipped checkpoints, their clicks interleaved, and each sees only its own sentence, step and step count.
+"""Eight visitors at once (a lecture room's laptops on one server): eight browser contexts step different sentences
+on both shipped checkpoints, their clicks interleaved, and each sees only its own sentence, step and step count.
 
 The server caches the model and each sentence's decoding across sessions (``st.cache_resource``); what a session
 shows must come from its own state only. Expected step counts are computed in this process with the same greedy

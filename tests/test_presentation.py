@@ -1,4 +1,4 @@
-"""Presentation mode (issue 14, "readable from the back of the room"), with Streamlit's AppTest.
+"""Presentation mode ("readable from the back of the room"), with Streamlit's AppTest.
 
 A sidebar toggle kept in the link as ``?present=1``: figures drawn through ``ui.widgets.show_figure`` get larger
 fonts (axis labels at least ``MIN_TICK`` px); the mode belongs to one browser session, never to the process.
@@ -119,7 +119,7 @@ def test_presentation_mode_enlarges_the_attention_charts_for_this_session_only()
     assert plain.toggle(key=KEY).value is False and PARAM not in plain.query_params
 
 
-# --- tables (issue 14: the data grid draws on a canvas that no CSS reaches) ---------------------------------------
+# --- tables (the data grid draws on a canvas that no CSS reaches) -----------------------------------------------
 def test_a_projected_table_is_escaped_html_with_large_text():
     from ui.widgets import table_html
     out = table_html([{"token": "<bos>", "error": 1.5e-7, "p": 0.123456789, "kept": True},

@@ -1,4 +1,4 @@
-"""Presentation mode and the Translate step view in a real browser (issue 14, "readable from the back of the room").
+"""Presentation mode and the Translate step view in a real browser ("readable from the back of the room").
 
 A lecturer clicks Next in front of a class at 1280×720: the output, the step buttons and the cross-attention of
 the current token must be on screen together, without scrolling; in presentation mode the charts' axis labels
@@ -74,7 +74,7 @@ def test_the_sidebar_toggle_collapses_the_sidebar_and_goes_into_the_link(server,
     assert_no_traceback(page)
 
 
-# --- issue 14 leftovers: the Attention page and the Decoding lab on one screen, tables, the KV-cache figure ------
+# --- the Attention page and the Decoding lab on one screen, tables, the KV-cache figure -------------------------
 #: Of the first chart, at least this much (px) must be on the first screen: its top no lower than the viewport's
 #: height less this (before the redesign Attention's heatmaps began at 600 px and the lab's chart at 760 px).
 SHOWN_PX = 300

@@ -1,4 +1,4 @@
-"""The low-resource recipe's knobs in the trainer (issue 13): word dropout, BPE-dropout, LayerDrop, activation
+"""The low-resource recipe's knobs in the trainer: word dropout, BPE-dropout, LayerDrop, activation
 dropout, AdamW, separate depths, the dictionary share, bf16 autocast, warm starts, selection by chrF with patience,
 kept evaluations and checkpoint averaging. Tiny models and tiny runs only."""
 

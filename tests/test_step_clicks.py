@@ -1,4 +1,4 @@
-"""Quick clicks on the step buttons of Translate and the Decoding lab (issue 14), with Streamlit's AppTest.
+"""Quick clicks on the step buttons of Translate and the Decoding lab (every click counts), with Streamlit's AppTest.
 
 In a browser, a click's script run starts while the run for the previous click may still be executing (Streamlit's
 fast reruns), and a click can arrive before the previous run has drawn the buttons again. Two things broke:

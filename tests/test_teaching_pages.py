@@ -275,7 +275,7 @@ def test_lecture_page():
     at = _app("app_pages/lecture.py")
     assert not at.warning
     assert len(at.get("plotly_chart")) >= 10
-    # issue 14: the Q / K / V input tables were unlabeled: each has a heading saying what its rows are
+    # the Q / K / V input tables were unlabeled: each has a heading saying what its rows are
     headings = [str(m.value) for m in at.markdown]
     for name, what in (("Q", "queries"), ("K", "keys"), ("V", "values"), ("X", "one row per token")):
         assert any(h.startswith(f"**{name}** — {what}") for h in headings), (name, headings)
@@ -286,7 +286,7 @@ def test_lecture_page():
 
 
 def test_norm_histogram_legend_sits_above_the_plot_not_on_the_axis_title():
-    """Issue 14: the legend under the histogram covered the "vector norm" axis title."""
+    """The legend under the histogram covered the "vector norm" axis title."""
     fig = vt.norm_histogram([1, 2], [3], "How loud is the position signal?")
     assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1.0
     assert fig.layout.margin.t >= 90  # room for the title and the legend line under it

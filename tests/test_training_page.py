@@ -166,7 +166,7 @@ T0 = datetime.fromisoformat(START).timestamp()
 
 
 def test_progress_shows_the_limit_that_ends_the_run_first():
-    """Issue 14: a 2-minute run with a 100,000-step limit read "step 90 of 100000"; it shows its minutes."""
+    """A 2-minute run with a 100,000-step limit read "step 90 of 100000"; it shows its minutes."""
     status = {"step": 90, "max_steps": 100_000, "max_minutes": 2.0, "started": START}
     fraction, text = progress(status, now=T0 + 72)
     assert text == "1.2 of 2 minutes · step 90" and fraction == pytest.approx(0.6)
@@ -192,7 +192,7 @@ def test_the_page_shows_a_timed_run_by_its_minutes(tmp_path, monkeypatch):
 
 
 def test_stop_is_enabled_once_a_starting_run_runs(tmp_path, monkeypatch):
-    """Issue 14: a run launched from the page was "starting" when the page was drawn; the live view (a fragment)
+    """A run launched from the page was "starting" when the page was drawn; the live view (a fragment)
     then saw it running, but the Stop button and the runs table, drawn outside the fragment, kept the old state
     until a reload. Here the trainer writes "running" just as the live view looks: the page must redraw."""
     fake_run(tmp_path, "launched", age=10, state="running", pid=os.getpid())

@@ -13,7 +13,7 @@ from viz.decoding import top_tokens_html
 
 
 def test_one_word_start_convention_the_tokenizers_own():
-    """Issue 14: Tokenization showed ``▁`` and the other pages ``·``; every page now shows the tokenizer's ``▁``."""
+    """Tokenization showed ``▁`` and the other pages ``·``; every page now shows the tokenizer's ``▁``."""
     assert display_token("▁Bobby") == "▁Bobby"
     assert display_token("berries") == "berries"
     assert display_token("<eos>") == "<eos>"
@@ -98,7 +98,7 @@ def test_top_tokens_html_ranks_scales_and_highlights_the_chosen_token():
 
 
 def test_colours_and_fonts_are_named_once_in_the_theme():
-    """Issue 15: the palette and font stack live in viz/theme.py; figures and pages use the names, not literals."""
+    """The palette and font stack live in one place, viz/theme.py; figures and pages use the names, not literals."""
     import pathlib
     import re
 
@@ -110,7 +110,7 @@ def test_colours_and_fonts_are_named_once_in_the_theme():
     assert offenders == []
 
 
-# --- issue 14: decoding figures readable from the back of the room -----------------------------------------------
+# --- decoding figures readable from the back of the room ---------------------------------------------------------
 def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
     """At later steps the two-line labels of neighbouring steps ran into each other: one short line per node now,
     alternately above and below, and the numbers only on the newest step."""
@@ -153,7 +153,8 @@ def test_long_titles_are_wrapped_not_cut_off():
     assert wrap_title("Decoder masked self-attention · layer 1 · head 2") == "Decoder masked self-attention · layer 1 · head 2"
 
 def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
-    """Issue 14: its ticks were 11 px and its strip titles 13 px; a long sentence's labels ran into each other."""
+    """Read from the back of the room: its ticks were 11 px and its strip titles 13 px; a long sentence's labels
+    ran into each other."""
     from viz.decoding import KV_MIN_STRIP, KV_PLOT_PX, MIN_READABLE, kv_cache_figure, kv_tick_plan
     short = kv_cache_figure(3, positions=4, src_len=8, target_tokens=["<bos>", "▁Die", "▁Katze", "▁sa"],
                             source_tokens=["▁The", "▁cat", "▁sat", "▁on", "▁the", "▁mat", ".", "<eos>"], title="Step 3")

@@ -148,7 +148,7 @@ def test_run_figure_one_run_several_series():
 
 
 def test_legend_sits_under_the_axis_title_not_on_it():
-    """Issue 14: the legend at y = −0.22 of the plot covered the x-axis title on the Training charts."""
+    """The legend at y = −0.22 of the plot covered the x-axis title on the Training charts."""
     from viz.theme import AXIS_ROOM, LEGEND_ROW
     runs = {f"run-{i}": [{"step": s, "loss": 5.0 - s / 100} for s in (10, 20, 30)] for i in range(12)}
     fig = compare_figure(runs, "loss")

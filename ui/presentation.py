@@ -1,4 +1,4 @@
-"""Presentation mode: the app readable from the back of a lecture room (issue 14).
+"""Presentation mode: the app readable from the back of a lecture room.
 
 A sidebar toggle, kept in the link as ``?present=1``, that gives larger fonts for tokens and in every figure
 (axis labels of at least :data:`MIN_TICK` px), tables as HTML with :data:`TABLE_PX` px text

@@ -141,7 +141,7 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
     per source piece, each cell shaded on :data:`~viz.theme.ATTENTION_SCALE` from 0 to 1, hover = the weight).
 
     An HTML grid rather than a Plotly heatmap: the Translate step view redraws it on every click, and a page
-    without Plotly loads ~3 s sooner on a busy 2-core machine (issue 14). Labels are 14 px or more.
+    without Plotly loads ~3 s sooner on a busy 2-core machine. Labels are 14 px or more.
 
     Args:
         weights: ``[steps, src_len]`` cross-attention weights (tensor or array), rows = generated pieces.

@@ -19,7 +19,7 @@ from viz.theme import title as _title
 
 def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> str:
     """The most probable next tokens as a ranked list of horizontal bars, most probable on top: an HTML fragment,
-    not a chart, so that a step of the Translate view redraws in the browser at once (issue 14: a Plotly bar
+    not a chart, so that a step of the Translate view redraws in the browser at once (a Plotly bar
     chart here cost 0.1–0.4 s of the browser's main thread on every click).
 
     Args:

@@ -18,7 +18,7 @@ from pathlib import Path
 from .brown import BROWN_DIR, prepare_brown
 from .ding import DING_PATH, prepare
 from .files import ASSETS_DATA, DataError
-from .parallel import DEFAULT_REPEATS, PARALLEL, PREPARED, prepare_corpus, prepare_mixture
+from .parallel import DEFAULT_REPEATS, PARALLEL, PREPARED, prepare_corpora, prepare_mixture
 
 
 def parse_repeats(text: str) -> dict[str, int]:
@@ -35,8 +35,8 @@ def parse_repeats(text: str) -> dict[str, int]:
 def prepare_parallel(args) -> int:
     """Prepare one real corpus, all three, or the mixture; prints what was written."""
     corpora = PARALLEL if args.corpus == "all" else (() if args.corpus == "mixture" else (args.corpus,))
-    for corpus in corpora:
-        done = prepare_corpus(corpus, getattr(args, "source", None), args.out)
+    prepared = prepare_corpora({c: getattr(args, "source", None) for c in corpora}, args.out)
+    for corpus, done in prepared.items():
         splits = ", ".join(f"{s} {n:,}" for s, n in done.counts.items())
         print(f"{corpus}: {splits} pairs ({done.removed:,} training pairs removed: in an evaluation set)")
     if args.corpus in ("all", "mixture"):

@@ -174,6 +174,13 @@ def read_corpus(corpus: str, source: str | Path | None = None) -> dict[str, list
     return {split: read_bcontrast(source, split) for split in BCONTRAST_SPLITS}
 
 
+def read_prepared(path: Path) -> list[Pair]:
+    """A prepared ``source<TAB>target`` file, which may be empty (a small corpus can leave a held-out split empty).
+    Raises ``DataError`` when it cannot be read."""
+    fields = (line.split("\t") for line in read_text_lines(path))
+    return [Pair(f[0].strip(), f[1].strip()) for f in fields if len(f) >= 2 and f[0].strip() and f[1].strip()]
+
+
 def evaluation_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> dict[str, list[Pair]]:
     """Every evaluation set that exists here: Ding valid/test and the everyday set (shipped), each prepared corpus's
     held-out splits in ``prepared``, and the evaluation-only sets of ``shared/eval`` (newstest, the
@@ -187,7 +194,7 @@ def evaluation_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> di
     for path in sorted(Path(prepared).glob("*.tsv.gz")):
         corpus, split = path.name[: -len(".tsv.gz")].split(".", 1)
         if split != "train" and corpus != "mixture":
-            sets[f"{corpus}.{split}"] = read_tsv(path)
+            sets[f"{corpus}.{split}"] = read_prepared(path)
     for name, (en, de) in EVAL_ONLY.items():
         if (shared / "eval" / en).is_file() and (shared / "eval" / de).is_file():
             sets[name] = read_aligned(shared / "eval" / en, shared / "eval" / de)
@@ -204,21 +211,32 @@ def remove_leaks(pairs: list[Pair], keys: set[str]) -> list[Pair]:
     return [p for p in pairs if split_key(p.src) not in keys]
 
 
+def prepare_corpora(sources: dict[str, str | Path | None], out: Path = PREPARED,
+                    shared: Path = SHARED_DATA) -> dict[str, Prepared]:
+    """Read each corpus of ``sources`` (``{corpus: source or None for its default place}``), write every held-out
+    split first, then each training split cleaned of every evaluation sentence known now: the held-out splits of
+    all of them (so preparing several at once leaves no cross-corpus leak) and :func:`evaluation_sets`.
+    Returns ``{corpus: Prepared}``. Raises ``DataError`` (nothing is written then)."""
+    read = {corpus: read_corpus(corpus, source) for corpus, source in sources.items()}
+    for corpus, splits in read.items():
+        for split, pairs in splits.items():
+            if split != "train":
+                write_tsv_gz(prepared_path(corpus, split, out), pairs)
+    keys = evaluation_keys(evaluation_sets(out, shared))
+    done = {}
+    for corpus, splits in read.items():
+        train = remove_leaks(splits["train"], keys)
+        write_tsv_gz(prepared_path(corpus, "train", out), train)
+        done[corpus] = Prepared({s: len(train) if s == "train" else len(p) for s, p in splits.items()},
+                                len(splits["train"]) - len(train))
+    return done
+
+
 def prepare_corpus(corpus: str, source: str | Path | None = None, out: Path = PREPARED,
                    shared: Path = SHARED_DATA) -> Prepared:
-    """Read ``corpus`` from ``source``, write its splits to ``out`` (:func:`prepared_path`), its training split
-    cleaned of every evaluation sentence known now (its own held-out splits included). Raises ``DataError``."""
-    splits = read_corpus(corpus, source)
-    held_out = {f"{corpus}.{s}": pairs for s, pairs in splits.items() if s != "train"}
-    keys = evaluation_keys({**evaluation_sets(out, shared), **held_out})
-    train = remove_leaks(splits["train"], keys)
-    removed = len(splits["train"]) - len(train)
-    splits["train"] = train
-    counts = {}
-    for split, pairs in splits.items():
-        write_tsv_gz(prepared_path(corpus, split, out), pairs)
-        counts[split] = len(pairs)
-    return Prepared(counts, removed)
+    """:func:`prepare_corpora` for one corpus: its splits in ``out`` (:func:`prepared_path`), the training split
+    cleaned of every evaluation sentence known now, its own held-out splits included. Raises ``DataError``."""
+    return prepare_corpora({corpus: source}, out, shared)[corpus]
 
 
 #: The mixture's default shares: how many times each corpus's training pairs are repeated. Multi30K is the target
@@ -263,7 +281,7 @@ def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED,
     for corpus, path in sources.items():
         if not repeats.get(corpus, 0):
             continue
-        pairs = read_tsv(path)
+        pairs = read_prepared(path)
         kept = remove_leaks(pairs, keys)
         removed += len(pairs) - len(kept)
         counts[corpus] = len(kept) * repeats[corpus]
@@ -272,7 +290,7 @@ def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED,
     for corpus in sources:
         path = dataset_path("valid", ASSETS_DATA) if corpus == "ding" else prepared_path(corpus, "valid", out)
         if repeats.get(corpus, 0) and path.is_file():
-            valid_groups.append(read_tsv(path)[:valid_per_corpus])
+            valid_groups.append(read_prepared(path)[:valid_per_corpus])
     valid = interleave(valid_groups)
     write_tsv_gz(prepared_path("mixture", "train", out), train)
     write_tsv_gz(prepared_path("mixture", "valid", out), valid)

@@ -1,5 +1,8 @@
 """Score a checkpoint: ``python -m training.evaluate --checkpoint DIR [--tsv FILE | --text FILE] [--limit N]``.
 
+``--suite``: a translator on every evaluation set found here, greedy and beam, in one table
+(:mod:`training.suite`).
+
 A translator: corpus BLEU and chrF (sacreBLEU) of its translations against the TSV's second column (default:
 the shipped Ding test split), greedy or by beam search (``--strategy beam --beam K --alpha A``), and with ``--loss``
 the references' loss (nats/token, no label smoothing) and perplexity. A decoder-only
@@ -22,6 +25,7 @@ from tqdm import tqdm
 
 from corpora.brown import brown_path, read_lines
 from corpora.files import DataError, Pair, dataset_path, read_tsv
+from corpora.parallel import PREPARED, SHARED_DATA
 from model.checkpoint import CheckpointError, atomic_write_json, load_checkpoint, save_checkpoint
 from model.config import ModelConfig
 from model.decoding import translate_texts
@@ -32,6 +36,7 @@ from .checkpoints import keep_evaluation, load_any
 from .data import load_test, monolingual
 from .device import autocast, hardware, resolve_precision
 from .metrics import bleu_chrf
+from .suite import main_suite
 
 #: A translator's default decoding: greedy, measured better in chrF than beam search for the shipped
 #: ``checkpoints/en-de`` on the Ding valid split (1,062 sentences; one CPU thread): greedy BLEU 4.29 / chrF 24.70 in
@@ -257,8 +262,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty exponent (with --strategy beam)")
     p.add_argument("--loss", action="store_true",
                    help="a translator: also the references' loss (nats/token, no label smoothing) and perplexity")
+    p.add_argument("--suite", action="store_true", help="a translator on every evaluation set here (Ding test, "
+                   "everyday, Multi30K, BConTrasT, Tatoeba, newstest2014), greedy and beam, plus the goal sentences")
+    p.add_argument("--suite-strategies", dest="strategy_set", choices=["greedy", "beam", "both"], default="both",
+                   help="with --suite: which decodings to score (default both)")
+    p.add_argument("--prepared", default=str(PREPARED), help="with --suite: the prepared corpora folder")
+    p.add_argument("--shared", default=str(SHARED_DATA), help="with --suite: the folder holding eval/ (newstest)")
+    p.add_argument("--json", default="", help="with --suite: also write the report to this JSON file")
     args = p.parse_args(argv)
     try:
+        if args.suite:
+            check_beam_size(args.beam)
+            ckpt = load_checkpoint(args.checkpoint)
+            if not ckpt.config.is_encoder_decoder:
+                raise CheckpointError(f"{args.checkpoint} is a language model; --suite scores translators")
+            return main_suite(ckpt, args)
         if args.strategy == "beam":
             check_beam_size(args.beam)
         ckpt = load_checkpoint(args.checkpoint)

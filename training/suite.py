@@ -1,0 +1,206 @@
+"""``python -m training.evaluate --suite``: a translator scored on every evaluation set there is, in one table.
+
+Each set is scored with sacreBLEU (cased, detokenised text, the library's default 13a tokenisation for BLEU) by
+greedy decoding and by beam search; the Tatoeba held-out set is scored against *all* the German translations of each
+English sentence (sacreBLEU takes a variable number of references). Below the table come the six goal sentences,
+verbatim, and the longest run of one repeated word in any everyday output (a repetition loop shows up there first).
+
+Sets that are not on this machine (the corpora are not shipped; ``python -m corpora prepare all`` makes them) are
+listed as missing, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import sacrebleu
+
+from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, read_tsv
+from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepared_path, read_aligned
+from model.decoding import translate_texts
+from model.sampling import beam_translate_texts
+
+#: The sentences a newcomer and a lecturer type first; the translator's goal is to get them right.
+GOAL_SENTENCES = ("The cat sat on the mat.", "I am hungry.", "Bobby likes blackberries.",
+                  "The weather is nice today.", "My brother lives in Berlin.", "Thank you very much.")
+
+#: The paper's newstest2014 EN→DE BLEU (Vaswani et al. 2017, Table 2): base 27.3, big 28.4.
+PAPER_NEWSTEST2014 = {"base": 27.3, "big": 28.4}
+
+
+@dataclass
+class EvalSet:
+    """One evaluation set: its ``name``, where it is from, the English ``sources`` and ``references[i]`` (one or
+    more German translations of ``sources[i]``)."""
+
+    name: str
+    origin: str
+    sources: list[str]
+    references: list[list[str]]
+
+
+@dataclass
+class SetScore:
+    """A set's scores: ``{strategy: {"bleu", "chrf"}}`` (0–100), its size and seconds spent decoding."""
+
+    name: str
+    sentences: int
+    references: int
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def grouped(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
+    """``pairs`` grouped by their exact English side, in order of first appearance: ``(sources, references)``."""
+    refs: OrderedDict[str, list[str]] = OrderedDict()
+    for p in pairs:
+        refs.setdefault(p.src, []).append(p.tgt)
+    return list(refs), list(refs.values())
+
+
+def one_ref(name: str, origin: str, pairs: list[Pair]) -> EvalSet:
+    return EvalSet(name, origin, [p.src for p in pairs], [[p.tgt] for p in pairs])
+
+
+def available_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> tuple[list[EvalSet], list[str]]:
+    """``(sets, missing)``: every evaluation set found on this machine, and a line for each that is not.
+
+    Shipped: Ding test and the everyday set. Prepared (``python -m corpora prepare all``): Multi30K test2016,
+    test2017, MSCOCO 2017; BConTrasT test; Tatoeba held-out test (grouped, several references). From
+    ``shared/eval``: newstest2014 and the Tatoeba-Challenge test.
+    """
+    sets: list[EvalSet] = []
+    missing: list[str] = []
+    sets.append(one_ref("ding test", "shipped: assets/data/test.tsv.gz", read_tsv(dataset_path("test", ASSETS_DATA))))
+    sets.append(one_ref("everyday", "shipped: assets/eval/everyday.tsv", read_tsv(EVERYDAY)))
+    for corpus, split, label in (("multi30k", "test2016", "multi30k test2016"),
+                                 ("multi30k", "test2017", "multi30k test2017"),
+                                 ("multi30k", "mscoco2017", "multi30k mscoco2017"),
+                                 ("bcontrast", "test", "bcontrast test"),
+                                 ("tatoeba", "test", "tatoeba held-out")):
+        path = prepared_path(corpus, split, prepared)
+        if not path.is_file():
+            missing.append(f"{label}: not prepared ({path}); run: python -m corpora prepare all")
+            continue
+        pairs = read_tsv(path)
+        if corpus == "tatoeba":
+            sources, refs = grouped(pairs)
+            sets.append(EvalSet(label, f"prepared: {path.name}", sources, refs))
+        else:
+            sets.append(one_ref(label, f"prepared: {path.name}", pairs))
+    for name in ("newstest2014", "tatoeba-challenge"):
+        en, de = (Path(shared) / "eval" / f for f in EVAL_ONLY[name])
+        if not (en.is_file() and de.is_file()):
+            missing.append(f"{name}: not found ({en})")
+            continue
+        sets.append(one_ref(name, f"{en.parent}", read_aligned(en, de)))
+    return sets, missing
+
+
+def corpus_scores(hypotheses: list[str], references: list[list[str]]) -> dict[str, float]:
+    """Corpus BLEU and chrF (0–100, sacreBLEU defaults: cased, 13a) with one or more references per hypothesis.
+
+    Raises:
+        ValueError: the lists differ in length or are empty.
+    """
+    if len(hypotheses) != len(references) or not hypotheses:
+        raise ValueError("need as many hypotheses as reference lists, and at least one")
+    width = max(len(r) for r in references)
+    # sacreBLEU wants reference *streams* of equal length; '' marks a missing reference (a variable number).
+    streams = [[r[i] if i < len(r) else "" for r in references] for i in range(width)]
+    bleu = sacrebleu.corpus_bleu(hypotheses, streams)
+    chrf = sacrebleu.corpus_chrf(hypotheses, streams)
+    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
+
+
+def longest_repeat(text: str) -> int:
+    """The longest run of one word repeated back to back in ``text`` (case kept, punctuation stripped); 0 if empty."""
+    words = [w for w in (x.strip(".,;:!?\"'()") for x in text.split()) if w]
+    best = run = 0
+    for i, w in enumerate(words):
+        run = run + 1 if i and w == words[i - 1] else 1
+        best = max(best, run)
+    return best
+
+
+def translate(model, tokenizer, sources: list[str], strategy: str, beam: int, alpha: float) -> list[str]:
+    if strategy == "beam":
+        return beam_translate_texts(model, tokenizer, sources, beam, alpha)
+    return translate_texts(model, tokenizer, sources)
+
+
+def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam"), beam: int = 4,
+              alpha: float = 0.6, limit: int = 0, progress=print) -> dict:
+    """Score ``model`` on ``sets`` (each cut to its first ``limit`` sentences when ``limit`` > 0) with each strategy.
+
+    Returns ``{"sets": [SetScore as dict], "goal": {sentence: {strategy: output}}, "repeats": {strategy:
+    {"longest": n, "over_three": n}}}``; the repeat counts are of the everyday set's outputs (words in a row).
+    """
+    results, everyday_out = [], {}
+    for s in sets:
+        sources, refs = (s.sources[:limit], s.references[:limit]) if limit else (s.sources, s.references)
+        row = SetScore(s.name, len(sources), sum(map(len, refs)))
+        for strategy in strategies:
+            start = time.perf_counter()
+            hyps = translate(model, tokenizer, sources, strategy, beam, alpha)
+            row.seconds[strategy] = round(time.perf_counter() - start, 1)
+            row.scores[strategy] = corpus_scores(hyps, refs)
+            if s.name == "everyday":
+                everyday_out[strategy] = hyps
+            progress(f"{s.name:<20} {strategy:<6} BLEU {row.scores[strategy]['bleu']:6.2f}  "
+                     f"chrF {row.scores[strategy]['chrf']:6.2f}  ({len(sources)} sentences, "
+                     f"{row.seconds[strategy]} s)")
+        results.append(asdict(row))
+    goal = {sent: {} for sent in GOAL_SENTENCES}
+    for strategy in strategies:
+        for sent, out in zip(GOAL_SENTENCES, translate(model, tokenizer, list(GOAL_SENTENCES), strategy, beam, alpha)):
+            goal[sent][strategy] = out
+    repeats = {strategy: {"longest": max(map(longest_repeat, outs), default=0),
+                          "over_three": sum(longest_repeat(o) > 3 for o in outs)}
+               for strategy, outs in everyday_out.items()}
+    return {"sets": results, "goal": goal, "repeats": repeats,
+            "decoding": {"beam": beam, "alpha": alpha, "limit": limit}}
+
+
+def markdown(report: dict, missing: list[str]) -> str:
+    """The suite's report as Markdown: the score table, the missing sets, the goal sentences and the repeat line."""
+    strategies = list(report["goal"][GOAL_SENTENCES[0]])
+    head = "| set | sentences | " + " | ".join(f"{s} BLEU | {s} chrF" for s in strategies) + " |"
+    lines = [head, "|" + "---|" * (2 + 2 * len(strategies))]
+    for row in report["sets"]:
+        cells = [f"{row['scores'][s]['bleu']:.2f} | {row['scores'][s]['chrf']:.2f}" for s in strategies]
+        lines.append(f"| {row['name']} | {row['sentences']:,} | " + " | ".join(cells) + " |")
+    if any(r["name"] == "newstest2014" for r in report["sets"]):
+        lines.append(f"\nnewstest2014: the paper reports BLEU {PAPER_NEWSTEST2014['base']} (base) and "
+                     f"{PAPER_NEWSTEST2014['big']} (big), trained on 4.5M WMT pairs on 8 GPUs.")
+    for m in missing:
+        lines.append(f"- missing: {m}")
+    lines.append("\n| goal sentence | " + " | ".join(strategies) + " |")
+    lines.append("|" + "---|" * (1 + len(strategies)))
+    for sent, outs in report["goal"].items():
+        lines.append(f"| {sent} | " + " | ".join(outs[s] for s in strategies) + " |")
+    for strategy, r in report["repeats"].items():
+        lines.append(f"\neveryday, {strategy}: longest run of one repeated word {r['longest']}; "
+                     f"outputs with a run over three: {r['over_three']}")
+    return "\n".join(lines)
+
+
+def main_suite(ckpt, args) -> int:
+    """The ``--suite`` branch of :func:`training.evaluate.main`; writes ``--json`` when given. Returns 0, or 2 with
+    a message when a set cannot be read."""
+    try:
+        sets, missing = available_sets(Path(args.prepared), Path(args.shared))
+    except DataError as exc:
+        print(f"error: {exc}")
+        return 2
+    strategies = ("greedy", "beam") if args.strategy_set == "both" else (args.strategy_set,)
+    report = run_suite(ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit)
+    print()
+    print(markdown(report, missing))
+    if args.json:
+        Path(args.json).write_text(json.dumps({**report, "missing": missing}, indent=1, ensure_ascii=False) + "\n")
+    return 0

@@ -36,7 +36,10 @@ def read_text_lines(path: str | Path) -> Iterator[str]:
     """
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"No such data file: {path}")
+        hint = ""
+        if path.parent.name == "prepared":  # the real corpora are never shipped: they are prepared on each machine
+            hint = " (the real sentence pairs are prepared on each machine: python -m corpora prepare all)"
+        raise DataError(f"No such data file: {path}{hint}")
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:

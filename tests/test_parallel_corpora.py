@@ -180,3 +180,22 @@ def test_several_references_are_scored_together():
                                       ("ja, ja, ja nein", 3), ("Die die Katze", 1)])
 def test_longest_repeat_counts_one_word_back_to_back(text, run):
     assert longest_repeat(text) == run
+
+
+def test_the_real_pairs_preset_builds_the_mixture_command():
+    """The Training page's preset trains on the prepared mixture; the trainer parses the command it becomes."""
+    from training.config import build_parser
+    from training.form import PRESETS, build_command, preset_form, validate_form
+
+    name = next(n for n in PRESETS if n.startswith("real sentence pairs"))
+    form = preset_form(name)
+    assert validate_form(form) == []
+    cmd = build_command(form, "runs/x")
+    args = build_parser().parse_args(cmd[cmd.index("training.train") + 1:])
+    assert args.train_tsv.endswith("mixture.train.tsv.gz") and args.valid_tsv.endswith("mixture.valid.tsv.gz")
+    assert args.vocab_from == "sentences" and args.select == "chrf"
+
+
+def test_a_missing_prepared_file_says_how_to_make_it(tmp_path):
+    with pytest.raises(DataError, match="python -m corpora prepare all"):
+        read_tsv(tmp_path / "prepared" / "mixture.train.tsv.gz")

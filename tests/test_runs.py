@@ -93,10 +93,18 @@ def test_a_hard_killed_run_can_be_resumed_from_its_last_evaluation(tmp_path):
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
+    first = read_status(tmp_path / "run")
     state = json.loads((tmp_path / "run" / "last" / "trainer_state.json").read_text())
     assert state["step"] >= 6
     resumed = subprocess.run([sys.executable, "-m", "training.train", "--out", str(tmp_path / "run"), "--resume",
                               "--max-steps", str(state["step"] + 3), "--no-progress", "--threads", "1"],
                              cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert read_status(tmp_path / "run")["step"] == state["step"] + 3
+    status = read_status(tmp_path / "run")
+    assert status["step"] == state["step"] + 3
+    # One run in two legs: the first start is kept (a resume used to overwrite it, so a resumed 2-minute run read
+    # "2.0 of 2 minutes" after four); this leg's start, its number and the earlier legs' training time beside it.
+    assert first["leg"] == 1 and first["leg_started"] == first["started"] and first["earlier_seconds"] == 0
+    assert status["started"] == first["started"] and status["leg"] == 2
+    assert status["leg_started"] > first["leg_started"]
+    assert status["earlier_seconds"] == pytest.approx(state["train_seconds"], abs=0.1) and state["train_seconds"] > 0

@@ -94,21 +94,33 @@ def effective_state(status: dict | None, pid=None) -> str:
 LIVE_STATES = ("starting", "running")
 
 
+def _before_lock(status: dict | None, lock_pid) -> bool:
+    """Whether ``status.json`` is older than the trainer the lock names: missing, or written by another process.
+    A resumed trainer rewrites it only once it has loaded its data and model, so for those seconds the file still
+    holds the previous leg's last word (``finished`` at step 1794), which says nothing about the new process."""
+    return status is None or status.get("pid") != lock_pid
+
+
 def run_state(run_dir: str | Path) -> str:
     """:func:`effective_state` of a run folder, and ``starting`` for the run the lock names (just launched or
-    resumed from the page) while its trainer lives but has not yet written ``status.json`` as running."""
+    resumed from the page) while its trainer lives but has not yet written its own ``status.json``."""
     run_dir = Path(run_dir)
     status = read_status(run_dir)
     state = effective_state(status)
     if state != "running":
         lock = read_json(run_dir.parent / LOCK_NAME)
-        if isinstance(lock, dict) and lock.get("run") == run_dir.name and pid_alive(lock.get("pid")):
+        if (isinstance(lock, dict) and lock.get("run") == run_dir.name and pid_alive(lock.get("pid"))
+                and _before_lock(status, lock.get("pid"))):
             return "starting"
     return state
 
 
 def active_run(root: str | Path | None = None) -> Path | None:
-    """The run the lock names while its process lives; a stale lock is removed."""
+    """The run the lock names while its process lives and has not ended; a stale lock is removed.
+
+    A resumed run's old ``status.json`` (``finished``, ``stopped``) does not make the lock stale: it was written by
+    the leg before (another pid). Taking it for the new trainer's word freed the lock while that trainer was still
+    loading, and the page then showed the resumed run as finished and stopped following it."""
     root = Path(root) if root is not None else runs_root()
     lock = root / LOCK_NAME
     data = read_json(lock)
@@ -119,7 +131,7 @@ def active_run(root: str | Path | None = None) -> Path | None:
     run_dir = root / str(data.get("run", "")) if isinstance(data, dict) else None
     if isinstance(data, dict) and pid_alive(data.get("pid")):
         status = read_status(run_dir) if run_dir else None
-        if status is None or effective_state(status) == "running":
+        if _before_lock(status, data.get("pid")) or effective_state(status) == "running":
             return run_dir
     lock.unlink(missing_ok=True)
     return None
@@ -207,7 +219,8 @@ def launch(form: dict, root: str | Path | None = None, name: str | None = None,
 
 
 def resume(run_dir: str | Path, root: str | Path | None = None) -> Path:
-    """Continue a stopped / failed run where ``last/`` left it, with its own step and time limits."""
+    """Continue a stopped / failed run where ``last/`` left it, with its own limits: ``--max-steps`` counts over
+    the whole run, ``--max-minutes`` again for this new leg (the trainer's clock is per process)."""
     run_dir = Path(run_dir)
     root = Path(root) if root is not None else run_dir.parent
     if not can_resume(run_dir):
@@ -299,8 +312,9 @@ def summarize(run_dir: Path) -> dict:
     row = {
         "name": run_dir.name,
         "state": run_state(run_dir),
-        "step": (status or {}).get("step", max((m["step"] for m in metrics if isinstance(m.get("step"), int)),
-                                               default=None)),
+        # as the live view reads it: the trainer's last word, else its last metrics line (an older trainer)
+        "step": (status or {}).get("step") or max((m["step"] for m in metrics if isinstance(m.get("step"), int)),
+                                                  default=(status or {}).get("step")),
         "max_steps": (status or {}).get("max_steps"),
         "loss": train[-1].get("loss") if train else None,
         "valid_loss": evals[-1].get("valid_loss") if evals else None,

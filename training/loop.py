@@ -268,9 +268,18 @@ class Trainer:
         return self.base_seconds + time.time() - self.started
 
     def announce(self) -> None:
-        """``status.json`` says running, with the limits; the step-0 snapshot of a fresh run."""
+        """``status.json`` says running, with the limits; the step-0 snapshot of a fresh run.
+
+        A resumed run is one run in several legs (processes): ``started`` stays the first leg's start, and this
+        leg's start (``leg_started``, from which its ``--max-minutes`` counts), its number (``leg``) and the training
+        seconds of the legs before it (``earlier_seconds``, as ``last/`` saved them) are recorded beside it, so
+        that the page can show both this leg's minutes against its limit and the run's total."""
         if self.ctx.is_main:
-            write_status(self.out, state="running", pid=os.getpid(), started=now_iso(), step=self.state["step"],
+            now = now_iso()
+            before = (read_status(self.out) or {}) if self.args.resume else {}
+            write_status(self.out, state="running", pid=os.getpid(), started=before.get("started") or now,
+                         leg_started=now, leg=(int(before.get("leg") or 1) + 1) if self.args.resume else 1,
+                         earlier_seconds=round(self.base_seconds, 1), step=self.state["step"],
                          max_steps=self.args.max_steps, max_minutes=self.args.max_minutes, reason=None,
                          exit_code=None, error=None)
             if 0 in self.snapshots and self.state["step"] == 0:

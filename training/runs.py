@@ -5,7 +5,9 @@ A run folder holds:
 * ``train_args.json`` — the trainer's options (:class:`training.config.TrainConfig` fields, plus ``init_card`` for
   a warm start); read back normalised (:func:`read_train_args`: options newer than the run get their default);
 * ``config.json`` — the model's :class:`model.config.ModelConfig`;
-* ``status.json`` — ``state`` (``running`` / ``finished`` / ``stopped`` / ``failed``), ``pid``, ``started``,
+* ``status.json`` — ``state`` (``running`` / ``finished`` / ``stopped`` / ``failed``), ``pid``, ``started`` (the
+  run's first start), ``leg_started`` (this process's start: a ``--resume`` begins a new leg, whose
+  ``--max-minutes`` counts from here), ``leg`` (1, 2, …), ``earlier_seconds`` (training time of the legs before),
   ``updated`` (ISO times, UTC), ``step``, ``max_steps``, ``max_minutes``, ``reason``, ``exit_code``, ``error``;
   replaced atomically, so a reader (the training page) never sees half a file;
 * ``metrics.jsonl`` — one JSON object per log step (``loss``, ``lr``, ``tokens_per_s``, …), evaluation

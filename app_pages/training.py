@@ -12,14 +12,12 @@ from model.config import CAUSAL_KINDS
 from training import launch as L
 from training import runs as R
 from ui import training_form
-from ui.run_view import progress
-from ui.state import DEFAULT_CHECKPOINT
+from ui.run_view import progress, table_row, when
+from ui.state import DEFAULT_CHECKPOINT, checkpoint_roots
 from ui.widgets import show_figure, show_table
 from viz import training as VT
 from viz.attention import attention_heatmap
 from viz.labels import KIND_SHORT
-
-CHECKPOINTS_ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
 st.title("Training")
 st.caption("Train a small English → German Transformer here (or a decoder-only language model on the same "
@@ -28,7 +26,7 @@ st.caption("Train a small English → German Transformer here (or a decoder-only
            "log-spaced checkpoints and attention snapshots.")
 
 root = R.runs_root()
-legs = R.read_card(CHECKPOINTS_ROOT / DEFAULT_CHECKPOINT).get("legs")
+legs = R.read_card(checkpoint_roots()[0] / DEFAULT_CHECKPOINT).get("legs")
 if isinstance(legs, list) and legs:
     with st.expander("How the shipped translator was trained: its scores after each leg"):
         show_figure(VT.legs_figure(legs), key="legs")
@@ -52,11 +50,39 @@ st.subheader("Runs")
 if not runs:
     st.info(f"No runs yet under `{root}`.")
     st.stop()
-table = pd.DataFrame([{k: v for k, v in r.items() if k not in ("path", "error")} for r in runs])
-show_table(table)
 names = [r["name"] for r in runs]
+live = sorted(r["name"] for r in runs if r["state"] in L.LIVE_STATES)
+first_rows = {"rows": runs}  # the fragment's first draw uses the rows just read; its reruns read them afresh
+
+
+@st.fragment(run_every=2 if live else None)
+def runs_table() -> None:
+    """The runs table, re-read every 2 s while a run lives: drawn once with the page, it said "step 0 · loss None"
+    for a run the live view showed at step 620. A run that appears, vanishes, starts or ends redraws the page
+    (the picker below and the buttons depend on it)."""
+    rows = first_rows.pop("rows", None) or L.list_runs(root)
+    show_table(pd.DataFrame([table_row(r) for r in rows]))
+    if ([r["name"] for r in rows] != names
+            or sorted(r["name"] for r in rows if r["state"] in L.LIVE_STATES) != live):
+        st.rerun()
+
+
+runs_table()
+
+
+def _picked(key: str) -> None:
+    st.session_state["train_watch"] = st.session_state[key]
+
+
+# "train_watch" is the run to watch: the person's last pick (kept across pages) or the run just launched. The
+# picker's key names that run, so a new one (a launch, a deleted run) gets a new picker showing it. A keyed
+# selectbox ignores a new index (after a launch it stayed on the previous run), and writing the new run into its
+# key from here races with the polling fragments, whose requests carry the value the browser had before.
 wanted = st.session_state.get("train_watch")
-watched = st.selectbox("Watch run", names, index=names.index(wanted) if wanted in names else 0, key="train_pick")
+wanted = wanted if wanted in names else names[0]
+pick_key = f"train_pick_{wanted}"
+watched = st.selectbox("Watch run", names, index=names.index(wanted), key=pick_key, on_change=_picked,
+                       args=(pick_key,))
 st.session_state["train_watch"] = watched
 run_dir = root / watched
 
@@ -73,11 +99,16 @@ def show_run(run_dir: Path) -> str:
     metrics = R.read_metrics(run_dir)
     last_step = max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=0)
     status = {**status, "step": status.get("step") or last_step}
-    done = progress(status, R.read_train_args(run_dir).get("max_minutes"), live=state in L.LIVE_STATES)
-    st.markdown(f"**{run_dir.name}** — state **{state}** · " + (done[1] if done else f"step {status['step']}")
-                + (f" · updated {status['updated']}" if status.get("updated") else ""))
+    if state == "starting":  # status.json is still the previous leg's (or none): its clock says nothing yet
+        done, line = None, f"step {status['step']} · the trainer is loading its data and model"
+    else:
+        done = progress(status, R.read_train_args(run_dir).get("max_minutes"), live=state in L.LIVE_STATES)
+        line = done[1] if done else f"step {status['step']}"
+    st.markdown(f"**{run_dir.name}** — state **{state}** · {line}"
+                + (f" · updated {when(status['updated'], seconds=True)}"
+                   if when(status.get("updated")) and state != "starting" else ""))
     if done:
-        st.progress(done[0], text=done[1])
+        st.progress(done[0])  # its words are in the line above
     if state == "failed":
         st.error(f"The run failed: {status.get('error') or 'the trainer process is gone (killed?)'}")
         tail = R.log_tail(run_dir)
@@ -118,13 +149,31 @@ watch()
 
 
 # --- control ----------------------------------------------------------------------------------------------
+def _export(run_dir: Path) -> None:
+    """Copy the run's best/ into the picker's checkpoint folder. A button callback runs before the script, so the
+    sidebar's picker (drawn by app.py before this page) already lists the copy; done in the page's body, the copy
+    came after the picker had been drawn, and it appeared only after a reload."""
+    try:
+        dest = L.export_best(run_dir, checkpoint_roots()[0])
+        st.session_state["train_exported"] = (
+            "success", f"Copied best/ to `checkpoints/{dest.name}`: pick “{dest.name}” in the sidebar's checkpoint "
+                       "list to open it on the other pages.")
+    except (L.LaunchError, OSError) as exc:
+        st.session_state["train_exported"] = ("error", str(exc))
+
+
 if not L.demo_mode():
     c1, c2, c3, c4 = st.columns(4)
-    if c1.button("Stop", disabled=state != "running", help="Graceful: saves last/ and exits"):
+    if c1.button("Stop", disabled=state != "running",
+                 help="Graceful: saves last/ and exits" + (" (enabled once the trainer has loaded its data and runs)"
+                                                           if state == "starting" else "")):
         L.stop(run_dir)
         st.toast("Stop requested: the run saves last/ and ends within a step or an evaluation.")
+    leg_minutes = R.read_train_args(run_dir).get("max_minutes")
     if c2.button("Resume", disabled=not L.can_resume(run_dir) or L.active_run(root) is not None,
-                 help="Continue exactly where last/ left off"):
+                 help="Continue exactly where last/ left off: the steps go on towards the run's max steps"
+                      + (f"; its {leg_minutes:g}-minute limit counts again, for this new leg (the progress line "
+                         "then shows this leg's minutes and the run's total)" if leg_minutes else "")):
         try:
             L.resume(run_dir, root)
             st.rerun()
@@ -134,22 +183,31 @@ if not L.demo_mode():
     if no_status:
         st.caption("This run has no status.json but was written to in the last minutes: it may be a CLI run "
                    "of an older trainer still going, so Delete is off.")
-    if c3.button("Delete", disabled=state in ("running", "starting") or no_status):
-        try:
-            L.delete(run_dir)
-            st.session_state.pop("train_watch", None)
-            st.rerun()
-        except L.LaunchError as exc:
-            st.error(str(exc))
+    cannot_delete = state in ("running", "starting") or no_status
+    if c3.button("Delete", disabled=cannot_delete, help="Asks to confirm, then removes the run's folder"):
+        st.session_state["train_delete"] = watched
     has_best = (run_dir / "best" / "config.json").is_file()
-    if c4.button("Open in explorer", disabled=not has_best,
-                 help="Copies best/ to checkpoints/<run name>, where the sidebar's checkpoint picker lists it"):
-        try:
-            dest = L.export_best(run_dir, CHECKPOINTS_ROOT)
-            st.success(f"Copied best/ to `checkpoints/{dest.name}`: pick “{dest.name}” in the sidebar's "
-                       "checkpoint list (reload the page if it is not there yet).")
-        except (L.LaunchError, OSError) as exc:
-            st.error(str(exc))
+    c4.button("Open in explorer", disabled=not has_best, on_click=_export, args=(run_dir,),
+              help="Copies best/ to checkpoints/<run name>, where the sidebar's checkpoint picker lists it")
+    # One click removed a run with all its checkpoints: the click only asks, a second button does it.
+    if st.session_state.get("train_delete") == watched and not cannot_delete:
+        st.warning(f"Delete run `{watched}`: its folder with every checkpoint, curve and attention snapshot? "
+                   "This cannot be undone.")
+        d1, d2, _ = st.columns([1, 1, 4])
+        if d1.button("Confirm delete", type="primary"):
+            try:
+                L.delete(run_dir)
+                for key in ("train_delete", "train_watch"):
+                    st.session_state.pop(key, None)
+                st.rerun()
+            except L.LaunchError as exc:
+                st.error(str(exc))
+        if d2.button("Cancel"):
+            st.session_state.pop("train_delete", None)
+            st.rerun()
+    exported = st.session_state.pop("train_exported", None)
+    if exported:
+        (st.success if exported[0] == "success" else st.error)(exported[1])
     st.caption("“Open in explorer” copies the run's best/ checkpoint into `checkpoints/<run name>`, so the "
                "sidebar picker of the other pages lists it.")
 
@@ -216,38 +274,60 @@ compare_runs(compared, x_axis)
 
 # --- heads forming ----------------------------------------------------------------------------------------
 st.subheader("Heads forming")
-snapshots = R.read_probes(run_dir)
-if not snapshots:
-    if R.read_train_args(run_dir).get("impl", "ours") != "ours":
-        st.info("This run trains the torch.nn.Transformer baseline, whose attention cannot be traced: it has no "
-                "attention snapshots. Compare its curves with another run's above.")
+
+
+@st.fragment(run_every=5 if state in L.LIVE_STATES else None)
+def heads_forming(run_dir: Path) -> None:
+    """The attention of the probe sentences at a snapshot step, re-read every 5 s while the run lives (drawn once
+    with the page, it stayed on the step-0 snapshot while snapshots 10–300 were written)."""
+    snapshots = R.read_probes(run_dir)
+    if not snapshots:
+        if R.read_train_args(run_dir).get("impl", "ours") != "ours":
+            st.info("This run trains the torch.nn.Transformer baseline, whose attention cannot be traced: it has no "
+                    "attention snapshots. Compare its curves with another run's above.")
+        else:
+            st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
+        return
+    steps = [s.step for s in snapshots]
+    # Follow the newest snapshot as it appears, unless the person has pinned an earlier one: a keyed slider keeps
+    # its value, so it stayed on the snapshot that was newest when the page was drawn. Each newest step gets its own
+    # slider (its key), starting at the pin or the newest; the script never writes a slider's state, which would
+    # race with the other fragments' requests (they carry the value the browser had).
+    pin = st.session_state.get("hf_pin")
+    start = pin[1] if pin and pin[0] == run_dir.name and pin[1] in steps else steps[-1]
+    key = f"hf_step_{run_dir.name}_{steps[-1]}"
+
+    def pinned() -> None:
+        chosen = st.session_state[key]
+        st.session_state["hf_pin"] = None if chosen == steps[-1] else (run_dir.name, chosen)
+
+    snap_step = (st.select_slider("snapshot step", steps, value=start, key=key, on_change=pinned)
+                 if len(steps) > 1 else steps[0])
+    probes = snapshots[steps.index(snap_step)].probes
+    if not probes:
+        return
+    c1, c2 = st.columns(2)
+    src_i = c1.selectbox("probe sentence", range(len(probes)), format_func=lambda i: probes[i].source, key="hf_src")
+    probe = probes[src_i]
+    trace = probe.trace
+    if not trace.kinds:
+        return
+    kind = c2.selectbox("attention", trace.kinds, key="hf_kind", format_func=lambda k: KIND_SHORT.get(k, k))
+    if probe.continues:  # a decoder-only run continues the probe sentence
+        st.markdown(f"Continuation at step {snap_step}: {probe.source} **{probe.output}**")
     else:
-        st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
-    st.stop()
-steps = [s.step for s in snapshots]
-snap_step = st.select_slider("snapshot step", steps, value=steps[-1], key="hf_step") if len(steps) > 1 else steps[0]
-probes = snapshots[steps.index(snap_step)].probes
-if not probes:
-    st.stop()
-c1, c2 = st.columns(2)
-src_i = c1.selectbox("probe sentence", range(len(probes)), format_func=lambda i: probes[i].source, key="hf_src")
-probe = probes[src_i]
-trace = probe.trace
-if not trace.kinds:
-    st.stop()
-kind = c2.selectbox("attention", trace.kinds, key="hf_kind", format_func=lambda k: KIND_SHORT.get(k, k))
-if probe.continues:  # a decoder-only run continues the probe sentence
-    st.markdown(f"Continuation at step {snap_step}: {probe.source} **{probe.output}**")
-else:
-    st.markdown(f"Translation at step {snap_step}: **{probe.output}**")
-q_lab, k_lab = trace.labels(kind)
-attention = trace.attention[kind]  # [layers, heads, q, k]
-n_layers, n_heads, n_q, n_k = attention.shape
-q_lab = q_lab if len(q_lab) == n_q else [str(i) for i in range(n_q)]
-k_lab = k_lab if len(k_lab) == n_k else [str(i) for i in range(n_k)]
-for li in range(n_layers):
-    cols = st.columns(n_heads)
-    for hi in range(n_heads):
-        fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
-                                causal=kind in CAUSAL_KINDS, height=260)
-        show_figure(fig, where=cols[hi], key=f"hf_{kind}_{li}_{hi}")
+        st.markdown(f"Translation at step {snap_step}: **{probe.output}**")
+    q_lab, k_lab = trace.labels(kind)
+    attention = trace.attention[kind]  # [layers, heads, q, k]
+    n_layers, n_heads, n_q, n_k = attention.shape
+    q_lab = q_lab if len(q_lab) == n_q else [str(i) for i in range(n_q)]
+    k_lab = k_lab if len(k_lab) == n_k else [str(i) for i in range(n_k)]
+    for li in range(n_layers):
+        cols = st.columns(n_heads)
+        for hi in range(n_heads):
+            fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
+                                    causal=kind in CAUSAL_KINDS, height=260)
+            show_figure(fig, where=cols[hi], key=f"hf_{kind}_{li}_{hi}")
+
+
+heads_forming(run_dir)

@@ -188,3 +188,15 @@ def test_legs_figure_draws_each_score_against_cumulative_minutes_and_tried_legs_
 def test_legs_figure_without_legs_says_so():
     fig = legs_figure([{"leg": "x"}, None])
     assert not fig.data and "no training legs" in fig.layout.annotations[0].text
+
+
+def test_a_lone_point_is_ticked_at_whole_steps():
+    """Around a run's first evaluation the step axis read "12, 12.5, 13": steps and tokens tick at whole numbers."""
+    from viz.training import compare_figure, run_figure
+
+    records = [{"step": 13, "valid_loss": 6.4, "tokens_seen": 2, "time_s": 3.0}]
+    assert run_figure(records, {"valid loss": "valid_loss"}, "Loss", "nats").layout.xaxis.dtick == 1
+    assert compare_figure({"r": records}, "valid_loss").layout.xaxis.dtick == 1
+    assert compare_figure({"r": records}, "valid_loss", x="wall time (minutes)").layout.xaxis.dtick is None
+    wide = records + [{"step": 300, "valid_loss": 5.0}]
+    assert run_figure(wide, {"valid loss": "valid_loss"}, "Loss", "nats").layout.xaxis.dtick is None

@@ -168,6 +168,8 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
         ))
         any_points = any_points or bool(xs)
     _layout(fig, title, X_AXES[x], y_title, height, small_numbers=metric == "lr")
+    if x != "wall time (minutes)":
+        _whole_numbers(fig)
     if not any_points:
         notes = {empty_note(records, metric) for records in runs.values()}
         note = notes.pop() if len(notes) == 1 else no_points_note
@@ -190,6 +192,14 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int,
     fig.update_xaxes(title_text=x_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID)
     fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID,
                      exponentformat="e" if small_numbers else "B")
+
+
+def _whole_numbers(fig: go.Figure) -> None:
+    """An x axis of steps or tokens ticks at whole numbers: around a lone point (a run's first evaluation) Plotly
+    ticked "12, 12.5, 13, 13.5, 14" optimizer steps."""
+    xs = [v for t in fig.data for v in (t.x or ()) if isinstance(v, (int, float))]
+    if xs and max(xs) - min(xs) < 5:
+        fig.update_xaxes(dtick=1, tickformat=",d")
 
 
 def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y_title: str, height: int = 300,
@@ -216,6 +226,7 @@ def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y
         ))
     _layout(fig, title, "step", y_title, height, small_numbers=any(0 < abs(v) < 1e-2 for v in values),
             title_size=16)
+    _whole_numbers(fig)
     fig.update_layout(showlegend=len(series) > 1)  # one series: the title names it
     positive = [v for v in values if v > 0]
     if log_y and positive and len(positive) == len(values) and max(positive) > 10 * min(positive):

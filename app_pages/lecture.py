@@ -75,7 +75,9 @@ if q is not None and k is not None and v is not None:
             show(r["masked"], "3. Causal mask: future keys → −∞" if causal else "3. (no mask)", tq, tk)
         with b:
             show(r["weights"], "4. Softmax per row (each row sums to 1)", tq, tk)
-        show(r["output"], "5. Weights × V: one output row per query", tq, [f"v{j}" for j in range(v.shape[1])])
+        # the output's columns are V's feature columns (named as in V's editor); v0, v1… name V's rows
+        show(r["output"], "5. Weights × V: one row per query, V's feature columns", tq,
+             [f"d{j}" for j in range(v.shape[1])])
         st.caption("Row sums of the weights: " + ", ".join(f"{s:.4f}" for s in r["weights"].sum(axis=1)))
 
 st.subheader("The causal mask example")
@@ -135,26 +137,46 @@ st.caption(f"concat(heads) equals X again: {np.array_equal(worked.concat_heads(s
            "In the model, Q, K and V are projected first (W^Q, W^K, W^V) and the concatenation is followed by W^O.")
 
 # --- why scale ------------------------------------------------------------------------------------------
+N_KEYS, N_DRAWS = 10, 20_000  # enough draws for smooth curves; computed once per seed (about 0.5 s)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _scaling(seed: int) -> list[dict]:
+    return worked.scaling_demo(n_keys=N_KEYS, n_draws=N_DRAWS, seed=seed)
+
+
 st.header("Why divide by √d_k?")
 seed, note = url.int_param(st.query_params, "seed", 0, 0, 2**31 - 1)  # only the link sets it
 url.show_notes(note)
 url.put("seed", seed, 0)
-rows = worked.scaling_demo(seed=seed)
-st.markdown("With q, k ~ N(0, 1), the score q·k has variance d_k: the bigger the head, the more one score "
-            f"dominates and the softmax saturates (gradients vanish). Seed {seed}, 10 keys; uniform entropy "
-            f"= ln 10 = {np.log(10):.3f}.")
-show_figure(scaling_chart(rows))
-SCALING_COLUMNS = ("score_std", "max_raw", "max_scaled", "entropy_raw", "entropy_scaled")
-show_table([{k_: r[k_] for k_ in ("d_k", *SCALING_COLUMNS)} for r in rows],
-           formats=dict.fromkeys(SCALING_COLUMNS, "{:.4f}"))
+rows = _scaling(seed)
+st.markdown("Let the entries of q and k be independent with mean 0 and variance 1. Each product qᵢkᵢ then has "
+            "variance 1, so the score q·k, a sum of d_k of them, has **variance d_k and standard deviation √d_k**: "
+            "the bigger the head, the further apart the scores, and the softmax saturates (one key gets nearly all "
+            "the weight, and the gradients through the others vanish). Dividing by √d_k brings the spread back to "
+            "1 at every d_k.")
+show_figure(scaling_chart(rows, N_KEYS))
+st.caption(f"Left: exact (std of q·k = √d_k). Right: the mean over {N_DRAWS:,} random draws of one query and "
+           f"{N_KEYS} keys (seed {seed}); a uniform softmax gives each key 1/{N_KEYS}, with entropy "
+           f"ln {N_KEYS} = {np.log(N_KEYS):.3f} nats.")
+SCALING_COLUMNS = {"d_k": "d_k", "score_std": "std of q·k = √d_k", "score_std_sampled": "std, sampled",
+                   "max_raw": "max weight, q·k", "max_scaled": "max weight, ÷√d_k",
+                   "entropy_raw": "entropy, q·k", "entropy_scaled": "entropy, ÷√d_k"}
+show_table([{label: r[key] for key, label in SCALING_COLUMNS.items()} for r in rows],
+           formats={label: "{:.3f}" for key, label in SCALING_COLUMNS.items() if key != "d_k"},
+           height=36 * (len(rows) + 1) + 3)  # every d_k, without a scrollbar
 
 # --- errata ---------------------------------------------------------------------------------------------
+# A neutral note, not an error box: nothing on this page went wrong; these are corrections to read.
 st.header("Known mistakes in the seed articles")
-st.error(
-    "- **Softmax over columns** is wrong: the softmax runs over each **row** (each query's weights over the "
-    "keys sum to 1).\n"
-    "- **`K^T` in NumPy** is not a transpose: `^` is bitwise XOR. Write `K.T` (or `K.transpose(-2, -1)` in PyTorch).\n"
-    "- **Base 1000** in the positional encoding is a misprint: the paper uses **10000**.\n"
-    "- **Encoder and decoder lengths need not match** for cross-attention: queries come from the decoder "
-    "(n_tgt rows), keys and values from the encoder (n_src rows); the weights are [n_tgt, n_src]."
-)
+with st.container(border=True):
+    st.markdown(
+        "The articles this project started from contain a few slips; the examples above use the correct math.\n\n"
+        "- **Softmax over columns** is wrong: the softmax runs over each **row** (each query's weights over the "
+        "keys sum to 1).\n"
+        "- **`K^T` in NumPy** is not a transpose: `^` is bitwise XOR. Write `K.T` (or `K.transpose(-2, -1)` in "
+        "PyTorch).\n"
+        "- **Base 1000** in the positional encoding is a misprint: the paper uses **10000**.\n"
+        "- **Encoder and decoder lengths need not match** for cross-attention: queries come from the decoder "
+        "(n_tgt rows), keys and values from the encoder (n_src rows); the weights are [n_tgt, n_src]."
+    )

@@ -75,6 +75,13 @@ def show_tokens(text: str) -> None:
         return
     url.init_widget("tok_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
                     valid=lambda i: i in range(len(words)))
+    ss = st.session_state
+    if ss.get("tok_word_of") not in (None, words):
+        # A new text: the box's value (a word number) may be unchanged while its label ("2: ▁word") is not. A
+        # keyed selectbox keeps its identity when its options change, and the browser goes on showing the label
+        # it last drew until the script sets the value, so set it (to itself) to send the new label.
+        ss["tok_word"] = ss["tok_word"]
+    ss["tok_word_of"] = words
     choice = st.selectbox("Word (as BPE sees it, after pre-tokenization)", range(len(words)),
                           format_func=lambda i: f"{i}: {words[i]}", key="tok_word")
     url.put("word", choice, 0)

@@ -13,11 +13,14 @@ from viz.decoding import top_tokens_html
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
 
-# Two columns from the top: the sentence, the output and the step buttons on the left, the attention
-# of the current token on the right, so that at 1280×720 a lecturer clicks Next and sees the answer unscrolled.
+# Two columns from the top: on the left the sentence, the output, the step buttons and the 10 most probable next
+# tokens; on the right the attention of the current token. At 1280×720 a lecturer clicks Next and sees both, the
+# choice and where the model looked, without scrolling: what explains the page comes after the step's numbers.
 left, right = st.columns([1.1, 1], gap="medium")
-with left:
-    st.title("Translate")
+
+
+def about() -> None:
+    """What the page shows and how good the model is: below the step view (at step 0, right under the buttons)."""
     if ckpt.config.arch == "decoder-only":
         st.caption("This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
                    "continues your English prompt. Step through the decoding: at every step the model scores every "
@@ -30,11 +33,15 @@ with left:
         if quality := state.quality_line(ckpt):
             st.caption(quality)
 
+
+with left:
+    st.title("Translate")
     # --- input: the box applies on Enter; the presets box follows it --------------------------------------
     typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")
     state.set_text(typed)
     src = state.source_for(ckpt, typed)
     if src is None:
+        about()
         st.stop()
 
     # The decoding is run to its end once (cached, shared, never changed); the session keeps only the step
@@ -50,12 +57,9 @@ with left:
     total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
     step = state.current_step(total_steps)
     view = StepView.of(run, step)
-    st.subheader("Step through the decoding")
     widgets.step_buttons("step", step, total_steps, at_end=step >= total_steps,
                          status=f"**Step {step} of {total_steps}** · KV cache: "
                                 f"{view.cache_nbytes()['total'] / 1024:.1f} KiB")
-    st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
-    st.markdown(tokens_html(tok.tokens(view.generated), current=step - 1 if step else None), unsafe_allow_html=True)
     if step:
         record = view.records[step - 1]
         ids, probs = record.top(10)
@@ -63,10 +67,13 @@ with left:
         # HTML bars, not a chart: nothing for Plotly to redraw on each click
         st.markdown(top_tokens_html(tok.tokens(ids), probs, chosen,
                                     title=f"Step {step}: the 10 most probable next tokens"), unsafe_allow_html=True)
-        st.caption(f"Chosen: **{html.escape(display_token(tok.id_to_token(record.token_id)))}** with "
-                   f"p = {record.prob:.3f} (greedy: the most probable token).")
         logp = float(sum(math.log(max(r.prob, 1e-12)) for r in view.records))
-        st.caption(f"Sequence log-probability so far: {logp:.2f} (sum of log p of each chosen token).")
+        st.caption(f"Chosen: **{html.escape(display_token(tok.id_to_token(record.token_id)))}** with "
+                   f"p = {record.prob:.3f} (greedy: the most probable token). Sequence log-probability so far: "
+                   f"{logp:.2f} (the sum of log p of each chosen token).")
+        st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
+        st.markdown(tokens_html(tok.tokens(view.generated), current=step - 1), unsafe_allow_html=True)
+    about()
 
 # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
 cfg = ckpt.config

@@ -107,32 +107,44 @@ def concat_heads(h: np.ndarray) -> np.ndarray:
     return np.asarray(h).transpose(1, 0, 2).reshape(seq, heads * d_k)
 
 
-def entropy(p: np.ndarray) -> float:
-    """Shannon entropy in nats of a probability vector (0·log 0 = 0)."""
-    p = np.asarray(p, dtype=float)
-    nz = p[p > 0]
-    return float(-(nz * np.log(nz)).sum())
+#: The head sizes of the √d_k demonstration: powers of two, evenly spaced on its log axis.
+SCALING_D_KS = tuple(2 ** i for i in range(11))  # 1 … 1024
 
 
-def scaling_demo(d_ks=(4, 16, 64, 256, 1024), n_keys: int = 10, seed: int = 0) -> list[dict]:
-    """Why divide by √d_k (§3.2.1 footnote 4): q, k ~ N(0, 1) give scores q·k with variance d_k.
+def scaling_demo(d_ks=SCALING_D_KS, n_keys: int = 10, n_draws: int = 20_000, seed: int = 0) -> list[dict]:
+    """Why divide by √d_k (Vaswani et al. §3.2.1, footnote 4), as expectations, not one noisy draw.
 
-    For each ``d_k``: one query and ``n_keys`` keys (seeded); the softmax of the raw and of the scaled scores.
-    Returns one dict per ``d_k``: ``d_k``, ``score_std`` (of the raw scores), ``max_raw`` / ``max_scaled``
-    (largest weight), ``entropy_raw`` / ``entropy_scaled`` (nats; uniform = ln n_keys), ``weights_raw`` /
-    ``weights_scaled`` ``[n_keys]``.
+    With the entries of q and k independent, mean 0 and variance 1, each term q_i·k_i has mean 0 and variance 1,
+    so the score q·k has variance d_k and standard deviation **√d_k** exactly; q·k / √d_k has std 1 at every d_k.
+    Softmax saturation has no closed form, so it is averaged over ``n_draws`` draws of one query and ``n_keys``
+    keys. A draw uses the scores' exact distribution: given q, the scores k_j·q are independent N(0, ‖q‖²), and
+    ‖q‖² is χ² with d_k degrees of freedom, so the scores are ‖q‖·z with z ~ N(0, I) — the same as multiplying
+    d_k-dimensional vectors, at the same cost for every d_k. Every d_k shares the draws of z (common random
+    numbers), so the curves are smooth; the raw curve rises monotonically (tested).
+
+    Returns one dict per ``d_k``: ``d_k``; ``score_std`` = √d_k (exact) and ``score_std_sampled`` (of the drawn
+    scores); ``max_raw`` / ``max_scaled``: the mean largest softmax weight without / with ÷√d_k (uniform:
+    1 / n_keys); ``entropy_raw`` / ``entropy_scaled``: the mean entropy of the weights in nats (uniform: ln n_keys).
     """
+    if n_keys < 2 or n_draws < 1 or any(int(d) < 1 for d in d_ks):
+        raise ValueError("need n_keys >= 2, n_draws >= 1 and every d_k >= 1")
     rng = np.random.default_rng(seed)
+    z = rng.standard_normal((n_draws, n_keys))
     rows = []
-    for d_k in d_ks:
-        q = rng.standard_normal(d_k)
-        k = rng.standard_normal((n_keys, d_k))
-        s = k @ q
-        w_raw, w_scaled = softmax_rows(s), softmax_rows(s / math.sqrt(d_k))
-        rows.append(dict(d_k=int(d_k), score_std=float(s.std()), max_raw=float(w_raw.max()),
-                         max_scaled=float(w_scaled.max()), entropy_raw=entropy(w_raw),
-                         entropy_scaled=entropy(w_scaled), weights_raw=w_raw, weights_scaled=w_scaled))
+    for d_k in (int(d) for d in d_ks):
+        norm_q = np.sqrt(rng.chisquare(d_k, n_draws))[:, None]  # ‖q‖ of each draw
+        scores = norm_q * z  # [draws, keys]: q·k_j
+        w_raw, w_scaled = softmax_rows(scores), softmax_rows(scores / math.sqrt(d_k))
+        rows.append(dict(d_k=d_k, score_std=math.sqrt(d_k), score_std_sampled=float(scores.std()),
+                         max_raw=float(w_raw.max(axis=1).mean()), max_scaled=float(w_scaled.max(axis=1).mean()),
+                         entropy_raw=_mean_entropy(w_raw), entropy_scaled=_mean_entropy(w_scaled)))
     return rows
+
+
+def _mean_entropy(weights: np.ndarray) -> float:
+    """Mean over rows of the entropy in nats of ``weights [rows, n]`` (0·log 0 = 0)."""
+    logs = np.log(np.where(weights > 0, weights, 1.0))
+    return float(-(weights * logs).sum(axis=1).mean())
 
 
 # --- sinusoidal positions ------------------------------------------------------------------------------

@@ -146,6 +146,17 @@ def test_sidebar_is_drawn_on_every_run():
     assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
 
 
+def test_the_file_watcher_leaves_the_venv_and_runs_alone():
+    """Streamlit's inotify watcher watched the app's folder recursively, .venv and runs/ included: during training
+    its event queue overflowed and it stopped. The project polls the app's own files and never watches modules
+    under .venv or runs/."""
+    import tomllib
+
+    server = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]
+    assert {".venv", "runs"} <= set(server["folderWatchBlacklist"])
+    assert server["fileWatcherType"] == "poll"
+
+
 # --- Translate page -------------------------------------------------------------------------------------
 def test_translate_page_renders_default_preset():
     at = make_app()
@@ -631,7 +642,8 @@ def test_switching_models_gives_each_model_a_text_it_can_use():
     at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
     assert_clean(at)
     assert at.session_state["text"] == LM_PRESETS[0] == at.text_input(key="text_input").value
-    assert at.query_params["text"] == LM_PRESETS[0] and at.selectbox(key="preset").value == LM_PRESETS[0]
+    assert at.selectbox(key="preset").value == LM_PRESETS[0]
+    assert "text" not in at.query_params  # the new model's default sentence: left out of the link
     step, total = step_line(at)
     assert step == 0 and total > 1 and "(empty output)" not in banner(at)
 
@@ -644,6 +656,32 @@ def test_switching_models_gives_each_model_a_text_it_can_use():
     assert_clean(at)
     assert at.text_input(key="text_input").value == "I like my bike."
     assert at.selectbox(key="preset").value == "— your own prompt —"
+
+
+@pytest.mark.parametrize("page, key", [("translate", "tr_layer"), ("attention", "attn_layer")])
+@pytest.mark.parametrize("picked", [None, 0], ids=["default-layer", "picked-layer"])
+def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_head(page, key, picked):
+    """en-de has 3 decoder layers, brown-lm 4: a layer index kept from en-de (its default, the last, or one the user
+    picked) is valid for brown-lm but is not its default; the switch forgets it, in the session and in the link."""
+    at = make_app(step="1")
+    if page == "attention":
+        at.switch_page(ATTENTION_PAGE).run()
+    assert at.session_state[key] == 2  # en-de: the last of 3 layers
+    if picked is not None:
+        at.selectbox(key=key).select(picked).run()
+        head_key = "tr_head" if page == "translate" else "attn_head"
+        at.selectbox(key=head_key).select(1).run()
+        assert at.query_params["layer"] == "1" and at.query_params["head"] == "2"
+    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    assert_clean(at)
+    if page == "translate":
+        button(at, "Next").click().run()  # the layer box is drawn from step 1 on
+    assert at.session_state[key] == 3  # brown-lm: the last of 4 layers
+    assert at.query_params.get("layer") in (None, "4") and at.query_params.get("head") in (None, "all")
+    if page == "translate":
+        assert at.session_state["tr_head"] == "mean"
+    else:
+        assert at.session_state["attn_head"] == "all" and at.session_state["attn_kind"] == "self"
 
 
 def test_a_long_text_stays_out_of_the_link_with_a_caption():

@@ -1,9 +1,9 @@
 """Presentation mode and the Translate step view in a real browser ("readable from the back of the room").
 
-A lecturer clicks Next in front of a class at 1280×720: the output, the step buttons and the cross-attention of
-the current token must be on screen together, without scrolling; in presentation mode the charts' axis labels
-are at least 14 px as drawn, and the sidebar is collapsed. Same server, browser and helpers as
-``test_e2e_browser.py`` (Debian's Chromium; skipped where it or the model is missing).
+A lecturer clicks Next in front of a class at 1280×720: the output, the step buttons, the 10 most probable next
+tokens and the cross-attention of the current token must be on screen together, without scrolling; in
+presentation mode the charts' axis labels are at least 14 px as drawn, and the sidebar is collapsed. Same server,
+browser and helpers as ``test_e2e_browser.py`` (Debian's Chromium; skipped where it or the model is missing).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def test_translate_step_view_fits_the_screen(server, new_page, viewport, present
     in_viewport(page, page.locator(".ae-output"), "the output box")
     in_viewport(page, page.get_by_role("button", name="Next"), "the Next button")
     in_viewport(page, page.get_by_role("button", name="Back"), "the Back button")
+    in_viewport(page, page.locator(".ae-topk"), "the 10 most probable next tokens")
     in_viewport(page, page.get_by_text("Cross-attention of step 3", exact=False), "the cross-attention heading")
     alignment = page.locator(".ae-align").filter(has_text="Alignment so far")
     in_viewport(page, alignment, "the cross-attention chart")

@@ -73,13 +73,38 @@ def test_split_concat_heads():
         worked.split_heads(x, 3)
 
 
-def test_scaling_demo_saturates_without_scaling():
+def test_scaling_demo_shows_the_expectation_not_one_noisy_draw():
+    """With q, k entries i.i.d. (mean 0, variance 1), q·k has std √d_k exactly: the page once showed one draw of 10
+    scores (std 0.63 at d_k 4, where the text promises 2) and a largest weight that fell as d_k grew (0.9989 at 64,
+    0.7613 at 256)."""
     rows = worked.scaling_demo(seed=0)
-    assert [r["d_k"] for r in rows] == [4, 16, 64, 256, 1024]
-    assert [r["max_raw"] for r in rows] == [r["max_raw"] for r in worked.scaling_demo(seed=0)]  # seeded
-    assert rows[-1]["max_raw"] > 0.9 and rows[-1]["entropy_raw"] < rows[-1]["entropy_scaled"]
-    assert all(r["max_scaled"] < 0.9 for r in rows)
-    assert all(abs(r["weights_raw"].sum() - 1) < 1e-12 for r in rows)
+    d_ks = [r["d_k"] for r in rows]
+    assert d_ks == [2 ** i for i in range(11)]  # evenly spaced on a log axis
+    for r in rows:
+        assert r["score_std"] == pytest.approx(math.sqrt(r["d_k"]), rel=1e-12)  # exact
+        assert r["score_std_sampled"] == pytest.approx(math.sqrt(r["d_k"]), rel=0.02)  # and the draws agree
+    max_raw = [r["max_raw"] for r in rows]
+    assert all(b > a for a, b in zip(max_raw, max_raw[1:])), max_raw  # saturates monotonically…
+    assert max_raw[0] < 0.3 and max_raw[-1] > 0.95  # …from near the scaled value to one key taking everything
+    # scaled: the spread is 1 at every d_k, so the largest weight stays put (far from 1)
+    assert all(0.25 < r["max_scaled"] < 0.35 for r in rows), [r["max_scaled"] for r in rows]
+    assert all(r["entropy_raw"] <= r["entropy_scaled"] + 1e-9 < math.log(10) for r in rows)
+    assert rows[-1]["entropy_raw"] < 0.2 < 1.8 < rows[-1]["entropy_scaled"]
+    assert rows == worked.scaling_demo(seed=0)  # seeded
+    assert rows[2]["max_raw"] == pytest.approx(worked.scaling_demo(seed=7)[2]["max_raw"], abs=0.01)  # not seed luck
+    with pytest.raises(ValueError):
+        worked.scaling_demo(n_keys=1)
+
+
+def test_scaling_chart_has_log_axes():
+    fig = vt.scaling_chart(worked.scaling_demo(n_draws=200))
+    assert fig.layout.xaxis.type == fig.layout.xaxis2.type == "log"  # d_k from 1 to 1024
+    assert fig.layout.yaxis.type == "log"  # std √d_k: a straight line
+    assert list(fig.layout.yaxis2.range) == [0, 1.02]  # the largest weight, 0–1
+    names = {t.name for t in fig.data}
+    assert names == {"q·k", "q·k / √d_k"} and len(fig.data) == 4
+    scaled_std = next(t for t in fig.data if t.name == "q·k / √d_k" and t.xaxis == "x")
+    assert set(scaled_std.y) == {1.0}
 
 
 # --- positional encoding -------------------------------------------------------------------------------
@@ -261,6 +286,20 @@ def test_tokenization_page():
 
 
 @needs_ckpt
+def test_tokenization_word_box_shows_the_new_word_after_the_text_changes():
+    """The Word box keeps its number when the text changes, but its label ("2: ▁word") changes: the browser must be
+    sent the new label, or it goes on showing the old word while the replay below shows the new one."""
+    at = _app("app_pages/tokenization.py", tok_text="Bobby likes blackberries.")
+    at.selectbox(key="tok_word").set_value(2).run()
+    at.text_area(key="tok_text").set_value("Alice went to the market.").run()
+    box = at.selectbox(key="tok_word")
+    assert box.value == 2 and list(box.options)[2] == "2: ▁to"
+    # what the browser is told to show (without set_value it keeps its own, old label)
+    assert box.proto.set_value and box.proto.raw_value == "2: ▁to"
+    assert any(str(c.value).startswith("Final: ▁to ") for c in at.caption)
+
+
+@needs_ckpt
 @pytest.mark.parametrize("vocab,expect", [("5", "30"), ("999999", "2000"), ("2000", None), ("30", None), ("x", None)])
 def test_tokenization_page_vocab_extremes(vocab, expect):
     at = _app("app_pages/tokenization.py", vocab=vocab)
@@ -285,13 +324,51 @@ def test_lecture_page():
     assert not at.exception
 
 
+@pytest.fixture(scope="module")
+def lecture_app():
+    if not HAS_CKPT:
+        pytest.skip("checkpoints/en-de is missing")
+    return _app("app_pages/lecture.py")
+
+
+def test_lecture_weights_times_v_names_the_feature_columns_of_v(lecture_app):
+    """Weights × V has one column per feature of V, named as V's editor names them (d0, d1, …); v0, v1, … name V's
+    rows (one per key), which the output does not have."""
+    (out,) = [json.loads(c.proto.spec) for c in lecture_app.get("plotly_chart")
+              if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("5. Weights × V")]
+    assert list(out["data"][0]["x"]) == ["d0", "d1", "d2"]  # V's editor: rows v0…v2, columns d0…d2
+    assert list(out["data"][0]["y"]) == ["q0", "q1", "q2"]
+
+
+def test_lecture_errata_are_a_neutral_note_not_an_error(lecture_app):
+    assert not lecture_app.error  # nothing on the page went wrong
+    notes = " ".join(str(m.value) for m in lecture_app.markdown)
+    assert "Softmax over columns" in notes and "bitwise XOR" in notes and "10000" in notes
+
+
 def test_norm_histogram_legend_sits_above_the_plot_not_on_the_axis_title():
     """The legend under the histogram covered the "vector norm" axis title."""
     fig = vt.norm_histogram([1, 2], [3], "How loud is the position signal?")
     assert fig.layout.legend.yanchor == "bottom" and fig.layout.legend.y >= 1.0
     assert fig.layout.margin.t >= 90  # room for the title and the legend line under it
     assert fig.layout.xaxis.title.text == "vector norm"
-    assert fig.data[0].bingroup == fig.data[1].bingroup  # one set of bins: a constant PE norm is drawn too
+    assert fig.data[0].xbins == fig.data[1].xbins  # one set of bins: a constant PE norm is drawn too
+
+
+def test_norm_histogram_draws_the_constant_pe_bar_whole():
+    """Every ‖PE(pos)‖ of a sinusoidal table is √(d_model/2), below every embedding norm: Plotly's autorange began
+    the x axis at that value and cut its bar in half. Every bin must lie inside the axis, none start at a value."""
+    rng = np.random.default_rng(0)
+    emb, pe = rng.normal(22, 4, 8000).clip(min=13), np.full(128, math.sqrt(128))
+    fig = vt.norm_histogram(emb, pe)
+    lo, hi = fig.layout.xaxis.range
+    bins = fig.data[1].xbins
+    assert fig.data[0].xbins == bins
+    pe_bin = bins.start + bins.size * math.floor((pe[0] - bins.start) / bins.size)
+    assert pe_bin < pe[0] and lo < pe_bin and pe_bin + bins.size < hi  # the bar, whole, inside the axis
+    assert lo < bins.start and bins.end < hi and bins.end >= emb.max()
+    one = vt.norm_histogram([], [5.0, 5.0])  # a single value: still a bar of some width around it
+    assert one.data[1].xbins.size > 0 and one.layout.xaxis.range[0] < 5.0 < one.layout.xaxis.range[1]
 
 
 @needs_ckpt

@@ -109,11 +109,28 @@ def checkpoint_picker() -> Path | None:
     return options[name]
 
 
+#: Widgets whose choices belong to one model (its layers, heads, attention kinds): Translate's layer and head, the
+#: Attention page's kind, layer, head and switched-off heads, the Positional page's ALiBi head.
+MODEL_WIDGET_KEYS = ("tr_layer", "tr_head", "attn_kind", "attn_layer", "attn_head", "attn_ablate", "pe_head")
+#: Their parameters in the link.
+MODEL_PARAMS = ("kind", "layer", "head", "ablate")
+
+
 def _on_checkpoint_change(options: dict[str, Path]) -> None:
-    """Picker callback: a lecture preset of the other kind of model (a sentence to translate, a prompt to continue)
-    is replaced by the new model's default preset; a text the user typed is kept."""
-    folder = options.get(st.session_state.get("ckpt_name"))
-    text = st.session_state.get("text")
+    """Picker callback, before the page is drawn for the new model.
+
+    The layer, head and kind choices are forgotten, in the session and in the link, so the pages start the new
+    model at its own defaults (its last layer, say), not at an index the old model's user picked, or the old
+    model's default, which the new model merely happens to have too. A lecture preset of the other kind of model
+    (a sentence to translate, a prompt to continue) is replaced by the new model's default preset; a text the user
+    typed is kept."""
+    ss = st.session_state
+    for key in MODEL_WIDGET_KEYS:
+        ss.pop(key, None)
+    for name in MODEL_PARAMS:
+        st.query_params.pop(name, None)
+    folder = options.get(ss.get("ckpt_name"))
+    text = ss.get("text")
     if folder is None or text is None:
         return
     presets = presets_for_arch(run_arch(folder))
@@ -212,14 +229,22 @@ def use_text(text: str) -> None:
             st.session_state[key] = text
 
 
+def default_text() -> str:
+    """The sentence a link without ``?text=`` shows: the first lecture preset for the picked checkpoint's kind of
+    model (:func:`current_text` reads the link with it)."""
+    folder = st.session_state.get("_ckpt_path")
+    return presets_for_arch(run_arch(Path(folder)))[0] if folder is not None else PRESETS[0]
+
+
 def set_text(text: str) -> None:
     """The page's text box holds ``text``: share it with the other pages and put it in the link (a new text starts
-    at step 0). A text too long for the link is left out of it, with a caption saying so."""
+    at step 0). The default sentence is left out of the link, as every default is; a text too long for the link is
+    left out too, with a caption saying so."""
     if text != st.session_state.get("text"):
         st.session_state["text"] = text
         st.session_state["step"] = 0
         st.query_params.pop("step", None)  # a new sentence starts at step 0; keep the URL in agreement
-    note = url.put_text("text", text)
+    note = url.put_text("text", text, default_text())
     if note:
         st.caption(note)
 

@@ -12,9 +12,10 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG,
-                       ERROR_BORDER, FONT, HIGHLIGHT_BG, MASKED_BG, MUTED, WHITE, legend_above)
+                       ERROR_BORDER, FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MUTED, SUBTLE, WHITE, legend_above)
 
 DIVERGING = "RdBu"
 
@@ -54,14 +55,25 @@ def dimension_waves(table, dims: Sequence[int], title: str = "") -> go.Figure:
 
 
 def norm_histogram(embedding_norms, pe_norms, title: str = "") -> go.Figure:
-    """Overlaid histograms: ``‖embedding · √d_model‖`` per vocabulary entry vs ``‖PE(pos)‖`` per position."""
+    """Overlaid histograms: ``‖embedding · √d_model‖`` per vocabulary entry vs ``‖PE(pos)‖`` per position.
+
+    Both share bins computed here, none with a value on its left edge, and the x axis spans every bin with a
+    bin's margin on each side. Left to Plotly's autorange, the axis of a sinusoidal table (every ‖PE(pos)‖ the
+    same, √(d_model/2), below every embedding norm) began at that value and cut its bar in half.
+    """
+    emb, pe = np.asarray(embedding_norms, dtype=float), np.asarray(pe_norms, dtype=float)
+    both = np.concatenate([emb, pe])
+    edges = np.histogram_bin_edges(both, bins=min(100, max(10, int(np.sqrt(both.size)))))
+    size = float(edges[1] - edges[0]) or 1.0  # one value only: a bin of width 1 around it
+    start = float(edges[0]) - size / 2  # no value on a bin's left edge
+    n_bins = int(np.ceil((float(edges[-1]) - start) / size)) + 1
+    bins = dict(start=start, end=start + n_bins * size, size=size)
     fig = go.Figure()
-    fig.add_trace(go.Histogram(x=np.asarray(embedding_norms, dtype=float), name="‖token embedding × √d_model‖",
-                               opacity=0.65, marker_color=BLUE, bingroup="norms"))
-    # the same bins for both: alone, a sinusoidal table's norms (all √(d_model/2)) got a zero-width bin, not drawn
-    fig.add_trace(go.Histogram(x=np.asarray(pe_norms, dtype=float), name="‖PE(pos)‖", opacity=0.65,
-                               marker_color=ACCENT, bingroup="norms"))
+    fig.add_trace(go.Histogram(x=emb, name="‖token embedding × √d_model‖", opacity=0.65, marker_color=BLUE,
+                               xbins=bins))
+    fig.add_trace(go.Histogram(x=pe, name="‖PE(pos)‖", opacity=0.65, marker_color=ACCENT, xbins=bins))
     fig = _layout(fig, title, 400, "vector norm", "count")
+    fig.update_xaxes(range=[bins["start"] - size, bins["end"] + size])
     # the legend above the plot, under the title: below it, it sat on the x-axis title
     fig.update_layout(barmode="overlay", legend=legend_above(), title_y=0.97, title_yanchor="top",
                       margin=dict(t=100))
@@ -94,14 +106,37 @@ def annotated_matrix(z, title: str = "", row_labels: Sequence[str] | None = None
     return fig
 
 
-def scaling_chart(rows: Sequence[dict]) -> go.Figure:
-    """Largest softmax weight vs ``d_k`` with and without ÷√d_k (rows from ``teaching.worked.scaling_demo``)."""
-    d = [str(r["d_k"]) for r in rows]
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=d, y=[r["max_raw"] for r in rows], mode="lines+markers", name="q·k (no scaling)"))
-    fig.add_trace(go.Scatter(x=d, y=[r["max_scaled"] for r in rows], mode="lines+markers", name="q·k / √d_k"))
-    fig.update_yaxes(range=[0, 1.05])
-    return _layout(fig, "Largest of 10 softmax weights", 340, "d_k", "max weight")
+def scaling_chart(rows: Sequence[dict], n_keys: int = 10) -> go.Figure:
+    """Why ÷√d_k, in two panels over ``d_k`` on log axes (rows from ``teaching.worked.scaling_demo``): the spread
+    of the scores (std of q·k = √d_k, of q·k/√d_k = 1) and the mean largest of ``n_keys`` softmax weights, which
+    climbs towards 1 (one key takes everything) without the scaling and stays put with it."""
+    d = [r["d_k"] for r in rows]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("Spread of the scores (std)", f"Largest of {n_keys} softmax weights (mean)"))
+    series = (("q·k", BLUE, "score_std", "max_raw"), ("q·k / √d_k", ACCENT, None, "max_scaled"))
+    for name, colour, std_key, max_key in series:
+        std = [r[std_key] for r in rows] if std_key else [1.0] * len(rows)
+        line = dict(color=colour, width=2.5)
+        fig.add_trace(go.Scatter(x=d, y=std, mode="lines+markers", name=name, line=line, legendgroup=name,
+                                 hovertemplate=f"{name}<br>d_k %{{x}}<br>std %{{y:.3g}}<extra></extra>"), 1, 1)
+        fig.add_trace(go.Scatter(x=d, y=[r[max_key] for r in rows], mode="lines+markers", name=name, line=line,
+                                 legendgroup=name, showlegend=False,
+                                 hovertemplate=f"{name}<br>d_k %{{x}}<br>max weight %{{y:.3f}}<extra></extra>"), 1, 2)
+    fig.add_hline(y=1 / n_keys, line=dict(color=SUBTLE, dash="dot", width=1.5), row=1, col=2,
+                  annotation_text=f"uniform 1/{n_keys}", annotation_position="top right",
+                  annotation_font=dict(color=SUBTLE, size=13))
+    fig = _layout(fig, "", 380)
+    ticks = [v for v in d if v in (1, 4, 16, 64, 256, 1024)] or d
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(v) for v in ticks], title_text="d_k (log scale)",
+                     gridcolor=GRID)
+    top = max(max(r["score_std"] for r in rows), 1.0)
+    std_ticks = [2.0 ** i for i in range(int(np.log2(top)) + 1)]  # 1, 2, 4, …: no crowd of minor labels
+    fig.update_yaxes(type="log", title_text="std (log scale)", gridcolor=GRID, tickvals=std_ticks,
+                     ticktext=[f"{v:g}" for v in std_ticks], range=[np.log10(0.8), np.log10(top * 1.25)],
+                     row=1, col=1)
+    fig.update_yaxes(range=[0, 1.02], title_text="max weight", gridcolor=GRID, row=1, col=2)
+    fig.update_layout(legend=legend_above(1.12), margin=dict(t=80))
+    return fig
 
 
 # --- tokenization -------------------------------------------------------------------------------------

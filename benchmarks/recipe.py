@@ -49,8 +49,9 @@ VARIANTS: dict[str, list[str]] = {
 }
 
 
-#: The warm-start leg recipe of the shipped model (README, "Carry a run on"): the architecture, dropout and tokenizer
-#: are the checkpoint's; every valid sentence is translated at each evaluation.
+#: The warm-start leg recipe of the Ding-only translator lineage (docs/training.md, "Carrying a run across
+#: sessions"): the architecture, dropout and tokenizer are the checkpoint's; every valid sentence is translated at
+#: each evaluation.
 WARM_BASE = ["--peak-lr", "2e-3", "--warmup", "500", "--dict-share", "0.25", "--batch-tokens", "1500",
              "--eval-every", "500", "--eval-sentences", "0", "--keep-last", "8", "--seed", "1", "--no-progress",
              "--fp16-weights"]

@@ -23,6 +23,7 @@ from viz.attention import attention_heatmap, display_token, highlight_tokens_htm
 from viz.attention_views import head_stat_heatmap, lines_figure, token_bar_figure
 from viz.grid import ALTAIR_GRID_CELLS, model_grid_altair, model_grid_figure
 from viz.labels import KIND_SHORT, KIND_TITLES, WORD_START_NOTE, head_name, kind_note, view_title
+from viz.theme import PAGE_PX
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
@@ -119,7 +120,7 @@ if tab_heads.open:
                                            title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
         else:
             w, _ = view.one_head()
-            plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620,
+            plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620, width=PAGE_PX,
                                    title=view_title(kind, layer, head, words)))
 
 # --- Tokens & lines ---------------------------------------------------------------------------------------------
@@ -187,7 +188,7 @@ if tab_grid.open:
                      placeholder="Pick a head to open it large…", on_change=_on_grid_pick,
                      format_func=lambda i: f"layer {i // cfg.n_heads + 1} · head {i % cfg.n_heads + 1}")
         if picked is not None:
-            plot(attention_heatmap(attn[layer][head], q_labels, k_labels, causal=causal, height=560,
+            plot(attention_heatmap(attn[layer][head], q_labels, k_labels, causal=causal, height=560, width=PAGE_PX,
                                    title=view_title(kind, layer, head, words)))
 
 # --- Summaries --------------------------------------------------------------------------------------------------
@@ -207,7 +208,7 @@ if tab_summary.open:
                 rollout, r_q, r_k = views.word_level(rollout, r_q, r_k)
             with col:
                 plot(attention_heatmap(rollout, r_q, r_k, causal=k in CAUSAL_KINDS, zmax=None,
-                                       title=f"Rollout · {KIND_TITLES[k]}{unit}"))
+                                       width=PAGE_PX // len(self_kinds), title=f"Rollout · {KIND_TITLES[k]}{unit}"))
         st.caption(
             "Rollout (Abnar & Zuidema, 2020): each layer's head-averaged attention is mixed with the identity for the "
             "residual connection (½·A + ½·I), and the layers are multiplied, estimating how much each input position "

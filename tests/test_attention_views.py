@@ -434,6 +434,9 @@ def test_ablating_a_head_changes_the_total_and_the_sweep_draws_heatmaps(cfg):
         assert hm["type"] == "heatmap" and hm["zmid"] == 0  # diverging, centred at 0
         drops[kind] = z_of(hm)
         assert drops[kind].shape == (cfg.n_encoder_layers if kind == "encoder" else cfg.n_decoder_layers, cfg.n_heads)
+    # one colour range for all three maps: ± the largest drop of any head
+    bound = max(float(np.abs(d).max()) for d in drops.values())
+    assert all((f["data"][0]["zmin"], f["data"][0]["zmax"]) == pytest.approx((-bound, bound)) for f in sweeps)
     at.run()  # the sweep stays on screen (cached) across reruns
     assert len(charts(at)) == before + 3
 

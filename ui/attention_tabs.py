@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import streamlit as st
-import torch
 
 from model.analysis import ablation_sweep, greedy_with_head_masks, sequence_log_probs
 from model.checkpoint import Checkpoint
@@ -20,7 +19,7 @@ from training.runs import run_arch, run_checkpoints
 from ui import attention_views as views
 from ui import state, url, widgets
 from viz.attention import attention_heatmap, causal_blank
-from viz.attention_views import difference_heatmap, head_stat_heatmap, log_prob_figure
+from viz.attention_views import difference_heatmap, log_prob_figure, sweep_heatmaps
 from viz.labels import KIND_SHORT, end_sentence, head_name
 
 
@@ -103,9 +102,12 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
                    "**red = the head helped** this output, blue = the output got likelier without it.")
         # one kind per row, at the page's width: side by side, the cells were too narrow for their numbers
-        for k, drop in result.items():
-            plot(head_stat_heatmap(torch.tensor(drop), "drop (nats)", diverging=True, title=KIND_SHORT[k]),
-                 key=f"sweep_{k}")
+        figures = sweep_heatmaps(result, {k: KIND_SHORT[k] for k in result})
+        for k, fig in zip(result, figures):
+            plot(fig, key=f"sweep_{k}")
+        if len(figures) > 1:
+            st.caption("All maps share one colour scale (± the largest drop of any head), so a colour means the "
+                       "same drop in each.")
 
 
 # --- Compare -------------------------------------------------------------------------------------------------------

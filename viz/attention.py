@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale, unlabel_rgb
 
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
-                       INK, MASKED_BG, MONO, NAVY, SUBTLE, WHITE, title as _title, title_margin)
+                       HALF_PX, INK, LINE_EM, MASKED_BG, MONO, MONO_CHAR_EM, NAVY, SUBTLE, WHITE, stacked_every,
+                       thinned, tick_plan, title as _title, title_chars, title_margin, wrap_title)
 
 
 def display_token(piece: str) -> str:
@@ -59,6 +60,31 @@ def _short(label: str, limit: int = 14) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
+#: Room (px) a heatmap's colour bar takes at its right: the bar, its numbers and its title ("weight").
+COLORBAR_PX = 80
+#: Room (px) an axis title takes beside its axis, with its padding.
+AXIS_TITLE_PX = 24
+
+
+def label_px(labels: Sequence[str], size: int) -> float:
+    """Width (px) of the longest of ``labels`` written level in the monospace token font at ``size`` px."""
+    return max((len(t) for t in labels), default=0) * MONO_CHAR_EM * size
+
+
+def token_ticks(labels: Sequence[str], axis_px: float, size: int, across: bool = True) -> dict:
+    """Tick settings (``tickvals``, ``ticktext``, ``tickangle``) that write one token label per cell along an axis
+    ``axis_px`` long without overlaps, by :func:`viz.theme.tick_plan`: level where the labels fit their cells,
+    else upright and thinned. ``across=False``: a vertical axis, whose labels are level and stack (thinned by
+    :func:`viz.theme.stacked_every`). Hover still names every cell."""
+    n = len(labels)
+    if across:
+        angle, every = tick_plan(labels, max(axis_px, 1.0), size)
+    else:
+        angle, every = 0, stacked_every(n, max(axis_px, 1.0), size)
+    kept = thinned(n, every)
+    return dict(tickvals=kept, ticktext=[labels[i] for i in kept], tickangle=angle)
+
+
 def attention_heatmap(
     weights,
     query_labels: Sequence[str],
@@ -67,14 +93,20 @@ def attention_heatmap(
     causal: bool = False,
     height: int | None = None,
     zmax: float | None = 1.0,
+    width: int = HALF_PX,
 ) -> go.Figure:
     """One head (or an aggregate) as a heatmap.
 
     Args:
         weights: ``[q_len, k_len]`` attention weights (tensor or array), rows = queries.
         query_labels / key_labels: BPE pieces of the rows / columns.
-        causal: blank the masked upper triangle (keys after the query) instead of drawing it as zero.
+        causal: blank the masked upper triangle (keys after the query) instead of drawing it as zero: a masked
+            cell is empty, and the plot's background (:data:`~viz.theme.MASKED_BG`) shows through, the same grey in
+            every row, ``<bos>``'s included (no axis line is drawn behind the cells, where it would show).
         zmax: colour-scale maximum (1.0 keeps every chart on one scale; ``None`` = the largest weight shown).
+        width: the chart's width (px) in the narrowest layout it is shown in (:data:`~viz.theme.HALF_PX`: one of
+            two columns at 1280×720; :data:`~viz.theme.PAGE_PX`: the page's width). The title is wrapped and the
+            tick labels are laid out (:func:`token_ticks`) for it.
 
     Returns:
         A Plotly figure whose hover reads "query → key: weight".
@@ -103,21 +135,32 @@ def attention_heatmap(
         )
     )
     cell = 34 if max(q_len, k_len) <= 20 else 22
-    tick_font = dict(family=MONO, size=14 if max(q_len, k_len) <= 24 else 11, color=INK)
+    size = 14 if max(q_len, k_len) <= 24 else 11
+    tick_font = dict(family=MONO, size=size, color=INK)
+    title = wrap_title(title, title_chars(width)) if title else ""
+    top = max(50, title_margin(title, 26, 24)) if title else 20
+    height = height or min(900, 200 + cell * q_len)
+    q_short, k_short = [_short(t) for t in q_disp], [_short(t) for t in k_disp]
+    plot_w = width - 20 - COLORBAR_PX - AXIS_TITLE_PX - label_px(q_short, size) - 10
+    x_ticks = token_ticks(k_short, plot_w, size)
+    under = (LINE_EM * size if x_ticks["tickangle"] == 0 else label_px(k_short, size)) + 10 + AXIS_TITLE_PX
+    y_ticks = token_ticks(q_short, height - top - 10 - under, size, across=False)
     fig.update_layout(
         title=_title(title),
         font=FONT,
-        height=height or min(900, 200 + cell * q_len),
-        margin=dict(l=10, r=10, t=max(50, title_margin(title, 26, 24)) if title else 20, b=10),
+        height=height,
+        margin=dict(l=10, r=10, t=top, b=10),
         plot_bgcolor=MASKED_BG if causal else WHITE,
     )
+    # No zero lines: they are drawn under the cells and showed through every empty (masked) cell of the first
+    # row and column, and through the gaps between cells, as a dark line across the <bos> row.
     fig.update_xaxes(
-        tickvals=list(range(k_len)), ticktext=[_short(t) for t in k_disp], side="bottom", tickangle=-45,
-        title_text="keys (attended to) →", showgrid=False, tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
+        **x_ticks, side="bottom", title_text="keys (attended to) →", showgrid=False, zeroline=False,
+        tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
     )
     fig.update_yaxes(
-        tickvals=list(range(q_len)), ticktext=[_short(t) for t in q_disp], autorange="reversed",
-        title_text="queries (attending) ↓", showgrid=False, tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
+        **y_ticks, autorange="reversed", title_text="queries (attending) ↓", showgrid=False, zeroline=False,
+        tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
     )
     return fig
 

@@ -8,15 +8,17 @@ weight on the fixed 0–1 scale :data:`viz.theme.ATTENTION_SCALE`, labels are BP
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import _as_array, _short, check_labels, display_token, plotly_escape
+from viz.attention import (AXIS_TITLE_PX, _as_array, _short, check_labels, display_token, label_px,
+                           plotly_escape, token_ticks)
 from viz import theme
-from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, BLUE as LINE_COLOR, FONT, GRID, INK as TEXT_COLOR,
-                       MASKED_BG, MIN_READABLE, MONO, MUTED, PALE_BLUE, SUBTLE, WHITE, ZERO_LINE)
+from viz.theme import wrap_title
+from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, BLUE as LINE_COLOR, FONT, GRID, HALF_PX, INK as TEXT_COLOR,
+                       MASKED_BG, MIN_READABLE, MONO, MUTED, PAGE_PX, PALE_BLUE, SUBTLE, WHITE, ZERO_LINE)
 
 
 def lines_figure(
@@ -93,36 +95,49 @@ def token_bar_figure(
     axis_title: str = "keys",
     value_title: str = "weight",
     subtitle: str = "",
+    width: int = HALF_PX,
 ) -> go.Figure:
     """Weights over tokens as bars, on a fixed 0–1 axis (one row or one column of an attention matrix).
 
     Args:
         weights: ``[n]``; NaN (a masked position) is drawn as 0.
         labels: ``n`` BPE pieces; mark: index of a bar drawn in the highlight colour (e.g. the query itself).
-        title / subtitle: two title lines (e.g. the question, then which head answers it), so that neither is
-            cut off in a half-width column.
+        title / subtitle: two title lines (e.g. the question, then which head answers it), each wrapped further
+            where it would be cut off in a chart ``width`` px wide (default: a half-width column at 1280×720),
+            for which the token labels are laid out too (:func:`viz.attention.token_ticks`).
     """
     w = np.nan_to_num(_as_array(weights).reshape(-1))
     if len(w) != len(labels):
         raise ValueError("one weight per token is needed")
     disp = [display_token(t) for t in labels]
     colors = [HIGHLIGHT if i == mark else LINE_COLOR for i in range(len(w))]
+    size = MIN_READABLE if len(w) <= 24 else 11
+    short = [_short(t) for t in disp]
+    plot_px = width - 20 - 60  # less the value axis: its title and numbers
+    ticks = token_ticks(short, plot_px, size)
+    # A value over every bar where each has room for "0.00"; where they do not, Plotly shrank them to the bar's
+    # width (unreadable): then only the largest is written, at full size, and hover has every value.
+    roomy = plot_px / max(len(w), 1) >= 4 * 0.55 * FONT["size"] + 6
+    top = int(np.argmax(w)) if len(w) else -1
+    values = [f"{v:.2f}" if v >= 0.005 and (roomy or i == top) else "" for i, v in enumerate(w)]
     fig = go.Figure(go.Bar(
         x=list(range(len(w))), y=w, marker_color=colors, customdata=disp,
         hovertemplate="%{customdata} (position %{x})<br>" + value_title + " %{y:.3f}<extra></extra>",
-        text=[f"{v:.2f}" if v >= 0.005 else "" for v in w], textposition="outside", cliponaxis=False,
+        text=values, textposition="outside", cliponaxis=False, constraintext="none" if not roomy else "both",
     ))
-    lines = [plotly_escape(t) for t in (title, subtitle) if t]
-    text = lines[0] + "".join(f"<br><span style='font-size:{MIN_READABLE}px;color:{MUTED}'>{t}</span>"
-                              for t in lines[1:]) if lines else ""
+    # each line wrapped for the chart's width (the subtitle is 14 px, so more of it fits), then escaped
+    heads = [wrap_title(t, theme.title_chars(width, 16 if i == 0 else MIN_READABLE)).split("<br>")
+             for i, t in enumerate(t for t in (title, subtitle) if t)]
+    lines = [[plotly_escape(part) for part in parts] for parts in heads]
+    text = "<br>".join(lines[0]) + "".join(f"<br><span style='font-size:{MIN_READABLE}px;color:{MUTED}'>{part}</span>"
+                                           for parts in lines[1:] for part in parts) if lines else ""
+    n_lines = sum(len(parts) for parts in lines)
     fig.update_layout(
         title=theme.title(text), font=FONT,
-        height=340 + 24 * max(0, len(lines) - 1), margin=dict(l=10, r=10, t=26 + 28 * len(lines), b=10),
+        height=340 + 24 * max(0, n_lines - 1), margin=dict(l=10, r=10, t=26 + 28 * n_lines, b=10),
         plot_bgcolor=WHITE, bargap=0.2,
     )
-    fig.update_xaxes(tickvals=list(range(len(w))), ticktext=[_short(t) for t in disp], tickangle=-45,
-                     tickfont=dict(family=MONO, size=MIN_READABLE if len(w) <= 24 else 11), title_text=axis_title,
-                     automargin=True)
+    fig.update_xaxes(**ticks, tickfont=dict(family=MONO, size=size), title_text=axis_title, automargin=True)
     fig.update_yaxes(range=[0, 1.1], title_text=value_title, gridcolor=GRID, automargin=True)
     return fig
 
@@ -153,7 +168,8 @@ def head_stat_heatmap(
         values: ``[layers, heads]``.
         name: what the number is (colour-bar title and hover).
         diverging: a red–white–blue scale centred at 0 (e.g. the ablation drop in log-probability: red =
-            removing the head hurts, blue = removing it helps), symmetric around 0.
+            removing the head hurts, blue = removing it helps), symmetric around 0: from ``-zmax`` to ``zmax``
+            (default: the largest absolute value; ``zmin`` is not used).
         zmin / zmax: colour range for a sequential scale (default: the data's range, 0 at least for ``zmin``).
 
     Returns:
@@ -165,7 +181,7 @@ def head_stat_heatmap(
     n_rows, n_cols = v.shape
     finite = v[np.isfinite(v)]
     if diverging:
-        bound = float(np.abs(finite).max()) if finite.size else 1.0
+        bound = abs(float(zmax)) if zmax is not None else float(np.abs(finite).max()) if finite.size else 1.0
         bound = bound or 1.0
         scale = dict(colorscale="RdBu", reversescale=True, zmid=0.0, zmin=-bound, zmax=bound)
     else:
@@ -187,6 +203,25 @@ def head_stat_heatmap(
     # head names under the cells: above them, they ran into the title
     fig.update_xaxes(side="bottom", automargin=True)
     return fig
+
+
+def sweep_heatmaps(drops: Mapping[str, object], titles: Mapping[str, str] | None = None,
+                   name: str = "drop (nats)") -> list[go.Figure]:
+    """The ablation sweep: per attention kind, the drop in the output's log-probability when each head alone is
+    removed, as a layers × heads heatmap (:func:`head_stat_heatmap`, diverging).
+
+    Every map shares one colour range, ±(the largest absolute drop of any kind): the maps are read side by side,
+    and a colour means the same drop in each (with a range per map, a head that barely mattered looked as red as
+    the one that mattered most).
+
+    Args:
+        drops: kind → ``[layers, heads]`` drops (nats); titles: kind → chart title (default: the kind).
+    """
+    arrays = {kind: _as_array(d) for kind, d in drops.items()}
+    finite = [np.abs(a[np.isfinite(a)]).max() for a in arrays.values() if np.isfinite(a).any()]
+    bound = float(max(finite)) if finite else 1.0
+    return [head_stat_heatmap(a, name, diverging=True, zmax=bound or 1.0, title=(titles or {}).get(kind, kind))
+            for kind, a in arrays.items()]
 
 
 def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") -> go.Figure:
@@ -220,11 +255,17 @@ def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") 
     return fig
 
 
-def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], title: str = "") -> go.Figure:
+#: Room (px) the difference map's colour bar takes at its right: its title ("second − first") is wider than "weight".
+DIFF_COLORBAR_PX = 120
+
+
+def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], title: str = "",
+                       width: int = PAGE_PX) -> go.Figure:
     """Cell-by-cell difference ``b − a`` of two attention maps of the same shape ``[q_len, k_len]``.
 
     Red = the second attends more, blue = the first attends more; the scale is symmetric around 0 and
-    masked (NaN) cells stay empty. Rows = queries, columns = keys.
+    masked (NaN) cells stay empty. Rows = queries, columns = keys; the tick labels are laid out for a chart
+    ``width`` px wide (:func:`viz.attention.token_ticks`).
 
     Raises:
         ValueError: the two maps differ in shape (there is no cell-by-cell difference then).
@@ -237,6 +278,13 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
     bound = float(np.abs(finite).max()) if finite.size else 1.0
     q_disp = [_short(display_token(t)) for t in q_labels]
     k_disp = [_short(display_token(t)) for t in k_labels]
+    height = min(900, 200 + 30 * diff.shape[0])
+    top = 50 if title else 20
+    # laid out as attention_heatmap lays out its axes, for the page's width at 1280×720
+    plot_w = width - 20 - DIFF_COLORBAR_PX - AXIS_TITLE_PX - label_px(q_disp, MIN_READABLE) - 10
+    x_ticks = token_ticks(k_disp, plot_w, MIN_READABLE)
+    under = (theme.LINE_EM * MIN_READABLE if x_ticks["tickangle"] == 0 else label_px(k_disp, MIN_READABLE)) + 34
+    y_ticks = token_ticks(q_disp, height - top - 10 - under, MIN_READABLE, across=False)
     fig = go.Figure(go.Heatmap(
         z=diff, x=list(range(diff.shape[1])), y=list(range(diff.shape[0])), colorscale="RdBu", reversescale=True,
         zmid=0.0, zmin=-(bound or 1.0), zmax=bound or 1.0, xgap=1, ygap=1,
@@ -245,9 +293,10 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
     ))
     tick_font = dict(family=MONO, size=MIN_READABLE, color=TEXT_COLOR)
     fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor=MASKED_BG,
-                      height=min(900, 200 + 30 * diff.shape[0]), margin=dict(l=10, r=10, t=50 if title else 20, b=10))
-    fig.update_xaxes(tickvals=list(range(len(k_disp))), ticktext=k_disp, tickangle=-45, tickfont=tick_font,
-                     title_text="keys (attended to) →", automargin=True, showgrid=False)
-    fig.update_yaxes(tickvals=list(range(len(q_disp))), ticktext=q_disp, autorange="reversed", tickfont=tick_font,
-                     title_text="queries (attending) ↓", automargin=True, showgrid=False)
+                      height=height, margin=dict(l=10, r=10, t=top, b=10))
+    # no zero lines: they would show through the empty masked cells of the first row
+    fig.update_xaxes(**x_ticks, tickfont=tick_font, title_text="keys (attended to) →", automargin=True,
+                     showgrid=False, zeroline=False)
+    fig.update_yaxes(**y_ticks, autorange="reversed", tickfont=tick_font, title_text="queries (attending) ↓",
+                     automargin=True, showgrid=False, zeroline=False)
     return fig

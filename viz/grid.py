@@ -15,15 +15,20 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.attention import _as_array, _short, causal_blank, check_labels, display_token, plotly_escape
+from viz.attention import (_as_array, _short, causal_blank, check_labels, display_token, label_px, plotly_escape,
+                           token_ticks)
 from viz import theme
-from viz.theme import ACCENT as HIGHLIGHT, ATTENTION_SCALE, FONT, INK as TEXT_COLOR, MASKED_BG, MIN_READABLE, MONO, WHITE
+from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, FONT, INK as TEXT_COLOR, LINE_EM, MASKED_BG, MIN_READABLE,
+                       MONO, PAGE_PX, WHITE)
 
 #: Above this many tokens on a side, the grid's small panels carry no tick labels (hover still names the pair).
 GRID_LABEL_LIMIT = 24
-#: Above this many key columns across the whole grid (heads × keys), the bottom row carries no key labels: at
-#: :data:`viz.theme.MIN_READABLE` px they would overlap on a slide-wide chart (about 1100 px, 17 px a column).
-GRID_KEY_LABEL_LIMIT = 64
+#: The bottom row carries key labels only when at least one key in this many keeps its label once they are laid
+#: out without overlaps (:func:`viz.attention.token_ticks` at :data:`viz.theme.PAGE_PX`); sparser labels name too
+#: few columns to help, and hover names every cell.
+GRID_KEY_EVERY = 3
+#: Room (px) the grid's shared colour bar takes at its right.
+GRID_COLORBAR_PX = 70
 #: Pixels per query row of a labelled panel, so that 14 px labels do not overlap.
 LABEL_ROW_PX = 18
 #: Above this many cells in all, the grid's hover shows positions only (per-cell label strings get heavy).
@@ -49,7 +54,8 @@ def model_grid_figure(
         attn: ``[layers, heads, q_len, k_len]`` weights (tensor or array), rows = queries. Any ``[R, C, q, k]``
             stack works (the Summaries tab passes ``[layers, 2, q, k]`` for mean / max over heads).
         q_labels / k_labels: BPE pieces of the rows / columns (tick labels on the outer axes only, and none
-            when a side has more than :data:`GRID_LABEL_LIMIT` pieces).
+            when a side has more than :data:`GRID_LABEL_LIMIT` pieces; key labels level where they fit a panel's
+            columns, else upright and thinned, and none when fewer than one in :data:`GRID_KEY_EVERY` would stay).
         causal: blank the masked upper triangle.
         row_names / col_names: panel titles are ``"{row} · {col}"`` (default ``layer i`` / ``head j``).
         highlight: ``(row, col)`` of a panel to outline (the head currently open).
@@ -67,9 +73,15 @@ def model_grid_figure(
     z_all = causal_blank(w) if causal else w
     n = max(q_len, k_len)
     labelled = n <= GRID_LABEL_LIMIT
-    key_labels = labelled and n_cols * k_len <= GRID_KEY_LABEL_LIMIT
     q_disp = [display_token(t) for t in q_labels]
     k_disp = [display_token(t) for t in k_labels]
+    h_spacing = min(0.04 if not labelled else 0.03, 0.3 / max(n_cols, 1))
+    # The key labels are laid out for one panel's width on a page-wide chart at 1280×720.
+    q_short, k_short = [_short(t, 10) for t in q_disp], [_short(t, 10) for t in k_disp]
+    plot_px = PAGE_PX - 20 - GRID_COLORBAR_PX - (label_px(q_short, MIN_READABLE) + 10 if labelled else 0)
+    panel_px = plot_px * (1 - h_spacing * (n_cols - 1)) / max(n_cols, 1)
+    key_ticks = token_ticks(k_short, panel_px, MIN_READABLE)
+    key_labels = labelled and len(key_ticks["tickvals"]) * GRID_KEY_EVERY >= k_len
     hover = None
     if n_rows * n_cols * q_len * k_len <= GRID_HOVER_CELLS:
         hover = np.array([[f"{plotly_escape(q)} → {plotly_escape(k)}" for k in k_disp] for q in q_disp])
@@ -77,7 +89,7 @@ def model_grid_figure(
     fig = make_subplots(
         rows=n_rows, cols=n_cols,
         subplot_titles=[f"{r} · {c}" for r in row_names for c in col_names],
-        horizontal_spacing=min(0.04 if not labelled else 0.03, 0.3 / max(n_cols, 1)),
+        horizontal_spacing=h_spacing,
         vertical_spacing=min(0.08, 0.5 / max(n_rows, 1)),
     )
     for r in range(n_rows):
@@ -99,14 +111,15 @@ def model_grid_figure(
     fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False, ticks="", autorange="reversed")
     if key_labels:
         for c in range(n_cols):
-            fig.update_xaxes(showticklabels=True, tickvals=list(range(k_len)), ticktext=[_short(t, 10) for t in k_disp],
-                             tickangle=-60, tickfont=tick_font, automargin=True, row=n_rows, col=c + 1)
+            fig.update_xaxes(showticklabels=True, **key_ticks, tickfont=tick_font, automargin=True, row=n_rows,
+                             col=c + 1)
     if labelled:
         for r in range(n_rows):
-            fig.update_yaxes(showticklabels=True, tickvals=list(range(q_len)), ticktext=[_short(t, 10) for t in q_disp],
+            fig.update_yaxes(showticklabels=True, tickvals=list(range(q_len)), ticktext=q_short,
                              tickfont=tick_font, automargin=True, row=r + 1, col=1)
     panel = int(max(130, LABEL_ROW_PX * q_len + 40)) if labelled else int(min(300, max(130, 16 * q_len + 40)))
-    bottom = 20 + (9 * max((len(_short(t, 10)) for t in k_disp), default=1) if key_labels else 0)
+    under = (LINE_EM * MIN_READABLE if key_ticks["tickangle"] == 0 else label_px(k_short, MIN_READABLE))
+    bottom = int(20 + under) if key_labels else 20
     fig.update_layout(
         title=theme.title(title),
         font=FONT,

@@ -6,6 +6,8 @@ write (``app_pages/``, ``ui/``) use these names instead of hex literals. No Stre
 
 from __future__ import annotations
 
+import math
+
 # --- palette -------------------------------------------------------------------------------------------
 INK = "#1b2a3a"  #: titles, tick labels, text on light backgrounds
 MUTED = "#444444"  #: axis titles, secondary text
@@ -75,8 +77,19 @@ def title(text: str, size: int = 16) -> dict:
     return dict(text=text, x=0.0, xanchor="left", font=dict(size=size, color=INK))
 
 
-#: Characters of a 16 px title that fit a half-width chart at 1280 px (about 430 px); Plotly never wraps a title.
+#: Width (px) of the page's content at 1280×720 with the sidebar open: what a full-width chart gets. Charts are
+#: laid out for this, the narrowest screen they are shown on; on a wider one they only gain room.
+PAGE_PX = 880
+#: Width (px) of a chart in one of two columns at 1280×720.
+HALF_PX = 430
+#: Characters of a 16 px title that fit a half-width chart at 1280 px (:data:`HALF_PX`); Plotly never wraps a title.
 TITLE_CHARS = 52
+
+
+def title_chars(width_px: float, size: int = 16) -> int:
+    """Characters of a ``size`` px title that fit a chart ``width_px`` wide (:data:`TITLE_CHARS` at
+    :data:`HALF_PX` and 16 px)."""
+    return max(12, int(TITLE_CHARS * (width_px / HALF_PX) * (16 / size)))
 
 
 def wrap_title(text: str, limit: int = TITLE_CHARS) -> str:
@@ -99,6 +112,48 @@ def wrap_title(text: str, limit: int = TITLE_CHARS) -> str:
 def title_margin(text: str, base: int = 24, line: int = 24) -> int:
     """Top margin (px) that fits a title of ``text``'s lines (``<br>``-separated); ``base`` alone for no title."""
     return base + line * (text.count("<br>") + 1) if text else base
+
+
+#: Width of one character of a monospace token label, as a share of its font size (a monospace glyph is 0.6 em).
+MONO_CHAR_EM = 0.6
+#: Distance two neighbouring upright (or stacked level) labels need between their ticks: a line, as a share of
+#: the font size.
+LINE_EM = 1.3
+
+
+def tick_plan(labels, axis_px: float, size: int = MIN_READABLE) -> tuple[int, int]:
+    """How to write ``labels`` (one per cell, monospace, ``size`` px) along an axis ``axis_px`` long without
+    overlaps: ``(angle, every)``. Level (0°) when the longest label fits its cell; else upright (−90°, read from
+    below), keeping every ``every``-th label (1 = all) so that neighbours stay a line (:data:`LINE_EM`) apart.
+
+    Slanted labels are never planned: at −45° two neighbours still need a line between their ticks divided by
+    sin 45°, more room than upright ones, and they take more room under the axis than level ones.
+
+    Raises:
+        ValueError: ``axis_px`` is not positive.
+    """
+    if axis_px <= 0:
+        raise ValueError(f"axis_px must be positive, got {axis_px}")
+    labels = list(labels)
+    cell = axis_px / max(len(labels), 1)
+    longest = max((len(str(t)) for t in labels), default=0) * MONO_CHAR_EM * size + 8  # 8 px between neighbours
+    if longest <= cell:
+        return 0, 1
+    return -90, stacked_every(len(labels), axis_px, size)
+
+
+def stacked_every(n: int, axis_px: float, size: int = MIN_READABLE) -> int:
+    """Every how many of ``n`` one-line labels, ``size`` px, stacked along an axis ``axis_px`` long (a heatmap's
+    rows, or upright labels side by side) can be written so that neighbours stay a line apart (1 = all)."""
+    cell = axis_px / max(n, 1)
+    return max(1, int(math.ceil(LINE_EM * size / cell - 1e-9))) if cell > 0 else max(1, n)
+
+
+def thinned(n: int, every: int, keep_last: bool = False) -> list[int]:
+    """The positions of ``n`` labels kept when every ``every``-th is written: from the first (``0, every, …``), or
+    counted back from the last (``keep_last``: the newest position of a growing sequence stays labelled)."""
+    every = max(1, int(every))
+    return list(range(n - 1, -1, -every))[::-1] if keep_last else list(range(0, n, every))
 
 
 def legend_above(y: float = 1.02) -> dict:

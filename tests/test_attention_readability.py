@@ -1,0 +1,192 @@
+"""The Attention page's charts as a new user reads them at 1280×720: masked cells one grey (no line through the
+``<bos>`` row), key labels that never overlap on a 25-token sentence, word-level titles that are not cut off, and
+one colour range for the ablation sweep's maps.
+
+Figure-level checks on synthetic weights (fast), and one ``AppTest`` run of the page with the shipped decoder-only
+checkpoint (``checkpoints/brown-lm``), every map of which is masked. The label checks use the plot widths measured
+in Chromium at 1280×720 with the sidebar open, not the figures' own layout estimates, so they test the estimates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from viz.attention import attention_heatmap, causal_blank
+from viz.attention_views import difference_heatmap, head_stat_heatmap, sweep_heatmaps, token_bar_figure
+from viz.grid import model_grid_figure
+from viz.labels import KIND_TITLES, view_title
+from viz.theme import MASKED_BG, PAGE_PX, TITLE_CHARS, title_chars
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Plot-area widths (px) measured in Chromium at 1280×720 (sidebar open), rounded down: a heatmap in one of two
+#: columns (7-character row labels), a page-wide one, the page-wide difference map (its colour bar's title is
+#: wider), one panel of a 4-head model grid, a half-width bar chart.
+HALF_HEATMAP_PX = 260
+PAGE_HEATMAP_PX = 680
+DIFF_HEATMAP_PX = 640
+GRID_PANEL_PX = 160
+HALF_BARS_PX = 340
+
+
+def causal_weights(n: int, seed: int = 0) -> torch.Tensor:
+    """``[n, n]`` rows summing to 1 over the keys up to the query (a masked self-attention map)."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(n, n, generator=g).masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), -torch.inf)
+    return torch.softmax(scores, -1)
+
+
+def pieces(n: int) -> list[str]:
+    """``n`` pieces as a real sentence has them: ``<bos>`` and word starts up to 7 characters."""
+    words = ["▁Alice", "▁went", "▁to", "▁the", "▁market", ".", "▁She", "▁bo", "ught", "▁apples"]
+    return ["<bos>"] + [words[i % len(words)] for i in range(n - 1)]
+
+
+def axes(fig) -> list:
+    layout = fig.layout
+    return [layout[name] for name in layout if name.startswith(("xaxis", "yaxis"))]
+
+
+def assert_ticks_apart(axis, plot_px: float, n_cells: int) -> None:
+    """No two neighbouring tick labels of ``axis`` overlap in a plot ``plot_px`` long holding ``n_cells`` cells.
+
+    Level labels need half of each one's width between their ticks (0.6 em a monospace character); turned ones
+    need a line (1.2 em) across their slant: ``1.2 em / |sin angle|`` along the axis."""
+    values, texts = list(axis.tickvals), list(axis.ticktext)
+    size = axis.tickfont.size
+    angle = axis.tickangle or 0
+    cell = plot_px / n_cells
+    for a, b, ta, tb in zip(values, values[1:], texts, texts[1:]):
+        if angle == 0:
+            need = (len(ta) + len(tb)) / 2 * 0.6 * size
+        else:
+            need = 1.2 * size / abs(math.sin(math.radians(angle)))
+        assert (b - a) * cell >= need, (angle, a, b, (b - a) * cell, need)
+
+
+# --- masked cells ---------------------------------------------------------------------------------------------
+def test_masked_cells_are_one_grey_with_no_line_through_the_bos_row():
+    """A dark line ran across the <bos> row through the masked area of every masked map: the axes' zero lines,
+    drawn under the cells, showed through the empty (masked) cells of row 0 and through the gaps between cells."""
+    n = 6
+    labels = pieces(n)
+    w = causal_weights(n)
+    figures = {
+        "heatmap": attention_heatmap(w, labels, labels, causal=True, title="Decoder masked self-attention"),
+        "rollout": attention_heatmap(w, labels, labels, causal=True, zmax=None, title="Rollout"),
+        "grid": model_grid_figure(torch.stack([torch.stack([w, w])] * 2), labels, labels, causal=True),
+        "difference": difference_heatmap(causal_blank(w.numpy()), causal_blank(causal_weights(n, 1).numpy()),
+                                         labels, labels),
+    }
+    for name, fig in figures.items():
+        assert fig.layout.plot_bgcolor == MASKED_BG, name  # empty cells show the one masked grey
+        for axis in axes(fig):
+            assert axis.zeroline is False and axis.showgrid is False, (name, axis.plotly_name)
+        z = np.asarray(fig.data[0].z, dtype=float)
+        assert np.isnan(z[0, 1:]).all() and not np.isnan(z[:, 0]).any(), name  # <bos> sees itself only
+
+
+# --- key labels -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [25, 26, 40])
+def test_key_labels_of_a_long_sentence_never_overlap(n):
+    """Key labels collided on 25-token sentences (Heads, Compare, the head opened under the Model grid): every
+    label at −45° in ~10 px columns. They are now level where they fit, else upright and thinned."""
+    labels = pieces(n)
+    w = causal_weights(n)
+    half = attention_heatmap(w, labels, labels, causal=True, title="Heads · one of two columns")
+    assert_ticks_apart(half.layout.xaxis, HALF_HEATMAP_PX, n)
+    full = attention_heatmap(w, labels, labels, causal=True, height=560, width=PAGE_PX, title="the opened head")
+    assert_ticks_apart(full.layout.xaxis, PAGE_HEATMAP_PX, n)
+    diff = difference_heatmap(w.numpy(), causal_weights(n, 1).numpy(), labels, labels, title="Difference")
+    assert_ticks_apart(diff.layout.xaxis, DIFF_HEATMAP_PX, n)
+    bars = token_bar_figure(w[-1], labels, title="What “.” attends to")
+    assert_ticks_apart(bars.layout.xaxis, HALF_BARS_PX, n)
+    for fig in (half, full, diff, bars):
+        axis = fig.layout.xaxis
+        assert axis.tickangle in (0, -90) and axis.tickvals[0] == 0  # <bos> keeps its label
+        assert len(axis.tickvals) >= n // 3  # thinned, not emptied
+
+
+def test_model_grid_key_labels_never_overlap():
+    """The grid's bottom row wrote every key at −60° whenever heads × keys ≤ 64 (4 heads × 16 keys: ~10 px
+    columns for 14 px labels)."""
+    for heads, n in ((4, 16), (4, 10), (2, 24)):
+        labels = pieces(n)
+        attn = torch.stack([torch.stack([causal_weights(n, s) for s in range(heads)])] * 3)
+        fig = model_grid_figure(attn, labels, labels, causal=True)
+        bottom = fig.layout[f"xaxis{2 * heads + 1}"]
+        assert bottom.showticklabels
+        assert_ticks_apart(bottom, GRID_PANEL_PX * 4 / heads, n)
+
+
+# --- titles -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", list(KIND_TITLES))
+def test_word_level_titles_fit_a_half_width_chart(kind):
+    """"Cross-attention (decoder → encoder) · layer 3 · head 1 · words" (62 characters) was cut off at 1280 px:
+    Plotly never wraps a title. Each line now fits, and the top margin holds every line."""
+    n = 5
+    labels = pieces(n)
+    for head in (0, "mean"):
+        title = view_title(kind, 2, head, words=True)
+        fig = attention_heatmap(causal_weights(n), labels, labels, causal=True, title=title)
+        lines = fig.layout.title.text.split("<br>")
+        assert " ".join(lines).replace("  ", " ") == title
+        assert max(len(line) for line in lines) <= TITLE_CHARS, lines
+        assert fig.layout.margin.t >= 24 * len(lines) + 24
+        wide = attention_heatmap(causal_weights(n), labels, labels, causal=True, title=title, width=PAGE_PX)
+        assert max(len(line) for line in wide.layout.title.text.split("<br>")) <= title_chars(PAGE_PX)
+
+
+# --- the ablation sweep -----------------------------------------------------------------------------------------
+def test_the_sweep_maps_share_one_colour_range():
+    """The sweep's three heatmaps each ran from −(their own largest drop) to +: a head that barely mattered in one
+    kind was as red as the head that mattered most in another."""
+    drops = {"encoder": torch.tensor([[0.02, -0.01], [0.05, 0.0]]),
+             "decoder": torch.tensor([[1.5, 0.3], [-0.2, 0.1]]),
+             "cross": torch.tensor([[4.0, -0.5], [0.7, 0.2]])}
+    figures = sweep_heatmaps(drops, {k: k.title() for k in drops})
+    ranges = {(f.data[0].zmin, f.data[0].zmax) for f in figures}
+    assert len(ranges) == 1 and next(iter(ranges)) == pytest.approx((-4.0, 4.0))
+    assert [f.layout.title.text for f in figures] == ["Encoder", "Decoder", "Cross"]
+    assert all(f.data[0].zmid == 0 for f in figures)
+    # a single map still spans its own largest drop
+    alone = head_stat_heatmap(drops["encoder"], "drop (nats)", diverging=True)
+    assert (alone.data[0].zmin, alone.data[0].zmax) == pytest.approx((-0.05, 0.05))
+
+
+# --- the page, with a decoder-only model ------------------------------------------------------------------------
+streamlit_testing = pytest.importorskip("streamlit.testing.v1")
+BROWN = ROOT / "checkpoints" / "brown-lm"
+
+
+@pytest.mark.skipif(not (BROWN / "model.safetensors").is_file(), reason="checkpoints/brown-lm is missing")
+def test_every_masked_map_of_the_decoder_only_model_has_no_line_through_it(monkeypatch):
+    """Every brown-lm map is masked: the heads, the model grid's summaries and the rollout draw no axis line where
+    the masked cells are empty."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("ATTENTION_EXPLORER_CHECKPOINTS", raising=False)
+    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
+    at = streamlit_testing.AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.query_params["ckpt"] = "brown-lm"
+    at.switch_page("app_pages/attention.py").run()
+    seen = 0
+    for tab in ("Heads", "Summaries"):
+        at.session_state["tab"] = tab
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        for chart in at.get("plotly_chart"):
+            spec = json.loads(chart.proto.spec)
+            if not any(t["type"] == "heatmap" for t in spec["data"]):
+                continue
+            seen += 1
+            assert spec["layout"]["plot_bgcolor"] == MASKED_BG
+            for name, axis in spec["layout"].items():
+                if name.startswith(("xaxis", "yaxis")):
+                    assert axis.get("zeroline") is False, (tab, spec["layout"].get("title"), name)
+    assert seen >= 6  # 4 heads, the mean / max grid, the rollout

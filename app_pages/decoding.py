@@ -143,13 +143,14 @@ run = lab.StepView.of(full, step)
 ss["dl_view"] = run  # what is shown (read-only), for tests
 
 
-def _force(at_step: int) -> None:
+def _force(at_step: int, example: str) -> None:
     typed_piece = (ss.get("dl_force_text") or "").strip()
     if typed_piece:
         token_id = lab.resolve_piece(tok, typed_piece)
         if token_id is None:
             ss["dl_force_msg"] = (f"“{typed_piece}” is not a piece of this model's vocabulary. Pieces that start a "
-                                  "word begin with ▁ (e.g. ▁Haus); pick one from the list, or try a shorter piece.")
+                                  f"word begin with ▁ (e.g. {example}); pick one from the list, or try a shorter "
+                                  "piece.")
             return
         ss["dl_force_text"] = ""
     else:
@@ -182,10 +183,10 @@ else:
     forced_here = run.forced_at(step)
     with main:
         widgets.show_figure(
-            pipeline_figure(pipe, tok.id_to_token, top=15,
+            pipeline_figure(pipe, tok.id_to_token, top=15,  # the stepper hands the rule log-probabilities
                             temperature=sampling.temperature if sampling.strategy == "sample" else None,
-                            forced=forced_here,
-                            title=f"Step {step}: from logits to the next token "
+                            forced=forced_here, scores="log p",
+                            title=f"Step {step}: from log-probabilities to the next token "
                                   f"({'forced' if forced_here else sampling.strategy})"),
             key="dl_pipeline",
         )
@@ -205,9 +206,13 @@ else:
         p_of = dict(zip(ids, probs))
         st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
                      format_func=lambda i: f"{display_token(tok.id_to_token(i))}  (p = {p_of.get(i, 0.0):.3f})")
-        st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder="e.g. ▁Haus",
+        # the example comes from this model's vocabulary and this step's candidates (a German word meant nothing
+        # to the English language model)
+        example = lab.example_piece(tok, ids, avoid=record.token_id)
+        st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
                       help="Used instead of the list when not empty. A word start is written with ▁.")
-        st.button("Force this token", icon=":material/call_split:", type="primary", on_click=_force, args=(step,))
+        st.button("Force this token", icon=":material/call_split:", type="primary", on_click=_force,
+                  args=(step, example))
         message = ss.pop("dl_force_msg", None)
         if message:
             st.warning(message)
@@ -231,7 +236,9 @@ if ss["dl_branches"]:
 if step == 0:
     st.stop()
 
-tab_probs, tab_cache = st.tabs(["Probabilities and cross-attention", "KV cache"])
+# a decoder-only model has no cross-attention: its tab is about the probabilities alone
+tab_probs, tab_cache = st.tabs(["Probabilities and cross-attention" if cfg.is_encoder_decoder else "Probabilities",
+                                "KV cache"])
 with tab_probs:
     views.probabilities_tab(ckpt, run, src.tokens)
 with tab_cache:

@@ -113,7 +113,7 @@ def test_colours_and_fonts_are_named_once_in_the_theme():
 # --- decoding figures readable from the back of the room ---------------------------------------------------------
 def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
     """At later steps the two-line labels of neighbouring steps ran into each other: one short line per node now,
-    alternately above and below, and the numbers only on the newest step."""
+    alternately above and below, and the numbers only on the newest step (on the same line, to the right)."""
     from types import SimpleNamespace
 
     from viz.decoding import beam_tree_figure
@@ -126,7 +126,9 @@ def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
         assert places[k] != places[k + 4]  # the same rank one step later sits on the other side
     older = [t for t, x in zip(texts, xs) if x < 30]
     assert all("<br>" not in t and len(t) <= 8 for t in older)
-    assert all("<br>" in t for t, x, kept in zip(texts, xs, [c[3] for s in steps for c in s]) if x == 30 and kept)
+    newest = [(t, p) for t, p, x in zip(texts, places, xs) if x == 30]
+    assert newest and all("<br>" not in t and p == "middle right" and t.split(" ")[-1].lstrip("-")[0].isdigit()
+                          for t, p in newest)
     assert nodes.textfont.size >= 13
 
 

@@ -296,3 +296,22 @@ def resolve_piece(tokenizer, text: str) -> int | None:
         if tid is not None:
             return int(tid)
     return None
+
+
+def example_piece(tokenizer, candidate_ids, avoid: int | None = None) -> str:
+    """A piece to show as an example of what can be typed in the force box: a word start (``▁`` and two letters
+    or more) among ``candidate_ids`` (this step's most probable next tokens, most probable first) other than
+    ``avoid`` (the token taken), else any of them, else the vocabulary's first word start. Taken from the model's
+    own vocabulary and context, so that a language model of English does not suggest a German word."""
+    pieces = [(int(i), tokenizer.id_to_token(int(i))) for i in candidate_ids]
+    pieces = [(i, p) for i, p in pieces if p]
+
+    def word_start(piece: str) -> bool:
+        return piece.startswith("▁") and len(piece) > 2 and piece[1:].isalpha()
+
+    for test in (lambda i, p: i != avoid and word_start(p), lambda i, p: word_start(p), lambda i, p: i != avoid):
+        found = next((p for i, p in pieces if test(i, p)), None)
+        if found:
+            return found
+    return next((p for p in map(tokenizer.id_to_token, range(int(getattr(tokenizer, "vocab_size", 0))))
+                 if word_start(p)), "▁")

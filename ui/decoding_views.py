@@ -13,6 +13,8 @@ import math
 import platform
 from typing import Callable, Sequence
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 import torch
 
@@ -24,14 +26,51 @@ from viz.attention import alignment_html, display_token
 from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure
 
 
+#: Decimals of every probability and log-probability in the lab's tables, as in its captions and force list.
+DECIMALS = 3
+#: Columns that hold token pieces: never cut off ("▁werde" read "▁wer…" in a narrow column).
+TOKEN_COLUMNS = ("token", "+ token", "forced (step→token)")
+#: Pixels per character of a table cell's text (14 px sans, generous for ▁ and capitals), and a cell's padding.
+_CELL_CHAR_PX, _CELL_PAD_PX = 8.5, 30
+
+
+def table_parts(rows: Sequence[dict]) -> tuple[pd.DataFrame, dict[str, str], dict[str, int]]:
+    """What :func:`lab_table` shows, without Streamlit: ``(frame, formats, token_widths)``.
+
+    One look for every table of the lab: each float column written with :data:`DECIMALS` decimals (a column
+    read 0.761, 0.59 and 0.2271 when rounded values were left to the grid), booleans as ``yes`` / ``no`` (not
+    ``true``), and the width (px) each column of :data:`TOKEN_COLUMNS` needs for its longest piece.
+    """
+    frame = pd.DataFrame(list(rows))
+    formats, widths = {}, {}
+    for column in frame.columns:
+        values = frame[column]
+        if values.map(lambda v: isinstance(v, (bool, np.bool_))).all() and len(values):
+            frame[column] = values.map(lambda v: "yes" if v else "no")
+        elif values.map(lambda v: isinstance(v, (float, np.floating))).all() and len(values):
+            formats[column] = f"{{:.{DECIMALS}f}}"
+        if column in TOKEN_COLUMNS:
+            longest = max([len(str(v)) for v in values] + [len(column)])
+            widths[column] = int(math.ceil(longest * _CELL_CHAR_PX + _CELL_PAD_PX))
+    return frame, formats, widths
+
+
+def lab_table(rows: Sequence[dict], where=None, *, wrap: bool = False, height: int | None = None):
+    """A table of the lab (:func:`table_parts`: one number format, yes / no, whole tokens) through
+    :func:`ui.widgets.show_table`. ``wrap``: a static table whose cells wrap (long translations)."""
+    frame, formats, widths = table_parts(rows)
+    extra = {} if wrap else {"column_config": {c: st.column_config.TextColumn(c, width=w) for c, w in widths.items()}}
+    return widgets.show_table(frame, where, wrap=wrap, formats=formats, height=height, **extra)
+
+
 def hypotheses_table(tok, hyps: Sequence, alpha: float) -> None:
     """Beam hypotheses as rows: translation, log P, length, the length penalty lp (Wu et al. 2016, eq. 14) and the
     score log P / lp."""
     # a static table: its cells wrap, where a dataframe's cut the translations off at the column's width
-    widgets.show_table(
-        [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": round(h.log_prob, 3),
-          "length": len(h.tokens), "lp": round(length_penalty(len(h.tokens), alpha), 3),
-          "score": round(h.score, 3), "finished": h.finished}
+    lab_table(
+        [{"rank": i + 1, "translation": tok.decode(h.tokens), "log P": float(h.log_prob),
+          "length": len(h.tokens), "lp": float(length_penalty(len(h.tokens), alpha)),
+          "score": float(h.score), "finished": bool(h.finished)}
          for i, h in enumerate(hyps)],
         wrap=True,
     )
@@ -53,11 +92,8 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
         step_controls(step, at_end, n_total, f"{len(now.open)} open beams · {len(now.finished)} finished · "
                                              f"search ends after {n_total} steps")
     shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
-    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id, title=f"Beam search tree after step {step}")
-    fig.update_xaxes(tickvals=list(range(n_total + 1)), range=[-0.7, n_total + 0.5])  # grows in place
-    fig.update_layout(height=200 + 46 * 2 * width)
-    fig.update_yaxes(range=[2 * width - 0.5, -0.9], tickvals=list(range(2 * width)),
-                     ticktext=[str(i + 1) for i in range(2 * width)])
+    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id, title=f"Beam search tree after step {step}",
+                           n_steps=n_total, ranks=2 * width)  # the axes of the whole search: it grows in place
     widgets.show_figure(fig, where=main, key="dl_beam_tree")
     main.caption("x = step, y = rank; grey = pruned, orange = best so far.")
     if step == 0:
@@ -66,9 +102,9 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
     else:
         st.markdown(f"**Step {step}: the {len(now.candidates)} candidates considered**, best first "
                     "(cumulative log P = the beam's log P + log p(token))")
-        widgets.show_table(
+        lab_table(
             [{"rank": i + 1, "beam (parent)": tok.decode(parent) or "<bos>",
-              "+ token": display_token(tok.id_to_token(token)), "cumulative log P": round(lp, 3),
+              "+ token": display_token(tok.id_to_token(token)), "cumulative log P": float(lp),
               "outcome": ("closes a hypothesis" if token == cfg.eos_id else "kept as a beam") if kept
               else "pruned"}
              for i, (parent, token, lp, kept) in enumerate(now.candidates)],
@@ -96,10 +132,10 @@ def branches_view(ckpt: Checkpoint, branches: Sequence[dict], results: Sequence[
         return ", ".join(f"{s}→{display_token(tok.id_to_token(t))}" for s, t in sorted(forced.items())) or "—"
 
     names = ["as decoded"] + [f"branch {i}" for i in range(1, len(branches))]
-    widgets.show_table(
+    lab_table(
         [{"branch": name, "forced (step→token)": describe(forced),
           "translation": tok.decode([t for t in ids if t != cfg.eos_id]),
-          "log P": round(sum(math.log(max(p, 1e-12)) for p in probs), 3),
+          "log P": float(sum(math.log(max(p, 1e-12)) for p in probs)),
           "tokens": len(ids)}
          for name, forced, (ids, probs) in zip(names, branches, results)],
     )
@@ -107,8 +143,8 @@ def branches_view(ckpt: Checkpoint, branches: Sequence[dict], results: Sequence[
     for col, i in zip(st.columns(len(shown)), shown):
         ids, probs = results[i]
         col.markdown(f"**{names[i]}**")
-        widgets.show_table(
-            [{"step": s + 1, "token": display_token(tok.id_to_token(t)), "p": round(p, 3),
+        lab_table(
+            [{"step": s + 1, "token": display_token(tok.id_to_token(t)), "p": float(p),
               "forced": "★" if branches[i].get(s + 1) == t else ""}
              for s, (t, p) in enumerate(zip(ids, probs))],
             col, height=min(400, 38 + 35 * len(ids)),
@@ -125,12 +161,12 @@ def probabilities_tab(ckpt: Checkpoint, run: lab.StepView, src_tokens: list[str]
     for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines)):
         log_p += float(rec.log_probs[rec.token_id])
         rows.append({"step": s + 1, "token": display_token(tok.id_to_token(rec.token_id)),
-                     "p (model)": round(rec.prob, 4), "p (after the rule)": round(float(pipe.final[rec.token_id]), 4),
-                     "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": round(log_p, 3)})
+                     "p (model)": float(rec.prob), "p (after the rule)": float(pipe.final[rec.token_id]),
+                     "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": log_p})
     st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
     matrix = run.cross_attention_matrix()
     pcol, hcol = st.columns([1.2, 1])
-    widgets.show_table(rows, pcol)
+    lab_table(rows, pcol)
     if matrix is not None:
         hcol.markdown(alignment_html(matrix[-1].mean(0), tok.tokens(run.generated), src_tokens,
                                      title="Cross-attention so far (last decoder layer, mean over heads)"),

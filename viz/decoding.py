@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 from viz.attention import _short, display_token, plotly_escape
 from viz.theme import (ACCENT, CHIP_BG, DARK_TEXT, FONT, GREY, INK, MIN_READABLE, MONO, SKY as LIGHT,
                        STEEL as BLUE, SUBTLE, TITLE_FONT, WHITE)
+from viz.theme import thinned, tick_plan
 from viz.theme import title as _title
 
 
@@ -60,6 +61,22 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
 PANEL_GAP = 0.07
 #: Token labels in a monospace font (as the attention heatmaps), so that pieces like "▁en" and "en" stay apart.
 TOKEN_FONT = dict(family=MONO, size=MIN_READABLE, color=INK)
+#: Width (px) of the pipeline chart at 1280×720: the Decoding lab's main column, beside the rule's controls.
+PIPELINE_PX = 630
+#: What the first panel of :func:`pipeline_figure` may hold: the decoder's log-probabilities (what
+#: :class:`model.decoding.Stepper` hands a decoding rule) or raw logits. Title of the panel, then of the second.
+SCORE_TITLES = {
+    "log p": ("log p<br>(log-softmax)", "log p ÷ T"),
+    "logits": ("logits<br> ", "logits ÷ T"),
+}
+
+
+def _bar_text_places(values: np.ndarray, texts: Sequence[str], panel_px: float) -> list[str]:
+    """``"inside"`` for each bar long enough to hold its text at full size, else ``"outside"`` (past its end):
+    Plotly shrinks a text inside a short bar until it can no longer be read."""
+    span = (max(float(values.max()), 0.0) - min(float(values.min()), 0.0)) * 1.05 or 1.0
+    text_px = [len(t) * 0.55 * FONT["size"] + 8 for t in texts]
+    return ["inside" if abs(v) / span * panel_px >= need else "outside" for v, need in zip(values, text_px)]
 
 
 def _np(x) -> np.ndarray:
@@ -83,12 +100,15 @@ def pipeline_rows(pipeline, top: int = 15) -> list[int]:
 
 
 def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, temperature: float | None = None,
-                    forced: bool = False, title: str = "") -> go.Figure:
+                    forced: bool = False, title: str = "", scores: str = "log p") -> go.Figure:
     """One next-token choice as four stages side by side, sharing the token axis (rows):
 
-    1. the logits; 2. the logits divided by the temperature ``T``; 3. ``softmax`` of those, with the tokens that
-    the top-k / top-p cut removes greyed (and struck through in the row labels) and the kept ones blue;
-    4. the renormalised distribution over the kept tokens, the chosen token in the accent colour.
+    1. the scores the rule starts from; 2. those divided by the temperature ``T``; 3. ``softmax`` of those, with
+    the tokens that the top-k / top-p cut removes greyed (and struck through in the row labels) and the kept ones
+    blue; 4. the renormalised distribution over the kept tokens, the chosen token in the accent colour.
+
+    Each bar of the first two panels carries its value, inside the bar where it fits at full size and past the
+    bar's end where the bar is too short for it (laid out for :data:`PIPELINE_PX`).
 
     Args:
         pipeline: any object with ``logits``, ``scaled``, ``probs``, ``final`` (``[vocab]`` floats), ``keep``
@@ -97,6 +117,9 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         top: rows shown: the ``top`` most probable tokens by raw probability (+ the chosen one if not among them).
         temperature: written in the second panel's title (``None``: greedy, no temperature).
         forced: the chosen token was forced by the user rather than picked by the rule.
+        scores: what ``pipeline.logits`` holds, a key of :data:`SCORE_TITLES`: ``"log p"`` (the default) for the
+            log-probabilities a :class:`model.decoding.Stepper` hands its rule (the logits less one constant, which
+            the softmax ignores), ``"logits"`` for raw logits. The panels' titles say which.
 
     Returns:
         A Plotly figure with 4 bar traces (one per stage, ``len(rows)`` bars each). ``layout.meta`` holds
@@ -113,12 +136,15 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         text = text if kept else f"<s>{text}</s>"
         text = f"<b>{text}</b>" if r == chosen else text
         labels.append(f"{r + 1}. {text}")
-    t_text = "greedy:<br>no temperature" if temperature is None else f"logits ÷ T<br>(T = {temperature:g})"
+    first, divided = SCORE_TITLES[scores]
+    t_text = "greedy:<br>no temperature" if temperature is None else f"{divided}<br>(T = {temperature:g})"
     fig = make_subplots(
         rows=1, cols=4, shared_yaxes=True, horizontal_spacing=PANEL_GAP,
-        subplot_titles=("logits<br> ", t_text, "softmax, then the<br>top-k / top-p cut" if temperature is not None
+        subplot_titles=(first, t_text, "softmax, then the<br>top-k / top-p cut" if temperature is not None
                         else "softmax; greedy keeps<br>only the argmax", "renormalised<br>→ pick"),
     )
+    label_px = max(len(f"{r + 1}. {p}") for r, p in enumerate(pieces)) * 0.6 * MIN_READABLE + 10
+    panel_px = (PIPELINE_PX - 40 - label_px) * (1 - 3 * PANEL_GAP) / 4
     y = list(range(len(rows)))
     kept_or_grey = [BLUE if k else GREY for k in keep]
     final_colors = [ACCENT if r == chosen else (BLUE if k else GREY) for r, k in enumerate(keep)]
@@ -129,15 +155,18 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         ("probs", probs, kept_or_grey, [f"{v:.1%}" if k else f"{v:.1%} cut" for v, k in zip(probs, keep)]),
         ("final", final, final_colors, [f"{v:.1%}" if k or r == chosen else "" for r, (v, k) in enumerate(zip(final, keep))]),
     ]
+    hover_names = {"logits": scores, "scaled": "greedy" if temperature is None else f"{scores} ÷ T",
+                   "probs": "softmax", "final": "renormalised"}
     for col, (name, values, colors, text) in enumerate(stages, start=1):
+        places = _bar_text_places(values, text, panel_px) if col <= 2 else ["outside"] * len(rows)
         fig.add_trace(
             go.Bar(
                 x=values.tolist(), y=y, orientation="h", name=name, marker_color=colors,
                 marker_pattern_shape=["" if k else "/" for k in keep] if name == "probs" else None,
-                text=text, textposition="inside" if col <= 2 else "outside", insidetextanchor="start",
-                textfont=dict(color=WHITE if col <= 2 else DARK_TEXT), cliponaxis=False, showlegend=False,
-                customdata=np.array([[p, s] for p, s in zip(pieces, status)], dtype=object),
-                hovertemplate="%{customdata[0]}: %{x:.4f} (%{customdata[1]})<extra>" + name + "</extra>",
+                text=text, textposition=places, insidetextanchor="start",
+                textfont=dict(color=[WHITE if p == "inside" else DARK_TEXT for p in places]), cliponaxis=False,
+                showlegend=False, customdata=np.array([[p, s] for p, s in zip(pieces, status)], dtype=object),
+                hovertemplate="%{customdata[0]}: %{x:.4f} (%{customdata[1]})<extra>" + hover_names[name] + "</extra>",
             ),
             row=1, col=col,
         )
@@ -163,12 +192,18 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     return fig
 
 
-def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2, title: str = "") -> go.Figure:
+#: Width (px) of the beam tree's plot area at 1280×720 (the Decoding lab's main column, less the axis titles).
+BEAM_PLOT_PX = 560
+
+
+def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2, title: str = "",
+                     n_steps: int | None = None, ranks: int | None = None) -> go.Figure:
     """Beam search as a tree: x = step, y = rank among that step's candidates (best on top).
 
-    Every candidate the search considered is a node labelled with its token and cumulative log-probability,
-    joined to its parent beam; kept candidates are blue (a square when it ended the hypothesis with
-    ``<eos>``), pruned ones grey; the path of the best hypothesis is drawn in the accent colour.
+    Every candidate the search considered is a node labelled with its token, joined to its parent beam; kept
+    candidates are blue (a square when it ended the hypothesis with ``<eos>``), pruned ones grey; the path of the
+    best hypothesis is drawn in the accent colour. The newest step's nodes also carry their cumulative
+    log-probability, on one line to the right of the node, where the next steps' columns are still empty.
 
     Args:
         result: a :class:`model.sampling.BeamResult` (or any object with ``hypotheses`` and ``steps``:
@@ -176,6 +211,8 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
             indexing the open beams of step ``t - 1``; each hypothesis has ``tokens``).
         id_to_token: id → BPE piece.
         eos_id: the end-of-sequence id (candidates with it close a hypothesis and have no children).
+        n_steps / ranks: steps (x) and ranks (y) the axes span, at least those shown, so that a tree shown step
+            by step grows in place (e.g. the search's length and 2 × the beam width).
 
     Returns:
         A figure whose trace named ``"candidates"`` has one point per candidate (``sum(len(s) for s in steps)``)
@@ -230,11 +267,13 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
         colors.append(ACCENT if on_best[k] else (BLUE if kept else GREY))
         symbols.append("square" if done else "circle")
         # Labels of neighbouring steps used to run into each other once the tree was wide: one short line per
-        # node (the log-probability only on the newest step, whose column has no right neighbour; hover and the
-        # step's table have every number), above the node on even steps and below it on odd ones.
+        # node, above the node on even steps and below it on odd ones. The newest step's label also has the
+        # score, on the same line to the right, where the column has no neighbour yet: under the node, the score
+        # of one rank ran into the token of the next once the beam was wide (hover and the step's table have
+        # every number).
         label = plotly_escape(_short(display_token(id_to_token(int(token))), 8))
-        texts.append(f"{label}<br>{lp:.2f}" if kept and t == last else label)
-        places.append("top center" if t % 2 == 0 else "bottom center")
+        texts.append(f"{label} {lp:.2f}" if t == last else label)
+        places.append("middle right" if t == last else "top center" if t % 2 == 0 else "bottom center")
         state = ("finished (ends with &lt;eos&gt;)" if done else "kept as a beam") if kept else "pruned"
         hover.append(f"step {t + 1}, rank {j + 1}: <b>{piece}</b><br>cumulative log p = {lp:.3f}<br>"
                      f"parent beam {int(parent) + 1}<br>{state}")
@@ -248,13 +287,18 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
                                 ("pruned", GREY, "circle"), ("best hypothesis", ACCENT, "circle")):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker=dict(size=11, color=color, symbol=symbol)))
-    width = max((len(s) for s in steps), default=1)
+    width = max(max((len(s) for s in steps), default=1), ranks or 0)
+    n_steps = max(len(steps), n_steps or 0)
+    # Room right of the last step for the newest labels (token and score, 13 px monospace), in steps.
+    newest = max((len(html.unescape(t)) for t, (tt, _, _) in zip(texts, flat) if tt == last), default=0)
+    label_px = newest * 0.6 * 13 + 16
+    right = max(0.5, label_px * (n_steps + 1.2) / max(BEAM_PLOT_PX - label_px, 1.0))
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor=WHITE,
         height=200 + 46 * width, margin=dict(l=50, r=20, t=60 if title else 30, b=90),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
     )
-    fig.update_xaxes(title_text="step", tickvals=list(range(len(steps) + 1)), range=[-0.7, len(steps) + 0.5],
+    fig.update_xaxes(title_text="step", tickvals=list(range(n_steps + 1)), range=[-0.7, n_steps + right],
                      showgrid=False, zeroline=False)
     fig.update_yaxes(title_text="rank at that step", range=[width - 0.5, -0.9], tickvals=list(range(width)),
                      ticktext=[str(i + 1) for i in range(width)], showgrid=False, zeroline=False)
@@ -267,27 +311,14 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
 KV_PLOT_PX = 740
 #: Smallest share of the width either strip gets, so that its two-line title fits above it (fraction).
 KV_MIN_STRIP = 0.4
-#: Width of one character of :data:`TOKEN_FONT` (px): a monospace glyph is 0.6 em.
-_TOKEN_CHAR_PX = 0.6 * MIN_READABLE
-#: Distance (px) that two upright (−90°) tick labels need between their ticks: a line height.
-_UPRIGHT_GAP_PX = 1.3 * MIN_READABLE
-
-
 def kv_tick_plan(labels: Sequence[str], strip_px: float) -> tuple[int, int]:
-    """How the KV-cache figure writes ``labels`` (one per cell) under a strip ``strip_px`` wide without overlaps:
-    ``(angle, every)``: level (0°) when the longest fits its cell, else upright (−90°, read from below) with
-    every ``every``-th label kept (1 = all) so that neighbours stay at least :data:`_UPRIGHT_GAP_PX` apart.
+    """How the KV-cache figure writes ``labels`` (one per cell, :data:`TOKEN_FONT`) under a strip ``strip_px`` wide
+    without overlaps: ``(angle, every)`` of :func:`viz.theme.tick_plan`, the one plan every token axis uses.
 
     Raises:
         ValueError: ``strip_px`` is not positive.
     """
-    if strip_px <= 0:
-        raise ValueError(f"strip_px must be positive, got {strip_px}")
-    cell = strip_px / max(len(labels), 1)
-    longest = max((len(t) for t in labels), default=0) * _TOKEN_CHAR_PX + 8  # 8 px between neighbours
-    if longest <= cell:
-        return 0, 1
-    return -90, max(1, int(np.ceil(_UPRIGHT_GAP_PX / cell)))
+    return tick_plan(labels, strip_px, TOKEN_FONT["size"])
 
 
 def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: int | None = None,
@@ -343,7 +374,7 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
         ), row=1, col=col)
         ticks = [_short(t, 8) for t in lab]
         angle, every = kv_tick_plan(ticks, KV_PLOT_PX * (1 - gap * (cols - 1)) * shares[col - 1])
-        kept = list(range(n - 1, -1, -every))[::-1]  # thinned from the newest position back
+        kept = thinned(n, every, keep_last=True)  # the newest position keeps its label
         fig.update_xaxes(tickvals=kept, ticktext=[ticks[p] for p in kept], tickangle=angle,
                          tickfont=TOKEN_FONT, automargin=True, row=1, col=col)
 

@@ -11,7 +11,6 @@ to ``test-artifacts/training-live.png``.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,8 @@ from benchmarks.app_server import CHROMIUM, ServerError, serve
 from training import form as TF
 from training import launch as L
 from training import runs as R
+
+from test_training_page import wait_for
 
 pytestmark = pytest.mark.xdist_group("browser")  # one browser test at a time (see test_e2e_browser.py)
 
@@ -35,15 +36,6 @@ expect.set_options(timeout=30_000)  # a busy 2-core machine draws the page's lat
 FORM = {**TF.preset_form("2-minute CPU demo"), "d_model": 32, "n_heads": 2, "layers": 1, "d_ff": 64,
         "max_steps": 100_000, "max_minutes": 2.0, "limit_train": 200, "eval_every": 100_000, "eval_sentences": 5,
         "vocab_size": 500, "warmup": 5, "log_every": 5, "threads": 1, "device": "cpu", "batch_tokens": 600}
-
-
-def wait_for(pred, timeout: float, every: float = 0.25) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(every)
-    return False
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from model.checkpoint import load_checkpoint
 from training.config import FIELDS, build_parser, value_type
 from ui.run_view import progress
 from viz.labels import KIND_SHORT
-from viz.training import PALETTE
+from viz.training import LEG_SCORES, PALETTE
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "app_pages" / "training.py"
@@ -325,11 +325,13 @@ def test_page_empty_root(tmp_path, monkeypatch):
 def test_page_shows_the_shipped_translators_legs(tmp_path, monkeypatch):
     """The expander with the shipped model's scores after each leg, drawn from its card's ``legs``."""
     at = page(monkeypatch, tmp_path)
-    (expander,) = [e for e in at.expander if "scores after each leg" in e.label]
+    (expander,) = [e for e in at.expander if "shipped translator was trained" in e.label]
     charts = list(expander.get("plotly_chart"))
     assert len(charts) == 1
     names = {t["name"] for t in json.loads(charts[0].proto.spec)["data"] if t.get("showlegend", True)}
-    assert {"Ding valid chrF", "everyday sentences chrF", "Ding test chrF"} <= names
+    card = json.loads((ROOT / "checkpoints" / "en-de" / "card.json").read_text())
+    want = {**LEG_SCORES, **card.get("legs_labels", {})}
+    assert set(want.values()) <= names
 
 
 def test_page_invalid_form_shows_error(tmp_path, monkeypatch):

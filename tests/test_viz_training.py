@@ -200,3 +200,10 @@ def test_a_lone_point_is_ticked_at_whole_steps():
     assert compare_figure({"r": records}, "valid_loss", x="wall time (minutes)").layout.xaxis.dtick is None
     wide = records + [{"step": 300, "valid_loss": 5.0}]
     assert run_figure(wide, {"valid loss": "valid_loss"}, "Loss", "nats").layout.xaxis.dtick is None
+
+
+def test_legs_figure_takes_the_cards_labels_for_its_sets():
+    """A lineage scored on other sets names them (a card's ``legs_labels``); unknown keys are ignored."""
+    legs = [{"leg": "a", "train_minutes": 10, "tokens_seen": 1e6, "valid_chrf": 30.0, "test_chrf": 28.0}]
+    fig = legs_figure(legs, labels={"valid_chrf": "mixture valid chrF", "bogus": "x"})
+    assert {t.name for t in fig.data} == {"mixture valid chrF", LEG_SCORES["test_chrf"]}

@@ -255,7 +255,7 @@ def _leg_hover(points: Sequence[tuple[float, float, Mapping]]) -> list[list]:
     return [[str(leg.get("leg", "")), (_number(leg.get("tokens_seen")) or 0) / 1e6] for _, _, leg in points]
 
 
-def legs_figure(legs: Sequence[Mapping], height: int = 340) -> go.Figure:
+def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str, str] | None = None) -> go.Figure:
     """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative CPU-minutes.
 
     ``legs`` is a model card's ``legs`` list (``checkpoints/en-de/card.json``): one mapping per training leg with
@@ -263,10 +263,12 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340) -> go.Figure:
     ``shipped`` (bool: whether that leg's model was the shipped one) and any of :data:`LEG_SCORES` (chrF, 0–100).
     A leg that was not shipped is drawn as a hollow marker and a dotted segment: the curve of what was tried. Legs
     without a numeric ``train_minutes`` and scores that are missing or not finite are skipped, never raised on.
+    ``labels`` renames scores (a card's ``legs_labels``: which valid and test sets its lineage was scored on).
     """
+    names = {**LEG_SCORES, **{k: str(v) for k, v in (labels or {}).items() if k in LEG_SCORES}}
     rows = [leg for leg in legs if isinstance(leg, Mapping) and _number(leg.get("train_minutes")) is not None]
     fig = go.Figure()
-    for i, (key, label) in enumerate(LEG_SCORES.items()):
+    for i, (key, label) in enumerate(names.items()):
         points = [(float(leg["train_minutes"]), v, leg) for leg in rows if (v := _number(leg.get(key))) is not None]
         if not points:
             continue

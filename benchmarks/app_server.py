@@ -1,8 +1,9 @@
-"""Serve the app as ``make run`` does, for the browser benchmark and the browser tests.
+"""Serve the app as ``make run`` does, for the browser benchmark, the screenshots and the browser tests.
 
 :func:`serve` starts ``streamlit run app.py`` on a free local port in its own process group and stops it at the
 end; :data:`CHROMIUM` is Debian's Chromium (``/usr/bin/chromium``, ``$CHROMIUM``, or ``chromium`` on the PATH),
-which Playwright drives through ``executable_path`` (never ``playwright install``: it downloads).
+which Playwright drives through ``executable_path`` (never ``playwright install``: it downloads);
+:func:`settled` waits in such a browser until a page's script run is over and drawn.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ if not Path(CHROMIUM).is_file() and shutil.which("chromium"):
 START_TIMEOUT_S = 60
 #: Variables that would make a served app differ from the one ``make run`` starts.
 APP_ENV = ("ATTENTION_EXPLORER_CHECKPOINTS", "ATTENTION_EXPLORER_DEMO")
+SETTLE_TIMEOUT_MS = 120_000  # one script run (model load + decode) on a busy 2-core machine
+
+#: In-page check that the rerun is over: nothing stale, no running icon, and ``pattern`` (if any) in the text.
+SETTLED_JS = """(pattern) => {
+  if (document.querySelector('[data-stale="true"]')) return false;
+  if (document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')) return false;
+  if (document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningManIcon"]')) return false;
+  return !pattern || new RegExp(pattern).test(document.body.innerText);
+}"""
+TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 
 
 class ServerError(RuntimeError):
@@ -85,3 +96,12 @@ def serve(log_path: Path, env_overrides: dict[str, str] | None = None, script: s
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def settled(page, pattern: str | None = None, min_ms: int = 0, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:
+    """Wait in a Playwright ``page`` until the rerun is over (see :data:`SETTLED_JS`), at least ``min_ms`` after
+    the call; then two animation frames, as Plotly draws in the next frame."""
+    if min_ms:
+        page.wait_for_timeout(min_ms)
+    page.wait_for_function(SETTLED_JS, arg=pattern, timeout=timeout_ms, polling=15)
+    page.evaluate(TWO_FRAMES_JS)

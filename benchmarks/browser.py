@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from .app_server import CHROMIUM, ROOT, ServerError, serve
+from .app_server import CHROMIUM, ROOT, ServerError, serve, settled
 from .table import print_table
 
 GOALS_S = {"page load → first chart": 2.5, "first Next on a sentence": 0.8, "Next": 0.3, "Back": 0.3,
@@ -44,23 +44,6 @@ SENTENCES = ["The cat sat on the mat.", "Bobby likes blackberries.", "I am hungr
              "The children play in the garden.", "Close the window, please.", "He works in a big city.",
              "The train is late again."]
 TIMEOUT_MS = 120_000
-
-#: In-page check that the rerun is over: nothing stale, no running icon, and ``pattern`` (if any) in the text.
-SETTLED_JS = """(pattern) => {
-  if (document.querySelector('[data-stale="true"]')) return false;
-  if (document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')) return false;
-  if (document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningManIcon"]')) return false;
-  return !pattern || new RegExp(pattern).test(document.body.innerText);
-}"""
-TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
-
-
-def settled(page, pattern: str | None = None, min_ms: int = 0) -> None:
-    """Wait until the rerun is over (see :data:`SETTLED_JS`), at least ``min_ms`` after the call."""
-    if min_ms:
-        page.wait_for_timeout(min_ms)
-    page.wait_for_function(SETTLED_JS, arg=pattern, timeout=TIMEOUT_MS, polling=15)
-    page.evaluate(TWO_FRAMES_JS)
 
 
 def timed(action, page, pattern: str | None) -> float:

@@ -67,3 +67,23 @@ def test_the_floor_app_counts_each_click():
     for _ in range(2):
         at.button[0].click().run()
     assert not at.exception and at.markdown[0].value == "Step 2 of 99"
+
+
+def test_screenshots_make_every_picture_the_docs_link_and_take_only():
+    """``python -m benchmarks.screenshots`` writes exactly the files the docs show (no browser needed here)."""
+    import re
+
+    import pytest
+
+    from benchmarks.app_server import ROOT
+    from benchmarks.screenshots import SHOTS, VIEWPORTS, file_name, parse_args
+
+    made = {file_name(s, v) for s in SHOTS for v in VIEWPORTS}
+    linked = set(re.findall(r"screenshots/([\w-]+\.png)", (ROOT / "docs" / "presentation-mode.md").read_text()))
+    assert len(made) == 14 and made == linked
+    args = parse_args([])
+    assert args.out == ROOT / "docs" / "screenshots" and args.only == [s.name for s in SHOTS]
+    assert parse_args(["--out", "/tmp/s", "--only", "translate, attention"]).only == ["translate", "attention"]
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--only", "translate,nope"])
+    assert exc.value.code == 2

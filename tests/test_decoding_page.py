@@ -22,7 +22,8 @@ from model.tokenizer import TextTokenizer
 from model.sampling import Chooser, Pipeline, SamplingConfig, beam_search, choose_next
 from ui import decoding_lab as lab
 from viz.attention import display_token
-from viz.decoding import ACCENT, GREY, beam_tree_figure, cache_bytes, kv_cache_figure, pipeline_figure
+from viz.decoding import ACCENT, GREY, beam_tree_figure, pipeline_figure
+from viz.kv_cache import cache_bytes, kv_cache_figure
 
 torch.set_num_threads(1)
 

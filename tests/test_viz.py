@@ -157,7 +157,7 @@ def test_long_titles_are_wrapped_not_cut_off():
 def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
     """Read from the back of the room: its ticks were 11 px and its strip titles 13 px; a long sentence's labels
     ran into each other."""
-    from viz.decoding import KV_MIN_STRIP, KV_PLOT_PX, MIN_READABLE, kv_cache_figure, kv_tick_plan
+    from viz.kv_cache import KV_MIN_STRIP, KV_PLOT_PX, MIN_READABLE, kv_cache_figure, kv_tick_plan
     short = kv_cache_figure(3, positions=4, src_len=8, target_tokens=["<bos>", "▁Die", "▁Katze", "▁sa"],
                             source_tokens=["▁The", "▁cat", "▁sat", "▁on", "▁the", "▁mat", ".", "<eos>"], title="Step 3")
     long = kv_cache_figure(3, positions=30, src_len=40, target_tokens=[f"▁wort{i}" for i in range(30)],

@@ -23,7 +23,8 @@ from model.sampling import BeamResult, length_penalty
 from ui import decoding_lab as lab
 from ui import widgets
 from viz.attention import alignment_html, display_token
-from viz.decoding import beam_tree_figure, cache_bytes, kv_cache_figure
+from viz.decoding import beam_tree_figure
+from viz.kv_cache import cache_bytes, kv_cache_figure
 
 
 #: Decimals of every probability and log-probability in the lab's tables, as in its captions and force list.

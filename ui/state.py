@@ -31,11 +31,13 @@ DEFAULT_CHECKPOINT = "en-de"
 #: Extra folders (``os.pathsep``-separated) whose checkpoint subfolders are listed after those of ``checkpoints/``.
 CHECKPOINTS_ENV = "ATTENTION_EXPLORER_CHECKPOINTS"
 
-PRESETS = [
+PRESETS = [  # the ones the shipped translator gets right come first (the first is every page's default)
+    "The weather is nice today.",
+    "The cat sat on the mat.",
+    "A dog runs through the snow.",
+    "The animal didn't cross the street because it was too tired.",
     "Bobby likes blackberries.",
     "Let us think logically.",
-    "The animal didn't cross the street because it was too tired.",
-    "The cat sat on the mat.",
     "He played the piano beautifully.",
     "Alice went to the market. She bought apples.",
     "Time flies like an arrow.",
@@ -176,16 +178,21 @@ def card_summary(ckpt: Checkpoint) -> str:
 
 def quality_line(ckpt: Checkpoint) -> str | None:
     """One plain sentence on how good a translator is, from its card's measured scores (``None`` when the card
-    has none), so that a visitor is not misled by a confident-looking output."""
+    has none), so that a visitor is not misled by a confident-looking output. The card's ``test`` names its own
+    set (``split``); a card without one is the Ding lineage's."""
     card = ckpt.card
     test, everyday = card.get("test"), card.get("everyday")
     if not (ckpt.config.is_encoder_decoder and isinstance(test, dict) and "chrf" in test and "bleu" in test):
         return None
     minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
     where = f"trained {minutes:.0f} CPU-minutes" if isinstance(minutes, (int, float)) else "small"
-    line = f"A small model ({where}): Ding test chrF {test['chrf']:.1f}, BLEU {test['bleu']:.1f}"
+    split = str(test.get("split") or "Ding test")
+    split = "Ding test" if split.startswith("Ding test") else split
+    line = f"A small model ({where}): {split} BLEU {test['bleu']:.1f}, chrF {test['chrf']:.1f}"
     if isinstance(everyday, dict) and "chrf" in everyday:
         line += f"; everyday sentences chrF {everyday['chrf']:.1f}"
+        if everyday["chrf"] >= 60:
+            return line + ". Expect mistakes on rare words, names and long sentences."
     return line + ". Expect mistakes: its German is often wrong after the first words."
 
 

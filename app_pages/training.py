@@ -8,16 +8,14 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from model.config import CAUSAL_KINDS
 from training import launch as L
 from training import runs as R
 from ui import training_form
+from ui.heads_forming import show_heads_forming
 from ui.run_view import progress, table_row, when
 from ui.state import DEFAULT_CHECKPOINT, checkpoint_roots
 from ui.widgets import show_figure, show_table
 from viz import training as VT
-from viz.attention import attention_heatmap
-from viz.labels import KIND_SHORT
 
 st.title("Training")
 st.caption("Train a small English → German Transformer here (or a decoder-only language model on the same "
@@ -277,58 +275,4 @@ compare_runs(compared, x_axis)
 st.subheader("Heads forming")
 
 
-@st.fragment(run_every=5 if state in L.LIVE_STATES else None)
-def heads_forming(run_dir: Path) -> None:
-    """The attention of the probe sentences at a snapshot step, re-read every 5 s while the run lives (drawn once
-    with the page, it stayed on the step-0 snapshot while snapshots 10–300 were written)."""
-    snapshots = R.read_probes(run_dir)
-    if not snapshots:
-        if R.read_train_args(run_dir).get("impl", "ours") != "ours":
-            st.info("This run trains the torch.nn.Transformer baseline, whose attention cannot be traced: it has no "
-                    "attention snapshots. Compare its curves with another run's above.")
-        else:
-            st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
-        return
-    steps = [s.step for s in snapshots]
-    # Follow the newest snapshot as it appears, unless the person has pinned an earlier one: a keyed slider keeps
-    # its value, so it stayed on the snapshot that was newest when the page was drawn. Each newest step gets its own
-    # slider (its key), starting at the pin or the newest; the script never writes a slider's state, which would
-    # race with the other fragments' requests (they carry the value the browser had).
-    pin = st.session_state.get("hf_pin")
-    start = pin[1] if pin and pin[0] == run_dir.name and pin[1] in steps else steps[-1]
-    key = f"hf_step_{run_dir.name}_{steps[-1]}"
-
-    def pinned() -> None:
-        chosen = st.session_state[key]
-        st.session_state["hf_pin"] = None if chosen == steps[-1] else (run_dir.name, chosen)
-
-    snap_step = (st.select_slider("snapshot step", steps, value=start, key=key, on_change=pinned)
-                 if len(steps) > 1 else steps[0])
-    probes = snapshots[steps.index(snap_step)].probes
-    if not probes:
-        return
-    c1, c2 = st.columns(2)
-    src_i = c1.selectbox("probe sentence", range(len(probes)), format_func=lambda i: probes[i].source, key="hf_src")
-    probe = probes[src_i]
-    trace = probe.trace
-    if not trace.kinds:
-        return
-    kind = c2.selectbox("attention", trace.kinds, key="hf_kind", format_func=lambda k: KIND_SHORT.get(k, k))
-    if probe.continues:  # a decoder-only run continues the probe sentence
-        st.markdown(f"Continuation at step {snap_step}: {probe.source} **{probe.output}**")
-    else:
-        st.markdown(f"Translation at step {snap_step}: **{probe.output}**")
-    q_lab, k_lab = trace.labels(kind)
-    attention = trace.attention[kind]  # [layers, heads, q, k]
-    n_layers, n_heads, n_q, n_k = attention.shape
-    q_lab = q_lab if len(q_lab) == n_q else [str(i) for i in range(n_q)]
-    k_lab = k_lab if len(k_lab) == n_k else [str(i) for i in range(n_k)]
-    for li in range(n_layers):
-        cols = st.columns(n_heads)
-        for hi in range(n_heads):
-            fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
-                                    causal=kind in CAUSAL_KINDS, height=260)
-            show_figure(fig, where=cols[hi], key=f"hf_{kind}_{li}_{hi}")
-
-
-heads_forming(run_dir)
+show_heads_forming(run_dir, live=state in L.LIVE_STATES)

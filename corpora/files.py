@@ -49,11 +49,12 @@ def read_text_lines(path: str | Path) -> Iterator[str]:
         raise DataError(f"Cannot read {path}: {exc}") from exc
 
 
-def read_tsv(path: str | Path, limit: int | None = None) -> list[Pair]:
+def read_tsv(path: str | Path, limit: int | None = None, allow_empty: bool = False) -> list[Pair]:
     """Read a ``source<TAB>target`` file (plain or ``.gz``), skipping blank and malformed lines.
 
     Raises:
-        DataError: the file does not exist, cannot be read, or holds no usable pair.
+        DataError: the file does not exist, cannot be read, or holds no usable pair (unless ``allow_empty``: a
+            prepared held-out split of a small corpus may be empty).
     """
     pairs: list[Pair] = []
     for line in read_text_lines(path):
@@ -62,7 +63,7 @@ def read_tsv(path: str | Path, limit: int | None = None) -> list[Pair]:
             pairs.append(Pair(parts[0].strip(), parts[1].strip()))
             if limit is not None and len(pairs) >= limit:
                 break
-    if not pairs:
+    if not pairs and not allow_empty:
         raise DataError(f"{path} holds no 'source<TAB>target' lines")
     return pairs
 

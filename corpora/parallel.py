@@ -174,13 +174,6 @@ def read_corpus(corpus: str, source: str | Path | None = None) -> dict[str, list
     return {split: read_bcontrast(source, split) for split in BCONTRAST_SPLITS}
 
 
-def read_prepared(path: Path) -> list[Pair]:
-    """A prepared ``source<TAB>target`` file, which may be empty (a small corpus can leave a held-out split empty).
-    Raises ``DataError`` when it cannot be read."""
-    fields = (line.split("\t") for line in read_text_lines(path))
-    return [Pair(f[0].strip(), f[1].strip()) for f in fields if len(f) >= 2 and f[0].strip() and f[1].strip()]
-
-
 def evaluation_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> dict[str, list[Pair]]:
     """Every evaluation set that exists here: Ding valid/test and the everyday set (shipped), each prepared corpus's
     held-out splits in ``prepared``, and the evaluation-only sets of ``shared/eval`` (newstest, the
@@ -194,7 +187,7 @@ def evaluation_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> di
     for path in sorted(Path(prepared).glob("*.tsv.gz")):
         corpus, split = path.name[: -len(".tsv.gz")].split(".", 1)
         if split != "train" and corpus != "mixture":
-            sets[f"{corpus}.{split}"] = read_prepared(path)
+            sets[f"{corpus}.{split}"] = read_tsv(path, allow_empty=True)
     for name, (en, de) in EVAL_ONLY.items():
         if (shared / "eval" / en).is_file() and (shared / "eval" / de).is_file():
             sets[name] = read_aligned(shared / "eval" / en, shared / "eval" / de)
@@ -281,7 +274,7 @@ def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED,
     for corpus, path in sources.items():
         if not repeats.get(corpus, 0):
             continue
-        pairs = read_prepared(path)
+        pairs = read_tsv(path, allow_empty=True)
         kept = remove_leaks(pairs, keys)
         removed += len(pairs) - len(kept)
         counts[corpus] = len(kept) * repeats[corpus]
@@ -290,7 +283,7 @@ def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED,
     for corpus in sources:
         path = dataset_path("valid", ASSETS_DATA) if corpus == "ding" else prepared_path(corpus, "valid", out)
         if repeats.get(corpus, 0) and path.is_file():
-            valid_groups.append(read_prepared(path)[:valid_per_corpus])
+            valid_groups.append(read_tsv(path, allow_empty=True)[:valid_per_corpus])
     valid = interleave(valid_groups)
     write_tsv_gz(prepared_path("mixture", "train", out), train)
     write_tsv_gz(prepared_path("mixture", "valid", out), valid)

@@ -16,7 +16,8 @@ from corpora.files import bucket_of
 from corpora.parallel import (TATOEBA_TEST, TATOEBA_VALID, evaluation_keys, evaluation_sets, interleave,
                               prepare_corpora, prepare_corpus, prepare_mixture, prepared_path, read_bcontrast, read_multi30k,
                               read_tatoeba, split_tatoeba)
-from training.suite import corpus_scores, grouped, longest_repeat
+from training.metrics import corpus_scores
+from training.suite import grouped, longest_repeat
 
 ATTRIBUTION = "CC-BY 2.0 (France) Attribution: tatoeba.org #1 (CK) & #2 (Pfirsichbaeumchen)"
 

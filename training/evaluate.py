@@ -29,14 +29,14 @@ from corpora.parallel import PREPARED, SHARED_DATA
 from model.checkpoint import CheckpointError, atomic_write_json, load_checkpoint, save_checkpoint
 from model.config import ModelConfig
 from model.decoding import translate_texts
-from model.sampling import SamplingError, beam_translate_texts, check_beam_size
+from model.sampling import SamplingError, check_beam_size
 from model.translate import DEFAULT_CHECKPOINT
 from .batches import collate, encode_examples, loss_fn, make_batches
 from .checkpoints import keep_evaluation, load_any
 from .data import load_test, monolingual
 from .device import autocast, hardware, resolve_precision
 from .metrics import bleu_chrf
-from .suite import main_suite
+from .suite import main_suite, translate
 
 #: A translator's default decoding: greedy, measured better in chrF than beam search for the shipped
 #: ``checkpoints/en-de`` on the Ding valid split (1,062 sentences; one CPU thread): greedy BLEU 4.29 / chrF 24.70 in
@@ -292,12 +292,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     sources = [p.src for p in pairs]
-    if args.strategy == "beam":
-        hyps = beam_translate_texts(ckpt.model, ckpt.tokenizer, sources, args.beam, args.alpha)
-        decoding = {"strategy": "beam", "beam": args.beam, "alpha": args.alpha}
-    else:
-        hyps = translate_texts(ckpt.model, ckpt.tokenizer, sources)
-        decoding = {"strategy": "greedy"}
+    hyps = translate(ckpt.model, ckpt.tokenizer, sources, args.strategy, args.beam, args.alpha)
+    decoding = {"strategy": "beam", "beam": args.beam, "alpha": args.alpha} if args.strategy == "beam" else \
+        {"strategy": "greedy"}
     seconds = time.perf_counter() - start
     for pair, hyp in list(zip(pairs, hyps))[: args.show]:
         print(f"SRC {pair.src}\nREF {pair.tgt}\nOUT {hyp}\n")

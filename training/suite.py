@@ -17,12 +17,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import sacrebleu
-
 from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, read_tsv
 from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepared_path, read_aligned
 from model.decoding import translate_texts
 from model.sampling import beam_translate_texts
+from .metrics import corpus_scores
 
 #: The sentences a newcomer and a lecturer type first; the translator's goal is to get them right.
 GOAL_SENTENCES = ("The cat sat on the mat.", "I am hungry.", "Bobby likes blackberries.",
@@ -101,22 +100,6 @@ def available_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> tup
     return sets, missing
 
 
-def corpus_scores(hypotheses: list[str], references: list[list[str]]) -> dict[str, float]:
-    """Corpus BLEU and chrF (0–100, sacreBLEU defaults: cased, 13a) with one or more references per hypothesis.
-
-    Raises:
-        ValueError: the lists differ in length or are empty.
-    """
-    if len(hypotheses) != len(references) or not hypotheses:
-        raise ValueError("need as many hypotheses as reference lists, and at least one")
-    width = max(len(r) for r in references)
-    # sacreBLEU wants reference *streams* of equal length; '' marks a missing reference (a variable number).
-    streams = [[r[i] if i < len(r) else "" for r in references] for i in range(width)]
-    bleu = sacrebleu.corpus_bleu(hypotheses, streams)
-    chrf = sacrebleu.corpus_chrf(hypotheses, streams)
-    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
-
-
 def longest_repeat(text: str) -> int:
     """The longest run of one word repeated back to back in ``text`` (case kept, punctuation stripped); 0 if empty."""
     words = [w for w in (x.strip(".,;:!?\"'()") for x in text.split()) if w]
@@ -127,7 +110,9 @@ def longest_repeat(text: str) -> int:
     return best
 
 
-def translate(model, tokenizer, sources: list[str], strategy: str, beam: int, alpha: float) -> list[str]:
+def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = 4, alpha: float = 0.6) -> list[str]:
+    """Translations of ``sources`` by ``strategy``: ``"greedy"`` or ``"beam"`` (width ``beam``, GNMT length penalty
+    ``alpha``). Raises ``SamplingError`` for a beam width outside 1–16."""
     if strategy == "beam":
         return beam_translate_texts(model, tokenizer, sources, beam, alpha)
     return translate_texts(model, tokenizer, sources)

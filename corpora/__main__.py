@@ -18,18 +18,7 @@ from pathlib import Path
 from .brown import BROWN_DIR, prepare_brown
 from .ding import DING_PATH, prepare
 from .files import ASSETS_DATA, DataError
-from .parallel import DEFAULT_REPEATS, PARALLEL, PREPARED, prepare_corpora, prepare_mixture
-
-
-def parse_repeats(text: str) -> dict[str, int]:
-    """``"tatoeba=1,multi30k=2"`` → ``{"tatoeba": 1, "multi30k": 2}``. Raises ``DataError`` for a malformed item."""
-    repeats = dict(DEFAULT_REPEATS)
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        name, _, value = item.partition("=")
-        if not value.strip().isdigit():
-            raise DataError(f"--repeat wants corpus=N items, e.g. multi30k=2 (got {item!r})")
-        repeats[name.strip()] = int(value)
-    return repeats
+from .parallel import DEFAULT_REPEATS, PARALLEL, PREPARED, parse_repeats, prepare_corpora, prepare_mixture
 
 
 def prepare_parallel(args) -> int:

@@ -248,32 +248,69 @@ def interleave(groups: list[list[Pair]]) -> list[Pair]:
     return out
 
 
-def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED, shared: Path = SHARED_DATA,
-                    valid_per_corpus: int = VALID_PER_CORPUS) -> dict[str, int]:
-    """Write ``mixture.train.tsv.gz`` (each prepared corpus's training pairs ``repeats[corpus]`` times, and the
-    shipped Ding sentences as ``"ding"``) and ``mixture.valid.tsv.gz`` (the first ``valid_per_corpus`` pairs of each
-    valid split, interleaved), re-checking every training pair against every evaluation set known now (a corpus
-    prepared later adds held-out sets). Returns ``{"train": n, "valid": n, "removed": n, <corpus>: n}``.
+def parse_repeats(text: str, base: dict[str, int] | None = None) -> dict[str, int]:
+    """``"tatoeba=1,multi30k=2"`` → ``{"tatoeba": 1, "multi30k": 2, …}`` over ``base`` (default
+    :data:`DEFAULT_REPEATS`; pass ``{}`` for only the corpora named). 0 leaves a corpus out.
 
     Raises:
-        DataError: no corpus prepared yet in ``out``, or a ``repeats`` key that is not a corpus.
+        DataError: an item that is not ``corpus=N`` with a whole N ≥ 0, or a corpus that is not one of the four.
     """
-    repeats = dict(DEFAULT_REPEATS if repeats is None else repeats)
+    repeats = dict(DEFAULT_REPEATS if base is None else base)
+    for item in filter(None, (t.strip() for t in str(text).split(","))):
+        name, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise DataError(f"the mixture wants corpus=N items, e.g. multi30k=2 (got {item!r})")
+        repeats[name.strip()] = int(value)
     unknown = set(repeats) - {*PARALLEL, "ding"}
     if unknown:
         raise DataError(f"unknown corpus in the mixture: {', '.join(sorted(unknown))} (known: tatoeba, multi30k, "
                         "bcontrast, ding)")
-    sources = {c: prepared_path(c, "train", out) for c in PARALLEL if prepared_path(c, "train", out).is_file()}
+    return repeats
+
+
+def prepared_corpora(out: Path | None = None) -> list[str]:
+    """The corpora a mixture can take now: each of :data:`PARALLEL` whose training split is prepared in ``out``
+    (default :data:`PREPARED`, read at the call), and ``"ding"`` (shipped)."""
+    out = PREPARED if out is None else out
+    return [c for c in PARALLEL if prepared_path(c, "train", out).is_file()] + ["ding"]
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """A mixture in memory: the training pairs (each corpus ``repeats[corpus]`` times), the valid pairs (the first
+    ``valid_per_corpus`` of each chosen corpus's valid split, interleaved), ``counts`` = training pairs per corpus
+    (repeats included) and the training pairs ``removed`` as leaks."""
+
+    train: list[Pair]
+    valid: list[Pair]
+    counts: dict[str, int]
+    removed: int
+
+
+def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, shared: Path = SHARED_DATA,
+                  valid_per_corpus: int = VALID_PER_CORPUS) -> Mixture:
+    """Mix the prepared corpora in memory (what ``--mix`` trains on and :func:`prepare_mixture` writes), re-checking
+    every training pair against every evaluation set known now (a corpus prepared later adds held-out sets).
+
+    Raises:
+        DataError: a ``repeats`` key that is not a corpus, a corpus with a share that is not prepared in ``out`` (the
+            message names the command that prepares it), or no pairs at all.
+    """
+    repeats = parse_repeats("", repeats)
+    missing = [c for c in PARALLEL if repeats.get(c, 0) and not prepared_path(c, "train", out).is_file()]
+    if missing:
+        raise DataError(f"{', '.join(missing)} not prepared in {out}: run 'python -m corpora prepare all' (or "
+                        f"prepare {missing[0]}) first, or give it the share 0")
+    sources = {c: prepared_path(c, "train", out) for c in PARALLEL if repeats.get(c, 0)}
+    if repeats.get("ding", 0):
+        sources["ding"] = dataset_path("train", ASSETS_DATA)
     if not sources:
-        raise DataError(f"nothing prepared in {out}: run 'python -m corpora prepare all' (or one corpus) first")
-    sources["ding"] = dataset_path("train", ASSETS_DATA)
+        raise DataError("the mixture is empty: give at least one corpus a share above 0")
     keys = evaluation_keys(evaluation_sets(out, shared))
     counts: dict[str, int] = {}
     train: list[Pair] = []
     removed = 0
     for corpus, path in sources.items():
-        if not repeats.get(corpus, 0):
-            continue
         pairs = read_tsv(path, allow_empty=True)
         kept = remove_leaks(pairs, keys)
         removed += len(pairs) - len(kept)
@@ -282,9 +319,27 @@ def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED,
     valid_groups = []
     for corpus in sources:
         path = dataset_path("valid", ASSETS_DATA) if corpus == "ding" else prepared_path(corpus, "valid", out)
-        if repeats.get(corpus, 0) and path.is_file():
+        if path.is_file():
             valid_groups.append(read_tsv(path, allow_empty=True)[:valid_per_corpus])
-    valid = interleave(valid_groups)
-    write_tsv_gz(prepared_path("mixture", "train", out), train)
-    write_tsv_gz(prepared_path("mixture", "valid", out), valid)
-    return {"train": len(train), "valid": len(valid), "removed": removed, **counts}
+    return Mixture(train, interleave(valid_groups), counts, removed)
+
+
+def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED, shared: Path = SHARED_DATA,
+                    valid_per_corpus: int = VALID_PER_CORPUS) -> dict[str, int]:
+    """Write :func:`mixture_pairs` as ``mixture.train.tsv.gz`` and ``mixture.valid.tsv.gz`` in ``out``. Returns
+    ``{"train": n, "valid": n, "removed": n, <corpus>: n}``.
+
+    Raises:
+        DataError: as :func:`mixture_pairs`; also when no corpus is prepared yet in ``out``.
+    """
+    if prepared_corpora(out) == ["ding"]:
+        raise DataError(f"nothing prepared in {out}: run 'python -m corpora prepare all' (or one corpus) first")
+    repeats = parse_repeats("", repeats)
+    # The command-line default names every corpus; one that is not prepared yet is left out here rather than refused
+    for corpus in PARALLEL:
+        if not prepared_path(corpus, "train", out).is_file():
+            repeats[corpus] = 0
+    mix = mixture_pairs(repeats, out, shared, valid_per_corpus)
+    write_tsv_gz(prepared_path("mixture", "train", out), mix.train)
+    write_tsv_gz(prepared_path("mixture", "valid", out), mix.valid)
+    return {"train": len(mix.train), "valid": len(mix.valid), "removed": mix.removed, **mix.counts}

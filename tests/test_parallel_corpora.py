@@ -183,18 +183,37 @@ def test_longest_repeat_counts_one_word_back_to_back(text, run):
     assert longest_repeat(text) == run
 
 
-def test_the_real_pairs_preset_builds_the_mixture_command():
-    """The Training page's preset trains on the prepared mixture; the trainer parses the command it becomes."""
-    from training.config import build_parser
+def test_the_real_pairs_preset_trains_on_the_mixture_with_its_shares(sources, monkeypatch):
+    """The Training page's preset becomes ``--mix`` with the corpus shares; the form refuses it, naming the command,
+    until the corpora are prepared; the trainer then mixes them in memory, each corpus repeated by its share."""
+    from corpora import parallel
+    from training.config import build_parser, check_args
+    from training.data import load_data
     from training.form import PRESETS, build_command, preset_form, validate_form
 
+    out, shared = sources["out"], sources["shared"]
+    monkeypatch.setattr(parallel, "PREPARED", out)
+    monkeypatch.setattr(parallel, "SHARED_DATA", shared)
     name = next(n for n in PRESETS if n.startswith("real sentence pairs"))
     form = preset_form(name)
+    assert any("python -m corpora prepare all" in e for e in validate_form(form))
+    prepare_corpora({c: sources[c] for c in ("tatoeba", "multi30k", "bcontrast")}, out, shared)
     assert validate_form(form) == []
+    assert validate_form({**form, "mix": "tatoeba=0,multi30k=0,bcontrast=0,ding=0"}) != []
+    assert "unknown corpus" in validate_form({**form, "mix": "europarl=1"})[0]
     cmd = build_command(form, "runs/x")
     args = build_parser().parse_args(cmd[cmd.index("training.train") + 1:])
-    assert args.train_tsv.endswith("mixture.train.tsv.gz") and args.valid_tsv.endswith("mixture.valid.tsv.gz")
+    assert args.mix == "tatoeba=1,multi30k=2,bcontrast=1,ding=1" and args.train_tsv is None
     assert args.vocab_from == "sentences" and args.select == "chrf"
+    check_args(args)
+    sentences, _, _, valid = load_data(args)
+    assert sum(p.src == "A man rides a horse." for p in sentences) == 2  # multi30k's share is 2
+    assert not any(p.src.startswith(("Good morning", "Two dogs")) for p in sentences)  # no evaluation sentence
+    assert {p.src for p in valid} >= {"A girl sings."}
+    args.mix = "multi30k=1"  # only the corpora named
+    assert {p.src for p in load_data(args)[0]} == {"A man rides a horse."}
+    with pytest.raises(ValueError, match="--mix"):
+        check_args(build_parser().parse_args(["--out", "x", "--mix", "ding=1", "--train-tsv", "a.tsv"]))
 
 
 def test_a_missing_prepared_file_says_how_to_make_it(tmp_path):

@@ -98,7 +98,8 @@ def test_decoder_only_form(tmp_path):
     lm = TF.preset_form("2-minute CPU demo, language model")
     assert lm["arch"] == "decoder-only" and TF.validate_form(lm) == []
     for data in TF.DATA_SOURCES:  # every data choice makes sense for a language model too (both sides as texts)
-        form = {**lm, "data": data, "train_tsv": "/r/train.tsv" if data == "tsv" else None}
+        form = {**lm, "data": data, "train_tsv": "/r/train.tsv" if data == "tsv" else None,
+                "mix": "ding=1" if data == "mixture" else None}  # the shipped Ding pairs need no preparing
         assert TF.validate_form(form) == [], data
         cmd = TF.build_command(form, "runs/lm")
         assert cmd[cmd.index("--arch") + 1] == "decoder-only"
@@ -136,7 +137,7 @@ def test_every_trainer_option_can_be_set_from_the_form():
     parser = build_parser()
     base = TF.preset_form("base-like")
     for name, field in FIELDS.items():
-        if name in TF.NOT_IN_FORM or name in ("corpus", "train_tsv", "phrases_per_epoch", "words_per_epoch"):
+        if name in TF.NOT_IN_FORM or name in ("corpus", "train_tsv", "mix", "phrases_per_epoch", "words_per_epoch"):
             continue  # the data source sets these (test_decoder_only_form)
         value = _other_value(name, field)
         args = parser.parse_args(TF.build_command({**base, name: value}, "runs/x")[3:])
@@ -382,6 +383,33 @@ def test_page_form_brown_corpus(tmp_path, monkeypatch):
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert launched[-1]["data"] == "brown" and any("--corpus brown" in s.value for s in at.success)
+
+
+def test_page_form_mixture_shares(tmp_path, monkeypatch):
+    """The real-pairs mixture: the shares typed in the form become ``--mix``; a corpus not prepared yet is refused
+    with the command that prepares it, and leaving it out (share 0) starts the run on what there is."""
+    from corpora import parallel
+
+    monkeypatch.setattr(parallel, "PREPARED", tmp_path / "prepared")  # nothing prepared
+    launched = []
+    monkeypatch.setattr(L, "launch", lambda form, root, name=None, train_tsv_bytes=None:
+                        launched.append(form) or Path(root) / "mix-run")
+    at = page(monkeypatch, tmp_path)
+    at.selectbox(key="train_preset").set_value("real sentence pairs (Tatoeba + Multi30K + BConTrasT + Ding)").run()
+    preset = at.selectbox(key="train_preset").value
+    assert at.radio(key=f"f_data_{preset}").value == "mixture"
+    assert at.number_input(key=f"f_mix_multi30k_{preset}").value == 2
+    assert any("Not prepared yet" in c.value for c in at.caption)
+    at.button[0].click().run()
+    assert not at.exception and not launched
+    assert any("python -m corpora prepare all" in e.value for e in at.error), [e.value for e in at.error]
+    for corpus in ("tatoeba", "multi30k", "bcontrast"):
+        at.number_input(key=f"f_mix_{corpus}_{preset}").set_value(0)
+    at.number_input(key=f"f_mix_ding_{preset}").set_value(3)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert launched[-1]["mix"] == "tatoeba=0,multi30k=0,bcontrast=0,ding=3"
+    assert any("--mix tatoeba=0,multi30k=0,bcontrast=0,ding=3" in s.value for s in at.success)
 
 
 def test_page_demo_hides_form(tmp_path, monkeypatch):

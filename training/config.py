@@ -49,6 +49,11 @@ class TrainConfig:
     train_tsv: str | None = opt(None, "your own source<TAB>target training file (replaces the shipped sentences)",
                                 "data", type=str)
     valid_tsv: str | None = opt(None, "validation file (default: the shipped valid split)", "data", type=str)
+    mix: str | None = opt(None, "train on a mixture of the prepared real corpora with these shares (how many times "
+                                "each corpus's pairs are repeated; 0 leaves it out), e.g. "
+                                "tatoeba=1,multi30k=2,bcontrast=1,ding=1; needs python -m corpora prepare all. The "
+                                "valid pairs are each chosen corpus's first 400, unless --valid-tsv is given",
+                          "data", type=str, metavar="CORPUS=N,…")
     sentence_repeat: int = opt(1, "upsample the sentence pairs this many times", "data", check="positive")
     phrases_per_epoch: int = opt(0, "phrase pairs sampled into each epoch", "data", check="nonneg")
     words_per_epoch: int = opt(0, "word pairs sampled into each epoch", "data", check="nonneg")
@@ -207,6 +212,8 @@ def check_args(args) -> None:
     if args.impl != "ours" and args.arch != "encoder-decoder":
         raise ValueError(f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
                          f"train --arch {args.arch} with --impl ours")
+    if getattr(args, "mix", None) and (args.train_tsv or args.corpus == "brown"):
+        raise ValueError("--mix names the training data; leave out --train-tsv and --corpus brown")
     if args.corpus == "brown":
         if args.arch != "decoder-only":
             raise ValueError("--corpus brown is English only: it trains a language model (--arch decoder-only), "

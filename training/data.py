@@ -8,6 +8,7 @@ from pathlib import Path
 
 from corpora.brown import brown_path, read_lines
 from corpora.files import Pair, dataset_path, read_tsv
+from corpora import parallel
 
 
 def monolingual(texts: list[str]) -> list[Pair]:
@@ -24,7 +25,8 @@ def load_test(args) -> list[Pair]:
 
 
 def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
-    """``(sentences, phrases, words, valid)`` pairs from the shipped corpus or the user's TSV files (Brown:
+    """``(sentences, phrases, words, valid)`` pairs from the shipped corpus, the user's TSV files or the mixture of
+    the prepared real corpora (``--mix``, :func:`corpora.parallel.mixture_pairs`) (Brown:
     one-sided pairs, no phrases or words). Phrases and words are read only when a run samples them
     (``--phrases-per-epoch``, ``--words-per-epoch`` or ``--dict-share``) and trains on the shipped sentences.
     Raises ``DataError`` when a file is missing or malformed."""
@@ -33,8 +35,13 @@ def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
         sentences = monolingual(read_lines(brown_path("train", data_dir / "brown")))
         valid = monolingual(read_lines(brown_path("valid", data_dir / "brown")))
         return sentences[: args.limit_train or None], [], [], valid
-    sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
-    valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
+    if getattr(args, "mix", None):
+        mix = parallel.mixture_pairs(parallel.parse_repeats(args.mix, {}), parallel.PREPARED, parallel.SHARED_DATA)
+        sentences = mix.train
+        valid = read_tsv(args.valid_tsv) if args.valid_tsv else mix.valid
+    else:
+        sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
+        valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
     def dictionary(kind: str, per_epoch: int) -> list[Pair]:
         wanted = (per_epoch or args.dict_share) and not args.train_tsv
         return read_tsv(dataset_path(kind, data_dir)) if wanted else []

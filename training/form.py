@@ -20,9 +20,10 @@ from .runs import runs_root
 REPO = Path(__file__).resolve().parent.parent
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 #: Training data: the Ding sentence pairs, optionally with phrase and word pairs sampled into every epoch; the
+#: mixture of the prepared real corpora (Tatoeba, Multi30K, BConTrasT, Ding) with a share each (``--mix``); the
 #: user's uploaded TSV; the Brown corpus (English sentences, for a decoder-only model only). A decoder-only run
 #: trains on each side of the pairs as its own text.
-DATA_SOURCES = ("sentences", "sentences+phrases", "sentences+phrases+words", "tsv", "brown")
+DATA_SOURCES = ("sentences", "sentences+phrases", "sentences+phrases+words", "mixture", "tsv", "brown")
 DEVICES = ("auto", "cpu", "cuda")
 PHRASES_PER_EPOCH = 2000
 WORDS_PER_EPOCH = 2000
@@ -110,6 +111,8 @@ def validate_form(form: dict) -> list[str]:
         errors.append(f"data must be one of {DATA_SOURCES}, got {f['data']!r}")
     elif f["data"] == "tsv" and not f.get("train_tsv"):
         errors.append("upload a source<TAB>target .tsv file to train on your own data")
+    elif f["data"] == "mixture":
+        errors += mixture_errors(f.get("mix"))
     elif f["data"] == "brown" and f["arch"] != "decoder-only":
         errors.append("the Brown corpus is English only: it trains a language model (architecture decoder-only), "
                       "not a translator")
@@ -123,14 +126,36 @@ def validate_form(form: dict) -> list[str]:
     return errors
 
 
+def mixture_errors(mix: str | None, prepared: Path | None = None) -> list[str]:
+    """Why ``mix`` (``"tatoeba=1,multi30k=2,…"``) cannot be trained on now: malformed, every share 0, or a corpus
+    with a share that is not prepared in ``prepared`` (default ``data/prepared``; the message names the command)."""
+    from corpora.files import DataError
+    from corpora.parallel import PREPARED, parse_repeats, prepared_corpora
+
+    try:
+        shares = parse_repeats(mix or "", {})
+    except DataError as exc:
+        return [str(exc)]
+    if not any(shares.values()):
+        return ["give at least one corpus of the mixture a share above 0"]
+    ready = prepared_corpora(prepared or PREPARED)
+    missing = [c for c, n in shares.items() if n and c not in ready]
+    if missing:
+        return [f"{', '.join(missing)} not prepared yet: run python -m corpora prepare all (see docs/training.md), "
+                "or give it the share 0"]
+    return []
+
+
 def with_data_source(form: dict) -> dict:
-    """``form`` with the corpus options its ``data`` source stands for: ``--train-tsv`` for an upload, ``--corpus
-    brown``, or the shipped pairs with phrase and word pairs sampled into every epoch (a preset's own counts
+    """``form`` with the corpus options its ``data`` source stands for: ``--train-tsv`` for an upload, ``--mix`` for
+    the mixture, ``--corpus brown``, or the shipped pairs with phrase and word pairs sampled into every epoch (a preset's own counts
     kept). Raises ``KeyError`` for a form without ``data``."""
     code = form["data"]
     f = {**form, "corpus": "brown" if code == "brown" else "ding"}
     if code != "tsv":
         f["train_tsv"] = None
+    if code != "mixture":
+        f["mix"] = None
     f["phrases_per_epoch"] = (f.get("phrases_per_epoch") or PHRASES_PER_EPOCH) if "phrases" in code else 0
     f["words_per_epoch"] = (f.get("words_per_epoch") or WORDS_PER_EPOCH) if "words" in code else 0
     return f

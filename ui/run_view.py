@@ -12,6 +12,7 @@ DATA_LABELS = {
     "sentences": "sentences",
     "sentences+phrases": "sentences + phrases",
     "sentences+phrases+words": "sentences + phrases + words",
+    "mixture": "real pairs mixture (shares below)",
     "tsv": "uploaded TSV",
     "brown": "Brown corpus (English)",
 }

@@ -11,6 +11,8 @@ import streamlit as st
 from model.config import ARCHITECTURES, POS_ENCODINGS
 from training import form as TF
 from training import launch as L
+from corpora.files import DataError
+from corpora.parallel import DEFAULT_REPEATS, parse_repeats, prepared_corpora
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from ui.run_view import ARCH_LABELS, DATA_LABELS
 
@@ -67,6 +69,32 @@ def recipe_fields(p: dict, preset: str) -> dict:
             "init_from": None if init == starts[0] else init}
 
 
+#: The mixture's corpora as the form names them.
+MIXTURE_LABELS = {"tatoeba": "Tatoeba (everyday)", "multi30k": "Multi30K (image captions)",
+                  "bcontrast": "BConTrasT (chat)", "ding": "Ding (dictionary sentences)"}
+
+
+def mixture_fields(p: dict, preset: str) -> str:
+    """The mixture's shares (one number per corpus: how many times its pairs are repeated; 0 leaves it out), inside
+    the launch form; returns them as a ``--mix`` value. Says which corpora are not prepared yet."""
+    with st.expander("Real pairs mixture: the share of each corpus (training data = real pairs mixture)"):
+        try:
+            shares = parse_repeats(p.get("mix") or "", DEFAULT_REPEATS)
+        except DataError:
+            shares = dict(DEFAULT_REPEATS)
+        ready = prepared_corpora()
+        cols = st.columns(len(MIXTURE_LABELS))
+        chosen = {c: int(col.number_input(label, 0, 20, int(shares.get(c, 0)), key=f"f_mix_{c}_{preset}",
+                                          help="How many times this corpus's pairs are repeated in every epoch; "
+                                               "0 leaves it out."))
+                  for col, (c, label) in zip(cols, MIXTURE_LABELS.items())}
+        missing = [MIXTURE_LABELS[c] for c in MIXTURE_LABELS if c not in ready]
+        if missing:
+            st.caption(f"Not prepared yet: {', '.join(missing)}. `python -m corpora prepare all` prepares them from "
+                       "`../shared/data` (docs/training.md says where to download them).")
+    return ",".join(f"{c}={n}" for c, n in chosen.items())
+
+
 def launch_form(root: Path) -> None:
     """The launch form (a preset fills it); on submit, validate it and start ``python -m training.train`` in a new
     folder under ``root``, or say why nothing was started. Never raises for bad input."""
@@ -108,7 +136,10 @@ def launch_form(root: Path) -> None:
         data = st.radio("training data", TF.DATA_SOURCES, index=TF.DATA_SOURCES.index(p["data"]), horizontal=True,
                         key=f"f_data_{preset}", format_func=lambda d: DATA_LABELS.get(d, d),
                         help="Ding dictionary pairs (a decoder-only model trains on both sides of each as texts), "
-                             "or the Brown corpus's English sentences for a decoder-only language model.")
+                             "the real sentence pairs (Tatoeba, Multi30K, BConTrasT, Ding) mixed with the shares "
+                             "below, your own TSV, or the Brown corpus's English sentences for a decoder-only "
+                             "language model.")
+        mix = mixture_fields(p, preset)
         recipe = recipe_fields(p, preset)
         upload = st.file_uploader("your own data: source<TAB>target per line (.tsv; a decoder-only model trains on "
                                   "both columns)", type=["tsv", "txt"], key=f"f_up_{preset}")
@@ -120,7 +151,7 @@ def launch_form(root: Path) -> None:
             "label_smoothing": float(smoothing), "warmup": int(warmup), "peak_lr": float(peak_lr),
             "batch_tokens": int(batch), "seed": int(seed), "max_steps": int(max_steps),
             "max_minutes": float(max_minutes), "device": device, "data": data,
-            "train_tsv": "(uploaded)" if upload is not None else None, **recipe}
+            "train_tsv": "(uploaded)" if upload is not None else None, "mix": mix, **recipe}
     errors = TF.validate_form(form)
     if name and not L.safe_name(name):
         errors.append("a run name may hold letters, digits, '.', '_' and '-' only")

@@ -1,11 +1,13 @@
-"""A/B runs of the translator's recipe: ``python -m benchmarks.recipe [--warm CKPT] [--launch] [--only a,b] RUN …``.
+"""A/B runs of the translator's recipe: ``python -m benchmarks.recipe [--warm CKPT | --real] [--launch] [--only a,b]
+RUN …``.
 
 Each variant is the same short training run (same seed, data, schedule and step/minute budget) with one knob
 changed against ``base``. ``--launch`` trains the variants one after another under ``runs/ab-<name>`` (skipping
 those whose folder exists); without it, the table is printed from the run folders given (default
 ``runs/ab-*``). With ``--warm CKPT`` every variant is instead a warm start from that checkpoint (the way the
 shipped model is carried on: the leg recipe of :data:`WARM_BASE`), in ``runs/warm-<name>``: it measures what a knob
-does to an already trained model, which is what the next leg has to choose. The table has the knob, steps, tokens
+does to an already trained model, which is what the next leg has to choose. With ``--real`` every variant trains from
+scratch on the real-pairs mixture (:data:`REAL_BASE`), in ``runs/real-<name>``. The table has the knob, steps, tokens
 seen, minutes, valid loss and the best valid chrF/BLEU (over the evaluation sentences the runs were given), and the
 command that reproduces the row.
 
@@ -22,7 +24,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.table import print_table
-from training.runs import read_metrics, read_train_args
+from training.runs import read_card, read_metrics, read_train_args
 
 #: The shipped recipe at half the width (d_model 128: about a third of the time per token), so that a short run
 #: sees more of its curve; the knobs' directions are what the table is for.
@@ -67,6 +69,28 @@ WARM_VARIANTS: dict[str, list[str]] = {
 }
 
 
+#: The real-pairs recipe of the shipped translator (the prepared mixture, ``python -m corpora prepare all``) with a
+#: short warmup, so that a run of a few hundred steps is past its peak learning rate; ``--real`` A/B runs go to
+#: ``runs/real-<name>``. Its table answers what a bigger model buys on this data at an equal token budget, and
+#: what it costs in time per token.
+REAL_BASE = ["--mix", "tatoeba=1,multi30k=2,bcontrast=1,ding=1", "--vocab-size", "8000", "--vocab-from", "sentences",
+             "--d-model", "256", "--n-heads", "4", "--layers", "3", "--d-ff", "1024", "--dropout", "0.1",
+             "--norm-first", "--peak-lr", "1e-3", "--warmup", "150", "--batch-tokens", "4000", "--eval-every", "400",
+             "--eval-sentences", "300", "--seed", "1", "--no-snapshots", "--no-progress"]
+
+#: name → the options added to :data:`REAL_BASE`; one knob each (the model's width moves d_ff with it, 4 × d_model
+#: as in the paper, and d_model 512 has the paper's 8 heads).
+REAL_VARIANTS: dict[str, list[str]] = {
+    "base": [],
+    "width-384": ["--d-model", "384", "--d-ff", "1536", "--n-heads", "6"],
+    "depth-6+6": ["--layers", "6"],
+    "width-512": ["--d-model", "512", "--d-ff", "2048", "--n-heads", "8"],
+    "vocab-16k": ["--vocab-size", "16000"],
+    "dropout-0.2": ["--dropout", "0.2"],
+    # not a knob but the reference: the same recipe in torch.nn.Transformer (model/baseline.py)
+    "torch-nn-transformer": ["--impl", "torch"],
+}
+
 def overridden(base: list[str], knob: list[str]) -> list[str]:
     """``base`` with ``knob`` in place of the options it sets (each ``--flag`` with its values), so that a printed
     command names every option once (``--layers 5``, not ``--layers 3 … --layers 5``)."""
@@ -84,11 +108,15 @@ def overridden(base: list[str], knob: list[str]) -> list[str]:
     return [t for g in groups(base) if g[0] not in flags for t in g] + [t for g in knob_groups for t in g]
 
 
-def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm: str | None = None) -> list[str]:
-    """The training command of variant ``name`` writing to ``out``: from scratch (:data:`VARIANTS`), or with
-    ``warm`` a warm start from that checkpoint folder (:data:`WARM_VARIANTS`)."""
+def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm: str | None = None,
+            real: bool = False) -> list[str]:
+    """The training command of variant ``name`` writing to ``out``: from scratch (:data:`VARIANTS`), with ``warm`` a
+    warm start from that checkpoint folder (:data:`WARM_VARIANTS`), or with ``real`` from scratch on the real-pairs
+    mixture (:data:`REAL_VARIANTS`)."""
     if warm:
         recipe = ["--init-from", warm, *overridden(WARM_BASE, WARM_VARIANTS[name])]
+    elif real:
+        recipe = overridden(REAL_BASE, REAL_VARIANTS[name])
     else:
         recipe = overridden(BASE, VARIANTS[name])
     return [sys.executable, "-m", "training.train", "--out", str(out), *recipe,
@@ -108,10 +136,12 @@ def summarize(run: Path, at_step: int = 0) -> dict | None:
     steps = [r for r in records if "tokens_seen" in r]
     best = max(evals, key=lambda r: r.get("valid_chrf", 0.0), default={})
     return {
-        "run": run.name.removeprefix("ab-").removeprefix("warm-"),
+        "run": run.name.removeprefix("ab-").removeprefix("warm-").removeprefix("real-"),
         "steps": steps[-1]["step"] if steps else 0,
         "tokens": steps[-1]["tokens_seen"] if steps else 0,
         "minutes": round(max((r.get("time_s", 0) for r in records), default=0) / 60, 1),
+        "tokens_per_s": steps[-1].get("tokens_per_s") if steps else None,
+        "parameters": read_card(run / "best").get("parameters"),
         "valid_loss": evals[-1]["valid_loss"] if evals else None,
         "chrf": best.get("valid_chrf"),
         "bleu": best.get("valid_bleu"),
@@ -126,14 +156,16 @@ def table(runs: list[Path], at_step: int = 0) -> list[tuple[str, ...]]:
     out = []
     for r in rows:
         delta = "" if base is None or r["chrf"] is None or r["run"] == "base" else f" ({r['chrf'] - base:+.2f})"
-        out.append((r["run"], str(r["steps"]), f"{r['tokens'] / 1e6:.2f}M", str(r["minutes"]),
+        out.append((r["run"], "–" if not r["parameters"] else f"{r['parameters'] / 1e6:.1f}M", str(r["steps"]),
+                    f"{r['tokens'] / 1e6:.2f}M", str(r["minutes"]),
+                    "–" if not r["tokens_per_s"] else f"{r['tokens_per_s']:,.0f}",
                     "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}",
                     "–" if r["chrf"] is None else f"{r['chrf']:.2f}{delta}",
                     "–" if r["bleu"] is None else f"{r['bleu']:.2f}", str(r["best_step"])))
     return out
 
 
-HEADER = ("variant", "steps", "tokens", "minutes", "valid loss (last)", "valid chrF (best, Δ base)",
+HEADER = ("variant", "parameters", "steps", "tokens", "minutes", "tokens/s (last log)", "valid loss (last)", "valid chrF (best, Δ base)",
           "valid BLEU", "at step")
 
 
@@ -148,11 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default="runs", help="where the ab-<variant> (warm-<variant>) folders go")
     p.add_argument("--warm", metavar="CKPT", default=None,
                    help="A/B as warm starts from this checkpoint folder (e.g. checkpoints/en-de), in warm-<variant>")
+    p.add_argument("--real", action="store_true",
+                   help="A/B from scratch on the real-pairs mixture (needs python -m corpora prepare all), in "
+                        "real-<variant>")
     p.add_argument("--at-step", type=int, default=0,
                    help="tabulate each run up to this step only (runs stopped by --minutes at different steps)")
     p.add_argument("--print-commands", action="store_true", help="print each variant's command and stop")
     args = p.parse_args(argv)
-    variants, prefix = (WARM_VARIANTS, "warm-") if args.warm else (VARIANTS, "ab-")
+    variants, prefix = ((WARM_VARIANTS, "warm-") if args.warm else (REAL_VARIANTS, "real-") if args.real
+                        else (VARIANTS, "ab-"))
     names = [n for n in args.only.split(",") if n] or list(variants)
     unknown = [n for n in names if n not in variants]
     if unknown:
@@ -161,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     if args.print_commands:
         for n in names:
-            print(shlex.join(command(n, root / f"{prefix}{n}", args.minutes, args.steps, args.threads, args.warm)[1:]))
+            print(shlex.join(command(n, root / f"{prefix}{n}", args.minutes, args.steps, args.threads, args.warm, args.real)[1:]))
         return 0
     if args.launch:
         for n in names:
@@ -170,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{out} exists: kept as it is", file=sys.stderr)
                 continue
             print(f"training {n} …", file=sys.stderr)
-            subprocess.run(command(n, out, args.minutes, args.steps, args.threads, args.warm), check=False)
+            subprocess.run(command(n, out, args.minutes, args.steps, args.threads, args.warm, args.real), check=False)
     runs = [Path(r) for r in args.runs] or sorted(root.glob(f"{prefix}*"))
     if args.launch or args.only:
         runs = [r for r in runs if r.name.removeprefix(prefix) in names]

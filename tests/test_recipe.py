@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from training import average, train
 from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
 from training.checkpoints import warm_start
-from training.config import build_parser, normalise
+from training.config import build_parser, check_args, normalise
 from training.evaluate import best_card
 from training.device import AUTO_PRECISION_ENV, autocast, cpu_has_native_bf16, default_threads, hardware, resolve_precision
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
@@ -362,6 +362,14 @@ def test_every_ab_variant_is_a_valid_training_command(tmp_path):
         assert len([t for t in cmd if t.startswith("--")]) == len({t for t in cmd if t.startswith("--")})  # once each
     depth = recipe.command("depth-5+5", tmp_path, 1, 1, 1)
     assert depth.count("--layers") == 1 and parser.parse_args(depth[3:]).layers == 5
+    for name, knob in recipe.REAL_VARIANTS.items():  # from scratch on the real-pairs mixture, one knob each
+        cmd = recipe.command(name, tmp_path / f"real-{name}", 1.0, 10, 1, real=True)
+        args = parser.parse_args(cmd[3:])
+        check_args(args)
+        assert args.mix == "tatoeba=1,multi30k=2,bcontrast=1,ding=1" and args.max_steps == 10 and set(knob) <= set(cmd)
+        assert len([t for t in cmd if t.startswith("--")]) == len({t for t in cmd if t.startswith("--")})
+    wide = parser.parse_args(recipe.command("width-512", tmp_path, 1, 1, 1, real=True)[3:])
+    assert (wide.d_model, wide.d_ff, wide.n_heads, wide.layers) == (512, 2048, 8, 3)
 
 
 def test_the_ab_table_reads_run_folders(tmp_path, capsys):

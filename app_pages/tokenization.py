@@ -1,10 +1,13 @@
-"""Page "Tokenization": how the checkpoint's BPE tokenizer cuts a sentence, a step-by-step replay of its merges
-for one word, vocabulary statistics, and a small live BPE trainer."""
+"""Page "Tokenization": how the checkpoint's tokenizer cuts a sentence, then what that tokenizer really is: for BPE
+(ours, GPT-2's byte-level BPE) a step-by-step replay of its merges for one word, for a unigram model (MarianMT) the
+scored best split of one word and its runners-up; vocabulary statistics; and a small live BPE trainer."""
 
 import pandas as pd
 import streamlit as st
 
-from teaching.bpe_replay import merge_table, piece_lengths, pre_tokenize, replay, segmentations
+from teaching import unigram
+from teaching.bpe_replay import merge_table, own_pieces, piece_lengths, pre_tokenize, replay, segmentations
+from model.hf.tokenizers import readable_piece
 from model.tokenizer import TextTokenizer
 from ui import state, url
 from ui.widgets import show_figure, show_table
@@ -28,19 +31,33 @@ def _train(text: str, vocab_size: int) -> TextTokenizer:
     return TextTokenizer.train(lines, vocab_size=vocab_size, min_frequency=1)
 
 
-def merges_frame(merges, start: int) -> pd.DataFrame:
-    return pd.DataFrame([{"rank": start + i, "left": a, "right": b, "new piece": a + b}
+def merges_frame(merges, start: int, show=str) -> pd.DataFrame:
+    return pd.DataFrame([{"rank": start + i, "left": show(a), "right": show(b), "new piece": show(a + b)}
                          for i, (a, b) in enumerate(merges)])
 
 
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
-table = _merges(*state.checkpoint_version(ckpt), tok.to_str())
+kind = getattr(tok, "kind", "bpe")  # "bpe" (ours), "byte-bpe" (GPT-2) or "unigram" (MarianMT)
+show = readable_piece if kind == "byte-bpe" else str  # how a piece is written on this page
+table = None if kind == "unigram" else _merges(*state.checkpoint_version(ckpt), tok.to_str())
 
 st.title("Tokenization")
-st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. 2016) "
-           "cuts the text into pieces from a vocabulary of "
-           f"{tok.vocab_size} learned from the training data. " + WORD_START_NOTE + " Every page shows pieces this way.")
+if kind == "unigram":
+    st.caption("The model never sees letters or words: a SentencePiece unigram language-model tokenizer (Kudo 2018) "
+               f"cuts the text into pieces from a vocabulary of {tok.vocab_size}, each piece with a learned "
+               "probability; of all ways to cut a word it takes the most probable. " + WORD_START_NOTE)
+elif kind == "byte-bpe":
+    st.caption("The model never sees letters or words: a byte-level byte-pair-encoding (BPE) tokenizer (Radford et "
+               "al. 2019; BPE: Sennrich et al. 2016) cuts the text's UTF-8 bytes into pieces from a vocabulary of "
+               f"{tok.vocab_size}, so no text is unknown. It stores a space as `Ġ`, glued to the word after it; "
+               "this page writes it `␣`, and a byte that is only part of a character (an emoji is four) as "
+               "`<0xF0>`.")
+else:
+    st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. 2016) "
+               "cuts the text into pieces from a vocabulary of "
+               f"{tok.vocab_size} learned from the training data. " + WORD_START_NOTE + " Every page shows pieces "
+               "this way.")
 
 # --- the text -----------------------------------------------------------------------------------------
 shared = state.current_text(ckpt)
@@ -51,28 +68,8 @@ if too_long:
     st.caption(too_long)
 
 
-def show_tokens(text: str) -> None:
-    enc = tok.encode(text)
-    st.subheader(f"{len(enc.tokens)} pieces")
-    st.markdown(token_spans_html(text, enc.tokens, enc.ids, enc.offsets), unsafe_allow_html=True)
-    st.caption("Each chip: the characters it covers (␣ = space), then the piece and its id. A dashed ∅ chip is "
-               "a bare `▁` word-start marker that covers no character of its own.")
-    unk = [text[s:e] for p, (s, e) in zip(enc.tokens, enc.offsets) if p == "<unk>"]
-    if unk:
-        st.warning(f"{len(unk)} piece(s) are `<unk>` (red): the characters {', '.join(repr(u) for u in unk)} "
-                   "never occurred in the training data, so the model cannot tell them apart.")
-
-    st.subheader("Characters, words, pieces")
-    seg = segmentations(text, enc.tokens)
-    show_table([{"unit": k, "count": len(v), "sequence": " | ".join(v)} for k, v in seg.items()])
-    st.caption("Characters give long sequences over a tiny alphabet; words a huge vocabulary with no answer "
-               "for unseen words; BPE pieces sit in between.")
-
-    st.subheader("Replay the merges for one word")
-    words = pre_tokenize(tok.backend, text)
-    if not words:
-        st.warning("There is no word to replay.")
-        return
+def pick_word(label: str, words: list[str]) -> int:
+    """The word box (its number kept in ``?word=``): the index of the chosen word."""
     url.init_widget("tok_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
                     valid=lambda i: i in range(len(words)))
     ss = st.session_state
@@ -82,30 +79,78 @@ def show_tokens(text: str) -> None:
         # it last drew until the script sets the value, so set it (to itself) to send the new label.
         ss["tok_word"] = ss["tok_word"]
     ss["tok_word_of"] = words
-    choice = st.selectbox("Word (as BPE sees it, after pre-tokenization)", range(len(words)),
-                          format_func=lambda i: f"{i}: {words[i]}", key="tok_word")
+    choice = st.selectbox(label, range(len(words)), format_func=lambda i: f"{i}: {show(words[i])}", key="tok_word")
     url.put("word", choice, 0)
-    word = words[choice]
+    return choice
+
+
+def show_tokens(text: str) -> None:
+    enc = tok.encode(text)
+    st.subheader(f"{len(enc.tokens)} pieces")
+    st.markdown(token_spans_html(text, [show(t) for t in enc.tokens], enc.ids, enc.offsets), unsafe_allow_html=True)
+    st.caption("Each chip: the characters it covers (␣ = space), then the piece and its id. "
+               + ("Pieces of one character that has several bytes all cover that character." if kind == "byte-bpe"
+                  else "A dashed ∅ chip is a bare `▁` word-start marker that covers no character of its own."))
+    unk = [text[s:e] for p, (s, e) in zip(enc.tokens, enc.offsets) if p == "<unk>"]
+    if unk:
+        st.warning(f"{len(unk)} piece(s) are `<unk>` (red): the characters {', '.join(repr(u) for u in unk)} "
+                   "never occurred in the training data, so the model cannot tell them apart.")
+
+    st.subheader("Characters, words, pieces")
+    seg = segmentations(text, [show(t) for t in enc.tokens])
+    show_table([{"unit": k, "count": len(v), "sequence": " | ".join(v)} for k, v in seg.items()])
+    st.caption("Characters give long sequences over a tiny alphabet; words a huge vocabulary with no answer "
+               "for unseen words; BPE pieces sit in between.")
+
+    if kind == "unigram":
+        show_unigram(text)
+        return
+    st.subheader("Replay the merges for one word")
+    words = pre_tokenize(tok.backend, text)
+    if not words:
+        st.warning("There is no word to replay.")
+        return
+    word = words[pick_word("Word (as BPE sees it, after pre-tokenization)", words)]
     steps = replay(word, table)
     rows = []
     for n, step in enumerate(steps):
         if step.merge is None:
             mark = [False] * len(step.pieces)
-            how = "start: the characters"
+            how = "start: the characters" if kind == "bpe" else "start: the bytes"
         else:
             joined = step.merge[0] + step.merge[1]
             mark = [p == joined for p in step.pieces]
-            a, b = (cell_html(x) for x in step.merge)
+            a, b = (cell_html(show(x)) for x in step.merge)
             how = f"merge #{step.rank}: <code>{a}</code> + <code>{b}</code>"
-        rows.append(f"| {n} | {how} | {pieces_html(step.pieces, mark)} |")
+        rows.append(f"| {n} | {how} | {pieces_html([show(p) for p in step.pieces], mark)} |")
     st.markdown("| step | rule (lowest rank present) | pieces |\n|---|---|---|\n" + "\n".join(rows),
                 unsafe_allow_html=True)
     final = steps[-1].pieces
-    alone = word[1:] if word.startswith("▁") else word  # Metaspace puts the ▁ back in front of a lone word
-    expected = (tok.backend.encode(alone, add_special_tokens=False).tokens
-                if alone and pre_tokenize(tok.backend, alone) == [word] else None)
-    st.caption(f"Final: {' '.join(final)} — the tokenizer's own output for this word"
-               + ("" if expected is None or expected == final else f" differs: {' '.join(expected)}") + ".")
+    expected = own_pieces(tok.backend, word, byte_level=kind == "byte-bpe")
+    st.caption(f"Final: {' '.join(map(show, final))} — the tokenizer's own output for this word"
+               + ("" if expected is None or expected == final else f" differs: {' '.join(map(show, expected))}")
+               + ".")
+
+
+def show_unigram(text: str) -> None:
+    st.subheader("How the unigram model picks the split of one word")
+    words = unigram.words(tok, text)
+    if not words:
+        st.warning("There is no word to split.")
+        return
+    splits = unigram.best_splits(tok, words[pick_word("Word", words)], n=5)
+    if not splits:
+        st.warning("This word is only characters the tokenizer removes.")
+        return
+    c1, c2 = st.columns(2)
+    c1.markdown("**The best split (Viterbi), piece by piece**")
+    show_table(unigram.piece_rows(tok, splits[0]), c1)
+    c2.markdown(f"**The {len(splits)} most probable splits**")
+    show_table(unigram.split_rows(splits), c2)
+    st.caption("Each piece has a probability p learned from the training text; a split's probability is the "
+               "product of its pieces' (log P: the sum of their log p), and the tokenizer takes the most probable "
+               "split (first row). Fewer, longer pieces usually win, because every extra factor p < 1 lowers the "
+               "product. BPE instead replays its learned merges in order and never weighs alternatives.")
 
 
 if not text.strip():
@@ -117,16 +162,29 @@ else:
 
 # --- vocabulary ---------------------------------------------------------------------------------------
 st.subheader("The vocabulary")
-lengths = piece_lengths(table.vocab)
+if kind == "unigram":
+    lengths = piece_lengths(dict.fromkeys(unigram.unigram_pieces(tok)))
+elif kind == "byte-bpe":
+    lengths = piece_lengths(table.vocab, specials=(tok.id_to_token(tok.eos_id),), show=show)
+else:
+    lengths = piece_lengths(table.vocab)
 counts = pd.Series(lengths).value_counts().sort_index()
-show_figure(bar(counts.index.tolist(), counts.values.tolist(), "Piece length (characters, ▁ not counted)",
+show_figure(bar(counts.index.tolist(), counts.values.tolist(),
+                "Piece length (characters, " + ("␣" if kind == "byte-bpe" else "▁") + " not counted)",
                  "length", "pieces"), **PLOT)
 c1, c2 = st.columns(2)
-c1.markdown("**First 20 merges** (the most frequent pairs)")
-show_table(merges_frame(table.merges[:20], 0), c1)
-c2.markdown("**Last 20 merges**")
-start = max(0, len(table.merges) - 20)
-show_table(merges_frame(table.merges[start:], start), c2)
+if kind == "unigram":
+    most, least = unigram.vocab_extremes(tok, 20)
+    c1.markdown("**The 20 most probable pieces**")
+    show_table(most, c1)
+    c2.markdown("**The 20 least probable pieces**")
+    show_table(least, c2)
+else:
+    c1.markdown("**First 20 merges** (the most frequent pairs)")
+    show_table(merges_frame(table.merges[:20], 0, show), c1)
+    c2.markdown("**Last 20 merges**")
+    start = max(0, len(table.merges) - 20)
+    show_table(merges_frame(table.merges[start:], start, show), c2)
 
 # --- live trainer ---------------------------------------------------------------------------------------
 st.subheader("Train your own BPE")

@@ -31,7 +31,7 @@ class SourceInput:
     Attributes:
         text: the cleaned text the offsets refer to.
         ids: token ids fed to the encoder, ``<eos>`` included (``[src_len]``).
-        tokens: the BPE pieces for ``ids`` (``"<eos>"`` last).
+        tokens: the pieces for ``ids`` (the end-of-sequence piece, ``"<eos>"`` in our tokenizer, last).
         offsets: ``(start, end)`` character span of each piece in ``text`` (``(len, len)`` for ``<eos>``).
         truncated: the text was longer than the model's ``max_len`` and was cut.
         notes: plain-language remarks for the user (truncation, unknown characters, removed control characters).
@@ -98,7 +98,8 @@ def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: in
         notes.append(
             "Characters the model never saw in training are shown as <unk>: " + " ".join(unknown)[:80]
         )
-    return SourceInput(clean, ids + [eos_id], tokens + ["<eos>"], offsets + [(len(clean), len(clean))], truncated, notes)
+    end = tokenizer.id_to_token(eos_id)  # "<eos>" here, "</s>" in Marian, "<|endoftext|>" in GPT-2
+    return SourceInput(clean, ids + [eos_id], tokens + [end], offsets + [(len(clean), len(clean))], truncated, notes)
 
 
 @dataclass

@@ -54,6 +54,11 @@ class TextTokenizer:
         tokenizer: a BPE tokenizer whose first four ids are ``<pad> <bos> <eos> <unk>``.
     """
 
+    #: What cuts the text (the Tokenization page dispatches on it): ``"bpe"`` here; ``"byte-bpe"`` (GPT-2) and
+    #: ``"unigram"`` (Marian) in :mod:`model.hf.tokenizers`.
+    kind = "bpe"
+    pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+
     def __init__(self, tokenizer: Tokenizer):
         self._tok = tokenizer
         for i, name in enumerate(SPECIAL_TOKENS):
@@ -144,11 +149,15 @@ def unknown_share(tokenizer: TextTokenizer, text: str) -> float:
     Emoji, Chinese, Arabic or Hebrew never occurred in the training data: a text of them is all ``<unk>`` (1.0), and
     above :data:`MOSTLY_UNKNOWN` the model cannot read most of it. Counted on the NFC form of the text, as the
     tokenizer sees it (pass :attr:`~model.decoding.SourceInput.text` to leave out removed control characters).
-    0.0 for a text without a non-space character.
+    0.0 for a text without a non-space character, and for a tokenizer without an unknown token (``unk_id`` is
+    ``None``: GPT-2's byte-level BPE reads every byte).
     """
+    unk_id = tokenizer.unk_id
+    if unk_id is None:
+        return 0.0
     text = unicodedata.normalize("NFC", replace_surrogates(text or ""))
     enc = tokenizer.encode(text)
-    unknown = {i for tid, (s, e) in zip(enc.ids, enc.offsets) if tid == UNK_ID for i in range(s, e)
+    unknown = {i for tid, (s, e) in zip(enc.ids, enc.offsets) if tid == unk_id for i in range(s, e)
                if not text[i].isspace()}
     total = sum(1 for ch in text if not ch.isspace())
     return len(unknown) / total if total else 0.0

@@ -5,7 +5,8 @@ word starts from its characters (a character missing from the vocabulary becomes
 applies the **lowest-rank** merge among adjacent pairs, left to right on every occurrence, until no listed
 pair is left. With the Metaspace pre-tokenizer (``prepend_scheme="always"``, ``split=True``) a word is the
 text up to the next space with ``▁`` standing for the space before it, e.g. ``"▁Bobby"``; the first word gets
-a ``▁`` too.
+a ``▁`` too. GPT-2's byte-level BPE (Radford et al. 2019) replays the same way on the characters that stand for
+its bytes (``"ĠMÃ¼ller"`` is " Müller"; :func:`~model.hf.tokenizers.readable_piece` shows them as text).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from model.hf.tokenizers import byte_level_text
 from model.tokenizer import replace_surrogates
 
 UNK = "<unk>"
@@ -103,9 +105,24 @@ def encode_by_replay(backend, text: str, table: MergeTable) -> list[str]:
     return [p for w in pre_tokenize(backend, text) for p in replay(w, table)[-1].pieces]
 
 
-def piece_lengths(vocab: dict[str, int], specials=("<pad>", "<bos>", "<eos>", "<unk>")) -> list[int]:
-    """Length in characters of every vocabulary piece (the ``▁`` marker not counted; specials skipped)."""
+def piece_lengths(vocab: dict[str, int], specials=("<pad>", "<bos>", "<eos>", "<unk>"), show=None) -> list[int]:
+    """Length in characters of every vocabulary piece (the ``▁`` marker not counted; specials skipped).
+
+    ``show`` maps a piece to the text counted (e.g. :func:`~model.hf.tokenizers.readable_piece` for byte-level
+    pieces, whose leading ``␣`` is then not counted either)."""
+    if show is not None:
+        return [len(show(p).lstrip("␣")) for p in vocab if p not in specials]
     return [len(p.replace("▁", "")) for p in vocab if p not in specials]
+
+
+def own_pieces(backend, word: str, byte_level: bool = False) -> list[str] | None:
+    """The tokenizer's own pieces for the pre-tokenized ``word`` encoded alone, to check a replay against; ``None``
+    when the word's text alone does not pre-tokenize back to ``word``. The text is ``word`` without its ``▁``
+    (Metaspace puts it back in front of a lone word) or, for byte-level BPE, the text its bytes spell."""
+    alone = byte_level_text(word) if byte_level else (word[1:] if word.startswith("▁") else word)
+    if not alone or pre_tokenize(backend, alone) != [word]:
+        return None
+    return backend.encode(alone, add_special_tokens=False).tokens
 
 
 def segmentations(text: str, pieces: list[str]) -> dict[str, list[str]]:

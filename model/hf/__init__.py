@@ -1,0 +1,1 @@
+"""Hugging Face checkpoint folders (MarianMT, GPT-2) read into this project's model and tokenizer interfaces."""

@@ -11,7 +11,7 @@ Everything else — data, batches, schedule, label smoothing, clipping, steps, e
 It has no KV cache and no attention tracing (``nn.Transformer`` exposes neither), so its decoding recomputes the
 whole prefix at every step. It duck-types the parts of :class:`~model.transformer.Transformer` that training and
 :func:`~model.decoding.greedy_batch` use: ``cfg``, ``device``, ``forward``, ``encode``, ``src_mask``,
-``new_cache``, ``decode`` and ``logits``. Its checkpoint folders carry ``"impl": "torch"`` in
+``new_cache``, ``decode``, ``logits`` and ``next_token_logits``. Its checkpoint folders carry ``"impl": "torch"`` in
 ``card.json``; the explorer cannot open them (it needs our traced model) and says so.
 """
 
@@ -143,6 +143,10 @@ class TorchBaseline(nn.Module):
         return BaselineOutput(hidden[:, -tgt.size(1):])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.generator(hidden)
+
+    def next_token_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What decoding chooses from: the plain logits (a baseline suppresses no token)."""
         return self.generator(hidden)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:

@@ -7,11 +7,17 @@ Table 3, except the size, which is scaled down so that the model trains on a lap
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 ARCHITECTURES = ("encoder-decoder", "decoder-only")
 POS_ENCODINGS = ("sinusoidal", "learned", "rope", "alibi", "none")
+#: The FFN's inner activation: ``relu`` (paper eq. 2), ``gelu`` (exact, erf), ``gelu_tanh`` (the tanh approximation
+#: GPT-2 calls ``gelu_new``) and ``silu`` (x·σ(x), which Marian calls ``swish``).
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+#: Where the sinusoidal table puts sines and cosines: ``interleaved`` (paper §3.5: sin in even, cos in odd
+#: dimensions) or ``halves`` (Marian: all sines first, then all cosines, at the same frequencies).
+POS_LAYOUTS = ("interleaved", "halves")
 #: The attention kinds, as plain identifiers (display wording lives in ``viz/labels.py``): an encoder-decoder has
 #: ``encoder`` (source self-attention), ``decoder`` (masked target self-attention) and ``cross`` (target queries
 #: over source keys); a decoder-only model has ``self`` (masked self-attention).
@@ -47,7 +53,21 @@ class ModelConfig:
         norm_first: ``False`` = post-LN as in the paper, ``True`` = pre-LN (Xiong et al. 2020).
         tie_embeddings: share source embedding, target embedding and output projection (paper §3.4).
         max_len: longest sequence in tokens, special tokens included.
-        pad_id, bos_id, eos_id, unk_id: special token ids.
+        pad_id, bos_id, eos_id, unk_id: special token ids. ``bos_id`` starts every decoder input; it may equal
+            ``pad_id`` (Marian starts from ``<pad>``): the first target position is never treated as padding.
+        activation: the FFN's inner non-linearity, one of :data:`ACTIVATIONS` (paper: ReLU; Marian: SiLU, its
+            ``"swish"``; GPT-2: GELU with the tanh approximation, its ``"gelu_new"``).
+        pos_layout: sinusoidal table layout, one of :data:`POS_LAYOUTS` (``"halves"``: Marian's
+            ``MarianSinusoidalPositionalEmbedding``, sines in the first half of the dimensions, cosines in the second).
+        scale_embeddings: multiply token embeddings by √d_model (paper §3.4; Marian's ``scale_embedding``);
+            GPT-2 does not.
+        logits_bias: a bias ``[vocab]`` added to the logits (Marian's ``final_logits_bias``).
+        norm_eps: ε of every LayerNorm (``torch.nn.LayerNorm``'s default 1e-5; GPT-2's ``layer_norm_epsilon``).
+        suppress_ids: token ids decoding never chooses (their next-token logits are −∞); Marian: ``[<pad>]``, as its
+            ``bad_words_ids``. Teacher-forced logits and traces are unaffected.
+
+    The fields after ``unk_id`` describe pretrained Hugging Face models (``model/hf/``); their defaults are this
+    project's own architecture, so a config.json without them loads as before.
     """
 
     arch: str = "encoder-decoder"
@@ -69,6 +89,12 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    activation: str = "relu"
+    pos_layout: str = "interleaved"
+    scale_embeddings: bool = True
+    logits_bias: bool = False
+    norm_eps: float = 1e-5
+    suppress_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -109,9 +135,34 @@ class ModelConfig:
             raise ConfigError(f"RoPE needs an even d_k, got d_model {self.d_model} / n_heads {self.n_heads}")
         if self.pos_encoding == "sinusoidal" and self.d_model % 2:
             raise ConfigError(f"sinusoidal positional encoding needs an even d_model, got {self.d_model}")
+        self._validate_variant()
         rates = (self.dropout, self.attention_dropout, self.ffn_dropout, self.decoder_layerdrop)
         if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r < 1.0 for r in rates):
             raise ConfigError("dropout, attention_dropout, activation_dropout and decoder_layerdrop must lie in [0, 1)")
+
+    def _validate_variant(self) -> None:
+        """The fields that describe pretrained models' variants (activation … suppress_ids)."""
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.pos_layout not in POS_LAYOUTS:
+            raise ConfigError(f"pos_layout must be one of {POS_LAYOUTS}, got {self.pos_layout!r}")
+        if self.pos_layout != "interleaved" and self.pos_encoding != "sinusoidal":
+            raise ConfigError(f"pos_layout {self.pos_layout!r} applies to sinusoidal encodings only, "
+                              f"not {self.pos_encoding!r}")
+        for name in ("scale_embeddings", "logits_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        eps = self.norm_eps
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < 1:
+            raise ConfigError(f"norm_eps must be a small positive number, got {eps!r}")
+        ids = self.suppress_ids
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ConfigError(f"suppress_ids must be a list of token ids, got {ids!r}")
+        outside = [i for i in ids if not 0 <= i < self.vocab_size]
+        if outside:
+            raise ConfigError(f"suppress_ids {outside} lie outside the vocabulary of {self.vocab_size}")
+        if self.eos_id in ids:
+            raise ConfigError(f"suppress_ids must not hold eos_id {self.eos_id}: decoding could never stop")
 
     @property
     def ffn_dropout(self) -> float:

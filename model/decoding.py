@@ -231,7 +231,7 @@ class Stepper:
             full = torch.tensor([self.tokens], device=dev)
             out = self.model.decode(full, self.memory, self.memory_mask, trace=True,
                                     self_head_mask=self._self_mask, cross_head_mask=self._cross_mask)
-        log_probs = torch.log_softmax(self.model.logits(out.hidden[0, -1]).float(), dim=-1)
+        log_probs = torch.log_softmax(self.model.next_token_logits(out.hidden[0, -1]).float(), dim=-1)
         cross = torch.stack([w[0, :, -1] for w in out.cross_weights]) if out.cross_weights else None
         self_w = torch.stack([w[0, :, -1] for w in out.self_weights])
         return log_probs, cross, self_w
@@ -327,7 +327,7 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     out = []
     for step in range(int(limits.max())):
         hidden = model.decode(tokens[:, -1:], memory, memory_mask, cache=cache).hidden
-        nxt = model.logits(hidden[:, -1]).argmax(-1)
+        nxt = model.next_token_logits(hidden[:, -1]).argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
         out.append(nxt)
         done |= (nxt == cfg.eos_id) | (limits <= step + 1)

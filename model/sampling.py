@@ -217,7 +217,7 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
     cache = model.new_cache()
     for t in range(max(limits)):
         out = model.decode(feed, memory if t == 0 else None, memory_mask, cache=cache)
-        log_probs = torch.log_softmax(model.logits(out.hidden[:, -1]).float(), dim=-1)  # [rows, vocab]
+        log_probs = torch.log_softmax(model.next_token_logits(out.hidden[:, -1]).float(), dim=-1)  # [rows, vocab]
         vocab = log_probs.size(-1)
         total = (row_lp[:, None] + log_probs).reshape(len(active), width * vocab)
         top_lp, top_idx = torch.topk(total, min(2 * beam_size, width * vocab), dim=-1)  # [sentences, 2k]

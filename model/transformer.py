@@ -5,12 +5,15 @@ Encoder layer (§3.1): self-attention → FFN. Decoder layer: masked self-attent
 Post-LN (paper): ``x = LayerNorm(x + Dropout(Sublayer(x)))``; pre-LN (Xiong et al. 2020):
 ``x = x + Dropout(Sublayer(LayerNorm(x)))`` with a final LayerNorm.
 Embeddings are multiplied by √d_model and shared with the output projection when tied (§3.4).
+The variants of pretrained models (``ModelConfig.activation``, ``norm_eps``, ``scale_embeddings``, ``pos_layout``,
+``logits_bias``, ``suppress_ids``) let Marian and GPT-2 weights run through these same modules (``model/hf/``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -21,25 +24,38 @@ from .config import ModelConfig
 from .positional import PositionalEncoding
 
 
-class FeedForward(nn.Module):
-    """Position-wise FFN(x) = max(0, x W₁ + b₁) W₂ + b₂ (paper eq. 2); ``[.., d_model] → [.., d_model]``."""
+#: ``ModelConfig.activation`` → function. ``gelu_tanh`` is GPT-2's ``gelu_new``,
+#: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (Hendrycks & Gimpel 2016, §2);
+#: ``silu`` is x·σ(x), Marian's ``swish``.
+ACTIVATION_FUNCTIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+}
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float):
+
+class FeedForward(nn.Module):
+    """Position-wise FFN(x) = act(x W₁ + b₁) W₂ + b₂, ``act`` = ReLU in the paper (eq. 2);
+    ``[.., d_model] → [.., d_model]``. ``activation``: a key of :data:`ACTIVATION_FUNCTIONS`."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str = "relu"):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.act = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+        return self.linear2(self.dropout(self.act(self.linear1(x))))
 
 
 class _Residual(nn.Module):
     """One sub-layer connection with its LayerNorm, post-LN or pre-LN."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float = 1e-5):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -52,6 +68,16 @@ class _Residual(nn.Module):
         return self.norm(x + self.dropout(out)), weights
 
 
+def residual(cfg: ModelConfig) -> _Residual:
+    """A sub-layer connection as ``cfg`` describes it (dropout, pre-/post-LN, LayerNorm ε)."""
+    return _Residual(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.norm_eps)
+
+
+def feed_forward(cfg: ModelConfig) -> FeedForward:
+    """The position-wise FFN as ``cfg`` describes it (widths, inner dropout, activation)."""
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.ffn_dropout, cfg.activation)
+
+
 def relative_position(cfg: ModelConfig) -> str | None:
     """The scheme applied inside self-attention (``"rope"`` / ``"alibi"``), or ``None`` for additive/no encodings."""
     return cfg.pos_encoding if cfg.pos_encoding in ("rope", "alibi") else None
@@ -61,9 +87,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, relative_position(cfg))
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.ffn_dropout)
-        self.res_attn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn = feed_forward(cfg)
+        self.res_attn = residual(cfg)
+        self.res_ffn = residual(cfg)
 
     def forward(self, x, mask, trace=False, head_mask=None, positions=None):
         """``x``: ``[batch, src_len, d_model]``; returns ``(x, weights [batch, heads, src_len, src_len] | None)``."""
@@ -77,13 +103,13 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, relative_position(cfg))
-        self.res_self = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res_self = residual(cfg)
         self.cross_attn = None
         if cfg.is_encoder_decoder:
             self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-            self.res_cross = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.ffn_dropout)
-        self.res_ffn = _Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+            self.res_cross = residual(cfg)
+        self.ffn = feed_forward(cfg)
+        self.res_ffn = residual(cfg)
 
     def forward(self, x, self_mask, memory=None, memory_mask=None, *, self_cache=None, cross_cache=None,
                 trace=False, self_head_mask=None, cross_head_mask=None, positions=None):
@@ -168,14 +194,14 @@ class Transformer(nn.Module):
         cfg.validate()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos = PositionalEncoding(cfg.pos_encoding, cfg.max_len, cfg.d_model)
+        self.pos = PositionalEncoding(cfg.pos_encoding, cfg.max_len, cfg.d_model, cfg.pos_layout)
         self.emb_dropout = nn.Dropout(cfg.dropout)
         n_enc = cfg.n_encoder_layers if cfg.is_encoder_decoder else 0
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(n_enc))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
-        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first and n_enc else None
-        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else None
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.norm_first and n_enc else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.norm_first else None
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.logits_bias)
         self._reset_parameters()
         if cfg.tie_embeddings:
             self.generator.weight = self.embed.weight
@@ -206,8 +232,11 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def embed_tokens(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Token embedding × √d_model + positional encoding, with dropout; ``[batch, seq] → [batch, seq, d_model]``."""
-        x = self.embed(ids) * math.sqrt(self.cfg.d_model)
+        """Token embedding × √d_model (unless ``cfg.scale_embeddings`` is off) + positional encoding, with dropout;
+        ``[batch, seq] → [batch, seq, d_model]``."""
+        x = self.embed(ids)
+        if self.cfg.scale_embeddings:
+            x = x * math.sqrt(self.cfg.d_model)
         return self.emb_dropout(self.pos(x, offset))
 
     def src_mask(self, src: torch.Tensor) -> torch.Tensor:
@@ -248,12 +277,16 @@ class Transformer(nn.Module):
 
         With ``cache``, the new tokens sit at positions ``cache.positions …`` and attend to every cached row;
         cached cross-attention K/V are reused, so ``memory`` is only needed on the first call.
+        Keys equal to ``pad_id`` are masked, except at position 0: the first target token is the start token,
+        never padding, even where it is ``<pad>`` (Marian's decoder starts from ``<pad>``).
         """
         offset = cache.positions if cache is not None else 0
         t = tgt.size(1)
         self_mask = causal_mask(t, offset + t, tgt.device)[None, None]
         if offset == 0:
-            self_mask = self_mask & (tgt != self.cfg.pad_id)[:, None, None, :]
+            real = tgt != self.cfg.pad_id
+            real[:, 0] = True
+            self_mask = self_mask & real[:, None, None, :]
         x = self.embed_tokens(tgt, offset)
         positions = torch.arange(offset, offset + t, device=tgt.device)
         out = DecoderOutput(x, [], [])
@@ -292,8 +325,18 @@ class Transformer(nn.Module):
         return {i for i, r in enumerate(torch.rand(len(self.decoder_layers)).tolist()) if r < p}
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``[batch, tgt_len, d_model]`` → ``[batch, tgt_len, vocab]`` (unnormalised log-probabilities)."""
+        """``[batch, tgt_len, d_model]`` → ``[batch, tgt_len, vocab]`` (unnormalised log-probabilities); with
+        ``cfg.logits_bias`` the projection adds a bias ``[vocab]`` (Marian's ``final_logits_bias``)."""
         return self.generator(hidden)
+
+    def next_token_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """:meth:`logits` for choosing a token: ``[.., d_model] → [.., vocab]`` with every id of
+        ``cfg.suppress_ids`` at −∞ (as ``transformers``' ``bad_words_ids`` do), so no decoding picks it; unchanged
+        when the list is empty (every model of this project)."""
+        logits = self.logits(hidden)
+        if self.cfg.suppress_ids:
+            logits = logits.index_fill(-1, torch.tensor(self.cfg.suppress_ids, device=logits.device), float("-inf"))
+        return logits
 
     def forward(self, src: torch.Tensor | None, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``[batch, tgt_len, vocab]`` (fast path). ``src`` is ignored for decoder-only."""

@@ -57,6 +57,17 @@ def test_config_partial_json_uses_defaults(tmp_path):
         (dict(attention_dropout=-0.1), "dropout"),
         (dict(d_model="abc"), "d_model"),
         (dict(max_len=64.5), "max_len"),
+        (dict(activation="tanh"), "activation"),
+        (dict(activation="silu", pos_layout="halves", scale_embeddings=False, logits_bias=True, norm_eps=1e-6,
+              suppress_ids=[0]), None),  # a Hugging Face variant: valid
+        (dict(pos_layout="columns"), "pos_layout"),
+        (dict(pos_layout="halves", pos_encoding="learned"), "sinusoidal encodings only"),
+        (dict(scale_embeddings=1), "scale_embeddings"),
+        (dict(logits_bias="yes"), "logits_bias"),
+        (dict(norm_eps=0.0), "norm_eps"),
+        (dict(suppress_ids=[9000]), "outside the vocabulary"),
+        (dict(suppress_ids=[2]), "eos_id"),
+        (dict(suppress_ids=(0,)), "list of token ids"),
     ],
 )
 def test_invalid_configs_raise_config_error(kwargs, match):
@@ -65,6 +76,19 @@ def test_invalid_configs_raise_config_error(kwargs, match):
         return
     with pytest.raises(ConfigError, match=match):
         ModelConfig(**kwargs)
+
+
+def test_configs_without_the_pretrained_model_fields_load_as_our_architecture(tmp_path):
+    """A config.json written before activation … suppress_ids existed describes this project's Transformer."""
+    old = {k: v for k, v in ModelConfig().to_dict().items()
+           if k not in ("activation", "pos_layout", "scale_embeddings", "logits_bias", "norm_eps", "suppress_ids")}
+    cfg = ModelConfig.from_dict(old)
+    assert (cfg.activation, cfg.pos_layout, cfg.scale_embeddings, cfg.logits_bias) == ("relu", "interleaved", True,
+                                                                                      False)
+    assert cfg.norm_eps == 1e-5 and cfg.suppress_ids == []
+    variant = ModelConfig(activation="gelu_tanh", suppress_ids=[0, 5], logits_bias=True)
+    variant.to_json(tmp_path / "c.json")
+    assert ModelConfig.from_json(tmp_path / "c.json") == variant
 
 
 def test_decoder_only_needs_no_encoder_layers():

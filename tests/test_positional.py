@@ -30,6 +30,15 @@ def test_matches_formula_with_base_10000():
             assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
 
 
+def test_halves_layout_is_the_same_columns_regrouped():
+    """Marian's layout: the interleaved table's sine columns first, then its cosine columns."""
+    interleaved = sinusoidal_table(40, 12)
+    halves = sinusoidal_table(40, 12, layout="halves")
+    assert torch.equal(halves, torch.cat([interleaved[:, 0::2], interleaved[:, 1::2]], dim=1))
+    with pytest.raises(ValueError, match="layout"):
+        sinusoidal_table(4, 8, layout="spiral")
+
+
 def _rotation(k: int, d_model: int) -> torch.Tensor:
     """Block-diagonal ``[d, d]`` map M_k with PE(pos + k) = M_k · PE(pos), built from the frequencies.
 

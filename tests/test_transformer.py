@@ -380,3 +380,34 @@ def test_a_decoder_only_stepper_continues_the_prompt_it_is_given_as_src_ids(make
     assert [h.tokens for h in beam.hypotheses] == [h.tokens for h in beam_b.hypotheses]
     # a translator's prefix is still <bos> alone: its src_ids go to the encoder
     assert decoder_prefix(make_model().cfg, prompt, None) == [make_model().cfg.bos_id]
+
+
+def test_next_token_logits_suppress_only_the_listed_ids(make_model):
+    """Our models list none: decoding chooses from the plain logits. A listed id gets −∞ in every decoding path."""
+    model = make_model()
+    hidden = torch.randn(2, 3, model.cfg.d_model)
+    with torch.no_grad():
+        assert torch.equal(model.next_token_logits(hidden), model.logits(hidden))
+        suppressing = make_model(suppress_ids=[0, 7])
+        plain, chosen = suppressing.logits(hidden), suppressing.next_token_logits(hidden)
+    assert (chosen[..., [0, 7]] == float("-inf")).all()
+    keep = [i for i in range(model.cfg.vocab_size) if i not in (0, 7)]
+    assert torch.equal(chosen[..., keep], plain[..., keep])
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_a_start_token_equal_to_pad_is_not_masked(make_model, arch):
+    """Marian starts its decoder from <pad>: with bos_id = pad_id the first position is a real key, exactly as a
+    distinct <bos> with the same embedding would be; later pads stay masked."""
+    model = make_model(arch=arch)
+    as_pad = make_model(arch=arch, bos_id=model.cfg.pad_id)
+    src, memory, memory_mask = _src_and_memory(model)
+    body = _random_ids(5, model.cfg.vocab_size, 13)
+    with torch.no_grad():
+        as_pad.embed.weight[model.cfg.pad_id] = model.embed.weight[model.cfg.bos_id]
+        plain = model.decode(torch.cat([torch.tensor([model.cfg.bos_id]), body])[None], memory, memory_mask,
+                             trace=True)
+        padded = as_pad.decode(torch.cat([torch.tensor([model.cfg.pad_id]), body])[None], memory, memory_mask,
+                               trace=True)
+    torch.testing.assert_close(padded.hidden, plain.hidden, atol=ATOL, rtol=0)
+    assert (padded.self_weights[0][0, :, :, 0] > 0).all()

@@ -3,6 +3,10 @@
 Weights are read and written with ``safetensors`` only (never pickle). Every file is written to a temporary
 name and renamed into place, so a reader never sees half a file. A tied output projection is not stored
 twice: it is re-tied on load.
+
+A Hugging Face MarianMT or GPT-2 folder (``hf download … --local-dir checkpoints/NAME``) is found and
+loaded here too, into the same :class:`Checkpoint`: :mod:`model.hf` reads its config, weights and tokenizer, and
+:mod:`model.hf.card` writes its card from its files. Such a folder is only read, never written.
 """
 
 from __future__ import annotations
@@ -18,14 +22,16 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, ModelConfig
+from .errors import CheckpointError  # callers import it from here
+from .hf.card import hf_card
+from .hf.loader import is_hf_model_dir, load_hf_model
+from .hf.tokenizers import load_hf_tokenizer
 from .tokenizer import TextTokenizer
 from .transformer import Transformer
 
 REQUIRED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint folder that cannot be loaded; the message says what is wrong, in plain words."""
+#: ``model_type`` of a Hugging Face folder → its architecture here.
+HF_ARCHS = {"marian": "encoder-decoder", "gpt2": "decoder-only"}
 
 
 @dataclass
@@ -96,14 +102,45 @@ def save_checkpoint(
     return folder
 
 
-def is_checkpoint_dir(folder: str | Path) -> bool:
-    """True when ``folder`` has the three required files (it may still be corrupt)."""
+def is_own_checkpoint_dir(folder: str | Path) -> bool:
+    """True when ``folder`` has the three files of a checkpoint of ours (it may still be corrupt)."""
     folder = Path(folder)
-    return folder.is_dir() and all((folder / f).is_file() for f in REQUIRED_FILES)
+    return folder.is_dir() and all((folder / f).is_file() for f in REQUIRED_FILES) and not _hf_config(folder)
+
+
+def is_checkpoint_dir(folder: str | Path) -> bool:
+    """True when ``folder`` is a checkpoint of ours (:func:`is_own_checkpoint_dir`) or a Hugging Face model folder
+    (:func:`model.hf.loader.is_hf_model_dir`); it may still be corrupt, or of an unsupported type."""
+    return is_own_checkpoint_dir(folder) or is_hf_model_dir(folder)
+
+
+def _config(folder: Path) -> dict:
+    """The folder's ``config.json`` as a dict; empty when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _hf_config(folder: Path) -> dict | None:
+    """``config.json`` of a Hugging Face folder (it names a ``model_type``; ours never does), else ``None``."""
+    data = _config(folder)
+    return data if "model_type" in data else None
+
+
+def checkpoint_arch(folder: str | Path) -> str:
+    """``"encoder-decoder"`` or ``"decoder-only"``, read from the folder's ``config.json`` without loading the
+    weights: ours names its ``arch``, a Hugging Face folder its ``model_type`` (:data:`HF_ARCHS`). A folder that
+    says neither counts as an encoder-decoder, as every early checkpoint was."""
+    data = _config(Path(folder))
+    arch = HF_ARCHS.get(data.get("model_type")) if "model_type" in data else data.get("arch")
+    return arch if arch in ("encoder-decoder", "decoder-only") else "encoder-decoder"
 
 
 def list_checkpoints(root: str | Path) -> list[Path]:
-    """Checkpoint folders directly below ``root`` (or ``root`` itself), sorted by name."""
+    """Checkpoint folders (ours and Hugging Face ones, :func:`is_checkpoint_dir`) directly below ``root`` (or
+    ``root`` itself), sorted by name."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -113,7 +150,8 @@ def list_checkpoints(root: str | Path) -> list[Path]:
 
 
 def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
-    """Load a checkpoint folder for inference (eval mode, float32).
+    """Load a checkpoint folder for inference (eval mode, float32): one of ours, or a Hugging Face MarianMT or
+    GPT-2 folder (its ``config.json`` names a ``model_type``; :func:`load_hf_checkpoint`).
 
     Raises:
         CheckpointError: the folder or a file is missing, the config or tokenizer is invalid, the weights file
@@ -122,6 +160,8 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"Checkpoint folder not found: {folder}")
+    if _hf_config(folder) is not None:
+        return load_hf_checkpoint(folder, device)
     missing = [f for f in REQUIRED_FILES if not (folder / f).is_file()]
     if missing:
         raise CheckpointError(f"{folder} is not a checkpoint: missing {', '.join(missing)}")
@@ -166,3 +206,25 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
             card = {"warning": "card.json is unreadable"}
     model.to(device).eval()
     return Checkpoint(model, tokenizer, cfg, card, folder)
+
+
+def load_hf_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    """A Hugging Face MarianMT or GPT-2 folder as a :class:`Checkpoint` (eval mode, float32): the weights by
+    :func:`model.hf.loader.load_hf_model`, the tokenizer by :func:`model.hf.tokenizers.load_hf_tokenizer`, the card
+    by :func:`model.hf.card.hf_card`.
+
+    Raises:
+        CheckpointError: what :func:`~model.hf.loader.load_hf_model` raises (missing or corrupt files, another
+            ``model_type``, weights that do not fit), a tokenizer file missing or invalid, or a tokenizer with ids
+            beyond the model's vocabulary.
+    """
+    folder = Path(folder)
+    model, cfg, info = load_hf_model(folder, device)
+    try:
+        tokenizer = load_hf_tokenizer(folder, info["model_type"])
+    except ValueError as exc:
+        raise CheckpointError(f"the tokenizer of {folder} cannot be read: {exc}") from exc
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} pieces but the model only "
+                              f"{cfg.vocab_size} (config.json's vocab_size)")
+    return Checkpoint(model, tokenizer, cfg, hf_card(folder, info), folder)

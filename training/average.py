@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from model.checkpoint import CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint, save_tensors
+from model.hf.loader import is_hf_model_dir
 from training.checkpoints import WARM_START_KNOBS
 
 
@@ -36,6 +37,9 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
     folders = [Path(f) for f in folders]
     if not folders:
         raise CheckpointError("nothing to average: give at least one checkpoint folder")
+    for folder in folders:  # its tensors have other names and its tokenizer is no tokenizer.json of ours
+        if is_hf_model_dir(folder):
+            raise CheckpointError(f"{folder} is a Hugging Face model folder; only checkpoints of this project average")
     first = load_checkpoint(folders[0])  # validates the first fully (config, tokenizer, weights)
     tok_json = first.tokenizer.to_str()
     first_architecture = _architecture(first.config.to_dict())

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 from corpora.files import DataError
 from model.baseline import build_model, load_baseline
-from model.checkpoint import Checkpoint, atomic_write_json, load_checkpoint, save_checkpoint, save_tensors
+from model.checkpoint import (Checkpoint, atomic_write_json, is_checkpoint_dir, is_own_checkpoint_dir, load_checkpoint,
+                              save_checkpoint, save_tensors)
 from model.config import ModelConfig
 from model.tokenizer import TextTokenizer
 from .runs import append_probes, probe_record
@@ -88,6 +89,17 @@ def schedule_position(card: dict) -> int:
     return int(card.get("step") or 0) + int(offset)
 
 
+def hf_refusal(folder: str | Path) -> str | None:
+    """Why a run cannot start from ``folder``, or ``None``: a Hugging Face model folder is refused, because the
+    trainer writes checkpoints of ours (``tokenizer.json`` of our BPE, our tensor names), which a MarianMT's
+    SentencePiece or GPT-2's byte-level tokenizer and its weights are not; the explorer's pages open such a folder
+    directly."""
+    if is_checkpoint_dir(folder) and not is_own_checkpoint_dir(folder):
+        return (f"{folder} is a Hugging Face model folder; a run starts only from a checkpoint of this project "
+                "(checkpoints/en-de, checkpoints/brown-lm or a run's best/). Open it on the other pages instead.")
+    return None
+
+
 def warm_start(args, device, given=frozenset()):
     """``(model, tokenizer, config)`` of ``--init-from``: its weights, tokenizer and architecture, in training mode.
 
@@ -99,6 +111,8 @@ def warm_start(args, device, given=frozenset()):
     ``args``' model options to the checkpoint's. Raises ``DataError`` when the folder is not a loadable checkpoint
     of ours.
     """
+    if reason := hf_refusal(args.init_from):
+        raise DataError(f"--init-from: {reason}")
     try:
         ckpt = load_checkpoint(args.init_from, device)
     except Exception as exc:  # CheckpointError and friends: a clear message, exit code 2

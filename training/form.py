@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from model.config import ARCHITECTURES, POS_ENCODINGS, ConfigError, ModelConfig
+from .checkpoints import hf_refusal
 from .config import FIELDS, defaults, flag_of, value_type
 from .runs import runs_root
 
@@ -61,10 +62,11 @@ def preset_form(name: str) -> dict:
 
 def warm_start_choices() -> list[str]:
     """Checkpoint folders a run can start from (``--init-from``), relative to the repository where possible: the
-    shipped ones under ``checkpoints/`` and every run's ``best/``."""
-    from model.checkpoint import list_checkpoints
+    shipped ones under ``checkpoints/`` and every run's ``best/``. Hugging Face folders are left out: the trainer
+    starts only from checkpoints of ours (:func:`training.checkpoints.warm_start`)."""
+    from model.checkpoint import is_own_checkpoint_dir, list_checkpoints
 
-    found = list_checkpoints(REPO / "checkpoints")
+    found = [p for p in list_checkpoints(REPO / "checkpoints") if is_own_checkpoint_dir(p)]
     root = runs_root()
     if root.is_dir():
         found += sorted(p / "best" for p in root.iterdir() if (p / "best" / "model.safetensors").is_file())
@@ -101,6 +103,8 @@ def validate_form(form: dict) -> list[str]:
                if (meta := fld.metadata).get("choices") and name != "arch" and f.get(name) not in meta["choices"]]
     if f.get("init_from") and not (REPO / str(f["init_from"])).is_dir() and not Path(str(f["init_from"])).is_dir():
         errors.append(f"no checkpoint folder {f['init_from']!r} to start from")
+    elif f.get("init_from") and (reason := hf_refusal(REPO / str(f["init_from"]))):
+        errors.append(reason)
     if f["arch"] not in ARCHITECTURES:
         errors.append(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {f['arch']!r}")
     if f["pos_encoding"] not in POS_ENCODINGS:

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from ..config import ConfigError, ModelConfig
 from ..transformer import Transformer
 from .config import hf_to_model_config, model_type

@@ -9,8 +9,8 @@ from model.decoding import default_max_new_tokens
 from model.sampling import SamplingConfig, SamplingError, beam_search, beam_states
 from ui import decoding_lab as lab
 from ui import decoding_views as views
-from ui import state, url, widgets
-from viz.attention import display_token, tokens_html
+from ui import pieces, state, url, widgets
+from viz.attention import tokens_html
 from viz.decoding import pipeline_figure
 
 ckpt = state.require_checkpoint()
@@ -149,7 +149,7 @@ def _force(at_step: int, example: str) -> None:
         token_id = lab.resolve_piece(tok, typed_piece)
         if token_id is None:
             ss["dl_force_msg"] = (f"“{typed_piece}” is not a piece of this model's vocabulary. Pieces that start a "
-                                  f"word begin with ▁ (e.g. {example}); pick one from the list, or try a shorter "
+                                  f"word begin with {pieces.word_start(tok)} (e.g. {example}); pick one from the list, or try a shorter "
                                   "piece.")
             return
         ss["dl_force_text"] = ""
@@ -183,18 +183,18 @@ else:
     forced_here = run.forced_at(step)
     with main:
         widgets.show_figure(
-            pipeline_figure(pipe, tok.id_to_token, top=15,  # the stepper hands the rule log-probabilities
+            pipeline_figure(pipe, pieces.namer(tok), top=15,  # the stepper hands the rule log-probabilities
                             temperature=sampling.temperature if sampling.strategy == "sample" else None,
                             forced=forced_here, scores="log p",
                             title=f"Step {step}: from log-probabilities to the next token "
                                   f"({'forced' if forced_here else sampling.strategy})"),
             key="dl_pipeline",
         )
-        chosen = html.escape(display_token(tok.id_to_token(record.token_id)))
+        chosen = html.escape(pieces.of_id(tok, record.token_id))
         line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
                 f"{float(pipe.final[record.token_id]):.3f} after the rule's reshaping.")
         if forced_here:
-            picked = html.escape(display_token(tok.id_to_token(run.suggested[step - 1])))
+            picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
             line += f" Forced by you; the rule had picked **{picked}**."
         st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
                           "raw logits by one constant per step, which the softmax ignores.")
@@ -205,12 +205,12 @@ else:
             ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
         p_of = dict(zip(ids, probs))
         st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
-                     format_func=lambda i: f"{display_token(tok.id_to_token(i))}  (p = {p_of.get(i, 0.0):.3f})")
+                     format_func=lambda i: f"{pieces.of_id(tok, i)}  (p = {p_of.get(i, 0.0):.3f})")
         # the example comes from this model's vocabulary and this step's candidates (a German word meant nothing
         # to the English language model)
         example = lab.example_piece(tok, ids, avoid=record.token_id)
         st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
-                      help="Used instead of the list when not empty. A word start is written with ▁.")
+                      help=f"Used instead of the list when not empty. A word start is written with {pieces.word_start(tok)}.")
         st.button("Force this token", icon=":material/call_split:", type="primary", on_click=_force,
                   args=(step, example))
         message = ss.pop("dl_force_msg", None)
@@ -221,7 +221,7 @@ else:
 
 generated_box = main.container()  # under the chart: the tokens so far, newest outlined
 generated_box.markdown("**Generated so far**")
-generated_box.markdown(tokens_html(tok.tokens(run.generated), current=step - 1 if step else None),
+generated_box.markdown(tokens_html(pieces.of_ids(tok, run.generated), current=step - 1 if step else None),
                        unsafe_allow_html=True)
 if full.forced:
     generated_box.caption("Forced tokens: " + views.forced_caption(tok, full.forced))
@@ -240,6 +240,6 @@ if step == 0:
 tab_probs, tab_cache = st.tabs(["Probabilities and cross-attention" if cfg.is_encoder_decoder else "Probabilities",
                                 "KV cache"])
 with tab_probs:
-    views.probabilities_tab(ckpt, run, src.tokens)
+    views.probabilities_tab(ckpt, run, pieces.shown(tok, src.tokens))
 with tab_cache:
-    views.kv_cache_tab(ckpt, run, step, src.ids, src.tokens, cmp_key=(src_key, run.generated))
+    views.kv_cache_tab(ckpt, run, step, src.ids, pieces.shown(tok, src.tokens), cmp_key=(src_key, run.generated))

@@ -79,11 +79,28 @@ pos_table = getattr(getattr(model, "pos", None), "table", None)
 norms = positions.position_signal_norms(model, cfg.d_model)
 if kind in ("sinusoidal", "learned") and pos_table is not None and norms is not None:
     pe = pos_table.detach().float().cpu().numpy()
-    what = "its fixed sinusoidal table" if kind == "sinusoidal" else "its learned table (model.pos.table)"
-    show_figure(matrix_heatmap(pe, f"{what}: [{pe.shape[0]} × {pe.shape[1]}]"), **PLOT)
+    halves = kind == "sinusoidal" and cfg.pos_layout == "halves"
+    if halves:
+        st.markdown(f"Its sines fill the **first half** of the dimensions and its cosines the **second** (dimension "
+                    f"i and {cfg.d_model // 2} + i share one frequency): the angles above, in Marian's layout, where "
+                    "the paper interleaves them (sin in even, cos in odd dimensions).")
+    elif kind == "learned":
+        st.markdown(f"Its table was **learned** in training: one vector of {cfg.d_model} numbers for each of its "
+                    f"{cfg.max_len} positions, with no formula behind it.")
+    rows = positions.drawn_rows(pe.shape[0], pe.shape[1])
+    what = ("its fixed sinusoidal table" + (" (halves layout)" if halves else "") if kind == "sinusoidal"
+            else "its learned table (model.pos.table)")
+    show_figure(matrix_heatmap(pe[:rows], f"{what}: [{rows} × {pe.shape[1]}]"), **PLOT)
+    sim_rows = min(rows, positions.MAX_SIMILARITY_POSITIONS)
+    if rows < pe.shape[0]:
+        st.caption(f"The first {rows} of its {pe.shape[0]} positions: the whole table has "
+                   f"{pe.shape[0] * pe.shape[1]:,} numbers, too many to draw here.")
+    show_figure(matrix_heatmap(positions.similarity(pe[:sim_rows]), f"Its PE(i) · PE(j), first {sim_rows} positions",
+                                "position j", "position i", colorscale="Viridis", zmid=None), **PLOT)
     emb_norms, pe_norms = norms
     show_figure(norm_histogram(emb_norms, pe_norms, "How loud is the position signal?"), **PLOT)
-    st.markdown(f"Mean ‖embedding × √d_model‖ = **{emb_norms.mean():.2f}** over {len(emb_norms)} tokens; "
+    scaled = "embedding × √d_model" if cfg.scale_embeddings else "embedding (added unscaled)"
+    st.markdown(f"Mean ‖{scaled}‖ = **{emb_norms.mean():.2f}** over {len(emb_norms)} tokens; "
                 f"mean ‖PE(pos)‖ = **{pe_norms.mean():.2f}** over {len(pe_norms)} positions.")
 elif kind == "rope":
     rope_layers = positions.attention_layers(model, "rope")

@@ -7,11 +7,9 @@ import streamlit as st
 
 from teaching import unigram
 from teaching.bpe_replay import merge_table, own_pieces, piece_lengths, pre_tokenize, replay, segmentations
-from model.hf.tokenizers import readable_piece
 from model.tokenizer import TextTokenizer
-from ui import state, url
+from ui import pieces, state, url
 from ui.widgets import show_figure, show_table
-from viz.labels import WORD_START_NOTE
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html
 
 PLOT = dict(width="stretch", theme=None)
@@ -39,24 +37,24 @@ def merges_frame(merges, start: int, show=str) -> pd.DataFrame:
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
 kind = getattr(tok, "kind", "bpe")  # "bpe" (ours), "byte-bpe" (GPT-2) or "unigram" (MarianMT)
-show = readable_piece if kind == "byte-bpe" else str  # how a piece is written on this page
+show = getattr(tok, "display", str)  # how a piece is written on this page, as on every page (ui.pieces)
 table = None if kind == "unigram" else _merges(*state.checkpoint_version(ckpt), tok.to_str())
 
 st.title("Tokenization")
 if kind == "unigram":
     st.caption("The model never sees letters or words: a SentencePiece unigram language-model tokenizer (Kudo 2018) "
                f"cuts the text into pieces from a vocabulary of {tok.vocab_size}, each piece with a learned "
-               "probability; of all ways to cut a word it takes the most probable. " + WORD_START_NOTE)
+               "probability; of all ways to cut a word it takes the most probable. " + pieces.word_note(tok))
 elif kind == "byte-bpe":
     st.caption("The model never sees letters or words: a byte-level byte-pair-encoding (BPE) tokenizer (Radford et "
                "al. 2019; BPE: Sennrich et al. 2016) cuts the text's UTF-8 bytes into pieces from a vocabulary of "
                f"{tok.vocab_size}, so no text is unknown. It stores a space as `Ġ`, glued to the word after it; "
-               "this page writes it `␣`, and a byte that is only part of a character (an emoji is four) as "
+               "every page writes it `␣`, and a byte that is only part of a character (an emoji is four) as "
                "`<0xF0>`.")
 else:
     st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. 2016) "
                "cuts the text into pieces from a vocabulary of "
-               f"{tok.vocab_size} learned from the training data. " + WORD_START_NOTE + " Every page shows pieces "
+               f"{tok.vocab_size} learned from the training data. " + pieces.word_note(tok) + " Every page shows pieces "
                "this way.")
 
 # --- the text -----------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ import math
 
 import streamlit as st
 
-from ui import state, url, widgets
+from ui import pieces, state, url, widgets
 from ui.decoding_lab import StepView
-from viz.attention import alignment_html, display_token, highlight_tokens_html, tokens_html
+from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
 
 ckpt = state.require_checkpoint()
@@ -27,7 +27,8 @@ def about() -> None:
                    "token of its vocabulary, the most probable one is taken (greedy decoding), and masked "
                    "self-attention shows which earlier tokens it looked at to choose it.")
     else:
-        st.caption("English → German with our own Transformer. Step through the decoding: at every step the model "
+        st.caption(f"English → German with {state.who_computes(ckpt)}. Step through the decoding: at every step "
+                   "the model "
                    "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
                    "cross-attention shows which English pieces the decoder looked at to choose it.")
         if quality := state.quality_line(ckpt):
@@ -65,14 +66,14 @@ with left:
         ids, probs = record.top(10)
         chosen = ids.index(record.token_id) if record.token_id in ids else None
         # HTML bars, not a chart: nothing for Plotly to redraw on each click
-        st.markdown(top_tokens_html(tok.tokens(ids), probs, chosen,
+        st.markdown(top_tokens_html(pieces.of_ids(tok, ids), probs, chosen,
                                     title=f"Step {step}: the 10 most probable next tokens"), unsafe_allow_html=True)
         logp = float(sum(math.log(max(r.prob, 1e-12)) for r in view.records))
-        st.caption(f"Chosen: **{html.escape(display_token(tok.id_to_token(record.token_id)))}** with "
+        st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
                    f"p = {record.prob:.3f} (greedy: the most probable token). Sequence log-probability so far: "
                    f"{logp:.2f} (the sum of log p of each chosen token).")
         st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
-        st.markdown(tokens_html(tok.tokens(view.generated), current=step - 1), unsafe_allow_html=True)
+        st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
     about()
 
 # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
@@ -94,10 +95,11 @@ def attention_view(view: StepView, src) -> None:
     if step == 0:
         url.put("layer", st.session_state["tr_layer"] + 1, n_layers)
         url.put("head", url.format_head(st.session_state["tr_head"]), "mean")
-        st.markdown("**Source pieces** (encoder input, after BPE)" if cfg.is_encoder_decoder
-                    else "**Prompt pieces** (after BPE, behind `<bos>`; this decoder-only model continues them)")
+        st.markdown("**Source pieces** (encoder input, after tokenization)" if cfg.is_encoder_decoder
+                    else "**Prompt pieces** (after tokenization, behind `<bos>`; this decoder-only model continues them)")
         # what the model is fed: the encoder reads the source with <eos>; a prompt goes in without it
-        st.markdown(tokens_html(src.tokens if cfg.is_encoder_decoder else tok.tokens(view.prefix)),
+        st.markdown(tokens_html(pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder
+                                else pieces.of_ids(tok, view.prefix)),
                     unsafe_allow_html=True)
         st.info("Press **Next** to let the decoder produce its first token.")
         return
@@ -111,11 +113,11 @@ def attention_view(view: StepView, src) -> None:
     url.put("head", url.format_head(head), "mean")
     if record.cross_attention is not None:
         st.markdown(f"**Cross-attention of step {step}** — which source pieces the new token looked at")
-        row, keys = record.cross_attention[layer], src.tokens
+        row, keys = record.cross_attention[layer], pieces.shown(tok, src.tokens)
     else:  # a decoder-only model has no encoder: show its masked self-attention over the prefix instead
         st.markdown(f"**Masked self-attention of step {step}** — which earlier pieces the new token looked at")
         row = record.self_attention[layer]
-        keys = tok.tokens(view.tokens[: row.shape[-1]])
+        keys = pieces.of_ids(tok, view.tokens[: row.shape[-1]])
     weights = row.mean(0) if head == "mean" else row[head]
     st.markdown(highlight_tokens_html(keys, weights,
                                       caption="Shade = attention weight; outlined = the strongest piece."),
@@ -124,7 +126,7 @@ def attention_view(view: StepView, src) -> None:
     if matrix is not None:
         matrix = matrix[layer].mean(0) if head == "mean" else matrix[layer][head]
         # an HTML grid, not a Plotly heatmap: the page loads no Plotly and redraws nothing heavy per click
-        st.markdown(alignment_html(matrix, tok.tokens(view.generated), src.tokens,
+        st.markdown(alignment_html(matrix, pieces.of_ids(tok, view.generated), pieces.shown(tok, src.tokens),
                                    title="Alignment so far: generated × source pieces"), unsafe_allow_html=True)
 
 

@@ -58,6 +58,19 @@ class TextTokenizer:
     #: ``"unigram"`` (Marian) in :mod:`model.hf.tokenizers`.
     kind = "bpe"
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+    #: How a word start is shown (:meth:`display`): Metaspace's ``▁``, the space before the word, as stored.
+    word_start = "▁"
+
+    @staticmethod
+    def display(piece: str) -> str:
+        """A piece as every page shows it: as stored (``"▁Bobby"``). GPT-2's tokenizer shows its pieces otherwise
+        (:meth:`model.hf.tokenizers.GPT2TextTokenizer.display`)."""
+        return piece
+
+    @staticmethod
+    def from_display(text: str) -> str:
+        """The stored piece of a shown one (:meth:`display` undone): the same string."""
+        return text
 
     def __init__(self, tokenizer: Tokenizer):
         self._tok = tokenizer

@@ -65,14 +65,28 @@ def alibi_bias_matrix(slope: float, n: int) -> np.ndarray:
 
 
 def position_signal_norms(model: torch.nn.Module, d_model: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """How loud the position signal is beside the tokens: ``(‖embedding · √d_model‖ [vocab], ‖PE(pos)‖ [max_len])``.
+    """How loud the position signal is beside the tokens: ``(‖embedding · s‖ [vocab], ‖PE(pos)‖ [max_len])``.
 
-    ``None`` for a model without a position table (RoPE, ALiBi, none). The embeddings are scaled by ``√d_model``
-    as the model scales them before adding the table (paper §3.4).
+    ``None`` for a model without a position table (RoPE, ALiBi, none). ``s`` is what the model multiplies its
+    embeddings by before adding the table: ``√d_model`` (paper §3.4), or 1 for a model that adds them unscaled
+    (``cfg.scale_embeddings`` off: GPT-2).
     """
     table = getattr(getattr(model, "pos", None), "table", None)
     if table is None:
         return None
     pe = table.detach().double().cpu().numpy()
-    emb = model.embed.weight.detach().double().cpu().numpy() * math.sqrt(d_model)
+    scale = math.sqrt(d_model) if getattr(getattr(model, "cfg", None), "scale_embeddings", True) else 1.0
+    emb = model.embed.weight.detach().double().cpu().numpy() * scale
     return np.linalg.norm(emb, axis=1), np.linalg.norm(pe, axis=1)
+
+
+#: The most cells of a model's position table the Positional page draws (GPT-2's is 1024 × 768: 786k cells, megabytes
+#: of chart for a browser to draw), and the most positions of its similarity map.
+MAX_TABLE_CELLS = 131_072
+MAX_SIMILARITY_POSITIONS = 256
+
+
+def drawn_rows(n_positions: int, d_model: int, max_cells: int = MAX_TABLE_CELLS) -> int:
+    """How many of a table's first positions are drawn: all ``n_positions`` when ``n_positions × d_model`` fits
+    ``max_cells``, else as many as fit (at least 16)."""
+    return min(n_positions, max(16, max_cells // max(d_model, 1)))

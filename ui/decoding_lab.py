@@ -281,37 +281,44 @@ def compare_cache(model: Transformer, src_ids: list[int], tokens: list[int], rep
 
 
 def resolve_piece(tokenizer, text: str) -> int | None:
-    """The id of a vocabulary piece typed by a user: the piece as typed, else as a word start (``▁`` + text;
-    a leading ``_`` is read as ``▁``). ``None`` when neither is in the vocabulary."""
+    """The id of a vocabulary piece typed by a user as the pages show pieces: the piece as typed, else as a word
+    start (the tokenizer's mark, ``▁`` or GPT-2's ``␣``, + text; a leading ``_`` is read as the mark). GPT-2's
+    ``␣the`` is looked up as its stored ``Ġthe``. ``None`` when none is in the vocabulary."""
     text = (text or "").strip()
     if not text:
         return None
+    mark = getattr(tokenizer, "word_start", "▁")
+    stored = getattr(tokenizer, "from_display", None) or str
     candidates = [text]
     if text.startswith("_"):
-        candidates.append("▁" + text[1:])
-    if not text.startswith("▁"):
-        candidates.append("▁" + text)
+        candidates.append(mark + text[1:])
+    if not text.startswith(mark):
+        candidates.append(mark + text)
     for piece in candidates:
-        tid = tokenizer.token_to_id(piece)
-        if tid is not None:
-            return int(tid)
+        for form in dict.fromkeys((stored(piece), piece)):  # the stored form first; the typed one as it is
+            tid = tokenizer.token_to_id(form)
+            if tid is not None:
+                return int(tid)
     return None
 
 
 def example_piece(tokenizer, candidate_ids, avoid: int | None = None) -> str:
-    """A piece to show as an example of what can be typed in the force box: a word start (``▁`` and two letters
-    or more) among ``candidate_ids`` (this step's most probable next tokens, most probable first) other than
-    ``avoid`` (the token taken), else any of them, else the vocabulary's first word start. Taken from the model's
-    own vocabulary and context, so that a language model of English does not suggest a German word."""
-    pieces = [(int(i), tokenizer.id_to_token(int(i))) for i in candidate_ids]
-    pieces = [(i, p) for i, p in pieces if p]
+    """A piece to show as an example of what can be typed in the force box, as the pages show it: a word start
+    (the tokenizer's mark and two letters or more) among ``candidate_ids`` (this step's most probable next tokens,
+    most probable first) other than ``avoid`` (the token taken), else any of them, else the vocabulary's first word
+    start. Taken from the model's own vocabulary and context, so that a language model of English does not suggest
+    a German word."""
+    mark = getattr(tokenizer, "word_start", "▁")
+    display = getattr(tokenizer, "display", None) or str
+    shown = [(int(i), display(tokenizer.id_to_token(int(i)))) for i in candidate_ids]
+    shown = [(i, p) for i, p in shown if p]
 
     def word_start(piece: str) -> bool:
-        return piece.startswith("▁") and len(piece) > 2 and piece[1:].isalpha()
+        return piece.startswith(mark) and len(piece) > 2 and piece[1:].isalpha()
 
     for test in (lambda i, p: i != avoid and word_start(p), lambda i, p: word_start(p), lambda i, p: i != avoid):
-        found = next((p for i, p in pieces if test(i, p)), None)
+        found = next((p for i, p in shown if test(i, p)), None)
         if found:
             return found
-    return next((p for p in map(tokenizer.id_to_token, range(int(getattr(tokenizer, "vocab_size", 0))))
-                 if word_start(p)), "▁")
+    every = (display(tokenizer.id_to_token(i)) for i in range(int(getattr(tokenizer, "vocab_size", 0))))
+    return next((p for p in every if word_start(p)), mark)

@@ -21,8 +21,8 @@ import torch
 from model.checkpoint import Checkpoint
 from model.sampling import BeamResult, length_penalty
 from ui import decoding_lab as lab
-from ui import widgets
-from viz.attention import alignment_html, display_token
+from ui import pieces, widgets
+from viz.attention import alignment_html
 from viz.decoding import beam_tree_figure
 from viz.kv_cache import cache_bytes, kv_cache_figure
 
@@ -93,7 +93,7 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
         step_controls(step, at_end, n_total, f"{len(now.open)} open beams · {len(now.finished)} finished · "
                                              f"search ends after {n_total} steps")
     shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
-    fig = beam_tree_figure(shown, tok.id_to_token, cfg.eos_id, title=f"Beam search tree after step {step}",
+    fig = beam_tree_figure(shown, pieces.namer(tok), cfg.eos_id, title=f"Beam search tree after step {step}",
                            n_steps=n_total, ranks=2 * width)  # the axes of the whole search: it grows in place
     widgets.show_figure(fig, where=main, key="dl_beam_tree")
     main.caption("x = step, y = rank; grey = pruned, orange = best so far.")
@@ -105,7 +105,7 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
                     "(cumulative log P = the beam's log P + log p(token))")
         lab_table(
             [{"rank": i + 1, "beam (parent)": tok.decode(parent) or "<bos>",
-              "+ token": display_token(tok.id_to_token(token)), "cumulative log P": float(lp),
+              "+ token": pieces.of_id(tok, token), "cumulative log P": float(lp),
               "outcome": ("closes a hypothesis" if token == cfg.eos_id else "kept as a beam") if kept
               else "pruned"}
              for i, (parent, token, lp, kept) in enumerate(now.candidates)],
@@ -130,7 +130,7 @@ def branches_view(ckpt: Checkpoint, branches: Sequence[dict], results: Sequence[
     tok, cfg = ckpt.tokenizer, ckpt.config
 
     def describe(forced: dict) -> str:
-        return ", ".join(f"{s}→{display_token(tok.id_to_token(t))}" for s, t in sorted(forced.items())) or "—"
+        return ", ".join(f"{s}→{pieces.of_id(tok, t)}" for s, t in sorted(forced.items())) or "—"
 
     names = ["as decoded"] + [f"branch {i}" for i in range(1, len(branches))]
     lab_table(
@@ -145,7 +145,7 @@ def branches_view(ckpt: Checkpoint, branches: Sequence[dict], results: Sequence[
         ids, probs = results[i]
         col.markdown(f"**{names[i]}**")
         lab_table(
-            [{"step": s + 1, "token": display_token(tok.id_to_token(t)), "p": float(p),
+            [{"step": s + 1, "token": pieces.of_id(tok, t), "p": float(p),
               "forced": "★" if branches[i].get(s + 1) == t else ""}
              for s, (t, p) in enumerate(zip(ids, probs))],
             col, height=min(400, 38 + 35 * len(ids)),
@@ -161,7 +161,7 @@ def probabilities_tab(ckpt: Checkpoint, run: lab.StepView, src_tokens: list[str]
     log_p, rows = 0.0, []
     for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines)):
         log_p += float(rec.log_probs[rec.token_id])
-        rows.append({"step": s + 1, "token": display_token(tok.id_to_token(rec.token_id)),
+        rows.append({"step": s + 1, "token": pieces.of_id(tok, rec.token_id),
                      "p (model)": float(rec.prob), "p (after the rule)": float(pipe.final[rec.token_id]),
                      "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": log_p})
     st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
@@ -169,7 +169,7 @@ def probabilities_tab(ckpt: Checkpoint, run: lab.StepView, src_tokens: list[str]
     pcol, hcol = st.columns([1.2, 1])
     lab_table(rows, pcol)
     if matrix is not None:
-        hcol.markdown(alignment_html(matrix[-1].mean(0), tok.tokens(run.generated), src_tokens,
+        hcol.markdown(alignment_html(matrix[-1].mean(0), pieces.of_ids(tok, run.generated), src_tokens,
                                      title="Cross-attention so far (last decoder layer, mean over heads)"),
                       unsafe_allow_html=True)
 
@@ -200,7 +200,7 @@ def kv_cache_tab(ckpt: Checkpoint, run: lab.StepView, step: int, src_ids: list[i
     widgets.show_figure(
         kv_cache_figure(cfg.n_decoder_layers, positions, new_rows=len(run.prefix) if step == 1 else 1,
                         src_len=src_len,
-                        target_tokens=tok.tokens(run.tokens[:positions]), source_tokens=src_tokens,
+                        target_tokens=pieces.of_ids(tok, run.tokens[:positions]), source_tokens=src_tokens,
                         cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
         key="dl_kv",
     )
@@ -226,5 +226,5 @@ def kv_cache_tab(ckpt: Checkpoint, run: lab.StepView, step: int, src_ids: list[i
 
 def forced_caption(tok, forced: dict[int, int]) -> str:
     """``"step 3 → ▁Haus, …"``: the forced tokens in step order, HTML-escaped."""
-    return ", ".join(f"step {s} → {html.escape(display_token(tok.id_to_token(t)))}"
+    return ", ".join(f"step {s} → {html.escape(pieces.of_id(tok, t))}"
                      for s, t in sorted(forced.items()))

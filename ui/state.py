@@ -18,12 +18,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
+from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_checkpoints, load_checkpoint
 from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, default_max_new_tokens,
                             input_limit, prepare_source)
-from training.runs import run_arch
+from model.hf.card import folder_facts
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from ui import url
+from viz.labels import parameters_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -79,11 +80,42 @@ def _load(path: str, mtime: float) -> Checkpoint:  # mtime is part of the cache 
     return load_checkpoint(path)
 
 
+#: Files whose change makes a loaded checkpoint stale: ours, and a Hugging Face folder's (weights, tokenizers).
+VERSION_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "tokenizer.json", "tokenizer_config.json",
+                 "vocab.json", "merges.txt", "source.spm", "target.spm")
+
+
 def _mtime(path: Path) -> float:
-    try:
-        return max((path / f).stat().st_mtime for f in ("model.safetensors", "config.json", "tokenizer.json"))
-    except OSError:
-        return 0.0
+    """The newest modification time of the folder's :data:`VERSION_FILES` that exist (a Marian folder has no
+    ``tokenizer.json``); 0.0 when none does."""
+    times = []
+    for name in VERSION_FILES:
+        try:
+            times.append((path / name).stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
+
+
+def size_text(n_bytes: int) -> str:
+    """``297_900_000`` → ``"298 MB"``, ``31_400`` → ``"31 kB"`` (decimal units, as download sites write them)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= scale:
+            value = n_bytes / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{n_bytes} B"
+
+
+def checkpoint_label(name: str, folder: Path) -> str:
+    """The picker's label: a checkpoint of ours by its name; a Hugging Face folder with its weights' size and where
+    it came from (``"opus-mt-en-de · 298 MB · Hugging Face"``, plus its Hub name when the folder is named
+    otherwise: ``"mt · 298 MB · Hugging Face Helsinki-NLP/opus-mt-en-de"``)."""
+    facts = folder_facts(folder)
+    if facts is None:
+        return name
+    same = facts["source"].rsplit("/", 1)[-1] == name
+    source = "Hugging Face" + ("" if same else f" {facts['source']}")
+    return f"{name} · {size_text(facts['file_bytes'])} · {source}"
 
 
 def load_other(folder: Path) -> tuple[Checkpoint | None, str | None]:
@@ -104,8 +136,9 @@ def checkpoint_picker() -> Path | None:
     wanted, note = url.choice_param(st.query_params, "ckpt", names, names[0], what="checkpoint")
     if note:
         st.sidebar.warning(note)
+    labels = {n: checkpoint_label(n, options[n]) for n in names}  # the values stay names: ?ckpt= links hold them
     name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name",
-                                on_change=_on_checkpoint_change, args=(options,))
+                                format_func=labels.get, on_change=_on_checkpoint_change, args=(options,))
     if name != DEFAULT_CHECKPOINT or "ckpt" in st.query_params:
         st.query_params["ckpt"] = name
     return options[name]
@@ -135,7 +168,7 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
     text = ss.get("text")
     if folder is None or text is None:
         return
-    presets = presets_for_arch(run_arch(folder))
+    presets = presets_for_arch(checkpoint_arch(folder))
     if text not in presets and text in PRESETS + LM_PRESETS:
         use_text(presets[0])
 
@@ -161,10 +194,18 @@ def require_checkpoint() -> Checkpoint:
 
 
 def card_summary(ckpt: Checkpoint) -> str:
-    """One line about the model for the sidebar."""
+    """One line about the model for the sidebar: its shape, and how it was trained and scored (ours) or where it
+    came from (a Hugging Face folder: its authors trained it; no scores were measured here)."""
     card, cfg = ckpt.card, ckpt.config
     parts = [f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
              f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"]
+    if card.get("model_type"):  # a Hugging Face folder (model.hf.card)
+        parts.insert(0, f"{card.get('source')}: {card.get('origin')}")
+        parts.append(f"{parameters_text(int(card.get('parameters') or 0))} parameters")
+        if card.get("license"):
+            parts.append(f"licence {card['license']}")
+        parts.append("run by this project's Transformer code")
+        return " · ".join(parts)
     if card.get("hardware"):
         minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes", "?"))
         parts.append(f"trained {minutes} min in all on {card['hardware']}")
@@ -174,6 +215,14 @@ def card_summary(ckpt: Checkpoint) -> str:
     elif isinstance(test, dict) and "perplexity" in test:  # a language model
         parts.append(f"test perplexity {test['perplexity']:.1f}")
     return " · ".join(parts)
+
+
+def who_computes(ckpt: Checkpoint) -> str:
+    """Whose model the page runs, for a caption: ``"our own Transformer"``, or for a Hugging Face folder
+    ``"Helsinki-NLP/opus-mt-en-de's weights (Hugging Face) run by our own Transformer code"``."""
+    if ckpt.card.get("model_type"):
+        return f"{ckpt.card.get('source')}'s weights (Hugging Face) run by our own Transformer code"
+    return "our own Transformer"
 
 
 def quality_line(ckpt: Checkpoint) -> str | None:
@@ -240,7 +289,7 @@ def default_text() -> str:
     """The sentence a link without ``?text=`` shows: the first lecture preset for the picked checkpoint's kind of
     model (:func:`current_text` reads the link with it)."""
     folder = st.session_state.get("_ckpt_path")
-    return presets_for_arch(run_arch(Path(folder)))[0] if folder is not None else PRESETS[0]
+    return presets_for_arch(checkpoint_arch(Path(folder)))[0] if folder is not None else PRESETS[0]
 
 
 def set_text(text: str) -> None:

@@ -2,7 +2,7 @@
 
 Convention on every chart: **rows = queries (the token doing the looking), columns = keys (the tokens looked
 at)**; each row sums to 1. Axes are numeric positions with the pieces as tick labels, so a sentence with the
-same word twice keeps two rows. Pieces are shown as the tokenizer stores them, ``▁`` marking a word start.
+same word twice keeps two rows. Pieces arrive as the page shows them (:func:`display_token`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS
 
 
 def display_token(piece: str) -> str:
-    """A BPE piece as every page shows it: as the tokenizer stores it, ``▁`` marking a word start.
+    """A piece as every chart shows it: as the page hands it, already in its tokenizer's shown form (``ui.pieces``:
+    ours and Marian's as stored, ``▁`` marking a word start; GPT-2's ``Ġthe`` as ``␣the``).
 
     ``"▁Bobby"`` → ``"▁Bobby"``, ``"berries"`` → ``"berries"`` (a piece without ``▁`` continues the word before).
-    One convention for the whole app, the tokenizer's own, so that the Tokenization page's merges and every
-    chart read alike (:data:`viz.labels.WORD_START_NOTE` explains it where pieces are shown).
+    One convention for the whole app, so that the Tokenization page's merges and every chart read alike
+    (:func:`viz.labels.word_start_note` explains it where pieces are shown).
     """
     return piece
 

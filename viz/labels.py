@@ -26,6 +26,22 @@ KIND_SHORT = {
 #: before the word). Every page uses this one convention (:func:`viz.attention.display_token`).
 WORD_START_NOTE = ("`▁` marks a piece that starts a word (it stands for the space before it); a piece without it "
                    "continues the word before.")
+#: The same for each kind of tokenizer (``tok.kind``): GPT-2's byte-level pieces are shown readably, its ``Ġ``
+#: (a leading space) as ``␣``.
+WORD_START_NOTES = {
+    "bpe": WORD_START_NOTE,
+    "unigram": WORD_START_NOTE,
+    "byte-bpe": ("`␣` marks a piece that starts with a space, so a new word (GPT-2 stores it as `Ġ`); a piece "
+                 "without it continues the word before, or starts the text. Pieces are shown as the text they "
+                 "stand for (GPT-2 stores `ü` as the two bytes `Ã¼`); `<0xF0>` is a byte that is only part of a "
+                 "character."),
+}
+
+
+def word_start_note(kind: str) -> str:
+    """The sentence that explains how pieces and word starts are shown, for a tokenizer of ``kind`` (``"bpe"``,
+    ``"unigram"``, ``"byte-bpe"``; another kind gets :data:`WORD_START_NOTE`)."""
+    return WORD_START_NOTES.get(kind, WORD_START_NOTE)
 
 
 def kind_note(kind: str, q_len: int, k_len: int, translation: bool = True) -> str:
@@ -67,3 +83,11 @@ def end_sentence(text: str) -> str:
     """
     text = text.rstrip()
     return text if text.rstrip("”\"’')»]").endswith((".", "!", "?", "…")) else text + "."
+
+
+def parameters_text(n: int) -> str:
+    """A parameter count as a page writes it: ``74_410_496`` → ``"74M"``, ``7_600_000`` → ``"7.6M"``, ``13_499`` →
+    ``"13,499"``."""
+    if n >= 10_000_000:
+        return f"{n / 1e6:.0f}M"
+    return f"{n / 1e6:.1f}M" if n >= 1_000_000 else f"{n:,}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import unicodedata
 from pathlib import Path
 from typing import Iterable
@@ -74,6 +75,19 @@ class _PieceLookup:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(t).ids for t in texts]
+
+    #: How a word start is shown (:meth:`display`): SentencePiece's ``▁`` (the space before the word), as stored.
+    word_start = "▁"
+
+    @staticmethod
+    def display(piece: str) -> str:
+        """A piece as every page shows it: as stored (``"▁Haus"``)."""
+        return piece
+
+    @staticmethod
+    def from_display(text: str) -> str:
+        """The stored piece of a shown one (:meth:`display` undone): the same string."""
+        return text
 
     @property
     def vocab_size(self) -> int:
@@ -240,6 +254,22 @@ def readable_piece(piece: str) -> str:
     return "".join(_show_char(c) for c in data.decode("utf-8", errors="surrogateescape"))
 
 
+_TYPED = {shown: ch for ch, shown in _SHOWN.items()}
+_BYTE_MARK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def stored_piece(shown: str) -> str:
+    """:func:`readable_piece` undone: ``"␣the"`` → ``"Ġthe"``, ``"ü"`` → ``"Ã¼"``, ``"<0xF0>"`` → ``"ð"`` (so that a
+    piece typed as the pages show it can be looked up)."""
+    data = bytearray()
+    for i, part in enumerate(_BYTE_MARK.split(shown)):
+        if i % 2:
+            data.append(int(part, 16))
+        else:
+            data += "".join(_TYPED.get(c, c) for c in part).encode("utf-8", errors="surrogatepass")
+    return "".join(BYTE_TO_CHAR[b] for b in data)
+
+
 def byte_level_text(piece: str) -> str:
     """The text a byte-level piece or pre-tokenized word stands for (``"Ġthe"`` → ``" the"``); bytes that do not
     form UTF-8 become U+FFFD, and a string that is not byte-level comes back unchanged."""
@@ -274,6 +304,10 @@ class GPT2TextTokenizer(_PieceLookup):
 
     kind = "byte-bpe"
     unk_id = None  # every byte is a piece: nothing is unknown (GPT-2's nominal unk_token is <|endoftext|>)
+    #: How a word start is shown: GPT-2 stores the space before a word as ``Ġ``, glued to it; pages show ``␣``.
+    word_start = "␣"
+    display = staticmethod(readable_piece)
+    from_display = staticmethod(stored_piece)
 
     def __init__(self, tokenizer, config: dict | None = None):
         config = config or {}

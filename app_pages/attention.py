@@ -17,12 +17,12 @@ from model.config import CAUSAL_KINDS
 from model.decoding import strip_eos
 from model.trace import trace_pair
 from ui import attention_views as views
-from ui import presentation, state, url, widgets
+from ui import pieces, presentation, state, url, widgets
 from ui.attention_tabs import ablation_tab, compare_tab, plot
-from viz.attention import attention_heatmap, display_token, highlight_tokens_html
+from viz.attention import attention_heatmap, highlight_tokens_html
 from viz.attention_views import head_stat_heatmap, lines_figure, token_bar_figure
 from viz.grid import ALTAIR_GRID_CELLS, model_grid_altair, model_grid_figure
-from viz.labels import KIND_SHORT, KIND_TITLES, WORD_START_NOTE, head_name, kind_note, view_title
+from viz.labels import KIND_SHORT, KIND_TITLES, head_name, kind_note, view_title
 from viz.theme import PAGE_PX
 
 ckpt = state.require_checkpoint()
@@ -69,10 +69,11 @@ said.markdown(f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:
 said.caption("**Rows = queries**, **columns = keys**; each row sums to 1. Hover a cell for the pair and its weight.")
 guide = guide_col.expander("How to read these maps")
 guide.markdown("Each heatmap is one attention head: **rows = queries** (the token doing the looking), **columns = "
-               "keys** (the tokens looked at). " + WORD_START_NOTE)
+               "keys** (the tokens looked at). " + pieces.word_note(tok))
 
 tgt_inputs = strip_eos(all_ids, cfg.eos_id)  # <eos> is an output, never a decoder input
-trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
+raw_trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
+trace = pieces.shown_trace(raw_trace, tok)  # every label below is a piece as shown (GPT-2's Ġ as ␣)
 
 # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
 kinds = trace.kinds
@@ -92,7 +93,7 @@ layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"lay
 head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="attn_head",
                     format_func=head_name)
 words = c4.toggle("Word level", key="attn_words",
-                  help="Merge BPE pieces into words: sum over a word's key pieces, mean over its query pieces "
+                  help="Merge pieces into words: sum over a word's key pieces, mean over its query pieces "
                        "(rows still sum to 1).")
 url.put("kind", kind)
 url.put("layer", layer + 1)
@@ -136,16 +137,16 @@ if tab_tokens.open:
         left, right = st.columns(2)
         with left:
             qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="attn_query",
-                              format_func=lambda i: f"{i}: {display_token(q_labels[i])}")
-            q_word = display_token(q_labels[qi])
+                              format_func=lambda i: f"{i}: {q_labels[i]}")
+            q_word = q_labels[qi]
             plot(token_bar_figure(w[qi], k_labels, title=f"What “{q_word}” attends to", subtitle=where,
                                   mark=qi if kind != "cross" else None, axis_title="keys"))
             st.markdown(highlight_tokens_html(k_labels, w[qi], caption=f"“{q_word}” over the keys (the strongest outlined)"),
                         unsafe_allow_html=True)
         with right:
             kj = st.selectbox("Key token (a column)", list(range(len(k_labels))), key="attn_key",
-                              format_func=lambda i: f"{i}: {display_token(k_labels[i])}")
-            k_word = display_token(k_labels[kj])
+                              format_func=lambda i: f"{i}: {k_labels[i]}")
+            k_word = k_labels[kj]
             plot(token_bar_figure(w[:, kj], q_labels, title=f"Who attends to “{k_word}”", subtitle=where,
                                   mark=kj if kind != "cross" else None, axis_title="queries"))
             st.markdown(highlight_tokens_html(q_labels, w[:, kj], caption=f"the queries' weight on “{k_word}” "
@@ -249,17 +250,17 @@ if tab_stats.open:
 # --- Ablation and Compare (ui/attention_tabs.py) ---------------------------------------------------------------
 if tab_ablation.open:
     with tab_ablation:
-        ablation_tab(ckpt, src, all_ids, output_ids)
+        ablation_tab(ckpt, src, all_ids, output_ids, view)
 if tab_compare.open:
     with tab_compare:
         compare_tab(ckpt, src, tgt_inputs, view)
 
 # --- tokens and export ------------------------------------------------------------------------------------------
 with st.expander("Tokens, ids and export"):
-    st.write("Source:", " ".join(f"{display_token(t)}({i})" for t, i in zip(trace.src_tokens, trace.src_ids)))
-    st.write("Decoder inputs:", " ".join(f"{display_token(t)}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids)))
+    st.write("Source:", " ".join(f"{t}({i})" for t, i in zip(trace.src_tokens, trace.src_ids)))
+    st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids)))
     st.download_button(
-        "Download the attention tensors (.npz)", data=views.attention_npz(trace), file_name="attention.npz",
+        "Download the attention tensors (.npz)", data=views.attention_npz(raw_trace), file_name="attention.npz",
         mime="application/octet-stream", key="attn_export", on_click="ignore", icon=":material/download:",
         help="One float32 array [layers, heads, queries, keys] per kind (" + ", ".join(kinds) + ") plus the tokens "
              "and ids; load with numpy.load. Piece level, whatever the word-level switch says.",

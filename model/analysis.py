@@ -59,7 +59,8 @@ def head_statistics(weights: torch.Tensor, eos_index: int | None = None) -> dict
     offset = k - q  # a query's absolute position when the keys include earlier (cached) positions
     rows = torch.arange(q)
     same_cols = rows + offset
-    valid_same = same_cols < k
+    # cross-attention may have more queries than keys (a translation longer than its source): offset < 0
+    valid_same = (same_cols >= 0) & (same_cols < k)
     same = w[..., rows[valid_same], same_cols[valid_same]].mean(-1) if valid_same.any() else torch.zeros(L, H)
     prev_cols = same_cols - 1
     valid_prev = (prev_cols >= 0) & (prev_cols < k)
@@ -76,11 +77,17 @@ def head_statistics(weights: torch.Tensor, eos_index: int | None = None) -> dict
     return stats
 
 
+#: What a piece that starts a word begins with: ``▁`` (Metaspace, SentencePiece), GPT-2's ``Ġ`` (a leading space),
+#: or ``␣`` (how the pages show ``Ġ``).
+WORD_STARTS = ("▁", "Ġ", "␣")
+
+
 def word_ids(tokens: list[str]) -> list[int]:
-    """Word index of each BPE piece: a piece starting with ``▁`` (or a special token) opens a new word."""
+    """Word index of each piece: a piece starting with one of :data:`WORD_STARTS` (or a special token) opens a new
+    word."""
     ids, current = [], -1
     for i, piece in enumerate(tokens):
-        if i == 0 or piece.startswith("▁") or (piece.startswith("<") and piece.endswith(">")) or (
+        if i == 0 or piece.startswith(WORD_STARTS) or (piece.startswith("<") and piece.endswith(">")) or (
             tokens[i - 1].startswith("<") and tokens[i - 1].endswith(">")
         ):
             current += 1
@@ -140,19 +147,28 @@ def sequence_log_probs(
     return log_probs.gather(-1, tgt[0, 1:, None].to(log_probs.device)).squeeze(-1).cpu()
 
 
-def ablation_sweep(model: Transformer, src_ids: list[int] | None, tgt_ids: list[int]) -> dict[str, torch.Tensor]:
+def ablation_sweep(model: Transformer, src_ids: list[int] | None, tgt_ids: list[int],
+                   layers: dict[str, list[int]] | None = None) -> dict[str, torch.Tensor]:
     """Importance of every head: the drop in total log-probability of ``tgt_ids`` when that head alone is removed.
 
+    Args:
+        layers: kind → the layers whose heads are removed one at a time (default: every layer of every kind);
+            one scoring per head, so a large model may sweep a part only.
+
     Returns:
-        kind → ``[layers, heads]`` drop in nats (positive = the head helped this output).
+        kind → ``[layers, heads]`` drop in nats (positive = the head helped this output), for the kinds swept;
+        the rows of layers not swept are NaN.
     """
     cfg = model.cfg
     base = float(sequence_log_probs(model, src_ids, tgt_ids).sum())
     kinds = cfg.attention_layers()
+    wanted = layers if layers is not None else {kind: list(range(n)) for kind, n in kinds.items()}
     result = {}
     for kind, n_layers in kinds.items():
-        drop = torch.zeros(n_layers, cfg.n_heads)
-        for layer in range(n_layers):
+        if kind not in wanted:
+            continue
+        drop = torch.full((n_layers, cfg.n_heads), float("nan"))
+        for layer in sorted(set(wanted[kind]) & set(range(n_layers))):
             for head in range(cfg.n_heads):
                 mask = torch.ones(n_layers, cfg.n_heads)
                 mask[layer, head] = 0.0

@@ -12,12 +12,12 @@ from pathlib import Path
 import streamlit as st
 
 from model.analysis import ablation_sweep, greedy_with_head_masks, sequence_log_probs
-from model.checkpoint import Checkpoint
+from model.checkpoint import Checkpoint, checkpoint_arch
 from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
 from model.trace import trace_pair
-from training.runs import run_arch, run_checkpoints
+from training.runs import run_checkpoints
 from ui import attention_views as views
-from ui import state, url, widgets
+from ui import pieces, state, url, widgets
 from viz.attention import attention_heatmap, causal_blank
 from viz.attention_views import difference_heatmap, log_prob_figure, sweep_heatmaps
 from viz.labels import KIND_SHORT, end_sentence, head_name
@@ -42,13 +42,16 @@ def _greedy_without(path: str, mtime: float, src_ids: tuple, heads: tuple, max_n
 
 
 @st.cache_data(show_spinner="Removing each head in turn…", max_entries=64)
-def _sweep(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, _model) -> dict:
-    return {k: v.tolist() for k, v in ablation_sweep(_model, list(src_ids) or None, list(tgt_ids)).items()}
+def _sweep(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, layers: tuple, _model) -> dict:
+    swept = ablation_sweep(_model, list(src_ids) or None, list(tgt_ids), {k: list(v) for k, v in layers})
+    return {k: v.tolist() for k, v in swept.items()}
 
 
 # --- Ablation ------------------------------------------------------------------------------------------------------
-def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int]) -> None:
-    """Switch heads off and score the translation ``all_ids`` (``<bos>`` … ``<eos>``) again; sweep every head."""
+def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int], view: views.View) -> None:
+    """Switch heads off and score the translation ``all_ids`` (``<bos>`` … ``<eos>``) again; sweep every head, or for
+    a model too big to sweep on this CPU (:func:`ui.attention_views.sweep_plan`) the heads of ``view``'s kind or
+    layer, saying so."""
     tok, cfg = ckpt.tokenizer, ckpt.config
     ckpt_path, ckpt_mtime = state.checkpoint_version(ckpt)
     st.caption("Switch heads off (their output is zeroed before Wᴼ) and score **the translation above** again "
@@ -61,7 +64,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
     url.put("ablate", sorted(chosen, key=options.index), [])
     heads = tuple(sorted(chosen, key=options.index))
     src_key, tgt_key = tuple(src.ids), tuple(all_ids)
-    scored = tok.tokens(all_ids[1:])
+    scored = pieces.of_ids(tok, all_ids[1:])
     if len(all_ids) < 2:
         st.info("The translation is empty: there is nothing to score.")
         return
@@ -92,13 +95,20 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         wanted, note = url.bool_param(st.query_params, "sweep", False)
         st.session_state["_attn_sweep_for"] = sweep_key if wanted else None
         url.show_notes(note)
-    if st.button("Sweep all heads", key="attn_sweep",
-                 help=f"{sum(counts.values()) * cfg.n_heads} scorings of the translation, one per head"):
+    positions = len(all_ids) + (len(src.ids) if cfg.is_encoder_decoder else 0)
+    plan = views.sweep_plan(counts, cfg.n_heads, ckpt.model.num_parameters(), positions, view.kind, view.layer,
+                            views.DEMO_SWEEP_BUDGET if state.DEMO_MODE else views.SWEEP_BUDGET)
+    if plan.note:
+        st.info(plan.note)
+    label = {"all": "Sweep all heads", "kind": "Sweep this kind's heads", "layer": "Sweep this layer's heads"}
+    if st.button(label.get(plan.scope, "Sweep all heads"), key="attn_sweep", disabled=not plan.scorings,
+                 help=f"{plan.scorings} scorings of the translation, one per head"):
         st.session_state["_attn_sweep_for"] = sweep_key
     swept = st.session_state.get("_attn_sweep_for") == sweep_key
     url.put("sweep", swept, False)
-    if swept:
-        result = _sweep(ckpt_path, ckpt_mtime, src_key, tgt_key, _model=ckpt.model)
+    if swept and plan.scorings:
+        layers = tuple((k, tuple(v)) for k, v in plan.layers.items())
+        result = _sweep(ckpt_path, ckpt_mtime, src_key, tgt_key, layers, _model=ckpt.model)
         st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
                    "**red = the head helped** this output, blue = the output got likelier without it.")
         # one kind per row, at the page's width: side by side, the cells were too narrow for their numbers
@@ -119,7 +129,7 @@ def comparable_checkpoints(ckpt: Checkpoint) -> dict[str, Path]:
     candidates = dict(state.available_checkpoints())
     candidates.update({f"runs/{name}": path for name, path in run_checkpoints().items()})
     return {name: path for name, path in candidates.items()
-            if Path(path).resolve() != here and run_arch(path) == ckpt.config.arch}
+            if Path(path).resolve() != here and checkpoint_arch(path) == ckpt.config.arch}
 
 
 def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) -> None:
@@ -142,12 +152,12 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
         other_src = state.source_for(ckpt, other_text)
         if other_src is not None:
             o_all, o_out = state.full_translation(ckpt, other_src)
-            other_trace = trace_pair(ckpt.model, tok, other_src.ids, strip_eos(o_all, cfg.eos_id))
+            other_trace = pieces.shown_trace(trace_pair(ckpt.model, tok, other_src.ids, strip_eos(o_all, cfg.eos_id)), tok)
             other_name = f"“{other_src.text}” → {tok.decode(o_out)}"
     else:
         others = comparable_checkpoints(ckpt)
         if not others:
-            shipped = {n: run_arch(p) for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
+            shipped = {n: checkpoint_arch(p) for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
             other_archs = ", ".join(f"{n} ({a})" for n, a in shipped.items())
             st.info(f"No other {cfg.arch} checkpoint to compare with. "
                     + (f"The other checkpoints ({other_archs}) have a different architecture: their attention kinds "
@@ -171,13 +181,14 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
         elif other.tokenizer.to_str() == tok.to_str():
             # Same tokenizer: the second model reads the same source and this translation (teacher forcing),
             # so the two maps have the same shape and differ only in where the models look.
-            other_trace = trace_pair(other.model, tok, src.ids, tgt_inputs)
+            other_trace = pieces.shown_trace(trace_pair(other.model, tok, src.ids, tgt_inputs), tok)
             other_name = f"checkpoint {name}, same sentence and translation"
         else:
             o_src = state.source_for(other, src.text)
             if o_src is not None:
                 o_all, o_out = state.full_translation(other, o_src)
-                other_trace = trace_pair(other.model, other.tokenizer, o_src.ids, strip_eos(o_all, other.config.eos_id))
+                other_trace = pieces.shown_trace(trace_pair(other.model, other.tokenizer, o_src.ids,
+                                                            strip_eos(o_all, other.config.eos_id)), other.tokenizer)
                 other_name = f"checkpoint {name} (its own tokenizer and translation: {other.tokenizer.decode(o_out)})"
     if other_trace is None:
         return

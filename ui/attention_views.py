@@ -19,6 +19,7 @@ import torch
 from model.analysis import merge_words, word_ids
 from model.config import CAUSAL_KINDS, DECODER_ONLY_KINDS, ENCODER_DECODER_KINDS
 from model.trace import Trace
+from viz.labels import KIND_SHORT, parameters_text
 
 #: Column order of the head-statistics table (those a kind lacks are left out).
 STAT_COLUMNS = ("entropy", "same", "previous", "first", "eos", "max")
@@ -99,28 +100,19 @@ def grid_pick(selection: Any) -> tuple[int, int] | None:
 
 
 # --- word level ---------------------------------------------------------------------------------------------
-def _is_special(piece: str) -> bool:
-    return piece.startswith("<") and piece.endswith(">")
-
-
 def word_labels(pieces: Sequence[str]) -> list[str]:
     """One label per word (words as :func:`model.analysis.word_ids` groups them), as word-start pieces.
 
-    A word's pieces are joined without the ``▁`` marker and the result gets one ``▁`` in front, so that
-    every view shows the word as one word-start piece: ``["▁black", "berries", "."]`` → ``["▁blackberries."]``.
-    Special tokens (``<bos>``, ``<eos>``) stay as they are.
+    A word's pieces are joined, with the word-start mark of its first (``▁``, or GPT-2's ``␣``), so that every
+    view shows the word as one piece: ``["▁black", "berries", "."]`` → ``["▁blackberries."]``, ``["␣M", "ü",
+    "ller"]`` → ``["␣Müller"]``; a word whose first piece has no mark (GPT-2's first word) gets none. Special
+    tokens (``<bos>``, ``<eos>``) stay as they are.
     """
     ids = word_ids(list(pieces))
     words: list[list[str]] = [[] for _ in range(max(ids) + 1)] if ids else []
     for piece, w in zip(pieces, ids):
         words[w].append(piece)
-    labels = []
-    for parts in words:
-        if len(parts) == 1 and _is_special(parts[0]):
-            labels.append(parts[0])
-        else:
-            labels.append("▁" + "".join(p[1:] if p.startswith("▁") else p for p in parts))
-    return labels
+    return ["".join(parts) for parts in words]  # only a word's first piece can carry the mark
 
 
 def word_level(weights: torch.Tensor, q_pieces: Sequence[str], k_pieces: Sequence[str]
@@ -171,6 +163,67 @@ def head_masks(labels: Sequence[str], layer_counts: Mapping[str, int], n_heads: 
         mask = masks.setdefault(kind, torch.ones(layer_counts[kind], n_heads))
         mask[layer, head] = 0.0
     return masks
+
+
+#: The work one ablation sweep may take on the page, in parameters × positions per scoring × scorings (about half
+#: its floating-point operations): about 3 s on a 2-core CPU, which scores 1.6–2.6e10 of them per CPU-second at
+#: MarianMT's and GPT-2's sizes. The shipped translator sweeps every head of a ten-word sentence in a tenth of it; a
+#: 74M-parameter MarianMT needs twice it for the heads of one kind, so it sweeps one layer's.
+SWEEP_BUDGET = 1e11
+#: The same in the hosted demo (``ATTENTION_EXPLORER_DEMO``), where visitors share the CPU.
+DEMO_SWEEP_BUDGET = 4e10
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What the ablation sweep covers.
+
+    Attributes:
+        layers: kind → the layers whose every head is removed in turn (empty: nothing is swept).
+        scope: ``"all"`` (every head), ``"kind"`` (every layer of the kind shown), ``"layer"`` (the layer shown)
+            or ``"none"`` (too big even for one layer).
+        scorings: how many times the output is scored (one per head swept).
+        note: why the sweep covers less than every head (``None`` when it covers them all).
+    """
+
+    layers: dict[str, tuple[int, ...]]
+    scope: str
+    scorings: int
+    note: str | None = None
+
+
+def sweep_plan(layer_counts: Mapping[str, int], n_heads: int, n_parameters: int, n_positions: int, kind: str,
+               layer: int, budget: float = SWEEP_BUDGET) -> SweepPlan:
+    """The largest of: every head, the heads of every layer of ``kind``, the heads of ``kind``'s ``layer``, whose
+    cost fits ``budget``.
+
+    Args:
+        layer_counts: kind → number of layers; n_heads: heads per layer; n_parameters: the model's parameters;
+        n_positions: positions one scoring runs (source and target); kind, layer: the view shown (0-based layer);
+        budget: parameters × positions × scorings allowed (:data:`SWEEP_BUDGET`).
+    """
+    per_scoring = float(n_parameters) * max(n_positions, 1)
+    total = n_heads * sum(layer_counts.values())
+    what = KIND_SHORT.get(kind, kind).lower()
+    options = [
+        ("all", {k: tuple(range(n)) for k, n in layer_counts.items()}, None),
+        ("kind", {kind: tuple(range(layer_counts.get(kind, 0)))},
+         f"the {n_heads * layer_counts.get(kind, 0)} heads of the kind shown above ({what}); pick another kind "
+         "above to sweep its heads"),
+        ("layer", {kind: (layer,)},
+         f"the {n_heads} heads of the layer shown above ({what}, layer {layer + 1}); pick another layer or kind "
+         "above to sweep its heads"),
+    ]
+    size = parameters_text(n_parameters)
+    why = (f"Removing each of this model's {total} heads in turn scores the output {total} times, each through "
+           f"{size} parameters: too slow here, so the sweep covers ")
+    for scope, layers, covers in options:
+        scorings = n_heads * sum(len(v) for v in layers.values())
+        if scorings and per_scoring * (scorings + 1) <= budget:  # + 1: the scoring with every head
+            return SweepPlan(layers, scope, scorings, None if covers is None else why + covers + ".")
+    return SweepPlan({}, "none", 0, f"Even the {n_heads} heads of one layer are too many to sweep for this model "
+                                    f"({size} parameters) and this text ({n_positions} positions): try a shorter "
+                                    "sentence.")
 
 
 # --- tables and export ----------------------------------------------------------------------------------------

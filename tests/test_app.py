@@ -34,11 +34,11 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 if not (DEFAULT_CKPT / "model.safetensors").is_file():  # pragma: no cover - a clone without the model
     pytest.skip("checkpoints/en-de is missing", allow_module_level=True)
 
-from model.checkpoint import load_checkpoint  # noqa: E402
+from model.checkpoint import is_checkpoint_dir, load_checkpoint  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.decoding import MAX_INPUT_CHARS  # noqa: E402
 from viz.labels import KIND_TITLES  # noqa: E402
-from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS  # noqa: E402
+from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS, checkpoint_label  # noqa: E402
 
 CFG = ModelConfig.from_json(DEFAULT_CKPT / "config.json")
 STEP_RE = re.compile(r"\*\*Step (\d+) of (\d+)\*\*")
@@ -581,7 +581,8 @@ def test_sidebar_lists_extra_checkpoints_and_recovers(extra_root):
     assert_clean(at)
     box = at.sidebar.selectbox(key="ckpt_name")
     assert box.options[0] == "en-de"
-    shipped = [d.name for d in (ROOT / "checkpoints").iterdir() if (d / "model.safetensors").is_file()]
+    # (a Hugging Face folder downloaded beside ours is listed too, labelled with its size and source)
+    shipped = [checkpoint_label(d.name, d) for d in (ROOT / "checkpoints").iterdir() if is_checkpoint_dir(d)]
     assert sorted(box.options) == sorted([*shipped, "bad-card", "broken", "copy-of-en-de"])
     assert box.value == "en-de"
 

@@ -14,7 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-CARDS = sorted((ROOT / "checkpoints").glob("*/README.md"))
+#: Our model cards: a Hugging Face folder downloaded into checkpoints/ (docs/hugging-face.md) has a README.md of its
+#: authors, with no card.json beside it, whose links are theirs.
+CARDS = sorted(p for p in (ROOT / "checkpoints").glob("*/README.md") if (p.parent / "card.json").is_file())
 PAGES = [README, *DOCS, *CARDS]
 README_MAX_LINES = 150
 

@@ -24,7 +24,8 @@ from .table import print_table
 SOURCE = "The animal didn't cross the street because it was too tired, said the old man quietly."
 
 
-def _never_eos(eos_id: int):
+def never_eos(eos_id: int):
+    """A greedy choice that never picks ``eos_id``, so that a decode runs to its forced length."""
     def choose(log_probs: torch.Tensor) -> int:
         lp = log_probs.clone()
         lp[eos_id] = float("-inf")
@@ -34,7 +35,7 @@ def _never_eos(eos_id: int):
 
 def time_generation(model, src_ids, n_tokens: int, use_cache: bool, repeats: int) -> list[float]:
     """Seconds to generate ``n_tokens`` tokens, ``repeats`` times."""
-    choose = _never_eos(model.cfg.eos_id)
+    choose = never_eos(model.cfg.eos_id)
     times = []
     for _ in range(repeats):
         stepper = Stepper(model, src_ids, max_new_tokens=n_tokens, use_cache=use_cache)

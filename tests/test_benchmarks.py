@@ -28,6 +28,18 @@ def test_decode_benchmark_prints_both_tables():
     assert "| 8 tokens" in text and "MiB" in text
 
 
+def test_hugging_face_benchmark_builds_a_marian_folder_and_prints_the_table():
+    """``python -m benchmarks.hf`` at the tiny shape: the folder it writes loads through our loader and every row
+    of the comparison is printed (the real shape is the same code, 74M parameters)."""
+    from benchmarks import hf
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert hf.main(["--shape", "tiny", "--repeats", "1", "--tokens", "4", "--no-page"]) == 0
+    text = out.getvalue()
+    assert "tiny-sized (random)" in text and "one KV-cached decode step" in text and "head-ablation sweep" in text
+
+
 def test_train_benchmark_prints_a_row_per_impl_precision_and_thread_count():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -34,8 +34,10 @@ CHECKPOINTS_ENV = "ATTENTION_EXPLORER_CHECKPOINTS"
 
 PRESETS = [  # the ones the shipped translator gets right come first (the first is every page's default)
     "The weather is nice today.",
-    "The cat sat on the mat.",
     "A dog runs through the snow.",
+    "My brother lives in Berlin.",
+    "Thank you very much.",
+    "The cat sat on the mat.",
     "The animal didn't cross the street because it was too tired.",
     "Bobby likes blackberries.",
     "Let us think logically.",

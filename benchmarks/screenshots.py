@@ -5,8 +5,8 @@ Run it whenever the shipped model (``checkpoints/``) or a page's look changes: t
 and the pages. It serves the app as ``make run`` does (:mod:`benchmarks.app_server`), opens every page in
 presentation mode (``?present=1``) at 1280×720 and at 1920×1080 in Debian's Chromium, waits until the page's main
 content is drawn and its script run is over, and saves what the screen shows (the viewport, not the whole page)
-as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab show the lecture preset "The cat sat
-on the mat." (Translate and the lab at step 3); the other pages show their defaults. The Training page shows the
+as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab show the lecture preset "My brother
+lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults. The Training page shows the
 runs under ``runs/`` as they are at that moment.
 """
 
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from .app_server import CHROMIUM, ROOT, ServerError, serve, settled
 
-SENTENCE = "text=The+cat+sat+on+the+mat."
+SENTENCE = "text=My+brother+lives+in+Berlin."
 VIEWPORTS = ((1280, 720), (1920, 1080))
 
 

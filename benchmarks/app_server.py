@@ -3,6 +3,7 @@
 :func:`serve` starts ``streamlit run app.py`` on a free local port in its own process group and stops it at the
 end; :data:`CHROMIUM` is Debian's Chromium (``/usr/bin/chromium``, ``$CHROMIUM``, or ``chromium`` on the PATH),
 which Playwright drives through ``executable_path`` (never ``playwright install``: it downloads);
+:func:`chromium` launches it and :func:`served_page` gives a served app with one page open in it;
 :func:`settled` waits in such a browser until a page's script run is over and drawn.
 """
 
@@ -18,7 +19,10 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:  # playwright is a dev requirement: the app itself never imports it
+    from playwright.sync_api import Browser, Page
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
@@ -96,6 +100,41 @@ def serve(log_path: Path, env_overrides: dict[str, str] | None = None, script: s
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+@contextmanager
+def chromium() -> Iterator["Browser"]:
+    """Debian's Chromium (:data:`CHROMIUM`) driven by Playwright, headless, closed at the end. Yields the Browser.
+
+    ``--no-sandbox`` because containers and CI run as root, where Chromium's sandbox refuses to start.
+
+    Raises:
+        ImportError: the playwright package is missing.
+        playwright.sync_api.Error: Chromium would not start.
+    """
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextmanager
+def served_page(log_path: Path, env_overrides: dict[str, str] | None = None, viewport: tuple[int, int] = (1280, 720),
+                timeout_ms: int = SETTLE_TIMEOUT_MS) -> Iterator[tuple[str, "Page"]]:
+    """The app served (:func:`serve`) and one fresh Chromium page at ``viewport`` (width, height in CSS pixels,
+    device scale 1) whose Playwright waits time out after ``timeout_ms``. Yields ``(base URL, page)``.
+
+    Raises:
+        ServerError: as :func:`serve`; ImportError and playwright's Error: as :func:`chromium`.
+    """
+    with serve(log_path, env_overrides) as url, chromium() as browser:
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]}, device_scale_factor=1)
+        context.set_default_timeout(timeout_ms)
+        yield url, context.new_page()
 
 
 def settled(page, pattern: str | None = None, min_ms: int = 0, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:

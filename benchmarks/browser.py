@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from .app_server import CHROMIUM, ROOT, ServerError, serve, settled
+from .app_server import CHROMIUM, ROOT, ServerError, chromium, serve, settled
 from .table import print_table
 
 GOALS_S = {"page load → first chart": 2.5, "first Next on a sentence": 0.8, "Next": 0.3, "Back": 0.3,
@@ -167,15 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(CHROMIUM).is_file():
         print(f"error: Chromium not found at {CHROMIUM} (apt-get install -y chromium)", file=sys.stderr)
         return 2
-    from playwright.sync_api import sync_playwright
-
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+        with chromium() as browser:
             with serve(ROOT / "test-artifacts" / "benchmark-browser.log") as url:
                 times = measure(url, max(1, args.repeats), browser)
             times[FLOOR] = floor_seconds(max(1, args.repeats), browser)
-            browser.close()
         times["server: Translate rerun for Next"] = server_rerun_seconds(max(1, args.repeats))
     except ServerError as exc:
         print(f"error: {exc}", file=sys.stderr)

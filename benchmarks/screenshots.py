@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .app_server import CHROMIUM, ROOT, ServerError, serve, settled
+from .app_server import CHROMIUM, ROOT, ServerError, chromium, serve, settled
 
 SENTENCE = "text=My+brother+lives+in+Berlin."
 VIEWPORTS = ((1280, 720), (1920, 1080))
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium)", file=sys.stderr)
         return 2
     try:
-        from playwright.sync_api import Error as PlaywrightError, sync_playwright
+        from playwright.sync_api import Error as PlaywrightError
     except ImportError:
         print("error: the playwright package is missing (make setup-dev)", file=sys.stderr)
         return 2
@@ -107,14 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     shots = [s for s in SHOTS if s.name in args.only]
     t0, current = time.perf_counter(), "Chromium"
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-            with serve(ROOT / "test-artifacts" / "screenshots-server.log") as url:
-                for shot in shots:
-                    for viewport in VIEWPORTS:
-                        current = file_name(shot, viewport)
-                        print(take(browser, url, shot, viewport, args.out), flush=True)
-            browser.close()
+        with chromium() as browser, serve(ROOT / "test-artifacts" / "screenshots-server.log") as url:
+            for shot in shots:
+                for viewport in VIEWPORTS:
+                    current = file_name(shot, viewport)
+                    print(take(browser, url, shot, viewport, args.out), flush=True)
     except ServerError as exc:
         print(f"error: the app did not start: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.app_server import CHROMIUM, ServerError, serve
+from benchmarks.app_server import CHROMIUM, ServerError, chromium, serve
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
@@ -68,10 +68,8 @@ def training_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture

@@ -341,18 +341,15 @@ def test_the_trainer_refuses_a_hugging_face_folder(monkeypatch, hf_root, tmp_pat
 def test_in_the_browser_translate_with_marian_then_the_attention_page(hf_root):
     """The app served with the tiny Marian folder: translate two steps, then the Attention page; screenshots
     ``test-artifacts/hf-marian-translate.png`` and ``hf-marian-attention.png``."""
-    from benchmarks.app_server import CHROMIUM, ServerError, serve
+    from benchmarks.app_server import CHROMIUM, ServerError, served_page
 
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     artifacts = ROOT / "test-artifacts"
     try:
-        with serve(artifacts / "streamlit-hf-server.log", {"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}) as url, \
-                sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.set_default_timeout(120_000)
+        with served_page(artifacts / "streamlit-hf-server.log", {"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)},
+                         viewport=(1600, 1000), timeout_ms=120_000) as (url, page):
             page.goto(f"{url}/?ckpt={MARIAN}")
             page.get_by_text(re.compile(r"Step 0 of \d+")).wait_for()
             sidebar = page.locator('[data-testid="stSidebar"]')
@@ -373,6 +370,5 @@ def test_in_the_browser_translate_with_marian_then_the_attention_page(hf_root):
             assert page.locator('[data-testid="stException"]').count() == 0
             assert "Traceback" not in page.inner_text("body")
             page.screenshot(path=str(artifacts / "hf-marian-attention.png"))
-            browser.close()
     except ServerError as exc:
         pytest.fail(str(exc))

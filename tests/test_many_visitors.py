@@ -14,14 +14,14 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from benchmarks.app_server import CHROMIUM, ServerError, serve
+from benchmarks.app_server import CHROMIUM, ServerError, chromium, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 if not Path(CHROMIUM).is_file():
     pytest.skip(f"Chromium not found at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
 if not all((ROOT / "checkpoints" / name / "model.safetensors").is_file() for name in ("en-de", "brown-lm")):
     pytest.skip("a shipped checkpoint is missing", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.decoding import input_limit, prepare_source  # noqa: E402
@@ -72,8 +72,7 @@ def server():
 def test_eight_visitors_stepping_at_once_each_see_only_their_own_state(server):
     totals = [expected_steps(name, text) for name, text in VISITORS]
     assert all(n >= ROUNDS for n in totals), totals
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+    with chromium() as browser:
         pages = []
         for name, text in VISITORS:
             ctx = browser.new_context(viewport={"width": 1280, "height": 720})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.app_server import CHROMIUM, ServerError, serve
+from benchmarks.app_server import CHROMIUM, ServerError, served_page
 from training import form as TF
 from training import launch as L
 from training import runs as R
@@ -69,11 +69,8 @@ def test_the_page_follows_a_resumed_run(stopped_run):
     root, run = stopped_run
     first_leg = R.read_status(run)
     try:
-        with serve(ARTIFACTS / "streamlit-training-live.log", {"ATTENTION_EXPLORER_RUNS": str(root)}) as url, \
-                sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-            page = browser.new_page(viewport={"width": 1280, "height": 720})
-            page.set_default_timeout(60_000)
+        with served_page(ARTIFACTS / "streamlit-training-live.log", {"ATTENTION_EXPLORER_RUNS": str(root)},
+                         timeout_ms=60_000) as (url, page):
             page.goto(f"{url}/training")
             page.get_by_text(re.compile(r"demo — state stopped")).wait_for()
             shown = snapshot_step(page)
@@ -100,7 +97,6 @@ def test_the_page_follows_a_resumed_run(stopped_run):
             stop.click()
             expect(page.get_by_text(re.compile(r"demo — state stopped"))).to_be_visible(timeout=120_000)
             assert page.locator('[data-testid="stException"]').count() == 0
-            browser.close()
     except ServerError as exc:
         pytest.fail(str(exc))
     status = R.read_status(run)

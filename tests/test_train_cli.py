@@ -3,6 +3,7 @@ evaluate CLIs on the checkpoint the tiny run produced."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -19,7 +20,7 @@ from training.batches import encode_examples
 from training.config import build_parser, given_options
 from model import translate
 from model.checkpoint import load_checkpoint
-from training.schedule import factor_for_peak, noam_lr
+from training.schedule import cooldown_factor, factor_for_peak, noam_lr
 
 TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
         "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",
@@ -187,6 +188,29 @@ def test_resume_without_limits_keeps_the_saved_ones(runs, tmp_path):
     assert json.loads((folder / "last" / "trainer_state.json").read_text())["step"] == 14
 
 
+def test_a_resumed_copy_cools_down_to_its_max_steps(runs, tmp_path):
+    """``--resume --max-steps 15 --cooldown-steps 3`` on a copy of a 12-step run: steps 13–15 take the schedule's
+    rate times 3/3, 2/3, 1/3 (logged at every step here), and the option is saved for a bare resume."""
+    import shutil
+    folder = tmp_path / "cool"
+    shutil.copytree(runs["root"] / "resumed", folder)
+    saved = json.loads((folder / "train_args.json").read_text())
+    (folder / "train_args.json").write_text(json.dumps({**saved, "log_every": 1}))
+    rc, _, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "15", "--cooldown-steps", "3"])
+    assert rc == 0, err
+    factor = factor_for_peak(1e-3, 32, 5)
+    lrs = {r["step"]: r["lr"] for r in _records(folder) if "lr" in r and r["step"] > 12}
+    assert lrs == {s: pytest.approx(noam_lr(s, 32, 5, factor) * (16 - s) / 3, rel=1e-9) for s in (13, 14, 15)}
+    saved = json.loads((folder / "train_args.json").read_text())
+    assert saved["cooldown_steps"] == 3
+    assert evaluate.recipe_extra(argparse.Namespace(**saved))["cooldown_steps"] == 3  # a card says it was cooled
+
+
+def test_cooldown_factor_falls_linearly_to_the_last_step():
+    assert [cooldown_factor(s, 10, 4) for s in range(5, 11)] == [1.0, 1.0, 1.0, 0.75, 0.5, 0.25]
+    assert cooldown_factor(3, 10, 0) == 1.0 and cooldown_factor(11, 10, 4) == 0.0
+
+
 def test_train_errors_exit_2(tmp_path):
     rc, _, err = run_main(train.main, ["--out", tmp_path / "empty", "--resume", "--no-progress"])
     assert rc == 2 and "nothing to resume" in err
@@ -194,6 +218,8 @@ def test_train_errors_exit_2(tmp_path):
     assert rc == 2 and "No such data file" in err
     rc, _, err = run_main(train.main, ["--out", tmp_path / "y", *TINY, "--d-model", "30", "--n-heads", "4"])
     assert rc == 2 and "divisible" in err
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "z", *TINY, "--max-steps", "5", "--cooldown-steps", "6"])
+    assert rc == 2 and "--cooldown-steps 6 is longer than --max-steps 5" in err
 
 
 # --- learning-rate schedule ------------------------------------------------------------------------------------

@@ -108,6 +108,9 @@ class TrainConfig:
                                      "optimisation", type=int)
     rewarmup: int = opt(200, "with --init-from: steps of linear re-warmup for the fresh optimizer moments",
                         "optimisation", check="nonneg")
+    cooldown_steps: int = opt(0, "decay the learning rate linearly to 0 over the last N steps before --max-steps "
+                                 "(the decay of warmup-stable-decay, Hägele et al. 2024); 0 = none. With --resume "
+                                 "it may be given to cool a copy of a run down", "optimisation", check="nonneg")
     label_smoothing: float = opt(0.1, group="optimisation", check="rate", show=True)
     weight_decay: float = opt(0.0, "AdamW decoupled weight decay on the weight matrices (0 = Adam, as in the paper)",
                               "optimisation", check="nonneg")
@@ -204,7 +207,7 @@ def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> se
 # run's value (a resumed run is not silently cut to the default --max-steps, nor loses --test-at-end); the
 # model and data options always come from the saved run.
 RESUME_OVERRIDABLE = ("max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots",
-                      "compile", "peak_tflops", "precision", "patience")
+                      "compile", "peak_tflops", "precision", "patience", "cooldown_steps")
 
 
 def check_args(args) -> None:
@@ -212,6 +215,9 @@ def check_args(args) -> None:
     if args.impl != "ours" and args.arch != "encoder-decoder":
         raise ValueError(f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
                          f"train --arch {args.arch} with --impl ours")
+    if getattr(args, "cooldown_steps", 0) > args.max_steps:
+        raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than --max-steps {args.max_steps}: the "
+                         "decay ends at --max-steps")
     if getattr(args, "mix", None) and (args.train_tsv or args.corpus == "brown"):
         raise ValueError("--mix names the training data; leave out --train-tsv and --corpus brown")
     if args.corpus == "brown":

@@ -1,5 +1,6 @@
 """The optimiser of Vaswani et al. (2017), §5.3: Adam (β₁ 0.9, β₂ 0.98, ε 1e-9) and the warmup +
-inverse-square-root learning rate of eq. (3), with the offset and re-warmup a warm start needs."""
+inverse-square-root learning rate of eq. (3), with the offset and re-warmup a warm start needs, and an optional
+linear cooldown at the end."""
 
 from __future__ import annotations
 
@@ -21,12 +22,24 @@ def factor_for_peak(peak_lr: float, d_model: int, warmup: int) -> float:
 def learning_rate(step: int, d_model: int, args, factor: float) -> float:
     """The learning rate of optimizer step ``step`` (≥ 1): :func:`noam_lr` at ``step + args.lr_step_offset`` (with
     ``args.warmup``), times a linear re-warmup ``min(1, step / args.rewarmup)`` when the offset is non-zero (a warm
-    start's fresh Adam moments must not take full-size steps at once)."""
+    start's fresh Adam moments must not take full-size steps at once), times :func:`cooldown_factor` when
+    ``args.cooldown_steps`` is set."""
     offset = args.lr_step_offset or 0
     lr = noam_lr(step + offset, d_model, args.warmup, factor)
     if offset and args.rewarmup:
         lr *= min(1.0, step / args.rewarmup)
-    return lr
+    cooldown = getattr(args, "cooldown_steps", 0) or 0
+    return lr * cooldown_factor(step, args.max_steps, cooldown) if cooldown else lr
+
+
+def cooldown_factor(step: int, max_steps: int, cooldown_steps: int) -> float:
+    """The decay of warmup-stable-decay schedules (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training
+    Beyond Fixed Training Durations", §3): 1 until the last ``cooldown_steps`` steps before ``max_steps``, then
+    linearly down to ``1 / cooldown_steps`` at step ``max_steps`` (the last step still learns). 1 when
+    ``cooldown_steps`` is 0."""
+    if cooldown_steps <= 0:
+        return 1.0
+    return max(0.0, min(1.0, (max_steps - step + 1) / cooldown_steps))
 
 
 def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0) -> torch.optim.Optimizer:

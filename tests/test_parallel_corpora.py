@@ -219,3 +219,29 @@ def test_the_real_pairs_preset_trains_on_the_mixture_with_its_shares(sources, mo
 def test_a_missing_prepared_file_says_how_to_make_it(tmp_path):
     with pytest.raises(DataError, match="python -m corpora prepare all"):
         read_tsv(tmp_path / "prepared" / "mixture.train.tsv.gz")
+
+
+def test_the_suite_scores_the_named_sets_and_refuses_an_unknown_name(sources, make_model, tokenizer, tmp_path, capsys):
+    """``python -m training.evaluate --suite --suite-sets``: only the sets named (the Tatoeba held-out one with its
+    two references), the goal sentences verbatim, the JSON report; a name that is not a set exits 2 listing them."""
+    import json
+
+    from model.checkpoint import save_checkpoint
+    from training import evaluate
+
+    prepare_corpora({c: sources[c] for c in ("tatoeba", "multi30k", "bcontrast")}, sources["out"], sources["shared"])
+    ckpt = save_checkpoint(tmp_path / "tiny", make_model(), tokenizer, {"step": 1})
+    common = ["--checkpoint", str(ckpt), "--suite", "--suite-strategies", "greedy", "--prepared", str(sources["out"]),
+              "--shared", str(sources["shared"])]
+    report = tmp_path / "suite.json"
+    assert evaluate.main([*common, "--suite-sets", "tatoeba held-out, multi30k test2016", "--json", str(report)]) == 0
+    got = json.loads(report.read_text())
+    assert [(r["name"], r["sentences"], r["references"]) for r in got["sets"]] == [
+        ("multi30k test2016", 1, 1), ("tatoeba held-out", 1, 2)]
+    assert list(got["goal"]) == ["The cat sat on the mat.", "I am hungry.", "Bobby likes blackberries.",
+                                 "The weather is nice today.", "My brother lives in Berlin.", "Thank you very much."]
+    assert got["missing"] == []  # newstest is missing here, but it was not asked for
+    capsys.readouterr()
+    assert evaluate.main([*common, "--suite-sets", "tatoeba,everyday"]) == 2
+    out = capsys.readouterr().out
+    assert "no evaluation set named 'tatoeba'" in out and "tatoeba held-out" in out and "Traceback" not in out

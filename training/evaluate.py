@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                    "everyday, Multi30K, BConTrasT, Tatoeba, newstest2014), greedy and beam, plus the goal sentences")
     p.add_argument("--suite-strategies", dest="strategy_set", choices=["greedy", "beam", "both"], default="both",
                    help="with --suite: which decodings to score (default both)")
+    p.add_argument("--suite-sets", default="", help="with --suite: only these sets, comma-separated as the table "
+                   "names them (e.g. \"everyday,tatoeba held-out\"; default: every set)")
     p.add_argument("--prepared", default=str(PREPARED), help="with --suite: the prepared corpora folder")
     p.add_argument("--shared", default=str(SHARED_DATA), help="with --suite: the folder holding eval/ (newstest)")
     p.add_argument("--json", default="", help="with --suite: also write the report to this JSON file")

@@ -175,13 +175,23 @@ def markdown(report: dict, missing: list[str]) -> str:
 
 
 def main_suite(ckpt, args) -> int:
-    """The ``--suite`` branch of :func:`training.evaluate.main`; writes ``--json`` when given. Returns 0, or 2 with
-    a message when a set cannot be read."""
+    """The ``--suite`` branch of :func:`training.evaluate.main`: every set, or those named in ``--suite-sets``
+    (comma-separated, as the table names them); writes ``--json`` when given. Returns 0, or 2 with a message when a
+    set cannot be read or a named set does not exist."""
     try:
         sets, missing = available_sets(Path(args.prepared), Path(args.shared))
     except DataError as exc:
         print(f"error: {exc}")
         return 2
+    wanted = [n.strip() for n in (getattr(args, "suite_sets", "") or "").split(",") if n.strip()]
+    names = [s.name for s in sets] + [m.split(":")[0] for m in missing]
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        print(f"error: no evaluation set named {', '.join(map(repr, unknown))}; the sets are: {', '.join(names)}")
+        return 2
+    if wanted:
+        sets = [s for s in sets if s.name in wanted]
+        missing = [m for m in missing if m.split(":")[0] in wanted]
     strategies = ("greedy", "beam") if args.strategy_set == "both" else (args.strategy_set,)
     report = run_suite(ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit)
     print()

@@ -163,7 +163,7 @@ def test_the_file_watcher_leaves_the_venv_and_runs_alone():
 def test_translate_page_renders_default_preset():
     at = make_app()
     assert_clean(at)
-    assert at.session_state["text"] == PRESETS[0] == "The weather is nice today."
+    assert at.session_state["text"] == PRESETS[0] == "My brother lives in Berlin."
     assert at.text_input(key="text_input").value == PRESETS[0]
     assert at.selectbox(key="preset").value == PRESETS[0]
     assert [b.label for b in at.button] == ["Reset", "Back", "Next", "Run to end"]
@@ -195,7 +195,7 @@ def test_step_buttons_move_through_the_decoding():
     assert n_alignments(at) == 1 and n_charts(at) == 0  # the Translate page draws no Plotly chart
     z = alignment_z(at)
     assert z.shape[0] == 1  # one row per generated token, one column per source piece
-    assert np.allclose(z.sum(axis=1), 1.0, atol=1e-4)
+    assert np.allclose(z.sum(axis=1), 1.0, atol=5e-5 * z.shape[1])  # data-w has 4 decimals: ±5e-5 per cell
 
     button(at, "Back").click().run()
     assert_clean(at)

@@ -167,7 +167,7 @@ def test_translate_three_steps_then_attention_page(server, new_page):
     page = new_page(DESKTOP)
     open_translate(page, server)
     assert step_of(page)[0] == 0
-    expect(page.get_by_label("English sentence")).to_have_value("The weather is nice today.")  # a one-line box
+    expect(page.get_by_label("English sentence")).to_have_value("My brother lives in Berlin.")  # a one-line box
     for k in (1, 2, 3):
         click_and_wait_step(page, "Next", k)
     step, total = step_of(page)

@@ -33,14 +33,14 @@ DEFAULT_CHECKPOINT = "en-de"
 CHECKPOINTS_ENV = "ATTENTION_EXPLORER_CHECKPOINTS"
 
 PRESETS = [  # the ones the shipped translator gets right come first (the first is every page's default)
-    "The weather is nice today.",
-    "A dog runs through the snow.",
     "My brother lives in Berlin.",
-    "Thank you very much.",
+    "A dog runs through the snow.",
     "The cat sat on the mat.",
+    "Thank you very much.",
+    "Let us think logically.",
+    "The weather is nice today.",
     "The animal didn't cross the street because it was too tired.",
     "Bobby likes blackberries.",
-    "Let us think logically.",
     "He played the piano beautifully.",
     "Alice went to the market. She bought apples.",
     "Time flies like an arrow.",

@@ -347,10 +347,13 @@ def _shown_step(page, lab: bool) -> int:
     return int(re.search(pattern, page.get_by_text(re.compile(pattern)).first.inner_text()).group(1))
 
 
+STEP_IN_LINK_JS = "(k) => new RegExp('[?&]step=' + k + '(&|$)').test(window.location.search)"
+
+
 @pytest.mark.parametrize("path", ["", "decoding"], ids=["translate", "decoding-lab"])
 def test_a_burst_of_next_clicks_counts_every_click_and_never_crashes(server, new_page, path):
-    """Six clicks on Next, 0.3 s apart, twice: each click's script run starts while the previous one may still be
-    running (Streamlit's fast reruns). Before, runs stepping one shared Stepper crashed ("Expected tensor for
+    """Six clicks on Next, twice, each 0.3 s after the previous one reached the server: each click's script run
+    starts while the previous one may still be running (Streamlit's fast reruns). Before, runs stepping one shared Stepper crashed ("Expected tensor for
     argument #1 'indices' … got torch.FloatTensor", buttons gone) and clicks were lost (6 clicks, step 2)."""
     page = new_page(DESKTOP)
     lab = path == "decoding"
@@ -358,11 +361,17 @@ def test_a_burst_of_next_clicks_counts_every_click_and_never_crashes(server, new
         page.goto(f"{server}/{path}?text=The+cat+sat+on+the+mat.")
         page.get_by_text(re.compile(r"Step 0 ·" if lab else r"Step 0 of \d+")).first.wait_for()
         settle(page)
+        last = 6 if lab else min(6, step_of(page)[1])
         next_button = page.get_by_role("button", name="Next")
-        for _ in range(6):
+        for k in range(1, 7):
             # force: as a person clicks, without waiting for the page to look settled (the busy test machine
             # keeps Playwright's "stable" check waiting while Plotly draws)
             next_button.click(force=True)
+            # Two clicks on one button that reach the server before a script run has taken the first are merged
+            # into one by Streamlit (its rerun requests coalesce), which a loaded machine makes likely at 0.3 s.
+            # So the next click waits until this one's run has moved the link's step (its callback has run),
+            # not until that run is over: it still lands in a running script, the case that crashed.
+            page.wait_for_function(STEP_IN_LINK_JS, arg=min(k, last), timeout=RUN_TIMEOUT_MS)
             page.wait_for_timeout(300)
         settle(page)
         page.wait_for_timeout(1000)
@@ -370,7 +379,7 @@ def test_a_burst_of_next_clicks_counts_every_click_and_never_crashes(server, new
         exceptions = page.locator('[data-testid="stException"]')
         assert exceptions.count() == 0, (burst, exceptions.first.inner_text())
         expect(page.get_by_role("button", name="Back")).to_be_visible()
-        expected = 6 if lab else min(6, step_of(page)[1])
+        expected = last
         try:  # the last click's run may still be finishing on a loaded machine; a lost click never arrives
             page.wait_for_url(re.compile(rf"[?&]step={expected}(&|$)"), timeout=10_000)
         except sync_api.TimeoutError:

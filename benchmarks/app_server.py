@@ -3,7 +3,8 @@
 :func:`serve` starts ``streamlit run app.py`` on a free local port in its own process group and stops it at the
 end; :data:`CHROMIUM` is Debian's Chromium (``/usr/bin/chromium``, ``$CHROMIUM``, or ``chromium`` on the PATH),
 which Playwright drives through ``executable_path`` (never ``playwright install``: it downloads);
-:func:`chromium` launches it and :func:`served_page` gives a served app with one page open in it;
+:func:`chromium` launches it, :func:`open_page` opens a page in a fresh session, and :func:`served_page` gives a
+served app with one page open in it;
 :func:`settled` waits in such a browser until a page's script run is over and drawn.
 """
 
@@ -125,16 +126,23 @@ def chromium() -> Iterator["Browser"]:
 @contextmanager
 def served_page(log_path: Path, env_overrides: dict[str, str] | None = None, viewport: tuple[int, int] = (1280, 720),
                 timeout_ms: int = SETTLE_TIMEOUT_MS) -> Iterator[tuple[str, "Page"]]:
-    """The app served (:func:`serve`) and one fresh Chromium page at ``viewport`` (width, height in CSS pixels,
-    device scale 1) whose Playwright waits time out after ``timeout_ms``. Yields ``(base URL, page)``.
+    """The app served (:func:`serve`) and one fresh Chromium page (:func:`open_page`). Yields ``(base URL, page)``.
 
     Raises:
         ServerError: as :func:`serve`; ImportError and playwright's Error: as :func:`chromium`.
     """
     with serve(log_path, env_overrides) as url, chromium() as browser:
-        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]}, device_scale_factor=1)
-        context.set_default_timeout(timeout_ms)
-        yield url, context.new_page()
+        yield url, open_page(browser, viewport, timeout_ms)
+
+
+def open_page(browser: "Browser", viewport: tuple[int, int] = (1280, 720),
+              timeout_ms: int = SETTLE_TIMEOUT_MS) -> "Page":
+    """A page in a fresh browser context (its own cookies and Streamlit session) at ``viewport`` (width, height in
+    CSS pixels, device scale 1), whose Playwright waits time out after ``timeout_ms``. ``page.context.close()``
+    ends it."""
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]}, device_scale_factor=1)
+    context.set_default_timeout(timeout_ms)
+    return context.new_page()
 
 
 def settled(page, pattern: str | None = None, min_ms: int = 0, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .app_server import CHROMIUM, ROOT, ServerError, chromium, serve, settled
+from .app_server import CHROMIUM, ROOT, ServerError, chromium, open_page, serve, settled
 
 SENTENCE = "text=My+brother+lives+in+Berlin."
 VIEWPORTS = ((1280, 720), (1920, 1080))
@@ -60,9 +60,8 @@ def file_name(shot: Shot, viewport: tuple[int, int]) -> str:
 
 def take(browser, url: str, shot: Shot, viewport: tuple[int, int], out: Path) -> Path:
     """One page at one viewport, in a fresh browser session (presentation mode belongs to a session)."""
-    ctx = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]}, device_scale_factor=1)
+    page = open_page(browser, viewport, timeout_ms=30_000)  # Playwright's own default: the waits below set theirs
     try:
-        page = ctx.new_page()
         page.goto(f"{url}/{shot.query}{'&' if '?' in shot.query else '?'}present=1")
         for selector in shot.ready:
             page.locator(selector).first.wait_for(state="visible", timeout=120_000)
@@ -77,7 +76,7 @@ def take(browser, url: str, shot: Shot, viewport: tuple[int, int], out: Path) ->
             print(f"warning: {path.name} shows a Python exception", file=sys.stderr)
         return path
     finally:
-        ctx.close()
+        page.context.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

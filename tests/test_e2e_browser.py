@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.app_server import CHROMIUM, ServerError, chromium, serve
+from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
@@ -38,8 +38,8 @@ expect = sync_api.expect
 expect.set_options(timeout=30_000)
 
 RUN_TIMEOUT_MS = 60_000  # one script run (model load + decode) on a busy 2-core machine
-DESKTOP = {"width": 1600, "height": 1000}
-PROJECTOR = {"width": 1280, "height": 720}
+DESKTOP = (1600, 1000)
+PROJECTOR = (1280, 720)
 
 
 # --- the server and the browser -------------------------------------------------------------------------
@@ -75,17 +75,15 @@ def browser():
 @pytest.fixture
 def new_page(browser):
     """``new_page(viewport) -> Page``; every page opened is closed after the test."""
-    contexts = []
+    pages = []
 
     def factory(viewport=DESKTOP):
-        ctx = browser.new_context(viewport=viewport, device_scale_factor=1)
-        ctx.set_default_timeout(RUN_TIMEOUT_MS)
-        contexts.append(ctx)
-        return ctx.new_page()
+        pages.append(open_page(browser, viewport, RUN_TIMEOUT_MS))
+        return pages[-1]
 
     yield factory
-    for ctx in contexts:
-        ctx.close()
+    for page in pages:
+        page.context.close()
 
 
 # --- helpers -------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from benchmarks.app_server import CHROMIUM, ServerError, chromium, serve
+from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 if not Path(CHROMIUM).is_file():
@@ -75,9 +75,7 @@ def test_eight_visitors_stepping_at_once_each_see_only_their_own_state(server):
     with chromium() as browser:
         pages = []
         for name, text in VISITORS:
-            ctx = browser.new_context(viewport={"width": 1280, "height": 720})
-            ctx.set_default_timeout(TIMEOUT_MS)
-            page = ctx.new_page()
+            page = open_page(browser, (1280, 720), TIMEOUT_MS)
             page.goto(f"{server}/?ckpt={name}&text={quote_plus(text)}", wait_until="commit")
             pages.append(page)
         for page in pages:  # all eight loaded concurrently; now wait for each

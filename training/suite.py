@@ -184,14 +184,15 @@ def main_suite(ckpt, args) -> int:
         print(f"error: {exc}")
         return 2
     wanted = [n.strip() for n in (getattr(args, "suite_sets", "") or "").split(",") if n.strip()]
-    names = [s.name for s in sets] + [m.split(":")[0] for m in missing]
+    missing_by_name = {m.split(":")[0]: m for m in missing}  # each line starts "name: why"
+    names = [s.name for s in sets] + list(missing_by_name)
     unknown = [n for n in wanted if n not in names]
     if unknown:
         print(f"error: no evaluation set named {', '.join(map(repr, unknown))}; the sets are: {', '.join(names)}")
         return 2
     if wanted:
         sets = [s for s in sets if s.name in wanted]
-        missing = [m for m in missing if m.split(":")[0] in wanted]
+        missing = [m for name, m in missing_by_name.items() if name in wanted]
     strategies = ("greedy", "beam") if args.strategy_set == "both" else (args.strategy_set,)
     report = run_suite(ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit)
     print()

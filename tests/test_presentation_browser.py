@@ -20,7 +20,7 @@ from ui.presentation import MIN_TICK
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
 pytestmark = pytest.mark.xdist_group("browser")
 
-FULL_HD = {"width": 1920, "height": 1080}
+FULL_HD = (1920, 1080)  # (width, height) in CSS pixels, as PROJECTOR
 
 #: Font sizes (px) of the row and column labels of the HTML alignment map.
 ALIGNMENT_LABEL_SIZES_JS = """() => [...document.querySelectorAll('.ae-align th')].filter(t => t.innerText.trim())
@@ -61,7 +61,7 @@ def test_translate_step_view_fits_the_screen(server, new_page, viewport, present
     assert min(labels) >= (MIN_TICK if present else 14), sorted(labels)[:5]
 
     assert_no_traceback(page)
-    name = f"presentation-translate-{viewport['width']}x{viewport['height']}{'' if present else '-normal'}.png"
+    name = f"presentation-translate-{viewport[0]}x{viewport[1]}{'' if present else '-normal'}.png"
     page.screenshot(path=str(ARTIFACTS / name))  # the viewport only: what the room sees
 
 
@@ -114,12 +114,12 @@ def test_the_main_chart_starts_on_the_first_screen(server, new_page, name, viewp
     chart.wait_for()
     page.wait_for_timeout(500)  # Plotly draws after the run
     box = chart.bounding_box()
-    assert box is not None and 0 <= box["y"] <= viewport["height"] - SHOWN_PX, (name, box)
+    assert box is not None and 0 <= box["y"] <= viewport[1] - SHOWN_PX, (name, box)
     assert box["height"] >= SHOWN_PX, box
     if name == "decoding":  # the step buttons stay on screen beside it
         in_viewport(page, page.get_by_role("button", name="Next"), "the Next button")
     assert_no_traceback(page)
-    shot = f"presentation-{name}-{viewport['width']}x{viewport['height']}{'' if present else '-normal'}.png"
+    shot = f"presentation-{name}-{viewport[0]}x{viewport[1]}{'' if present else '-normal'}.png"
     page.screenshot(path=str(ARTIFACTS / shot))  # the viewport only: what the room sees
 
 

@@ -43,7 +43,9 @@ def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
         sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
         valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
     def dictionary(kind: str, per_epoch: int) -> list[Pair]:
-        wanted = (per_epoch or args.dict_share) and not args.train_tsv
+        # an explicit --dict-share reads the dictionary for any sentences (a real-pairs TSV too); the per-epoch
+        # counts keep their old meaning, the Ding recipe's, and stay off for a TSV
+        wanted = args.dict_share or (per_epoch and not args.train_tsv)
         return read_tsv(dataset_path(kind, data_dir)) if wanted else []
 
     phrases, words = dictionary("phrases", args.phrases_per_epoch), dictionary("words", args.words_per_epoch)

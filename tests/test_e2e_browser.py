@@ -351,8 +351,9 @@ STEP_IN_LINK_JS = "(k) => new RegExp('[?&]step=' + k + '(&|$)').test(window.loca
 @pytest.mark.parametrize("path", ["", "decoding"], ids=["translate", "decoding-lab"])
 def test_a_burst_of_next_clicks_counts_every_click_and_never_crashes(server, new_page, path):
     """Six clicks on Next, twice, each 0.3 s after the previous one reached the server: each click's script run
-    starts while the previous one may still be running (Streamlit's fast reruns). Before, runs stepping one shared Stepper crashed ("Expected tensor for
-    argument #1 'indices' … got torch.FloatTensor", buttons gone) and clicks were lost (6 clicks, step 2)."""
+    starts while the previous one may still be running (Streamlit's fast reruns). Before, runs stepping one shared
+    Stepper crashed ("Expected tensor for argument #1 'indices' … got torch.FloatTensor", buttons gone) and clicks
+    were lost (6 clicks, step 2)."""
     page = new_page(DESKTOP)
     lab = path == "decoding"
     for burst in range(2):

@@ -172,21 +172,14 @@ def test_dict_share_mixes_every_step_in_the_given_share():
 def test_dict_share_reads_the_dictionary_beside_a_sentence_tsv(tmp_path):
     """A real-pairs TSV plus ``--dict-share``: the dictionary's phrases and words are read too (the share would
     otherwise mix nothing in); the per-epoch counts alone still leave a TSV run without them."""
-    import gzip
-
+    from corpora.files import Pair, write_tsv_gz
     from training.data import load_data
 
-    def tsv(name, rows):
-        with gzip.open(tmp_path / name, "wt", encoding="utf-8") as f:
-            f.writelines(f"{en}\t{de}\n" for en, de in rows)
-        return str(tmp_path / name)
-
-    train_tsv = tsv("pairs.tsv.gz", [("I like tea.", "Ich mag Tee.")])
-    tsv("valid.tsv.gz", [("Tea.", "Tee.")])
-    tsv("phrases.tsv.gz", [("green tea", "grüner Tee")])
-    tsv("words.tsv.gz", [("blackberries", "Brombeeren")])
-    args = build_parser().parse_args(["--out", "x", "--data-dir", str(tmp_path), "--train-tsv", train_tsv,
-                                      "--dict-share", "0.05"])
+    for name, pair in (("pairs", Pair("I like tea.", "Ich mag Tee.")), ("valid", Pair("Tea.", "Tee.")),
+                       ("phrases", Pair("green tea", "grüner Tee")), ("words", Pair("blackberries", "Brombeeren"))):
+        write_tsv_gz(tmp_path / f"{name}.tsv.gz", [pair])
+    args = build_parser().parse_args(["--out", "x", "--data-dir", str(tmp_path), "--train-tsv",
+                                      str(tmp_path / "pairs.tsv.gz"), "--dict-share", "0.05"])
     sentences, phrases, words, _ = load_data(args)
     assert [p.src for p in sentences] == ["I like tea."]
     assert [p.tgt for p in phrases] == ["grüner Tee"] and [p.tgt for p in words] == ["Brombeeren"]

@@ -177,8 +177,9 @@ def test_resume_without_limits_keeps_the_saved_ones(runs, tmp_path):
     import shutil
     folder = tmp_path / "again"
     shutil.copytree(runs["root"] / "resumed", folder)
-    rc, _, err = run_main(train.main, ["--out", folder, "--resume"])
+    rc, out, err = run_main(train.main, ["--out", folder, "--resume"])
     assert rc == 0, err
+    assert f"resuming {folder} at step 12: this leg stops at step 12 (--max-steps 12 kept from the saved run" in out
     status = json.loads((folder / "status.json").read_text())
     assert status["max_steps"] == 12 and status["state"] == "finished"
     saved = json.loads((folder / "train_args.json").read_text())
@@ -186,6 +187,25 @@ def test_resume_without_limits_keeps_the_saved_ones(runs, tmp_path):
     rc, _, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "14", "--no-progress"])
     assert rc == 0, err
     assert json.loads((folder / "last" / "trainer_state.json").read_text())["step"] == 14
+
+
+def test_a_resume_names_the_time_limit_it_keeps(runs, tmp_path):
+    """A copy resumed with a larger ``--max-steps`` keeps the earlier leg's ``--max-minutes``: the first line says
+    so, instead of the leg stopping on the clock long before its steps without a word."""
+    import shutil
+    folder = tmp_path / "clock"
+    shutil.copytree(runs["root"] / "resumed", folder)
+    saved = json.loads((folder / "train_args.json").read_text())
+    (folder / "train_args.json").write_text(json.dumps({**saved, "max_minutes": 32.0}))
+    rc, out, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "13"])
+    assert rc == 0, err
+    first = out.splitlines()[0]
+    assert first == (f"resuming {folder} at step 12: this leg stops at step 13 or after 32 minutes, whichever comes "
+                     "first (--max-minutes 32 kept from the saved run; type an option to change it)")
+    rc, out, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "14", "--max-minutes", "90"])
+    assert rc == 0, err
+    assert out.splitlines()[0] == (f"resuming {folder} at step 13: this leg stops at step 14 or after 90 minutes, "
+                                   "whichever comes first")
 
 
 def test_a_resumed_copy_cools_down_to_its_max_steps(runs, tmp_path):

@@ -65,11 +65,28 @@ def resolve_args(args: argparse.Namespace, ctx: Dist, given: set[str] | None) ->
         saved.update(resume=True, out=args.out)  # the folder it is in now (it may have been moved or copied)
         if ctx.is_main:
             write_train_args(out, saved)
+            print(resume_limits(out, saved, given))
         args = argparse.Namespace(**saved)
     check_args(args)
     if args.impl != "ours":
         args.snapshots = False  # probes need our traced attention
     return args
+
+
+def resume_limits(out: Path, saved: dict, given: set[str] | None) -> str:
+    """The line a resumed leg starts with: the step it resumes at and where it will stop. A limit kept from the saved
+    run is named as such, because a copy resumed with only a larger ``--max-steps`` otherwise stops quietly at the
+    earlier leg's ``--max-minutes``, long before the steps it was given."""
+    step = read_trainer_state(out / "last")["step"]
+    stop = f"step {saved['max_steps']:,}"
+    if saved.get("max_minutes"):
+        stop += f" or after {saved['max_minutes']:g} minutes, whichever comes first"
+    kept = [f"--{k.replace('_', '-')} {saved[k]:g}" for k in ("max_steps", "max_minutes", "cooldown_steps")
+            if saved.get(k) and given is not None and k not in given]
+    line = f"resuming {out} at step {step:,}: this leg stops at {stop}"
+    if kept:
+        line += f" ({', '.join(kept)} kept from the saved run; type an option to change it)"
+    return line
 
 
 def new_model(args, ctx: Dist, device, sentences, phrases, words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:

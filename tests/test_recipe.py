@@ -341,17 +341,24 @@ def test_lanes_with_other_dropout_average_and_the_card_says_so(make_model, token
 
 
 # --- the Training page's form ---------------------------------------------------------------------------------------
-def test_the_form_passes_the_recipe_to_the_trainer():
+def test_the_form_passes_the_recipe_to_the_trainer(tmp_path, monkeypatch):
+    """The preset that carries the shipped translator on trains it on what it was trained on (the real-pairs
+    mixture, not the Ding sentences of an earlier lineage), warm from its weights, and ends in a cooldown."""
+    from corpora import parallel
     from training import form as launch_form
 
+    monkeypatch.setattr(parallel, "PREPARED", tmp_path)  # the form checks that each corpus is prepared
+    for corpus in parallel.PARALLEL:
+        parallel.prepared_path(corpus, "train", tmp_path).touch()
     form = launch_form.preset_form("continue the shipped translator (hours)")
     assert launch_form.validate_form(form) == []
     cmd = launch_form.build_command(form, "runs/x")
     flags = dict(zip(cmd, cmd[1:]))
-    assert flags["--init-from"] == "checkpoints/en-de" and flags["--dict-share"] == "0.25"
-    assert flags["--eval-sentences"] == "0" and flags["--keep-last"] == "5"
+    assert flags["--init-from"] == "checkpoints/en-de" and flags["--dict-share"] == "0.05"
+    assert flags["--mix"] == "tatoeba=1,multi30k=3,bcontrast=1,ding=2" and flags["--cooldown-steps"] == "3000"
     args = build_parser().parse_args(cmd[3:])  # the trainer understands every flag the form writes
-    assert args.init_from == "checkpoints/en-de" and args.attention_dropout == 0.2
+    assert args.init_from == "checkpoints/en-de" and args.select == "chrf" and args.keep_last == 10
+    check_args(args)
     plain = launch_form.build_command(launch_form.preset_form("base-like"), "runs/y")
     assert not {"--init-from", "--dict-share", "--bpe-dropout", "--select"} & set(plain)  # defaults stay unsaid
     bad = {**form, "bpe_dropout": 1.5, "dict_share": -0.1, "keep_last": -1, "init_from": "no/such/folder"}

@@ -35,10 +35,10 @@ CHECKPOINTS_ENV = "ATTENTION_EXPLORER_CHECKPOINTS"
 PRESETS = [  # the ones the shipped translator gets right come first (the first is every page's default)
     "My brother lives in Berlin.",
     "A dog runs through the snow.",
-    "The cat sat on the mat.",
     "Thank you very much.",
-    "Let us think logically.",
     "The weather is nice today.",
+    "The cat sat on the mat.",
+    "Let us think logically.",
     "The animal didn't cross the street because it was too tired.",
     "Bobby likes blackberries.",
     "He played the piano beautifully.",

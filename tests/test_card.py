@@ -1,0 +1,107 @@
+"""``python -m training.card``: a shipped card carried across one more leg adds up, and bad inputs get a message."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from training.card import CardError, append_leg, leg_rows, main, read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+GOAL = {"The cat sat on the mat.": "Die Katze saß auf der Matte.", "I am hungry.": "Ich habe Hunger."}
+
+
+def _run(tmp_path: Path) -> Path:
+    """A leg of 3,000 steps: training rows every 500, evaluations every 1,000, a resumed evaluation of step 2,000
+    written twice (the later one counts), a line cut short by a kill, and the stop event."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "loss": 2.0, "tokens_seen": s * 4000, "time_s": s * 0.7} for s in range(500, 3001, 500)]
+    rows += [{"step": s, "valid_loss": 2.0 - s / 10000, "valid_chrf": 50 + s / 1000, "time_s": s * 0.7}
+             for s in (1000, 2000, 3000)]
+    rows.append({"step": 2000, "valid_loss": 1.7, "valid_chrf": 52.5, "time_s": 1400.0})
+    rows.append({"step": 3000, "event": "stopped", "reason": "max_steps"})
+    text = "\n".join(json.dumps(r) for r in rows) + '\n{"step": 30'
+    (run / "metrics.jsonl").write_text(text, encoding="utf-8")
+    return run
+
+
+def _report(strategy: str) -> dict:
+    sets = [{"name": n, "sentences": 10, "references": 10, "scores": {strategy: {"bleu": b, "chrf": c}}}
+            for n, b, c in (("multi30k test2016", 38.1, 63.0), ("everyday", 60.0, 77.0), ("ding test", 13.0, 38.2))]
+    return {"sets": sets, "goal": {s: {strategy: t} for s, t in GOAL.items()},
+            "repeats": {strategy: {"longest": 1, "over_three": 0}}, "decoding": {}, "missing": []}
+
+
+START = {"step": 22631, "tokens_seen": 103_638_498, "train_minutes": 660.6,
+         "legs": [{"leg": "leg 7 · shipped", "train_minutes": 660.6, "tokens_seen": 103_638_498, "shipped": True}]}
+VALID = {"tsv": "v.tsv", "sentences": 1600, "strategy": "greedy", "bleu": 35.0, "chrf": 55.0, "loss": 1.80,
+         "perplexity": 6.05, "seconds": 5.0}
+
+
+def test_a_leg_adds_its_steps_tokens_and_minutes_to_the_lineage(tmp_path):
+    run = _run(tmp_path)
+    new = append_leg(START, run, 8, "leg 7 soup", VALID, _report("greedy"), _report("beam"), "the soup",
+                     cooldown_from=1500, date="2026-11-26")
+    assert new["step"] == 22631 + 3000
+    assert new["tokens_seen"] == 103_638_498 + 3000 * 4000
+    assert new["train_minutes"] == round(660.6 + 3000 * 0.7 / 60, 1)
+    assert new["total"] == {"tokens_seen": new["tokens_seen"], "train_minutes": new["train_minutes"]}
+    assert new["valid"]["loss"] == 1.80 and new["valid"]["sentences"] == 1600
+    assert new["test"] == {"split": "Multi30K test2016", "sentences": 10, "bleu": 38.1, "chrf": 63.0,
+                           "decoding": "greedy"}
+    assert new["beam"]["ding test"]["chrf"] == 38.2
+    assert new["suite"]["goal_beam"]["I am hungry."] == {"beam": "Ich habe Hunger."}
+    labels = [r["leg"] for r in new["legs"]]
+    assert labels[1:4] == ["leg 8, from leg 7 soup · step 23,631", "leg 8, from leg 7 soup (cooldown) · step 24,631",
+                           "leg 8, from leg 7 soup (cooldown) · step 25,631"]
+    assert [r["shipped"] for r in new["legs"]] == [False, False, False, False, True]
+    assert new["legs"][2]["valid_loss"] == 1.7  # the evaluation written last wins
+    assert START["legs"][0]["shipped"] is True and START["step"] == 22631  # the input card is untouched
+
+
+def test_rows_can_be_thinned_but_the_last_evaluation_always_stays(tmp_path):
+    rows, total = leg_rows(_run(tmp_path), START, 8, "x", every=2000)
+    assert [r["leg"].rsplit("step ", 1)[1] for r in rows] == ["24,631", "25,631"]
+    assert total["step"] == 25631
+
+
+def test_the_shipped_card_carries_forward(tmp_path):
+    """The card in checkpoints/en-de has the shape the command reads: its legs stay, one row is shipped."""
+    card = json.loads((ROOT / "checkpoints" / "en-de" / "card.json").read_text(encoding="utf-8"))
+    new = append_leg(card, _run(tmp_path), 99, "the shipped model", VALID, _report("greedy"), _report("beam"), "x")
+    assert len(new["legs"]) == len(card["legs"]) + 4
+    assert sum(r["shipped"] for r in new["legs"]) == 1
+    assert new["step"] == card["step"] + 3000
+    assert new["data"]["corpora"] == card["data"]["corpora"]
+
+
+def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, capsys):
+    run = _run(tmp_path)
+    files = {}
+    for name, obj in (("card", START), ("valid", VALID), ("greedy", _report("greedy")), ("beam", _report("beam"))):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(obj), encoding="utf-8")
+    args = ["--card", str(files["card"]), "--run", str(run), "--leg", "8", "--parent", "leg 7 soup",
+            "--valid", str(files["valid"]), "--greedy", str(files["greedy"]), "--beam", str(files["beam"]),
+            "--selected-by", "the soup", "--out", str(tmp_path / "out.json")]
+    assert main(args) == 0
+    assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["step"] == 25631
+    assert "step 25,631" in capsys.readouterr().out
+
+    assert main([*args[:2], "--run", str(tmp_path / "gone"), *args[4:]]) == 2
+    assert "has no metrics.jsonl" in capsys.readouterr().err
+    files["card"].write_text("{not json", encoding="utf-8")
+    assert main(args) == 2
+    assert "not readable JSON" in capsys.readouterr().err
+    files["card"].write_text(json.dumps(START), encoding="utf-8")
+    assert main([*args[:8], "--valid", str(files["valid"]), "--greedy", str(files["beam"]), *args[12:]]) == 2
+    assert "no greedy scores" in capsys.readouterr().err
+
+
+def test_a_run_without_evaluations_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 50, "tokens_seen": 10, "loss": 3.0}\n', encoding="utf-8")
+    with pytest.raises(CardError, match="no evaluation"):
+        read_metrics(run)

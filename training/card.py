@@ -1,0 +1,213 @@
+"""Carry a shipped checkpoint's card across one more training leg: ``python -m training.card``.
+
+A lineage trained over many sessions (``--init-from`` / ``--resume``, then a soup from :mod:`training.average`)
+ships one ``card.json`` whose numbers must add up: the lineage's step, tokens and CPU-minutes, the valid curve of
+every leg, the scores on every evaluation set. This command takes the card of the checkpoint a leg started from,
+the leg's run folder (its ``metrics.jsonl``; a cooled copy made with ``cp -a`` holds the rows of the run it was
+copied from) and the reports of ``python -m training.evaluate`` on the candidate that ships, and writes the new
+card: the numbers computed, the prose (why this candidate, what the leg changed) given by the person who ran it.
+
+    python -m training.card --card checkpoints/en-de/card.json --run runs/en-de-mix8-cool --leg 8 \\
+        --parent "leg 7 soup" --cooldown-from 6000 --valid valid.json --greedy greedy.json --beam beam.json \\
+        --selected-by "…" --out /tmp/card.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+class CardError(ValueError):
+    """A card, run folder or report that cannot make a card (missing, unreadable, or of the wrong shape)."""
+
+
+def _read_json(path: str | Path, what: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CardError(f"{what} {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise CardError(f"{what} {path} is not readable JSON: {exc}") from None
+
+
+def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
+    """The run's training rows (with ``tokens_seen``) and its evaluation rows (with ``valid_loss``, one per step,
+    the last written kept: a resumed leg may evaluate a step again).
+
+    Raises:
+        CardError: the run has no ``metrics.jsonl``, or no evaluation in it.
+    """
+    path = Path(run) / "metrics.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise CardError(f"{run} has no metrics.jsonl: is it a run folder?") from None
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a kill: the rest of the file still counts
+    train = [r for r in rows if "tokens_seen" in r]
+    valid = sorted({r["step"]: r for r in rows if "valid_loss" in r}.values(), key=lambda r: r["step"])
+    if not valid:
+        raise CardError(f"{path} holds no evaluation yet")
+    return train, valid
+
+
+def tokens_at(train_rows: list[dict], step: int) -> int:
+    """Tokens seen by ``step``: the last training row at or before it (0 before the first)."""
+    seen = 0
+    for r in train_rows:
+        if r["step"] <= step:
+            seen = max(seen, r["tokens_seen"])
+    return seen
+
+
+def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from: int | None = None,
+             every: int = 1000) -> tuple[list[dict], dict]:
+    """The card's curve rows for one leg, and the leg's totals.
+
+    Args:
+        run: the leg's run folder (the cooled copy when it was cooled down).
+        start: the lineage before this leg: ``step``, ``tokens_seen`` and ``train_minutes`` (CPU-minutes of wall
+            time on the card's hardware).
+        leg: the leg's number, ``parent``: where it started, e.g. ``"leg 7 soup"``.
+        cooldown_from: the run's step where the learning rate began its linear decay, to mark those rows.
+        every: keep an evaluation row every this many run steps (and always the last).
+
+    Returns:
+        ``(rows, total)``: rows as the card's ``legs`` holds them (``valid_loss``, ``valid_chrf``, lineage step in
+        the label), and the lineage's ``step``, ``tokens_seen`` and ``train_minutes`` after the leg.
+    """
+    train, valid = read_metrics(run)
+    last = valid[-1]["step"]
+    rows = []
+    for r in valid:
+        s = r["step"]
+        if s % every and s != last:
+            continue
+        where = " (cooldown)" if cooldown_from is not None and s > cooldown_from else ""
+        rows.append({"leg": f"leg {leg}, from {parent}{where} · step {start['step'] + s:,}",
+                     "train_minutes": round(start["train_minutes"] + r.get("time_s", 0) / 60, 1),
+                     "tokens_seen": start["tokens_seen"] + tokens_at(train, s),
+                     "valid_loss": r["valid_loss"], "valid_chrf": r.get("valid_chrf"), "shipped": False})
+    seconds = max(r.get("time_s", 0) for r in train + valid)
+    total = {"step": start["step"] + last, "tokens_seen": start["tokens_seen"] + max(r["tokens_seen"] for r in train),
+             "train_minutes": round(start["train_minutes"] + seconds / 60, 1)}
+    return rows, total
+
+
+def _by_set(report: dict, strategy: str) -> dict:
+    try:
+        return {r["name"]: {"sentences": r["sentences"], **{k: r["scores"][strategy][k] for k in ("bleu", "chrf")}}
+                for r in report["sets"]}
+    except (KeyError, TypeError):
+        raise CardError(f"the suite report has no {strategy} scores: write it with --suite-strategies "
+                        f"{strategy} --json FILE") from None
+
+
+def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de") -> dict:
+    """The card's score fields from two ``--suite --json`` reports (one greedy, one beam 4): ``test``,
+    ``everyday``, ``ding_test`` (greedy, as the app's quality line quotes them), ``suite`` and ``beam``.
+
+    Raises:
+        CardError: a report without the strategy's scores, or without the Multi30K, everyday or Ding set.
+    """
+    gs, bs = _by_set(greedy, "greedy"), _by_set(beam, "beam")
+    fields = {}
+    for key, name, split in (("test", "multi30k test2016", "Multi30K test2016"),
+                             ("everyday", "everyday", "assets/eval/everyday.tsv"),
+                             ("ding_test", "ding test", "Ding test sentences")):
+        if name not in gs:
+            raise CardError(f"the greedy report has no '{name}' set (was ../shared/data there?)")
+        fields[key] = {"split": split, **gs[name], "decoding": "greedy"}
+    fields["suite"] = {"greedy": gs, "goal": {s: {"greedy": o["greedy"]} for s, o in greedy["goal"].items()},
+                       "repeats": greedy["repeats"],
+                       "command": f"python -m training.evaluate --suite --checkpoint {checkpoint}",
+                       "goal_beam": {s: {"beam": o["beam"]} for s, o in beam["goal"].items()},
+                       "repeats_beam": beam["repeats"]}
+    fields["beam"] = {"decoding": "beam 4, length penalty alpha 0.6", **bs, "limit": 0}
+    return fields
+
+
+def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, greedy: dict, beam: dict,
+               selected_by: str, cooldown_from: int | None = None, every: int = 1000, date: str | None = None,
+               shipped_label: str | None = None, data_note: str = "", command: str = "") -> dict:
+    """``card`` (the card the leg started from) carried across one more leg: a new dict, ``card`` untouched.
+
+    ``valid`` is the ``--loss`` report of ``python -m training.evaluate --tsv`` on the shipped candidate; the old
+    rows of ``legs`` stay, no longer marked shipped; ``data_note`` and ``command`` go under ``data.legN`` and
+    ``recipe_extra.legN``.
+
+    Raises:
+        CardError: see :func:`read_metrics` and :func:`suite_fields`; or a card without step, tokens or minutes.
+    """
+    try:
+        start = {k: card[k] for k in ("step", "tokens_seen", "train_minutes")}
+    except KeyError as exc:
+        raise CardError(f"the card has no {exc.args[0]}: it is not a trained checkpoint's card") from None
+    rows, total = leg_rows(run, start, leg, parent, cooldown_from, every)
+    new = json.loads(json.dumps(card))  # a deep copy
+    new.update(total)
+    new["total"] = {"tokens_seen": total["tokens_seen"], "train_minutes": total["train_minutes"]}
+    if date:
+        new["date"] = date
+    new["valid"] = {"split": "mixture valid", **{k: valid[k] for k in ("bleu", "chrf", "loss", "perplexity")
+                                                if k in valid}, "sentences": valid.get("sentences")}
+    fields = suite_fields(greedy, beam)
+    new.update(fields)
+    new["selected_by"] = selected_by
+    if data_note:
+        new.setdefault("data", {})[f"leg{leg}"] = data_note
+    if command:
+        new.setdefault("recipe_extra", {})[f"leg{leg}"] = command
+    new.pop("averaged", None)  # the soup's own inputs are named in selected_by, in words
+    legs = [dict(r, shipped=False) for r in card.get("legs", [])]
+    legs += rows
+    legs.append({"leg": shipped_label or f"leg {leg} · shipped", "train_minutes": total["train_minutes"],
+                 "tokens_seen": total["tokens_seen"], "valid_chrf": None,
+                 "everyday_chrf": fields["everyday"]["chrf"], "test_chrf": fields["test"]["chrf"], "shipped": True})
+    new["legs"] = legs
+    return new
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.card", description=__doc__.split("\n\n")[0])
+    p.add_argument("--card", required=True, help="card.json of the checkpoint the leg started from")
+    p.add_argument("--run", required=True, help="the leg's run folder (the cooled copy, when there is one)")
+    p.add_argument("--leg", type=int, required=True, help="the leg's number in the lineage")
+    p.add_argument("--parent", required=True, help='where the leg started, e.g. "leg 7 soup"')
+    p.add_argument("--cooldown-from", type=int, default=None, help="run step where the cooldown began")
+    p.add_argument("--every", type=int, default=1000, help="keep an evaluation row every N run steps")
+    p.add_argument("--valid", required=True, help="JSON of python -m training.evaluate --tsv … --loss")
+    p.add_argument("--greedy", required=True, help="JSON of --suite --suite-strategies greedy --json")
+    p.add_argument("--beam", required=True, help="JSON of --suite --suite-strategies beam --json")
+    p.add_argument("--selected-by", required=True, help="why this candidate ships, in words")
+    p.add_argument("--shipped-label", default=None, help="the shipped row's label")
+    p.add_argument("--data-note", default="", help="what the leg changed in the data")
+    p.add_argument("--command", default="", help="the leg's training command(s)")
+    p.add_argument("--date", default=None, help="the card's date (YYYY-MM-DD)")
+    p.add_argument("--out", required=True, help="the new card.json to write")
+    args = p.parse_args(argv)
+    try:
+        card = _read_json(args.card, "card")
+        reports = [_read_json(getattr(args, k), f"--{k} report") for k in ("valid", "greedy", "beam")]
+        new = append_leg(card, args.run, args.leg, args.parent, *reports, selected_by=args.selected_by,
+                         cooldown_from=args.cooldown_from, every=args.every, date=args.date,
+                         shipped_label=args.shipped_label, data_note=args.data_note, command=args.command)
+    except CardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} CPU-min, "
+          f"{len(new['legs'])} curve rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

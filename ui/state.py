@@ -38,11 +38,11 @@ PRESETS = [  # the ones the shipped translator gets right come first (the first 
     "Thank you very much.",
     "The weather is nice today.",
     "The cat sat on the mat.",
-    "Let us think logically.",
+    "Alice went to the market. She bought apples.",
     "The animal didn't cross the street because it was too tired.",
+    "Let us think logically.",
     "Bobby likes blackberries.",
     "He played the piano beautifully.",
-    "Alice went to the market. She bought apples.",
     "Time flies like an arrow.",
 ]
 

@@ -355,7 +355,7 @@ def test_the_form_passes_the_recipe_to_the_trainer(tmp_path, monkeypatch):
     cmd = launch_form.build_command(form, "runs/x")
     flags = dict(zip(cmd, cmd[1:]))
     assert flags["--init-from"] == "checkpoints/en-de" and flags["--dict-share"] == "0.05"
-    assert flags["--mix"] == "tatoeba=1,multi30k=3,bcontrast=1,ding=2" and flags["--cooldown-steps"] == "3000"
+    assert flags["--mix"] == "tatoeba=1,multi30k=4,bcontrast=1,ding=4" and flags["--cooldown-steps"] == "3000"
     args = build_parser().parse_args(cmd[3:])  # the trainer understands every flag the form writes
     assert args.init_from == "checkpoints/en-de" and args.select == "chrf" and args.keep_last == 10
     check_args(args)

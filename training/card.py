@@ -15,9 +15,12 @@ card: the numbers computed, the prose (why this candidate, what the leg changed)
 from __future__ import annotations
 
 import argparse
-import json
+import copy
 import sys
 from pathlib import Path
+
+from model.checkpoint import atomic_write_json
+from training import runs
 
 
 class CardError(ValueError):
@@ -25,12 +28,13 @@ class CardError(ValueError):
 
 
 def _read_json(path: str | Path, what: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CardError(f"{what} {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise CardError(f"{what} {path} is not readable JSON: {exc}") from None
+    """The JSON object in ``path`` (:func:`training.runs.read_json`); raises :class:`CardError` otherwise."""
+    if not Path(path).is_file():
+        raise CardError(f"{what} {path} does not exist")
+    obj = runs.read_json(Path(path))
+    if not isinstance(obj, dict):
+        raise CardError(f"{what} {path} is not readable JSON (an object)")
+    return obj
 
 
 def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
@@ -40,17 +44,10 @@ def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
     Raises:
         CardError: the run has no ``metrics.jsonl``, or no evaluation in it.
     """
-    path = Path(run) / "metrics.jsonl"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise CardError(f"{run} has no metrics.jsonl: is it a run folder?") from None
-    rows = []
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut short by a kill: the rest of the file still counts
+    path = Path(run) / runs.METRICS
+    if not path.is_file():
+        raise CardError(f"{run} has no {runs.METRICS}: is it a run folder?")
+    rows = runs.read_metrics(Path(run))  # a line cut short by a kill is skipped, the rest still counts
     train = [r for r in rows if "tokens_seen" in r]
     valid = sorted({r["step"]: r for r in rows if "valid_loss" in r}.values(), key=lambda r: r["step"])
     if not valid:
@@ -151,7 +148,7 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
     except KeyError as exc:
         raise CardError(f"the card has no {exc.args[0]}: it is not a trained checkpoint's card") from None
     rows, total = leg_rows(run, start, leg, parent, cooldown_from, every)
-    new = json.loads(json.dumps(card))  # a deep copy
+    new = copy.deepcopy(card)
     new.update(total)
     new["total"] = {"tokens_seen": total["tokens_seen"], "train_minutes": total["train_minutes"]}
     if date:
@@ -203,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    out.write_text(json.dumps(new, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_json(out, new)
     print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} CPU-min, "
           f"{len(new['legs'])} curve rows")
     return 0

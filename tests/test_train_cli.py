@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import math
@@ -18,6 +19,7 @@ from corpora.files import read_tsv
 from training import evaluate, train
 from training.batches import encode_examples
 from training.config import build_parser, given_options
+from training.loop import Trainer
 from model import translate
 from model.checkpoint import load_checkpoint
 from training.schedule import cooldown_factor, factor_for_peak, noam_lr
@@ -28,16 +30,26 @@ TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "
 
 
 def run_main(fn, argv) -> tuple[int, str, str]:
-    """``fn(argv)`` with stdout/stderr captured; the training CLI's SIGINT/SIGTERM handlers are restored after."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    """``fn(argv)`` with stdout/stderr captured."""
     out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = fn([str(a) for a in argv])
-    finally:
-        for s, h in handlers.items():
-            signal.signal(s, h)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = fn([str(a) for a in argv])
     return rc, out.getvalue(), err.getvalue()
+
+
+def test_a_finished_run_gives_back_the_signal_handlers_and_its_trainer(tmp_path):
+    """Called in-process, the trainer must not leave its SIGINT/SIGTERM handlers behind: they would swallow the
+    caller's Ctrl-C and keep the trainer, its model and (under DDP) its process group alive until exit."""
+    def live_trainers():
+        gc.collect()
+        return sum(isinstance(o, Trainer) for o in gc.get_objects())
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    alive = live_trainers()
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "run", "--max-steps", "2", *TINY])
+    assert rc == 0, err
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert live_trainers() == alive
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ peak is known, ``mfu`` (:func:`model_flops_utilization`).
 
 from __future__ import annotations
 
+import gc
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,8 +135,15 @@ def process_group(ctx: Dist):
                             world_size=ctx.world_size, timeout=DIST_TIMEOUT)
     try:
         yield
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        dist.destroy_process_group()  # no barrier: the other ranks may never reach one
+        raise
+    # The trainer's DDP model holds the group until the garbage collector frees it (it sits in a reference cycle),
+    # and a rank that destroys its group while another still talks to it, or whose gloo threads outlive the
+    # group until interpreter exit, can abort at shutdown. So: free it, meet, then destroy together.
+    gc.collect()
+    ctx.barrier()
+    dist.destroy_process_group()
 
 
 # --- throughput and MFU ---------------------------------------------------------------------------

@@ -182,8 +182,16 @@ class Trainer:
     # --- the loop -----------------------------------------------------------------------------------------------
     def run(self) -> int:
         """Train until a limit, then evaluate, save ``last/`` and write the final status. Returns the exit code."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self.on_signal)
+        # The handlers are put back afterwards: left installed, they would keep this trainer (and under DDP the
+        # process group its model holds) alive until interpreter exit, and swallow a later Ctrl-C in the caller.
+        previous = {sig: signal.signal(sig, self.on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self.train_and_finish()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def train_and_finish(self) -> int:
         self.started, self.base_seconds = time.time(), self.state["train_seconds"]
         self.log = MetricsLog(self.out, enabled=self.ctx.is_main)
         self.announce()

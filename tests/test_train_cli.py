@@ -152,6 +152,16 @@ def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(r
     finally:
         live.kill()
         live.wait()
+    # A folder copied while its trainer ran names that trainer too; the message says it is a copy.
+    original = tmp_path / "original"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--out", str(original)])
+    try:
+        (folder / "status.json").write_text(json.dumps({**status, "pid": live.pid}))
+        rc, _, err = run_main(train.main, ["--out", folder, "--resume"])
+        assert rc == 2 and f"copy of {original}" in err and f"process {live.pid}" in err
+    finally:
+        live.kill()
+        live.wait()
     rc, _, err = run_main(train.main, ["--out", folder, "--resume"])  # the trainer is gone: resuming works
     assert rc == 0, err
 

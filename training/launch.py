@@ -90,6 +90,22 @@ def effective_state(status: dict | None, pid=None) -> str:
     return state if state in ("finished", "stopped", "failed") else "unknown"
 
 
+def trained_folder(pid) -> Path | None:
+    """The ``--out`` folder on process ``pid``'s command line, resolved against its working directory (Linux
+    ``/proc``); ``None`` where that cannot be read or it has no ``--out``."""
+    try:
+        argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        cwd = Path(os.readlink(f"/proc/{int(pid)}/cwd"))
+    except (OSError, TypeError, ValueError):
+        return None
+    for i, arg in enumerate(argv):
+        if arg == "--out" and i + 1 < len(argv):
+            return (cwd / argv[i + 1]).resolve()
+        if arg.startswith("--out="):
+            return (cwd / arg.removeprefix("--out=")).resolve()
+    return None
+
+
 #: States in which a run's trainer process is alive: the page keeps polling them.
 LIVE_STATES = ("starting", "running")
 

@@ -24,7 +24,7 @@ from .batches import (Batch, EpochPlan, collate, encode_examples, loss_fn, pair_
                       with_bpe_dropout, word_dropout)
 from .checkpoints import load_any, load_last, read_trainer_state, save_last, snapshot, warm_start
 from .config import RESUME_OVERRIDABLE, check_args
-from .launch import effective_state
+from .launch import effective_state, trained_folder
 from .data import load_data
 from .device import autocast, default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
@@ -51,6 +51,11 @@ def resolve_args(args: argparse.Namespace, ctx: Dist, given: set[str] | None) ->
     status = read_status(out) or {}
     if not ctx.enabled and status.get("pid") != os.getpid() and effective_state(status) == "running":
         # two trainers in one folder would overwrite each other's files
+        owner = trained_folder(status["pid"])
+        if owner is not None and owner != out.resolve():  # copied (cp -a) while its trainer still ran
+            raise RunBusyError(f"{out} is a copy of {owner}, taken while process {status['pid']} was still training "
+                               f"it (the copied status.json says running): wait until that run stops, then copy "
+                               f"it again")
         raise RunBusyError(f"{out} is being trained by process {status['pid']} right now: stop it first "
                            f"(kill -TERM {status['pid']} saves last/), or choose another --out")
     if args.resume:

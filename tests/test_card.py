@@ -30,7 +30,8 @@ def _report(strategy: str) -> dict:
     sets = [{"name": n, "sentences": 10, "references": 10, "scores": {strategy: {"bleu": b, "chrf": c}}}
             for n, b, c in (("multi30k test2016", 38.1, 63.0), ("everyday", 60.0, 77.0), ("ding test", 13.0, 38.2))]
     return {"sets": sets, "goal": {s: {strategy: t} for s, t in GOAL.items()},
-            "repeats": {strategy: {"longest": 1, "over_three": 0}}, "decoding": {}, "missing": []}
+            "repeats": {strategy: {"longest": 1, "over_three": 0}}, "decoding": {"beam": 8, "alpha": 1.0, "limit": 0},
+            "missing": []}
 
 
 START = {"step": 22631, "tokens_seen": 103_638_498, "train_minutes": 660.6,
@@ -51,6 +52,7 @@ def test_a_leg_adds_its_steps_tokens_and_minutes_to_the_lineage(tmp_path):
     assert new["test"] == {"split": "Multi30K test2016", "sentences": 10, "bleu": 38.1, "chrf": 63.0,
                            "decoding": "greedy"}
     assert new["beam"]["ding test"]["chrf"] == 38.2
+    assert new["beam"]["decoding"] == "beam 8, length penalty alpha 1.0"  # as the report says, not assumed
     assert new["suite"]["goal_beam"]["I am hungry."] == {"beam": "Ich habe Hunger."}
     labels = [r["leg"] for r in new["legs"]]
     assert labels[1:4] == ["leg 8, from leg 7 soup · step 23,631", "leg 8, from leg 7 soup (cooldown) · step 24,631",
@@ -97,6 +99,9 @@ def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, caps
     files["card"].write_text(json.dumps(START), encoding="utf-8")
     assert main([*args[:8], "--valid", str(files["valid"]), "--greedy", str(files["beam"]), *args[12:]]) == 2
     assert "no greedy scores" in capsys.readouterr().err
+    files["beam"].write_text(json.dumps({**_report("beam"), "decoding": {}}), encoding="utf-8")
+    assert main(args) == 2
+    assert "beam width and alpha" in capsys.readouterr().err
 
 
 def test_a_run_without_evaluations_is_refused(tmp_path):

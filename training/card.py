@@ -108,11 +108,12 @@ def _by_set(report: dict, strategy: str) -> dict:
 
 
 def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de") -> dict:
-    """The card's score fields from two ``--suite --json`` reports (one greedy, one beam 4): ``test``,
+    """The card's score fields from two ``--suite --json`` reports (one greedy, one beam): ``test``,
     ``everyday``, ``ding_test`` (greedy, as the app's quality line quotes them), ``suite`` and ``beam``.
 
     Raises:
-        CardError: a report without the strategy's scores, or without the Multi30K, everyday or Ding set.
+        CardError: a report without the strategy's scores, or without the Multi30K, everyday or Ding set, or a beam
+            report that does not say its width and alpha.
     """
     gs, bs = _by_set(greedy, "greedy"), _by_set(beam, "beam")
     fields = {}
@@ -127,7 +128,12 @@ def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de"
                        "command": f"python -m training.evaluate --suite --checkpoint {checkpoint}",
                        "goal_beam": {s: {"beam": o["beam"]} for s, o in beam["goal"].items()},
                        "repeats_beam": beam["repeats"]}
-    fields["beam"] = {"decoding": "beam 4, length penalty alpha 0.6", **bs, "limit": 0}
+    decoding = beam.get("decoding") or {}
+    if not {"beam", "alpha"} <= decoding.keys():
+        raise CardError("the beam report does not say its beam width and alpha (under 'decoding'): write it with "
+                        "python -m training.evaluate --suite --json FILE")
+    fields["beam"] = {"decoding": f"beam {decoding['beam']}, length penalty alpha {decoding['alpha']}", **bs,
+                      "limit": 0}
     return fields
 
 

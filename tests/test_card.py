@@ -89,7 +89,13 @@ def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, caps
             "--selected-by", "the soup", "--out", str(tmp_path / "out.json")]
     assert main(args) == 0
     assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["step"] == 25631
-    assert "step 25,631" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "step 25,631" in out
+    # the leg's three evaluations as README table rows; the shipped row (no valid loss) is left out
+    assert [line for line in out.splitlines() if line.startswith("|")] == [
+        "| leg 8, from leg 7 soup · step 23,631 | 672.3 | 107.6M | 1.9000 | 51.0 |",
+        "| leg 8, from leg 7 soup · step 24,631 | 683.9 | 111.6M | 1.7000 | 52.5 |",
+        "| leg 8, from leg 7 soup · step 25,631 | 695.6 | 115.6M | 1.7000 | 53.0 |"]
 
     assert main([*args[:2], "--run", str(tmp_path / "gone"), *args[4:]]) == 2
     assert "has no metrics.jsonl" in capsys.readouterr().err

@@ -137,6 +137,13 @@ def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de"
     return fields
 
 
+def markdown_rows(rows: list[dict]) -> list[str]:
+    """``rows`` (the card's ``legs`` entries that have a valid loss) as rows of the model README's curve table:
+    label, CPU-minutes, tokens (millions), valid loss (nats/token), valid chrF."""
+    return [f"| {r['leg']} | {r['train_minutes']} | {r['tokens_seen'] / 1e6:.1f}M | {r['valid_loss']:.4f} | "
+            f"{r['valid_chrf'] if r.get('valid_chrf') is not None else '–'} |" for r in rows if "valid_loss" in r]
+
+
 def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, greedy: dict, beam: dict,
                selected_by: str, cooldown_from: int | None = None, every: int = 1000, date: str | None = None,
                shipped_label: str | None = None, data_note: str = "", command: str = "") -> dict:
@@ -208,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     atomic_write_json(out, new)
     print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} CPU-min, "
-          f"{len(new['legs'])} curve rows")
+          f"{len(new['legs'])} curve rows; the leg's rows for the README's curve table:")
+    print("\n".join(markdown_rows(new["legs"][len(card.get("legs", [])):])))
     return 0
 
 

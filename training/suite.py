@@ -117,7 +117,8 @@ def longest_repeat(text: str) -> int:
     return best
 
 
-def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = 4, alpha: float = 0.6) -> list[str]:
+def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = SUITE_BEAM,
+              alpha: float = SUITE_ALPHA) -> list[str]:
     """Translations of ``sources`` by ``strategy``: ``"greedy"`` or ``"beam"`` (width ``beam``, GNMT length penalty
     ``alpha``). Raises ``SamplingError`` for a beam width outside 1–16."""
     if strategy == "beam":

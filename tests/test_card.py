@@ -23,7 +23,15 @@ def _run(tmp_path: Path) -> Path:
     rows.append({"step": 3000, "event": "stopped", "reason": "max_steps"})
     text = "\n".join(json.dumps(r) for r in rows) + '\n{"step": 30'
     (run / "metrics.jsonl").write_text(text, encoding="utf-8")
+    _model(run, layers=2)
     return run
+
+
+def _model(run: Path, layers: int) -> None:
+    """The run's ``config.json``: a tiny translator of ``layers`` + ``layers`` layers."""
+    config = {"vocab_size": 100, "d_model": 16, "n_heads": 2, "d_ff": 32, "n_encoder_layers": layers,
+              "n_decoder_layers": layers, "norm_first": True}
+    (run / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
 def _report(strategy: str) -> dict:
@@ -60,6 +68,23 @@ def test_a_leg_adds_its_steps_tokens_and_minutes_to_the_lineage(tmp_path):
     assert [r["shipped"] for r in new["legs"]] == [False, False, False, False, True]
     assert new["legs"][2]["valid_loss"] == 1.7  # the evaluation written last wins
     assert START["legs"][0]["shipped"] is True and START["step"] == 22631  # the input card is untouched
+
+
+def test_the_card_counts_the_weights_the_leg_trained_and_says_when_the_model_grew(tmp_path):
+    run = _run(tmp_path)
+    small = append_leg(START, run, 8, "leg 7 soup", VALID, _report("greedy"), _report("beam"), "the soup")
+    # 16·100 tied embeddings; per encoder layer 4·(16·16+16) + (16·32+32) + (32·16+16) + 2·2·16, per decoder layer
+    # one attention and one norm more; the final norms 2·2·16
+    enc, dec = 1088 + 1072 + 64, 2 * 1088 + 1072 + 96
+    assert small["parameters"] == 1600 + 2 * enc + 2 * dec + 64 and "architecture_changes" not in small
+    _model(run, layers=4)  # the leg trained a grown copy: python -m training.grow
+    grown = append_leg(small, run, 9, "leg 8", VALID, _report("greedy"), _report("beam"), "the grown model")
+    assert grown["parameters"] == small["parameters"] + 2 * enc + 2 * dec
+    assert grown["architecture_changes"] == [{"leg": 9, "parameters": [small["parameters"], grown["parameters"]],
+                                              "n_encoder_layers": 4, "n_decoder_layers": 4}]
+    (run / "config.json").unlink()
+    with pytest.raises(CardError, match="config.json"):
+        append_leg(START, run, 8, "x", VALID, _report("greedy"), _report("beam"), "y")
 
 
 def test_rows_can_be_thinned_but_the_last_evaluation_always_stays(tmp_path):

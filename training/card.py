@@ -19,7 +19,11 @@ import copy
 import sys
 from pathlib import Path
 
+import torch
+
 from model.checkpoint import atomic_write_json
+from model.config import ConfigError, ModelConfig
+from model.transformer import Transformer
 from training import runs
 
 
@@ -98,6 +102,25 @@ def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from:
     return rows, total
 
 
+def parameters(run: str | Path) -> tuple[int, dict]:
+    """The number of weights of the leg's model (tied embeddings once) and its depths, from ``run/config.json``.
+
+    A leg may change the model (``python -m training.grow``), so the card counts what the run trained rather than
+    carrying the count of the card it started from.
+
+    Raises:
+        CardError: the run has no readable ``config.json``.
+    """
+    try:
+        cfg = ModelConfig.from_json(Path(run) / "config.json")
+    except ConfigError as exc:
+        raise CardError(f"{run}: {exc}") from None
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = Transformer(cfg)
+    return sum(p.numel() for p in model.parameters()), {
+        "n_encoder_layers": cfg.n_encoder_layers, "n_decoder_layers": cfg.n_decoder_layers}
+
+
 def _by_set(report: dict, strategy: str) -> dict:
     try:
         return {r["name"]: {"sentences": r["sentences"], **{k: r["scores"][strategy][k] for k in ("bleu", "chrf")}}
@@ -154,15 +177,21 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
     ``recipe_extra.legN``.
 
     Raises:
-        CardError: see :func:`read_metrics` and :func:`suite_fields`; or a card without step, tokens or minutes.
+        CardError: see :func:`read_metrics`, :func:`parameters` and :func:`suite_fields`; or a card without step,
+            tokens or minutes.
     """
     try:
         start = {k: card[k] for k in ("step", "tokens_seen", "train_minutes")}
     except KeyError as exc:
         raise CardError(f"the card has no {exc.args[0]}: it is not a trained checkpoint's card") from None
     rows, total = leg_rows(run, start, leg, parent, cooldown_from, every)
+    count, depths = parameters(run)
     new = copy.deepcopy(card)
     new.update(total)
+    if card.get("parameters") not in (None, count):  # grown (or otherwise changed) in this leg: say from what
+        new.setdefault("architecture_changes", []).append(
+            {"leg": leg, "parameters": [card.get("parameters"), count], **depths})
+    new["parameters"] = count
     new["total"] = {"tokens_seen": total["tokens_seen"], "train_minutes": total["train_minutes"]}
     if date:
         new["date"] = date

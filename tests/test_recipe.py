@@ -122,7 +122,7 @@ def test_bf16_and_fp32_give_the_same_loss_on_a_tiny_batch(make_model, encode_src
         with autocast(torch.device("cpu"), precision):
             logits = model(src, tgt[:, :-1])
         assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
-        losses[precision] = float(loss_fn(logits, tgt[:, 1:], 0, 0.1))
+        losses[precision] = loss_fn(logits, tgt[:, 1:], 0, 0.1).item()
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=2e-2)
 
 

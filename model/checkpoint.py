@@ -93,11 +93,19 @@ def save_checkpoint(
     dtype: torch.dtype | None = None,
 ) -> Path:
     """Write a checkpoint folder (created if needed). ``dtype`` stores weights in e.g. fp16 to halve the size."""
+    return write_checkpoint_files(folder, model.cfg.to_dict(), tokenizer.to_str(), model_state(model, dtype), card)
+
+
+def write_checkpoint_files(
+    folder: str | Path, config: dict, tokenizer_json: str, tensors: dict[str, torch.Tensor], card: dict | None = None,
+) -> Path:
+    """Write a checkpoint folder (created if needed) from its parts: what a model's weights become when they were
+    computed rather than trained (a soup, a grown copy). Every file is written atomically."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(folder / "config.json", model.cfg.to_dict())
-    atomic_write_bytes(folder / "tokenizer.json", tokenizer.to_str().encode("utf-8"))
-    save_tensors(folder / "model.safetensors", model_state(model, dtype), {"format": "pt"})
+    atomic_write_json(folder / "config.json", config)
+    atomic_write_bytes(folder / "tokenizer.json", tokenizer_json.encode("utf-8"))
+    save_tensors(folder / "model.safetensors", tensors, {"format": "pt"})
     atomic_write_json(folder / "card.json", card or {})
     return folder
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from model.checkpoint import CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint, save_tensors
+from model.checkpoint import CheckpointError, load_checkpoint, write_checkpoint_files
 from model.hf.loader import is_hf_model_dir
 from training.checkpoints import WARM_START_KNOBS
 
@@ -62,18 +62,12 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
             total[name] = total[name] + t if name in total and t.is_floating_point() else t
     dtype = torch.float16 if fp16 else torch.float32
     mean = {k: (v / len(folders)).to(dtype) if v.is_floating_point() else v for k, v in total.items()}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", first.config.to_dict())
-    atomic_write_bytes(out / "tokenizer.json", tok_json.encode("utf-8"))
-    save_tensors(out / "model.safetensors", mean, {"format": "pt"})
     card = dict(first.card)
     card["averaged"] = {"checkpoints": [str(f) for f in folders], "count": len(folders)}
     differ = {k: values for k, values in knobs.items() if len(set(map(repr, values))) > 1}
     if differ:  # the config keeps the first input's values; these never act at inference
         card["averaged"]["training_knobs"] = differ
-    atomic_write_json(out / "card.json", card)
-    return out
+    return write_checkpoint_files(out, first.config.to_dict(), tok_json, mean, card)
 
 
 def main(argv: list[str] | None = None) -> int:

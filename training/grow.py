@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from model.checkpoint import CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint, save_tensors
+from model.checkpoint import CheckpointError, load_checkpoint, write_checkpoint_files
 from model.hf.loader import is_hf_model_dir
 
 #: Suffixes of the tensors that write a sublayer's output into the residual stream (zeroed in a new layer).
@@ -91,14 +91,10 @@ def grow_depth(checkpoint: str | Path, out: str | Path, encoder_layers: int, dec
                 grown[f"{prefix}.{j}.{name[len(f'{prefix}.{i}.'):]}"] = t
         config[key] = n_new
         growth[prefix] = [n_old, n_new]
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", config)
-    atomic_write_bytes(out / "tokenizer.json", ckpt.tokenizer.to_str().encode("utf-8"))
-    save_tensors(out / "model.safetensors", grown, {"format": "pt"})
     card = dict(ckpt.card)
     card["grown"] = {"from": str(checkpoint), "layers": growth,
                      "rule": "new layers copy the one before, with zeroed residual projections (identity)"}
-    atomic_write_json(out / "card.json", card)
+    write_checkpoint_files(out, config, ckpt.tokenizer.to_str(), grown, card)
     load_checkpoint(out)  # what was written loads, or this raises here rather than in the trainer
     return out
 

@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
-from model.checkpoint import CheckpointError, load_checkpoint, write_checkpoint_files
+from model.checkpoint import CheckpointError, load_checkpoint, model_state, write_checkpoint_files
 from model.hf.loader import is_hf_model_dir
 
 #: Suffixes of the tensors that write a sublayer's output into the residual stream (zeroed in a new layer).
@@ -71,7 +70,7 @@ def grow_depth(checkpoint: str | Path, out: str | Path, encoder_layers: int, dec
     wanted = {"n_encoder_layers": encoder_layers, "n_decoder_layers": decoder_layers}
     if config["arch"] == "decoder-only":
         wanted.pop("n_encoder_layers")
-    state = load_file(str(checkpoint / "model.safetensors"))
+    state = model_state(ckpt.model)  # the weights just loaded and validated, without the tied output copy
     grown = {k: v.float() if v.is_floating_point() else v for k, v in state.items()
              if not any(k.startswith(prefix + ".") for prefix in STACKS.values())}
     growth = {}

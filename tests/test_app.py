@@ -665,12 +665,14 @@ def test_switching_models_gives_each_model_a_text_it_can_use():
 @pytest.mark.parametrize("page, key", [("translate", "tr_layer"), ("attention", "attn_layer")])
 @pytest.mark.parametrize("picked", [None, 0], ids=["default-layer", "picked-layer"])
 def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_head(page, key, picked):
-    """en-de has 3 decoder layers, brown-lm 4: a layer index kept from en-de (its default, the last, or one the user
-    picked) is valid for brown-lm but is not its default; the switch forgets it, in the session and in the link."""
+    """A layer index kept from en-de (its default, the last, or one the user picked) is not brown-lm's default and may
+    not even exist there (en-de may have more layers); the switch forgets it, in the session and in the link."""
+    lm_layers = ModelConfig.from_json(ROOT / "checkpoints" / "brown-lm" / "config.json").n_decoder_layers
+    assert CFG.n_decoder_layers != lm_layers, "the test needs two models whose last layers differ"
     at = make_app(step="1")
     if page == "attention":
         at.switch_page(ATTENTION_PAGE).run()
-    assert at.session_state[key] == 2  # en-de: the last of 3 layers
+    assert at.session_state[key] == CFG.n_decoder_layers - 1  # en-de: its last decoder layer
     if picked is not None:
         at.selectbox(key=key).select(picked).run()
         head_key = "tr_head" if page == "translate" else "attn_head"
@@ -680,8 +682,8 @@ def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_hea
     assert_clean(at)
     if page == "translate":
         button(at, "Next").click().run()  # the layer box is drawn from step 1 on
-    assert at.session_state[key] == 3  # brown-lm: the last of 4 layers
-    assert at.query_params.get("layer") in (None, "4") and at.query_params.get("head") in (None, "all")
+    assert at.session_state[key] == lm_layers - 1  # brown-lm: its last layer
+    assert at.query_params.get("layer") in (None, str(lm_layers)) and at.query_params.get("head") in (None, "all")
     if page == "translate":
         assert at.session_state["tr_head"] == "mean"
     else:

@@ -29,11 +29,13 @@ from test_attention_views import charts, z_of  # noqa: E402
 
 from model.checkpoint import CheckpointError, checkpoint_arch, is_checkpoint_dir, list_checkpoints  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
+from model.config import ModelConfig  # noqa: E402
 from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source  # noqa: E402
 from model.positional import sinusoidal_table  # noqa: E402
 from ui import attention_views as views  # noqa: E402
 from ui import decoding_lab as lab  # noqa: E402
 from ui import pieces  # noqa: E402
+from training.card import parameters as card_parameters  # noqa: E402
 from ui.state import PRESETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,8 +209,12 @@ def test_a_big_model_sweeps_one_layer_and_says_so(monkeypatch, hf_root):
     assert "144 heads" in plan.note and "too slow" in plan.note and "layer 6" in plan.note
     demo = views.sweep_plan({"self": 12}, 12, 124_000_000, 200, "self", 0, views.DEMO_SWEEP_BUDGET)
     assert demo.scope == "none" and not demo.layers and "shorter" in demo.note
-    shipped = views.sweep_plan({"encoder": 3, "decoder": 3, "cross": 3}, 4, 7_600_000, 30, "cross", 2)
-    assert shipped.scope == "all" and shipped.note is None
+    # The shipped translator, whatever its depth, sweeps every head of a ten-word sentence, even in the demo.
+    n_parameters, _ = card_parameters(ROOT / "checkpoints" / "en-de")
+    cfg = ModelConfig.from_json(ROOT / "checkpoints" / "en-de" / "config.json")
+    for budget in (views.SWEEP_BUDGET, views.DEMO_SWEEP_BUDGET):
+        shipped = views.sweep_plan(cfg.attention_layers(), cfg.n_heads, n_parameters, 30, "cross", 0, budget)
+        assert shipped.scope == "all" and shipped.note is None
     # The page with a budget the tiny model's full sweep exceeds: it says so, and sweeps the layer shown.
     ckpt = load_checkpoint(hf_root.path / MARIAN)
     src = prepare_source(ckpt.tokenizer, PRESETS[0], input_limit(ckpt.config), ckpt.config.eos_id, ckpt.config.unk_id)

@@ -12,8 +12,9 @@ import re
 
 import pytest
 
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
+from test_e2e_browser import (ARTIFACTS, PROJECTOR, ROOT, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
                               new_page, open_translate, server, settle)
+from model.config import ModelConfig
 from ui.presentation import MIN_TICK
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
@@ -86,9 +87,12 @@ CHART_TEXTS_JS = """(root) => [...root.querySelectorAll('svg text')].filter(t =>
     .map(t => { const r = t.getBoundingClientRect();
                 return {text: t.textContent, x: r.x, y: r.y, w: r.width, h: r.height,
                         size: parseFloat(getComputedStyle(t).fontSize)}; }).filter(b => b.w > 0)"""
+#: The shipped translator, whose last layer the Attention page opens on.
+SHIPPED = ModelConfig.from_json(ROOT / "checkpoints" / "en-de" / "config.json")
 PAGES = {  # page → (path, text that says the page is drawn, the main chart's text)
     # a title may wrap between "·" and "head" on a narrow chart (its lines are separate SVG texts)
-    "attention": ("attention?text=The+cat+sat+on+the+mat.", "Translation:", re.compile(r"layer 3 ·\s*head 1")),
+    "attention": ("attention?text=The+cat+sat+on+the+mat.", "Translation:",
+                  re.compile(rf"layer {SHIPPED.n_decoder_layers} ·\s*head 1")),  # the default: the last layer
     "decoding": ("decoding?text=The+cat+sat+on+the+mat.&step=3", "Step 3", "to the next token"),
 }
 

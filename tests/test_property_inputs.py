@@ -425,7 +425,7 @@ def test_trace_and_attention_helpers(ende, text):
     assert torch.allclose(rollout.sum(-1), torch.ones(n_src), atol=1e-3)
     with np.load(io.BytesIO(uav.attention_npz(trace)), allow_pickle=False) as npz:
         assert list(npz["src_tokens"]) == src.tokens and list(npz["src_ids"]) == src.ids
-    mask = uav.head_masks(["cross L1 H1"], {"encoder": 3, "decoder": 3, "cross": 3}, cfg.n_heads)
+    mask = uav.head_masks(["cross L1 H1"], cfg.attention_layers(), cfg.n_heads)
     assert torch.isfinite(sequence_log_probs(model, src.ids, tgt + [cfg.eos_id], mask)).all()
     cross = trace.attention["cross"][-1, 0]
     attention_heatmap(cross, trace.tgt_tokens, trace.src_tokens, title=text[:40])

@@ -369,6 +369,21 @@ def test_evaluate_cli(best, tmp_path):
     assert result["perplexity"] == pytest.approx(math.exp(result["loss"]), rel=1e-3)
 
 
+def test_evaluate_cli_threads(best, monkeypatch):
+    """--threads 1 is what an evaluation beside a training run should use; a negative count is refused by argparse."""
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)  # the suite's other tests keep their threads
+    rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--limit", "2", "--threads", "1"])
+    assert rc == 0, err
+    assert calls == [1]
+    assert json.loads(out.strip().splitlines()[-1])["sentences"] == 2
+    rc, _, err = run_main(evaluate.main, ["--checkpoint", best, "--limit", "2"])
+    assert rc == 0 and calls == [1]  # 0, the default, leaves torch's own choice alone
+    with pytest.raises(SystemExit) as exc:
+        run_main(evaluate.main, ["--checkpoint", best, "--threads", "-1"])
+    assert exc.value.code == 2
+
+
 def test_evaluate_cli_beam_search(best):
     rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--limit", "6", "--strategy", "beam", "--beam", "2",
                                             "--alpha", "1.0"])

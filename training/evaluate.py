@@ -274,7 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prepared", default=str(PREPARED), help="with --suite: the prepared corpora folder")
     p.add_argument("--shared", default=str(SHARED_DATA), help="with --suite: the folder holding eval/ (newstest)")
     p.add_argument("--json", default="", help="with --suite: also write the report to this JSON file")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads (0 = torch's default). Beside a training run give 1: two threads wait for "
+                   "the core the trainer holds, and a 1,600-sentence evaluation took 428 s instead of 11 s")
     args = p.parse_args(argv)
+    if args.threads < 0:
+        p.error(f"--threads must be 0 (torch's default) or more, got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         if args.suite:
             check_beam_size(args.beam)

@@ -59,7 +59,8 @@ url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[
                 valid=lambda k: k in kinds)
 kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="attn_kind")
 n_layers = trace.attention[kind].shape[0]
-url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, n_layers - 1),
+open_layer = state.opening_layer(ckpt, n_layers)  # the card may name one that shows more than the last
+url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                 valid=lambda v: v in range(n_layers))
 url.init_widget("attn_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
                 valid=lambda h: h in ("all", "mean") or h in range(cfg.n_heads))

@@ -79,8 +79,9 @@ with left:
 # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
 cfg = ckpt.config
 n_layers = cfg.n_decoder_layers
+open_layer = state.opening_layer(ckpt, n_layers)
 with right:
-    url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, n_layers - 1),
+    url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                     valid=lambda v: v in range(n_layers))
     url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
                     valid=lambda h: h == "mean" or h in range(cfg.n_heads))
@@ -93,7 +94,7 @@ def attention_view(view: StepView, src) -> None:
     reruns only this, not the page, so the click answers sooner."""
     step = view.step
     if step == 0:
-        url.put("layer", st.session_state["tr_layer"] + 1, n_layers)
+        url.put("layer", st.session_state["tr_layer"] + 1, open_layer + 1)
         url.put("head", url.format_head(st.session_state["tr_head"]), "mean")
         st.markdown("**Source pieces** (encoder input, after tokenization)" if cfg.is_encoder_decoder
                     else "**Prompt pieces** (after tokenization, behind `<bos>`; this decoder-only model continues them)")
@@ -109,7 +110,7 @@ def attention_view(view: StepView, src) -> None:
                          key="tr_layer")
     head = c2.selectbox("Head", ["mean"] + list(range(cfg.n_heads)), key="tr_head",
                         format_func=lambda h: "mean over heads" if h == "mean" else f"head {h + 1}")
-    url.put("layer", layer + 1, n_layers)
+    url.put("layer", layer + 1, open_layer + 1)
     url.put("head", url.format_head(head), "mean")
     if record.cross_attention is not None:
         st.markdown(f"**Cross-attention of step {step}** — which source pieces the new token looked at")

@@ -219,6 +219,20 @@ def card_summary(ckpt: Checkpoint) -> str:
     return " · ".join(parts)
 
 
+def opening_layer(ckpt: Checkpoint, n_layers: int) -> int:
+    """The 0-based layer a page opens on, for an attention kind with ``n_layers`` layers: the card's
+    ``open_layer`` (counted from 1, as the pages show layers) when it names a layer the kind has, else the last.
+
+    A card names one when the last layer's attention shows least: the shipped 6 + 6 translator's last decoder
+    layer puts most of its cross-attention on the source's final pieces, while its layer 3 lines the German
+    pieces up with the English ones (its model card, Known failure modes). A link's ``?layer=`` still wins.
+    """
+    value = ckpt.card.get("open_layer")
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= n_layers:
+        return value - 1
+    return n_layers - 1
+
+
 def who_computes(ckpt: Checkpoint) -> str:
     """Whose model the page runs, for a caption: ``"our own Transformer"``, or for a Hugging Face folder
     ``"Helsinki-NLP/opus-mt-en-de's weights (Hugging Face) run by our own Transformer code"``."""

@@ -13,7 +13,7 @@ from model.decoding import strip_eos
 from model.trace import trace_pair
 from ui import attention_reading_tabs as reading
 from ui import attention_views as views
-from ui import pieces, state, url
+from ui import model_card, pieces, state, url
 from ui.attention_tabs import ablation_tab, compare_tab, plot
 from viz.attention import attention_heatmap
 from viz.labels import KIND_SHORT, head_name, kind_note, view_title
@@ -59,7 +59,7 @@ url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[
                 valid=lambda k: k in kinds)
 kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="attn_kind")
 n_layers = trace.attention[kind].shape[0]
-open_layer = state.opening_layer(ckpt, n_layers)  # the card may name one that shows more than the last
+open_layer = model_card.opening_layer(ckpt.card, n_layers)  # the card may name one that shows more than the last
 url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                 valid=lambda v: v in range(n_layers))
 url.init_widget("attn_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),

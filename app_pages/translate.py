@@ -5,7 +5,7 @@ import math
 
 import streamlit as st
 
-from ui import pieces, state, url, widgets
+from ui import model_card, pieces, state, url, widgets
 from ui.decoding_lab import StepView
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
@@ -27,11 +27,11 @@ def about() -> None:
                    "token of its vocabulary, the most probable one is taken (greedy decoding), and masked "
                    "self-attention shows which earlier tokens it looked at to choose it.")
     else:
-        st.caption(f"English → German with {state.who_computes(ckpt)}. Step through the decoding: at every step "
+        st.caption(f"English → German with {model_card.who_computes(ckpt)}. Step through the decoding: at every step "
                    "the model "
                    "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
                    "cross-attention shows which English pieces the decoder looked at to choose it.")
-        if quality := state.quality_line(ckpt):
+        if quality := model_card.quality_line(ckpt):
             st.caption(quality)
 
 
@@ -79,7 +79,7 @@ with left:
 # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
 cfg = ckpt.config
 n_layers = cfg.n_decoder_layers
-open_layer = state.opening_layer(ckpt, n_layers)
+open_layer = model_card.opening_layer(ckpt.card, n_layers)
 with right:
     url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                     valid=lambda v: v in range(n_layers))

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,8 @@ from model.checkpoint import is_checkpoint_dir, load_checkpoint  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.decoding import MAX_INPUT_CHARS  # noqa: E402
 from viz.labels import KIND_TITLES  # noqa: E402
-from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS, checkpoint_label, opening_layer  # noqa: E402
+from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS, checkpoint_label  # noqa: E402
+from ui.model_card import opening_layer  # noqa: E402
 
 CFG = ModelConfig.from_json(DEFAULT_CKPT / "config.json")
 #: The shipped translator's card: it may name the layer the pages open on (``open_layer``).
@@ -436,7 +436,7 @@ def test_attention_kinds_layers_and_heads(attention_page, kind, n_layers_attr):
     n_layers = getattr(CFG, n_layers_attr)
     layer_box = at.selectbox(key="attn_layer")
     assert layer_box.options == [f"layer {i + 1}" for i in range(n_layers)]
-    opened = opening_layer(SimpleNamespace(card=CARD), n_layers)
+    opened = opening_layer(CARD, n_layers)
     assert layer_box.value == opened
 
     # "all heads": one chart per head.
@@ -669,15 +669,15 @@ def test_switching_models_gives_each_model_a_text_it_can_use():
 def test_a_card_may_name_the_layer_the_pages_open_on():
     """``open_layer`` counts from 1 and must name a layer the kind has; anything else opens on the last layer."""
     for value, expected in ((3, 2), (1, 0), (6, 5), (7, 5), (0, 5), (-1, 5), ("3", 5), (True, 5), (2.0, 5), (None, 5)):
-        assert opening_layer(SimpleNamespace(card={"open_layer": value}), 6) == expected, value
-    assert opening_layer(SimpleNamespace(card={}), 4) == 3
-    assert opening_layer(SimpleNamespace(card={"open_layer": 5}), 4) == 3  # brown-lm has no layer 5
+        assert opening_layer({"open_layer": value}, 6) == expected, value
+    assert opening_layer({}, 4) == 3
+    assert opening_layer({"open_layer": 5}, 4) == 3  # brown-lm has no layer 5
 
 
 def test_the_translate_page_opens_on_the_cards_layer_and_keeps_it_out_of_the_link():
     """The shipped translator's card names the layer whose cross-attention lines the pieces up; a link without
     ?layer= opens there, the link stays short at that layer, and another layer goes into the link."""
-    expected = opening_layer(SimpleNamespace(card=CARD), CFG.n_decoder_layers)
+    expected = opening_layer(CARD, CFG.n_decoder_layers)
     at = make_app(step="2")
     assert_clean(at)
     assert at.session_state["tr_layer"] == expected and "layer" not in at.query_params
@@ -692,12 +692,12 @@ def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_hea
     """A layer index kept from en-de (its default, the last, or one the user picked) is not brown-lm's default and may
     not even exist there (en-de may have more layers); the switch forgets it, in the session and in the link."""
     lm_layers = ModelConfig.from_json(ROOT / "checkpoints" / "brown-lm" / "config.json").n_decoder_layers
-    assert opening_layer(SimpleNamespace(card=CARD), CFG.n_decoder_layers) != lm_layers - 1, \
+    assert opening_layer(CARD, CFG.n_decoder_layers) != lm_layers - 1, \
         "the test needs two models that open on different layers"
     at = make_app(step="1")
     if page == "attention":
         at.switch_page(ATTENTION_PAGE).run()
-    assert at.session_state[key] == opening_layer(SimpleNamespace(card=CARD), CFG.n_decoder_layers)  # en-de's
+    assert at.session_state[key] == opening_layer(CARD, CFG.n_decoder_layers)  # en-de's
     if picked is not None:
         at.selectbox(key=key).select(picked).run()
         head_key = "tr_head" if page == "translate" else "attn_head"

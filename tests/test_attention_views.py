@@ -23,6 +23,7 @@ from model.analysis import greedy_with_head_masks, head_statistics, sequence_log
 from model.decoding import Stepper
 from model.trace import trace_pair
 from ui import attention_views as views
+from ui.model_card import opening_layer
 from viz.attention_views import head_stat_heatmap, lines_figure, log_prob_figure, token_bar_figure
 from viz.grid import ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, model_grid_altair, model_grid_figure
 
@@ -477,7 +478,7 @@ def test_word_level_toggle_merges_pieces_into_words(cfg):
 
 
 @needs_model
-@pytest.mark.parametrize("query, layer", [({"layer": "abc", "head": "99"}, "last"),
+@pytest.mark.parametrize("query, layer", [({"layer": "abc", "head": "99"}, "opened"),
                                           ({"layer": "-1", "head": "mean!"}, 1),  # clamped into 1…n
                                           ({"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"}, "last")])
 def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cfg, query, layer):
@@ -489,7 +490,9 @@ def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cf
     if tab:
         show(at, tab)
     assert_clean(at)
-    layer = cfg.n_decoder_layers if layer == "last" else layer
+    opened = opening_layer(json.loads((DEFAULT_CKPT / "card.json").read_text(encoding="utf-8")),
+                           cfg.n_decoder_layers) + 1  # the layer the card opens the page on, else the last
+    layer = {"last": cfg.n_decoder_layers, "opened": opened}.get(layer, layer)
     assert at.selectbox(key="attn_layer").value == layer - 1
     assert at.selectbox(key="attn_head").value == "all"
     assert at.query_params["layer"] == str(layer) and at.query_params["head"] == "all"

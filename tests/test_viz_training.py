@@ -207,3 +207,11 @@ def test_legs_figure_takes_the_cards_labels_for_its_sets():
     legs = [{"leg": "a", "train_minutes": 10, "tokens_seen": 1e6, "valid_chrf": 30.0, "test_chrf": 28.0}]
     fig = legs_figure(legs, labels={"valid_chrf": "mixture valid chrF", "bogus": "x"})
     assert {t.name for t in fig.data} == {"mixture valid chrF", LEG_SCORES["test_chrf"]}
+
+
+def test_legs_figure_counts_the_minutes_of_the_machine_the_card_names():
+    """A lineage trained on a GPU says GPU-minutes on its axis and in its hover, not the CPU's default."""
+    legs = [{"leg": "a", "train_minutes": 8.2, "tokens_seen": 1e8, "valid_chrf": 54.2}]
+    fig = legs_figure(legs, minutes="GPU-minutes")
+    assert fig.layout.xaxis.title.text.startswith("GPU-minutes")
+    assert "GPU-minutes" in fig.data[0].hovertemplate and "CPU" not in fig.data[0].hovertemplate

@@ -65,7 +65,8 @@ def quality_line(ckpt: Checkpoint) -> str | None:
     if not (ckpt.config.is_encoder_decoder and isinstance(test, dict) and "chrf" in test and "bleu" in test):
         return None
     minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
-    where = f"trained {minutes:.0f} CPU-minutes" if isinstance(minutes, (int, float)) else "small"
+    unit = "GPU-minutes" if str(card.get("device", "")).startswith("cuda") else "CPU-minutes"
+    where = f"trained {minutes:.0f} {unit}" if isinstance(minutes, (int, float)) else "small"
     split = str(test.get("split") or "Ding test")
     split = "Ding test" if split.startswith("Ding test") else split
     line = f"A small model ({where}): {split} BLEU {test['bleu']:.1f}, chrF {test['chrf']:.1f}"

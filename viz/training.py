@@ -255,8 +255,11 @@ def _leg_hover(points: Sequence[tuple[float, float, Mapping]]) -> list[list]:
     return [[str(leg.get("leg", "")), (_number(leg.get("tokens_seen")) or 0) / 1e6] for _, _, leg in points]
 
 
-def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str, str] | None = None) -> go.Figure:
-    """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative CPU-minutes.
+def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str, str] | None = None,
+                minutes: str = "CPU-minutes") -> go.Figure:
+    """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative minutes of
+    training, in the unit ``minutes`` names (a card's ``legs_minutes``: ``"CPU-minutes"``, or ``"GPU-minutes"``
+    for a lineage trained on a GPU, whose minutes are not a CPU's).
 
     ``legs`` is a model card's ``legs`` list (``checkpoints/en-de/card.json``): one mapping per training leg with
     ``leg`` (a short name), ``train_minutes`` (cumulative, minutes), ``tokens_seen`` (cumulative, tokens),
@@ -275,7 +278,7 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
         color = PALETTE[i % len(PALETTE)]
         shipped = [p for p in points if p[2].get("shipped", True)]
         tried = [p for p in points if not p[2].get("shipped", True)]
-        hover = (f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.0f}} CPU-minutes, "
+        hover = (f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.1f}} {minutes}, "
                  "%{customdata[1]:.1f}M tokens<extra></extra>")
         fig.add_trace(go.Scatter(
             x=[p[0] for p in shipped], y=[p[1] for p in shipped], name=label, mode="lines+markers",
@@ -290,7 +293,7 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
                 marker=dict(size=[0] + [10] * len(tried), color="white", line=dict(color=color, width=2)),
                 customdata=_leg_hover(dotted), hovertemplate=hover,
             ))
-    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)", "CPU-minutes of training, cumulative",
+    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)", f"{minutes} of training, cumulative",
             "chrF (0–100)", height, title_size=16)
     if not fig.data:
         fig.add_annotation(text="This model's card has no training legs", showarrow=False, xref="paper",

@@ -121,7 +121,7 @@ def _other_value(name: str, field):
     if field.metadata.get("choices"):
         return next(c for c in field.metadata["choices"] if c != field.default)
     special = {"pos_encoding": "rope", "device": "cpu", "data_dir": "/data", "valid_tsv": "/v.tsv",
-               "init_from": "checkpoints/en-de"}
+               "init_from": "checkpoints/en-de", "tokenizer": "checkpoints/en-de/tokenizer.json"}
     if name in special:
         return special[name]
     kind = value_type(name)

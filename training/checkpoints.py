@@ -147,3 +147,16 @@ def warm_start(args, device, given=frozenset()):
     args.encoder_layers, args.decoder_layers = cfg.n_encoder_layers, cfg.n_decoder_layers
     args.vocab_size = cfg.vocab_size
     return model, ckpt.tokenizer, cfg
+
+
+def read_tokenizer(path: str | Path) -> TextTokenizer:
+    """The tokenizer of ``--tokenizer``: a ``tokenizer.json`` file, or a checkpoint folder holding one. Raises
+    ``DataError`` when there is none or it cannot be read."""
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise DataError(f"--tokenizer {path}: no tokenizer.json there")
+    try:
+        return TextTokenizer.from_file(file)
+    except ValueError as exc:
+        raise DataError(f"--tokenizer: {exc}") from exc

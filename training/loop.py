@@ -22,7 +22,7 @@ from model.flops import training_flops
 from model.tokenizer import TextTokenizer
 from .batches import (Batch, EpochPlan, collate, encode_examples, loss_fn, pair_sides, sequences_per_pair,
                       with_bpe_dropout, word_dropout)
-from .checkpoints import load_any, load_last, read_trainer_state, save_last, snapshot, warm_start
+from .checkpoints import load_any, load_last, read_tokenizer, read_trainer_state, save_last, snapshot, warm_start
 from .config import RESUME_OVERRIDABLE, check_args
 from .launch import effective_state, trained_folder
 from .data import load_data
@@ -115,19 +115,6 @@ def new_model(args, ctx: Dist, device, sentences, phrases, words) -> tuple[torch
         pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
     )
     return build_model(cfg, args.impl).to(device), tok, cfg  # the same on every rank; DDP broadcasts rank 0's
-
-
-def read_tokenizer(path: str | Path) -> TextTokenizer:
-    """The tokenizer of ``--tokenizer``: a ``tokenizer.json`` file, or a checkpoint folder holding one. Raises
-    ``DataError`` when there is none or it cannot be read."""
-    path = Path(path)
-    file = path / "tokenizer.json" if path.is_dir() else path
-    if not file.is_file():
-        raise DataError(f"--tokenizer {path}: no tokenizer.json there")
-    try:
-        return TextTokenizer.from_file(file)
-    except ValueError as exc:
-        raise DataError(f"--tokenizer: {exc}") from exc
 
 
 @dataclass

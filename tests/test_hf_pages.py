@@ -209,12 +209,14 @@ def test_a_big_model_sweeps_one_layer_and_says_so(monkeypatch, hf_root):
     assert "144 heads" in plan.note and "too slow" in plan.note and "layer 6" in plan.note
     demo = views.sweep_plan({"self": 12}, 12, 124_000_000, 200, "self", 0, views.DEMO_SWEEP_BUDGET)
     assert demo.scope == "none" and not demo.layers and "shorter" in demo.note
-    # The shipped translator, whatever its depth, sweeps every head of a ten-word sentence, even in the demo.
+    # The shipped translator sweeps every head of a ten-word sentence; in the hosted demo, whose visitors share the
+    # CPU, the heads of the kind shown, and it says so.
     n_parameters, _ = card_parameters(ROOT / "checkpoints" / "en-de")
     cfg = ModelConfig.from_json(ROOT / "checkpoints" / "en-de" / "config.json")
-    for budget in (views.SWEEP_BUDGET, views.DEMO_SWEEP_BUDGET):
-        shipped = views.sweep_plan(cfg.attention_layers(), cfg.n_heads, n_parameters, 30, "cross", 0, budget)
-        assert shipped.scope == "all" and shipped.note is None
+    shipped = views.sweep_plan(cfg.attention_layers(), cfg.n_heads, n_parameters, 30, "cross", 0)
+    assert shipped.scope == "all" and shipped.note is None
+    demo = views.sweep_plan(cfg.attention_layers(), cfg.n_heads, n_parameters, 30, "cross", 0, views.DEMO_SWEEP_BUDGET)
+    assert demo.scope == "kind" and f"the {cfg.n_heads * cfg.n_decoder_layers} heads of the kind shown" in demo.note
     # The page with a budget the tiny model's full sweep exceeds: it says so, and sweeps the layer shown.
     ckpt = load_checkpoint(hf_root.path / MARIAN)
     src = prepare_source(ckpt.tokenizer, PRESETS[0], input_limit(ckpt.config), ckpt.config.eos_id, ckpt.config.unk_id)

@@ -167,9 +167,9 @@ def head_masks(labels: Sequence[str], layer_counts: Mapping[str, int], n_heads: 
 
 #: The work one ablation sweep may take on the page, in parameters × positions per scoring × scorings (about half
 #: its floating-point operations): about 3 s on a 2-core CPU, which scores 1.6–2.6e10 of them per CPU-second at
-#: MarianMT's and GPT-2's sizes. The shipped translator (13.1M parameters, 72 heads) sweeps every head of a ten-word
-#: sentence in under a third of it; a 74M-parameter MarianMT needs twice it for the heads of one kind, so it sweeps
-#: one layer's.
+#: MarianMT's and GPT-2's sizes. The shipped translator (27.9M parameters, 108 heads) sweeps every head of a
+#: ten-word sentence within it; a 74M-parameter MarianMT needs twice it for the heads of one kind, so it sweeps one
+#: layer's.
 SWEEP_BUDGET = 1e11
 #: The same in the hosted demo (``ATTENTION_EXPLORER_DEMO``), where visitors share the CPU.
 DEMO_SWEEP_BUDGET = 4e10

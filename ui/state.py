@@ -38,12 +38,12 @@ PRESETS = [  # the ones the shipped translator gets right come first (the first 
     "Thank you very much.",
     "The weather is nice today.",
     "The cat sat on the mat.",
+    "Time flies like an arrow.",
     "Alice went to the market. She bought apples.",
     "The animal didn't cross the street because it was too tired.",
     "Let us think logically.",
     "Bobby likes blackberries.",
     "He played the piano beautifully.",
-    "Time flies like an arrow.",
 ]
 
 #: Prompts for a decoder-only model. It learned one sentence per sequence, so a finished sentence ("… .") is

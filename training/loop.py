@@ -253,7 +253,7 @@ class Trainer:
             self.state["epoch"] += 1
             self.state["batch"] = 0
 
-    def optimizer_step(self, batches: list[Batch], lr: float) -> tuple[float, float]:
+    def optimizer_step(self, batches: list[Batch], lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One Adam step at learning rate ``lr`` over the micro-batches (gradients summed, each weighted by its share
         of the step's predicted tokens, so the loss is the mean over all of them as if they were one batch).
         Returns ``(loss, gradient norm before clipping)`` as 0-d tensors on the device: reading them (``float``)

@@ -601,7 +601,7 @@ def test_compare_offers_a_runs_checkpoints_of_the_same_architecture(tmp_path, mo
 def test_the_quality_line_counts_minutes_on_the_machine_the_card_names():
     """A GPU-trained card's minutes are GPU-minutes: calling them CPU-minutes would undersell a CPU by ~100×."""
     from types import SimpleNamespace
-    from ui.model_card import quality_line
+    from ui.model_card import minutes_unit, quality_line
 
     card = {"test": {"split": "Multi30K test2016", "bleu": 38.0, "chrf": 64.0}, "everyday": {"chrf": 79.0},
             "total": {"train_minutes": 8.2}, "device": "cuda:0"}
@@ -610,3 +610,4 @@ def test_the_quality_line_counts_minutes_on_the_machine_the_card_names():
     assert "trained 8 GPU-minutes" in line and "Multi30K test2016 BLEU 38.0" in line
     line = quality_line(SimpleNamespace(card={**card, "device": "cpu"}, config=config))
     assert "trained 8 CPU-minutes" in line
+    assert minutes_unit(card) == "GPU-minutes" and minutes_unit({}) == "CPU-minutes"  # the legs chart's axis too

@@ -215,3 +215,4 @@ def test_legs_figure_counts_the_minutes_of_the_machine_the_card_names():
     fig = legs_figure(legs, minutes="GPU-minutes")
     assert fig.layout.xaxis.title.text.startswith("GPU-minutes")
     assert "GPU-minutes" in fig.data[0].hovertemplate and "CPU" not in fig.data[0].hovertemplate
+

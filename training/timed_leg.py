@@ -25,7 +25,6 @@ options or data).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -35,7 +34,11 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+
+from model.checkpoint import save_tensors
+from .checkpoints import read_trainer_state
+from .runs import read_metrics
 
 #: The largest shard written: under the 16 MiB a file may have to come back from a lent machine.
 SHARD_BYTES = 15 * 2**20
@@ -57,8 +60,7 @@ def train(args: list[str], log: Path) -> int:
 
 def steps_per_second(run: Path) -> float:
     """Optimizer steps per second of the run's last logged windows (``metrics.jsonl``: step and ``time_s``)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if "time_s" in r and "loss" in r]
+    rows = [r for r in read_metrics(run) if "time_s" in r and "loss" in r]
     if len(rows) < 2:
         raise SystemExit("the first leg logged too few steps to measure its speed")
     a, b = rows[max(0, len(rows) - 6)], rows[-1]  # the last windows: past warm-up and the first evaluations
@@ -76,12 +78,12 @@ def export(run: Path, dest: Path) -> list[Path]:
         if current and size + nbytes > SHARD_BYTES:
             shards.append(current)
             current, size = {}, 0
-        current[name], size = t.contiguous(), size + nbytes
+        current[name], size = t, size + nbytes
     shards.append(current)
     written = []
     for i, shard in enumerate(shards):
         path = dest / f"weights-{i:02d}.safetensors"
-        save_file(shard, str(path), {"format": "pt"})
+        save_tensors(path, shard, {"format": "pt"})
         written.append(path)
     with tarfile.open(dest / "run.tar.gz", "w:gz") as tar:
         tar.add(run, arcname=run.name, filter=lambda m: None if m.name.endswith(".safetensors") else m)
@@ -101,7 +103,7 @@ def join(export_dir: Path, into: Path) -> None:
     tensors = {}
     for shard in sorted(export_dir.glob("weights-*.safetensors")):
         tensors.update(load_file(str(shard)))
-    save_file(tensors, str(into / "last" / "model.safetensors"), {"format": "pt"})
+    save_tensors(into / "last" / "model.safetensors", tensors, {"format": "pt"})
     print(f"{into}/last: {len(tensors)} tensors, {sum(t.numel() for t in tensors.values()):,} parameters")
 
 
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if rc:
         return rc
     rate = steps_per_second(run)
-    step = json.loads((run / "last" / "trainer_state.json").read_text())["step"]
+    step = read_trainer_state(run / "last")["step"]
     left_s = args.budget_s * args.cooldown_share
     cool = max(1, int(rate * left_s))
     print(f"first leg: {step} steps, {rate:.2f} steps/s; cooldown of {cool} steps (~{left_s:.0f} s); "

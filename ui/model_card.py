@@ -38,14 +38,22 @@ def opening_layer(card: Mapping, n_layers: int) -> int:
     """The 0-based layer a page opens on, for an attention kind with ``n_layers`` layers: ``card``'s
     ``open_layer`` (counted from 1, as the pages show layers) when it names a layer the kind has, else the last.
 
-    A card names one when the last layer's attention shows least: the shipped 6 + 6 translator's last decoder
-    layer puts most of its cross-attention on the source's final pieces, while its layer 3 lines the German
-    pieces up with the English ones (its model card, Known failure modes). A link's ``?layer=`` still wins.
+    A card names one when the last layer's attention shows least: the CPU-trained 6 + 6 translator (shipped until
+    2026-11-26) put most of its last decoder layer's cross-attention on the source's final pieces, while its layer
+    3 lined the German pieces up with the English ones (the en-de model card, CPU lineage). A link's ``?layer=``
+    still wins.
     """
     value = card.get("open_layer")
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= n_layers:
         return value - 1
     return n_layers - 1
+
+
+def minutes_unit(card: Mapping) -> str:
+    """What the card's training minutes are: ``"GPU-minutes"`` for a model trained on a GPU (its ``device`` is
+    ``cuda…``), else ``"CPU-minutes"``. A GPU minute did what ~100 of this project's CPU minutes do, so the two are
+    never shown under one name."""
+    return "GPU-minutes" if str(card.get("device", "")).startswith("cuda") else "CPU-minutes"
 
 
 def who_computes(ckpt: Checkpoint) -> str:
@@ -65,8 +73,7 @@ def quality_line(ckpt: Checkpoint) -> str | None:
     if not (ckpt.config.is_encoder_decoder and isinstance(test, dict) and "chrf" in test and "bleu" in test):
         return None
     minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
-    unit = "GPU-minutes" if str(card.get("device", "")).startswith("cuda") else "CPU-minutes"
-    where = f"trained {minutes:.0f} {unit}" if isinstance(minutes, (int, float)) else "small"
+    where = f"trained {minutes:.0f} {minutes_unit(card)}" if isinstance(minutes, (int, float)) else "small"
     split = str(test.get("split") or "Ding test")
     split = "Ding test" if split.startswith("Ding test") else split
     line = f"A small model ({where}): {split} BLEU {test['bleu']:.1f}, chrF {test['chrf']:.1f}"

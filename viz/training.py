@@ -258,8 +258,8 @@ def _leg_hover(points: Sequence[tuple[float, float, Mapping]]) -> list[list]:
 def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str, str] | None = None,
                 minutes: str = "CPU-minutes") -> go.Figure:
     """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative minutes of
-    training, in the unit ``minutes`` names (a card's ``legs_minutes``: ``"CPU-minutes"``, or ``"GPU-minutes"``
-    for a lineage trained on a GPU, whose minutes are not a CPU's).
+    training, in the unit ``minutes`` names (``"CPU-minutes"``, or ``"GPU-minutes"`` for a lineage trained on a GPU,
+    whose minutes are not a CPU's: :func:`ui.model_card.minutes_unit` of its card).
 
     ``legs`` is a model card's ``legs`` list (``checkpoints/en-de/card.json``): one mapping per training leg with
     ``leg`` (a short name), ``train_minutes`` (cumulative, minutes), ``tokens_seen`` (cumulative, tokens),

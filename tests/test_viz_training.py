@@ -216,3 +216,14 @@ def test_legs_figure_counts_the_minutes_of_the_machine_the_card_names():
     assert fig.layout.xaxis.title.text.startswith("GPU-minutes")
     assert "GPU-minutes" in fig.data[0].hovertemplate and "CPU" not in fig.data[0].hovertemplate
 
+
+def test_legs_figure_draws_a_score_measured_only_along_the_way_as_its_curve():
+    """The trainer's valid chrF is taken at every evaluation of a run and never on the shipped model itself: all of
+    its rows say shipped False, and the chart once drew none of them (an empty series beside two lone dots)."""
+    legs = [{"leg": f"step {s}", "train_minutes": m, "tokens_seen": 1e7 * m, "valid_chrf": c, "shipped": False}
+            for s, m, c in ((1000, 1.8, 41.1), (2000, 3.3, 49.5), (4940, 8.2, 54.2))]
+    legs.append({"leg": "shipped", "train_minutes": 8.2, "tokens_seen": 1e8, "everyday_chrf": 79.0, "shipped": True})
+    fig = legs_figure(legs, minutes="GPU-minutes")
+    valid = [t for t in fig.data if t.name == LEG_SCORES["valid_chrf"]]
+    assert len(valid) == 1 and list(valid[0].x) == [1.8, 3.3, 8.2] and list(valid[0].y) == [41.1, 49.5, 54.2]
+    assert valid[0].line.dash is None  # solid: the curve, not a tried-and-dropped branch

@@ -278,6 +278,8 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
         color = PALETTE[i % len(PALETTE)]
         shipped = [p for p in points if p[2].get("shipped", True)]
         tried = [p for p in points if not p[2].get("shipped", True)]
+        if not shipped:  # a score taken only along the way (the trainer's valid set at every evaluation): no model
+            shipped, tried = tried, []  # of those was shipped, and the points are the curve itself, drawn solid
         hover = (f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.1f}} {minutes}, "
                  "%{customdata[1]:.1f}M tokens<extra></extra>")
         fig.add_trace(go.Scatter(

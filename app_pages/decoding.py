@@ -5,6 +5,7 @@ import html
 
 import streamlit as st
 
+from model.decoded import Decoding
 from model.decoding import default_max_new_tokens
 from model.sampling import SamplingConfig, SamplingError, beam_search, beam_states
 from ui import decoding_lab as lab
@@ -91,10 +92,8 @@ limit = default_max_new_tokens(cfg, len(src.ids))
 # (Streamlit starts it at once), so nothing a run reads may be changed by another.
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _lab_run(path: str, mtime: float, src_ids: tuple, sampling: tuple, forced: tuple, max_new: int,
-             _model) -> lab.LabRun:
-    run = lab.LabRun(_model, list(src_ids), SamplingConfig(*sampling), dict(forced), max_new_tokens=max_new)
-    run.run_to_end()
-    return run
+             _model) -> Decoding:
+    return lab.lab_decoding(_model, list(src_ids), SamplingConfig(*sampling), dict(forced), max_new_tokens=max_new)
 
 
 @st.cache_resource(show_spinner="Beam search…", max_entries=16)
@@ -103,8 +102,8 @@ def _beam(path: str, mtime: float, src_ids: tuple, width: int, alpha: float, max
     return result, beam_states(result, alpha, _model.cfg.eos_id)
 
 
-def lab_run(sampling: SamplingConfig, forced) -> lab.LabRun:
-    """The finished run of this sentence under ``sampling`` with ``forced`` tokens (cached; read it, never step it)."""
+def lab_run(sampling: SamplingConfig, forced) -> Decoding:
+    """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (cached, shared)."""
     spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
     return _lab_run(*version, tuple(src.ids), spec, tuple(sorted(forced.items())), limit, _model=ckpt.model)
 
@@ -224,7 +223,7 @@ generated_box.markdown("**Generated so far**")
 generated_box.markdown(tokens_html(pieces.of_ids(tok, run.generated), current=step - 1 if step else None),
                        unsafe_allow_html=True)
 if full.forced:
-    generated_box.caption("Forced tokens: " + views.forced_caption(tok, full.forced))
+    generated_box.caption("Forced tokens: " + views.forced_caption(tok, full.forced_map))
     generated_box.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
 
 # --- branches ---------------------------------------------------------------------------------------------

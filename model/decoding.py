@@ -102,9 +102,9 @@ def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: in
     return SourceInput(clean, ids + [eos_id], tokens + [end], offsets + [(len(clean), len(clean))], truncated, notes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepRecord:
-    """What one decoding step produced.
+    """What one decoding step produced (frozen: a finished decoding is shared read-only, :mod:`model.decoded`).
 
     Attributes:
         token_id: the chosen next token.

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -58,7 +58,7 @@ class SamplingConfig:
         return self
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pipeline:
     """Every stage of one next-token choice, ``[vocab]`` tensors (for the decoding lab's pipeline view)."""
 
@@ -130,26 +130,27 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-@dataclass
+@dataclass(frozen=True)
 class Hypothesis:
     """A finished or pruned beam: generated ``tokens`` (``<eos>`` included when finished) and its scores."""
 
-    tokens: list[int]
+    tokens: tuple[int, ...]
     log_prob: float
     score: float
     finished: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class BeamResult:
-    """Beam search output: ``hypotheses`` sorted by score (best first) and the per-step tree for display.
+    """Beam search output, frozen (the Decoding lab shares one search with every visitor): ``hypotheses`` sorted by
+    score (best first) and the per-step tree for display.
 
     ``steps[t]`` lists ``(parent_index, token_id, cumulative_log_prob, kept)`` for every candidate considered
     at step ``t``; ``kept`` is False for pruned ones.
     """
 
-    hypotheses: list[Hypothesis]
-    steps: list[list[tuple[int, int, float, bool]]] = field(default_factory=list)
+    hypotheses: tuple[Hypothesis, ...]
+    steps: tuple[tuple[tuple[int, int, float, bool], ...], ...] = ()
 
 
 def hypothesis_score(log_prob: float, length: int, alpha: float) -> float:
@@ -164,13 +165,14 @@ def check_beam_size(beam_size: int) -> None:
         raise SamplingError(f"beam size must be between 1 and 16, got {beam_size}")
 
 
-def _finish(result: BeamResult, beams: list[list[int]], beam_lp: list[float], beam_size: int, alpha: float) -> None:
+def _finish(hypotheses: list[Hypothesis], beams: list[list[int]], beam_lp: list[float], beam_size: int,
+            alpha: float) -> None:
     """Close a sentence's search: the open ``beams`` fill the free places (unfinished), then rank by score."""
     for seq, lp in zip(beams, beam_lp):
-        if len(result.hypotheses) >= beam_size:
+        if len(hypotheses) >= beam_size:
             break
-        result.hypotheses.append(Hypothesis(seq, lp, hypothesis_score(lp, len(seq), alpha), False))
-    result.hypotheses.sort(key=lambda h: h.score, reverse=True)
+        hypotheses.append(Hypothesis(tuple(seq), lp, hypothesis_score(lp, len(seq), alpha), False))
+    hypotheses.sort(key=lambda h: h.score, reverse=True)
 
 
 def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tensor | None,
@@ -200,14 +202,19 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
     """
     cfg = model.cfg
     dev = model.device
-    results = [BeamResult([]) for _ in range(feed.size(0))]
-    beams: list[list[list[int]]] = [[[]] for _ in results]  # open beams per sentence (generated tokens)
+    hyps: list[list[Hypothesis]] = [[] for _ in range(feed.size(0))]  # closed hypotheses per sentence
+    trees: list[list[tuple]] = [[] for _ in hyps]  # the candidates of every step, per sentence (when recorded)
+
+    def results() -> list[BeamResult]:
+        return [BeamResult(tuple(h), tuple(tuple(s) for s in t)) for h, t in zip(hyps, trees)]
+
+    beams: list[list[list[int]]] = [[[]] for _ in hyps]  # open beams per sentence (generated tokens)
     for i, limit in enumerate(limits):
         if limit <= 0:
-            _finish(results[i], [[]], [0.0], beam_size, alpha)
+            _finish(hyps[i], [[]], [0.0], beam_size, alpha)
     active = [i for i, limit in enumerate(limits) if limit > 0]
     if not active:
-        return results
+        return results()
     rows = torch.tensor(active, device=dev)
     feed = feed.index_select(0, rows)
     if memory is not None:
@@ -223,7 +230,7 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
         top_lp, top_idx = torch.topk(total, min(2 * beam_size, width * vocab), dim=-1)  # [sentences, 2k]
         still, parent_rows, next_lp, next_tokens = [], [], [], []
         for j, (i, cand_lp, cand_idx) in enumerate(zip(active, top_lp.tolist(), top_idx.tolist())):
-            result = results[i]
+            closed = hyps[i]
             step_rec, new_beams, new_lp, parents = [], [], [], []
             for rank, (lp, idx) in enumerate(zip(cand_lp, cand_idx)):
                 if lp == float("-inf"):  # a padding row's candidates come last
@@ -232,8 +239,8 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
                 seq = beams[i][parent] + [token]
                 kept = False
                 if token == cfg.eos_id:
-                    if rank < beam_size and len(result.hypotheses) < beam_size:
-                        result.hypotheses.append(Hypothesis(seq, lp, hypothesis_score(lp, len(seq), alpha), True))
+                    if rank < beam_size and len(closed) < beam_size:
+                        closed.append(Hypothesis(tuple(seq), lp, hypothesis_score(lp, len(seq), alpha), True))
                         kept = True
                 elif len(new_beams) < beam_size:
                     new_beams.append(seq)
@@ -242,10 +249,10 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
                     kept = True
                 step_rec.append((parent, token, lp, kept))
             if record:
-                result.steps.append(step_rec)
+                trees[i].append(step_rec)
             beams[i] = new_beams
-            if not new_beams or len(result.hypotheses) >= beam_size or t + 1 >= limits[i]:
-                _finish(result, new_beams, new_lp, beam_size, alpha)
+            if not new_beams or len(closed) >= beam_size or t + 1 >= limits[i]:
+                _finish(closed, new_beams, new_lp, beam_size, alpha)
                 continue
             pad = beam_size - len(new_beams)  # only with a vocabulary smaller than 2k: rows that never win
             still.append(i)
@@ -261,7 +268,7 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
         active, width = still, beam_size
         row_lp = torch.tensor(next_lp, device=dev)
         feed = torch.tensor(next_tokens, device=dev)[:, None]
-    return results
+    return results()
 
 
 @torch.inference_mode()
@@ -338,9 +345,9 @@ def beam_translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: li
     return translate_texts(model, tokenizer, texts, batch_size, decode_batch=decode)
 
 
-@dataclass
+@dataclass(frozen=True)
 class BeamState:
-    """Beam search after ``step`` steps (step 0 = only ``<bos>``), rebuilt from a :class:`BeamResult`.
+    """Beam search after ``step`` steps (step 0 = only ``<bos>``), rebuilt from a :class:`BeamResult`; frozen like it.
 
     Attributes:
         step: steps taken.
@@ -352,33 +359,33 @@ class BeamState:
     """
 
     step: int
-    open: list[Hypothesis]
-    finished: list[Hypothesis]
-    candidates: list[tuple[list[int], int, float, bool]]
+    open: tuple[Hypothesis, ...]
+    finished: tuple[Hypothesis, ...]
+    candidates: tuple[tuple[tuple[int, ...], int, float, bool], ...]
 
     def best(self) -> Hypothesis | None:
         """The highest-scoring hypothesis, open or finished, at this point of the search."""
         return max(self.open + self.finished, key=lambda h: h.score, default=None)
 
 
-def beam_states(result: BeamResult, alpha: float, eos_id: int) -> list[BeamState]:
+def beam_states(result: BeamResult, alpha: float, eos_id: int) -> tuple[BeamState, ...]:
     """Every intermediate state of a finished search: ``states[t]`` after ``t`` steps, ``t = 0 … len(steps)``.
 
     Beam search is deterministic, so stepping through it is replaying ``result.steps``: the open beams of step
     ``t`` are the kept non-``<eos>`` candidates of step ``t`` (in order), exactly as :func:`beam_search` builds
     them; a kept ``<eos>`` candidate closes a hypothesis.
     """
-    states = [BeamState(0, [Hypothesis([], 0.0, 0.0, False)], [], [])]
+    states = [BeamState(0, (Hypothesis((), 0.0, 0.0, False),), (), ())]
     for t, cands in enumerate(result.steps, start=1):
         prev = states[-1]
         open_, finished, considered = [], list(prev.finished), []
         for parent, token, lp, kept in cands:
-            base = prev.open[parent].tokens if parent < len(prev.open) else []
-            considered.append((list(base), int(token), float(lp), bool(kept)))
+            base = prev.open[parent].tokens if parent < len(prev.open) else ()
+            considered.append((base, int(token), float(lp), bool(kept)))
             if not kept:
                 continue
-            seq = base + [int(token)]
+            seq = base + (int(token),)
             hyp = Hypothesis(seq, float(lp), hypothesis_score(float(lp), len(seq), alpha), int(token) == eos_id)
             (finished if hyp.finished else open_).append(hyp)
-        states.append(BeamState(t, open_, finished, considered))
-    return states
+        states.append(BeamState(t, tuple(open_), tuple(finished), tuple(considered)))
+    return tuple(states)

@@ -9,6 +9,7 @@ executes the page, so these tests do not depend on the page being registered in 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -136,44 +137,38 @@ def test_cache_bytes_formula_equals_the_stepper_cache(make_model, encode_src, ar
 
 
 # --- ui.decoding_lab: replayable runs, forcing, URL parsing, cache comparison -------------------------------
-def test_lab_run_replays_the_cli_sampling_and_back_then_next_is_identical(make_model, encode_src):
+def test_a_lab_decoding_replays_the_cli_sampling_and_is_frozen(make_model, encode_src):
     model = make_model()
     src = encode_src("She reads a book.")
     cfg = SamplingConfig("sample", temperature=1.8, top_k=50, top_p=0.95, seed=11).validate()
     reference = Stepper(model, src, max_new_tokens=12)
     reference.run_to_end(Chooser(cfg))
-    run = lab.LabRun(model, src, cfg, max_new_tokens=12)
-    run.run_to_end()
+    run = lab.lab_decoding(model, src, cfg, max_new_tokens=12)
     assert run.tokens_and_probs()[0] == reference.generated  # same seed, same tokens as model.translate
-    n = run.n_steps
-    full, finals = list(run.stepper.generated), [p.final.clone() for p in run.pipelines]
-    for back_to in (n - 1, n // 2, 0):
-        run.goto(back_to)
-        run.goto(n)
-        assert run.stepper.generated == full
-        assert all(torch.equal(p.final, f) for p, f in zip(run.pipelines, finals))
-    run.reset()
-    run.run_to_end()
-    assert run.stepper.generated == full
+    again = lab.lab_decoding(model, src, cfg, max_new_tokens=12)  # a pure function of its arguments
+    assert again.generated == run.generated
+    assert all(torch.equal(a.final, b.final) for a, b in zip(again.pipelines, run.pipelines))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.generated = ()  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.records[0].token_id = 3  # type: ignore[misc]
+    with pytest.raises(RuntimeError, match="[Ii]nference"):  # a shared distribution cannot be written into
+        run.records[0].log_probs.zero_()
 
 
 def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, encode_src):
     model = make_model()
     src = encode_src("The dog is small.")
-    run = lab.LabRun(model, src, SamplingConfig("greedy"), max_new_tokens=8)
-    run.goto(4)
-    before = list(run.stepper.generated)
+    before = lab.lab_decoding(model, src, SamplingConfig("greedy"), max_new_tokens=8)
     forced = lab.forced_after({5: 9}, 2, 77)  # forcing at step 2 drops the later forced step 5
     assert forced == {2: 77}
-    run.set_forced(forced)
-    assert run.n_steps == 1 and run.stepper.generated == before[:1]
-    run.goto(4)
-    assert run.stepper.generated[:2] == [before[0], 77] and run.forced_at(2) and not run.forced_at(1)
-    assert run.pipelines[1].token_id == 77 and run.suggested[1] == before[1]
+    run = lab.lab_decoding(model, src, SamplingConfig("greedy"), forced, max_new_tokens=8)
+    view = lab.StepView.of(run, 4)
+    assert view.generated[:2] == (before.generated[0], 77) and view.forced_at(2) and not view.forced_at(1)
+    assert run.forced_map == {2: 77} and run.forced == ((2, 77),)
+    assert run.pipelines[1].token_id == 77 and run.suggested[1] == before.generated[1]
     assert math.isclose(run.records[1].prob, float(run.records[1].log_probs[77].exp()), rel_tol=1e-5)
-    run.set_forced({})
-    run.goto(4)
-    assert run.stepper.generated == before
+    assert lab.lab_decoding(model, src, SamplingConfig("greedy"), {}, max_new_tokens=8).generated == before.generated
 
 
 def test_settings_from_the_link_are_clamped_or_ignored_with_notes():
@@ -193,24 +188,40 @@ def test_settings_from_the_link_are_clamped_or_ignored_with_notes():
 
 
 def test_a_step_view_is_the_run_as_it_stood_at_that_step(make_model, encode_src):
-    """StepView.of(finished run, k) equals a run stepped to k: the pages draw views of one cached finished run."""
+    """StepView.of(finished decoding, k) equals a decoding stepped to k: the pages draw views of one cached
+    finished decoding."""
     model = make_model()
     src = encode_src("The house is big.")
-    full = lab.LabRun(model, src, SamplingConfig("sample", 0.9, 0, 1.0, 5), {2: 77}, max_new_tokens=8)
-    full.run_to_end()
+    cfg = SamplingConfig("sample", 0.9, 0, 1.0, 5)
+    full = lab.lab_decoding(model, src, cfg, {2: 77}, max_new_tokens=8)
     for k in range(0, full.n_steps + 1):
-        stepped = lab.LabRun(model, src, SamplingConfig("sample", 0.9, 0, 1.0, 5), {2: 77}, max_new_tokens=8)
-        stepped.goto(k)
+        stepper, chooser = Stepper(model, src, max_new_tokens=8), Chooser(cfg)
+        for step in range(1, k + 1):
+            stepper.step(lambda lp, step=step: chooser(lp) if step != 2 else (chooser(lp), 77)[1])
         view = lab.StepView.of(full, k)
-        assert view.generated == tuple(stepped.stepper.generated) and view.step == k
-        assert view.finished == stepped.finished and view.suggested == tuple(stepped.suggested)
-        assert view.cache_positions == stepped.stepper.cache.positions
-        assert view.cache_nbytes() == stepped.stepper.cache.nbytes()
-        assert view.forced_at(2) == stepped.forced_at(2)
-        assert view.output_ids() == stepped.stepper.output_ids()
-        matrix, expected = view.cross_attention_matrix(), stepped.stepper.cross_attention_matrix()
-        assert (matrix is None) == (expected is None) and (matrix is None or torch.equal(matrix, expected))
-    assert lab.StepView.of(full, 999).step == full.n_steps  # clamped
+        assert view.generated == tuple(stepper.generated) and view.step == k
+        assert view.finished == stepper.finished
+        assert view.cache_positions == stepper.cache.positions
+        assert view.cache_nbytes() == stepper.cache.nbytes()
+        assert view.forced_at(2) == (k >= 2)
+        assert view.output_ids() == stepper.output_ids()
+
+
+def test_two_sessions_step_one_shared_decoding_independently(make_model, encode_src):
+    """What the server shares is a value: two visitors at different steps of one cached decoding each see their
+    own step, and neither view changes the decoding or the other view."""
+    model = make_model()
+    src = encode_src("The house is big.")
+    shared = lab.lab_decoding(model, src, SamplingConfig("greedy"), max_new_tokens=8)
+    tokens, records = shared.generated, shared.records
+    alice, bob = lab.StepView.of(shared, 1), lab.StepView.of(shared, shared.n_steps)
+    for step in range(shared.n_steps, -1, -1):  # Bob steps back while Alice steps forward
+        bob = lab.StepView.of(shared, step)
+        alice = lab.StepView.of(shared, min(alice.step + 1, shared.n_steps))
+        assert bob.generated == tokens[:step] and alice.generated == tokens[:alice.step]
+    assert shared.generated == tokens and shared.records == records and shared.n_steps == len(tokens)
+    assert not any(hasattr(shared, name) for name in ("step", "back", "goto", "reset", "set_forced"))
+
 
 
 def test_compare_cache_gives_the_same_log_probs(make_model, encode_src):

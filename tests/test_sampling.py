@@ -67,7 +67,7 @@ def test_beam_width_one_equals_greedy(make_model, encode_src):
     stepper = Stepper(model, src, max_new_tokens=10)
     stepper.run_to_end()
     result = beam_search(model, src, beam_size=1, alpha=0.0, max_new_tokens=10)
-    assert result.hypotheses[0].tokens == stepper.generated
+    assert list(result.hypotheses[0].tokens) == stepper.generated
 
 
 def test_beam_hypotheses_are_sorted_and_scores_are_penalised(make_model, encode_src):
@@ -90,12 +90,12 @@ def test_beam_states_replay_the_search_and_match_teacher_forced_log_probs(make_m
     src = encode_src("The cat sleeps.")
     result = beam_search(model, src, beam_size=3, alpha=0.6, max_new_tokens=6)
     states = beam_states(result, 0.6, model.cfg.eos_id)
-    assert len(states) == len(result.steps) + 1 and states[0].open[0].tokens == []
+    assert len(states) == len(result.steps) + 1 and states[0].open[0].tokens == ()
     for t, state in enumerate(states[1:], start=1):
         assert len(state.candidates) == len(result.steps[t - 1])
         assert all(len(h.tokens) == t for h in state.open) and len(state.open) <= 3
         for h in state.open + state.finished[-1:]:
-            lp = sequence_log_probs(model, src, [model.cfg.bos_id] + h.tokens)
+            lp = sequence_log_probs(model, src, [model.cfg.bos_id] + list(h.tokens))
             assert abs(float(lp.sum()) - h.log_prob) < 1e-4
     # The search's final ranking = the finished hypotheses plus the beams still open at the end.
     last = states[-1]
@@ -139,7 +139,7 @@ def test_batched_beam_search_equals_the_single_sentence_search(make_model, encod
         assert [h.tokens for h in got.hypotheses] == [h.tokens for h in want.hypotheses]
         assert [h.finished for h in got.hypotheses] == [h.finished for h in want.hypotheses]
         assert [h.score for h in got.hypotheses] == pytest.approx([h.score for h in want.hypotheses], abs=1e-4)
-        assert len(got.hypotheses) == beam_size and got.steps == []
+        assert len(got.hypotheses) == beam_size and got.steps == ()
 
 
 def test_the_eos_push_exercises_closed_and_capped_searches(make_model, encode_src, monkeypatch):

@@ -1,9 +1,10 @@
-"""The decoding lab's state, without Streamlit: a replayable sampled/forced decode, URL parsing, cache timing.
+"""The decoding lab's state, without Streamlit: a sampled/forced decode frozen for sharing, URL parsing, cache timing.
 
-:class:`LabRun` wraps a :class:`~model.decoding.Stepper` and a seeded :class:`~model.sampling.Chooser`. Before
-each step it saves the generator state, so Back restores it and the next Next draws the very same sample: a
-run is a pure function of (model, sentence, sampling settings, seed, forced tokens), and the same seed gives
-the same tokens as ``python -m model.translate --strategy sample --seed S`` when nothing is forced.
+:func:`lab_decoding` runs one sentence under one rule (greedy, or seeded sampling) with forced tokens to its end
+and freezes it as a :class:`~model.decoded.Decoding`: a pure function of (model, sentence, sampling settings,
+seed, forced tokens), cached and read by every session; the same seed gives the same tokens as
+``python -m model.translate --strategy sample --seed S`` when nothing is forced. A page shows it one step at a
+time through :class:`StepView`, an index into it.
 
 Forced tokens are ``{step: token_id}`` with 1-based steps (step 3 = the third generated token). At a forced
 step the rule still draws its sample (so the random stream of later steps is unchanged) and the forced token
@@ -13,11 +14,12 @@ replaces it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import torch
 
+from model.decoded import Decoding
 from model.decoding import StepRecord, Stepper, strip_eos
 from model.sampling import Chooser, Pipeline, SamplingConfig, SamplingError
 from model.transformer import Transformer
@@ -33,112 +35,45 @@ ALPHA_RANGE = (0.0, 2.0)
 DEFAULTS = dict(strategy="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, beam=4, alpha=0.6)
 
 
-class LabRun:
-    """One decode of one sentence under one sampling rule, stepped forward and back, with forced tokens.
+def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfig,
+                 forced: Mapping[int, int] | None = None, max_new_tokens: int | None = None) -> Decoding:
+    """One sentence decoded to its end under one rule, with forced tokens, frozen.
 
     Args:
         model: an eval-mode Transformer.
-        src_ids: encoder ids (``<eos>`` included).
+        src_ids: encoder ids (``<eos>`` included), or a decoder-only model's prompt.
         sampling: a validated :class:`SamplingConfig` (``strategy`` greedy or sample).
         forced: ``{step: token_id}`` (1-based steps).
         max_new_tokens: length limit of the decode.
+
+    Returns:
+        A :class:`Decoding` with ``pipelines`` (what the rule did at each step), ``suggested`` (the rule's own
+        pick) and ``forced``.
     """
+    forced = {int(k): int(v) for k, v in (forced or {}).items()}
+    stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens)
+    chooser = Chooser(sampling)
+    pipelines: list[Pipeline] = []
+    suggested: list[int] = []
+    while not stepper.finished:
+        at = forced.get(len(stepper.records) + 1)
 
-    def __init__(self, model: Transformer, src_ids: list[int], sampling: SamplingConfig,
-                 forced: Mapping[int, int] | None = None, max_new_tokens: int | None = None):
-        self.sampling = sampling
-        self.stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens)
-        self.forced: dict[int, int] = dict(forced or {})
-        self.reset()
+        def choose(log_probs: torch.Tensor, at=at) -> int:
+            picked = chooser(log_probs)  # drawn even when forced: later steps see the same random stream
+            return picked if at is None else at
 
-    # --- state ------------------------------------------------------------------------------------------
-    def reset(self) -> None:
-        self.stepper.reset()
-        self.chooser = Chooser(self.sampling)
-        self.pipelines: list[Pipeline] = []  # per step, token_id = the token actually taken
-        self.suggested: list[int] = []  # per step, what the rule picked (differs from the token where forced)
-        self._gen_states: list[torch.Tensor] = []
-
-    @property
-    def records(self) -> list[StepRecord]:
-        return self.stepper.records
-
-    @property
-    def n_steps(self) -> int:
-        return len(self.stepper.records)
-
-    @property
-    def finished(self) -> bool:
-        return self.stepper.finished
-
-    def forced_at(self, step: int) -> bool:
-        """Whether the token of 1-based ``step`` (already taken) was forced."""
-        return 1 <= step <= self.n_steps and step in self.forced
-
-    # --- stepping ---------------------------------------------------------------------------------------
-    def step(self) -> StepRecord | None:
-        """One token: the rule's choice, or the forced token at a forced step. ``None`` once finished."""
-        if self.stepper.finished:
-            return None
-        step = self.n_steps + 1
-        state = self.chooser.generator.get_state()
-        forced = self.forced.get(step)
-
-        def choose(log_probs: torch.Tensor) -> int:
-            picked = self.chooser(log_probs)  # drawn even when forced: later steps see the same random stream
-            return picked if forced is None else int(forced)
-
-        rec = self.stepper.step(choose)
-        pipe = self.chooser.last
-        self._gen_states.append(state)
-        self.suggested.append(pipe.token_id)
-        self.pipelines.append(pipe if forced is None else replace(pipe, token_id=int(forced)))
-        return rec
-
-    def back(self) -> None:
-        """Undo the last step and rewind the random generator to before it."""
-        if not self.stepper.records:
-            return
-        self.stepper.back()
-        self.pipelines.pop()
-        self.suggested.pop()
-        self.chooser.generator.set_state(self._gen_states.pop())
-
-    def goto(self, n_steps: int) -> None:
-        """Move to ``n_steps`` generated tokens (or as far as the decoding goes)."""
-        while self.n_steps > n_steps:
-            self.back()
-        while self.n_steps < n_steps and not self.stepper.finished:
-            self.step()
-
-    def run_to_end(self) -> None:
-        while self.step() is not None:
-            pass
-
-    def set_forced(self, forced: Mapping[int, int]) -> None:
-        """Replace the forced tokens; steps from the first changed one on are undone (the caller goes back
-        to the step it shows with :meth:`goto`)."""
-        forced = {int(k): int(v) for k, v in forced.items()}
-        changed = [s for s in set(forced) | set(self.forced) if forced.get(s) != self.forced.get(s)]
-        self.forced = forced
-        if changed:
-            first = min(changed)
-            while self.n_steps >= first:
-                self.back()
-
-    def tokens_and_probs(self) -> tuple[list[int], list[float]]:
-        """Generated ids and the model probability (softmax at T = 1) of each."""
-        return [r.token_id for r in self.records], [r.prob for r in self.records]
+        stepper.step(choose)
+        suggested.append(chooser.last.token_id)
+        pipelines.append(chooser.last if at is None else replace(chooser.last, token_id=at))
+    return Decoding.of(stepper, pipelines, suggested, forced)
 
 
 @dataclass(frozen=True)
 class StepView:
     """A finished decoding as it stood after its first ``step`` tokens: what the step-through pages draw.
 
-    Pages never step a decoding kept in the session: a click's script run may overlap the previous one (Streamlit
-    starts it at once), and two runs stepping one shared object leave it half-updated. Instead, the decoding is
-    run to its end once and cached (read-only), and each run takes the view of the step it shows with :meth:`of`.
-    Nothing is copied but the lists of references; the records and tensors are shared and must not be changed.
+    The decoding is shared by every session (a frozen :class:`Decoding`); a session keeps only its step number and
+    takes the view of that step with :meth:`of`. Nothing is copied but tuples of references.
 
     Attributes:
         step: tokens generated so far (0 … the decoding's length).
@@ -148,8 +83,8 @@ class StepView:
         finished: the decoding ends with this step (``<eos>`` or the length limit).
         cross_bytes: bytes of the cross-attention K/V held once a step has run (0 for a decoder-only model).
         eos_id: the model's ``<eos>`` id.
-        pipelines, suggested, forced: a :class:`LabRun`'s per-step pipelines and the rule's own picks so far, and
-            its forced tokens ``{step: token_id}``, later steps included (empty for a plain :class:`Stepper`).
+        pipelines, suggested: a sampled decoding's per-step pipelines and the rule's own picks so far.
+        forced: the decoding's forced tokens ``((step, token_id), …)``, later steps included.
     """
 
     step: int
@@ -161,23 +96,17 @@ class StepView:
     eos_id: int
     pipelines: tuple[Pipeline, ...] = ()
     suggested: tuple[int, ...] = ()
-    forced: Mapping[int, int] = field(default_factory=dict)
+    forced: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def of(cls, run: "LabRun | Stepper", step: int) -> "StepView":
-        """The view of a run (a finished :class:`Stepper` or :class:`LabRun`) after ``step`` tokens, clamped to
-        ``[0, its length]``."""
-        stepper = run.stepper if isinstance(run, LabRun) else run
-        step = min(max(int(step), 0), len(stepper.records))
-        records = tuple(stepper.records[:step])
-        eos = stepper.model.cfg.eos_id
-        finished = bool(records and records[-1].token_id == eos) or step >= stepper.max_new_tokens
-        extra = {}
-        if isinstance(run, LabRun):
-            extra = dict(pipelines=tuple(run.pipelines[:step]), suggested=tuple(run.suggested[:step]),
-                         forced=dict(run.forced))
-        return cls(step, tuple(stepper.prefix), tuple(stepper.generated[:step]), records, finished,
-                   stepper.cache.nbytes()["cross"] if step else 0, eos, **extra)
+    def of(cls, decoding: Decoding, step: int) -> "StepView":
+        """The view of ``decoding`` after ``step`` tokens, clamped to ``[0, its length]``."""
+        step = min(max(int(step), 0), decoding.n_steps)
+        records = decoding.records[:step]
+        finished = bool(records and records[-1].token_id == decoding.eos_id) or step >= decoding.max_new_tokens
+        return cls(step, decoding.prefix, decoding.generated[:step], records, finished,
+                   decoding.cross_bytes if step else 0, decoding.eos_id, decoding.pipelines[:step],
+                   decoding.suggested[:step], decoding.forced)
 
     @property
     def tokens(self) -> tuple[int, ...]:
@@ -190,7 +119,7 @@ class StepView:
 
     def forced_at(self, step: int) -> bool:
         """Whether the token of 1-based ``step`` (already taken) was forced."""
-        return 1 <= step <= self.step and step in self.forced
+        return 1 <= step <= self.step and step in dict(self.forced)
 
     @property
     def cache_positions(self) -> int:

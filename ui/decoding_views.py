@@ -92,7 +92,7 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
     with steps_col:
         step_controls(step, at_end, n_total, f"{len(now.open)} open beams · {len(now.finished)} finished · "
                                              f"search ends after {n_total} steps")
-    shown = BeamResult([best] if best and best.tokens else [], result.steps[:step])
+    shown = BeamResult((best,) if best and best.tokens else (), result.steps[:step])
     fig = beam_tree_figure(shown, pieces.namer(tok), cfg.eos_id, title=f"Beam search tree after step {step}",
                            n_steps=n_total, ranks=2 * width)  # the axes of the whole search: it grows in place
     widgets.show_figure(fig, where=main, key="dl_beam_tree")

@@ -8,7 +8,8 @@ read and written through :mod:`ui.url`), so a reload or a shared link shows the 
 A decoding is never kept as a mutable object in the session. Streamlit starts the run for a new click while the
 run for the previous one may still be executing (fast reruns), so two runs of one session can overlap: the
 session holds only the step number, and the decoding is computed to its end once per (checkpoint version,
-token ids), cached, and read, never changed, by every run (:func:`greedy_run`, :class:`ui.decoding_lab.StepView`).
+token ids), frozen (:class:`model.decoded.Decoding`), cached and shared by every run of every session
+(:func:`greedy_run`); a step is an index into it (:class:`ui.decoding_lab.StepView`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_checkpoints, load_checkpoint
+from model.decoded import Decoding, decode
 from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, default_max_new_tokens,
                             input_limit, prepare_source)
 from model.hf.card import folder_facts
@@ -321,12 +323,10 @@ def new_stepper(model, src_ids: list[int]) -> Stepper:
     return Stepper(model, src_ids, max_new_tokens=default_max_new_tokens(model.cfg, len(src_ids)))
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
-def _greedy_run(path: str, mtime: float, src_ids: tuple[int, ...]) -> Stepper:
+@st.cache_resource(show_spinner=False, max_entries=256)
+def _greedy_run(path: str, mtime: float, src_ids: tuple[int, ...]) -> Decoding:
     ckpt = _load(path, mtime)
-    stepper = new_stepper(ckpt.model, list(src_ids))
-    stepper.run_to_end()
-    return stepper
+    return decode(new_stepper(ckpt.model, list(src_ids)))
 
 
 def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
@@ -334,10 +334,9 @@ def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
     return str(ckpt.path), _mtime(Path(ckpt.path))
 
 
-def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Stepper:
-    """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), cached per checkpoint version
-    and ids and shared by every run and session: **read it, never step it** (view a step with
-    :meth:`ui.decoding_lab.StepView.of`)."""
+def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
+    """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), frozen, cached per checkpoint
+    version and ids and shared by every run and session (view a step with :meth:`ui.decoding_lab.StepView.of`)."""
     return _greedy_run(*checkpoint_version(ckpt), tuple(src.ids))
 
 

@@ -1,0 +1,93 @@
+"""A finished decoding as an immutable value: what many visitors read at once.
+
+A server shows one decoding to every visitor who typed the same sentence, and a click's script run may overlap
+the previous run of the same visitor. So a decoding is run to its end once and frozen: a :class:`Decoding` holds
+tuples of frozen :class:`~model.decoding.StepRecord` s and has no method that changes it. Stepping through it is
+an index (``ui.decoding_lab.StepView.of(decoding, step)``), never a change of it, so two sessions at different
+steps of one cached decoding cannot disturb each other.
+
+Its tensors are inference tensors (made under ``torch.inference_mode``): torch refuses to change one in place
+outside inference mode (``RuntimeError: Inplace update to inference tensor outside InferenceMode``), and the
+pages never run in it, so a page that tried to write into a shared distribution would fail loudly instead of
+changing what every other visitor sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+
+from .decoding import StepRecord, Stepper, greedy_choice, strip_eos
+from .sampling import Pipeline
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """One decoding run to its end (``<eos>`` or the length limit), frozen.
+
+    Attributes:
+        prefix: the decoder's start (``<bos>``, plus a decoder-only model's prompt).
+        generated: every generated token, a final ``<eos>`` included (``[n_steps]``).
+        records: one :class:`StepRecord` per generated token (its distribution ``[vocab]``, attention rows).
+        max_new_tokens: the length limit the decoding ran under.
+        eos_id: the model's ``<eos>`` id.
+        cross_bytes: bytes of the cross-attention K/V, held from the first step on (0 for a decoder-only model).
+        pipelines: a sampled decoding's per-step :class:`~model.sampling.Pipeline` (temperature, top-k, top-p,
+            the pick); ``token_id`` is the token actually taken. Empty for plain greedy decoding.
+        suggested: what the rule itself picked at each step (differs from the token where one was forced).
+        forced: ``((step, token_id), …)``, 1-based steps, sorted: the tokens a user forced.
+    """
+
+    prefix: tuple[int, ...]
+    generated: tuple[int, ...]
+    records: tuple[StepRecord, ...]
+    max_new_tokens: int
+    eos_id: int
+    cross_bytes: int
+    pipelines: tuple[Pipeline, ...] = ()
+    suggested: tuple[int, ...] = ()
+    forced: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, stepper: Stepper, pipelines=(), suggested=(), forced: Mapping[int, int] | None = None) -> "Decoding":
+        """Freeze what ``stepper`` has decoded so far (call it once the stepper is finished)."""
+        return cls(tuple(stepper.prefix), tuple(stepper.generated), tuple(stepper.records), stepper.max_new_tokens,
+                   stepper.model.cfg.eos_id, stepper.cache.nbytes()["cross"], tuple(pipelines), tuple(suggested),
+                   tuple(sorted((int(k), int(v)) for k, v in (forced or {}).items())))
+
+    @property
+    def n_steps(self) -> int:
+        """Tokens generated, a final ``<eos>`` included."""
+        return len(self.records)
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The prefix and every generated token."""
+        return self.prefix + self.generated
+
+    @property
+    def finished(self) -> bool:
+        """Ends with ``<eos>`` or at the length limit (true of every decoding built by :func:`decode`)."""
+        return bool(self.generated and self.generated[-1] == self.eos_id) or self.n_steps >= self.max_new_tokens
+
+    @property
+    def forced_map(self) -> dict[int, int]:
+        """``{step: token_id}`` of the forced tokens (a fresh dict: changing it changes nothing here)."""
+        return dict(self.forced)
+
+    def output_ids(self) -> list[int]:
+        """Generated ids without a final ``<eos>``."""
+        return strip_eos(list(self.generated), self.eos_id)
+
+    def tokens_and_probs(self) -> tuple[list[int], list[float]]:
+        """Generated ids and the model probability (softmax at T = 1) of each."""
+        return [r.token_id for r in self.records], [r.prob for r in self.records]
+
+
+def decode(stepper: Stepper, choose: Callable[[torch.Tensor], int] = greedy_choice) -> Decoding:
+    """Step a fresh ``stepper`` to its end with ``choose(log_probs [vocab]) -> token id`` (greedy by default) and
+    freeze the result."""
+    stepper.run_to_end(choose)
+    return Decoding.of(stepper)

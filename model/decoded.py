@@ -23,7 +23,7 @@ from .decoding import StepRecord, Stepper, greedy_choice, strip_eos
 from .sampling import Pipeline
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # tensors inside: compared and hashed by identity
 class Decoding:
     """One decoding run to its end (``<eos>`` or the length limit), frozen.
 

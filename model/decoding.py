@@ -102,7 +102,7 @@ def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: in
     return SourceInput(clean, ids + [eos_id], tokens + [end], offsets + [(len(clean), len(clean))], truncated, notes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # tensors inside: compared and hashed by identity
 class StepRecord:
     """What one decoding step produced (frozen: a finished decoding is shared read-only, :mod:`model.decoded`).
 

@@ -58,7 +58,7 @@ class SamplingConfig:
         return self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # tensors inside: compared and hashed by identity
 class Pipeline:
     """Every stage of one next-token choice, ``[vocab]`` tensors (for the decoding lab's pipeline view)."""
 

@@ -14,6 +14,7 @@ token ids), frozen (:class:`model.decoded.Decoding`), cached and shared by every
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -81,7 +82,12 @@ def available_checkpoints() -> dict[str, Path]:
 
 @st.cache_resource(show_spinner="Loading the model…", max_entries=4)
 def _load(path: str, mtime: float) -> Checkpoint:  # mtime is part of the cache key
-    return load_checkpoint(path)
+    ckpt = load_checkpoint(path)
+    # Everything alive now (torch, the libraries, this model) lives as long as the process: moved out of the
+    # collector's sight, a full collection no longer walks it, and the collections that a room of visitors'
+    # script runs trigger stay cheap for every session sharing the interpreter lock.
+    gc.freeze()
+    return ckpt
 
 
 #: Files whose change makes a loaded checkpoint stale: ours, and a Hugging Face folder's (weights, tokenizers).

@@ -1,5 +1,6 @@
-"""The real EN–DE sentence pairs: Tatoeba, Multi30K and BConTrasT, read as they are distributed, split, cleaned of
-every evaluation sentence, and mixed into one training file.
+"""The real EN–DE sentence pairs: Tatoeba, Multi30K and BConTrasT, and the general-domain files of
+:mod:`corpora.extra`, read as they are distributed, split, cleaned of every evaluation sentence, and mixed into one
+training file.
 
 Nothing here is shipped: the sources live in ``../shared/data/`` (or wherever a user downloaded them, see
 ``docs/training.md``) and everything prepared from them goes to ``data/prepared/`` (git-ignored). Each prepared
@@ -17,9 +18,10 @@ from __future__ import annotations
 import io
 import zipfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from .extra import EXTRA_CORPORA, FLORES_NAME, GENERAL_DOMAIN, extra_train_dir, read_extra_corpus, read_flores
 from .files import ASSETS_DATA, DataError, Pair, dataset_path, read_text_lines, read_tsv, split_key, split_of, \
     write_tsv_gz
 
@@ -35,6 +37,8 @@ DEFAULT_SOURCES = {
     "bcontrast": SHARED_DATA / "bcontrast",
 }
 PARALLEL = tuple(DEFAULT_SOURCES)
+#: Every corpus a mixture can name: the three above, the general-domain files by their stem, and the shipped Ding.
+MIXABLE = (*PARALLEL, *EXTRA_CORPORA, "ding")
 
 # Tatoeba has no official split: hash buckets 0-9 (1 %) are held out for validation, 10-19 (1 %) for test.
 TATOEBA_VALID, TATOEBA_TEST = range(0, 10), range(10, 20)
@@ -49,10 +53,12 @@ EVAL_ONLY = {"newstest2014": ("newstest2014.en.gz", "newstest2014.de.gz"),
 
 @dataclass(frozen=True)
 class Prepared:
-    """What :func:`prepare_corpus` wrote: ``{split: number of pairs}`` and the training pairs removed as leaks."""
+    """What :func:`prepare_corpus` wrote: ``{split: number of pairs}``, the training pairs removed as leaks, and
+    (a general-domain file) the pairs its cleaning ``dropped``, ``{reason: pairs}``."""
 
     counts: dict[str, int]
     removed: int
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 def prepared_path(corpus: str, split: str, out: Path = PREPARED) -> Path:
@@ -161,23 +167,32 @@ def split_tatoeba(pairs: list[Pair]) -> dict[str, list[Pair]]:
     return splits
 
 
-def read_corpus(corpus: str, source: str | Path | None = None) -> dict[str, list[Pair]]:
-    """Every split of ``corpus`` (``tatoeba``, ``multi30k`` or ``bcontrast``) read from ``source`` (default: its place
-    in ``../shared/data``). Raises ``DataError`` for bad or missing files, ``ValueError`` for an unknown corpus."""
+def read_corpus(corpus: str, source: str | Path | None = None, shared: Path = SHARED_DATA) -> dict[str, list[Pair]]:
+    """Every split of ``corpus`` (``tatoeba``, ``multi30k``, ``bcontrast`` or one of
+    :data:`~corpora.extra.EXTRA_CORPORA`) read from ``source`` (default: its place in ``shared``). Raises
+    ``DataError`` for bad or missing files, ``ValueError`` for an unknown corpus."""
+    return _read_corpus(corpus, source, shared)[0]
+
+
+def _read_corpus(corpus: str, source, shared: Path) -> tuple[dict[str, list[Pair]], dict[str, int]]:
+    """:func:`read_corpus` and what cleaning dropped (``{reason: pairs}``; only the general-domain files clean)."""
+    if corpus in EXTRA_CORPORA:
+        return read_extra_corpus(corpus, source if source is not None else extra_train_dir(shared))
     if corpus not in DEFAULT_SOURCES:
-        raise ValueError(f"unknown corpus {corpus!r}; choose one of {', '.join(PARALLEL)}")
+        raise ValueError(f"unknown corpus {corpus!r}; choose one of {', '.join(PARALLEL + EXTRA_CORPORA)}")
     source = Path(source) if source is not None else DEFAULT_SOURCES[corpus]
     if corpus == "tatoeba":
-        return split_tatoeba(read_tatoeba(source))
+        return split_tatoeba(read_tatoeba(source)), {}
     if corpus == "multi30k":
-        return {split: read_multi30k(source, split) for split in MULTI30K_SPLITS}
-    return {split: read_bcontrast(source, split) for split in BCONTRAST_SPLITS}
+        return {split: read_multi30k(source, split) for split in MULTI30K_SPLITS}, {}
+    return {split: read_bcontrast(source, split) for split in BCONTRAST_SPLITS}, {}
 
 
 def evaluation_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> dict[str, list[Pair]]:
     """Every evaluation set that exists here: Ding valid/test and the everyday set (shipped), each prepared corpus's
-    held-out splits in ``prepared``, and the evaluation-only sets of ``shared/eval`` (newstest, the
-    Tatoeba-Challenge test). ``{name: pairs}``; sets whose files are absent are left out."""
+    held-out splits in ``prepared``, the evaluation-only sets of ``shared/eval`` (newstest, the Tatoeba-Challenge
+    test) and FLORES-200 devtest (``shared/extra/eval``). ``{name: pairs}``; sets whose files are absent are left
+    out."""
     sets: dict[str, list[Pair]] = {}
     for split in ("valid", "test"):
         if dataset_path(split, ASSETS_DATA).is_file():
@@ -191,6 +206,8 @@ def evaluation_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> di
     for name, (en, de) in EVAL_ONLY.items():
         if (shared / "eval" / en).is_file() and (shared / "eval" / de).is_file():
             sets[name] = read_aligned(shared / "eval" / en, shared / "eval" / de)
+    if (flores := read_flores(shared)) is not None:
+        sets[FLORES_NAME] = flores
     return sets
 
 
@@ -210,18 +227,23 @@ def prepare_corpora(sources: dict[str, str | Path | None], out: Path = PREPARED,
     split first, then each training split cleaned of every evaluation sentence known now: the held-out splits of
     all of them (so preparing several at once leaves no cross-corpus leak) and :func:`evaluation_sets`.
     Returns ``{corpus: Prepared}``. Raises ``DataError`` (nothing is written then)."""
-    read = {corpus: read_corpus(corpus, source) for corpus, source in sources.items()}
+    read, dropped = {}, {}
+    for corpus, source in sources.items():
+        read[corpus], dropped[corpus] = _read_corpus(corpus, source, shared)
     for corpus, splits in read.items():
         for split, pairs in splits.items():
             if split != "train":
                 write_tsv_gz(prepared_path(corpus, split, out), pairs)
+    general = [read[c]["valid"] for c in GENERAL_DOMAIN if c in read]
+    if general:  # the news and Wikipedia held-out pairs together: a general-domain valid set to select by
+        write_tsv_gz(prepared_path("general", "valid", out), interleave(general))
     keys = evaluation_keys(evaluation_sets(out, shared))
     done = {}
     for corpus, splits in read.items():
         train = remove_leaks(splits["train"], keys)
         write_tsv_gz(prepared_path(corpus, "train", out), train)
         done[corpus] = Prepared({s: len(train) if s == "train" else len(p) for s, p in splits.items()},
-                                len(splits["train"]) - len(train))
+                                len(splits["train"]) - len(train), dropped[corpus])
     return done
 
 
@@ -253,7 +275,7 @@ def parse_repeats(text: str, base: dict[str, int] | None = None) -> dict[str, in
     :data:`DEFAULT_REPEATS`; pass ``{}`` for only the corpora named). 0 leaves a corpus out.
 
     Raises:
-        DataError: an item that is not ``corpus=N`` with a whole N ≥ 0, or a corpus that is not one of the four.
+        DataError: an item that is not ``corpus=N`` with a whole N ≥ 0, or a corpus that is not in :data:`MIXABLE`.
     """
     repeats = dict(DEFAULT_REPEATS if base is None else base)
     for item in filter(None, (t.strip() for t in str(text).split(","))):
@@ -261,18 +283,17 @@ def parse_repeats(text: str, base: dict[str, int] | None = None) -> dict[str, in
         if not value.strip().isdigit():
             raise DataError(f"the mixture wants corpus=N items, e.g. multi30k=2 (got {item!r})")
         repeats[name.strip()] = int(value)
-    unknown = set(repeats) - {*PARALLEL, "ding"}
+    unknown = set(repeats) - set(MIXABLE)
     if unknown:
-        raise DataError(f"unknown corpus in the mixture: {', '.join(sorted(unknown))} (known: tatoeba, multi30k, "
-                        "bcontrast, ding)")
+        raise DataError(f"unknown corpus in the mixture: {', '.join(sorted(unknown))} (known: {', '.join(MIXABLE)})")
     return repeats
 
 
 def prepared_corpora(out: Path | None = None) -> list[str]:
-    """The corpora a mixture can take now: each of :data:`PARALLEL` whose training split is prepared in ``out``
+    """The corpora a mixture can take now: each of :data:`MIXABLE` whose training split is prepared in ``out``
     (default :data:`PREPARED`, read at the call), and ``"ding"`` (shipped)."""
     out = PREPARED if out is None else out
-    return [c for c in PARALLEL if prepared_path(c, "train", out).is_file()] + ["ding"]
+    return [c for c in MIXABLE[:-1] if prepared_path(c, "train", out).is_file()] + ["ding"]
 
 
 @dataclass(frozen=True)
@@ -297,11 +318,12 @@ def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, s
             message names the command that prepares it), or no pairs at all.
     """
     repeats = parse_repeats("", repeats)
-    missing = [c for c in PARALLEL if repeats.get(c, 0) and not prepared_path(c, "train", out).is_file()]
+    missing = [c for c in MIXABLE[:-1] if repeats.get(c, 0) and not prepared_path(c, "train", out).is_file()]
     if missing:
+        one = "extra" if missing[0] in EXTRA_CORPORA else missing[0]
         raise DataError(f"{', '.join(missing)} not prepared in {out}: run 'python -m corpora prepare all' (or "
-                        f"prepare {missing[0]}) first, or give it the share 0")
-    sources = {c: prepared_path(c, "train", out) for c in PARALLEL if repeats.get(c, 0)}
+                        f"prepare {one}) first, or give it the share 0")
+    sources = {c: prepared_path(c, "train", out) for c in MIXABLE[:-1] if repeats.get(c, 0)}
     if repeats.get("ding", 0):
         sources["ding"] = dataset_path("train", ASSETS_DATA)
     if not sources:

@@ -1,7 +1,7 @@
 """Score a checkpoint: ``python -m training.evaluate --checkpoint DIR [--tsv FILE | --text FILE] [--limit N]``.
 
 ``--suite``: a translator on every evaluation set found here, greedy and beam, in one table
-(:mod:`training.suite`).
+(:mod:`training.suite`); ``--suite --pieces``: how its tokenizer cuts FLORES, Multi30K and newstest (no translation).
 
 A translator: corpus BLEU and chrF (sacreBLEU) of its translations against the TSV's second column (default:
 the shipped Ding test split), greedy or by beam search (``--strategy beam --beam K --alpha A``), and with ``--loss``
@@ -266,13 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loss", action="store_true",
                    help="a translator: also the references' loss (nats/token, no label smoothing) and perplexity")
     p.add_argument("--suite", action="store_true", help="a translator on every evaluation set here (Ding test, "
-                   "everyday, Multi30K, BConTrasT, Tatoeba, newstest2014), greedy and beam, plus the goal sentences")
+                   "everyday, Multi30K, BConTrasT, Tatoeba, newstest2014, FLORES-200 devtest), greedy and beam, plus "
+                   "the goal sentences and a repeated-word check")
+    p.add_argument("--pieces", action="store_true", help="with --suite: no translation, only the tokenizer's pieces "
+                   "per word, split-word and unknown-piece rates on FLORES, Multi30K test2016 and newstest2014 (or "
+                   "--suite-sets)")
     p.add_argument("--suite-strategies", dest="strategy_set", choices=["greedy", "beam", "both"], default="both",
                    help="with --suite: which decodings to score (default both)")
     p.add_argument("--suite-sets", default="", help="with --suite: only these sets, comma-separated as the table "
                    "names them (e.g. \"everyday,tatoeba held-out\"; default: every set)")
     p.add_argument("--prepared", default=str(PREPARED), help="with --suite: the prepared corpora folder")
-    p.add_argument("--shared", default=str(SHARED_DATA), help="with --suite: the folder holding eval/ (newstest)")
+    p.add_argument("--shared", default=str(SHARED_DATA), help="with --suite: the folder holding eval/ (newstest) "
+                   "and extra/eval/ (FLORES)")
     p.add_argument("--json", default="", help="with --suite: also write the report to this JSON file")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (0 = torch's default). Beside a training run give 1: two threads wait for "
@@ -283,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        if args.suite:
+        if args.suite or args.pieces:
             check_beam_size(args.beam)
             ckpt = load_checkpoint(args.checkpoint)
             if not ckpt.config.is_encoder_decoder:

@@ -2,8 +2,10 @@
 
 Each set is scored with sacreBLEU (cased, detokenised text, the library's default 13a tokenisation for BLEU) by
 greedy decoding and by beam search; the Tatoeba held-out set is scored against *all* the German translations of each
-English sentence (sacreBLEU takes a variable number of references). Below the table come the six goal sentences,
-verbatim, and the longest run of one repeated word in any everyday output (a repetition loop shows up there first).
+English sentence (sacreBLEU takes a variable number of references). Below the table come, for every set, how many
+of its first :data:`REPEAT_CHECKED` outputs repeat a word back to back (the goal: none repeats a word even twice in a
+row; a repetition loop shows up there first), the six goal sentences verbatim, and the longest run of one repeated
+word in any everyday output.
 
 Sets that are not on this machine (the corpora are not shipped; ``python -m corpora prepare all`` makes them) are
 listed as missing, never silently dropped.
@@ -12,11 +14,14 @@ listed as missing, never silently dropped.
 from __future__ import annotations
 
 import json
+import re
 import time
+import unicodedata
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from corpora.extra import FLORES, FLORES_NAME, read_flores
 from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, read_tsv
 from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepared_path, read_aligned
 from model.decoding import translate_texts
@@ -37,6 +42,10 @@ SUITE_BEAM, SUITE_ALPHA = 8, 1.0
 #: The paper's newstest2014 EN→DE BLEU (Vaswani et al. 2017, Table 2): base 27.3, big 28.4.
 PAPER_NEWSTEST2014 = {"base": 27.3, "big": 28.4}
 
+#: How many outputs of each set (its first ones) the repeat check reads: enough to catch a loop, and the same number
+#: for every set whatever its size.
+REPEAT_CHECKED = 1000
+
 
 @dataclass
 class EvalSet:
@@ -51,13 +60,15 @@ class EvalSet:
 
 @dataclass
 class SetScore:
-    """A set's scores: ``{strategy: {"bleu", "chrf"}}`` (0–100), its size and seconds spent decoding."""
+    """A set's scores: ``{strategy: {"bleu", "chrf"}}`` (0–100), its size, seconds spent decoding, and
+    ``repeats``: ``{strategy: :func:`repeat_check`}`` of its first :data:`REPEAT_CHECKED` outputs."""
 
     name: str
     sentences: int
     references: int
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    repeats: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def grouped(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
@@ -77,7 +88,7 @@ def available_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> tup
 
     Shipped: Ding test and the everyday set. Prepared (``python -m corpora prepare all``): Multi30K test2016,
     test2017, MSCOCO 2017; BConTrasT test; Tatoeba held-out test (grouped, several references). From
-    ``shared/eval``: newstest2014 and the Tatoeba-Challenge test.
+    ``shared/eval``: newstest2014 and the Tatoeba-Challenge test; from ``shared/extra/eval``: FLORES-200 devtest.
     """
     sets: list[EvalSet] = []
     missing: list[str] = []
@@ -104,6 +115,11 @@ def available_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> tup
             missing.append(f"{name}: not found ({en})")
             continue
         sets.append(one_ref(name, f"{en.parent}", read_aligned(en, de)))
+    flores = read_flores(Path(shared))
+    if flores is None:
+        missing.append(f"{FLORES_NAME}: not found ({Path(shared).joinpath(*FLORES)})")
+    else:
+        sets.append(one_ref(FLORES_NAME, str(Path(shared).joinpath(*FLORES[:-1])), flores))
     return sets, missing
 
 
@@ -115,6 +131,53 @@ def longest_repeat(text: str) -> int:
         run = run + 1 if i and w == words[i - 1] else 1
         best = max(best, run)
     return best
+
+
+def repeat_check(outputs: list[str], checked: int = REPEAT_CHECKED) -> dict[str, int]:
+    """``{"checked", "longest", "repeating"}`` of the first ``checked`` ``outputs``: how many were read, the longest
+    run of one word back to back in any (:func:`longest_repeat`), and how many repeat a word at least twice in a
+    row."""
+    runs = [longest_repeat(o) for o in outputs[:checked]]
+    return {"checked": len(runs), "longest": max(runs, default=0), "repeating": sum(r >= 2 for r in runs)}
+
+
+def piece_stats(tokenizer, texts: list[str]) -> dict[str, float]:
+    """How well ``tokenizer`` covers ``texts``: ``{"texts", "words", "pieces", "unknown_rate", "pieces_per_word",
+    "split_word_rate"}``. ``unknown_rate`` is the share of pieces that are ``<unk>`` (characters the vocabulary never
+    saw), ``pieces_per_word`` all pieces over whitespace-separated words, and ``split_word_rate`` the share of words
+    (runs of letters and digits) covered by more than one piece; rates are 0–1, rounded to 4 places. Raises
+    ``ValueError`` for no words at all."""
+    words = split = pieces = unknown = spans = 0
+    for text in texts:
+        text = unicodedata.normalize("NFC", text)
+        enc = tokenizer.encode(text)
+        pieces += len(enc.ids)
+        unknown += sum(i == tokenizer.unk_id for i in enc.ids)
+        words += len(text.split())
+        for m in re.finditer(r"\w+", text):
+            spans += 1
+            split += sum(s < m.end() and e > m.start() for s, e in enc.offsets) > 1
+    if not words:
+        raise ValueError("no words to measure the tokenizer on")
+    return {"texts": len(texts), "words": words, "pieces": pieces, "unknown_rate": round(unknown / max(pieces, 1), 4),
+            "pieces_per_word": round(pieces / words, 4), "split_word_rate": round(split / max(spans, 1), 4)}
+
+
+#: The sets ``--pieces`` measures the tokenizer on: the general-domain test set, the headline in-domain one, news.
+PIECE_SETS = (FLORES_NAME, "multi30k test2016", "newstest2014")
+
+
+def pieces_table(tokenizer, sets: list[EvalSet]) -> str:
+    """A Markdown table of :func:`piece_stats` for the English sources and the (first) German references of each of
+    ``sets``, one row per set and side."""
+    lines = ["| set | side | sentences | words | pieces per word | words split in pieces | unknown pieces |",
+             "|---|---|---|---|---|---|---|"]
+    for s in sets:
+        for side, texts in (("English", s.sources), ("German", [refs[0] for refs in s.references])):
+            st = piece_stats(tokenizer, texts)
+            lines.append(f"| {s.name} | {side} | {st['texts']:,} | {st['words']:,} | {st['pieces_per_word']:.2f} | "
+                         f"{100 * st['split_word_rate']:.1f} % | {100 * st['unknown_rate']:.2f} % |")
+    return "\n".join(lines)
 
 
 def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = SUITE_BEAM,
@@ -131,7 +194,8 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
     """Score ``model`` on ``sets`` (each cut to its first ``limit`` sentences when ``limit`` > 0) with each strategy.
 
     Returns ``{"sets": [SetScore as dict], "goal": {sentence: {strategy: output}}, "repeats": {strategy:
-    {"longest": n, "over_three": n}}}``; the repeat counts are of the everyday set's outputs (words in a row).
+    {"longest": n, "over_three": n}}}``; those repeat counts are of the everyday set's outputs (words in a row), each
+    set's own (:func:`repeat_check`) are in its row.
     """
     results, everyday_out = [], {}
     for s in sets:
@@ -142,6 +206,7 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
             hyps = translate(model, tokenizer, sources, strategy, beam, alpha)
             row.seconds[strategy] = round(time.perf_counter() - start, 1)
             row.scores[strategy] = corpus_scores(hyps, refs)
+            row.repeats[strategy] = repeat_check(hyps)
             if s.name == "everyday":
                 everyday_out[strategy] = hyps
             progress(f"{s.name:<20} {strategy:<6} BLEU {row.scores[strategy]['bleu']:6.2f}  "
@@ -172,6 +237,18 @@ def markdown(report: dict, missing: list[str]) -> str:
                      f"{PAPER_NEWSTEST2014['big']} (big), trained on 4.5M WMT pairs on 8 GPUs.")
     for m in missing:
         lines.append(f"- missing: {m}")
+    lines += ["", f"| set | outputs read (the first {REPEAT_CHECKED:,}) | "
+              + " | ".join(f"{s}: outputs repeating a word (longest run)" for s in strategies) + " |",
+              "|" + "---|" * (2 + len(strategies))]
+    for row in report["sets"]:
+        checks = [row.get("repeats", {}).get(s) for s in strategies]  # a report written before the check has none
+        if any(c is None for c in checks):
+            continue
+        cells = [f"{c['repeating']} ({c['longest']})" for c in checks]
+        lines.append(f"| {row['name']} | {checks[0]['checked']:,} | " + " | ".join(cells) + " |")
+    clean = all(c["repeating"] == 0 for row in report["sets"] for c in row.get("repeats", {}).values())
+    lines.append("\nno output repeats a word twice in a row" if clean else
+                 "\nsome outputs repeat a word twice in a row (a count above 0 in the table above)")
     lines.append("\n| goal sentence | " + " | ".join(strategies) + " |")
     lines.append("|" + "---|" * (1 + len(strategies)))
     for sent, outs in report["goal"].items():
@@ -184,8 +261,9 @@ def markdown(report: dict, missing: list[str]) -> str:
 
 def main_suite(ckpt, args) -> int:
     """The ``--suite`` branch of :func:`training.evaluate.main`: every set, or those named in ``--suite-sets``
-    (comma-separated, as the table names them); writes ``--json`` when given. Returns 0, or 2 with a message when a
-    set cannot be read or a named set does not exist."""
+    (comma-separated, as the table names them); writes ``--json`` when given. With ``--pieces``, no translation: the
+    tokenizer's coverage of :data:`PIECE_SETS` (or the sets named), :func:`pieces_table`. Returns 0, or 2 with a
+    message when a set cannot be read or a named set does not exist."""
     try:
         sets, missing = available_sets(Path(args.prepared), Path(args.shared))
     except DataError as exc:
@@ -201,6 +279,12 @@ def main_suite(ckpt, args) -> int:
     if wanted:
         sets = [s for s in sets if s.name in wanted]
         missing = [m for name, m in missing_by_name.items() if name in wanted]
+    if getattr(args, "pieces", False):
+        wanted = set(wanted or PIECE_SETS)
+        print(pieces_table(ckpt.tokenizer, [s for s in sets if s.name in wanted]))
+        for m in (m for name, m in missing_by_name.items() if name in wanted):
+            print(f"- missing: {m}")
+        return 0
     strategies = ("greedy", "beam") if args.strategy_set == "both" else (args.strategy_set,)
     report = run_suite(ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit)
     print()

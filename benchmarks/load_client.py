@@ -1,0 +1,327 @@
+"""One simulated visitor of the app, speaking Streamlit's own websocket protocol (no browser), for
+:mod:`benchmarks.load`.
+
+A browser's tab talks to the server over ``ws://HOST:PORT/_stcore/stream``: it sends ``BackMsg`` protobufs (a
+``rerun_script`` carrying a ``ClientState``: the query string, the page, every widget's current value, and for a
+button click that button's id with ``trigger_value: true``) and receives ``ForwardMsg`` protobufs (``new_session``,
+``delta`` elements and blocks, ``page_info_changed`` with the query string the script wrote, and
+``script_finished`` at the end of every run). :class:`PageView` keeps what a browser would keep of that stream:
+the widgets drawn (by label, with their current values), the query string, the page's ``Step k of N``, and any
+exception shown. :class:`Visitor` connects, opens a page, clicks and selects, and times each action from the
+``BackMsg`` sent to the ``script_finished`` received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+STEP_RE = re.compile(r"Step (\d+) of (\d+)")
+#: ``script_finished`` statuses (``ForwardMsg.ScriptFinishedStatus``).
+FINISHED = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_SUCCESSFULLY")
+COMPILE_ERROR = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_WITH_COMPILE_ERROR")
+EARLY_FOR_RERUN = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_EARLY_FOR_RERUN")
+FRAGMENT_FINISHED = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_FRAGMENT_RUN_SUCCESSFULLY")
+#: Elements that are buttons: their value is a one-shot trigger, sent only with the click itself.
+TRIGGERS = ("button", "download_button")
+#: The ``WidgetState`` field each kind of widget element is sent in (``tabs``: an ``st.tabs`` with a key).
+FIELDS = {"selectbox": "string_value", "radio": "string_value", "checkbox": "bool_value", "text_input": "string_value",
+          "text_area": "string_value", "multiselect": "string_array_value", "number_input": "double_value",
+          "slider": "double_array_value", "tabs": "string_value"}
+MAX_RUNS_PER_ACTION = 10  # runs one action may chain (st.rerun) before it counts as an error
+
+
+class NotLocalError(ValueError):
+    """A target that is not this machine: the benchmark only ever sends traffic to 127.0.0.1 / localhost."""
+
+
+def local_base(url: str) -> tuple[str, str, int]:
+    """``(ws base URL, host, port)`` of an ``http(s)://`` URL on this machine, e.g. ``http://127.0.0.1:8501`` →
+    ``("ws://127.0.0.1:8501", "127.0.0.1", 8501)``.
+
+    Raises:
+        NotLocalError: the host is not 127.0.0.1, localhost or ::1, or the URL is not http(s).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise NotLocalError(f"{url!r} is not an http:// URL such as http://127.0.0.1:8501")
+    if parts.hostname not in LOCAL_HOSTS:
+        raise NotLocalError(f"{url!r} is not on this machine: the load benchmark only targets "
+                            f"{', '.join(LOCAL_HOSTS)}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}", parts.hostname, port
+
+
+# --- what a browser keeps of the stream ------------------------------------------------------------------------
+@dataclass
+class Widget:
+    """A widget drawn in the last run: ``kind`` is the element's name (``selectbox``, ``button``, ``tabs``…),
+    ``field`` the ``WidgetState`` value it is sent in (``None`` for a button), ``options`` its choices."""
+
+    id: str
+    kind: str
+    label: str
+    field: str | None
+    options: list[str]
+    fragment_id: str = ""
+
+
+def initial_value(kind: str, el: Any) -> tuple[str, Any] | None:
+    """``(WidgetState field, value)`` a browser holds for a widget element just drawn: the value the server set
+    (``set_value``), else the element's default; ``None`` for a button or an empty value."""
+    if kind in ("selectbox", "radio"):
+        if el.set_value:
+            return ("string_value", el.raw_value) if el.HasField("raw_value") else None
+        has_default = el.HasField("default") if kind == "selectbox" else True
+        return ("string_value", el.options[el.default]) if has_default and 0 <= el.default < len(el.options) else None
+    if kind == "checkbox":
+        return "bool_value", bool(el.value if el.set_value else el.default)
+    if kind in ("text_input", "text_area"):
+        return "string_value", el.value if el.set_value else el.default
+    if kind == "multiselect":
+        return "string_array_value", list(el.raw_values if el.set_value else (el.options[i] for i in el.default))
+    if kind == "number_input":
+        return "double_value", el.value if el.set_value else el.default
+    if kind == "slider":
+        if el.options:  # a select_slider: its values are the option labels
+            return "string_array_value", [el.options[int(i)] for i in (el.value if el.set_value else el.default)]
+        return "double_array_value", list(el.value if el.set_value else el.default)
+    return None
+
+
+@dataclass
+class PageView:
+    """The page as one browser tab holds it: widgets of the last run by id, each one's current value, the query
+    string and page the server last set, the last ``Step k of N`` drawn, and the exceptions of the last run."""
+
+    query_string: str = ""
+    page_hash: str = ""
+    widgets: dict[str, Widget] = field(default_factory=dict)
+    values: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    step: tuple[int, int] | None = None
+    exceptions: list[str] = field(default_factory=list)
+    _seen: dict[str, Widget] = field(default_factory=dict)
+    _tabs: dict[tuple[int, ...], tuple[Widget, int]] = field(default_factory=dict)  # path → (tabs, default)
+
+    def begin_run(self) -> None:
+        self._seen, self._tabs, self.exceptions = {}, {}, []
+
+    def apply(self, msg: ForwardMsg) -> int | None:
+        """Take one ForwardMsg in; returns its ``script_finished`` status, else ``None``."""
+        kind = msg.WhichOneof("type")
+        if kind == "delta":
+            self._delta(msg)
+        elif kind == "page_info_changed":
+            self.query_string = msg.page_info_changed.query_string
+        elif kind == "navigation":
+            self.page_hash = msg.navigation.page_script_hash
+        elif kind == "session_event" and msg.session_event.HasField("script_compilation_exception"):
+            self.exceptions.append(msg.session_event.script_compilation_exception.message)
+        elif kind == "script_finished":
+            return msg.script_finished
+        return None
+
+    def end_run(self, fragment_id: str = "") -> None:
+        """After a run that finished: a full run replaces every widget, a fragment's run only the fragment's
+        (the browser forgets the widgets a run did not draw)."""
+        if fragment_id:
+            kept = {k: w for k, w in self.widgets.items() if w.fragment_id != fragment_id}
+            self.widgets = kept | self._seen
+        else:
+            self.widgets = dict(self._seen)
+        self.values = {k: v for k, v in self.values.items() if k in self.widgets}
+
+    def _delta(self, msg: ForwardMsg) -> None:
+        delta, path = msg.delta, tuple(msg.metadata.delta_path)
+        if delta.WhichOneof("type") == "add_block":
+            block = delta.add_block
+            if block.WhichOneof("type") == "tab_container" and block.tab_container.id:
+                tabs = Widget(block.tab_container.id, "tabs", "", FIELDS["tabs"], [], delta.fragment_id)
+                self._tabs[path] = tabs, block.tab_container.default_tab_index
+                self._add(tabs, None)
+            elif block.WhichOneof("type") == "tab" and path[:-1] in self._tabs:
+                tabs, default = self._tabs[path[:-1]]
+                tabs.options.append(block.tab.label)  # the tab blocks follow their container, in order
+                if len(tabs.options) - 1 == default and tabs.id not in self.values:
+                    self.values[tabs.id] = (FIELDS["tabs"], block.tab.label)
+            return
+        if delta.WhichOneof("type") != "new_element":
+            return
+        element = delta.new_element
+        kind = element.WhichOneof("type")
+        el = getattr(element, kind)
+        if kind == "markdown" and (m := STEP_RE.search(el.body)):
+            self.step = int(m.group(1)), int(m.group(2))
+        elif kind == "exception":
+            self.exceptions.append(f"{el.type}: {el.message}")
+        elif getattr(el, "id", "") and hasattr(el, "label"):
+            value = initial_value(kind, el)
+            widget = Widget(el.id, kind, el.label, value[0] if value else FIELDS.get(kind),
+                            [str(o) for o in getattr(el, "options", [])], delta.fragment_id)
+            if getattr(el, "set_value", False):
+                self.values.pop(el.id, None)
+            self._add(widget, value)
+
+    def _add(self, widget: Widget, value: tuple[str, Any] | None) -> None:
+        self._seen[widget.id] = widget
+        if value is not None and widget.id not in self.values:
+            self.values[widget.id] = value
+
+    def find(self, label: str = "", kind: str | None = None) -> Widget | None:
+        """The widget of the last run with this label (and kind, when given), or ``None``."""
+        return next((w for w in self.widgets.values() if w.label == label and kind in (None, w.kind)), None)
+
+    def rerun(self, trigger: Widget | None = None, fragment_id: str = "") -> BackMsg:
+        """The ``rerun_script`` BackMsg a browser sends: query string, page, every widget's current value, and
+        ``trigger``'s ``trigger_value: true`` for a click."""
+        msg = BackMsg()
+        state = msg.rerun_script
+        state.query_string, state.page_script_hash, state.fragment_id = self.query_string, self.page_hash, fragment_id
+        for wid, (name, value) in self.values.items():
+            ws = state.widget_states.widgets.add(id=wid)
+            if name.endswith("_array_value"):
+                getattr(ws, name).data.extend(value)
+            else:
+                setattr(ws, name, value)
+        if trigger is not None:
+            state.widget_states.widgets.add(id=trigger.id, trigger_value=True)
+        return msg
+
+
+# --- one visitor -----------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """One timed action: ``seconds`` from the BackMsg (or the first request, for a page load) to its
+    ``script_finished``; ``errors`` names what went wrong (``exception``, ``error status``, ``disconnect``,
+    ``timeout``, ``mismatch``, ``no widget``, ``http``), empty when the action succeeded."""
+
+    action: str
+    seconds: float | None
+    errors: list[str] = field(default_factory=list)
+    detail: str = ""
+
+    @property
+    def fatal(self) -> bool:
+        """The session can no longer be trusted (the visitor reconnects)."""
+        return any(e in ("disconnect", "timeout", "http") for e in self.errors)
+
+
+async def http_status(host: str, port: int, path: str, timeout_s: float) -> int:
+    """The status code of a plain ``GET path`` to ``host:port`` (what the frontend asks before connecting).
+    Raises OSError or asyncio.TimeoutError when the server does not answer."""
+    async def get() -> int:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            status = int((await reader.readline()).split()[1])
+            while await reader.read(65536):
+                pass
+            return status
+        finally:
+            writer.close()
+
+    return await asyncio.wait_for(get(), timeout_s)
+
+
+class Visitor:
+    """One browser tab's session, without the browser. ``timeout_s`` bounds every action (seconds)."""
+
+    def __init__(self, base_url: str, timeout_s: float = 60.0):
+        self.ws_base, self.host, self.port = local_base(base_url)
+        self.timeout_s = timeout_s
+        self.view = PageView()
+        self._ws = None
+
+    async def open(self, page: str = "", query: str = "") -> Outcome:
+        """Load ``/page?query`` as a browser does: the health and host-config requests, the websocket, and the
+        first run. Timed from the first request to the first ``script_finished``."""
+        t0 = time.perf_counter()
+        try:
+            for path in ("/_stcore/health", "/_stcore/host-config"):
+                if await http_status(self.host, self.port, path, self.timeout_s) != 200:
+                    return Outcome("first load", None, ["http"], path)
+            self._ws = await connect(f"{self.ws_base}/_stcore/stream", subprotocols=["streamlit"], max_size=None,
+                                     ping_interval=None, open_timeout=self.timeout_s)
+        except (OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            return Outcome("first load", None, ["http"], f"{type(exc).__name__}: {exc}")
+        self.view.query_string = query
+        msg = BackMsg()
+        msg.rerun_script.query_string, msg.rerun_script.page_name = query, page
+        return await self._run("first load", msg, t0=t0)
+
+    async def click(self, label: str) -> Outcome:
+        """Click the button labelled ``label`` (a full rerun with its trigger)."""
+        button = self.view.find(label, "button")
+        if button is None:
+            return Outcome(label, None, ["no widget"], f"no button {label!r}")
+        return await self._run(label, self.view.rerun(trigger=button, fragment_id=button.fragment_id),
+                               fragment_id=button.fragment_id)
+
+    async def choose(self, widget: Widget, option: str, action: str = "") -> Outcome:
+        """Set ``widget`` (a selectbox, radio, tabs…) to ``option`` as a user would: a rerun of its fragment, or of
+        the page."""
+        action = action or f"{widget.label or widget.kind} → {option}"
+        if option not in widget.options:
+            return Outcome(action, None, ["no widget"], f"no option {option!r} in {widget.options}")
+        self.view.values[widget.id] = (widget.field or "string_value", option)
+        msg = self.view.rerun(fragment_id=widget.fragment_id)
+        return await self._run(action, msg, fragment_id=widget.fragment_id)
+
+    async def _run(self, action: str, msg: BackMsg, fragment_id: str = "", t0: float | None = None) -> Outcome:
+        """Send ``msg`` and read until its run finishes; chained runs (``st.rerun``) are read through."""
+        t0 = time.perf_counter() if t0 is None else t0
+        errors: list[str] = []
+        try:
+            status = await asyncio.wait_for(self._send_and_read(msg), self.timeout_s)
+        except asyncio.TimeoutError:
+            return Outcome(action, None, ["timeout"], f"no script_finished within {self.timeout_s:g} s")
+        except ConnectionClosed as exc:
+            return Outcome(action, None, ["disconnect"], str(exc))
+        seconds = time.perf_counter() - t0
+        if status == COMPILE_ERROR:
+            errors.append("error status")
+        self.view.end_run(fragment_id)
+        if self.view.exceptions:
+            errors.append("exception")
+        return Outcome(action, seconds, errors, "; ".join(self.view.exceptions)[:300])
+
+    async def _send_and_read(self, msg: BackMsg) -> int:
+        """The status of the last run ``msg`` starts (through up to :data:`MAX_RUNS_PER_ACTION` chained runs)."""
+        self.view.begin_run()
+        await self._ws.send(msg.SerializeToString())
+        for _ in range(MAX_RUNS_PER_ACTION):
+            status = await self._read_run()
+            if status != EARLY_FOR_RERUN:
+                return status
+            self.view.begin_run()
+        return COMPILE_ERROR
+
+    async def _read_run(self) -> int:
+        while True:
+            msg = ForwardMsg()
+            msg.ParseFromString(await self._ws.recv())
+            status = self.view.apply(msg)
+            if status is not None:
+                return status
+
+    async def close(self) -> None:
+        """Close the websocket (the server ends the session)."""
+        if self._ws is not None:
+            try:
+                await asyncio.wait_for(self._ws.close(), 5)
+            except (asyncio.TimeoutError, ConnectionClosed, OSError):
+                pass
+            self._ws = None

@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
+# `make serve`: app processes behind nginx, one per CPU unless WORKERS says otherwise
+WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run test setup setup-dev chromium data bench clean
+.PHONY: run serve test setup setup-dev chromium nginx data bench clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,13 +25,25 @@ chromium:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	  echo "note: chromium not installed; browser tests will be skipped (apt-get install -y chromium)"; }
 
+# deploy.serve's front and its tests. Installed as chromium is; a policy-rc.d (when the machine has none) keeps
+# Debian's package from starting its own nginx service on port 80 (deploy.serve runs nginx from a private prefix).
+nginx:
+	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (rc=/usr/sbin/policy-rc.d; made=; [ -e $$rc ] || { printf '#!/bin/sh\nexit 101\n' > $$rc && chmod +x $$rc && made=1; }; \
+	   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; ok=$$?; \
+	   [ -z "$$made" ] || rm -f $$rc; exit $$ok) || \
+	  echo "note: nginx not installed; the deployment tests will be skipped (apt-get install -y nginx)"; }
+
 setup: $(VENV)/.installed
 setup-dev: $(VENV)/.installed-dev
 
 run: setup
 	$(PY) -m streamlit run app.py --server.port $(PORT) --browser.gatherUsageStats false
 
-test: setup-dev chromium
+serve: setup nginx
+	$(PY) -m deploy.serve --workers $(WORKERS) --port $(PORT)
+
+test: setup-dev chromium nginx
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 data: setup

@@ -10,7 +10,6 @@ layer and head above the tabs are shared by all of them and kept in the URL (``?
 import streamlit as st
 
 from model.decoding import strip_eos
-from model.trace import trace_pair
 from ui import attention_reading_tabs as reading
 from ui import attention_views as views
 from ui import model_card, pieces, state, url
@@ -25,110 +24,121 @@ tok, cfg = ckpt.tokenizer, ckpt.config
 TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 
 
-# --- sentence, translation, trace -----------------------------------------------------------------------------
-# A projector shows 1280×720: the first chart must start on the first screen: the title beside the sentence, the
-# translation beside the reading guide (an expander), then one row of controls and the tabs.
-head, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
-head.title("Attention")
-if "attn_text" not in st.session_state:
-    st.session_state["attn_text"] = state.current_text(ckpt)
-typed = sentence.text_input(state.input_label(ckpt), key="attn_text")
-state.set_text(typed)
-src = state.source_for(ckpt, typed)
-if src is None:
-    st.stop()
-all_ids, output_ids = state.full_translation(ckpt, src)
-said, guide_col = st.columns([3, 1], vertical_alignment="center")
-said.markdown(f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:** "
-              f"{tok.decode(output_ids) or '(empty output)'}")
-said.caption("**Rows = queries**, **columns = keys**; each row sums to 1. Hover a cell for the pair and its weight.")
-guide = guide_col.expander("How to read these maps")
-guide.markdown("Each heatmap is one attention head: **rows = queries** (the token doing the looking), **columns = "
-               "keys** (the tokens looked at). " + pieces.word_note(tok))
+@st.fragment
+def attention_page() -> None:
+    """The page below the sidebar, as a fragment: a change of kind, layer, head or tab reruns this, not the app
+    around it (the navigation, the sidebar's picker and summary)."""
+    # --- sentence, translation, trace -----------------------------------------------------------------------------
+    # A projector shows 1280×720: the first chart must start on the first screen: the title beside the sentence, the
+    # translation beside the reading guide (an expander), then one row of controls and the tabs.
+    head, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
+    head.title("Attention")
+    if "attn_text" not in st.session_state:
+        st.session_state["attn_text"] = state.current_text(ckpt)
+    typed = sentence.text_input(state.input_label(ckpt), key="attn_text")
+    state.set_text(typed)
+    src = state.source_for(ckpt, typed)
+    if src is None:
+        st.stop()
+    all_ids, output_ids = state.full_translation(ckpt, src)
+    said, guide_col = st.columns([3, 1], vertical_alignment="center")
+    said.markdown(f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:** "
+                  f"{tok.decode(output_ids) or '(empty output)'}")
+    said.caption("**Rows = queries**, **columns = keys**; each row sums to 1. Hover a cell for the pair and its "
+                 "weight.")
+    guide = guide_col.expander("How to read these maps")
+    guide.markdown("Each heatmap is one attention head: **rows = queries** (the token doing the looking), **columns = "
+                   "keys** (the tokens looked at). " + pieces.word_note(tok))
 
-tgt_inputs = strip_eos(all_ids, cfg.eos_id)  # <eos> is an output, never a decoder input
-raw_trace = trace_pair(ckpt.model, tok, src.ids, tgt_inputs, src.offsets)
-trace = pieces.shown_trace(raw_trace, tok)  # every label below is a piece as shown (GPT-2's Ġ as ␣)
+    tgt_inputs = strip_eos(all_ids, cfg.eos_id)  # <eos> is an output, never a decoder input
+    # one traced forward pass per sentence, shared by every visitor; every label below is a piece as shown (GPT-2's Ġ
+    # as ␣)
+    raw_trace, trace = state.traced(ckpt, src, tgt_inputs)
 
-# --- shared controls: kind, layer, head, word level -------------------------------------------------------------
-kinds = trace.kinds
-params = st.query_params
-c1, c2, c3, c4 = st.columns([3, 1, 1, 1], vertical_alignment="bottom")
-# Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
-url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
-                valid=lambda k: k in kinds)
-kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="attn_kind")
-n_layers = trace.attention[kind].shape[0]
-open_layer = model_card.opening_layer(ckpt.card, n_layers)  # the card may name one that shows more than the last
-url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
-                valid=lambda v: v in range(n_layers))
-url.init_widget("attn_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
-                valid=lambda h: h in ("all", "mean") or h in range(cfg.n_heads))
-url.init_widget("attn_words", lambda p: url.bool_param(p, "words", False, what="word level"))
-layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="attn_layer")
-head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="attn_head",
-                    format_func=head_name)
-words = c4.toggle("Word level", key="attn_words",
-                  help="Merge pieces into words: sum over a word's key pieces, mean over its query pieces "
-                       "(rows still sum to 1).")
-url.put("kind", kind)
-url.put("layer", layer + 1)
-url.put("head", url.format_head(head))
-url.put("words", words, False)
+    # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
+    kinds = trace.kinds
+    params = st.query_params
+    c1, c2, c3, c4 = st.columns([3, 1, 1, 1], vertical_alignment="bottom")
+    # Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
+    url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
+                    valid=lambda k: k in kinds)
+    kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="attn_kind")
+    n_layers = trace.attention[kind].shape[0]
+    open_layer = model_card.opening_layer(ckpt.card, n_layers)  # the card may name one that shows more than the last
+    url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
+                    valid=lambda v: v in range(n_layers))
+    url.init_widget("attn_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
+                    valid=lambda h: h in ("all", "mean") or h in range(cfg.n_heads))
+    url.init_widget("attn_words", lambda p: url.bool_param(p, "words", False, what="word level"))
+    layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="attn_layer")
+    head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="attn_head",
+                        format_func=head_name)
+    words = c4.toggle("Word level", key="attn_words",
+                      help="Merge pieces into words: sum over a word's key pieces, mean over its query pieces "
+                           "(rows still sum to 1).")
+    url.put("kind", kind)
+    url.put("layer", layer + 1)
+    url.put("head", url.format_head(head))
+    url.put("words", words, False)
 
-view = views.make_view(trace, kind, layer, head, words)
-q_labels, k_labels, causal, weights = view.q_labels, view.k_labels, view.causal, view.weights  # weights [heads, q, k]
-guide.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
+    view = views.make_view(trace, kind, layer, head, words)
+    # weights [heads, q, k]
+    q_labels, k_labels, causal, weights = view.q_labels, view.k_labels, view.causal, view.weights
+    guide.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
 
-url.show_notes(url.choice_param(params, "tab", TABS, TABS[0], )[1])  # the tabs read ?tab= themselves
-tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
-    TABS, key="tab", bind="query-params")
+    url.show_notes(url.choice_param(params, "tab", TABS, TABS[0], )[1])  # the tabs read ?tab= themselves
+    tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
+        TABS, key="tab", bind="query-params")
 
-# --- Heads ------------------------------------------------------------------------------------------------------
-if tab_heads.open:
-    with tab_heads:
-        if head == "all":
-            for h in range(weights.shape[0]):
-                if h % 2 == 0:  # one row of two charts at a time, so that heads read 1 2 / 3 4
-                    cols = st.columns(2)
-                with cols[h % 2]:
-                    plot(attention_heatmap(weights[h], q_labels, k_labels, causal=causal,
-                                           title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
-        else:
-            w, _ = view.one_head()
-            plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620, width=PAGE_PX,
-                                   title=view_title(kind, layer, head, words)))
+    # --- Heads ------------------------------------------------------------------------------------------------------
+    if tab_heads.open:
+        with tab_heads:
+            if head == "all":
+                for h in range(weights.shape[0]):
+                    if h % 2 == 0:  # one row of two charts at a time, so that heads read 1 2 / 3 4
+                        cols = st.columns(2)
+                    with cols[h % 2]:
+                        plot(attention_heatmap(weights[h], q_labels, k_labels, causal=causal,
+                                               title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
+            else:
+                w, _ = view.one_head()
+                plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620, width=PAGE_PX,
+                                       title=view_title(kind, layer, head, words)))
 
-# --- the reading tabs (ui/attention_reading_tabs.py) ---------------------------------------------------------
-if tab_tokens.open:
-    with tab_tokens:
-        reading.tokens_tab(view)
-if tab_grid.open:
-    with tab_grid:
-        reading.grid_tab(view)
-if tab_summary.open:
-    with tab_summary:
-        reading.summaries_tab(trace, view)
-if tab_stats.open:
-    with tab_stats:
-        reading.stats_tab(trace, view)
+    # --- the reading tabs (ui/attention_reading_tabs.py) ---------------------------------------------------------
+    if tab_tokens.open:
+        with tab_tokens:
+            reading.tokens_tab(view)
+    if tab_grid.open:
+        with tab_grid:
+            reading.grid_tab(view)
+    if tab_summary.open:
+        with tab_summary:
+            reading.summaries_tab(trace, view)
+    if tab_stats.open:
+        with tab_stats:
+            reading.stats_tab(trace, view)
 
-# --- Ablation and Compare (ui/attention_tabs.py) ---------------------------------------------------------------
-if tab_ablation.open:
-    with tab_ablation:
-        ablation_tab(ckpt, src, all_ids, output_ids, view)
-if tab_compare.open:
-    with tab_compare:
-        compare_tab(ckpt, src, tgt_inputs, view)
+    # --- Ablation and Compare (ui/attention_tabs.py) ---------------------------------------------------------------
+    if tab_ablation.open:
+        with tab_ablation:
+            ablation_tab(ckpt, src, all_ids, output_ids, view)
+    if tab_compare.open:
+        with tab_compare:
+            compare_tab(ckpt, src, tgt_inputs, view)
 
-# --- tokens and export ------------------------------------------------------------------------------------------
-with st.expander("Tokens, ids and export"):
-    st.write("Source:", " ".join(f"{t}({i})" for t, i in zip(trace.src_tokens, trace.src_ids)))
-    st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids)))
-    st.download_button(
-        "Download the attention tensors (.npz)", data=views.attention_npz(raw_trace), file_name="attention.npz",
-        mime="application/octet-stream", key="attn_export", on_click="ignore", icon=":material/download:",
-        help="One float32 array [layers, heads, queries, keys] per kind (" + ", ".join(kinds) + ") plus the tokens "
-             "and ids; load with numpy.load. Piece level, whatever the word-level switch says.",
-    )
-    st.caption("Every chart's camera button (top right, on hover) saves it as SVG.")
+    # --- tokens and export ------------------------------------------------------------------------------------------
+    with st.expander("Tokens, ids and export"):
+        st.write("Source:", " ".join(f"{t}({i})" for t, i in zip(trace.src_tokens, trace.src_ids)))
+        st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids)))
+        st.download_button(  # the file is made when asked for, not at every click of every visitor
+            "Download the attention tensors (.npz)", data=lambda: views.attention_npz(raw_trace),
+            file_name="attention.npz",
+            mime="application/octet-stream", key="attn_export", on_click="ignore", icon=":material/download:",
+            help="One float32 array [layers, heads, queries, keys] per kind (" + ", ".join(kinds) + ") plus the tokens "
+                 "and ids; load with numpy.load. Piece level, whatever the word-level switch says.",
+        )
+        st.caption("Every chart's camera button (top right, on hover) saves it as SVG.")
+
+
+attention_page()

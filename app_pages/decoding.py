@@ -18,75 +18,6 @@ ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 ss = st.session_state
 
-# A projector shows 1280×720: the chart must start on the first screen. The title and the sentence share a row, the
-# output beside the step buttons, and the rule's controls stand in a narrow column beside the chart.
-head, sentence = st.columns([1.6, 3], vertical_alignment="bottom")
-head.title("Decoding lab", help="At every step the decoder scores every token of its vocabulary; a *decoding rule* "
-           "turns those scores into one token. Compare greedy decoding, sampling (temperature, top-k, top-p, with a "
-           "seed so a run replays exactly) and beam search; force a token of your choice and see where the "
-           "translation goes; and watch the KV cache that makes each step cheap.")
-head.caption("How the next token is chosen, step by step.")
-
-# --- settings: read from the link on the first visit, then owned by the widgets ------------------------------
-if "dl_settings" not in ss:
-    settings, notes = lab.settings_from_link(st.query_params, cfg.vocab_size)
-    forced, forced_note = url.forced_param(st.query_params, "forced", cfg.vocab_size, cfg.max_len - 1)
-    ss["dl_settings"] = settings
-    ss["dl_forced"] = forced
-    ss["dl_branches"] = (forced,) if forced else ()
-    url.show_notes(*notes, forced_note)
-for name, value in ss["dl_settings"].items():  # (re)create the widgets' state, e.g. after visiting another page
-    ss.setdefault(f"dl_w_{name}", value)
-
-# --- sentence -------------------------------------------------------------------------------------------------
-with sentence:
-    typed = state.sentence_box(ckpt, text_key="dl_text", preset_key="dl_preset")
-state.set_text(typed)
-out_col, steps_col = st.columns(2)
-controls, main = st.columns([1, 2.7], gap="medium")
-
-# --- decoding rule --------------------------------------------------------------------------------------------
-strategy = controls.radio("Decoding rule", lab.STRATEGIES, key="dl_w_strategy",
-                          format_func={"greedy": "greedy (argmax)", "sample": "sample (T, top-k, top-p)",
-                                       "beam": "beam search"}.get)
-sampling_off, beam_off = strategy != "sample", strategy != "beam"
-with controls:  # one under the other, beside the chart
-    st.slider("Temperature T", *lab.TEMPERATURE_RANGE, step=0.05, key="dl_w_temperature", disabled=sampling_off,
-              help="Divide the logits by T before the softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
-    st.number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, step=1, key="dl_w_top_k",
-                    disabled=sampling_off, help="Keep only the k most probable tokens.")
-    st.slider("Top-p (nucleus)", *lab.TOP_P_RANGE, step=0.05, key="dl_w_top_p", disabled=sampling_off,
-              help="Keep the smallest set of most probable tokens whose probabilities add up to p (1 = off).")
-    st.number_input("Seed", min_value=lab.SEED_RANGE[0], max_value=lab.SEED_RANGE[1], step=1, key="dl_w_seed",
-                    disabled=sampling_off, help="The same seed draws the same tokens again.")
-    st.slider("Beam width", *lab.BEAM_RANGE, step=1, key="dl_w_beam", disabled=beam_off)
-    st.slider("Length penalty α", *lab.ALPHA_RANGE, step=0.1, key="dl_w_alpha", disabled=beam_off,
-              help="GNMT: score = log P / ((5 + length) / 6)^α; α = 0 compares raw log-probabilities.")
-settings = {name: ss[f"dl_w_{name}"] for name in lab.DEFAULTS}
-ss["dl_settings"] = settings
-
-
-def sync_url() -> None:
-    """Settings and forced tokens into the link (defaults left out; the step is written by ``current_step``)."""
-    for key, default in lab.DEFAULTS.items():
-        url.put(key, settings[key], default)
-    url.put("forced", url.format_forced(ss["dl_forced"]), "")
-
-
-sync_url()
-with main:  # a note about the sentence, where the chart would be
-    src = state.source_for(ckpt, typed)
-if src is None:
-    st.stop()
-version = state.checkpoint_version(ckpt)
-src_key = (*version, tuple(src.ids))
-if ss.get("dl_src_key") not in (None, src_key):  # a new sentence (or model): start over
-    ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, ()
-    sync_url()
-ss["dl_src_key"] = src_key
-limit = default_max_new_tokens(cfg, len(src.ids))
-
-
 # Decodings are run to their end once, cached and shared read-only; the session keeps only the step number (and
 # the forced tokens), and every script run draws the view of its step. A click's run may overlap the previous one
 # (Streamlit starts it at once), so nothing a run reads may be changed by another.
@@ -102,143 +33,221 @@ def _beam(path: str, mtime: float, src_ids: tuple, width: int, alpha: float, max
     return result, beam_states(result, alpha, _model.cfg.eos_id)
 
 
-def lab_run(sampling: SamplingConfig, forced) -> Decoding:
-    """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (cached, shared)."""
-    spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
-    return _lab_run(*version, tuple(src.ids), spec, tuple(sorted(forced.items())), limit, _model=ckpt.model)
+@st.fragment
+def decoding_page() -> None:
+    """The page below the sidebar, as a fragment: a step, a rule setting or a forced token reruns this, not the app
+    around it (the navigation, the sidebar's picker and summary)."""
+    # A projector shows 1280×720: the chart must start on the first screen. The title and the sentence share a row,
+    # the output beside the step buttons, and the rule's controls stand in a narrow column beside the chart.
+    head, sentence = st.columns([1.6, 3], vertical_alignment="bottom")
+    head.title("Decoding lab", help="At every step the decoder scores every token of its vocabulary; a *decoding "
+               "rule* turns those scores into one token. Compare greedy decoding, sampling (temperature, top-k, "
+               "top-p, with a seed so a run replays exactly) and beam search; force a token of your choice and see "
+               "where the translation goes; and watch the KV cache that makes each step cheap.")
+    head.caption("How the next token is chosen, step by step.")
+
+    # --- settings: read from the link on the first visit, then owned by the widgets ------------------------------
+    if "dl_settings" not in ss:
+        settings, notes = lab.settings_from_link(st.query_params, cfg.vocab_size)
+        forced, forced_note = url.forced_param(st.query_params, "forced", cfg.vocab_size, cfg.max_len - 1)
+        ss["dl_settings"] = settings
+        ss["dl_forced"] = forced
+        ss["dl_branches"] = (forced,) if forced else ()
+        url.show_notes(*notes, forced_note)
+    for name, value in ss["dl_settings"].items():  # (re)create the widgets' state, e.g. after visiting another page
+        ss.setdefault(f"dl_w_{name}", value)
+
+    # --- sentence -------------------------------------------------------------------------------------------------
+    with sentence:
+        typed = state.sentence_box(ckpt, text_key="dl_text", preset_key="dl_preset")
+    state.set_text(typed)
+    out_col, steps_col = st.columns(2)
+    controls, main = st.columns([1, 2.7], gap="medium")
+
+    # --- decoding rule --------------------------------------------------------------------------------------------
+    strategy = controls.radio("Decoding rule", lab.STRATEGIES, key="dl_w_strategy",
+                              format_func={"greedy": "greedy (argmax)", "sample": "sample (T, top-k, top-p)",
+                                           "beam": "beam search"}.get)
+    sampling_off, beam_off = strategy != "sample", strategy != "beam"
+    with controls:  # one under the other, beside the chart
+        st.slider("Temperature T", *lab.TEMPERATURE_RANGE, step=0.05, key="dl_w_temperature", disabled=sampling_off,
+                  help="Divide the logits by T before the softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
+        st.number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, step=1, key="dl_w_top_k",
+                        disabled=sampling_off, help="Keep only the k most probable tokens.")
+        st.slider("Top-p (nucleus)", *lab.TOP_P_RANGE, step=0.05, key="dl_w_top_p", disabled=sampling_off,
+                  help="Keep the smallest set of most probable tokens whose probabilities add up to p (1 = off).")
+        st.number_input("Seed", min_value=lab.SEED_RANGE[0], max_value=lab.SEED_RANGE[1], step=1, key="dl_w_seed",
+                        disabled=sampling_off, help="The same seed draws the same tokens again.")
+        st.slider("Beam width", *lab.BEAM_RANGE, step=1, key="dl_w_beam", disabled=beam_off)
+        st.slider("Length penalty α", *lab.ALPHA_RANGE, step=0.1, key="dl_w_alpha", disabled=beam_off,
+                  help="GNMT: score = log P / ((5 + length) / 6)^α; α = 0 compares raw log-probabilities.")
+    settings = {name: ss[f"dl_w_{name}"] for name in lab.DEFAULTS}
+    ss["dl_settings"] = settings
 
 
-def step_controls(step: int, finished: bool, end: int, status: str) -> None:
-    """Reset / Back / Next / Run to end (``end`` = the last step), and a status line."""
-    widgets.step_buttons("dl_step", step, end, finished, status=f"**Step {step}** · {status}")
+    def sync_url() -> None:
+        """Settings and forced tokens into the link (defaults left out; the step is written by ``current_step``)."""
+        for key, default in lab.DEFAULTS.items():
+            url.put(key, settings[key], default)
+        url.put("forced", url.format_forced(ss["dl_forced"]), "")
 
 
-# === beam search, step by step =================================================================================
-if strategy == "beam":
+    sync_url()
+    with main:  # a note about the sentence, where the chart would be
+        src = state.source_for(ckpt, typed)
+    if src is None:
+        st.stop()
+    version = state.checkpoint_version(ckpt)
+    src_key = (*version, tuple(src.ids))
+    if ss.get("dl_src_key") not in (None, src_key):  # a new sentence (or model): start over
+        ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, ()
+        sync_url()
+    ss["dl_src_key"] = src_key
+    limit = default_max_new_tokens(cfg, len(src.ids))
+
+
+    def lab_run(sampling: SamplingConfig, forced) -> Decoding:
+        """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (cached, shared)."""
+        spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
+        return _lab_run(*version, tuple(src.ids), spec, tuple(sorted(forced.items())), limit, _model=ckpt.model)
+
+
+    def step_controls(step: int, finished: bool, end: int, status: str) -> None:
+        """Reset / Back / Next / Run to end (``end`` = the last step), and a status line."""
+        widgets.step_buttons("dl_step", step, end, finished, status=f"**Step {step}** · {status}")
+
+
+    # === beam search, step by step =================================================================================
+    if strategy == "beam":
+        try:
+            result, states = _beam(*version, tuple(src.ids), int(settings["beam"]), float(settings["alpha"]), limit,
+                                   _model=ckpt.model)
+        except SamplingError as exc:
+            st.warning(f"{exc}.")
+            st.stop()
+        ss["dl_beam"] = (result, states)  # what is shown (read-only), for tests
+        step = state.current_step(len(result.steps), key="dl_step")
+        if not result.hypotheses:
+            st.info("Beam search produced no hypothesis for this sentence.")
+            st.stop()
+        views.beam_view(ckpt, result, states, step, int(settings["beam"]), float(settings["alpha"]),
+                        out_col=out_col, steps_col=steps_col, main=main, step_controls=step_controls)
+        st.stop()
+
+    # === greedy / sampling, step by step ==========================================================================
     try:
-        result, states = _beam(*version, tuple(src.ids), int(settings["beam"]), float(settings["alpha"]), limit,
-                               _model=ckpt.model)
-    except SamplingError as exc:
-        st.warning(f"{exc}.")
-        st.stop()
-    ss["dl_beam"] = (result, states)  # what is shown (read-only), for tests
-    step = state.current_step(len(result.steps), key="dl_step")
-    if not result.hypotheses:
-        st.info("Beam search produced no hypothesis for this sentence.")
-        st.stop()
-    views.beam_view(ckpt, result, states, step, int(settings["beam"]), float(settings["alpha"]),
-                    out_col=out_col, steps_col=steps_col, main=main, step_controls=step_controls)
-    st.stop()
-
-# === greedy / sampling, step by step ==========================================================================
-try:
-    sampling = lab.sampling_config(settings)
-except SamplingError as exc:  # the widgets keep values in range; this is a safety net
-    st.warning(f"{exc}; using greedy decoding instead.")
-    sampling = SamplingConfig("greedy")
-full = lab_run(sampling, ss["dl_forced"])
-step = state.current_step(full.n_steps, key="dl_step")  # e.g. ?step=999 clamped to where the decoding ends
-run = lab.StepView.of(full, step)
-ss["dl_view"] = run  # what is shown (read-only), for tests
+        sampling = lab.sampling_config(settings)
+    except SamplingError as exc:  # the widgets keep values in range; this is a safety net
+        st.warning(f"{exc}; using greedy decoding instead.")
+        sampling = SamplingConfig("greedy")
+    full = lab_run(sampling, ss["dl_forced"])
+    step = state.current_step(full.n_steps, key="dl_step")  # e.g. ?step=999 clamped to where the decoding ends
+    run = lab.StepView.of(full, step)
+    ss["dl_view"] = run  # what is shown (read-only), for tests
 
 
-def _force(at_step: int, example: str) -> None:
-    typed_piece = (ss.get("dl_force_text") or "").strip()
-    if typed_piece:
-        token_id = lab.resolve_piece(tok, typed_piece)
+    def _force(at_step: int, example: str) -> None:
+        typed_piece = (ss.get("dl_force_text") or "").strip()
+        if typed_piece:
+            token_id = lab.resolve_piece(tok, typed_piece)
+            if token_id is None:
+                ss["dl_force_msg"] = (f"“{typed_piece}” is not a piece of this model's vocabulary. Pieces that "
+                                      f"start a word begin with {pieces.word_start(tok)} (e.g. {example}); pick one "
+                                      "from the list, or try a shorter piece.")
+                return
+            ss["dl_force_text"] = ""
+        else:
+            token_id = ss.get("dl_force_choice")
         if token_id is None:
-            ss["dl_force_msg"] = (f"“{typed_piece}” is not a piece of this model's vocabulary. Pieces that start a "
-                                  f"word begin with {pieces.word_start(tok)} (e.g. {example}); pick one from the list, or try a shorter "
-                                  "piece.")
             return
-        ss["dl_force_text"] = ""
+        forced = lab.forced_after(ss["dl_forced"], at_step, int(token_id))
+        ss["dl_forced"] = forced
+        if forced not in ss["dl_branches"]:
+            ss["dl_branches"] = (*ss["dl_branches"], forced)  # a new tuple: a run reading the old one is undisturbed
+        ss["dl_step"] = at_step
+
+
+    def _clear_forced() -> None:
+        ss["dl_forced"], ss["dl_branches"] = {}, ()
+
+
+    widgets.output_box(tok.decode(run.output_ids()), where=out_col)
+    if run.finished:
+        ended = run.records and run.records[-1].token_id == cfg.eos_id
+        status = "finished (<eos>)" if ended else "length limit reached"
     else:
-        token_id = ss.get("dl_force_choice")
-    if token_id is None:
-        return
-    forced = lab.forced_after(ss["dl_forced"], at_step, int(token_id))
-    ss["dl_forced"] = forced
-    if forced not in ss["dl_branches"]:
-        ss["dl_branches"] = (*ss["dl_branches"], forced)  # a new tuple: a run reading the old one is undisturbed
-    ss["dl_step"] = at_step
+        status = "not finished"
+    with steps_col:
+        step_controls(step, run.finished, full.n_steps,
+                      f"{status} · KV cache {run.cache_nbytes()['total'] / 1024:.1f} KiB")
+    if step == 0:
+        main.info("Press **Next** to let the decoder produce its first token: you will see how the rule picks it.")
+    else:
+        record, pipe = run.records[step - 1], run.pipelines[step - 1]
+        forced_here = run.forced_at(step)
+        with main:
+            widgets.show_figure(
+                pipeline_figure(pipe, pieces.namer(tok), top=15,  # the stepper hands the rule log-probabilities
+                                temperature=sampling.temperature if sampling.strategy == "sample" else None,
+                                forced=forced_here, scores="log p",
+                                title=f"Step {step}: from log-probabilities to the next token "
+                                      f"({'forced' if forced_here else sampling.strategy})"),
+                key="dl_pipeline",
+            )
+            chosen = html.escape(pieces.of_id(tok, record.token_id))
+            line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
+                    f"{float(pipe.final[record.token_id]):.3f} after the rule's reshaping.")
+            if forced_here:
+                picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
+                line += f" Forced by you; the rule had picked **{picked}**."
+            st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
+                              "raw logits by one constant per step, which the softmax ignores.")
+        with controls:  # under the rule's settings
+            st.markdown(f"**Force a different token at step {step}**")
+            ids, probs = record.top(15)
+            if ss.get("dl_force_choice") not in ids:
+                ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
+            p_of = dict(zip(ids, probs))
+            st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
+                         format_func=lambda i: f"{pieces.of_id(tok, i)}  (p = {p_of.get(i, 0.0):.3f})")
+            # the example comes from this model's vocabulary and this step's candidates (a German word meant nothing
+            # to the English language model)
+            example = lab.example_piece(tok, ids, avoid=record.token_id)
+            st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
+                          help="Used instead of the list when not empty. A word start is written with "
+                               f"{pieces.word_start(tok)}.")
+            st.button("Force this token", icon=":material/call_split:", type="primary", on_click=_force,
+                      args=(step, example))
+            message = ss.pop("dl_force_msg", None)
+            if message:
+                st.warning(message)
+            st.caption("The step is redone with your token instead of the rule's choice; the following steps "
+                       "continue from it. Each forced variant is kept as a branch below.")
+
+    generated_box = main.container()  # under the chart: the tokens so far, newest outlined
+    generated_box.markdown("**Generated so far**")
+    generated_box.markdown(tokens_html(pieces.of_ids(tok, run.generated), current=step - 1 if step else None),
+                           unsafe_allow_html=True)
+    if full.forced:
+        generated_box.caption("Forced tokens: " + views.forced_caption(tok, full.forced_map))
+        generated_box.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
+
+    # --- branches ---------------------------------------------------------------------------------------------
+    if ss["dl_branches"]:
+        st.subheader("Branches")
+        branches = [{}] + [b for b in ss["dl_branches"] if b]
+        views.branches_view(ckpt, branches, [lab_run(sampling, forced).tokens_and_probs() for forced in branches])
+
+    if step == 0:
+        st.stop()
+
+    # a decoder-only model has no cross-attention: its tab is about the probabilities alone
+    tab_probs, tab_cache = st.tabs(["Probabilities and cross-attention" if cfg.is_encoder_decoder else "Probabilities",
+                                    "KV cache"])
+    with tab_probs:
+        views.probabilities_tab(ckpt, run, pieces.shown(tok, src.tokens))
+    with tab_cache:
+        views.kv_cache_tab(ckpt, run, step, src.ids, pieces.shown(tok, src.tokens), cmp_key=(src_key, run.generated))
 
 
-def _clear_forced() -> None:
-    ss["dl_forced"], ss["dl_branches"] = {}, ()
-
-
-widgets.output_box(tok.decode(run.output_ids()), where=out_col)
-if run.finished:
-    status = "finished (<eos>)" if run.records and run.records[-1].token_id == cfg.eos_id else "length limit reached"
-else:
-    status = "not finished"
-with steps_col:
-    step_controls(step, run.finished, full.n_steps,
-                  f"{status} · KV cache {run.cache_nbytes()['total'] / 1024:.1f} KiB")
-if step == 0:
-    main.info("Press **Next** to let the decoder produce its first token: you will see how the rule picks it.")
-else:
-    record, pipe = run.records[step - 1], run.pipelines[step - 1]
-    forced_here = run.forced_at(step)
-    with main:
-        widgets.show_figure(
-            pipeline_figure(pipe, pieces.namer(tok), top=15,  # the stepper hands the rule log-probabilities
-                            temperature=sampling.temperature if sampling.strategy == "sample" else None,
-                            forced=forced_here, scores="log p",
-                            title=f"Step {step}: from log-probabilities to the next token "
-                                  f"({'forced' if forced_here else sampling.strategy})"),
-            key="dl_pipeline",
-        )
-        chosen = html.escape(pieces.of_id(tok, record.token_id))
-        line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
-                f"{float(pipe.final[record.token_id]):.3f} after the rule's reshaping.")
-        if forced_here:
-            picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
-            line += f" Forced by you; the rule had picked **{picked}**."
-        st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
-                          "raw logits by one constant per step, which the softmax ignores.")
-    with controls:  # under the rule's settings
-        st.markdown(f"**Force a different token at step {step}**")
-        ids, probs = record.top(15)
-        if ss.get("dl_force_choice") not in ids:
-            ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
-        p_of = dict(zip(ids, probs))
-        st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
-                     format_func=lambda i: f"{pieces.of_id(tok, i)}  (p = {p_of.get(i, 0.0):.3f})")
-        # the example comes from this model's vocabulary and this step's candidates (a German word meant nothing
-        # to the English language model)
-        example = lab.example_piece(tok, ids, avoid=record.token_id)
-        st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
-                      help=f"Used instead of the list when not empty. A word start is written with {pieces.word_start(tok)}.")
-        st.button("Force this token", icon=":material/call_split:", type="primary", on_click=_force,
-                  args=(step, example))
-        message = ss.pop("dl_force_msg", None)
-        if message:
-            st.warning(message)
-        st.caption("The step is redone with your token instead of the rule's choice; the following steps "
-                   "continue from it. Each forced variant is kept as a branch below.")
-
-generated_box = main.container()  # under the chart: the tokens so far, newest outlined
-generated_box.markdown("**Generated so far**")
-generated_box.markdown(tokens_html(pieces.of_ids(tok, run.generated), current=step - 1 if step else None),
-                       unsafe_allow_html=True)
-if full.forced:
-    generated_box.caption("Forced tokens: " + views.forced_caption(tok, full.forced_map))
-    generated_box.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
-
-# --- branches ---------------------------------------------------------------------------------------------
-if ss["dl_branches"]:
-    st.subheader("Branches")
-    branches = [{}] + [b for b in ss["dl_branches"] if b]
-    views.branches_view(ckpt, branches, [lab_run(sampling, forced).tokens_and_probs() for forced in branches])
-
-if step == 0:
-    st.stop()
-
-# a decoder-only model has no cross-attention: its tab is about the probabilities alone
-tab_probs, tab_cache = st.tabs(["Probabilities and cross-attention" if cfg.is_encoder_decoder else "Probabilities",
-                                "KV cache"])
-with tab_probs:
-    views.probabilities_tab(ckpt, run, pieces.shown(tok, src.tokens))
-with tab_cache:
-    views.kv_cache_tab(ckpt, run, step, src.ids, pieces.shown(tok, src.tokens), cmp_key=(src_key, run.generated))
+decoding_page()

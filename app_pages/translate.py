@@ -12,11 +12,9 @@ from viz.decoding import top_tokens_html
 
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
-
-# Two columns from the top: on the left the sentence, the output, the step buttons and the 10 most probable next
-# tokens; on the right the attention of the current token. At 1280×720 a lecturer clicks Next and sees both, the
-# choice and where the model looked, without scrolling: what explains the page comes after the step's numbers.
-left, right = st.columns([1.1, 1], gap="medium")
+cfg = ckpt.config
+n_layers = cfg.n_decoder_layers
+open_layer = model_card.opening_layer(ckpt.card, n_layers)
 
 
 def about() -> None:
@@ -35,58 +33,6 @@ def about() -> None:
             st.caption(quality)
 
 
-with left:
-    st.title("Translate")
-    # --- input: the box applies on Enter; the presets box follows it --------------------------------------
-    typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")
-    state.set_text(typed)
-    src = state.source_for(ckpt, typed)
-    if src is None:
-        about()
-        st.stop()
-
-    # The decoding is run to its end once (cached, shared, never changed); the session keeps only the step
-    # number, and each run draws the view of that step. A click's run may overlap the previous one: neither
-    # can disturb the other.
-    run = state.greedy_run(ckpt, src)
-    # a continuation reads on from its prompt, shown greyed before it
-    widgets.output_box(tok.decode(run.output_ids()), prompt="" if ckpt.config.is_encoder_decoder else src.text)
-
-    # --- step-through: the step buttons rerun the whole page --------------------------------------------
-    # (not a fragment: a click during a script run interrupts it and counts, while clicks that reach a running
-    # fragment wait for it and two of them on one button merge into one: every click must count)
-    total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
-    step = state.current_step(total_steps)
-    view = StepView.of(run, step)
-    widgets.step_buttons("step", step, total_steps, at_end=step >= total_steps,
-                         status=f"**Step {step} of {total_steps}** · KV cache: "
-                                f"{view.cache_nbytes()['total'] / 1024:.1f} KiB")
-    if step:
-        record = view.records[step - 1]
-        ids, probs = record.top(10)
-        chosen = ids.index(record.token_id) if record.token_id in ids else None
-        # HTML bars, not a chart: nothing for Plotly to redraw on each click
-        st.markdown(top_tokens_html(pieces.of_ids(tok, ids), probs, chosen,
-                                    title=f"Step {step}: the 10 most probable next tokens"), unsafe_allow_html=True)
-        logp = float(sum(math.log(max(r.prob, 1e-12)) for r in view.records))
-        st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
-                   f"p = {record.prob:.3f} (greedy: the most probable token). Sequence log-probability so far: "
-                   f"{logp:.2f} (the sum of log p of each chosen token).")
-        st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
-        st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
-    about()
-
-# The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
-cfg = ckpt.config
-n_layers = cfg.n_decoder_layers
-open_layer = model_card.opening_layer(ckpt.card, n_layers)
-with right:
-    url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
-                    valid=lambda v: v in range(n_layers))
-    url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
-                    valid=lambda h: h == "mean" or h in range(cfg.n_heads))
-
-
 @st.fragment
 def attention_view(view: StepView, src) -> None:
     """The right column at one step: the source pieces before the first step; from step 1 on, the layer and head
@@ -97,7 +43,8 @@ def attention_view(view: StepView, src) -> None:
         url.put("layer", st.session_state["tr_layer"] + 1, open_layer + 1)
         url.put("head", url.format_head(st.session_state["tr_head"]), "mean")
         st.markdown("**Source pieces** (encoder input, after tokenization)" if cfg.is_encoder_decoder
-                    else "**Prompt pieces** (after tokenization, behind `<bos>`; this decoder-only model continues them)")
+                    else "**Prompt pieces** (after tokenization, behind `<bos>`; this decoder-only model continues "
+                         "them)")
         # what the model is fed: the encoder reads the source with <eos>; a prompt goes in without it
         st.markdown(tokens_html(pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder
                                 else pieces.of_ids(tok, view.prefix)),
@@ -131,5 +78,63 @@ def attention_view(view: StepView, src) -> None:
                                    title="Alignment so far: generated × source pieces"), unsafe_allow_html=True)
 
 
-with right:
-    attention_view(view, src)
+@st.fragment
+def translate_page() -> None:
+    """The whole page below the sidebar, as a fragment: a Next, Back, layer or head click reruns this, not the app
+    around it (the navigation, the sidebar's picker and summary), so a click costs the server only the page.
+
+    Two columns from the top: on the left the sentence, the output, the step buttons and the 10 most probable next
+    tokens; on the right the attention of the current token. At 1280×720 a lecturer clicks Next and sees both, the
+    choice and where the model looked, without scrolling: what explains the page comes after the step's numbers.
+    """
+    left, right = st.columns([1.1, 1], gap="medium")
+    with left:
+        st.title("Translate")
+        # --- input: the box applies on Enter; the presets box follows it --------------------------------------
+        typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")
+        state.set_text(typed)
+        src = state.source_for(ckpt, typed)
+        if src is None:
+            about()
+            st.stop()
+
+        # The decoding is run to its end once (cached, shared, never changed); the session keeps only the step
+        # number, and each run draws the view of that step. A click's run may overlap the previous one: neither
+        # can disturb the other.
+        run = state.greedy_run(ckpt, src)
+        # a continuation reads on from its prompt, shown greyed before it
+        widgets.output_box(tok.decode(run.output_ids()), prompt="" if ckpt.config.is_encoder_decoder else src.text)
+
+        # --- step-through: a step button reruns this fragment. A click that arrives during its run interrupts
+        # the run and counts (the buttons move the step relatively, in callbacks: _move_step) ------------------
+        total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
+        step = state.current_step(total_steps)
+        view = StepView.of(run, step)
+        widgets.step_buttons("step", step, total_steps, at_end=step >= total_steps,
+                             status=f"**Step {step} of {total_steps}** · KV cache: "
+                                    f"{view.cache_nbytes()['total'] / 1024:.1f} KiB")
+        if step:
+            record = view.records[step - 1]
+            ids, probs = record.top(10)
+            chosen = ids.index(record.token_id) if record.token_id in ids else None
+            # HTML bars, not a chart: nothing for Plotly to redraw on each click
+            st.markdown(top_tokens_html(pieces.of_ids(tok, ids), probs, chosen,
+                                        title=f"Step {step}: the 10 most probable next tokens"), unsafe_allow_html=True)
+            logp = float(sum(math.log(max(r.prob, 1e-12)) for r in view.records))
+            st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
+                       f"p = {record.prob:.3f} (greedy: the most probable token). Sequence log-probability so far: "
+                       f"{logp:.2f} (the sum of log p of each chosen token).")
+            st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
+            st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
+        about()
+
+    # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
+    with right:
+        url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
+                        valid=lambda v: v in range(n_layers))
+        url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
+                        valid=lambda h: h == "mean" or h in range(cfg.n_heads))
+        attention_view(view, src)
+
+
+translate_page()

@@ -121,11 +121,21 @@ class StepRecord:
     cross_attention: torch.Tensor | None
     self_attention: torch.Tensor
     cache_bytes: int
+    #: The :data:`TOP_KEPT` most probable tokens and their probabilities, most probable first: the pages' lists,
+    #: computed once when the step is decoded instead of at every click of every visitor.
+    top_ids: tuple[int, ...] = ()
+    top_probs: tuple[float, ...] = ()
 
     def top(self, k: int = 10) -> tuple[list[int], list[float]]:
         """The ``k`` most probable next tokens and their probabilities."""
+        if k <= len(self.top_ids):
+            return list(self.top_ids[:k]), list(self.top_probs[:k])
         p, i = self.log_probs.exp().topk(min(k, self.log_probs.numel()))
         return i.tolist(), p.tolist()
+
+
+#: How many of a step's most probable tokens a :class:`StepRecord` keeps ready (the Decoding lab lists 15).
+TOP_KEPT = 16
 
 
 def default_max_new_tokens(cfg, src_len: int) -> int:
@@ -242,7 +252,9 @@ class Stepper:
             return None
         log_probs, cross, self_w = self.next_distribution()
         token = int(choose(log_probs))
-        rec = StepRecord(token, float(log_probs[token].exp()), log_probs, cross, self_w, self.cache.nbytes()["total"])
+        top_p, top_i = log_probs.exp().topk(min(TOP_KEPT, log_probs.numel()))
+        rec = StepRecord(token, float(log_probs[token].exp()), log_probs, cross, self_w, self.cache.nbytes()["total"],
+                         tuple(top_i.tolist()), tuple(top_p.tolist()))
         self.tokens.append(token)
         self.records.append(rec)
         return rec

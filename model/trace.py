@@ -9,6 +9,8 @@ masked). The words the pages show for each kind are in ``viz/labels.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 import torch
 
@@ -16,9 +18,13 @@ from .tokenizer import TextTokenizer
 from .transformer import Transformer
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)  # tensors inside: compared and hashed by identity
 class Trace:
-    """One sentence pair seen by the model.
+    """One sentence pair seen by the model; frozen, since a page caches one trace for every visitor of a sentence.
+
+    The token and id lists are stored as tuples and ``attention`` as a read-only mapping, whatever the caller
+    passed; the tensors :func:`trace_pair` makes are inference tensors, which refuse in-place changes outside
+    ``torch.inference_mode``.
 
     Attributes:
         src_tokens / tgt_tokens: BPE pieces (``tgt_tokens`` starts with ``<bos>``; the decoder's *inputs*).
@@ -28,13 +34,19 @@ class Trace:
         logits: ``[tgt_len, vocab]``, the next-token logits after each target input position.
     """
 
-    src_tokens: list[str]
-    tgt_tokens: list[str]
-    src_ids: list[int]
-    tgt_ids: list[int]
-    src_offsets: list[tuple[int, int]] = field(default_factory=list)
-    attention: dict[str, torch.Tensor] = field(default_factory=dict)
+    src_tokens: tuple[str, ...]
+    tgt_tokens: tuple[str, ...]
+    src_ids: tuple[int, ...]
+    tgt_ids: tuple[int, ...]
+    src_offsets: tuple[tuple[int, int], ...] = ()
+    attention: Mapping[str, torch.Tensor] = field(default_factory=dict)
     logits: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("src_tokens", "tgt_tokens", "src_ids", "tgt_ids"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "src_offsets", tuple(tuple(o) for o in self.src_offsets))
+        object.__setattr__(self, "attention", MappingProxyType(dict(self.attention)))
 
     @property
     def kinds(self) -> list[str]:

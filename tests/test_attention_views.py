@@ -257,7 +257,7 @@ def test_npz_export_round_trip(make_model, tokenizer, encode_src, encode_tgt):
     for kind, w in trace.attention.items():
         assert data[kind].shape == tuple(w.shape) and data[kind].dtype == np.float32
         assert np.allclose(data[kind], w.numpy())
-    assert data["src_tokens"].tolist() == trace.src_tokens and data["tgt_tokens"].tolist() == trace.tgt_tokens
+    assert data["src_tokens"].tolist() == list(trace.src_tokens) and data["tgt_tokens"].tolist() == list(trace.tgt_tokens)
     assert data["src_ids"].tolist() == src and data["tgt_ids"].tolist() == tgt
     lm = make_model(arch="decoder-only")
     lm_data = np.load(io.BytesIO(views.attention_npz(trace_pair(lm, tokenizer, None, tgt))))

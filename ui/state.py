@@ -26,8 +26,10 @@ from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, d
                             input_limit, prepare_source)
 from model.hf.card import folder_facts
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
+from model.trace import Trace, trace_pair
 from ui import url
 from .model_card import card_summary
+from .pieces import shown_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -344,6 +346,21 @@ def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
     """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), frozen, cached per checkpoint
     version and ids and shared by every run and session (view a step with :meth:`ui.decoding_lab.StepView.of`)."""
     return _greedy_run(*checkpoint_version(ckpt), tuple(src.ids))
+
+
+@st.cache_resource(show_spinner=False, max_entries=128)
+def _traced(path: str, mtime: float, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...],
+            src_offsets: tuple[tuple[int, int], ...]) -> tuple[Trace, Trace]:
+    ckpt = _load(path, mtime)
+    raw = trace_pair(ckpt.model, ckpt.tokenizer, list(src_ids), list(tgt_ids), list(src_offsets))
+    return raw, shown_trace(raw, ckpt.tokenizer)
+
+
+def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trace, Trace]:
+    """The traced forward pass of ``src`` and the decoder inputs ``tgt_ids`` (:func:`model.trace.trace_pair`), as
+    computed and with its pieces as the pages show them (:func:`ui.pieces.shown_trace`): frozen, cached per
+    checkpoint version and sentence, and shared by every session (one forward pass per sentence, not per click)."""
+    return _traced(*checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_ids), tuple(map(tuple, src.offsets)))
 
 
 def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:

@@ -179,7 +179,7 @@ def serving(workers: int = 2, port: int | None = None, host: str = "127.0.0.1", 
     everything (within about 6 s). ``say`` receives the restart notices.
 
     Yields the :class:`Cluster`. Its private prefix (the config, ``logs/``) is removed at the end, and kept after
-    a DeployError, whose message points into its logs.
+    a DeployError that left logs there, which its message points into.
 
     Raises:
         DeployError: nginx is missing, the port is taken, an upstream does not resolve, or a worker or nginx
@@ -203,7 +203,7 @@ def serving(workers: int = 2, port: int | None = None, host: str = "127.0.0.1", 
         raise
     finally:
         cluster.stop()
-        if not failed:
+        if not (failed and any(prefix.glob("logs/*.log"))):
             shutil.rmtree(prefix, ignore_errors=True)
 
 

@@ -6,7 +6,7 @@ PORT ?= 8501
 # `make serve`: app processes behind nginx, one per CPU unless WORKERS says otherwise
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run serve test setup setup-dev chromium nginx data bench clean
+.PHONY: run dev serve test setup setup-dev chromium nginx data bench clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ setup-dev: $(VENV)/.installed-dev
 
 run: setup
 	$(PY) -m streamlit run app.py --server.port $(PORT) --browser.gatherUsageStats false
+
+# For developers: reload the app when a source file is saved (polling watcher; see .streamlit/config.toml).
+dev: setup
+	$(PY) -m streamlit run app.py --server.port $(PORT) --server.fileWatcherType poll --server.runOnSave true
 
 serve: setup nginx
 	$(PY) -m deploy.serve --workers $(WORKERS) --port $(PORT)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("model", "training", "corpora", "teaching", "viz", "ui", "app_pages", "benchmarks")
-NO_STREAMLIT = ("model", "training", "corpora", "teaching", "viz")
+PACKAGES = ("model", "training", "corpora", "teaching", "viz", "ui", "app_pages", "benchmarks", "deploy")
+NO_STREAMLIT = ("model", "training", "corpora", "teaching", "viz", "deploy")
 MAX_LINES = 400
 
 

@@ -1,6 +1,7 @@
 """The Attention page's charts as a new user reads them at 1280×720: masked cells one grey (no line through the
-``<bos>`` row), key labels that never overlap on a 25-token sentence, word-level titles that are not cut off, and
-one colour range for the ablation sweep's maps.
+``<bos>`` row), every key and query labelled without overlaps on a long sentence (smaller type or tiers, never
+every other one), axis titles clear of the labels, Summaries with line-tall rows, the Translate alignment's source
+labels whole and apart, word-level titles that are not cut off, and one colour range for the ablation sweep's maps.
 
 Figure-level checks on synthetic weights (fast), and one ``AppTest`` run of the page with the shipped decoder-only
 checkpoint (``checkpoints/brown-lm``), every map of which is masked. The label checks use the plot widths measured
@@ -11,17 +12,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from html import escape as html_escape
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from viz.attention import attention_heatmap, causal_blank
+from viz.attention import (ALIGN_PX, ALIGN_ROW_HEAD_EM, alignment_html, attention_heatmap, causal_blank,
+                           heatmap_fits)
 from viz.attention_views import difference_heatmap, head_stat_heatmap, sweep_heatmaps, token_bar_figure
 from viz.grid import model_grid_figure
 from viz.labels import KIND_TITLES, view_title
-from viz.theme import MASKED_BG, PAGE_PX, TITLE_CHARS, title_chars
+from viz.theme import (HALF_PX, LINE_EM, MASKED_BG, PAGE_PX, SMALL_TOKEN, TITLE_CHARS, TITLE_STANDOFF,
+                       title_chars)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,36 +98,117 @@ def test_masked_cells_are_one_grey_with_no_line_through_the_bos_row():
 
 
 # --- key labels -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n", [25, 26, 40])
-def test_key_labels_of_a_long_sentence_never_overlap(n):
-    """Key labels collided on 25-token sentences (Heads, Compare, the head opened under the Model grid): every
-    label at −45° in ~10 px columns. They are now level where they fit, else upright and thinned."""
+def label_tiers(fig) -> list:
+    """The x axes that write token labels: ``xaxis`` and the tiers that overlay it."""
+    layout = fig.layout
+    return [layout[n] for n in sorted(layout) if n.startswith("xaxis") and (n == "xaxis" or layout[n].overlaying == "x")]
+
+
+def assert_every_key_labelled(fig, plot_px: float, n: int) -> None:
+    """Each of the ``n`` keys is written once, over the tiers, at :data:`SMALL_TOKEN` px or more, and no two labels
+    of a tier overlap in a plot ``plot_px`` wide; a tier further out draws its ticks past the tiers above it."""
+    tiers = label_tiers(fig)
+    assert sorted(v for axis in tiers for v in axis.tickvals) == list(range(n))
+    for t, axis in enumerate(tiers):
+        assert axis.tickangle in (0, -90) and axis.tickfont.size >= SMALL_TOKEN
+        assert_ticks_apart(axis, plot_px, n)
+        if t:
+            above = max(len(x) for x in tiers[t - 1].ticktext) * 0.6 * axis.tickfont.size
+            assert axis.ticklen - (tiers[t - 1].ticklen or 0) >= above  # a leader line past the labels above
+
+
+@pytest.mark.parametrize("n", [21, 25, 26, 40])
+def test_every_key_of_a_long_sentence_is_labelled_without_overlaps(n):
+    """Key labels collided on 25-token sentences at −45°; then they were thinned, and a 21-piece source showed 11 of
+    its keys: the others only on hover, which no one in a lecture room has. Every key now keeps its label: in
+    smaller type, or taking turns over two or three tiers."""
     labels = pieces(n)
     w = causal_weights(n)
     half = attention_heatmap(w, labels, labels, causal=True, title="Heads · one of two columns")
-    assert_ticks_apart(half.layout.xaxis, HALF_HEATMAP_PX, n)
     full = attention_heatmap(w, labels, labels, causal=True, height=560, width=PAGE_PX, title="the opened head")
-    assert_ticks_apart(full.layout.xaxis, PAGE_HEATMAP_PX, n)
     diff = difference_heatmap(w.numpy(), causal_weights(n, 1).numpy(), labels, labels, title="Difference")
-    assert_ticks_apart(diff.layout.xaxis, DIFF_HEATMAP_PX, n)
     bars = token_bar_figure(w[-1], labels, title="What “.” attends to")
-    assert_ticks_apart(bars.layout.xaxis, HALF_BARS_PX, n)
-    for fig in (half, full, diff, bars):
-        axis = fig.layout.xaxis
-        assert axis.tickangle in (0, -90) and axis.tickvals[0] == 0  # <bos> keeps its label
-        assert len(axis.tickvals) >= n // 3  # thinned, not emptied
+    for fig, plot_px in ((half, HALF_HEATMAP_PX), (full, PAGE_HEATMAP_PX), (diff, DIFF_HEATMAP_PX),
+                         (bars, HALF_BARS_PX)):
+        if n <= 26 or plot_px > HALF_HEATMAP_PX:  # 40 keys in a half column: heatmap_fits says draw it wider
+            assert_every_key_labelled(fig, plot_px, n)
+    assert heatmap_fits(labels[:21], labels[:21], HALF_PX) and not heatmap_fits(pieces(80), pieces(80), HALF_PX)
 
 
-def test_model_grid_key_labels_never_overlap():
-    """The grid's bottom row wrote every key at −60° whenever heads × keys ≤ 64 (4 heads × 16 keys: ~10 px
-    columns for 14 px labels)."""
-    for heads, n in ((4, 16), (4, 10), (2, 24)):
+def test_every_query_row_is_labelled_with_a_line_of_room():
+    """"Heads forming" drew 13 queries in a 260-px chart and labelled 7 of them; a page-wide map of 60 queries was
+    capped at 900 px. The chart now grows until each row is a line of its labels' type."""
+    for n, height, width in ((13, 260, HALF_PX), (60, 560, PAGE_PX)):
+        labels = pieces(n)
+        fig = attention_heatmap(causal_weights(n), labels, labels, causal=True, title="layer 1 · head 1",
+                                height=height, width=width)
+        axis = fig.layout.yaxis
+        assert list(axis.tickvals) == list(range(n)) and list(axis.ticktext) == labels
+        size = axis.tickfont.size
+        under = max(len(t) for t in labels) * 0.6 * size + 10 + 24  # the key labels and the axis title
+        assert fig.layout.height - fig.layout.margin.t - under >= n * LINE_EM * size
+
+
+def test_axis_titles_stand_off_from_turned_labels():
+    """The y title ("queries (attending) ↓") touched the row labels and the x title the upright key labels
+    (token bars: "_children" ran into "keys"): Plotly's own standoff. Every token axis now sets one."""
+    labels = pieces(21)
+    w = causal_weights(21)
+    figures = [attention_heatmap(w, labels, labels, causal=True), token_bar_figure(w[-1], labels, title="t"),
+               difference_heatmap(w.numpy(), causal_weights(21, 1).numpy(), labels, labels)]
+    for fig in figures:
+        titled = [a for a in axes(fig) if a.title.text]
+        assert len(titled) == 2
+        assert all(a.title.standoff is not None and a.title.standoff >= TITLE_STANDOFF for a in titled)
+
+
+def test_model_grid_labels_every_key_or_none():
+    """The grid's bottom row wrote every key at −60° whenever heads × keys ≤ 64, later every other or third one.
+    Now every key, where a panel's columns hold them (a little smaller type at most), else none: the head opened
+    under the grid names them all."""
+    for heads, n, shown in ((4, 16, False), (4, 10, True), (2, 24, False), (2, 12, True)):
         labels = pieces(n)
         attn = torch.stack([torch.stack([causal_weights(n, s) for s in range(heads)])] * 3)
         fig = model_grid_figure(attn, labels, labels, causal=True)
         bottom = fig.layout[f"xaxis{2 * heads + 1}"]
-        assert bottom.showticklabels
-        assert_ticks_apart(bottom, GRID_PANEL_PX * 4 / heads, n)
+        assert bool(bottom.showticklabels) == shown, (heads, n)
+        if shown:
+            assert list(bottom.tickvals) == list(range(n))
+            assert_ticks_apart(bottom, GRID_PANEL_PX * 4 / heads, n)
+
+
+def test_summaries_rows_are_a_line_tall_with_only_a_title_between_layers():
+    """Summaries (mean and max over heads, six layers) squashed each map's rows to ~13 px under 136-px gaps: the
+    gap between layers was a share of the whole figure."""
+    n, layers = 13, 6
+    labels = pieces(n)
+    stack = torch.stack([torch.stack([causal_weights(n), causal_weights(n, 1)])] * layers)
+    fig = model_grid_figure(stack, labels, labels, causal=True, col_names=["mean over heads", "max over heads"],
+                            title="Decoder masked self-attention · mean and max over heads, per layer")
+    plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    domains = [fig.layout[f"yaxis{2 * r + 1 if r else ''}"].domain for r in range(layers)]
+    for d in domains:
+        assert (d[1] - d[0]) * plot_h / n >= LINE_EM * 14
+    for upper, lower in zip(domains, domains[1:]):
+        assert (upper[0] - lower[1]) * plot_h <= 40
+
+
+def test_alignment_labels_of_a_26_piece_source_take_turns_and_are_whole():
+    """Translate at 1280 px: the 26 upright source labels of the alignment map, in ~11 px columns, ran into each
+    other, and long pieces were cut at 9 em. They now take turns over tiers, so that neighbours in a tier are a line
+    apart, each written whole."""
+    src = pieces(25) + ["<eos>"]
+    src[5] = "▁Vergangenheitsbewältigung"
+    html = alignment_html(torch.softmax(torch.randn(4, 26), -1), ["▁Ob", "wohl", "▁es", "▁reg"], src)
+    heads = re.findall(r'<th class="ae-align-col" data-tier="(\d)"[^>]*>(.*?)</th>', html)
+    assert [re.sub(r"<[^>]+>", "", label) for _, label in heads] == [html_escape(t) for t in src]
+    tiers = [int(t) for t, _ in heads]
+    assert tiers == [j % (max(tiers) + 1) for j in range(26)] and max(tiers) >= 1
+    cell = (ALIGN_PX - ALIGN_ROW_HEAD_EM * 14) / 26
+    assert (max(tiers) + 1) * cell >= LINE_EM * 14
+    assert "max-height" not in html and "text-overflow" not in html
+    short = alignment_html(torch.ones(1, 4) / 4, ["▁Mein"], ["▁My", "▁brother", "▁lives", "<eos>"])
+    assert set(re.findall(r'data-tier="(\d)"', short)) == {"0"}  # a short source keeps one row of labels
 
 
 # --- titles -----------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from model.trace import trace_pair
 from ui import attention_views as views
 from ui.model_card import opening_layer
 from viz.attention_views import head_stat_heatmap, lines_figure, log_prob_figure, token_bar_figure
-from viz.grid import ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, model_grid_altair, model_grid_figure
+from viz.grid import ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, GRID_SMALLEST, model_grid_altair, model_grid_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CKPT = ROOT / "checkpoints" / "en-de"
@@ -155,10 +155,12 @@ def test_model_grid_labels_are_readable_on_a_projector():
     """The grid's tick labels were 9–11 px and its panel titles 12 px (read as ~8 px on a slide)."""
     labels = [f"▁w{i}" for i in range(10)]
     fig = model_grid_figure(random_attention(3, 4, 10, 10), labels, labels, title="grid")
-    assert fig.layout.xaxis9.tickfont.size >= 14 and fig.layout.yaxis1.tickfont.size >= 14
+    # every key labelled, a little smaller than 14 px where a panel's columns need it (never every other one)
+    assert fig.layout.xaxis9.tickfont.size >= GRID_SMALLEST and fig.layout.yaxis1.tickfont.size >= 14
+    assert list(fig.layout.xaxis9.tickvals) == list(range(10))
     assert all(a.font.size >= 14 for a in fig.layout.annotations)
     assert fig.layout.xaxis9.showticklabels and fig.layout.yaxis5.showticklabels
-    # 8 heads × 20 keys would squeeze 14 px key labels into ~7 px columns: none then, the query labels stay
+    # 8 heads × 20 keys would squeeze the key labels into ~7 px columns: none then, the query labels stay
     long = [f"▁w{i}" for i in range(20)]
     crowded = model_grid_figure(random_attention(2, 8, 20, 20), long, long)
     assert not crowded.layout.xaxis9.showticklabels and crowded.layout.yaxis1.showticklabels

@@ -12,6 +12,7 @@ from training import runs as R
 from ui.widgets import show_figure
 from viz.attention import attention_heatmap
 from viz.labels import KIND_SHORT
+from viz.theme import HALF_PX
 
 
 def show_heads_forming(run_dir: Path, live: bool) -> None:
@@ -65,9 +66,12 @@ def _heads_forming(run_dir: Path) -> None:
     n_layers, n_heads, n_q, n_k = attention.shape
     q_lab = q_lab if len(q_lab) == n_q else [str(i) for i in range(n_q)]
     k_lab = k_lab if len(k_lab) == n_k else [str(i) for i in range(n_k)]
+    # Two heads a row, as on the Attention page: in one column per head (four or more across) each map was ~200 px
+    # wide and 260 px tall, and labelled 7 of 13 queries and a jumble of keys; its own height fits every row.
     for li in range(n_layers):
-        cols = st.columns(n_heads)
         for hi in range(n_heads):
+            if hi % 2 == 0:
+                cols = st.columns(2)
             fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
-                                    causal=kind in CAUSAL_KINDS, height=260)
-            show_figure(fig, where=cols[hi], key=f"hf_{kind}_{li}_{hi}")
+                                    causal=kind in CAUSAL_KINDS, width=HALF_PX)
+            show_figure(fig, where=cols[hi % 2], key=f"hf_{kind}_{li}_{hi}")

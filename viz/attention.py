@@ -15,8 +15,9 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale, unlabel_rgb
 
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
-                       HALF_PX, INK, LINE_EM, MASKED_BG, MONO, MONO_CHAR_EM, NAVY, SUBTLE, WHITE, stacked_every,
-                       thinned, tick_plan, title as _title, title_chars, title_margin, wrap_title)
+                       GREY, HALF_PX, INK, LINE_EM, MASKED_BG, MIN_READABLE, MONO, MONO_CHAR_EM, NAVY, SUBTLE,
+                       TITLE_STANDOFF, WHITE, LabelPlan, label_plan, tier_px, title as _title, title_chars,
+                       title_margin, wrap_title)
 
 
 def display_token(piece: str) -> str:
@@ -72,18 +73,61 @@ def label_px(labels: Sequence[str], size: int) -> float:
     return max((len(t) for t in labels), default=0) * MONO_CHAR_EM * size
 
 
-def token_ticks(labels: Sequence[str], axis_px: float, size: int, across: bool = True) -> dict:
-    """Tick settings (``tickvals``, ``ticktext``, ``tickangle``) that write one token label per cell along an axis
-    ``axis_px`` long without overlaps, by :func:`viz.theme.tick_plan`: level where the labels fit their cells,
-    else upright and thinned. ``across=False``: a vertical axis, whose labels are level and stack (thinned by
-    :func:`viz.theme.stacked_every`). Hover still names every cell."""
-    n = len(labels)
-    if across:
-        angle, every = tick_plan(labels, max(axis_px, 1.0), size)
-    else:
-        angle, every = 0, stacked_every(n, max(axis_px, 1.0), size)
-    kept = thinned(n, every)
-    return dict(tickvals=kept, ticktext=[labels[i] for i in kept], tickangle=angle)
+def token_axes(labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "", **common) -> list[dict]:
+    """The x axes that write every one of ``labels`` (one per cell, at ``0 … n−1``) as ``plan`` says
+    (:func:`viz.theme.label_plan`): one layout dict per tier, ``[xaxis, xaxis2, …]``. Tier ``t`` holds labels
+    ``t, t + tiers, …``; the tiers after the first overlay the first (same range) and draw their ticks as pale
+    leader lines down past the tiers above them, to their labels. The axis ``title`` goes on the last (outermost)
+    tier, :data:`viz.theme.TITLE_STANDOFF` px from its labels. ``common``: more settings of every tier."""
+    depth = tier_px(labels, plan.size)
+    tick_font = {**font, "size": plan.size}
+    axes = []
+    for t in range(plan.tiers):
+        kept = list(range(t, len(labels), plan.tiers))
+        axis = dict(tickvals=kept, ticktext=[labels[i] for i in kept], tickangle=plan.angle, tickfont=tick_font,
+                    showgrid=False, zeroline=False, automargin=True, **common)
+        if t:
+            axis.update(overlaying="x", matches="x", anchor="y", side="bottom", ticks="outside", ticklen=t * depth,
+                        tickcolor=GREY)
+        axes.append(axis)
+    if title:
+        axes[-1].update(title=dict(text=title, font=AXIS_TITLE_FONT, standoff=TITLE_STANDOFF))
+    return axes
+
+
+def set_token_xaxes(fig: go.Figure, labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "",
+                    **common) -> None:
+    """Lay ``fig``'s x axis out as :func:`token_axes` says, with an empty trace on each overlay axis (Plotly draws
+    an axis only when a trace uses it). The figure's first trace stays its data."""
+    for t, axis in enumerate(token_axes(labels, plan, font, title, **common)):
+        fig.layout[f"xaxis{t + 1 if t else ''}"] = axis
+        if t:
+            fig.add_trace(go.Scatter(x=[None], y=[None], xaxis=f"x{t + 1}", hoverinfo="skip", showlegend=False,
+                                     name=f"key labels, tier {t + 1}"))
+
+
+def labels_depth(labels: Sequence[str], plan: LabelPlan) -> float:
+    """Depth (px) ``labels`` laid out by ``plan`` take under an axis: one line when level, else every tier."""
+    if plan.angle == 0:
+        return LINE_EM * plan.size
+    return (plan.tiers - 1) * tier_px(labels, plan.size) + label_px(labels, plan.size)
+
+
+def key_plan(query_labels: Sequence[str], key_labels: Sequence[str], width: float, colorbar_px: float = COLORBAR_PX
+             ) -> LabelPlan:
+    """How a heatmap ``width`` px wide writes its key labels (:func:`viz.theme.label_plan`), less the room its
+    colour bar (``colorbar_px``), axis title and query labels take (labels as shown: :func:`display_token`,
+    shortened)."""
+    q_short = [_short(display_token(t)) for t in query_labels]
+    plot_w = width - 20 - colorbar_px - AXIS_TITLE_PX - label_px(q_short, MIN_READABLE) - 10
+    return label_plan([_short(display_token(t)) for t in key_labels], max(plot_w, 1.0))
+
+
+def heatmap_fits(query_labels: Sequence[str], key_labels: Sequence[str], width: float) -> bool:
+    """Whether :func:`attention_heatmap` ``width`` px wide can write every key label without overlaps (at
+    :data:`viz.theme.SMALL_TOKEN` px in :data:`viz.theme.MAX_TIERS` tiers at most); where it cannot, a page draws
+    the map wider (one per row instead of two)."""
+    return key_plan(query_labels, key_labels, width).fits
 
 
 def attention_heatmap(
@@ -104,10 +148,12 @@ def attention_heatmap(
         causal: blank the masked upper triangle (keys after the query) instead of drawing it as zero: a masked
             cell is empty, and the plot's background (:data:`~viz.theme.MASKED_BG`) shows through, the same grey in
             every row, ``<bos>``'s included (no axis line is drawn behind the cells, where it would show).
+        height: the figure's height (px) at least; it grows until every query row has room for its label.
         zmax: colour-scale maximum (1.0 keeps every chart on one scale; ``None`` = the largest weight shown).
         width: the chart's width (px) in the narrowest layout it is shown in (:data:`~viz.theme.HALF_PX`: one of
-            two columns at 1280×720; :data:`~viz.theme.PAGE_PX`: the page's width). The title is wrapped and the
-            tick labels are laid out (:func:`token_ticks`) for it.
+            two columns at 1280×720; :data:`~viz.theme.PAGE_PX`: the page's width). The title is wrapped and
+            every key is labelled (:func:`viz.theme.label_plan`: smaller type or a second tier of labels where they
+            would not fit) for it; :func:`heatmap_fits` says whether they can be at this width.
 
     Returns:
         A Plotly figure whose hover reads "query → key: weight".
@@ -135,17 +181,15 @@ def attention_heatmap(
             colorbar=dict(title=dict(text="weight"), thickness=14),
         )
     )
-    cell = 34 if max(q_len, k_len) <= 20 else 22
-    size = 14 if max(q_len, k_len) <= 24 else 11
-    tick_font = dict(family=MONO, size=size, color=INK)
     title = wrap_title(title, title_chars(width)) if title else ""
     top = max(50, title_margin(title, 26, 24)) if title else 20
-    height = height or min(900, 200 + cell * q_len)
     q_short, k_short = [_short(t) for t in q_disp], [_short(t) for t in k_disp]
-    plot_w = width - 20 - COLORBAR_PX - AXIS_TITLE_PX - label_px(q_short, size) - 10
-    x_ticks = token_ticks(k_short, plot_w, size)
-    under = (LINE_EM * size if x_ticks["tickangle"] == 0 else label_px(k_short, size)) + 10 + AXIS_TITLE_PX
-    y_ticks = token_ticks(q_short, height - top - 10 - under, size, across=False)
+    plan = key_plan(q_short, k_short, width)
+    # every query row keeps its label: a row is at least a line of the labels' type, and the figure grows to hold
+    # them (a long sentence gives a tall chart, never every other label)
+    row = max(34 if max(q_len, k_len) <= 20 else 22, LINE_EM * plan.size + 2)
+    under = labels_depth(k_short, plan) + 10 + AXIS_TITLE_PX + TITLE_STANDOFF
+    height = max(height or 0, int(top + row * q_len + under + 10))
     fig.update_layout(
         title=_title(title),
         font=FONT,
@@ -155,15 +199,20 @@ def attention_heatmap(
     )
     # No zero lines: they are drawn under the cells and showed through every empty (masked) cell of the first
     # row and column, and through the gaps between cells, as a dark line across the <bos> row.
-    fig.update_xaxes(
-        **x_ticks, side="bottom", title_text="keys (attended to) →", showgrid=False, zeroline=False,
-        tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
-    )
-    fig.update_yaxes(
-        **y_ticks, autorange="reversed", title_text="queries (attending) ↓", showgrid=False, zeroline=False,
-        tickfont=tick_font, automargin=True, title_font=AXIS_TITLE_FONT,
-    )
+    tick_font = dict(family=MONO, size=plan.size, color=INK)
+    set_token_xaxes(fig, k_short, plan, tick_font, "keys (attended to) →")
+    fig.update_yaxes(**token_yaxis(q_short, plan.size, "queries (attending) ↓"), autorange="reversed")
     return fig
+
+
+def token_yaxis(labels: Sequence[str], size: int, title: str = "") -> dict:
+    """A vertical axis that writes every one of ``labels`` (one per row, level, monospace ``size`` px; the
+    figure must give each row a line), its ``title`` :data:`viz.theme.TITLE_STANDOFF` px from them."""
+    axis = dict(tickvals=list(range(len(labels))), ticktext=list(labels), tickfont=dict(family=MONO, size=size,
+                color=INK), showgrid=False, zeroline=False, automargin=True)
+    if title:
+        axis["title"] = dict(text=title, font=AXIS_TITLE_FONT, standoff=TITLE_STANDOFF)
+    return axis
 
 
 def scale_colours(values, scale: Sequence[Sequence] = ATTENTION_SCALE) -> list[str]:
@@ -177,24 +226,34 @@ def scale_colours(values, scale: Sequence[Sequence] = ATTENTION_SCALE) -> list[s
 
 #: Height of a row of :func:`alignment_html`, px: one line of a 14 px label with a little air.
 ALIGN_ROW_PX = 24
+#: Width (px) of the narrowest place :func:`alignment_html` is shown in at 1280×720: the Translate page's right
+#: column with the sidebar open (~410 px), the Decoding lab's probabilities tab (~390 px).
+ALIGN_PX = 390
+#: Width of the row-label column of :func:`alignment_html`, in em of its 14 px labels.
+ALIGN_ROW_HEAD_EM = 7.5
 
 
 def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequence[str], title: str = "",
-                   current: int | None = -1) -> str:
+                   current: int | None = -1, width: int = ALIGN_PX) -> str:
     """Cross-attention as a translation alignment, drawn as an HTML grid (one row per generated piece, one column
     per source piece, each cell shaded on :data:`~viz.theme.ATTENTION_SCALE` from 0 to 1, hover = the weight).
 
     An HTML grid rather than a Plotly heatmap: the Translate step view redraws it on every click, and a page
-    without Plotly loads ~3 s sooner on a busy 2-core machine. Labels are 14 px or more.
+    without Plotly loads ~3 s sooner on a busy 2-core machine. Labels are 14 px or more, and every source piece
+    is written whole: where the columns of a grid ``width`` px wide are narrower than a line, the upright labels
+    take turns over two or three tiers (:func:`viz.theme.label_plan`; a pale leader line joins a lower tier's
+    label to its column), and where even three tiers would not fit, the grid is drawn wider and scrolls sideways.
 
     Args:
         weights: ``[steps, src_len]`` cross-attention weights (tensor or array), rows = generated pieces.
         target_labels / source_labels: BPE pieces of the rows / columns.
         title: a heading above the grid ('' for none).
         current: the row outlined as the newest token (``-1`` = the last, ``None`` = none).
+        width: the grid's width (px) in the narrowest layout it is shown in (default :data:`ALIGN_PX`).
 
     Returns:
-        An HTML fragment (every piece escaped); each cell carries its weight in ``data-w``.
+        An HTML fragment (every piece escaped); each cell carries its weight in ``data-w``, each column label its
+        tier in ``data-tier`` (0 = next to the grid).
 
     Raises:
         ValueError: when the labels do not fit the weights' shape.
@@ -203,23 +262,32 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
     check_labels(w.shape, target_labels, source_labels)
     n_rows = w.shape[0]
     current = n_rows + current if current is not None and current < 0 else current
+    shown = [display_token(k) for k in source_labels]
+    head_px = ALIGN_ROW_HEAD_EM * MIN_READABLE
+    plan = label_plan(shown, max(width - head_px, 1.0), MIN_READABLE, smallest=MIN_READABLE)
+    tiers = plan.tiers if plan.angle else 1
+    # where even the last tier is too crowded, every column gets its share of a line and the grid scrolls sideways
+    min_col = LINE_EM * MIN_READABLE / tiers
+    depth_em = max((len(t) for t in shown), default=0) * MONO_CHAR_EM + 0.6  # one tier of labels, in em
     # Streamlit's markdown styles tables (borders, padding, stripes): every cell says its own.
     label = (f"font-family:{MONO};font-size:14px;color:{INK};font-weight:400;white-space:nowrap;border:0;"
              "background:none")
     head = "".join(
-        f'<th class="ae-align-col" style="{label};vertical-align:bottom;padding:0 0 4px 0">'
-        f'<div style="writing-mode:vertical-rl;transform:rotate(180deg);margin:0 auto;max-height:9em;'
-        f'overflow:hidden;text-overflow:ellipsis">{html.escape(display_token(k))}</div></th>'
-        for k in source_labels)
+        f'<th class="ae-align-col" data-tier="{j % tiers}" style="{label};vertical-align:bottom;padding:0 0 4px 0;'
+        f'overflow:visible"><div style="display:flex;flex-direction:column;align-items:center">'
+        f'<div style="writing-mode:vertical-rl;transform:rotate(180deg)">{html.escape(k)}</div>'
+        + (f'<div style="width:1px;height:{(j % tiers) * depth_em:.2f}em;background:{GREY}"></div>' if j % tiers
+           else "") + "</div></th>"
+        for j, k in enumerate(shown))
     colours = np.array(scale_colours(w), dtype=object).reshape(w.shape)  # one call: per cell was 8x slower
     rows = []
     for i, (q, row) in enumerate(zip(target_labels, w)):
         q_disp = html.escape(display_token(q))
         newest = i == current
         cells = "".join(
-            f'<td data-w="{x:.4f}" title="{q_disp} → {html.escape(display_token(k))}: {x:.3f}" '
+            f'<td data-w="{x:.4f}" title="{q_disp} → {html.escape(k)}: {x:.3f}" '
             f'style="background:{colour};border:0;padding:0;border-radius:2px"></td>'
-            for k, x, colour in zip(source_labels, np.nan_to_num(row), colours[i]))
+            for k, x, colour in zip(shown, np.nan_to_num(row), colours[i]))
         mark = f"border-right:4px solid {ACCENT};font-weight:700" if newest else f"border-right:4px solid {WHITE}"
         rows.append(f'<tr style="height:{ALIGN_ROW_PX}px"><th class="ae-align-row" style="{label};text-align:right;'
                     f'padding:0 8px 0 0;{mark}">{q_disp}</th>{cells}</tr>')
@@ -231,11 +299,12 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
               f'border:1px solid {BORDER};background:linear-gradient(to right, {stops})"></span>1</span></div>')
     heading = (f'<div class="ae-align-title" style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">'
                f"{html.escape(title)}</div>" if title else "")
-    return (f'<div class="ae-align">{heading}<table style="width:100%;table-layout:fixed;border-collapse:separate;'
-            f'border-spacing:2px;margin:0"><colgroup><col style="width:7.5em">'
-            f'{"<col>" * len(source_labels)}</colgroup>'
+    min_width = head_px + min_col * len(shown)
+    return (f'<div class="ae-align">{heading}<div style="overflow-x:auto"><table style="width:100%;'
+            f'min-width:{min_width:.0f}px;table-layout:fixed;border-collapse:separate;border-spacing:2px;margin:0">'
+            f'<colgroup><col style="width:{ALIGN_ROW_HEAD_EM}em">{"<col>" * len(shown)}</colgroup>'
             f'<thead><tr><th style="border:0;background:none"></th>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>{legend}</div>')
+            f'<tbody>{"".join(rows)}</tbody></table></div>{legend}</div>')
 
 
 def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> str:

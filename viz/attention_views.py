@@ -13,8 +13,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import (AXIS_TITLE_PX, _as_array, _short, check_labels, display_token, label_px,
-                           plotly_escape, token_ticks)
+from viz.attention import (AXIS_TITLE_PX, _as_array, _short, check_labels, display_token, key_plan, labels_depth,
+                           plotly_escape, set_token_xaxes, token_yaxis)
 from viz import theme
 from viz.theme import wrap_title
 from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, BLUE as LINE_COLOR, FONT, GRID, HALF_PX, INK as TEXT_COLOR,
@@ -104,17 +104,16 @@ def token_bar_figure(
         labels: ``n`` BPE pieces; mark: index of a bar drawn in the highlight colour (e.g. the query itself).
         title / subtitle: two title lines (e.g. the question, then which head answers it), each wrapped further
             where it would be cut off in a chart ``width`` px wide (default: a half-width column at 1280×720),
-            for which the token labels are laid out too (:func:`viz.attention.token_ticks`).
+            for which every token label is laid out too (:func:`viz.theme.label_plan`).
     """
     w = np.nan_to_num(_as_array(weights).reshape(-1))
     if len(w) != len(labels):
         raise ValueError("one weight per token is needed")
     disp = [display_token(t) for t in labels]
     colors = [HIGHLIGHT if i == mark else LINE_COLOR for i in range(len(w))]
-    size = MIN_READABLE if len(w) <= 24 else 11
     short = [_short(t) for t in disp]
     plot_px = width - 20 - 60  # less the value axis: its title and numbers
-    ticks = token_ticks(short, plot_px, size)
+    plan = theme.label_plan(short, plot_px)
     # A value over every bar where each has room for "0.00"; where they do not, Plotly shrank them to the bar's
     # width (unreadable): then only the largest is written, at full size, and hover has every value.
     roomy = plot_px / max(len(w), 1) >= 4 * 0.55 * FONT["size"] + 6
@@ -132,13 +131,16 @@ def token_bar_figure(
     text = "<br>".join(lines[0]) + "".join(f"<br><span style='font-size:{MIN_READABLE}px;color:{MUTED}'>{part}</span>"
                                            for parts in lines[1:] for part in parts) if lines else ""
     n_lines = sum(len(parts) for parts in lines)
+    # the bars keep their 200 px however deep the labels under them are (a fixed height left them 130 px)
+    under = labels_depth(short, plan) + 10 + AXIS_TITLE_PX + theme.TITLE_STANDOFF
     fig.update_layout(
         title=theme.title(text), font=FONT,
-        height=340 + 24 * max(0, n_lines - 1), margin=dict(l=10, r=10, t=26 + 28 * n_lines, b=10),
+        height=int(200 + under + 26 + 28 * n_lines), margin=dict(l=10, r=10, t=26 + 28 * n_lines, b=10),
         plot_bgcolor=WHITE, bargap=0.2,
     )
-    fig.update_xaxes(**ticks, tickfont=dict(family=MONO, size=size), title_text=axis_title, automargin=True)
-    fig.update_yaxes(range=[0, 1.1], title_text=value_title, gridcolor=GRID, automargin=True)
+    set_token_xaxes(fig, short, plan, dict(family=MONO, color=TEXT_COLOR), axis_title)
+    fig.update_yaxes(range=[0, 1.1], title=dict(text=value_title, standoff=theme.TITLE_STANDOFF), gridcolor=GRID,
+                     automargin=True)
     return fig
 
 
@@ -265,7 +267,7 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
 
     Red = the second attends more, blue = the first attends more; the scale is symmetric around 0 and
     masked (NaN) cells stay empty. Rows = queries, columns = keys; the tick labels are laid out for a chart
-    ``width`` px wide (:func:`viz.attention.token_ticks`).
+    ``width`` px wide, every one written (:func:`viz.theme.label_plan`).
 
     Raises:
         ValueError: the two maps differ in shape (there is no cell-by-cell difference then).
@@ -278,25 +280,20 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
     bound = float(np.abs(finite).max()) if finite.size else 1.0
     q_disp = [_short(display_token(t)) for t in q_labels]
     k_disp = [_short(display_token(t)) for t in k_labels]
-    height = min(900, 200 + 30 * diff.shape[0])
     top = 50 if title else 20
-    # laid out as attention_heatmap lays out its axes, for the page's width at 1280×720
-    plot_w = width - 20 - DIFF_COLORBAR_PX - AXIS_TITLE_PX - label_px(q_disp, MIN_READABLE) - 10
-    x_ticks = token_ticks(k_disp, plot_w, MIN_READABLE)
-    under = (theme.LINE_EM * MIN_READABLE if x_ticks["tickangle"] == 0 else label_px(k_disp, MIN_READABLE)) + 34
-    y_ticks = token_ticks(q_disp, height - top - 10 - under, MIN_READABLE, across=False)
+    # laid out as attention_heatmap lays out its axes, for the page's width at 1280×720: every label written
+    plan = key_plan(q_disp, k_disp, width, DIFF_COLORBAR_PX)
+    under = labels_depth(k_disp, plan) + 10 + AXIS_TITLE_PX + theme.TITLE_STANDOFF
+    height = int(top + max(30, theme.LINE_EM * plan.size + 2) * diff.shape[0] + under + 10)
     fig = go.Figure(go.Heatmap(
         z=diff, x=list(range(diff.shape[1])), y=list(range(diff.shape[0])), colorscale="RdBu", reversescale=True,
         zmid=0.0, zmin=-(bound or 1.0), zmax=bound or 1.0, xgap=1, ygap=1,
         hovertemplate="row %{y}, column %{x}<br>difference %{z:+.3f}<extra></extra>",
         colorbar=dict(title=dict(text="second − first"), thickness=14),
     ))
-    tick_font = dict(family=MONO, size=MIN_READABLE, color=TEXT_COLOR)
     fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor=MASKED_BG,
                       height=height, margin=dict(l=10, r=10, t=top, b=10))
     # no zero lines: they would show through the empty masked cells of the first row
-    fig.update_xaxes(**x_ticks, tickfont=tick_font, title_text="keys (attended to) →", automargin=True,
-                     showgrid=False, zeroline=False)
-    fig.update_yaxes(**y_ticks, autorange="reversed", tickfont=tick_font, title_text="queries (attending) ↓",
-                     automargin=True, showgrid=False, zeroline=False)
+    set_token_xaxes(fig, k_disp, plan, dict(family=MONO, color=TEXT_COLOR), "keys (attended to) →")
+    fig.update_yaxes(**token_yaxis(q_disp, plan.size, "queries (attending) ↓"), autorange="reversed")
     return fig

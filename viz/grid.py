@@ -15,18 +15,17 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.attention import (_as_array, _short, causal_blank, check_labels, display_token, label_px, plotly_escape,
-                           token_ticks)
+from viz.attention import _as_array, _short, causal_blank, check_labels, display_token, label_px, plotly_escape
 from viz import theme
 from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, FONT, INK as TEXT_COLOR, LINE_EM, MASKED_BG, MIN_READABLE,
-                       MONO, PAGE_PX, WHITE)
+                       MONO, PAGE_PX, WHITE, label_plan)
 
 #: Above this many tokens on a side, the grid's small panels carry no tick labels (hover still names the pair).
 GRID_LABEL_LIMIT = 24
-#: The bottom row carries key labels only when at least one key in this many keeps its label once they are laid
-#: out without overlaps (:func:`viz.attention.token_ticks` at :data:`viz.theme.PAGE_PX`); sparser labels name too
-#: few columns to help, and hover names every cell.
-GRID_KEY_EVERY = 3
+#: The smallest size (px) of the grid's key labels: smaller, they read as ~8 px on a slide.
+GRID_SMALLEST = 12
+#: Room (px) between two rows of panels: one panel title (14 px) and a little air.
+PANEL_GAP_PX = 34
 #: Room (px) the grid's shared colour bar takes at its right.
 GRID_COLORBAR_PX = 70
 #: Pixels per query row of a labelled panel, so that 14 px labels do not overlap.
@@ -55,7 +54,8 @@ def model_grid_figure(
             stack works (the Summaries tab passes ``[layers, 2, q, k]`` for mean / max over heads).
         q_labels / k_labels: BPE pieces of the rows / columns (tick labels on the outer axes only, and none
             when a side has more than :data:`GRID_LABEL_LIMIT` pieces; key labels level where they fit a panel's
-            columns, else upright and thinned, and none when fewer than one in :data:`GRID_KEY_EVERY` would stay).
+            columns, else upright, at :data:`GRID_SMALLEST` px at least, and none when not every key fits:
+            the head opened below the grid names them all).
         causal: blank the masked upper triangle.
         row_names / col_names: panel titles are ``"{row} · {col}"`` (default ``layer i`` / ``head j``).
         highlight: ``(row, col)`` of a panel to outline (the head currently open).
@@ -80,17 +80,27 @@ def model_grid_figure(
     q_short, k_short = [_short(t, 10) for t in q_disp], [_short(t, 10) for t in k_disp]
     plot_px = PAGE_PX - 20 - GRID_COLORBAR_PX - (label_px(q_short, MIN_READABLE) + 10 if labelled else 0)
     panel_px = plot_px * (1 - h_spacing * (n_cols - 1)) / max(n_cols, 1)
-    key_ticks = token_ticks(k_short, panel_px, MIN_READABLE)
-    key_labels = labelled and len(key_ticks["tickvals"]) * GRID_KEY_EVERY >= k_len
+    # every key or none: a label left out cannot be read from a projector, and the head opened below the grid
+    # names every key; the grid's panels have no room for a second tier of labels
+    plan = label_plan(k_short, max(panel_px, 1.0), smallest=GRID_SMALLEST, max_tiers=1)
+    key_labels = labelled and plan.fits
     hover = None
     if n_rows * n_cols * q_len * k_len <= GRID_HOVER_CELLS:
         hover = np.array([[f"{plotly_escape(q)} → {plotly_escape(k)}" for k in k_disp] for q in q_disp])
 
+    # Laid out in pixels: a panel's rows a line each when labelled, and between two rows of panels only the room of
+    # a panel title. As fractions of the figure (0.08 of it between rows) six layers left 13-px rows under 136-px gaps.
+    row_px = max(LABEL_ROW_PX, LINE_EM * MIN_READABLE + 2) if labelled else min(16.0, 260 / max(q_len, 1))
+    panel = int(max(90, row_px * q_len))
+    top = 70 if title else 40
+    under = (LINE_EM * plan.size if plan.angle == 0 else label_px(k_short, plan.size)) + 10
+    bottom = int(20 + under) if key_labels else 20
+    plot_h = n_rows * panel + (n_rows - 1) * PANEL_GAP_PX
     fig = make_subplots(
         rows=n_rows, cols=n_cols,
         subplot_titles=[f"{r} · {c}" for r in row_names for c in col_names],
         horizontal_spacing=h_spacing,
-        vertical_spacing=min(0.08, 0.5 / max(n_rows, 1)),
+        vertical_spacing=PANEL_GAP_PX / plot_h if n_rows > 1 else 0.0,
     )
     for r in range(n_rows):
         for c in range(n_cols):
@@ -106,25 +116,23 @@ def model_grid_figure(
                 ),
                 row=r + 1, col=c + 1,
             )
-    tick_font = dict(family=MONO, size=MIN_READABLE, color=TEXT_COLOR)
+    tick_font = dict(family=MONO, size=plan.size, color=TEXT_COLOR)
     fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, ticks="")
     fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False, ticks="", autorange="reversed")
     if key_labels:
+        kept = list(range(k_len))
         for c in range(n_cols):
-            fig.update_xaxes(showticklabels=True, **key_ticks, tickfont=tick_font, automargin=True, row=n_rows,
-                             col=c + 1)
+            fig.update_xaxes(showticklabels=True, tickvals=kept, ticktext=k_short, tickangle=plan.angle,
+                             tickfont=tick_font, automargin=True, row=n_rows, col=c + 1)
     if labelled:
         for r in range(n_rows):
             fig.update_yaxes(showticklabels=True, tickvals=list(range(q_len)), ticktext=q_short,
-                             tickfont=tick_font, automargin=True, row=r + 1, col=1)
-    panel = int(max(130, LABEL_ROW_PX * q_len + 40)) if labelled else int(min(300, max(130, 16 * q_len + 40)))
-    under = (LINE_EM * MIN_READABLE if key_ticks["tickangle"] == 0 else label_px(k_short, MIN_READABLE))
-    bottom = int(20 + under) if key_labels else 20
+                             tickfont=dict(tick_font, size=MIN_READABLE), automargin=True, row=r + 1, col=1)
     fig.update_layout(
         title=theme.title(title),
         font=FONT,
-        height=n_rows * panel + 70 + bottom,
-        margin=dict(l=10, r=10, t=70 if title else 40, b=bottom),
+        height=int(top + plot_h + bottom),
+        margin=dict(l=10, r=10, t=top, b=bottom),
         plot_bgcolor=MASKED_BG if causal else WHITE,
         coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=1.0,
                        colorbar=dict(title=dict(text="weight"), thickness=12, len=min(1.0, 300 / max(1, n_rows * panel)))),

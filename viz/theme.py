@@ -7,6 +7,7 @@ write (``app_pages/``, ``ui/``) use these names instead of hex literals. No Stre
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 # --- palette -------------------------------------------------------------------------------------------
 INK = "#1b2a3a"  #: titles, tick labels, text on light backgrounds
@@ -62,6 +63,9 @@ FONT = dict(family=SANS, size=15)
 TITLE_FONT = dict(size=16, color=INK)
 #: Axis titles (px); 14 px is the smallest size readable from the back of a lecture room.
 AXIS_TITLE_FONT = dict(size=14, color=MUTED)
+#: Room (px) between an axis' tick labels and its title: Plotly's own default let turned token labels touch the
+#: title ("keys (attended to) →"), so every token axis sets this (with ``automargin``, Plotly keeps it).
+TITLE_STANDOFF = 14
 #: Token pieces as tick labels or node labels (px).
 TOKEN_FONT = dict(family=MONO, size=14, color=INK)
 #: The smallest font any figure uses for labels a class has to read (px).
@@ -132,14 +136,79 @@ def tick_plan(labels, axis_px: float, size: int = MIN_READABLE) -> tuple[int, in
     Raises:
         ValueError: ``axis_px`` is not positive.
     """
-    if axis_px <= 0:
-        raise ValueError(f"axis_px must be positive, got {axis_px}")
     labels = list(labels)
-    cell = axis_px / max(len(labels), 1)
-    longest = max((len(str(t)) for t in labels), default=0) * MONO_CHAR_EM * size + 8  # 8 px between neighbours
-    if longest <= cell:
+    if _cell(labels, axis_px, size)[1]:
         return 0, 1
     return -90, stacked_every(len(labels), axis_px, size)
+
+
+def _cell(labels: list, axis_px: float, size: int) -> tuple[float, bool]:
+    """``(cell, level)``: the room (px) each of ``labels`` has along an axis ``axis_px`` long, and whether the longest
+    fits it written level at ``size`` px (with 8 px between neighbours).
+
+    Raises:
+        ValueError: ``axis_px`` is not positive.
+    """
+    if axis_px <= 0:
+        raise ValueError(f"axis_px must be positive, got {axis_px}")
+    cell = axis_px / max(len(labels), 1)
+    return cell, max((len(str(t)) for t in labels), default=0) * MONO_CHAR_EM * size + 8 <= cell
+
+
+#: The smallest size (px) a token label shrinks to before its labels are spread over more tiers.
+SMALL_TOKEN = 11
+#: At most this many tiers of upright labels along one axis (:func:`label_plan`).
+MAX_TIERS = 3
+#: Presentation mode (``ui.presentation``) draws a figure's labels up to this much larger: the room between tiers of
+#: labels is laid out for the larger ones, so that an enlarged first tier does not run into the second.
+ENLARGED = 1.3
+#: Room (px) between the end of one tier's labels and the start of the next tier's.
+TIER_GAP = 8
+
+
+class LabelPlan(NamedTuple):
+    """How to write one label per cell along an axis (:func:`label_plan`).
+
+    Attributes:
+        angle: 0 (level) or −90 (upright, read from below).
+        tiers: upright labels take turns over this many tiers (label ``i`` in tier ``i % tiers``), each tier
+            further from the axis than the one before, so that neighbours in one tier are ``tiers`` cells apart.
+        size: the font size (px) the labels fit at.
+        fits: ``False`` when even :data:`MAX_TIERS` tiers at :data:`SMALL_TOKEN` px overlap: the chart needs
+            more room (the caller lays it out wider).
+    """
+
+    angle: int
+    tiers: int
+    size: int
+    fits: bool = True
+
+
+def label_plan(labels, axis_px: float, size: int = MIN_READABLE, smallest: int = SMALL_TOKEN,
+               max_tiers: int = MAX_TIERS) -> LabelPlan:
+    """How to write *every one* of ``labels`` (one per cell, monospace) along an axis ``axis_px`` long, none
+    left out and none overlapping: level at ``size`` px when the longest fits its cell; else upright, in as few
+    tiers as possible (1, 2, … ``max_tiers``), at the largest size from ``size`` down to ``smallest`` that keeps
+    neighbours of a tier a line (:data:`LINE_EM`) apart. A label left out cannot be read from a projector (hover
+    is no help there), so a long sentence gets smaller type or a second tier, never every other label.
+
+    Raises:
+        ValueError: ``axis_px`` is not positive.
+    """
+    cell, level = _cell(list(labels), axis_px, size)
+    if level:
+        return LabelPlan(0, 1, size)
+    for tiers in range(1, max(1, max_tiers) + 1):
+        for s in range(size, min(size, smallest) - 1, -1):
+            if LINE_EM * s <= tiers * cell:
+                return LabelPlan(-90, tiers, s)
+    return LabelPlan(-90, max(1, max_tiers), min(size, smallest), fits=False)
+
+
+def tier_px(labels, size: int) -> float:
+    """Depth (px) of one tier of upright ``labels`` at ``size`` px under an axis: the longest label, drawn as large
+    as presentation mode may draw it (:data:`ENLARGED`), and :data:`TIER_GAP`."""
+    return max((len(str(t)) for t in labels), default=0) * MONO_CHAR_EM * size * ENLARGED + TIER_GAP
 
 
 def stacked_every(n: int, axis_px: float, size: int = MIN_READABLE) -> int:

@@ -1,6 +1,7 @@
 """The Decoding lab as a new user reads it at 1280×720: the first panel named for what it plots (log-probabilities),
 a short bar's value readable, a wide beam's newest labels apart, tables in one number format with whole tokens,
-and a decoder-only model that speaks of no cross-attention and suggests its own kind of token.
+a decoder-only model that speaks of no cross-attention and suggests its own kind of token, probability bars as long
+as their probabilities, and an output box that says what will happen before the first step.
 
 Figure- and table-level checks (fast), then ``AppTest`` runs of ``app_pages/decoding.py`` with the shipped
 checkpoints. Nothing asserts particular words: the models may be replaced.
@@ -20,7 +21,8 @@ import torch
 from model.sampling import SamplingConfig, choose_next
 from ui import decoding_lab as lab
 from ui.decoding_views import DECIMALS, table_parts
-from viz.decoding import BEAM_PLOT_PX, beam_tree_figure, pipeline_figure
+from ui.widgets import BEFORE_FIRST_STEP, output_html
+from viz.decoding import BEAM_PLOT_PX, beam_tree_figure, pipeline_figure, top_tokens_html
 from viz.theme import DARK_TEXT, WHITE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,3 +195,33 @@ def test_the_example_piece_comes_from_the_candidates():
     assert lab.example_piece(Tok(), [4, 3, 7, 8], avoid=4) == "▁and"
     assert lab.example_piece(Tok(), [3, 6], avoid=3) == ","  # no word start among them: another candidate
     assert lab.example_piece(Tok(), [], avoid=None) == "▁the"  # nothing to go on: the vocabulary's first word start
+
+
+# --- probabilities drawn as probabilities -----------------------------------------------------------------------
+def test_a_probability_bar_shows_its_probability_not_its_share_of_the_top():
+    """The top-10 bars were scaled to the first: a 2.8 % first choice drew as long as a 92.8 % one."""
+    unsure = top_tokens_html(["▁a", "▁b"], [0.028, 0.014], chosen=0)
+    sure = top_tokens_html(["▁a", "▁b"], [0.928, 0.014], chosen=0)
+    widths = [re.findall(r"width:([\d.]+)%", h) for h in (unsure, sure)]
+    assert [float(w) for w in widths[0]] == [2.8, 1.4] and [float(w) for w in widths[1]] == [92.8, 1.4]
+
+
+def test_the_softmax_panels_run_from_0_to_100_percent():
+    """The lab's softmax panel ran 0–53 % when the top token had 38 %: its bars looked nearly certain."""
+    pipe = choose_next(torch.linspace(0.0, -3.0, 40), SamplingConfig("sample", temperature=1.0, top_k=5),
+                       torch.Generator().manual_seed(0))
+    fig = pipeline_figure(pipe, _piece, temperature=1.0)
+    for axis in (fig.layout.xaxis3, fig.layout.xaxis4):
+        assert axis.range[0] == 0 and 1.0 <= axis.range[1] <= 1.2
+        assert list(axis.ticktext) == ["0", "50%", "100%"]
+    probs = fig.data[2]
+    assert max(probs.x) < 0.5  # no token is above 50 % here, and no bar reaches the middle of its panel
+
+
+def test_the_beam_view_says_what_will_happen_before_the_first_step():
+    """Before the first step the output box read "(empty output)", as if the model had produced nothing."""
+    at = page(EN_DE, strategy="beam", beam="2", step="0")
+    boxes = [m.value for m in at.markdown if "ae-output" in m.value]
+    assert boxes and "(empty output)" not in boxes[0] and BEFORE_FIRST_STEP in boxes[0]
+    assert "Press Next" in BEFORE_FIRST_STEP or "press Next" in BEFORE_FIRST_STEP
+    assert "(empty output)" in output_html("") and "ae-output" in output_html("", empty=BEFORE_FIRST_STEP)

@@ -89,7 +89,7 @@ def test_top_tokens_html_ranks_scales_and_highlights_the_chosen_token():
     html = top_tokens_html(["▁Das", "▁Die", "<b>"], [0.6, 0.3, 0.1], chosen=1, title="Step 1")
     rows = html.split('class="ae-topk-row"')[1:]
     assert len(rows) == 3 and "1. ▁Das" in rows[0] and "60.0%" in rows[0]
-    assert "width:100.0%" in rows[0] and "width:50.0%" in rows[1]  # scaled to the most probable
+    assert "width:60.0%" in rows[0] and "width:30.0%" in rows[1]  # a bar is as long as its probability
     assert "#e4572e" in rows[1] and "#e4572e" not in rows[0] + rows[2]  # the chosen one, in the accent
     assert "&lt;b&gt;" in rows[2] and "<b>" not in html  # pieces are escaped
     assert "Step 1" in html and "no candidates" in top_tokens_html([], [])

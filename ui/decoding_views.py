@@ -88,7 +88,8 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
     at_end = step == n_total
     best = result.hypotheses[0] if at_end else now.best()
     out_col.markdown("**Best hypothesis**" if at_end else f"**Best hypothesis so far** (step {step} of {n_total})")
-    widgets.output_box(tok.decode(best.tokens) if best else "", where=out_col)
+    widgets.output_box(tok.decode(best.tokens) if best else "", where=out_col,
+                       empty=widgets.BEFORE_FIRST_STEP if step == 0 else "(empty output)")
     with steps_col:
         step_controls(step, at_end, n_total, f"{len(now.open)} open beams · {len(now.finished)} finished · "
                                              f"search ends after {n_total} steps")

@@ -12,22 +12,32 @@ import pandas as pd
 import streamlit as st
 
 from ui import presentation
-from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG
+from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG, SUBTLE
 
 
 # --- the output box -----------------------------------------------------------------------------------------
-def output_box(text: str, prompt: str = "", where=None) -> None:
-    """The text a decoding produced, large, in the accent box; ``prompt`` (a language model's input) is shown
-    greyed before it. Empty output reads "(empty output)"."""
-    body = html.escape(text) or "<i>(empty output)</i>"
+def output_html(text: str, prompt: str = "", empty: str = "(empty output)") -> str:
+    """The HTML of :func:`output_box`: ``text`` escaped, ``prompt`` greyed before it, ``empty`` (italic) when
+    there is no text."""
+    # the note for no text is smaller and greyed: it is about the output, not the output
+    body = html.escape(text) or f'<i style="font-size:1.1rem;color:{SUBTLE}">{html.escape(empty)}</i>'
     if prompt:
         body = f'<span style="color:{FAINT}">{html.escape(prompt)}</span> {body}'
-    (where or st).markdown(
-        f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'
-        f'border-left:6px solid {ACCENT};background:{ACCENT_BG};border-radius:4px;margin:0.1rem 0 0.5rem 0">'
-        f"{body}</div>",
-        unsafe_allow_html=True,
-    )
+    return (f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'
+            f'border-left:6px solid {ACCENT};background:{ACCENT_BG};border-radius:4px;margin:0.1rem 0 0.5rem 0">'
+            f"{body}</div>")
+
+
+#: What :func:`output_box` says before a step-by-step decoding has taken its first step (``empty=``): what will
+#: happen, not "(empty output)", which read as if the model had produced nothing.
+BEFORE_FIRST_STEP = "Nothing generated yet: press Next for the first token."
+
+
+def output_box(text: str, prompt: str = "", where=None, empty: str = "(empty output)") -> None:
+    """The text a decoding produced, large, in the accent box; ``prompt`` (a language model's input) is shown
+    greyed before it. No text reads ``empty``: "(empty output)" for a finished decoding, :data:`BEFORE_FIRST_STEP`
+    for one that has not started."""
+    (where or st).markdown(output_html(text, prompt, empty), unsafe_allow_html=True)
 
 
 # --- the step buttons ---------------------------------------------------------------------------------------

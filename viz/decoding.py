@@ -23,7 +23,8 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
 
     Args:
         tokens: BPE pieces, in descending probability (shown with :func:`viz.attention.display_token`).
-        probs: their probabilities (0–1); the bars are scaled to the largest.
+        probs: their probabilities (0–1); a bar's length is its probability, on one scale from 0 to 100 % for
+            every step (scaled to the largest, a 2.8 % first choice drew as long as a 92.8 % one).
         chosen: index of the token that was picked (accent colour, bold), or ``None``.
         title: a heading above the list ('' for none).
 
@@ -32,11 +33,10 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
     """
     if len(tokens) != len(probs):
         raise ValueError("one probability per token is needed")
-    peak = max((float(p) for p in probs), default=0.0)
     rows = []
     for i, (tok, p) in enumerate(zip(tokens, probs)):
         p = float(p)
-        width = 100.0 * p / peak if peak > 0 else 0.0
+        width = 100.0 * min(max(p, 0.0), 1.0)
         colour, weight = (ACCENT, "700") if i == chosen else (BLUE, "400")
         # rank + piece | bar | percentage; the rank keeps pieces that display alike apart
         rows.append(
@@ -59,6 +59,12 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
 PANEL_GAP = 0.07
 #: Token labels in a monospace font (as the attention heatmaps), so that pieces like "▁en" and "en" stay apart.
 TOKEN_FONT = dict(family=MONO, size=MIN_READABLE, color=INK)
+#: The x range of every probability panel of :func:`pipeline_figure`: 0 to 100 %, with room for a label past the
+#: end of a short bar (a bar long enough holds its label inside).
+PROB_RANGE = (0.0, 1.12)
+#: Room (px) a probability's bar must have beyond its text to hold it inside: the panels are narrow, and a text
+#: Plotly finds too long for its bar it shrinks to nothing (a probability's text is never shrunk, see below).
+PROB_SPARE = 20
 #: Width (px) of the pipeline chart at 1280×720: the Decoding lab's main column, beside the rule's controls.
 PIPELINE_PX = 630
 #: What the first panel of :func:`pipeline_figure` may hold: the decoder's log-probabilities (what
@@ -69,11 +75,13 @@ SCORE_TITLES = {
 }
 
 
-def _bar_text_places(values: np.ndarray, texts: Sequence[str], panel_px: float) -> list[str]:
-    """``"inside"`` for each bar long enough to hold its text at full size, else ``"outside"`` (past its end):
-    Plotly shrinks a text inside a short bar until it can no longer be read."""
-    span = (max(float(values.max()), 0.0) - min(float(values.min()), 0.0)) * 1.05 or 1.0
-    text_px = [len(t) * 0.55 * FONT["size"] + 8 for t in texts]
+def _bar_text_places(values: np.ndarray, texts: Sequence[str], panel_px: float, span: float | None = None,
+                     spare: float = 0.0) -> list[str]:
+    """``"inside"`` for each bar long enough to hold its text at full size (and ``spare`` px more), else
+    ``"outside"`` (past its end): Plotly shrinks a text inside a short bar until it can no longer be read.
+    ``span``: the panel's axis range (default: the values' own, with 5 % to spare)."""
+    span = span or (max(float(values.max()), 0.0) - min(float(values.min()), 0.0)) * 1.05 or 1.0
+    text_px = [len(t) * 0.55 * FONT["size"] + 8 + spare for t in texts]
     return ["inside" if abs(v) / span * panel_px >= need else "outside" for v, need in zip(values, text_px)]
 
 
@@ -156,22 +164,24 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     hover_names = {"logits": scores, "scaled": "greedy" if temperature is None else f"{scores} ÷ T",
                    "probs": "softmax", "final": "renormalised"}
     for col, (name, values, colors, text) in enumerate(stages, start=1):
-        places = _bar_text_places(values, text, panel_px) if col <= 2 else ["outside"] * len(rows)
+        # a probability's text goes inside its bar where the bar holds it: past the end of a 100 % bar it ran
+        # off the panel
+        prob = col > 2
+        places = _bar_text_places(values, text, panel_px, PROB_RANGE[1] if prob else None, PROB_SPARE if prob else 0)
         fig.add_trace(
             go.Bar(
                 x=values.tolist(), y=y, orientation="h", name=name, marker_color=colors,
                 marker_pattern_shape=["" if k else "/" for k in keep] if name == "probs" else None,
                 text=text, textposition=places, insidetextanchor="start",
-                textfont=dict(color=[WHITE if p == "inside" else DARK_TEXT for p in places]), cliponaxis=False,
+                textfont=dict(color=[WHITE if p == "inside" and c != GREY else DARK_TEXT for p, c in zip(places, colors)]),
+                cliponaxis=False, constraintext="none" if prob else "both",
                 showlegend=False, customdata=np.array([[p, s] for p, s in zip(pieces, status)], dtype=object),
                 hovertemplate="%{customdata[0]}: %{x:.4f} (%{customdata[1]})<extra>" + hover_names[name] + "</extra>",
             ),
             row=1, col=col,
         )
-    for col, values in ((3, probs), (4, final)):
-        peak = max(float(np.max(values)), 1e-6)
-        fig.update_xaxes(range=[0, peak * 1.4], tickvals=[0, peak], ticktext=["0", f"{peak:.0%}" if peak >= 0.1
-                         else f"{peak:.1%}"], row=1, col=col)
+    for col in (3, 4):  # probabilities on one 0–100 % scale: a bar shows its probability, not its share of the top
+        fig.update_xaxes(range=list(PROB_RANGE), tickvals=[0, 0.5, 1], ticktext=["0", "50%", "100%"], row=1, col=col)
     fig.update_yaxes(tickvals=y, ticktext=labels, autorange="reversed", tickfont=TOKEN_FONT, automargin=True,
                      row=1, col=1)
     # At most 3 ticks on the logit axes, and a gap between panels: with 2.5 % and automatic ticks the last label

@@ -95,7 +95,15 @@ st.header("Layer normalisation")
 st.latex(r"\mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
          r"\quad\text{per token, over its } d_{model} \text{ features}")
 x_default = np.array([[1.0, 2.0, 3.0, 4.0], [2.0, -1.0, 0.5, 0.0], [10.0, 10.0, 10.0, 11.0]])
-x = editor("X", x_default, "wx_ln_x", "x", title="one row per token, one column per feature", row_prefix="token ")
+# The editor's grid draws its numbers in small type (no CSS reaches its canvas): beside it, X as large as the steps
+# below, the numbers a lecture reads out.
+x_edit, x_show = st.columns(2)
+with x_edit:
+    x = editor("X", x_default, "wx_ln_x", "x", title="one row per token, one column per feature", row_prefix="token ")
+if x is not None:
+    with x_show:
+        show(x, "X: the input, one row per token", [f"token {i}" for i in range(x.shape[0])],
+             [f"d{j}" for j in range(x.shape[1])])
 g1, g2 = st.columns(2)
 with g1:
     gamma = editor("γ", np.ones((1, 4)), "wx_ln_g", "gamma", title="scale, one per feature", row_prefix="γ")

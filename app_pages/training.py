@@ -61,7 +61,8 @@ def runs_table() -> None:
     for a run the live view showed at step 620. A run that appears, vanishes, starts or ends redraws the page
     (the picker below and the buttons depend on it)."""
     rows = first_rows.pop("rows", None) or L.list_runs(root)
-    show_table(pd.DataFrame([table_row(r) for r in rows]))
+    # a static table whose cells wrap: the data grid cut its last columns (started, updated) off at 1280 px
+    show_table(pd.DataFrame([table_row(r) for r in rows]), wrap=True)
     if ([r["name"] for r in rows] != names
             or sorted(r["name"] for r in rows if r["state"] in L.LIVE_STATES) != live):
         st.rerun()

@@ -209,7 +209,7 @@ def test_stop_is_enabled_once_a_starting_run_runs(tmp_path, monkeypatch):
     at = page(monkeypatch, tmp_path)
     assert not at.exception
     assert {b.label: b.disabled for b in at.button}["Stop"] is False
-    assert at.dataframe[0].value.set_index("name")["state"]["launched"] == "running"
+    assert at.table[0].value.set_index("name")["state"]["launched"] == "running"
 
 
 def test_demo_refuses_launch(tmp_path, monkeypatch):
@@ -422,7 +422,7 @@ def test_page_demo_hides_form(tmp_path, monkeypatch):
 def test_page_shows_finished_run(finished, monkeypatch):
     root, run = finished
     at = page(monkeypatch, root)
-    assert at.dataframe[0].value["name"].tolist() == ["tiny"]
+    assert at.table[0].value["name"].tolist() == ["tiny"]
     assert "finished" in " ".join(m.value for m in at.markdown)
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     titles = [c["layout"]["title"]["text"] for c in charts]
@@ -575,7 +575,7 @@ def test_compare_tolerates_runs_being_written(tmp_path, monkeypatch):
     fake_run(tmp_path, "garbage", age=300, tail="not json\n[1, 2]\n{\"step\": \"x\", \"loss\": 1}\n")
     (tmp_path / "nometrics").mkdir()
     at = page(monkeypatch, tmp_path)
-    assert at.dataframe[0].value.set_index("name")["state"]["writing"] == "running"
+    assert at.table[0].value.set_index("name")["state"]["writing"] == "running"
     at.multiselect(key="compare").set_value(["writing", "fresh", "garbage", "nometrics"]).run()
     assert not at.exception, at.exception
     infos = " ".join(i.value for i in at.info)
@@ -642,7 +642,7 @@ def test_page_shows_a_decoder_only_run(tmp_path, monkeypatch):
     fake_run(tmp_path, "translator", age=200)
     fake_lm_run(tmp_path, "lm", age=100)
     at = page(monkeypatch, tmp_path)
-    rows = at.dataframe[0].value.set_index("name")
+    rows = at.table[0].value.set_index("name")
     assert rows["model"]["lm"].endswith("decoder-only") and rows["bleu"].isna()["lm"]
     assert run_picker(at).value == "lm"
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]

@@ -54,7 +54,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
     layer, saying so."""
     tok, cfg = ckpt.tokenizer, ckpt.config
     ckpt_path, ckpt_mtime = state.checkpoint_version(ckpt)
-    st.caption("Switch heads off (their output is zeroed before Wᴼ) and score **the translation above** again "
+    st.caption("Switch heads off (their output is zeroed before W^O) and score **the translation above** again "
                "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
     counts = cfg.attention_layers()
     options = views.head_options(counts, cfg.n_heads)

@@ -55,7 +55,7 @@ def show_run(run_dir: Path) -> str:
               "perplexity", "ch_ppl", log_y=True)
     else:
         chart(c2, metrics, {"BLEU": "valid_bleu", "chrF": "valid_chrf"}, "Validation BLEU / chrF", "score (0–100)",
-              "ch_bleu")
+              "ch_bleu", score=True)
     c1, c2, c3 = st.columns(3)
     chart(c1, metrics, {"learning rate": "lr"}, "Learning rate (warmup, then 1/√step)", "learning rate", "ch_lr")
     chart(c2, metrics, {"tokens/s": "tokens_per_s"}, "Throughput", "tokens / second", "ch_tps")

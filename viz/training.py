@@ -44,6 +44,20 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "lr": ("Learning rate (warmup, then 1/√step)", "learning rate", "no log line yet"),
 }
 
+#: Metrics that are scores from 0 to 100 (:func:`score_axis`).
+SCORES = ("valid_bleu", "valid_chrf")
+#: The least top (of 100) a score axis shows: scores all 0 at first sit at the bottom of a 0–10 axis.
+SCORE_MIN_TOP = 10.0
+
+
+def score_axis(values: Sequence[float], top: float = 100.0) -> list[float]:
+    """The y range of a score from 0 to ``top`` (BLEU, chrF): from 0 to a little above the largest value, at least
+    to :data:`SCORE_MIN_TOP` and at most to ``top``. Left to Plotly, a run whose scores were all 0 (a first
+    evaluation, or a young run) drew them on a −1…1 axis, as if a score could be negative."""
+    peak = max((v for v in values if math.isfinite(v)), default=0.0)
+    return [0.0, min(top, max(SCORE_MIN_TOP, peak * 1.15))]
+
+
 #: Legend note of a run whose evaluation lines lack the metric (a language model has no BLEU / chrF).
 NOT_MEASURED = "not measured (language model)"
 
@@ -170,6 +184,8 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
     _layout(fig, title, X_AXES[x], y_title, height, small_numbers=metric == "lr")
     if x != "wall time (minutes)":
         _whole_numbers(fig)
+    if metric in SCORES:
+        fig.update_yaxes(range=score_axis([v for t in fig.data for v in t.y if v is not None]))
     if not any_points:
         notes = {empty_note(records, metric) for records in runs.values()}
         note = notes.pop() if len(notes) == 1 else no_points_note
@@ -203,13 +219,14 @@ def _whole_numbers(fig: go.Figure) -> None:
 
 
 def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y_title: str, height: int = 300,
-               log_y: bool = False) -> go.Figure:
+               log_y: bool = False, score: bool = False) -> go.Figure:
     """One run's curves on one chart: ``series`` maps a legend label to a key of its ``metrics.jsonl`` records
     (any numeric key, e.g. ``{"train loss": "loss", "valid loss": "valid_loss"}``), against the step.
 
     Colours follow :data:`PALETTE` in ``series`` order; with two or more series there is a legend, where a series
     without points says "no points yet". ``log_y`` takes a log axis only when the values span more than a factor of 10 (a log axis
-    over a narrow range has no readable ticks). Bad records are skipped as in :func:`run_series`.
+    over a narrow range has no readable ticks). ``score``: the series are scores from 0 to 100 (BLEU, chrF),
+    drawn on :func:`score_axis`. Bad records are skipped as in :func:`run_series`.
     """
     fig = go.Figure()
     values: list[float] = []
@@ -231,6 +248,8 @@ def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y
     positive = [v for v in values if v > 0]
     if log_y and positive and len(positive) == len(values) and max(positive) > 10 * min(positive):
         fig.update_yaxes(type="log")
+    if score:
+        fig.update_yaxes(range=score_axis(values))
     return fig
 
 

@@ -10,7 +10,7 @@ from model.decoding import default_max_new_tokens
 from model.sampling import SamplingConfig, SamplingError, beam_search, beam_states
 from ui import decoding_lab as lab
 from ui import decoding_views as views
-from ui import pieces, state, url, widgets
+from ui import heavy, pieces, state, url, widgets
 from viz.attention import tokens_html
 from viz.decoding import pipeline_figure
 
@@ -18,19 +18,27 @@ ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 ss = st.session_state
 
-# Decodings are run to their end once, cached and shared read-only; the session keeps only the step number (and
-# the forced tokens), and every script run draws the view of its step. A click's run may overlap the previous one
-# (Streamlit starts it at once), so nothing a run reads may be changed by another.
-@st.cache_resource(show_spinner=False, max_entries=16)
-def _lab_run(path: str, mtime: float, src_ids: tuple, sampling: tuple, forced: tuple, max_new: int,
-             _model) -> Decoding:
-    return lab.lab_decoding(_model, list(src_ids), SamplingConfig(*sampling), dict(forced), max_new_tokens=max_new)
+# Decodings are run to their end once, frozen and shared (ui.heavy: at most a few heavy computations at a time per
+# process, each once); the session keeps only the step number (and the forced tokens), and every script run draws
+# the view of its step. A click's run may overlap the previous one (Streamlit starts it at once), so nothing a run
+# reads may be changed by another.
+def lab_decoding(src_ids: tuple, sampling: SamplingConfig, forced: dict, max_new: int) -> Decoding:
+    """The finished, frozen decoding of ``src_ids`` under ``sampling`` with ``forced`` tokens (computed once)."""
+    spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
+    forced_key = tuple(sorted(forced.items()))
+    return heavy.shared(("lab", *state.checkpoint_version(ckpt), src_ids, spec, forced_key, max_new),
+                        lambda: lab.lab_decoding(ckpt.model, list(src_ids), sampling, dict(forced), max_new),
+                        "this decoding")
 
 
-@st.cache_resource(show_spinner="Beam search…", max_entries=16)
-def _beam(path: str, mtime: float, src_ids: tuple, width: int, alpha: float, max_new: int, _model):
-    result = beam_search(_model, list(src_ids), width, alpha, max_new_tokens=max_new)
-    return result, beam_states(result, alpha, _model.cfg.eos_id)
+def beam_run(src_ids: tuple, width: int, alpha: float, max_new: int):
+    """Beam search of ``src_ids`` and its states step by step, frozen (computed once)."""
+    def compute():
+        result = beam_search(ckpt.model, list(src_ids), width, alpha, max_new_tokens=max_new)
+        return result, beam_states(result, alpha, cfg.eos_id)
+
+    return heavy.shared(("beam", *state.checkpoint_version(ckpt), src_ids, width, alpha, max_new), compute,
+                        "the beam search")
 
 
 @st.fragment
@@ -107,10 +115,8 @@ def decoding_page() -> None:
 
 
     def lab_run(sampling: SamplingConfig, forced) -> Decoding:
-        """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (cached, shared)."""
-        spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
-        return _lab_run(*version, tuple(src.ids), spec, tuple(sorted(forced.items())), limit, _model=ckpt.model)
-
+        """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (shared)."""
+        return lab_decoding(tuple(src.ids), sampling, forced, limit)
 
     def step_controls(step: int, finished: bool, end: int, status: str) -> None:
         """Reset / Back / Next / Run to end (``end`` = the last step), and a status line."""
@@ -120,8 +126,7 @@ def decoding_page() -> None:
     # === beam search, step by step =================================================================================
     if strategy == "beam":
         try:
-            result, states = _beam(*version, tuple(src.ids), int(settings["beam"]), float(settings["alpha"]), limit,
-                                   _model=ckpt.model)
+            result, states = beam_run(tuple(src.ids), int(settings["beam"]), float(settings["alpha"]), limit)
         except SamplingError as exc:
             st.warning(f"{exc}.")
             st.stop()

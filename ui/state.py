@@ -27,7 +27,7 @@ from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, d
 from model.hf.card import folder_facts
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from model.trace import Trace, trace_pair
-from ui import url
+from ui import heavy, url
 from .model_card import card_summary
 from .pieces import shown_trace
 
@@ -331,10 +331,6 @@ def new_stepper(model, src_ids: list[int]) -> Stepper:
     return Stepper(model, src_ids, max_new_tokens=default_max_new_tokens(model.cfg, len(src_ids)))
 
 
-@st.cache_resource(show_spinner=False, max_entries=256)
-def _greedy_run(path: str, mtime: float, src_ids: tuple[int, ...]) -> Decoding:
-    ckpt = _load(path, mtime)
-    return decode(new_stepper(ckpt.model, list(src_ids)))
 
 
 def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
@@ -343,24 +339,26 @@ def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
 
 
 def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
-    """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), frozen, cached per checkpoint
-    version and ids and shared by every run and session (view a step with :meth:`ui.decoding_lab.StepView.of`)."""
-    return _greedy_run(*checkpoint_version(ckpt), tuple(src.ids))
-
-
-@st.cache_resource(show_spinner=False, max_entries=128)
-def _traced(path: str, mtime: float, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...],
-            src_offsets: tuple[tuple[int, int], ...]) -> tuple[Trace, Trace]:
-    ckpt = _load(path, mtime)
-    raw = trace_pair(ckpt.model, ckpt.tokenizer, list(src_ids), list(tgt_ids), list(src_offsets))
-    return raw, shown_trace(raw, ckpt.tokenizer)
+    """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), frozen, computed once per
+    checkpoint version and ids through the process's gate for heavy work (:mod:`ui.heavy`) and shared by every run
+    and session (view a step with :meth:`ui.decoding_lab.StepView.of`)."""
+    what = "the translation" if ckpt.config.is_encoder_decoder else "the continuation"
+    return heavy.shared(("greedy", *checkpoint_version(ckpt), tuple(src.ids)),
+                        lambda: decode(new_stepper(ckpt.model, list(src.ids))), what)
 
 
 def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trace, Trace]:
     """The traced forward pass of ``src`` and the decoder inputs ``tgt_ids`` (:func:`model.trace.trace_pair`), as
-    computed and with its pieces as the pages show them (:func:`ui.pieces.shown_trace`): frozen, cached per
-    checkpoint version and sentence, and shared by every session (one forward pass per sentence, not per click)."""
-    return _traced(*checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_ids), tuple(map(tuple, src.offsets)))
+    computed and with its pieces as the pages show them (:func:`ui.pieces.shown_trace`): frozen, computed once per
+    checkpoint version and sentence through the gate for heavy work (:mod:`ui.heavy`), shared by every session."""
+    offsets = tuple(map(tuple, src.offsets))
+
+    def compute() -> tuple[Trace, Trace]:
+        raw = trace_pair(ckpt.model, ckpt.tokenizer, list(src.ids), list(tgt_ids), list(offsets))
+        return raw, shown_trace(raw, ckpt.tokenizer)
+
+    return heavy.shared(("trace", *checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_ids), offsets), compute,
+                        "the attention of this sentence")
 
 
 def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:

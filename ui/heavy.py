@@ -1,0 +1,183 @@
+"""Heavy work, bounded for a whole room: at most a few at a time per server process, each computed once, shared.
+
+A lecture hall runs one app process for many visitors. A decoding of a new sentence, a beam search, an ablation
+sweep or a BPE training run holds a core for a fraction of a second to seconds; fifty of them at once would
+make every click of every visitor wait behind them, with nothing on screen saying why. So heavy work goes
+through one :class:`Gate` per process:
+
+* **bounded**: at most ``slots`` computations run at once (``$ATTENTION_EXPLORER_HEAVY_SLOTS``, default 1:
+  torch already spreads one computation over the process's cores); the others wait in line, first come first
+  served, and the visitor sees *"Busy: 2 computations ahead of yours"* instead of a silent hang;
+* **computed once**: a result is kept by its key (checkpoint version, sentence, settings) in a bounded cache and
+  handed to every visitor who asks for it; a visitor who asks while another one's identical computation runs
+  waits for that one instead of starting a second;
+* **bounded in time**: a visitor who would wait longer than ``max_wait_s`` is told the server is too busy and
+  to try again, never left hanging.
+
+Results are shared by every session, so they must be immutable values (frozen records, tuples, strings).
+:class:`Gate` is plain Python (tested without Streamlit); :func:`shared` is its Streamlit face.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Callable, Hashable, TypeVar
+
+import streamlit as st
+
+T = TypeVar("T")
+SLOTS_ENV = "ATTENTION_EXPLORER_HEAVY_SLOTS"
+#: How often a waiting visitor's message is refreshed (s).
+POLL_S = 0.25
+
+
+class TooBusy(RuntimeError):
+    """The wait for a free slot would exceed the gate's ``max_wait_s``; ``ahead`` computations were in front."""
+
+    def __init__(self, what: str, ahead: int, waited_s: float):
+        super().__init__(f"{what}: {ahead} computations still ahead after {waited_s:.0f} s")
+        self.what, self.ahead, self.waited_s = what, ahead, waited_s
+
+
+class Gate:
+    """A bounded, first-come-first-served line for heavy computations, with single flight and a shared result cache.
+
+    Args:
+        slots: computations allowed to run at once (≥ 1).
+        entries: results kept (least recently used dropped first).
+        max_wait_s: longest wait for a slot before :class:`TooBusy` (seconds).
+
+    Thread-safe: Streamlit runs every session's script in a thread of its own.
+    """
+
+    def __init__(self, slots: int = 1, entries: int = 256, max_wait_s: float = 90.0):
+        self.slots = max(1, int(slots))
+        self.entries = max(1, int(entries))
+        self.max_wait_s = float(max_wait_s)
+        self._cond = threading.Condition()
+        self._results: OrderedDict[Hashable, object] = OrderedDict()
+        self._running: dict[Hashable, bool] = {}  # keys being computed now
+        self._line: list[int] = []  # tickets waiting for a slot, in arrival order
+        self._busy = 0  # slots in use
+        self._tickets = itertools.count()
+        self.computed = 0  # computations started (for tests and the load benchmark's sanity checks)
+
+    # --- what a page asks ---------------------------------------------------------------------------------
+    def run(self, key: Hashable, compute: Callable[[], T], what: str = "the computation",
+            notify: Callable[[str | None], None] = lambda message: None) -> T:
+        """``compute()``'s value for ``key``: from the cache, from another visitor's identical computation, or
+        computed here once a slot is free. ``notify(message)`` is called with a line for the visitor while waiting
+        (refreshed every :data:`POLL_S` s) and with ``None`` when the wait is over.
+
+        Raises:
+            TooBusy: no slot within ``max_wait_s``.
+            whatever ``compute`` raises (nothing is cached then; a visitor waiting on it computes it itself).
+        """
+        start = time.monotonic()
+        ticket = None
+        try:
+            while True:
+                with self._cond:
+                    if key in self._results:
+                        self._results.move_to_end(key)
+                        value, computed_here = self._results[key], False
+                        break
+                    if key in self._running:  # single flight: wait for that visitor's computation
+                        message = f"Another visitor's request for {what} is being computed; it will be shared."
+                    else:
+                        if ticket is None:
+                            ticket = next(self._tickets)
+                            self._line.append(ticket)
+                        if self._busy < self.slots and self._line[0] == ticket:
+                            self._line.remove(ticket)
+                            ticket = None
+                            self._busy += 1
+                            self._running[key] = True
+                            self.computed += 1
+                            computed_here = True
+                            break
+                        ahead = self._line.index(ticket) + self._busy
+                        waited = time.monotonic() - start
+                        if waited > self.max_wait_s:
+                            raise TooBusy(what, ahead, waited)
+                        message = (f"Busy: {ahead} heavy computation{'s' if ahead != 1 else ''} ahead of yours "
+                                   f"({what}). It starts as soon as one is done.")
+                    self._cond.wait(POLL_S)
+                notify(message)  # outside the lock: a page's script run may be interrupted right here
+        finally:  # served, too busy, or the visitor's script run was interrupted: leave the line
+            if ticket is not None:
+                with self._cond:
+                    self._line.remove(ticket)
+                    self._cond.notify_all()
+        notify(None)
+        if not computed_here:
+            return value  # type: ignore[return-value]
+        try:
+            value = compute()
+        except BaseException:
+            with self._cond:
+                self._busy -= 1
+                del self._running[key]
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._busy -= 1
+            del self._running[key]
+            self._results[key] = value
+            while len(self._results) > self.entries:
+                self._results.popitem(last=False)
+            self._cond.notify_all()
+        return value
+
+    # --- what the load benchmark and tests read -----------------------------------------------------------
+    def waiting(self) -> int:
+        """Computations waiting for a slot now."""
+        with self._cond:
+            return len(self._line)
+
+    def cached(self, key: Hashable) -> bool:
+        """Whether ``key``'s value is in the cache."""
+        with self._cond:
+            return key in self._results
+
+
+def _slots_from_env() -> int:
+    try:
+        return max(1, int(os.environ.get(SLOTS_ENV, "1")))
+    except ValueError:
+        return 1
+
+
+#: The process's one gate, shared by every session.
+GATE = Gate(_slots_from_env())
+
+
+def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None = None) -> T:
+    """:meth:`Gate.run` in a page: while the visitor waits, a line in the page says how many computations are
+    ahead (an empty placeholder otherwise: nothing is drawn when the value is ready). When the server is too busy,
+    a warning says so and the script run stops there (``st.stop``): the rest of the page is not drawn half-way."""
+    box = None
+
+    def notify(message: str | None) -> None:
+        nonlocal box
+        if message is None:
+            if box is not None:
+                box.empty()
+            return
+        if box is None:
+            box = st.empty()
+        box.info(message, icon=":material/hourglass_top:")
+
+    try:
+        return (gate or GATE).run(key, compute, what, notify)
+    except TooBusy as exc:
+        notify(None)
+        st.warning(f"The server is too busy to compute {exc.what} right now: {exc.ahead} other "
+                   f"computation{'s were' if exc.ahead != 1 else ' was'} still ahead of yours after "
+                   f"{exc.waited_s:.0f} s. Please try again in a minute.")
+        st.stop()
+        raise  # st.stop raises; this line is for type checkers

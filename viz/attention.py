@@ -275,7 +275,7 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
     head = "".join(
         f'<th class="ae-align-col" data-tier="{j % tiers}" style="{label};vertical-align:bottom;padding:0 0 4px 0;'
         f'overflow:visible"><div style="display:flex;flex-direction:column;align-items:center">'
-        f'<div style="writing-mode:vertical-rl;transform:rotate(180deg)">{html.escape(k)}</div>'
+        f'<div style="writing-mode:vertical-rl;transform:rotate(180deg);line-height:1.15">{html.escape(k)}</div>'
         + (f'<div style="width:1px;height:{(j % tiers) * depth_em:.2f}em;background:{GREY}"></div>' if j % tiers
            else "") + "</div></th>"
         for j, k in enumerate(shown))

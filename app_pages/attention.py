@@ -14,9 +14,9 @@ from ui import attention_reading_tabs as reading
 from ui import attention_views as views
 from ui import model_card, pieces, state, url
 from ui.attention_tabs import ablation_tab, compare_tab, plot
-from viz.attention import attention_heatmap
+from viz.attention import attention_heatmap, heatmap_fits
 from viz.labels import KIND_SHORT, head_name, kind_note, view_title
-from viz.theme import PAGE_PX
+from viz.theme import HALF_PX, PAGE_PX
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
@@ -58,7 +58,8 @@ def attention_page() -> None:
     # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
     kinds = trace.kinds
     params = st.query_params
-    c1, c2, c3, c4 = st.columns([3, 1, 1, 1], vertical_alignment="bottom")
+    # the Head box wide enough for "mean over heads" at 1280 px
+    c1, c2, c3, c4 = st.columns([2.6, 1, 1.3, 1], vertical_alignment="bottom")
     # Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
     url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
                     valid=lambda k: k in kinds)
@@ -76,9 +77,9 @@ def attention_page() -> None:
     words = c4.toggle("Word level", key="attn_words",
                       help="Merge pieces into words: sum over a word's key pieces, mean over its query pieces "
                            "(rows still sum to 1).")
-    url.put("kind", kind)
-    url.put("layer", layer + 1)
-    url.put("head", url.format_head(head))
+    url.put("kind", kind, kinds[-1])  # defaults stay out of the link: it says only what differs from a visit
+    url.put("layer", layer + 1, open_layer + 1)
+    url.put("head", url.format_head(head), "all")
     url.put("words", words, False)
 
     view = views.make_view(trace, kind, layer, head, words)
@@ -94,11 +95,15 @@ def attention_page() -> None:
     if tab_heads.open:
         with tab_heads:
             if head == "all":
+                # two charts a row, so that heads read 1 2 / 3 4; one a row, page-wide, when half a row cannot
+                # label every key of a long sentence
+                per_row = 2 if heatmap_fits(q_labels, k_labels, HALF_PX) else 1
                 for h in range(weights.shape[0]):
-                    if h % 2 == 0:  # one row of two charts at a time, so that heads read 1 2 / 3 4
-                        cols = st.columns(2)
-                    with cols[h % 2]:
+                    if h % per_row == 0:
+                        cols = st.columns(per_row)
+                    with cols[h % per_row]:
                         plot(attention_heatmap(weights[h], q_labels, k_labels, causal=causal,
+                                               width=HALF_PX if per_row == 2 else PAGE_PX,
                                                title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
             else:
                 w, _ = view.one_head()

@@ -91,8 +91,14 @@ def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: in
     truncated = len(ids) + 1 > max_len
     if truncated:
         keep = max_len - 1
+        start = clean.rfind(" ", 0, offsets[keep][0]) + 1  # the word the first piece left out belongs to
+        rest = clean[start:].strip()
         ids, tokens, offsets = ids[:keep], tokens[:keep], offsets[:keep]
-        notes.append(f"The text was cut to the model's limit of {max_len} tokens (the first {keep} pieces).")
+        shown = rest if len(rest) <= 60 else rest[:57].rstrip() + "…"
+        words = len(rest.split())
+        notes.append(f"The text was cut to the model's limit of {max_len} tokens (the first {keep} pieces): its "
+                     f"last {words} word{'s' if words != 1 else ''}, from “{shown}”, were left out (the model never read "
+                     "them).")
     if unk_id in ids:
         unknown = sorted({clean[s:e] for i, (s, e) in zip(ids, offsets) if i == unk_id})
         notes.append(

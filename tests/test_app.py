@@ -36,7 +36,7 @@ if not (DEFAULT_CKPT / "model.safetensors").is_file():  # pragma: no cover - a c
 
 from model.checkpoint import is_checkpoint_dir, load_checkpoint  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
-from model.decoding import MAX_INPUT_CHARS  # noqa: E402
+from model.decoding import MAX_INPUT_CHARS, input_limit, prepare_source  # noqa: E402
 from viz.labels import KIND_TITLES  # noqa: E402
 from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS, checkpoint_label  # noqa: E402
 from ui.model_card import opening_layer  # noqa: E402
@@ -345,6 +345,20 @@ def test_long_text_is_truncated_with_a_note():
     assert alignment_z(at).shape[1] == CFG.max_len  # max_len - 1 pieces + <eos>
 
 
+def test_the_truncation_note_says_which_words_were_never_read():
+    """A 126-word paragraph was cut to 127 pieces with a note, but nothing said the rest of it was never translated:
+    the note names how many words were left out and where they start."""
+    cfg, tok = CFG, load_checkpoint(DEFAULT_CKPT).tokenizer
+    words = [f"word{i}" for i in range(126)]
+    src = prepare_source(tok, " ".join(words), input_limit(cfg), cfg.eos_id, cfg.unk_id)
+    assert src.truncated
+    (note,) = [n for n in src.notes if "limit of" in n]
+    left = int(re.search(r"its last (\d+) words", note).group(1))
+    kept = tok.decode(src.ids[:-1]).split()  # a word cut inside is half kept, and counted as left out
+    assert 0 < left < len(words) and len(kept) + left in (len(words), len(words) + 1)
+    assert f"from “{words[len(words) - left]} " in note and "left out" in note
+
+
 # --- query parameters ----------------------------------------------------------------------------------
 def test_query_params_open_a_given_sentence_and_step():
     at = make_app(text="The cat sat on the mat.", step="2")
@@ -427,7 +441,7 @@ def test_attention_page_defaults(attention_page):
     assert radio.value == "cross"
     assert at.selectbox(key="attn_head").value == "all"
     assert n_charts(at) == CFG.n_heads
-    assert at.query_params["kind"] == "cross"
+    assert "kind" not in at.query_params  # the default stays out of the link
 
 
 @pytest.mark.parametrize("kind, n_layers_attr", [("encoder", "n_encoder_layers"), ("decoder", "n_decoder_layers"),
@@ -436,7 +450,7 @@ def test_attention_kinds_layers_and_heads(attention_page, kind, n_layers_attr):
     at = attention_page
     at.radio(key="attn_kind").set_value(kind).run()
     assert_clean(at)
-    assert at.query_params["kind"] == kind
+    assert at.query_params.get("kind", "cross") == kind  # cross, the default, is left out
     n_layers = getattr(CFG, n_layers_attr)
     layer_box = at.selectbox(key="attn_layer")
     assert layer_box.options == [f"layer {i + 1}" for i in range(n_layers)]

@@ -271,3 +271,24 @@ def test_every_control_is_in_the_link_and_a_fresh_session_restores_it(case, tmp_
     for kind, key, value in controls:
         assert getattr(again, kind)(key=key).value == value, (key, link)
     assert {k: again.query_params[k] for k in again.query_params} == link
+
+
+@needs_ckpt
+@pytest.mark.parametrize("page", ["translate", "attention", "decoding", "positional", "tokenization", "lecture",
+                                  "training"])
+def test_a_first_visit_of_any_page_writes_no_default_into_the_link(page):
+    """The Attention page wrote its defaults into the link on a first visit (``?kind=cross&layer=6&head=all``):
+    a link says only what differs from a fresh visit, on every page."""
+    at = open_page(page, {})
+    assert not at.exception, [e.value for e in at.exception]
+    assert dict(at.query_params) == {}
+
+
+@needs_ckpt
+def test_switching_back_to_the_default_checkpoint_takes_it_out_of_the_link():
+    """Switching to brown-lm and back wrote ``?ckpt=en-de``, a parameter equal to its default."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90).run()
+    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    assert at.query_params["ckpt"] == "brown-lm"
+    at.sidebar.selectbox(key="ckpt_name").select("en-de").run()
+    assert not at.exception and "ckpt" not in at.query_params

@@ -151,8 +151,7 @@ def checkpoint_picker() -> Path | None:
     labels = {n: checkpoint_label(n, options[n]) for n in names}  # the values stay names: ?ckpt= links hold them
     name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name",
                                 format_func=labels.get, on_change=_on_checkpoint_change, args=(options,))
-    if name != DEFAULT_CHECKPOINT or "ckpt" in st.query_params:
-        st.query_params["ckpt"] = name
+    url.put("ckpt", name, names[0])  # the default checkpoint stays out of the link, also after switching back
     return options[name]
 
 
@@ -287,7 +286,7 @@ def sentence_box(ckpt: Checkpoint, text_key: str, preset_key: str) -> str:
         if ss.get(preset_key) in presets:
             ss[text_key] = ss[preset_key]
 
-    col_preset, col_text = st.columns([1, 2])
+    col_preset, col_text = st.columns([1.4, 2])  # at 1280 px a preset's full sentence fits its box
     col_preset.selectbox("Lecture presets", [own] + presets, key=preset_key, on_change=use_preset)
     return col_text.text_input(input_label(ckpt), key=text_key)
 

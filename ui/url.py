@@ -286,6 +286,12 @@ def init_widget(key: str, parse: Callable[[Params], Parsed[Any]],
         show_notes(note)
     elif valid is not None and not valid(st.session_state[key]):
         st.session_state[key] = parse({})[0]
+    else:
+        # Assigned again on purpose: a run that stopped before drawing the widget (an empty sentence, say) made
+        # the browser forget it, and a widget the browser no longer knows is drawn at its own default (the first
+        # option) unless its value was set through the session state in this run; the page would then compute
+        # with one value and show another.
+        st.session_state[key] = st.session_state[key]
 
 
 def put(name: str, value: Any, default: Any = None) -> None:

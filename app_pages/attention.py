@@ -14,6 +14,7 @@ from ui import attention_reading_tabs as reading
 from ui import attention_views as views
 from ui import model_card, pieces, state, url
 from ui.attention_tabs import ablation_tab, compare_tab, plot
+from ui.page_state import ATTENTION
 from viz.attention import attention_heatmap, heatmap_fits
 from viz.labels import KIND_SHORT, head_name, kind_note, view_title
 from viz.theme import HALF_PX, PAGE_PX
@@ -33,9 +34,9 @@ def attention_page() -> None:
     # translation beside the reading guide (an expander), then one row of controls and the tabs.
     head, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
     head.title("Attention")
-    if "attn_text" not in st.session_state:
-        st.session_state["attn_text"] = state.current_text(ckpt)
-    typed = sentence.text_input(state.input_label(ckpt), key="attn_text")
+    if ATTENTION.text_key not in st.session_state:
+        st.session_state[ATTENTION.text_key] = state.current_text(ckpt)
+    typed = sentence.text_input(state.input_label(ckpt), key=ATTENTION.text_key)
     state.set_text(typed)
     src = state.source_for(ckpt, typed)
     if src is None:

@@ -11,6 +11,7 @@ from model.sampling import SamplingConfig, SamplingError, beam_search, beam_stat
 from ui import decoding_lab as lab
 from ui import decoding_views as views
 from ui import heavy, pieces, state, url, widgets
+from ui.page_state import DECODING
 from viz.attention import tokens_html
 from viz.decoding import pipeline_figure
 
@@ -67,7 +68,7 @@ def decoding_page() -> None:
 
     # --- sentence -------------------------------------------------------------------------------------------------
     with sentence:
-        typed = state.sentence_box(ckpt, text_key="dl_text", preset_key="dl_preset")
+        typed = state.sentence_box(ckpt, text_key=DECODING.text_key, preset_key="dl_preset")
     state.set_text(typed)
     out_col, steps_col = st.columns(2)
     controls, main = st.columns([1, 2.7], gap="medium")

@@ -118,13 +118,17 @@ def _compare_touched() -> None:
     st.session_state["compare_touched"] = True
 
 
-# Preselect the two most recent ended runs until the person picks: also when a run ends while the page is open
-# (a widget's default only counts when it is first drawn, so a run watched to its end was never preselected).
-if (ended and not st.session_state.get("compare") and not st.session_state.get("compare_touched")
-        and "compare" not in st.query_params):
-    st.session_state["compare"] = ended[:2]
+# Preselect the two most recent ended runs until the person picks: also when a run ends while the page is open.
+# The preselection is the widget's default, never a value set for it: the browser writes a bound widget's value
+# into the link only when it differs from the default, and a preselection is nobody's choice. A default counts only
+# when the widget is drawn anew, so a stale preselection (a run has ended since) is dropped first.
+preselected = ended[:2]
+chosen_by_person = st.session_state.get("compare_touched") or "compare" in st.query_params
+if not chosen_by_person and st.session_state.get("compare") != preselected:
+    st.session_state.pop("compare", None)
 compared = c1.multiselect(
-    "Runs to overlay", names, key="compare", bind="query-params", on_change=_compare_touched,
+    "Runs to overlay", names, default=None if chosen_by_person else preselected, key="compare",
+    bind="query-params", on_change=_compare_touched,
     max_selections=len(VT.PALETTE),
     help="One colour per run, the same on every chart. Preselected: the two most recent runs that have ended; "
          "any other choice is kept in the page address, so a reload or a shared link shows the same runs.")

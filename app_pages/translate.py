@@ -7,6 +7,7 @@ import streamlit as st
 
 from ui import model_card, pieces, state, url, widgets
 from ui.decoding_lab import StepView
+from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
 
@@ -91,7 +92,7 @@ def translate_page() -> None:
     with left:
         st.title("Translate")
         # --- input: the box applies on Enter; the presets box follows it --------------------------------------
-        typed = state.sentence_box(ckpt, text_key="text_input", preset_key="preset")
+        typed = state.sentence_box(ckpt, text_key=TRANSLATE.text_key, preset_key="preset")
         state.set_text(typed)
         src = state.source_for(ckpt, typed)
         if src is None:

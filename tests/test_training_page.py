@@ -829,3 +829,16 @@ def test_open_in_explorer_lists_the_copy_in_the_sidebar(finished, tmp_path, monk
     assert (ckpts / "tiny" / "config.json").is_file()
     assert "tiny" in at.sidebar.selectbox(key="ckpt_name").options
     assert any("checkpoints/tiny" in s.value for s in at.success)
+
+
+def test_the_preselected_runs_stay_out_of_the_link(three_runs, monkeypatch):
+    """Any click on the Training page wrote the preselected runs into the link (``?compare=newest&compare=older``),
+    though they were nobody's choice: a link says only what a person chose."""
+    at = page(monkeypatch, three_runs)
+    box = at.multiselect(key="compare")
+    assert box.value == ["newest", "older"]
+    # the browser writes a bound widget into the link when its value differs from its default
+    assert list(box.proto.default) == [box.options.index(n) for n in ("newest", "older")]
+    at.radio(key="compare_x").set_value("tokens seen").run()
+    assert not at.exception and at.multiselect(key="compare").value == ["newest", "older"]
+    assert not any("Session State API" in w.value for w in at.warning)

@@ -292,3 +292,29 @@ def test_switching_back_to_the_default_checkpoint_takes_it_out_of_the_link():
     assert at.query_params["ckpt"] == "brown-lm"
     at.sidebar.selectbox(key="ckpt_name").select("en-de").run()
     assert not at.exception and "ckpt" not in at.query_params
+
+
+def test_every_key_a_page_state_names_is_one_its_page_uses():
+    """The checkpoint picker and the sentence boxes reset pages through ui.page_state.PAGES only: a key listed there
+    that its page no longer uses would silently reset nothing."""
+    from ui.page_state import PAGES
+
+    sources = {p.stem: p.read_text(encoding="utf-8") for p in (ROOT / "app_pages").glob("*.py")}
+    glue = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "ui").glob("*.py") if p.name != "page_state.py")
+    for page in PAGES:
+        used = sources[page.page] + glue
+        if page.text_key:  # the page names its text box through its state object
+            assert "text_key" in sources[page.page], page.page
+        for name in (*page.model_keys, *page.sentence_keys, *page.model_params, *page.sentence_params):
+            assert f'"{name}"' in used, (page.page, name)
+
+
+@needs_ckpt
+def test_a_new_sentence_takes_an_old_sweep_out_of_the_link():
+    """``?sweep=1`` stayed in the link after the sentence changed, so opening that link started a sweep of a
+    sentence nobody had asked to sweep."""
+    at = open_page("attention", {"tab": "Ablation", "sweep": "1", "text": "The cat sat on the mat."})
+    assert not at.exception and at.query_params.get("sweep") == "1"
+    at.switch_page("app_pages/translate.py").run()
+    at.text_input(key="text_input").input("A dog runs through the snow.").run()
+    assert not at.exception and "sweep" not in at.query_params and "step" not in at.query_params

@@ -29,6 +29,7 @@ from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from model.trace import Trace, trace_pair
 from ui import heavy, url
 from .model_card import card_summary
+from .page_state import PAGES
 from .pieces import shown_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,13 +156,6 @@ def checkpoint_picker() -> Path | None:
     return options[name]
 
 
-#: Widgets whose choices belong to one model (its layers, heads, attention kinds): Translate's layer and head, the
-#: Attention page's kind, layer, head and switched-off heads, the Positional page's ALiBi head.
-MODEL_WIDGET_KEYS = ("tr_layer", "tr_head", "attn_kind", "attn_layer", "attn_head", "attn_ablate", "pe_head")
-#: Their parameters in the link.
-MODEL_PARAMS = ("kind", "layer", "head", "ablate")
-
-
 def _on_checkpoint_change(options: dict[str, Path]) -> None:
     """Picker callback, before the page is drawn for the new model.
 
@@ -171,10 +165,8 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
     (a sentence to translate, a prompt to continue) is replaced by the new model's default preset; a text the user
     typed is kept."""
     ss = st.session_state
-    for key in MODEL_WIDGET_KEYS:
-        ss.pop(key, None)
-    for name in MODEL_PARAMS:
-        st.query_params.pop(name, None)
+    for page in PAGES:
+        page.forget_model(ss, st.query_params)
     folder = options.get(ss.get("ckpt_name"))
     text = ss.get("text")
     if folder is None or text is None:
@@ -230,18 +222,13 @@ def current_text(ckpt: Checkpoint) -> str:
     return st.session_state["text"]
 
 
-#: The pages' text boxes that show the shared sentence (see :func:`use_text`).
-TEXT_KEYS = ("text_input", "dl_text", "attn_text")
-
-
 def use_text(text: str) -> None:
-    """Make ``text`` the shared sentence from a callback (before any widget is drawn): the text boxes show it and
-    the decoding starts again at step 0."""
+    """Make ``text`` the shared sentence from a callback (before any widget is drawn): every page's text box shows
+    it and what belonged to the old sentence is forgotten (the decoding starts again at step 0)."""
     st.session_state["text"] = text
-    st.session_state["step"] = 0
-    for key in TEXT_KEYS:
-        if key in st.session_state:
-            st.session_state[key] = text
+    for page in PAGES:
+        page.forget_sentence(st.session_state, st.query_params)
+        page.show_sentence(st.session_state, text)
 
 
 def default_text() -> str:
@@ -255,10 +242,10 @@ def set_text(text: str) -> None:
     """The page's text box holds ``text``: share it with the other pages and put it in the link (a new text starts
     at step 0). The default sentence is left out of the link, as every default is; a text too long for the link is
     left out too, with a caption saying so."""
-    if text != st.session_state.get("text"):
+    if text != st.session_state.get("text"):  # a new sentence: no page keeps its step or sweep, nor the link
         st.session_state["text"] = text
-        st.session_state["step"] = 0
-        st.query_params.pop("step", None)  # a new sentence starts at step 0; keep the URL in agreement
+        for page in PAGES:
+            page.forget_sentence(st.session_state, st.query_params)
     note = url.put_text("text", text, default_text())
     if note:
         st.caption(note)

@@ -61,7 +61,9 @@ class EvalSet:
 @dataclass
 class SetScore:
     """A set's scores: ``{strategy: {"bleu", "chrf"}}`` (0–100), its size, seconds spent decoding, and
-    ``repeats``: ``{strategy: :func:`repeat_check`}`` of its first :data:`REPEAT_CHECKED` outputs."""
+    ``repeats``: ``{strategy: :func:`repeat_check`}`` of its first :data:`REPEAT_CHECKED` outputs, and
+    ``reference_repeats``, the same check of their (first) references: German repeats a word now and then by right
+    (", die die Arme …", "Pago Pago"), so the references say how many a perfect output would have."""
 
     name: str
     sentences: int
@@ -69,6 +71,7 @@ class SetScore:
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     repeats: dict[str, dict[str, int]] = field(default_factory=dict)
+    reference_repeats: dict[str, int] = field(default_factory=dict)
 
 
 def grouped(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
@@ -200,7 +203,7 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
     results, everyday_out = [], {}
     for s in sets:
         sources, refs = (s.sources[:limit], s.references[:limit]) if limit else (s.sources, s.references)
-        row = SetScore(s.name, len(sources), sum(map(len, refs)))
+        row = SetScore(s.name, len(sources), sum(map(len, refs)), reference_repeats=repeat_check([r[0] for r in refs]))
         for strategy in strategies:
             start = time.perf_counter()
             hyps = translate(model, tokenizer, sources, strategy, beam, alpha)
@@ -238,13 +241,15 @@ def markdown(report: dict, missing: list[str]) -> str:
     for m in missing:
         lines.append(f"- missing: {m}")
     lines += ["", f"| set | outputs read (the first {REPEAT_CHECKED:,}) | "
-              + " | ".join(f"{s}: outputs repeating a word (longest run)" for s in strategies) + " |",
-              "|" + "---|" * (2 + len(strategies))]
+              + " | ".join(f"{s}: outputs repeating a word (longest run)" for s in strategies)
+              + " | references repeating a word (longest run) |", "|" + "---|" * (3 + len(strategies))]
     for row in report["sets"]:
         checks = [row.get("repeats", {}).get(s) for s in strategies]  # a report written before the check has none
         if any(c is None for c in checks):
             continue
+        ref = row.get("reference_repeats") or {}
         cells = [f"{c['repeating']} ({c['longest']})" for c in checks]
+        cells.append(f"{ref['repeating']} ({ref['longest']})" if ref else "")
         lines.append(f"| {row['name']} | {checks[0]['checked']:,} | " + " | ".join(cells) + " |")
     clean = all(c["repeating"] == 0 for row in report["sets"] for c in row.get("repeats", {}).values())
     lines.append("\nno output repeats a word twice in a row" if clean else

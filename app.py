@@ -6,7 +6,8 @@ Run with ``make run`` (or ``streamlit run app.py``).
 import streamlit as st
 
 from ui import presentation
-from ui.state import DEMO_MODE, checkpoint_picker
+from ui.limits import limits
+from ui.state import checkpoint_picker
 
 # Presentation mode is read first (from this session's toggle, or ?present=1 on a first visit): the sidebar
 # starts collapsed in it. A later call with another state collapses or opens it when the toggle changes.
@@ -39,7 +40,7 @@ st.sidebar.caption("Transformers we trained ourselves, opened up one token at a 
                    "translator and an English language model.")
 st.session_state["_ckpt_path"] = checkpoint_picker()
 presentation.sidebar_toggle()
-if DEMO_MODE:
-    st.sidebar.info("Hosted demo: inputs are capped at 300 characters.")
+if (caps := limits()).demo:
+    st.sidebar.info(f"Hosted demo: inputs are capped at {caps.max_chars} characters and training is switched off.")
 
 nav.run()

@@ -757,3 +757,26 @@ def test_the_translate_page_states_the_measured_quality_and_unreadable_text():
     at = make_app(text="猫はマットの上に座った")
     assert not at.exception
     assert any("cannot read most of this text" in w.value for w in at.warning)
+
+
+def test_one_switch_turns_on_the_hosted_demo_for_every_page(monkeypatch):
+    """ATTENTION_EXPLORER_DEMO=1 (what ``make serve`` / ``deploy.serve --demo`` set): shorter inputs on every
+    page, the sidebar says so, and training is off. It was read once at import, so a worker or test that set it
+    later was not seen."""
+    from ui.limits import DEMO_MAX_CHARS, limits
+
+    assert not limits().demo
+    monkeypatch.setenv("ATTENTION_EXPLORER_DEMO", "1")
+    caps = limits()
+    assert caps.demo and caps.max_chars == DEMO_MAX_CHARS and not caps.training
+    text = "The cat sat on the mat. " * 20  # 480 characters: fine on a lecture-room server, too long in the demo
+    for page, box in (("translate", "text_input"), ("attention", "attn_text"), ("decoding", "dl_text")):
+        at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+        at.switch_page(f"{PAGES}/{page}.py").run()
+        at.text_input(key=box).input(text.strip()).run()
+        assert not at.exception, (page, at.exception)
+        assert any(f"up to {DEMO_MAX_CHARS}" in w.value for w in at.warning), (page, [w.value for w in at.warning])
+        assert any("Hosted demo" in i.value for i in at.sidebar.info)
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.switch_page(f"{PAGES}/training.py").run()
+    assert any("training is switched off" in i.value for i in at.info)

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import MappingProxyType
 
 import streamlit as st
 
 from model.analysis import ablation_sweep, greedy_with_head_masks, sequence_log_probs
 from model.checkpoint import Checkpoint, checkpoint_arch
-from model.decoding import MAX_INPUT_CHARS, default_max_new_tokens, strip_eos
-from model.trace import trace_pair
+from model.decoding import default_max_new_tokens, strip_eos
 from training.runs import run_checkpoints
 from ui import attention_views as views
-from ui import pieces, state, url, widgets
+from ui import heavy, pieces, state, url, widgets
+from ui.limits import limits
 from viz.attention import attention_heatmap, causal_blank
 from viz.attention_views import difference_heatmap, log_prob_figure, sweep_heatmaps
 from viz.labels import KIND_SHORT, end_sentence, head_name
@@ -28,23 +29,33 @@ def plot(fig, key: str | None = None) -> None:
     widgets.show_figure(fig, key=key)
 
 
-# --- cached computations (keyed by checkpoint folder + version + sentence; the model itself is not hashed) ---------
-@st.cache_data(show_spinner=False, max_entries=256)
-def _log_probs(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, heads: tuple, _model) -> list[float]:
-    masks = views.head_masks(heads, _model.cfg.attention_layers(), _model.cfg.n_heads)
-    return sequence_log_probs(_model, list(src_ids) or None, list(tgt_ids), masks).tolist()
+# --- shared computations (ui.heavy: bounded for the whole server, each computed once per checkpoint version,
+# sentence and heads, and shared by every visitor; the values are tuples) ------------------------------------------
+def _log_probs(ckpt: Checkpoint, src_ids: tuple, tgt_ids: tuple, heads: tuple) -> tuple[float, ...]:
+    def compute() -> tuple[float, ...]:
+        masks = views.head_masks(heads, ckpt.config.attention_layers(), ckpt.config.n_heads)
+        return tuple(sequence_log_probs(ckpt.model, list(src_ids) or None, list(tgt_ids), masks).tolist())
+
+    return heavy.shared(("log_probs", *state.checkpoint_version(ckpt), src_ids, tgt_ids, heads), compute,
+                        "the scores of this translation")
 
 
-@st.cache_data(show_spinner="Decoding without those heads…", max_entries=128)
-def _greedy_without(path: str, mtime: float, src_ids: tuple, heads: tuple, max_new: int, _model) -> list[int]:
-    masks = views.head_masks(heads, _model.cfg.attention_layers(), _model.cfg.n_heads)
-    return greedy_with_head_masks(_model, list(src_ids) or None, masks, max_new_tokens=max_new)
+def _greedy_without(ckpt: Checkpoint, src_ids: tuple, heads: tuple, max_new: int) -> tuple[int, ...]:
+    def compute() -> tuple[int, ...]:
+        masks = views.head_masks(heads, ckpt.config.attention_layers(), ckpt.config.n_heads)
+        return tuple(greedy_with_head_masks(ckpt.model, list(src_ids) or None, masks, max_new_tokens=max_new))
+
+    return heavy.shared(("without", *state.checkpoint_version(ckpt), src_ids, heads, max_new), compute,
+                        "the translation without those heads")
 
 
-@st.cache_data(show_spinner="Removing each head in turn…", max_entries=64)
-def _sweep(path: str, mtime: float, src_ids: tuple, tgt_ids: tuple, layers: tuple, _model) -> dict:
-    swept = ablation_sweep(_model, list(src_ids) or None, list(tgt_ids), {k: list(v) for k, v in layers})
-    return {k: v.tolist() for k, v in swept.items()}
+def _sweep(ckpt: Checkpoint, src_ids: tuple, tgt_ids: tuple, layers: tuple) -> MappingProxyType:
+    def compute() -> MappingProxyType:
+        swept = ablation_sweep(ckpt.model, list(src_ids) or None, list(tgt_ids), {k: list(v) for k, v in layers})
+        return MappingProxyType({k: tuple(map(tuple, v.tolist())) for k, v in swept.items()})
+
+    return heavy.shared(("sweep", *state.checkpoint_version(ckpt), src_ids, tgt_ids, layers), compute,
+                        "the sweep of every head")
 
 
 # --- Ablation ------------------------------------------------------------------------------------------------------
@@ -68,18 +79,18 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
     if len(all_ids) < 2:
         st.info("The translation is empty: there is nothing to score.")
         return
-    base = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, (), _model=ckpt.model)
+    base = _log_probs(ckpt, src_key, tgt_key, ())
     m1, m2, m3 = st.columns(3)
     m1.metric("Total log-prob, all heads", f"{sum(base):.3f}")
     if heads:
-        ablated = _log_probs(ckpt_path, ckpt_mtime, src_key, tgt_key, heads, _model=ckpt.model)
+        ablated = _log_probs(ckpt, src_key, tgt_key, heads)
         change = sum(ablated) - sum(base)
         m2.metric("Total log-prob, heads removed", f"{sum(ablated):.3f}", delta=f"{change:+.3f} nats")
         m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
                   help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
         plot(log_prob_figure(scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"))
         limit = default_max_new_tokens(cfg, len(src.ids))
-        new_ids = _greedy_without(ckpt_path, ckpt_mtime, src_key, heads, limit, _model=ckpt.model)
+        new_ids = _greedy_without(ckpt, src_key, heads, limit)
         new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
         same = new_out == list(output_ids)
         st.markdown(f"**Greedy translation without {', '.join(heads)}:** {tok.decode(new_out) or '(empty output)'} "
@@ -97,7 +108,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         url.show_notes(note)
     positions = len(all_ids) + (len(src.ids) if cfg.is_encoder_decoder else 0)
     plan = views.sweep_plan(counts, cfg.n_heads, ckpt.model.num_parameters(), positions, view.kind, view.layer,
-                            views.DEMO_SWEEP_BUDGET if state.DEMO_MODE else views.SWEEP_BUDGET)
+                            limits().sweep_budget)
     if plan.note:
         st.info(plan.note)
     label = {"all": "Sweep all heads", "kind": "Sweep this kind's heads", "layer": "Sweep this layer's heads"}
@@ -108,7 +119,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
     url.put("sweep", swept, False)
     if swept and plan.scorings:
         layers = tuple((k, tuple(v)) for k, v in plan.layers.items())
-        result = _sweep(ckpt_path, ckpt_mtime, src_key, tgt_key, layers, _model=ckpt.model)
+        result = _sweep(ckpt, src_key, tgt_key, layers)
         st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
                    "**red = the head helped** this output, blue = the output got likelier without it.")
         # one kind per row, at the page's width: side by side, the cells were too narrow for their numbers
@@ -143,7 +154,7 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
     other_trace, other_name = None, ""
     if mode == "another sentence":
         default = next(p for p in state.presets_for(ckpt) if p != src.text)
-        url.init_widget("attn_cmp_text", lambda p: url.text_param(p, "compare_text", default, MAX_INPUT_CHARS,
+        url.init_widget("attn_cmp_text", lambda p: url.text_param(p, "compare_text", default, limits().max_chars,
                                                                   what="second sentence"))
         other_text = st.text_input("Second sentence", key="attn_cmp_text")
         too_long = url.put_text("compare_text", other_text, default)
@@ -152,7 +163,7 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
         other_src = state.source_for(ckpt, other_text)
         if other_src is not None:
             o_all, o_out = state.full_translation(ckpt, other_src)
-            other_trace = pieces.shown_trace(trace_pair(ckpt.model, tok, other_src.ids, strip_eos(o_all, cfg.eos_id)), tok)
+            other_trace = state.traced(ckpt, other_src, strip_eos(o_all, cfg.eos_id))[1]
             other_name = f"“{other_src.text}” → {tok.decode(o_out)}"
     else:
         others = comparable_checkpoints(ckpt)
@@ -181,14 +192,13 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
         elif other.tokenizer.to_str() == tok.to_str():
             # Same tokenizer: the second model reads the same source and this translation (teacher forcing),
             # so the two maps have the same shape and differ only in where the models look.
-            other_trace = pieces.shown_trace(trace_pair(other.model, tok, src.ids, tgt_inputs), tok)
+            other_trace = state.traced(other, src, tgt_inputs)[1]
             other_name = f"checkpoint {name}, same sentence and translation"
         else:
             o_src = state.source_for(other, src.text)
             if o_src is not None:
                 o_all, o_out = state.full_translation(other, o_src)
-                other_trace = pieces.shown_trace(trace_pair(other.model, other.tokenizer, o_src.ids,
-                                                            strip_eos(o_all, other.config.eos_id)), other.tokenizer)
+                other_trace = state.traced(other, o_src, strip_eos(o_all, other.config.eos_id))[1]
                 other_name = f"checkpoint {name} (its own tokenizer and translation: {other.tokenizer.decode(o_out)})"
     if other_trace is None:
         return

@@ -22,12 +22,13 @@ import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_checkpoints, load_checkpoint
 from model.decoded import Decoding, decode
-from model.decoding import (MAX_INPUT_CHARS, InputError, SourceInput, Stepper, default_max_new_tokens,
+from model.decoding import (InputError, SourceInput, Stepper, default_max_new_tokens,
                             input_limit, prepare_source)
 from model.hf.card import folder_facts
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from model.trace import Trace, trace_pair
 from ui import heavy, url
+from .limits import limits
 from .model_card import card_summary
 from .page_state import PAGES
 from .pieces import shown_trace
@@ -63,9 +64,6 @@ LM_PRESETS = [
     "Time flies like",
 ]
 
-#: Hosted-demo mode (``ATTENTION_EXPLORER_DEMO=1``): shorter inputs and decodes.
-DEMO_MODE = os.environ.get("ATTENTION_EXPLORER_DEMO", "") not in ("", "0", "false")
-DEMO_MAX_CHARS = 300
 
 
 def checkpoint_roots() -> list[Path]:
@@ -213,10 +211,10 @@ def input_label(ckpt: Checkpoint) -> str:
 
 
 def current_text(ckpt: Checkpoint) -> str:
-    """The sentence shared by the pages (``?text=``, at most ``MAX_INPUT_CHARS`` characters, else the first preset
-    for ``ckpt``)."""
+    """The sentence shared by the pages (``?text=``, at most :func:`ui.limits.limits`' ``max_chars`` characters, else
+    the first preset for ``ckpt``)."""
     if "text" not in st.session_state:
-        text, note = url.text_param(st.query_params, "text", presets_for(ckpt)[0], MAX_INPUT_CHARS)
+        text, note = url.text_param(st.query_params, "text", presets_for(ckpt)[0], limits().max_chars)
         st.session_state["text"] = text
         url.show_notes(note)
     return st.session_state["text"]
@@ -294,8 +292,9 @@ def current_step(total: int, key: str = "step") -> int:
 
 def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
     """Tokenize ``text`` for the model, showing any problem or note in the page. ``None`` if unusable."""
-    if DEMO_MODE and len(text) > DEMO_MAX_CHARS:
-        st.warning(f"The hosted demo takes up to {DEMO_MAX_CHARS} characters; please shorten the text.")
+    too_long = limits().too_long(text)
+    if too_long:
+        st.warning(too_long)
         return None
     cfg = ckpt.config
     try:

@@ -32,6 +32,12 @@ def test_a_value_is_computed_once_and_shared():
     assert calls == [1] and gate.cached("k") and gate.computed == 1
 
 
+def test_a_value_not_kept_is_computed_again_each_time():
+    gate = Gate(slots=1)
+    assert gate.run("timing", lambda: 1.0, keep=False) == 1.0 and gate.run("timing", lambda: 2.0, keep=False) == 2.0
+    assert not gate.cached("timing") and gate.computed == 2
+
+
 def test_visitors_asking_for_one_thing_at_once_share_one_computation():
     gate = Gate(slots=2)
     release, started = threading.Event(), threading.Event()

@@ -68,10 +68,11 @@ class Gate:
 
     # --- what a page asks ---------------------------------------------------------------------------------
     def run(self, key: Hashable, compute: Callable[[], T], what: str = "the computation",
-            notify: Callable[[str | None], None] = lambda message: None) -> T:
+            notify: Callable[[str | None], None] = lambda message: None, keep: bool = True) -> T:
         """``compute()``'s value for ``key``: from the cache, from another visitor's identical computation, or
         computed here once a slot is free. ``notify(message)`` is called with a line for the visitor while waiting
-        (refreshed every :data:`POLL_S` s) and with ``None`` when the wait is over.
+        (refreshed every :data:`POLL_S` s) and with ``None`` when the wait is over. ``keep=False``: the value is
+        not cached (a timing that must be measured afresh), only bounded like the rest.
 
         Raises:
             TooBusy: no slot within ``max_wait_s``.
@@ -127,9 +128,10 @@ class Gate:
         with self._cond:
             self._busy -= 1
             del self._running[key]
-            self._results[key] = value
-            while len(self._results) > self.entries:
-                self._results.popitem(last=False)
+            if keep:
+                self._results[key] = value
+                while len(self._results) > self.entries:
+                    self._results.popitem(last=False)
             self._cond.notify_all()
         return value
 
@@ -156,7 +158,7 @@ def _slots_from_env() -> int:
 GATE = Gate(_slots_from_env())
 
 
-def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None = None) -> T:
+def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None = None, keep: bool = True) -> T:
     """:meth:`Gate.run` in a page: while the visitor waits, a line in the page says how many computations are
     ahead (an empty placeholder otherwise: nothing is drawn when the value is ready). When the server is too busy,
     a warning says so and the script run stops there (``st.stop``): the rest of the page is not drawn half-way."""
@@ -173,7 +175,7 @@ def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None
         box.info(message, icon=":material/hourglass_top:")
 
     try:
-        return (gate or GATE).run(key, compute, what, notify)
+        return (gate or GATE).run(key, compute, what, notify, keep)
     except TooBusy as exc:
         notify(None)
         st.warning(f"The server is too busy to compute {exc.what} right now: {exc.ahead} other "

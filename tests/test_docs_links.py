@@ -1,7 +1,9 @@
 """The README is a short front door and the rest lives in ``docs/`` and the model cards beside the weights, so the
-links between them carry the reader: every relative link and image of ``README.md``, ``docs/*.md`` and
-``checkpoints/*/README.md`` must point at a file that exists, and a ``#anchor`` into a Markdown file at one of its
-headings, slugged as GitHub slugs them. External links are not followed (no network)."""
+links between them carry the reader: every relative link and image of ``README.md``, ``docs/*.md``,
+``checkpoints/*/README.md`` and ``checkpoints/*/HISTORY.md`` must point at a file that exists, and a ``#anchor``
+into a Markdown file at one of its headings, slugged as GitHub slugs them. External links are not followed (no
+network). A model card stays a card (what the shipped model is); how a lineage got there goes to the
+``HISTORY.md`` beside it, which the card links."""
 
 from __future__ import annotations
 
@@ -17,8 +19,12 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 #: Our model cards: a Hugging Face folder downloaded into checkpoints/ (docs/hugging-face.md) has a README.md of its
 #: authors, with no card.json beside it, whose links are theirs.
 CARDS = sorted(p for p in (ROOT / "checkpoints").glob("*/README.md") if (p.parent / "card.json").is_file())
-PAGES = [README, *DOCS, *CARDS]
+#: The training history beside a card: every leg, A/B table and decision of the models before the shipped one.
+HISTORIES = [p.parent / "HISTORY.md" for p in CARDS if (p.parent / "HISTORY.md").is_file()]
+PAGES = [README, *DOCS, *CARDS, *HISTORIES]
 README_MAX_LINES = 150
+#: As long as a Hugging Face model card: the shipped model's description, data, recipe, scores and limits.
+CARD_MAX_LINES = 150
 
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
@@ -122,9 +128,24 @@ def test_readme_is_short():
     assert lines < README_MAX_LINES, f"README.md has {lines} lines: move detail into docs/ (at most {README_MAX_LINES})"
 
 
+@pytest.mark.parametrize("card", CARDS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_model_card_is_a_card(card):
+    lines = card.read_text(encoding="utf-8").count("\n")
+    assert lines <= CARD_MAX_LINES, (f"{card.relative_to(ROOT)} has {lines} lines: a card describes the shipped model "
+                                     f"(at most {CARD_MAX_LINES}); move its training history into HISTORY.md beside it")
+
+
+def test_the_translator_keeps_its_history_beside_its_card():
+    card = ROOT / "checkpoints" / "en-de" / "README.md"
+    history = card.parent / "HISTORY.md"
+    assert history in HISTORIES, "checkpoints/en-de/HISTORY.md holds the lineages before the shipped model"
+    assert history.resolve() in {resolve(card, t)[0] for t in links(card)}, "the card links its history"
+    assert card.resolve() in {resolve(history, t)[0] for t in links(history)}, "the history links back to the card"
+
+
 def test_readme_links_every_page_and_model_card():
     targets = {resolve(README, t)[0] for t in links(README) if not _EXTERNAL.match(t)}
-    missing = [p.relative_to(ROOT) for p in [*DOCS, *CARDS] if p.resolve() not in targets]
+    missing = [p.relative_to(ROOT) for p in [*DOCS, *CARDS, *HISTORIES] if p.resolve() not in targets]
     assert not missing, f"README.md does not link to {', '.join(map(str, missing))}"
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from training.card import CardError, append_leg, leg_rows, main, read_metrics
+from training.card import CardError, append_leg, card_pages, leg_rows, main, markdown_rows, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = {"The cat sat on the mat.": "Die Katze saß auf der Matte.", "I am hungry.": "Ich habe Hunger."}
@@ -116,6 +116,8 @@ def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, caps
     assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["step"] == 25631
     out = capsys.readouterr().out
     assert "step 25,631" in out
+    # the rows belong in the card beside card.json, the leg's story in the history beside it
+    assert f"in {tmp_path / 'README.md'} " in out and f"goes to {tmp_path / 'HISTORY.md'}" in out
     # the leg's three evaluations as README table rows; the shipped row (no valid loss) is left out
     assert [line for line in out.splitlines() if line.startswith("|")] == [
         "| leg 8, from leg 7 soup · step 23,631 | 672.3 | 107.6M | 1.9000 | 51.0 |",
@@ -133,6 +135,19 @@ def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, caps
     files["beam"].write_text(json.dumps({**_report("beam"), "decoding": {}}), encoding="utf-8")
     assert main(args) == 2
     assert "beam width and alpha" in capsys.readouterr().err
+
+
+def test_the_curve_rows_fit_the_shipped_cards_curve_table():
+    """The printed rows have the columns of the curve table under Training procedure in checkpoints/en-de/README.md,
+    the page card_pages names for the shipped card."""
+    readme, history = card_pages(ROOT / "checkpoints" / "en-de" / "card.json")
+    assert readme.is_file() and history.is_file()
+    text = readme.read_text(encoding="utf-8")
+    section = text[text.index("### Training procedure"):]
+    header = next(line for line in section.splitlines() if line.startswith("| step |"))
+    row = markdown_rows([{"leg": "x", "train_minutes": 1.0, "tokens_seen": 10**6, "valid_loss": 2.0,
+                          "valid_chrf": 40.0}])[0]
+    assert header.count("|") == row.count("|")
 
 
 def test_a_run_without_evaluations_is_refused(tmp_path):

@@ -6,6 +6,8 @@ every leg, the scores on every evaluation set. This command takes the card of th
 the leg's run folder (its ``metrics.jsonl``; a cooled copy made with ``cp -a`` holds the rows of the run it was
 copied from) and the reports of ``python -m training.evaluate`` on the candidate that ships, and writes the new
 card: the numbers computed, the prose (why this candidate, what the leg changed) given by the person who ran it.
+It prints the leg's rows for the curve table under *Training procedure* in the model card (``README.md`` beside
+``card.json``); the leg's story, its candidates and decisions go to the ``HISTORY.md`` beside it.
 
     python -m training.card --card checkpoints/en-de/card.json --run runs/en-de-mix8-cool --leg 8 \\
         --parent "leg 7 soup" --cooldown-from 6000 --valid valid.json --greedy greedy.json --beam beam.json \\
@@ -161,10 +163,19 @@ def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de"
 
 
 def markdown_rows(rows: list[dict]) -> list[str]:
-    """``rows`` (the card's ``legs`` entries that have a valid loss) as rows of the model README's curve table:
-    label, CPU-minutes, tokens (millions), valid loss (nats/token), valid chrF."""
+    """``rows`` (the card's ``legs`` entries that have a valid loss) as rows of the curve table under *Training
+    procedure* in the model card (:func:`card_pages`): label, minutes, tokens (millions), valid loss (nats/token),
+    valid chrF."""
     return [f"| {r['leg']} | {r['train_minutes']} | {r['tokens_seen'] / 1e6:.1f}M | {r['valid_loss']:.4f} | "
             f"{r['valid_chrf'] if r.get('valid_chrf') is not None else '–'} |" for r in rows if "valid_loss" in r]
+
+
+def card_pages(card_json: str | Path) -> tuple[Path, Path]:
+    """``(model card, history)`` beside a checkpoint's ``card.json``: its ``README.md``, whose *Training procedure*
+    holds the shipped lineage's curve table, and its ``HISTORY.md``, where each leg's commands, candidates and
+    decisions go (neither need exist yet)."""
+    folder = Path(card_json).parent
+    return folder / "README.md", folder / "HISTORY.md"
 
 
 def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, greedy: dict, beam: dict,
@@ -243,8 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     atomic_write_json(out, new)
+    readme, history = card_pages(args.card)
     print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} CPU-min, "
-          f"{len(new['legs'])} curve rows; the leg's rows for the README's curve table:")
+          f"{len(new['legs'])} curve rows; the leg's rows for the curve table under 'Training procedure' in "
+          f"{readme} (what the leg tried and why goes to {history}):")
     print("\n".join(markdown_rows(new["legs"][len(card.get("legs", [])):])))
     return 0
 

@@ -153,3 +153,20 @@ def test_a_page_shows_a_clear_message_when_the_server_is_too_busy():
     assert not at.exception
     assert "too busy" in at.warning[0].value and "1 other computation was still ahead" in at.warning[0].value
     assert not at.markdown  # the page stopped before drawing a half-computed view
+
+
+def test_a_server_process_gives_torch_the_threads_it_is_told(monkeypatch):
+    import torch
+
+    from ui.heavy import THREADS_ENV, configure_torch
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv(THREADS_ENV, raising=False)
+        assert configure_torch() == 1 and torch.get_num_threads() == 1
+        monkeypatch.setenv(THREADS_ENV, "2")
+        assert configure_torch() == 2 and torch.get_num_threads() == 2
+        monkeypatch.setenv(THREADS_ENV, "many")  # a bad value keeps the default
+        assert configure_torch() == 1
+    finally:
+        torch.set_num_threads(before)

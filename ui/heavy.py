@@ -147,11 +147,36 @@ class Gate:
             return key in self._results
 
 
-def _slots_from_env() -> int:
+def _positive_env(name: str, default: int) -> int:
     try:
-        return max(1, int(os.environ.get(SLOTS_ENV, "1")))
+        return max(1, int(os.environ.get(name, default)))
     except ValueError:
-        return 1
+        return default
+
+
+def _slots_from_env() -> int:
+    return _positive_env(SLOTS_ENV, 1)
+
+
+#: torch's intra-op threads in a server process (``$ATTENTION_EXPLORER_TORCH_THREADS``, default 1).
+THREADS_ENV = "ATTENTION_EXPLORER_TORCH_THREADS"
+
+
+def configure_torch() -> int:
+    """Give torch :data:`THREADS_ENV` intra-op threads (default 1) in this server process, once; returns the number.
+
+    One thread per computation: a server's cores are shared by every visitor's script runs (and by the other
+    workers of ``make serve``), and torch's threads wait for each other at every operation. Measured on this 2-core
+    machine while another process kept the cores busy: ten visitors arriving within 5 s, each with a sentence of
+    their own, waited 16.6 s (p95) for the first page with torch's default 2 threads, 0.23 s with 1
+    (``python -m benchmarks.load --scenario demo --levels 1,10``). More capacity comes from more slots or workers.
+    """
+    import torch
+
+    threads = _positive_env(THREADS_ENV, 1)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
 
 
 #: The process's one gate, shared by every session.

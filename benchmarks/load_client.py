@@ -14,6 +14,7 @@ exception shown. :class:`Visitor` connects, opens a page, clicks and selects, an
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -111,12 +112,13 @@ class PageView:
     widgets: dict[str, Widget] = field(default_factory=dict)
     values: dict[str, tuple[str, Any]] = field(default_factory=dict)
     step: tuple[int, int] | None = None
+    titles: list[str] = field(default_factory=list)  # the titles of the Plotly charts of the last run
     exceptions: list[str] = field(default_factory=list)
     _seen: dict[str, Widget] = field(default_factory=dict)
     _tabs: dict[tuple[int, ...], tuple[Widget, int]] = field(default_factory=dict)  # path → (tabs, default)
 
     def begin_run(self) -> None:
-        self._seen, self._tabs, self.exceptions = {}, {}, []
+        self._seen, self._tabs, self.exceptions, self.titles = {}, {}, [], []
 
     def apply(self, msg: ForwardMsg) -> int | None:
         """Take one ForwardMsg in; returns its ``script_finished`` status, else ``None``."""
@@ -166,6 +168,9 @@ class PageView:
             self.step = int(m.group(1)), int(m.group(2))
         elif kind == "exception":
             self.exceptions.append(f"{el.type}: {el.message}")
+        elif kind == "plotly_chart":
+            title = json.loads(el.spec or "{}").get("layout", {}).get("title", {})
+            self.titles.append(title.get("text", "") if isinstance(title, dict) else str(title))
         elif getattr(el, "id", "") and hasattr(el, "label"):
             value = initial_value(kind, el)
             widget = Widget(el.id, kind, el.label, value[0] if value else FIELDS.get(kind),

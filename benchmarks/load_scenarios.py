@@ -15,7 +15,7 @@ import random
 import re
 from urllib.parse import parse_qs, quote_plus
 
-from viz.labels import KIND_SHORT
+from viz.labels import KIND_SHORT, KIND_TITLES
 
 from .load_client import Outcome, Visitor
 
@@ -89,14 +89,23 @@ class AttentionBrowsing:
         current = view.values.get(widget.id, (None, None))[1]
         option = self.rng.choice([o for o in widget.options if o != current and (what != "tab" or o in ATTENTION_TABS)])
         outcome = await visitor.choose(widget, option, action=what.lower())
-        # the link's value for the option shown: "layer 3" → layer=3, "head 2" → head=2, "all heads" → head=all
+        if outcome.seconds is None or what == "tab":
+            return outcome
+        # the link's value for the option shown: "layer 3" → layer=3, "head 2" → head=2, "all heads" → head=all;
+        # a default is left out of the link, and then the page's charts must show it
         param, wanted = {"Layer": ("layer", re.sub(r"\D", "", option)),
                          "Head": ("head", re.sub(r"\D", "", option) or option.split()[0]),
-                         "Attention": ("kind", KIND_OF_LABEL.get(option))}.get(what, (None, None))
-        shown = parse_qs(view.query_string).get(param, [None])[0] if param else None
-        if param and outcome.seconds is not None and shown != wanted:
+                         "Attention": ("kind", KIND_OF_LABEL.get(option))}[what]
+        in_link = parse_qs(view.query_string).get(param, [None])[0]
+        drawn = {"Layer": f"· layer {wanted} ·", "Head": f"· head {wanted}" if wanted.isdigit() else "· head ",
+                 "Attention": KIND_TITLES.get(wanted, "?")}[what]
+        # the heatmaps' titles name kind, layer and head ("Cross-attention (decoder → encoder) · layer 2 · head 3");
+        # a tab without them (Head statistics…) leaves only the link to check
+        maps = [t for t in view.titles if t.startswith(tuple(KIND_TITLES.values())) and " · layer " in t]
+        on_charts = not maps or any(drawn in t for t in maps)
+        if in_link not in (wanted, None) or not on_charts:
             outcome.errors.append("mismatch")
-            outcome.detail = f"chose {option!r}: expected {param}={wanted} in the link, got {shown!r}"
+            outcome.detail = (f"chose {option!r}: the link says {param}={in_link!r}, the charts {view.titles[:2]}")
         return outcome
 
 

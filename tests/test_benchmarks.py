@@ -99,3 +99,23 @@ def test_screenshots_make_every_picture_the_docs_link_and_take_only():
     with pytest.raises(SystemExit) as exc:
         parse_args(["--only", "translate,nope"])
     assert exc.value.code == 2
+
+
+def test_the_browser_stepping_app_sends_every_step_of_the_sentence():
+    """benchmarks.client_stepping_app (the measured alternative to a round trip per click) renders one view per
+    step of the shared decoding, each with its "Step k of N" line, in a single HTML element."""
+    import re
+
+    import pytest
+    from streamlit.testing.v1 import AppTest
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "checkpoints" / "en-de" / "model.safetensors").is_file():
+        pytest.skip("checkpoints/en-de is missing")
+    at = AppTest.from_file(str(root / "benchmarks" / "client_stepping_app.py"), default_timeout=120)
+    at.query_params["text"] = "The cat sat on the mat."
+    at.run()
+    assert not at.exception
+    (html,) = [e.proto.body for e in at.get("html")]
+    total = int(re.search(r"Step 0 of (\d+)", html).group(1))
+    assert [int(k) for k in re.findall(r"Step (\d+) of \d+", html)] == list(range(total + 1))

@@ -55,9 +55,17 @@ def stopped_run(tmp_path, monkeypatch):
 
 
 def table_step(page) -> int:
-    """The step column of the runs table's first row (the data grid's accessible cells: name, state, step, …)."""
-    cells = page.locator('[data-testid="stDataFrame"] td').all_inner_texts()
-    return int(cells[2]) if len(cells) > 2 and cells[2].isdigit() else -1
+    """The ``step`` cell of the runs table's first row, or -1 while there is none. The table is a static one
+    (``st.table``, whose cells wrap), its header naming the columns."""
+    table = page.locator('[data-testid="stTable"] table').first
+    if not table.count():
+        return -1
+    header = [t.strip() for t in table.locator("thead th").all_inner_texts()]
+    cells = [t.strip() for t in table.locator("tbody tr").first.locator("th, td").all_inner_texts()]
+    if "step" not in header or len(cells) != len(header):
+        return -1
+    step = cells[header.index("step")]
+    return int(step) if step.isdigit() else -1
 
 
 def snapshot_step(page) -> int:

@@ -36,8 +36,8 @@ def merges_frame(merges, start: int, show=str) -> pd.DataFrame:
 
 ckpt = state.require_checkpoint()
 tok = ckpt.tokenizer
-kind = getattr(tok, "kind", "bpe")  # "bpe" (ours), "byte-bpe" (GPT-2) or "unigram" (MarianMT)
-show = getattr(tok, "display", str)  # how a piece is written on this page, as on every page (ui.pieces)
+kind = tok.kind  # "bpe" (ours), "byte-bpe" (GPT-2) or "unigram" (MarianMT): a unigram model has no merges to replay
+show = tok.display  # how a piece is written on this page, as on every page (ui.pieces)
 table = None if kind == "unigram" else _merges(*state.checkpoint_version(ckpt), tok.to_str())
 
 st.title("Tokenization")

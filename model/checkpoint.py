@@ -27,6 +27,7 @@ from .hf.card import hf_card
 from .hf.loader import is_hf_model_dir, load_hf_model
 from .hf.tokenizers import load_hf_tokenizer
 from .tokenizer import TextTokenizer
+from .tokenizing import Tokenizer
 from .transformer import Transformer
 
 REQUIRED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
@@ -39,7 +40,7 @@ class Checkpoint:
     """A loaded model ready for inference (eval mode), with its tokenizer and card."""
 
     model: Transformer
-    tokenizer: TextTokenizer
+    tokenizer: Tokenizer
     config: ModelConfig
     card: dict = field(default_factory=dict)
     path: Path | None = None

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from . import tokenizing
+from .tokenizing import Encoding  # noqa: F401 (importers take it from here too)
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -38,17 +40,9 @@ def replace_surrogates(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text) if not text.isascii() else text
 
 
-@dataclass(frozen=True)
-class Encoding:
-    """Token ids of one text with the pieces and their ``(start, end)`` character offsets (end exclusive)."""
-
-    ids: list[int]
-    tokens: list[str]
-    offsets: list[tuple[int, int]]
-
-
 class TextTokenizer:
-    """A thin wrapper over a ``tokenizers.Tokenizer`` that knows the special ids.
+    """A thin wrapper over a ``tokenizers.Tokenizer`` that knows the special ids; a
+    :class:`~model.tokenizing.Tokenizer`.
 
     Args:
         tokenizer: a BPE tokenizer whose first four ids are ``<pad> <bos> <eos> <unk>``.
@@ -58,6 +52,7 @@ class TextTokenizer:
     #: ``"unigram"`` (Marian) in :mod:`model.hf.tokenizers`.
     kind = "bpe"
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+    source_model = None  # BPE: no unigram model
     #: How a word start is shown (:meth:`display`): Metaspace's ``▁``, the space before the word, as stored.
     word_start = "▁"
 
@@ -156,7 +151,7 @@ class TextTokenizer:
         return [self.id_to_token(i) for i in ids]
 
 
-def unknown_share(tokenizer: TextTokenizer, text: str) -> float:
+def unknown_share(tokenizer: tokenizing.Tokenizer, text: str) -> float:
     """Share of the text's characters, whitespace not counted, that the model reads as ``<unk>`` (0.0 to 1.0).
 
     Emoji, Chinese, Arabic or Hebrew never occurred in the training data: a text of them is all ``<unk>`` (1.0), and

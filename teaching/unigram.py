@@ -6,8 +6,9 @@ the tokenizer picks the most probable one with the Viterbi algorithm. BPE (Sennr
 its learned merges in order and never compares alternatives. Pieces never cross a word start (``▁``), so a word's
 split in a sentence is the split of the word alone.
 
-The functions take a :class:`~model.hf.tokenizers.MarianTextTokenizer` (its ``source_model`` is the SentencePiece
-processor) and return plain numbers and rows for the Tokenization page.
+The functions take a unigram :class:`~model.tokenizing.Tokenizer` (``kind == "unigram"``: its ``source_model`` is
+the SentencePiece processor, as in :class:`~model.hf.tokenizers.MarianTextTokenizer`) and return plain numbers and
+rows for the Tokenization page.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+
+from model.hf.tokenizers import split_language_code
 
 #: SentencePiece scores a character it does not know as the lowest piece score minus this, per character.
 UNKNOWN_PENALTY = 10.0
@@ -39,10 +42,18 @@ def _lowest_score(sp) -> float:
     return min(sp.get_score(i) for i in _normal_ids(sp))
 
 
+def piece_score(tok, piece: str) -> float | None:
+    """The unigram log-probability (natural log) of ``piece`` in the tokenizer's source model; ``None`` when the
+    model does not have it (an unknown character)."""
+    sp = tok.source_model
+    pid = sp.piece_to_id(piece)
+    return None if sp.is_unknown(pid) else float(sp.get_score(pid))
+
+
 def piece_log_prob(tok, piece: str) -> float:
     """The log-probability SentencePiece gives ``piece``: its score, or for an unknown piece (characters not in the
     vocabulary) ``(lowest score − UNKNOWN_PENALTY) × characters``."""
-    score = tok.piece_score(piece)
+    score = piece_score(tok, piece)
     if score is not None:
         return score
     return (_lowest_score(tok.source_model) - UNKNOWN_PENALTY) * len(piece)
@@ -51,7 +62,7 @@ def piece_log_prob(tok, piece: str) -> float:
 def words(tok, text: str) -> list[str]:
     """The words the unigram model cuts one by one: the text after a language code (``>>de<<``), split at
     whitespace."""
-    return tok.split_language_code(text)[1].split()
+    return split_language_code(text)[1].split()
 
 
 def best_splits(tok, word: str, n: int = 4) -> list[Split]:
@@ -67,7 +78,7 @@ def piece_rows(tok, split: Split) -> list[dict]:
     (``None`` for an unknown piece, which is ``<unk>`` to the model)."""
     rows = []
     for piece in split.pieces:
-        score = tok.piece_score(piece)
+        score = piece_score(tok, piece)
         pid = tok.token_to_id(piece)
         rows.append({"piece": piece if pid is not None else f"{piece} → <unk>",
                      "id": pid if pid is not None else tok.unk_id,

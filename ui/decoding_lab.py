@@ -22,6 +22,7 @@ import torch
 from model.decoded import Decoding
 from model.decoding import StepRecord, Stepper, strip_eos
 from model.sampling import Chooser, Pipeline, SamplingConfig, SamplingError
+from model.tokenizing import Tokenizer
 from model.transformer import Transformer
 from ui import url
 
@@ -209,15 +210,14 @@ def compare_cache(model: Transformer, src_ids: list[int], tokens: list[int], rep
     return CacheComparison(n, diff, best[True][0], best[False][0])
 
 
-def resolve_piece(tokenizer, text: str) -> int | None:
+def resolve_piece(tokenizer: Tokenizer, text: str) -> int | None:
     """The id of a vocabulary piece typed by a user as the pages show pieces: the piece as typed, else as a word
     start (the tokenizer's mark, ``▁`` or GPT-2's ``␣``, + text; a leading ``_`` is read as the mark). GPT-2's
     ``␣the`` is looked up as its stored ``Ġthe``. ``None`` when none is in the vocabulary."""
     text = (text or "").strip()
     if not text:
         return None
-    mark = getattr(tokenizer, "word_start", "▁")
-    stored = getattr(tokenizer, "from_display", None) or str
+    mark, stored = tokenizer.word_start, tokenizer.from_display
     candidates = [text]
     if text.startswith("_"):
         candidates.append(mark + text[1:])
@@ -231,14 +231,13 @@ def resolve_piece(tokenizer, text: str) -> int | None:
     return None
 
 
-def example_piece(tokenizer, candidate_ids, avoid: int | None = None) -> str:
+def example_piece(tokenizer: Tokenizer, candidate_ids, avoid: int | None = None) -> str:
     """A piece to show as an example of what can be typed in the force box, as the pages show it: a word start
     (the tokenizer's mark and two letters or more) among ``candidate_ids`` (this step's most probable next tokens,
     most probable first) other than ``avoid`` (the token taken), else any of them, else the vocabulary's first word
     start. Taken from the model's own vocabulary and context, so that a language model of English does not suggest
     a German word."""
-    mark = getattr(tokenizer, "word_start", "▁")
-    display = getattr(tokenizer, "display", None) or str
+    mark, display = tokenizer.word_start, tokenizer.display
     shown = [(int(i), display(tokenizer.id_to_token(int(i)))) for i in candidate_ids]
     shown = [(i, p) for i, p in shown if p]
 
@@ -249,5 +248,5 @@ def example_piece(tokenizer, candidate_ids, avoid: int | None = None) -> str:
         found = next((p for i, p in shown if test(i, p)), None)
         if found:
             return found
-    every = (display(tokenizer.id_to_token(i)) for i in range(int(getattr(tokenizer, "vocab_size", 0))))
+    every = (display(tokenizer.id_to_token(i)) for i in range(tokenizer.vocab_size))
     return next((p for p in every if word_start(p)), mark)

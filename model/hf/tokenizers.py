@@ -1,5 +1,5 @@
-"""The tokenizers of Hugging Face MarianMT and GPT-2 folders, with the interface of
-:class:`~model.tokenizer.TextTokenizer`.
+"""The tokenizers of Hugging Face MarianMT and GPT-2 folders, each a :class:`~model.tokenizing.Tokenizer` as ours
+(:class:`~model.tokenizer.TextTokenizer`) is.
 
 * :class:`MarianTextTokenizer` (``Helsinki-NLP/opus-mt-*``): a SentencePiece unigram language model (Kudo 2018) read
   with ``sentencepiece``, mirroring ``transformers``' ``MarianTokenizer``: a leading language code such as
@@ -106,6 +106,15 @@ def _load_spm(blob: bytes, name: str):
     return sp
 
 
+def split_language_code(text: str) -> tuple[str, str]:
+    """``(code, rest)``: a text that starts with ``>>`` and has a ``<<`` later loses everything up to that ``<<`` as
+    its language code (``">>de<< Hi"`` → ``(">>de<<", " Hi")``), exactly as ``MarianTokenizer`` does; otherwise
+    ``("", text)``."""
+    if text.startswith(">>") and (end := text.find("<<")) != -1:
+        return text[:end + 2], text[end + 2:]
+    return "", text
+
+
 class MarianTextTokenizer(_PieceLookup):
     """A MarianMT tokenizer: ``source.spm`` (unigram LM, Kudo 2018) cuts the source, ``vocab.json`` numbers the
     pieces, ``target.spm`` decodes. Ids and pieces equal ``MarianTokenizer(…)(text, add_special_tokens=False,
@@ -170,14 +179,7 @@ class MarianTextTokenizer(_PieceLookup):
         """A stable string naming this tokenizer (a digest of its models, vocabulary and settings)."""
         return self._id
 
-    @staticmethod
-    def split_language_code(text: str) -> tuple[str, str]:
-        """``(code, rest)``: a text that starts with ``>>`` and has a ``<<`` later loses everything up to that
-        ``<<`` as its language code (``">>de<< Hi"`` → ``(">>de<<", " Hi")``), exactly as ``MarianTokenizer`` does;
-        otherwise ``("", text)``."""
-        if text.startswith(">>") and (end := text.find("<<")) != -1:
-            return text[:end + 2], text[end + 2:]
-        return "", text
+    split_language_code = staticmethod(split_language_code)
 
     def encode(self, text: str) -> Encoding:
         """Encode ``text`` without ``</s>``; special-token spellings are plain characters, a lone surrogate is read
@@ -208,13 +210,6 @@ class MarianTextTokenizer(_PieceLookup):
         pieces = [self._pieces[i] for i in map(int, ids) if i in self._pieces and i not in self._special_ids]
         text = self.target_model.decode_pieces(pieces).replace("▁", " ").strip()
         return _clean_up(text) if self._clean else text
-
-    def piece_score(self, piece: str) -> float | None:
-        """The unigram log-probability (natural log) of ``piece`` in ``source.spm``; ``None`` when the model does not
-        have it (an unknown character)."""
-        sp = self.source_model
-        pid = sp.piece_to_id(piece)
-        return None if sp.is_unknown(pid) else float(sp.get_score(pid))
 
 
 # --- GPT-2: byte-level BPE ---------------------------------------------------------------------------------------
@@ -304,6 +299,7 @@ class GPT2TextTokenizer(_PieceLookup):
 
     kind = "byte-bpe"
     unk_id = None  # every byte is a piece: nothing is unknown (GPT-2's nominal unk_token is <|endoftext|>)
+    source_model = None  # BPE: no unigram model
     #: How a word start is shown: GPT-2 stores the space before a word as ``Ġ``, glued to it; pages show ``␣``.
     word_start = "␣"
     display = staticmethod(readable_piece)

@@ -123,3 +123,25 @@ def test_the_import_graph_has_no_cycle():
 def test_no_source_file_is_too_long():
     long = {str(f.relative_to(ROOT)): n for f in source_files() if (n := len(f.read_text().splitlines())) > MAX_LINES}
     assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def import_closure(start: str) -> set[str]:
+    """Every name ``start`` imports, directly or through the project's modules it imports (those of ``GRAPH``)."""
+    seen, todo = set(), [start]
+    while todo:
+        for name in GRAPH.get(todo.pop(), ()):
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def test_the_trainer_process_imports_nothing_of_the_app():
+    """``python -m training.train`` runs as a process of its own: it must not load the Training page's launcher
+    (``training.launch``, ``training.form``) or anything of the app, so that the app's code can change without
+    touching a run that is training."""
+    closure = import_closure("training.train")
+    assert "training.loop" in closure and "training.state" in closure  # the walk follows the trainer's imports
+    banned = [n for n in closure if n.startswith(("training.launch", "training.form"))
+              or top(n) in {"ui", "app_pages", "streamlit", "app"}]
+    assert not banned, f"the trainer process imports the app: {sorted(banned)}"

@@ -21,7 +21,7 @@ from training import train
 from model.baseline import build_model
 from model.flops import matmul_weights_per_token, training_flops
 from training.batches import EpochPlan, collate, encode_pairs, loss_fn
-from training.config import build_parser
+from training.config import parse_config
 from training.data import load_data
 from training.schedule import factor_for_peak, noam_lr
 from model.checkpoint import load_checkpoint
@@ -174,7 +174,7 @@ def test_one_ddp_step_is_the_step_on_averaged_gradients(tmp_path):
     run = torchrun(out, *TINY, "--dropout", "0", "--max-steps", 1, "--log-every", 1, "--peak-tflops", 0.05,
                    "--precision", "fp32")
     assert run.returncode == 0, run.stdout + run.stderr
-    args = build_parser().parse_args(["--out", str(out), *TINY, "--dropout", "0"])
+    args, _ = parse_config(["--out", str(out), *TINY, "--dropout", "0"])
     ckpt = load_checkpoint(out / "last")
     torch.manual_seed(args.seed)
     model = build_model(ckpt.config, "ours")  # the initial weights: the trainer seeds, then builds

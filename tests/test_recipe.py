@@ -4,8 +4,8 @@ kept evaluations and checkpoint averaging. Tiny models and tiny runs only."""
 
 from __future__ import annotations
 
-import argparse
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,10 +14,11 @@ from safetensors.torch import load_file
 from training import average, train
 from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
 from training.checkpoints import warm_start
-from training.config import build_parser, check_args, normalise
-from training.evaluate import best_card
+from training.config import TrainConfig, check_args, parse_config
+from training.best import best_card
 from training.device import AUTO_PRECISION_ENV, autocast, cpu_has_native_bf16, default_threads, hardware, resolve_precision
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
+from training.state import TrainerState
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
 from test_train_cli import run_main
@@ -150,9 +151,8 @@ def _examples(n, length, offset=0):
 
 def test_dict_share_mixes_every_step_in_the_given_share():
     sentences, phrases, words = _examples(300, 12), _examples(2000, 3, 1), _examples(1000, 1, 2)
-    args = argparse.Namespace(seed=1, sentence_repeat=1, phrases_per_epoch=0, words_per_epoch=0, batch_tokens=600,
-                              dict_share=0.25)
-    plan = EpochPlan(sentences, phrases, words, args, lambda e: e)
+    config = TrainConfig(seed=1, batch_tokens=600, dict_share=0.25)
+    plan = EpochPlan(sentences, phrases, words, config, lambda e: e)
     examples, steps = plan.steps(0)
     assert all(len(step) == 2 for step in steps[:-1])  # sentences + dictionary in (nearly) every step
     sent_ids = {i for step in steps for i in step[0]}
@@ -164,7 +164,7 @@ def test_dict_share_mixes_every_step_in_the_given_share():
     again, steps_again = plan.steps(0)
     assert steps_again == steps and [e.src for e in again] == [e.src for e in examples]  # deterministic per epoch
     assert plan.steps(1)[1] != steps
-    args.dict_share = 0.0
+    plan.config = replace(config, dict_share=0.0)
     _, plain = plan.steps(0)
     assert all(len(step) == 1 for step in plain)
 
@@ -178,13 +178,12 @@ def test_dict_share_reads_the_dictionary_beside_a_sentence_tsv(tmp_path):
     for name, pair in (("pairs", Pair("I like tea.", "Ich mag Tee.")), ("valid", Pair("Tea.", "Tee.")),
                        ("phrases", Pair("green tea", "grüner Tee")), ("words", Pair("blackberries", "Brombeeren"))):
         write_tsv_gz(tmp_path / f"{name}.tsv.gz", [pair])
-    args = build_parser().parse_args(["--out", "x", "--data-dir", str(tmp_path), "--train-tsv",
-                                      str(tmp_path / "pairs.tsv.gz"), "--dict-share", "0.05"])
-    sentences, phrases, words, _ = load_data(args)
+    config, _ = parse_config(["--out", "x", "--data-dir", str(tmp_path), "--train-tsv", str(tmp_path / "pairs.tsv.gz"),
+                              "--dict-share", "0.05"])
+    sentences, phrases, words, _ = load_data(config)
     assert [p.src for p in sentences] == ["I like tea."]
     assert [p.tgt for p in phrases] == ["grüner Tee"] and [p.tgt for p in words] == ["Brombeeren"]
-    args.dict_share, args.phrases_per_epoch, args.words_per_epoch = 0.0, 100, 100
-    assert load_data(args)[1:3] == ([], [])
+    assert load_data(replace(config, dict_share=0.0, phrases_per_epoch=100, words_per_epoch=100))[1:3] == ([], [])
 
 
 # --- BPE-dropout -----------------------------------------------------------------------------------------------
@@ -248,9 +247,9 @@ def test_a_warm_start_continues_from_the_checkpoint(recipe_runs):
     assert load_checkpoint(folder / "last").tokenizer.to_str() == load_checkpoint(src).tokenizer.to_str()
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in records if "lr" in r]
-    args = argparse.Namespace(warmup=4, lr_step_offset=src_card["step"], rewarmup=200)
+    config = TrainConfig(warmup=4, lr_step_offset=src_card["step"], rewarmup=200)
     factor = factor_for_peak(1e-3, 32, 4)
-    assert lrs == [pytest.approx(learning_rate(s, 32, args, factor)) for s in (2, 4)]
+    assert lrs == [pytest.approx(learning_rate(s, 32, config, factor)) for s in (2, 4)]
     assert lrs[0] < lrs[1]  # re-warming up
     card = json.loads((folder / "best" / "card.json").read_text())
     assert card["init_from"]["tokens_seen"] == src_card["tokens_seen"]
@@ -264,16 +263,15 @@ def test_a_warm_start_continues_the_schedule_of_a_chain_of_warm_starts(make_mode
     cpu = torch.device("cpu")
     chained = save_checkpoint(tmp_path / "warm", make_model(), tokenizer,
                               {"step": 4, "recipe_extra": {"lr_step_offset": 12, "rewarmup": 200}})
-    args = normalise({"out": str(tmp_path / "next"), "init_from": str(chained)})
-    warm_start(args, cpu)
-    assert args.lr_step_offset == 16 and args.init_card["step"] == 4
+    config = TrainConfig(out=str(tmp_path / "next"), init_from=str(chained))
+    *_, warm = warm_start(config, cpu)
+    assert warm.lr_step_offset == 16 and warm.init_card["step"] == 4
+    assert config.lr_step_offset is None and config.init_card is None  # the options as given are left as they were
     first = save_checkpoint(tmp_path / "first", make_model(), tokenizer, {"step": 7})  # trained from scratch
-    args = normalise({"out": str(tmp_path / "next"), "init_from": str(first)})
-    warm_start(args, cpu)
-    assert args.lr_step_offset == 7
-    args = normalise({"out": str(tmp_path / "next"), "init_from": str(chained), "lr_step_offset": 3})
-    warm_start(args, cpu)
-    assert args.lr_step_offset == 3  # a typed offset wins
+    *_, warm = warm_start(replace(config, init_from=str(first)), cpu)
+    assert warm.lr_step_offset == 7
+    *_, warm = warm_start(replace(config, lr_step_offset=3), cpu)
+    assert warm.lr_step_offset == 3  # a typed offset wins
 
 
 def test_a_warm_start_carries_the_lineage_legs_into_its_card(make_model, tokenizer, tmp_path):
@@ -281,16 +279,14 @@ def test_a_warm_start_carries_the_lineage_legs_into_its_card(make_model, tokeniz
     leg's card, and are not duplicated inside its ``init_from``."""
     legs = [{"leg": "leg 1", "train_minutes": 10.0, "tokens_seen": 1000, "valid_chrf": 20.0, "shipped": True}]
     start = save_checkpoint(tmp_path / "start", make_model(), tokenizer, {"step": 7, "legs": legs})
-    args = normalise({"out": str(tmp_path / "next"), "init_from": str(start)})
-    model, _, _ = warm_start(args, torch.device("cpu"))
-    state = {"step": 3, "epoch": 0, "tokens_seen": 50}
-    card = best_card(model, args, torch.device("cpu"), state, {"chrf": 21.0}, 60.0, 1, "valid chrf")
+    model, _, _, config = warm_start(TrainConfig(out=str(tmp_path / "next"), init_from=str(start)), torch.device("cpu"))
+    state = TrainerState(step=3, tokens_seen=50)
+    card = best_card(model, config, torch.device("cpu"), state, {"chrf": 21.0}, 60.0, 1, "valid chrf")
     assert card["legs"] == legs and "legs" not in card["init_from"]
     assert card["total"]["tokens_seen"] == 50 and card["init_from"]["checkpoint"] == str(start)
     plain = save_checkpoint(tmp_path / "plain", make_model(), tokenizer, {"step": 7})
-    args = normalise({"out": str(tmp_path / "next2"), "init_from": str(plain)})
-    model, _, _ = warm_start(args, torch.device("cpu"))
-    assert "legs" not in best_card(model, args, torch.device("cpu"), state, {}, 60.0, 1, "valid chrf")
+    model, _, _, config = warm_start(TrainConfig(out=str(tmp_path / "next2"), init_from=str(plain)), torch.device("cpu"))
+    assert "legs" not in best_card(model, config, torch.device("cpu"), state, {}, 60.0, 1, "valid chrf")
 
 
 def test_init_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
@@ -356,7 +352,7 @@ def test_the_form_passes_the_recipe_to_the_trainer(tmp_path, monkeypatch):
     flags = dict(zip(cmd, cmd[1:]))
     assert flags["--init-from"] == "checkpoints/en-de" and flags["--dict-share"] == "0.05"
     assert flags["--mix"] == "tatoeba=1,multi30k=4,bcontrast=1,ding=4" and flags["--cooldown-steps"] == "3000"
-    args = build_parser().parse_args(cmd[3:])  # the trainer understands every flag the form writes
+    args, _ = parse_config(cmd[3:])  # the trainer understands every flag the form writes
     assert args.init_from == "checkpoints/en-de" and args.select == "chrf" and args.keep_last == 10
     check_args(args)
     plain = launch_form.build_command(launch_form.preset_form("base-like"), "runs/y")
@@ -372,28 +368,27 @@ def test_the_form_passes_the_recipe_to_the_trainer(tmp_path, monkeypatch):
 def test_every_ab_variant_is_a_valid_training_command(tmp_path):
     from benchmarks import recipe
 
-    parser = build_parser()
     for name in recipe.VARIANTS:
         cmd = recipe.command(name, tmp_path / f"ab-{name}", 1.0, 10, 1)
-        args = parser.parse_args(cmd[3:])
+        args = parse_config(cmd[3:])[0]
         assert args.max_minutes == 1.0 and args.seed == 1
-    assert parser.parse_args(recipe.command("vocab-4k-sentences", tmp_path, 1, 1, 1)[3:]).vocab_from == "sentences"
+    assert parse_config(recipe.command("vocab-4k-sentences", tmp_path, 1, 1, 1)[3:])[0].vocab_from == "sentences"
     for name, knob in recipe.WARM_VARIANTS.items():  # warm starts: the checkpoint's model, the leg recipe, one knob
         cmd = recipe.command(name, tmp_path / f"warm-{name}", 1.0, 10, 1, warm="checkpoints/en-de")
-        args = parser.parse_args(cmd[3:])
+        args = parse_config(cmd[3:])[0]
         assert args.init_from == "checkpoints/en-de" and args.dict_share == (0.5 if name == "dict-share-0.5" else 0.25)
         assert args.eval_sentences == 0 and args.max_steps == 10 and args.seed == 1
         assert not {"--d-model", "--layers"} & set(cmd) and set(knob) <= set(cmd)
         assert len([t for t in cmd if t.startswith("--")]) == len({t for t in cmd if t.startswith("--")})  # once each
     depth = recipe.command("depth-5+5", tmp_path, 1, 1, 1)
-    assert depth.count("--layers") == 1 and parser.parse_args(depth[3:]).layers == 5
+    assert depth.count("--layers") == 1 and parse_config(depth[3:])[0].layers == 5
     for name, knob in recipe.REAL_VARIANTS.items():  # from scratch on the real-pairs mixture, one knob each
         cmd = recipe.command(name, tmp_path / f"real-{name}", 1.0, 10, 1, real=True)
-        args = parser.parse_args(cmd[3:])
+        args = parse_config(cmd[3:])[0]
         check_args(args)
         assert args.mix == "tatoeba=1,multi30k=2,bcontrast=1,ding=1" and args.max_steps == 10 and set(knob) <= set(cmd)
         assert len([t for t in cmd if t.startswith("--")]) == len({t for t in cmd if t.startswith("--")})
-    wide = parser.parse_args(recipe.command("width-512", tmp_path, 1, 1, 1, real=True)[3:])
+    wide = parse_config(recipe.command("width-512", tmp_path, 1, 1, 1, real=True)[3:])[0]
     assert (wide.d_model, wide.d_ff, wide.n_heads, wide.layers) == (512, 2048, 8, 3)
 
 

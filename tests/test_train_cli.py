@@ -3,8 +3,8 @@ evaluate CLIs on the checkpoint the tiny run produced."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import gc
 import io
 import json
@@ -18,11 +18,13 @@ from safetensors.torch import load_file
 from corpora.files import read_tsv
 from training import evaluate, train
 from training.batches import encode_examples
-from training.config import build_parser, given_options
+from training.best import recipe_extra
+from training.config import TrainConfig, build_parser, given_options
 from training.loop import Trainer
 from model import translate
 from model.checkpoint import load_checkpoint
 from training.schedule import cooldown_factor, factor_for_peak, noam_lr
+from training.state import TrainerState
 
 TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
         "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",
@@ -131,6 +133,75 @@ def test_resume_is_exact(runs):
     ]
     assert [r["valid_loss"] for r in records if "valid_loss" in r] == \
         [r["valid_loss"] for r in _records(straight) if "valid_loss" in r]
+
+
+# What the trainer wrote before its options became a TrainConfig and its state a TrainerState (2e4cffe and earlier):
+# trainer_state.json without world_size (a single process), and an older one from before --select.
+STATE_KEYS_BEFORE = ("step", "epoch", "batch", "tokens_seen", "train_seconds", "best_valid_loss", "best_step",
+                     "best_metrics", "best_score", "evals_since_best", "last_eval_step")
+STATE_KEYS_BEFORE_SELECT = STATE_KEYS_BEFORE[:8]
+#: Options a train_args.json written before them lacks (all at their defaults in TINY).
+NEWER_OPTIONS = ("cooldown_steps", "tokenizer", "lr_step_offset", "rewarmup", "select", "patience", "keep_last", "mix",
+                 "dict_share", "bpe_dropout", "vocab_from", "peak_tflops", "precision")
+
+
+@pytest.mark.parametrize("state_keys", [STATE_KEYS_BEFORE, STATE_KEYS_BEFORE_SELECT], ids=["today", "before-select"])
+def test_a_run_folder_written_by_the_earlier_trainer_resumes_exactly(runs, tmp_path, state_keys):
+    """A run folder in the files the trainer wrote before (``train_args.json`` without newer options, plus a key this
+    trainer does not know; ``trainer_state.json`` without ``world_size`` or the ``--select`` fields) resumes, and
+    ends where the run trained straight through ends, bit for bit. The unknown key is named on stderr, ignored and
+    kept in the file (the trainer that wrote it may resume the run again)."""
+    folder = tmp_path / "old"
+    rc, _, err = run_main(train.main, ["--out", folder, "--max-steps", "6", *TINY])
+    assert rc == 0, err
+    saved = json.loads((folder / "train_args.json").read_text())
+    old_args = {k: v for k, v in saved.items() if k not in NEWER_OPTIONS}
+    (folder / "train_args.json").write_text(json.dumps({**old_args, "a_future_option": 3}))
+    state = json.loads((folder / "last" / "trainer_state.json").read_text())
+    (folder / "last" / "trainer_state.json").write_text(json.dumps({k: state[k] for k in state_keys}))
+    rc, out, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "12"])
+    assert rc == 0, err
+    assert "a_future_option" in err and "warning" in err and "resuming" in out
+    rewritten = json.loads((folder / "train_args.json").read_text())
+    assert rewritten["a_future_option"] == 3 and rewritten["cooldown_steps"] == 0 and rewritten["max_steps"] == 12
+    straight = runs["root"] / "straight" / "last"
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        a, b = load_file(str(straight / name)), load_file(str(folder / "last" / name))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    state = json.loads((folder / "last" / "trainer_state.json").read_text())
+    assert state["step"] == 12 and state["world_size"] == 1 and state["last_eval_step"] == 12
+
+
+def test_train_config_reads_what_a_run_saved():
+    """``TrainConfig.from_saved``: a missing option takes its default, an unknown key is returned (for the caller to
+    name), ``init_card`` (no option) comes back; ``to_saved`` writes ``init_card`` only for a warm start."""
+    config, ignored = TrainConfig.from_saved({"out": "runs/old", "max_steps": 50, "gone": 1, "init_card": {"step": 3}})
+    assert (config.out, config.max_steps, config.dict_share, config.select) == ("runs/old", 50, 0.0, "auto")
+    assert ignored == ["gone"] and config.init_card == {"step": 3}
+    assert TrainConfig.from_saved(config.to_saved()) == (config, [])
+    assert "init_card" not in TrainConfig(out="x").to_saved() and "init_card" not in build_parser().parse_args(
+        ["--out", "x"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.max_steps = 3  # a changed value is a new config (dataclasses.replace)
+
+
+def test_the_trainer_state_counts_steps_and_keeps_the_best_evaluation():
+    state = TrainerState.from_dict({"step": 4, "epoch": 1, "batch": 2, "tokens_seen": 10, "best_valid_loss": 2.0,
+                                    "best_step": 2, "best_metrics": {}, "from_a_newer_trainer": 1})
+    assert state.world_size == 1 and state.best_score is None and state.evals_since_best == 0
+    state.advance(2, 5)
+    assert (state.step, state.batch, state.tokens_seen) == (5, 3, 15)
+    state.next_epoch()
+    assert (state.epoch, state.batch) == (2, 0)
+    # a state from before --select is judged by its best valid loss
+    assert not state.record_evaluation("loss", 2.5, 2.5, {}) and state.evals_since_best == 1
+    assert state.record_evaluation("loss", 1.5, 1.54321, {}) and (state.best_step, state.best_valid_loss) == (5, 1.5432)
+    assert state.evals_since_best == 0 and state.last_eval_step == 5
+    chrf = TrainerState()
+    assert chrf.record_evaluation("chrf", 30.0, 1.6, {"bleu": 9.0, "chrf": 30.0})
+    assert not chrf.record_evaluation("chrf", 29.0, 1.2, {"bleu": 9.5, "chrf": 29.0})  # higher chrF is better
+    assert chrf.best_metrics == {"bleu": 9.0, "chrf": 30.0} and chrf.evals_since_best == 1
+    assert TrainerState.from_dict(chrf.to_dict()) == chrf
 
 
 def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(runs, tmp_path):
@@ -246,7 +317,7 @@ def test_a_resumed_copy_cools_down_to_its_max_steps(runs, tmp_path):
     assert lrs == {s: pytest.approx(noam_lr(s, 32, 5, factor) * (16 - s) / 3, rel=1e-9) for s in (13, 14, 15)}
     saved = json.loads((folder / "train_args.json").read_text())
     assert saved["cooldown_steps"] == 3
-    assert evaluate.recipe_extra(argparse.Namespace(**saved))["cooldown_steps"] == 3  # a card says it was cooled
+    assert recipe_extra(TrainConfig.from_saved(saved)[0])["cooldown_steps"] == 3  # a card says it was cooled
 
 
 def test_cooldown_factor_falls_linearly_to_the_last_step():

@@ -5,7 +5,6 @@ the app."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -18,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from training import train
 from training.batches import EpochPlan, collate, encode_examples, sequences_per_pair
+from training.config import TrainConfig
 from training.data import monolingual
 from training.evaluate import validation_loss
 from model.checkpoint import load_checkpoint
@@ -148,8 +148,8 @@ def test_language_model_examples_are_the_sides_of_the_pairs(lm_runs):
     assert batch.n_src == 0 and batch.n_pred == len(examples[0].tgt) + len(examples[3].tgt) - 2
     assert sequences_per_pair(cfg) == 2
     # --phrases-per-epoch counts pairs: a language model samples two sequences per pair.
-    args = argparse.Namespace(seed=1, sentence_repeat=1, phrases_per_epoch=1, words_per_epoch=0, batch_tokens=500)
-    chosen, batches = EpochPlan(examples[:1], examples, [], args, lambda e: e, per_pair=2).examples(0)
+    config = TrainConfig(seed=1, phrases_per_epoch=1, batch_tokens=500)
+    chosen, batches = EpochPlan(examples[:1], examples, [], config, lambda e: e, per_pair=2).examples(0)
     assert len(chosen) == 3 and sorted(i for b in batches for i in b) == [0, 1, 2]
 
 

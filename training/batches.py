@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from corpora.files import Pair
 from model.config import ModelConfig
 from model.tokenizer import TextTokenizer
+from .config import TrainConfig
 
 
 @dataclass
@@ -181,15 +182,16 @@ class EpochPlan:
 
     ``sentences``, ``phrases`` and ``words`` are pair lists; ``encode(pairs) -> list[Example]`` tokenizes them. With
     ``reencode`` (BPE-dropout) the sentences and the sampled dictionary pairs are tokenized afresh every epoch, so
-    each epoch sees other segmentations; otherwise everything is tokenized once. ``args`` needs ``seed``,
-    ``sentence_repeat``, ``phrases_per_epoch``, ``words_per_epoch``, ``batch_tokens`` and ``dict_share``.
+    each epoch sees other segmentations; otherwise everything is tokenized once. Of ``config`` it reads
+    ``seed``, ``sentence_repeat``, ``phrases_per_epoch``, ``words_per_epoch``, ``batch_tokens`` and ``dict_share``.
 
     The sampling is deterministic in ``(seed, epoch)``, which is what makes ``--resume`` exact (with BPE-dropout,
     whose random merges ``tokenizers`` draws from its own unseeded generator, the segmentations are not).
     """
 
-    def __init__(self, sentences, phrases, words, args, encode, per_pair: int = 1, reencode: bool = False):
-        self.args, self.encode, self.per_pair, self.reencode = args, encode, per_pair, reencode
+    def __init__(self, sentences, phrases, words, config: TrainConfig, encode, per_pair: int = 1,
+                 reencode: bool = False):
+        self.config, self.encode, self.per_pair, self.reencode = config, encode, per_pair, reencode
         self.raw = {"sentences": sentences, "phrases": phrases, "words": words}
         self.cached = {} if reencode else {k: encode(v) for k, v in self.raw.items()}
 
@@ -205,32 +207,32 @@ class EpochPlan:
         return self.encode(pairs)
 
     def generator(self, epoch: int) -> torch.Generator:
-        return torch.Generator().manual_seed(self.args.seed * 100_003 + epoch)
+        return torch.Generator().manual_seed(self.config.seed * 100_003 + epoch)
 
     def examples(self, epoch: int) -> tuple[list[Example], list[list[int]]]:
         """Without ``--dict-share``: the epoch's examples and its length-bucketed, shuffled batches of indices."""
         gen = self.generator(epoch)
-        chosen = self.take("sentences") * self.args.sentence_repeat
-        for kind, n in (("phrases", self.args.phrases_per_epoch), ("words", self.args.words_per_epoch)):
+        chosen = self.take("sentences") * self.config.sentence_repeat
+        for kind, n in (("phrases", self.config.phrases_per_epoch), ("words", self.config.words_per_epoch)):
             size = self.pool_size(kind)
             if size and n:
                 count = n if self.reencode else n * self.per_pair  # pairs, or examples (a pair gives per_pair)
                 pick = torch.randperm(size, generator=gen)[: min(count, size)].tolist()
                 chosen = chosen + self.take(kind, pick)
-        return chosen, make_batches(chosen, self.args.batch_tokens, gen)
+        return chosen, make_batches(chosen, self.config.batch_tokens, gen)
 
     def steps(self, epoch: int) -> tuple[list[Example], list[list[list[int]]]]:
         """The epoch's examples and its optimizer steps, each a list of micro-batches (lists of example indices):
         one micro-batch per step without ``--dict-share``, sentences + dictionary with it."""
-        share = self.args.dict_share
+        share = self.config.dict_share
         n_phrases, n_words = self.pool_size("phrases"), self.pool_size("words")
         if not share or not (n_phrases + n_words):
             chosen, batches = self.examples(epoch)
             return chosen, [[b] for b in batches]
         gen = self.generator(epoch)
-        chosen = self.take("sentences") * self.args.sentence_repeat
-        sent_batches = make_batches(chosen, max(1, round(self.args.batch_tokens * (1 - share))), gen)
-        dict_budget = max(1, round(self.args.batch_tokens * share))
+        chosen = self.take("sentences") * self.config.sentence_repeat
+        sent_batches = make_batches(chosen, max(1, round(self.config.batch_tokens * (1 - share))), gen)
+        dict_budget = max(1, round(self.config.batch_tokens * share))
         sample = self.take("phrases", list(range(min(n_phrases, 2000)))) + self.take("words", list(range(min(n_words, 1000))))
         mean_size = sum(len(e.src) + len(e.tgt) for e in sample) / max(len(sample), 1)
         wanted = math.ceil(len(sent_batches) * dict_budget / mean_size * 1.1)  # padding in the buckets: ~10%

@@ -5,8 +5,9 @@ inverse-square-root learning rate of eq. (3), label smoothing 0.1, dropout, batc
 a token budget, gradient clipping, a seed. The options are the fields of :class:`training.config.TrainConfig`.
 
 The run folder (:mod:`training.runs`) holds ``config.json`` (model), ``train_args.json``, ``metrics.jsonl``, ``best/``
-(the checkpoint with the best validation score) and ``last/`` (checkpoint + optimizer + trainer state, for
-``--resume``, which continues the run exactly). SIGTERM/SIGINT stop gracefully after the current step, writing
+(the checkpoint with the best validation score) and ``last/`` (checkpoint + optimizer + trainer state, written by
+:mod:`training.state`, for ``--resume``, which continues the run exactly with its saved options:
+:mod:`training.resume`). SIGTERM/SIGINT stop gracefully after the current step, writing
 ``last/``. Under ``torchrun`` it trains data-parallel (:mod:`training.distributed`).
 
 Decoder-only: ``--arch decoder-only`` trains a GPT-style causal language model on the same data instead. Each side
@@ -27,36 +28,36 @@ from pathlib import Path
 
 from corpora.files import DataError
 from model.config import ConfigError
-from .config import build_parser, given_options
+from .config import TrainConfig, parse_config
 from .distributed import dist_from_env, process_group, setup_device
-from .loop import RunBusyError, train_loop
+from .loop import train_loop
+from .resume import RunBusyError
 from .runs import write_status
 
 
-def run(args, given: set[str] | None = None) -> int:
-    """Train ``args``, as a single process or as one rank of a ``torchrun`` launch; ``given``: the options written on
-    the command line (``None``: all)."""
+def run(config: TrainConfig, given: set[str] | None = None) -> int:
+    """Train ``config``, as a single process or as one rank of a ``torchrun`` launch; ``given``: the options written
+    on the command line (``None``: all)."""
     ctx = dist_from_env()
-    device = setup_device(args.device, ctx)
+    device = setup_device(config.device, ctx)
     with process_group(ctx):
-        return train_loop(args, ctx, device, given)
+        return train_loop(config, ctx, device, given)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and train. Returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    config, given = parse_config(argv)
     try:
-        return run(args, given_options(parser, argv))
+        return run(config, given)
     except RunBusyError as exc:  # the live run's status.json is not ours to touch
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except (DataError, ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        if Path(args.out).is_dir() and dist_from_env().is_main:
-            write_status(Path(args.out), state="failed", exit_code=2, error=str(exc))
+        if Path(config.out).is_dir() and dist_from_env().is_main:
+            write_status(Path(config.out), state="failed", exit_code=2, error=str(exc))
         return 2
     except BaseException as exc:  # a crash: say so in status.json, then let it propagate
-        if Path(args.out).is_dir() and dist_from_env().is_main:
-            write_status(Path(args.out), state="failed", exit_code=1, error=f"{type(exc).__name__}: {exc}")
+        if Path(config.out).is_dir() and dist_from_env().is_main:
+            write_status(Path(config.out), state="failed", exit_code=1, error=f"{type(exc).__name__}: {exc}")
         raise

@@ -11,15 +11,18 @@ Both the trainer's argparse parser (:func:`build_parser`) and the Training page'
 * ``show``: the launcher writes this option on every command it builds (the recipe at a glance), not only when it
   differs from the default.
 
-A run's saved ``train_args.json`` is normalised once when read (:func:`normalise`): an option that did not exist
-when the run was written gets its default, so the trainer never has to guess.
+The parsed options stay a :class:`TrainConfig` (frozen: a changed value is a new config, made with
+:func:`dataclasses.replace`) from the command line through the loop. A run's saved ``train_args.json`` becomes one
+again with :meth:`TrainConfig.from_saved`: an option that did not exist when the run was written gets its default, so
+the trainer never has to guess, and a key that is no option is ignored and named (a run folder written by another
+version of the trainer still resumes).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from corpora.files import dataset_path
 from model.baseline import IMPLS
@@ -36,9 +39,11 @@ def opt(default, help: str = "", group: str = "run", **meta):  # noqa: A002  (ar
     return field(default=default, metadata={"help": help, "group": group, **meta})
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    """The options of ``python -m training.train`` (lengths in tokens, rates as probabilities, times in minutes)."""
+    """The options of ``python -m training.train`` (lengths in tokens, rates as probabilities, times in minutes),
+    plus ``init_card``, which is no option: what a warm start's checkpoint had seen (:func:`training.checkpoints.
+    warm_start` sets it; saved in ``train_args.json`` so that a resumed warm start still writes it into its card)."""
 
     out: str = opt(None, "run folder (created)", type=str, required=True)
     resume: bool = opt(False, "continue the run in --out exactly where it stopped")
@@ -149,10 +154,27 @@ class TrainConfig:
     no_progress: bool = opt(False, group="logging")
     snapshots: bool = opt(True, "skip the log-spaced checkpoints/step-N/ and probes.jsonl", "logging",
                           flag="--no-snapshots")
+    # --- not an option (neither a flag nor on the form)
+    init_card: dict | None = field(default=None, metadata={"option": False})
+
+    @classmethod
+    def from_saved(cls, saved: dict) -> tuple[TrainConfig, list[str]]:
+        """``(config, ignored keys)`` of a run's saved options (``train_args.json``, possibly written before some
+        option existed, or by a trainer that had options this one lacks): a missing option gets its default, a key
+        that is no field is left out and returned, sorted, for the caller to name."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in known}), sorted(set(saved) - known)
+
+    def to_saved(self) -> dict:
+        """The config as ``train_args.json`` holds it: every field, ``init_card`` only for a warm start."""
+        out = asdict(self)
+        if out["init_card"] is None:
+            del out["init_card"]
+        return out
 
 
-#: The options, in order: ``{name: dataclasses.Field}``.
-FIELDS = {f.name: f for f in fields(TrainConfig)}
+#: The options, in order: ``{name: dataclasses.Field}`` (every field but those marked ``option: False``).
+FIELDS = {f.name: f for f in fields(TrainConfig) if f.metadata.get("option", True)}
 
 
 def flag_of(name: str) -> str:
@@ -192,10 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def normalise(saved: dict) -> argparse.Namespace:
-    """A run's arguments (``train_args.json``, possibly written before some option existed) with every missing
-    option set to its default; keys that are not options (``init_card``) are kept as they are."""
-    return argparse.Namespace(**{**defaults(), **saved})
+def parse_config(argv: list[str] | None = None) -> tuple[TrainConfig, set[str]]:
+    """``(config, given)`` of the command line ``argv`` (default ``sys.argv[1:]``): the :class:`TrainConfig` and the
+    names of the options written in ``argv`` (:func:`given_options`). Exits with argparse's usage error (code 2)
+    for an unknown flag or a bad value."""
+    parser = build_parser()
+    return TrainConfig(**vars(parser.parse_args(argv))), given_options(parser, argv)
 
 
 def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
@@ -214,17 +238,17 @@ RESUME_OVERRIDABLE = ("max_steps", "max_minutes", "no_progress", "threads", "dev
                       "compile", "peak_tflops", "precision", "patience", "cooldown_steps")
 
 
-def check_args(args) -> None:
+def check_args(args: TrainConfig) -> None:
     """Refuse combinations the trainer cannot run. Raises ``ValueError`` (``main`` exits with code 2)."""
     if args.impl != "ours" and args.arch != "encoder-decoder":
         raise ValueError(f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
                          f"train --arch {args.arch} with --impl ours")
-    if getattr(args, "cooldown_steps", 0) > args.max_steps:
+    if args.cooldown_steps > args.max_steps:
         raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than --max-steps {args.max_steps}: the "
                          "decay ends at --max-steps")
-    if getattr(args, "tokenizer", None) and args.init_from:  # (a resumed run saved its own tokenizer in last/)
+    if args.tokenizer and args.init_from:  # (a resumed run saved its own tokenizer in last/)
         raise ValueError("--tokenizer is for a new model; --init-from keeps its checkpoint's tokenizer")
-    if getattr(args, "mix", None) and (args.train_tsv or args.corpus == "brown"):
+    if args.mix and (args.train_tsv or args.corpus == "brown"):
         raise ValueError("--mix names the training data; leave out --train-tsv and --corpus brown")
     if args.corpus == "brown":
         if args.arch != "decoder-only":

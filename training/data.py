@@ -9,6 +9,7 @@ from pathlib import Path
 from corpora.brown import brown_path, read_lines
 from corpora.files import Pair, dataset_path, read_tsv
 from corpora import parallel
+from .config import TrainConfig
 
 
 def monolingual(texts: list[str]) -> list[Pair]:
@@ -16,39 +17,39 @@ def monolingual(texts: list[str]) -> list[Pair]:
     return [Pair(t, "") for t in texts]
 
 
-def load_test(args) -> list[Pair]:
-    """The test split of ``args.corpus`` under ``args.data_dir`` (Ding test pairs, or Brown test sentences as
+def load_test(config: TrainConfig) -> list[Pair]:
+    """The test split of ``config.corpus`` under ``config.data_dir`` (Ding test pairs, or Brown test sentences as
     one-sided pairs). Raises ``DataError`` when the file is missing."""
-    if args.corpus == "brown":
-        return monolingual(read_lines(brown_path("test", Path(args.data_dir) / "brown")))
-    return read_tsv(dataset_path("test", Path(args.data_dir)))
+    if config.corpus == "brown":
+        return monolingual(read_lines(brown_path("test", Path(config.data_dir) / "brown")))
+    return read_tsv(dataset_path("test", Path(config.data_dir)))
 
 
-def load_data(args) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
+def load_data(config: TrainConfig) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
     """``(sentences, phrases, words, valid)`` pairs from the shipped corpus, the user's TSV files or the mixture of
     the prepared real corpora (``--mix``, :func:`corpora.parallel.mixture_pairs`) (Brown:
     one-sided pairs, no phrases or words). Phrases and words are read only when a run samples them
     (``--phrases-per-epoch``, ``--words-per-epoch`` or ``--dict-share``) and trains on the shipped sentences.
     Raises ``DataError`` when a file is missing or malformed."""
-    data_dir = Path(args.data_dir)
-    if args.corpus == "brown":
+    data_dir = Path(config.data_dir)
+    if config.corpus == "brown":
         sentences = monolingual(read_lines(brown_path("train", data_dir / "brown")))
         valid = monolingual(read_lines(brown_path("valid", data_dir / "brown")))
-        return sentences[: args.limit_train or None], [], [], valid
-    if getattr(args, "mix", None):
-        mix = parallel.mixture_pairs(parallel.parse_repeats(args.mix, {}), parallel.PREPARED, parallel.SHARED_DATA)
+        return sentences[: config.limit_train or None], [], [], valid
+    if config.mix:
+        mix = parallel.mixture_pairs(parallel.parse_repeats(config.mix, {}), parallel.PREPARED, parallel.SHARED_DATA)
         sentences = mix.train
-        valid = read_tsv(args.valid_tsv) if args.valid_tsv else mix.valid
+        valid = read_tsv(config.valid_tsv) if config.valid_tsv else mix.valid
     else:
-        sentences = read_tsv(args.train_tsv or dataset_path("train", data_dir))
-        valid = read_tsv(args.valid_tsv or dataset_path("valid", data_dir))
+        sentences = read_tsv(config.train_tsv or dataset_path("train", data_dir))
+        valid = read_tsv(config.valid_tsv or dataset_path("valid", data_dir))
     def dictionary(kind: str, per_epoch: int) -> list[Pair]:
         # an explicit --dict-share reads the dictionary for any sentences (a real-pairs TSV too); the per-epoch
         # counts keep their old meaning, the Ding recipe's, and stay off for a TSV
-        wanted = args.dict_share or (per_epoch and not args.train_tsv)
+        wanted = config.dict_share or (per_epoch and not config.train_tsv)
         return read_tsv(dataset_path(kind, data_dir)) if wanted else []
 
-    phrases, words = dictionary("phrases", args.phrases_per_epoch), dictionary("words", args.words_per_epoch)
-    if args.limit_train:
-        sentences = sentences[: args.limit_train]
+    phrases, words = dictionary("phrases", config.phrases_per_epoch), dictionary("words", config.words_per_epoch)
+    if config.limit_train:
+        sentences = sentences[: config.limit_train]
     return sentences, phrases, words, valid

@@ -5,7 +5,8 @@ A run is the ordinary training CLI, ``python -m training.train --out runs/<name>
 whole process group and a Streamlit rerun does not kill it), with stdout/stderr in ``runs/<name>/train.log``.
 ``runs/.active`` (JSON ``{run, pid}``) says which run the app started last; it blocks a second launch while that
 run lives and is stale once its process is gone. The files of a run folder are read and written by
-:mod:`training.runs` only.
+:mod:`training.runs` only; whether a trainer lives is :mod:`training.liveness`'s (the trainer asks it too, and imports
+nothing of this launcher).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from pathlib import Path
 
 from .form import build_command, form_defaults, validate_form
+from .liveness import LIVE_STATES, effective_state, pid_alive, track_child  # noqa: F401  (LIVE_STATES: the page's)
 from .runs import (LOG, has_resume_state, model_summary, read_card, read_config, read_json, read_metrics, read_status,
                    read_train_args, recently_written, runs_root)
 
@@ -38,78 +40,7 @@ class LaunchError(RuntimeError):
     """A launch / resume / stop / delete that cannot be done (the message says why)."""
 
 
-# --- processes and the lock -----------------------------------------------------------------------------
-_children: dict[int, subprocess.Popen] = {}
-
-
-def pid_alive(pid) -> bool:
-    """Whether process ``pid`` exists (a finished child of this process is reaped first, so no zombie counts)."""
-    try:
-        pid = int(pid)
-    except (TypeError, ValueError):
-        return False
-    if pid <= 0:
-        return False
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            _children.pop(pid, None)
-            return False
-    except ChildProcessError:
-        pass  # not our child (or already reaped)
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    try:  # a zombie that is not ours to reap is dead all the same
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    except (OSError, IndexError):
-        pass
-    return True
-
-
-def effective_state(status: dict | None, pid=None) -> str:
-    """The run's state as the page should show it.
-
-    ``status.json`` says ``running`` until the trainer writes its last word; if the process is gone (killed,
-    out of memory, machine rebooted) that is a ``failed`` run. No status yet: ``starting`` while ``pid`` lives.
-    """
-    if not isinstance(status, dict):
-        return "starting" if pid is not None and pid_alive(pid) else "unknown"
-    state = status.get("state")
-    if state == "running":
-        return "running" if pid_alive(status.get("pid")) else "failed"
-    return state if state in ("finished", "stopped", "failed") else "unknown"
-
-
-def trained_folder(pid) -> Path | None:
-    """The ``--out`` folder on process ``pid``'s command line, resolved against its working directory (Linux
-    ``/proc``); ``None`` where that cannot be read or it has no ``--out``."""
-    try:
-        argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        cwd = Path(os.readlink(f"/proc/{int(pid)}/cwd"))
-    except (OSError, TypeError, ValueError):
-        return None
-    for i, arg in enumerate(argv):
-        if arg == "--out" and i + 1 < len(argv):
-            return (cwd / argv[i + 1]).resolve()
-        if arg.startswith("--out="):
-            return (cwd / arg.removeprefix("--out=")).resolve()
-    return None
-
-
-#: States in which a run's trainer process is alive: the page keeps polling them.
-LIVE_STATES = ("starting", "running")
-
-
+# --- the lock ----------------------------------------------------------------------------------------------
 def _before_lock(status: dict | None, lock_pid) -> bool:
     """Whether ``status.json`` is older than the trainer the lock names: missing, or written by another process.
     A resumed trainer rewrites it only once it has loaded its data and model, so for those seconds the file still
@@ -172,7 +103,7 @@ def _start(cmd: list[str], run_dir: Path, root: Path) -> int:
                                     start_new_session=True)
         finally:
             log.close()
-        _children[proc.pid] = proc
+        track_child(proc)
         os.write(fd, json.dumps({"run": run_dir.name, "pid": proc.pid}).encode())
     except BaseException:
         os.close(fd)

@@ -4,7 +4,6 @@ steps. Every data-parallel rank takes the same steps; only rank 0 evaluates and 
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import time
@@ -22,99 +21,44 @@ from model.flops import training_flops
 from model.tokenizer import TextTokenizer
 from .batches import (Batch, EpochPlan, collate, encode_examples, loss_fn, pair_sides, sequences_per_pair,
                       with_bpe_dropout, word_dropout)
-from .checkpoints import load_any, load_last, read_tokenizer, read_trainer_state, save_last, snapshot, warm_start
-from .config import RESUME_OVERRIDABLE, check_args
-from .launch import effective_state, trained_folder
+from .best import evaluate_during_training, save_best, score_best_on_test
+from .checkpoints import load_any, read_tokenizer, snapshot, warm_start
+from .config import TrainConfig
 from .data import load_data
 from .device import autocast, default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
-from .evaluate import evaluate_and_save, score_best_on_test
-from .runs import (MetricsLog, has_resume_state, now_iso, read_status, read_train_args, snapshot_steps, write_config,
-                   write_status, write_train_args)
+from .resume import resolve_config
+from .runs import MetricsLog, now_iso, read_status, snapshot_steps, write_config, write_status, write_train_args
 from .schedule import factor_for_peak, learning_rate, make_optimizer
+from .state import TrainerState, load_resume_state, read_state, save_resume_state
 
 #: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
 FINISHED_REASONS = ("max_steps", "max_minutes", "patience")
 
 
-class RunBusyError(DataError):
-    """``--out`` is the folder of a run that a live process is training: nothing may be written there."""
-
-
-def resolve_args(args: argparse.Namespace, ctx: Dist, given: set[str] | None) -> argparse.Namespace:
-    """The options this run trains with. ``--resume``: the saved run's, except the :data:`RESUME_OVERRIDABLE`
-    limits written on the command line (``given``; ``None`` = every option counts as given), which are saved back
-    so that a later bare ``--resume`` keeps them. Raises ``DataError`` when there is nothing to resume,
-    :class:`RunBusyError` when another live process trains in ``--out`` (checked for a single process, not for the
-    ranks of a ``torchrun`` launch), and ``ValueError`` for options that do not go together."""
-    out = Path(args.out)
-    status = read_status(out) or {}
-    if not ctx.enabled and status.get("pid") != os.getpid() and effective_state(status) == "running":
-        # two trainers in one folder would overwrite each other's files
-        owner = trained_folder(status["pid"])
-        if owner is not None and owner != out.resolve():  # copied (cp -a) while its trainer still ran
-            raise RunBusyError(f"{out} is a copy of {owner}, taken while process {status['pid']} was still training "
-                               f"it (the copied status.json says running): wait until that run stops, then copy "
-                               f"it again")
-        raise RunBusyError(f"{out} is being trained by process {status['pid']} right now: stop it first "
-                           f"(kill -TERM {status['pid']} saves last/), or choose another --out")
-    if args.resume:
-        if not has_resume_state(out):
-            raise DataError(f"nothing to resume in {out} (no last/trainer_state.json)")
-        saved = read_train_args(out)
-        if not saved:
-            raise DataError(f"cannot resume {out}: its train_args.json is missing or unreadable")
-        for k in RESUME_OVERRIDABLE:
-            if given is None or k in given:
-                saved[k] = getattr(args, k)
-        saved.update(resume=True, out=args.out)  # the folder it is in now (it may have been moved or copied)
-        if ctx.is_main:
-            write_train_args(out, saved)
-            print(resume_limits(out, saved, given))
-        args = argparse.Namespace(**saved)
-    check_args(args)
-    if args.impl != "ours":
-        args.snapshots = False  # probes need our traced attention
-    return args
-
-
-def resume_limits(out: Path, saved: dict, given: set[str] | None) -> str:
-    """The line a resumed leg starts with: the step it resumes at and where it will stop. A limit kept from the saved
-    run is named as such, because a copy resumed with only a larger ``--max-steps`` otherwise stops quietly at the
-    earlier leg's ``--max-minutes``, long before the steps it was given."""
-    step = read_trainer_state(out / "last")["step"]
-    stop = f"step {saved['max_steps']:,}"
-    if saved.get("max_minutes"):
-        stop += f" or after {saved['max_minutes']:g} minutes, whichever comes first"
-    kept = [f"--{k.replace('_', '-')} {saved[k]:g}" for k in ("max_steps", "max_minutes", "cooldown_steps")
-            if saved.get(k) and given is not None and k not in given]
-    line = f"resuming {out} at step {step:,}: this leg stops at {stop}"
-    if kept:
-        line += f" ({', '.join(kept)} kept from the saved run; type an option to change it)"
-    return line
-
-
-def new_model(args, ctx: Dist, device, sentences, phrases, words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
+def new_model(config: TrainConfig, ctx: Dist, device, sentences, phrases,
+              words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
     """A fresh model: the ``--tokenizer`` given, else a BPE vocabulary learned on rank 0 (and sent to the others),
     then random weights. Raises ``DataError`` when ``--tokenizer`` names no readable tokenizer."""
     tok = None
     if ctx.is_main:
-        if getattr(args, "tokenizer", None):
-            tok = read_tokenizer(args.tokenizer)
+        if config.tokenizer:
+            tok = read_tokenizer(config.tokenizer)
         else:
-            vocab_texts = sentences if args.vocab_from == "sentences" else sentences + phrases + words
-            tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=args.vocab_size)
+            vocab_texts = sentences if config.vocab_from == "sentences" else sentences + phrases + words
+            tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=config.vocab_size)
     if ctx.enabled:  # rank 0's vocabulary on every rank
         tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
+    c = config
     cfg = ModelConfig(
-        arch=args.arch, vocab_size=tok.vocab_size, d_model=args.d_model, n_heads=args.n_heads,
-        n_encoder_layers=(args.encoder_layers or args.layers) if args.arch == "encoder-decoder" else 0,
-        n_decoder_layers=args.decoder_layers or args.layers,
-        d_ff=args.d_ff, dropout=args.dropout, attention_dropout=args.attention_dropout,
-        activation_dropout=args.activation_dropout, decoder_layerdrop=args.decoder_layerdrop,
-        pos_encoding=args.pos_encoding, norm_first=args.norm_first, max_len=args.max_len,
+        arch=c.arch, vocab_size=tok.vocab_size, d_model=c.d_model, n_heads=c.n_heads,
+        n_encoder_layers=(c.encoder_layers or c.layers) if c.arch == "encoder-decoder" else 0,
+        n_decoder_layers=c.decoder_layers or c.layers,
+        d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
+        activation_dropout=c.activation_dropout, decoder_layerdrop=c.decoder_layerdrop,
+        pos_encoding=c.pos_encoding, norm_first=c.norm_first, max_len=c.max_len,
     )
-    return build_model(cfg, args.impl).to(device), tok, cfg  # the same on every rank; DDP broadcasts rank 0's
+    return build_model(cfg, c.impl).to(device), tok, cfg  # the same on every rank; DDP broadcasts rank 0's
 
 
 @dataclass
@@ -130,64 +74,65 @@ class Window:
 
 
 class Trainer:
-    """One run being trained: options, model, data plan, optimizer and the resumable ``state``."""
+    """One run being trained: its :class:`~training.config.TrainConfig` (``config``; a warm start's as the
+    checkpoint made it), model, data plan, optimizer and the resumable :class:`~training.state.TrainerState`
+    (``state``), which only this class changes."""
 
-    def __init__(self, args, ctx: Dist, device: torch.device, given: set[str] | None = None):
-        self.args, self.ctx, self.device, self.out = args, ctx, device, Path(args.out)
-        sentences, phrases, words, valid = load_data(args)
-        self.model, self.tok, self.cfg = self.model_to_train(given, sentences, phrases, words)
-        train_tok = with_bpe_dropout(self.tok, args.bpe_dropout)  # never saved: checkpoints keep self.tok
-        self.plan = EpochPlan(sentences, phrases, words, args,
+    def __init__(self, config: TrainConfig, ctx: Dist, device: torch.device, given: set[str] | None = None):
+        self.config, self.ctx, self.device, self.out = config, ctx, device, Path(config.out)
+        sentences, phrases, words, valid = load_data(config)
+        self.model, self.tok, self.cfg, config = self.model_to_train(given, sentences, phrases, words)
+        self.config = config  # a warm start's has the checkpoint's model options
+        train_tok = with_bpe_dropout(self.tok, config.bpe_dropout)  # never saved: checkpoints keep self.tok
+        self.plan = EpochPlan(sentences, phrases, words, config,
                               lambda pairs: encode_examples(train_tok, pairs, self.cfg),
-                              per_pair=sequences_per_pair(self.cfg), reencode=bool(args.bpe_dropout))
+                              per_pair=sequences_per_pair(self.cfg), reencode=bool(config.bpe_dropout))
         self.valid_ex = encode_examples(self.tok, valid, self.cfg)
-        self.eval_pairs = valid[: args.eval_sentences or None]  # 0: all of them
-        self.opt = make_optimizer(self.model, args.weight_decay)
-        self.factor = factor_for_peak(args.peak_lr, self.cfg.d_model, args.warmup)
+        self.eval_pairs = valid[: config.eval_sentences or None]  # 0: all of them
+        self.opt = make_optimizer(self.model, config.weight_decay)
+        self.factor = factor_for_peak(config.peak_lr, self.cfg.d_model, config.warmup)
         self.state = self.initial_state()
-        self.step_model = wrap_for_training(self.model, ctx, device, args.compile)
-        peak = args.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda"
-                                    else None)
+        self.step_model = wrap_for_training(self.model, ctx, device, config.compile)
+        peak = config.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda"
+                                      else None)
         self.peak_total = peak * ctx.world_size if peak else None
-        self.snapshots = set(snapshot_steps(args.max_steps)) if args.snapshots else set()
+        self.snapshots = set(snapshot_steps(config.max_steps)) if config.snapshots else set()
         self.signal: str | None = None
 
-    def model_to_train(self, given, sentences, phrases, words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
-        """``(model, tokenizer, config)`` in training mode: ``last/``'s (``--resume``), the ``--init-from``
-        checkpoint's, or a new one; a new run also writes ``train_args.json`` and ``config.json``."""
-        args, ctx = self.args, self.ctx
-        if args.resume:
-            ckpt = load_any(self.out / "last", args.impl, self.device)
+    def model_to_train(self, given, sentences, phrases,
+                       words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig, TrainConfig]:
+        """``(model, tokenizer, model config, config)``, the model in training mode: ``last/``'s (``--resume``), the
+        ``--init-from`` checkpoint's (``config`` then has the options the warm start has in fact), or a new one; a
+        new run also writes ``train_args.json`` and ``config.json``."""
+        config, ctx = self.config, self.ctx
+        if config.resume:
+            ckpt = load_any(self.out / "last", config.impl, self.device)
             ckpt.model.train()
-            return ckpt.model, ckpt.tokenizer, ckpt.config
-        if args.init_from:
-            model, tok, cfg = warm_start(args, self.device, given or frozenset())
+            return ckpt.model, ckpt.tokenizer, ckpt.config, config
+        if config.init_from:
+            model, tok, cfg, config = warm_start(config, self.device, given or frozenset())
         else:
             if ctx.is_main:
                 self.out.mkdir(parents=True, exist_ok=True)
-            model, tok, cfg = new_model(args, ctx, self.device, sentences, phrases, words)
+            model, tok, cfg = new_model(config, ctx, self.device, sentences, phrases, words)
         if ctx.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_train_args(self.out, vars(args))
+            write_train_args(self.out, config.to_saved())
             write_config(self.out, cfg)
         if ctx.rank:
-            torch.manual_seed(args.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
-        return model, tok, cfg
+            torch.manual_seed(config.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
+        return model, tok, cfg, config
 
-    def initial_state(self) -> dict:
+    def initial_state(self) -> TrainerState:
         """A fresh trainer state, or the one ``last/`` saved (``--resume``, same number of processes)."""
-        if self.args.resume:
-            last = self.out / "last"
-            saved_world = read_trainer_state(last).get("world_size", 1)
-            if saved_world != self.ctx.world_size:
-                raise DataError(f"{self.out} was trained by {saved_world} process(es); resume it with the same "
-                                f"number (this launch has {self.ctx.world_size})")
-            return load_last(last, self.model, self.opt, self.ctx.rank)
-        state = {"step": 0, "epoch": 0, "batch": 0, "tokens_seen": 0, "train_seconds": 0.0, "best_valid_loss": None,
-                 "best_step": None, "best_metrics": {}, "best_score": None, "evals_since_best": 0}
-        if self.ctx.enabled:
-            state["world_size"] = self.ctx.world_size  # batch positions count per-rank steps
-        return state
+        if not self.config.resume:
+            return TrainerState(world_size=self.ctx.world_size)
+        last = self.out / "last"
+        saved_world = read_state(last).world_size
+        if saved_world != self.ctx.world_size:
+            raise DataError(f"{self.out} was trained by {saved_world} process(es); resume it with the same "
+                            f"number (this launch has {self.ctx.world_size})")
+        return load_resume_state(last, self.opt, self.ctx.rank)
 
     # --- the loop -----------------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -202,11 +147,11 @@ class Trainer:
                 signal.signal(sig, handler)
 
     def train_and_finish(self) -> int:
-        self.started, self.base_seconds = time.time(), self.state["train_seconds"]
+        self.started, self.base_seconds = time.time(), self.state.train_seconds
         self.log = MetricsLog(self.out, enabled=self.ctx.is_main)
         self.announce()
-        self.bar = tqdm(total=self.args.max_steps, initial=self.state["step"], unit="step", dynamic_ncols=True,
-                        disable=self.args.no_progress or not self.ctx.is_main)
+        self.bar = tqdm(total=self.config.max_steps, initial=self.state.step, unit="step", dynamic_ncols=True,
+                        disable=self.config.no_progress or not self.ctx.is_main)
         self.window = Window(time.time())
         self.model.train()
         reason = self.train_steps()
@@ -222,17 +167,17 @@ class Trainer:
             halt, n_tokens = self.ctx.agree(self.local_stop_reason(), sum(x.n_tokens for x in batches))
             if halt:
                 return halt
-            lr = learning_rate(self.state["step"] + 1, self.cfg.d_model, self.args, self.factor)
+            lr = learning_rate(self.state.step + 1, self.cfg.d_model, self.config, self.factor)
             loss, grad_norm = self.optimizer_step(batches, lr)
             self.count_step(b, n_tokens, batches, loss)
-            step = self.state["step"]
-            if step % self.args.log_every == 0:
+            step = self.state.step
+            if step % self.config.log_every == 0:
                 self.log_progress(lr, grad_norm)
             if step in self.snapshots:
                 self.take_snapshot()
-            if step % self.args.eval_every == 0 or step == self.args.max_steps:
+            if step % self.config.eval_every == 0 or step == self.config.max_steps:
                 self.evaluate()
-                self.save_resume_state()  # resumable even after a hard kill: the state as of this evaluation
+                self.save_last()  # resumable even after a hard kill: the state as of this evaluation
                 if self.out_of_patience():
                     return "patience"
         return "max_steps"
@@ -240,47 +185,44 @@ class Trainer:
     def step_batches(self):
         """Yields ``(position, examples, micro-batches)`` of every step from the state's position on, epoch after
         epoch, until ``--max-steps``; advances the state's epoch when one is used up."""
-        while self.state["step"] < self.args.max_steps:
-            examples, epoch_steps = self.plan.steps(self.state["epoch"])
+        while self.state.step < self.config.max_steps:
+            examples, epoch_steps = self.plan.steps(self.state.epoch)
             batches = shard_batches(epoch_steps, self.ctx.rank, self.ctx.world_size)
             if not batches:
-                raise DataError(f"epoch {self.state['epoch']} has {len(epoch_steps)} batch(es), fewer than the "
+                raise DataError(f"epoch {self.state.epoch} has {len(epoch_steps)} batch(es), fewer than the "
                                 f"{self.ctx.world_size} process(es): use more data or a smaller --batch-tokens")
-            for b in range(self.state["batch"], len(batches)):
-                if self.state["step"] >= self.args.max_steps:
+            for b in range(self.state.batch, len(batches)):
+                if self.state.step >= self.config.max_steps:
                     return
                 yield b, examples, batches[b]
-            self.state["epoch"] += 1
-            self.state["batch"] = 0
+            self.state.next_epoch()
 
     def optimizer_step(self, batches: list[Batch], lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One Adam step at learning rate ``lr`` over the micro-batches (gradients summed, each weighted by its share
         of the step's predicted tokens, so the loss is the mean over all of them as if they were one batch).
         Returns ``(loss, gradient norm before clipping)`` as 0-d tensors on the device: reading them (``float``)
         waits for the GPU, so that is left to the log line, and the host can queue the next step meanwhile."""
-        cfg, args = self.cfg, self.args
+        cfg, config = self.cfg, self.config
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
         n_pred = sum(x.n_pred for x in batches)
         loss = torch.zeros((), device=self.device)
         for batch in batches:
-            src = word_dropout(batch.src, args.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
-            tgt_in = word_dropout(batch.tgt_in, args.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id))
-            with autocast(self.device, args.precision):
+            src = word_dropout(batch.src, config.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
+            tgt_in = word_dropout(batch.tgt_in, config.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id))
+            with autocast(self.device, config.precision):
                 logits = self.step_model(src, tgt_in)
-            part = loss_fn(logits, batch.tgt_out, cfg.pad_id, args.label_smoothing) * (batch.n_pred / max(n_pred, 1))
+            part = loss_fn(logits, batch.tgt_out, cfg.pad_id, config.label_smoothing) * (batch.n_pred / max(n_pred, 1))
             part.backward()  # under DDP averaged over ranks
             loss += part.detach()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
         self.opt.step()
         return loss, grad_norm
 
     def count_step(self, b: int, n_tokens: int, batches: list[Batch], loss: torch.Tensor) -> None:
         """Advance the state past step position ``b`` and add the step to the log window."""
-        self.state["step"] += 1
-        self.state["batch"] = b + 1
-        self.state["tokens_seen"] += n_tokens
+        self.state.advance(b, n_tokens)
         w = self.window
         w.steps, w.tokens, w.loss = w.steps + 1, w.tokens + n_tokens, w.loss + loss
         w.flops += training_flops(self.cfg, sum(x.n_src for x in batches), sum(x.n_pred for x in batches))
@@ -295,7 +237,7 @@ class Trainer:
         wall time since it started reaches ``--max-minutes`` (0 = no limit), else ``None``."""
         if self.signal:
             return self.signal
-        if self.args.max_minutes and (time.time() - self.started) / 60 >= self.args.max_minutes:
+        if self.config.max_minutes and (time.time() - self.started) / 60 >= self.config.max_minutes:
             return "max_minutes"
         return None
 
@@ -312,23 +254,23 @@ class Trainer:
         that the page can show both this leg's minutes against its limit and the run's total."""
         if self.ctx.is_main:
             now = now_iso()
-            before = (read_status(self.out) or {}) if self.args.resume else {}
+            before = (read_status(self.out) or {}) if self.config.resume else {}
             write_status(self.out, state="running", pid=os.getpid(), started=before.get("started") or now,
-                         leg_started=now, leg=(int(before.get("leg") or 1) + 1) if self.args.resume else 1,
-                         earlier_seconds=round(self.base_seconds, 1), step=self.state["step"],
-                         max_steps=self.args.max_steps, max_minutes=self.args.max_minutes, reason=None,
+                         leg_started=now, leg=(int(before.get("leg") or 1) + 1) if self.config.resume else 1,
+                         earlier_seconds=round(self.base_seconds, 1), step=self.state.step,
+                         max_steps=self.config.max_steps, max_minutes=self.config.max_minutes, reason=None,
                          exit_code=None, error=None)
-            if 0 in self.snapshots and self.state["step"] == 0:
+            if 0 in self.snapshots and self.state.step == 0:
                 snapshot(self.model, self.tok, self.out, 0)
         self.ctx.barrier()
 
     def log_progress(self, lr: float, grad_norm: torch.Tensor) -> None:
         """One ``metrics.jsonl`` line for the window since the last (loss averaged over ranks); a new window."""
-        w, ctx, step = self.window, self.ctx, self.state["step"]
+        w, ctx, step = self.window, self.ctx, self.state.step
         elapsed = time.time() - w.start
-        rec = {"step": step, "epoch": self.state["epoch"], "loss": round(ctx.mean(float(w.loss) / w.steps), 4),
+        rec = {"step": step, "epoch": self.state.epoch, "loss": round(ctx.mean(float(w.loss) / w.steps), 4),
                "lr": lr, "grad_norm": round(float(grad_norm), 3), "tokens_per_s": round(w.tokens / elapsed, 1),
-               "tokens_seen": self.state["tokens_seen"], "time_s": round(self.train_seconds(), 1)}
+               "tokens_seen": self.state.tokens_seen, "time_s": round(self.train_seconds(), 1)}
         if self.peak_total:  # the same on every rank, so every rank joins the all-reduce
             # Every rank's FLOPs over this rank's window: the window tokens_per_s uses too, so the two agree
             # (each rank timing its own window made mfu depend on how far apart the ranks' clocks drifted).
@@ -342,53 +284,58 @@ class Trainer:
 
     def take_snapshot(self) -> None:
         if self.ctx.is_main:
-            snapshot(self.model, self.tok, self.out, self.state["step"])
+            snapshot(self.model, self.tok, self.out, self.state.step)
         self.ctx.barrier()
 
     def evaluate(self) -> None:
         if self.ctx.is_main:
-            evaluate_and_save(self.model, self.tok, self.valid_ex, self.eval_pairs, self.args, self.device,
-                              self.state, self.out, self.log, self.train_seconds(), world_size=self.ctx.world_size)
+            seconds = self.train_seconds()
+            ev = evaluate_during_training(self.model, self.tok, self.valid_ex, self.eval_pairs, self.config,
+                                          self.device, self.state.step, self.out, self.log, seconds)
+            if self.state.record_evaluation(ev.metric, ev.value, ev.valid_loss, ev.scores):
+                save_best(self.model, self.tok, self.config, self.device, self.state, ev, self.out, seconds,
+                          self.ctx.world_size)
 
     def out_of_patience(self) -> bool:
         """``--patience`` evaluations in a row without a better score; the same on every rank (rank 0's count)."""
-        if not self.args.patience:
+        if not self.config.patience:
             return False
-        return self.ctx.broadcast(self.state.get("evals_since_best", 0)) >= self.args.patience
+        return self.ctx.broadcast(self.state.evals_since_best) >= self.config.patience
 
-    def save_resume_state(self) -> None:
-        self.state["train_seconds"] = self.train_seconds()
+    def save_last(self) -> None:
+        """``last/`` as of now (every rank's RNG state gathered; rank 0 writes)."""
+        self.state.set_train_seconds(self.train_seconds())
         rng_states = self.ctx.gather(torch.get_rng_state())
         if self.ctx.is_main:
-            save_last(self.out / "last", self.model, self.tok, self.opt, self.state, rng_states)
+            save_resume_state(self.out / "last", self.model, self.tok, self.opt, self.state, rng_states)
         self.ctx.barrier()
 
     def finish(self, reason: str) -> int:
         """Evaluate the last step if it was not, save ``last/``, score on the test split (``--test-at-end``) and
         write the final status (``finished`` for a limit, ``stopped`` for a signal)."""
-        if self.state.get("last_eval_step") != self.state["step"] and self.state["step"] > 0:
+        if self.state.last_eval_step != self.state.step and self.state.step > 0:
             self.evaluate()
-        self.save_resume_state()
+        self.save_last()
         if not self.ctx.is_main:
             return 0
-        if self.args.test_at_end and (self.out / "best").is_dir():
-            score_best_on_test(self.out, self.args, self.device, self.state["step"], self.log)
-        self.log({"step": self.state["step"], "event": "stopped", "reason": reason})
+        if self.config.test_at_end and (self.out / "best").is_dir():
+            score_best_on_test(self.out, self.config, self.device, self.state.step, self.log)
+        self.log({"step": self.state.step, "event": "stopped", "reason": reason})
         self.log.close()
-        write_status(self.out, state="finished" if reason in FINISHED_REASONS else "stopped", step=self.state["step"],
+        write_status(self.out, state="finished" if reason in FINISHED_REASONS else "stopped", step=self.state.step,
                      reason=reason, exit_code=0)
         s = self.state
-        print(f"stopped at step {s['step']} ({reason}); best at step {s['best_step']} "
-              f"(valid loss {s['best_valid_loss']}, {s.get('best_metrics') or {}})")
+        print(f"stopped at step {s.step} ({reason}); best at step {s.best_step} "
+              f"(valid loss {s.best_valid_loss}, {s.best_metrics or {}})")
         return 0
 
 
-def train_loop(args, ctx: Dist, device: torch.device, given: set[str] | None = None) -> int:
-    """Train ``args`` as this process of ``ctx`` on ``device``; ``given``: the options written on the command line
-    (``None``: all of them). Returns the exit code; raises ``DataError``/``ValueError`` for a run that cannot
-    start."""
-    args = resolve_args(args, ctx, given)  # first: a bare --resume trains with the run's saved --threads
+def train_loop(config: TrainConfig, ctx: Dist, device: torch.device, given: set[str] | None = None) -> int:
+    """Train ``config`` (as :func:`~training.resume.resolve_config` resolves it) as this process of ``ctx`` on
+    ``device``; ``given``: the options written on the command line (``None``: all of them). Returns the exit code;
+    raises ``DataError``/``ValueError`` for a run that cannot start."""
+    config = resolve_config(config, ctx, given)  # first: a bare --resume trains with the run's saved --threads
     if device.type == "cpu":
-        torch.set_num_threads(args.threads or default_threads(ctx.world_size))
-    torch.manual_seed(args.seed)
-    return Trainer(args, ctx, device, given).run()
+        torch.set_num_threads(config.threads or default_threads(ctx.world_size))
+    torch.manual_seed(config.seed)
+    return Trainer(config, ctx, device, given).run()

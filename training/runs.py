@@ -16,8 +16,9 @@ A run folder holds:
 * ``probes.jsonl`` — one JSON object per snapshot: the probe sentences' greedy translations (a decoder-only
   model: their greedy continuations) and their attention ``{kind: [layers][heads][q][k]}`` (rounded to 4
   decimals), to replay how heads form; read back as :class:`Snapshot` s of :class:`model.trace.Trace` s;
-* ``best/``, ``last/``, ``evals/step-N/`` — checkpoints (:mod:`training.checkpoints`); ``train.log`` — the
-  trainer's output when the Training page started it.
+* ``best/``, ``last/``, ``evals/step-N/`` — checkpoints (:mod:`training.checkpoints`, :mod:`training.best`);
+  ``last/`` also holds the resume state (:mod:`training.state`); ``train.log`` — the trainer's output when the
+  Training page started it.
 
 Every reader tolerates missing or garbage files and folders that vanish mid-read: a run being written by another
 process is the normal case.

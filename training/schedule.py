@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from .config import TrainConfig
+
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     """Learning rate of paper eq. (3): ``factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)`` (step ≥ 1;
@@ -19,17 +21,17 @@ def factor_for_peak(peak_lr: float, d_model: int, warmup: int) -> float:
     return peak_lr / noam_lr(warmup, d_model, warmup)
 
 
-def learning_rate(step: int, d_model: int, args, factor: float) -> float:
-    """The learning rate of optimizer step ``step`` (≥ 1): :func:`noam_lr` at ``step + args.lr_step_offset`` (with
-    ``args.warmup``), times a linear re-warmup ``min(1, step / args.rewarmup)`` when the offset is non-zero (a warm
-    start's fresh Adam moments must not take full-size steps at once), times :func:`cooldown_factor` when
-    ``args.cooldown_steps`` is set."""
-    offset = args.lr_step_offset or 0
-    lr = noam_lr(step + offset, d_model, args.warmup, factor)
-    if offset and args.rewarmup:
-        lr *= min(1.0, step / args.rewarmup)
-    cooldown = getattr(args, "cooldown_steps", 0) or 0
-    return lr * cooldown_factor(step, args.max_steps, cooldown) if cooldown else lr
+def learning_rate(step: int, d_model: int, config: TrainConfig, factor: float) -> float:
+    """The learning rate of optimizer step ``step`` (≥ 1): :func:`noam_lr` at ``step + config.lr_step_offset``
+    (with ``config.warmup``), times a linear re-warmup ``min(1, step / config.rewarmup)`` when the offset is non-zero
+    (a warm start's fresh Adam moments must not take full-size steps at once), times :func:`cooldown_factor` when
+    ``config.cooldown_steps`` is set."""
+    offset = config.lr_step_offset or 0
+    lr = noam_lr(step + offset, d_model, config.warmup, factor)
+    if offset and config.rewarmup:
+        lr *= min(1.0, step / config.rewarmup)
+    cooldown = config.cooldown_steps
+    return lr * cooldown_factor(step, config.max_steps, cooldown) if cooldown else lr
 
 
 def cooldown_factor(step: int, max_steps: int, cooldown_steps: int) -> float:

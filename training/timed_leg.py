@@ -37,8 +37,8 @@ import torch
 from safetensors.torch import load_file
 
 from model.checkpoint import save_tensors
-from .checkpoints import read_trainer_state
 from .runs import read_metrics
+from .state import read_state
 
 #: The largest shard written: under the 16 MiB a file may have to come back from a lent machine.
 SHARD_BYTES = 15 * 2**20
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if rc:
         return rc
     rate = steps_per_second(run)
-    step = read_trainer_state(run / "last")["step"]
+    step = read_state(run / "last").step
     left_s = args.budget_s * args.cooldown_share
     cool = max(1, int(rate * left_s))
     print(f"first leg: {step} steps, {rate:.2f} steps/s; cooldown of {cool} steps (~{left_s:.0f} s); "

@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from .config import ConfigError, ModelConfig
 from .errors import CheckpointError  # callers import it from here
 from .hf.card import hf_card
+from .hf.families import FAMILIES
 from .hf.loader import is_hf_model_dir, load_hf_model
 from .hf.tokenizers import load_hf_tokenizer
 from .tokenizer import TextTokenizer
@@ -31,8 +32,6 @@ from .tokenizing import Tokenizer
 from .transformer import Transformer
 
 REQUIRED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
-#: ``model_type`` of a Hugging Face folder → its architecture here.
-HF_ARCHS = {"marian": "encoder-decoder", "gpt2": "decoder-only"}
 
 
 @dataclass
@@ -140,10 +139,12 @@ def _hf_config(folder: Path) -> dict | None:
 
 def checkpoint_arch(folder: str | Path) -> str:
     """``"encoder-decoder"`` or ``"decoder-only"``, read from the folder's ``config.json`` without loading the
-    weights: ours names its ``arch``, a Hugging Face folder its ``model_type`` (:data:`HF_ARCHS`). A folder that
-    says neither counts as an encoder-decoder, as every early checkpoint was."""
+    weights: ours names its ``arch``, a Hugging Face folder its ``model_type`` (its family's ``arch``,
+    :data:`~model.hf.families.FAMILIES`). A folder that says neither counts as an encoder-decoder, as every early
+    checkpoint was."""
     data = _config(Path(folder))
-    arch = HF_ARCHS.get(data.get("model_type")) if "model_type" in data else data.get("arch")
+    known = FAMILIES.get(data.get("model_type"))
+    arch = (known.arch if known else None) if "model_type" in data else data.get("arch")
     return arch if arch in ("encoder-decoder", "decoder-only") else "encoder-decoder"
 
 

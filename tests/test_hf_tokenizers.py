@@ -263,7 +263,7 @@ def test_prepare_source_with_hf_tokenizers(marian, gpt2):
     ("gpt2", ["vocab.json"], None, "merges.txt"),
     ("gpt2", ["vocab.json", "merges.txt"], ("merges.txt", b"#version: 0.2\nq z\n"), "vocab.json / merges.txt"),
     ("gpt2", ["tokenizer.json"], ("tokenizer.json", b"{not json"), "tokenizer.json in .* is not a valid"),
-    ("bert", [], None, "no tokenizer for model type 'bert'"),
+    ("bert", [], None, "model_type 'bert' is not supported"),
 ])
 def test_missing_or_broken_files_raise_value_error_naming_the_file(marian, gpt2, tmp_path, model_type, files,
                                                                    broken, match):

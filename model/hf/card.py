@@ -12,15 +12,9 @@ import re
 from pathlib import Path
 
 from ..errors import CheckpointError
+from .families import FAMILIES
 from .loader import read_json, weights_path
 
-#: ``model_type`` → the ``transformers`` class the weights were saved from.
-ARCHITECTURES = {"marian": "MarianMTModel", "gpt2": "GPT2LMHeadModel"}
-#: ``model_type`` → who trained it, in one honest clause.
-TRAINED_BY = {
-    "marian": "trained by its authors on GPUs (OPUS-MT: Tiedemann & Thottingal 2020), not here",
-    "gpt2": "trained by its authors at OpenAI (Radford et al. 2019), not here",
-}
 COMPUTED_BY = ("Every number on the pages is computed by this project's own Transformer code (model/) with the "
                "folder's weights; the transformers library is not used.")
 _LICENSE_LINE = re.compile(r"^license:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
@@ -86,14 +80,15 @@ def hf_card(folder: str | Path, info: dict) -> dict:
     folder = Path(folder)
     hf_cfg = read_json(folder / "config.json")
     kind = info["model_type"]
+    known = FAMILIES.get(kind)
     declared = hf_cfg.get("architectures")
     architecture = declared[0] if isinstance(declared, list) and declared and isinstance(declared[0], str) \
-        else ARCHITECTURES.get(kind, kind)
+        else known.architecture if known else kind
     card = {
         "source": source_name(folder, hf_cfg),
         "architecture": architecture,
         "model_type": kind,
-        "origin": f"Hugging Face {architecture}, {TRAINED_BY.get(kind, 'trained by its authors, not here')}",
+        "origin": f"Hugging Face {architecture}, {known.trained_by if known else 'trained by its authors, not here'}",
         "parameters": info["parameters"],
         "file_bytes": info["file_bytes"],
         "weights_file": info["weights_file"],

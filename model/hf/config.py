@@ -9,8 +9,7 @@ the defaults below are copied from ``models/marian/configuration_marian.py`` and
 from __future__ import annotations
 
 from ..config import ConfigError, ModelConfig
-
-SUPPORTED_MODEL_TYPES = ("marian", "gpt2")
+from .families import family
 
 #: ``MarianConfig``'s defaults for the keys read here.
 MARIAN_DEFAULTS = {
@@ -43,12 +42,9 @@ MARIAN_UNK_ID = 1
 
 
 def model_type(hf: dict) -> str:
-    """The ``model_type`` of a ``config.json`` dict. Raises :class:`ConfigError` unless it is supported."""
-    kind = hf.get("model_type")
-    if kind not in SUPPORTED_MODEL_TYPES:
-        raise ConfigError(f"model_type {kind!r} is not supported; this explorer runs "
-                          f"{' and '.join(SUPPORTED_MODEL_TYPES)} models (MarianMT translators, GPT-2 language models)")
-    return kind
+    """The ``model_type`` of a ``config.json`` dict. Raises :class:`ConfigError` unless it is supported
+    (:data:`model.hf.families.FAMILIES`)."""
+    return family(hf.get("model_type")).model_type
 
 
 def hf_to_model_config(hf: dict, unk_id: int | None = None) -> ModelConfig:
@@ -66,8 +62,7 @@ def hf_to_model_config(hf: dict, unk_id: int | None = None) -> ModelConfig:
     """
     if not isinstance(hf, dict):
         raise ConfigError("config.json must hold a JSON object")
-    kind = model_type(hf)
-    return _marian(hf, unk_id) if kind == "marian" else _gpt2(hf, unk_id)
+    return TRANSLATE[model_type(hf)](hf, unk_id)
 
 
 def _get(hf: dict, defaults: dict, key: str):
@@ -181,3 +176,7 @@ def _gpt2(hf: dict, unk_id: int | None) -> ModelConfig:
         logits_bias=False,
         norm_eps=_get(hf, d, "layer_norm_epsilon"),
     )
+
+
+#: ``model_type`` → its ``config.json`` translation (one for each of :data:`model.hf.families.FAMILIES`).
+TRANSLATE = {"marian": _marian, "gpt2": _gpt2}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..tokenizer import Encoding, replace_surrogates
+from .families import family
 
 
 def _read_json(path: Path, required: bool = True):
@@ -371,11 +372,13 @@ class GPT2TextTokenizer(_PieceLookup):
         return _clean_up(text) if self._clean else text
 
 
-def load_hf_tokenizer(folder: str | Path, model_type: str):
-    """The tokenizer of a Hugging Face folder: ``"marian"`` → :class:`MarianTextTokenizer`, ``"gpt2"`` →
-    :class:`GPT2TextTokenizer` (``config.json``'s ``model_type``). Raises ``ValueError`` with a plain message
-    naming the missing or invalid file, or the model type that has no tokenizer here."""
-    kinds = {"marian": MarianTextTokenizer, "gpt2": GPT2TextTokenizer}
-    if model_type not in kinds:
-        raise ValueError(f"no tokenizer for model type {model_type!r} (supported: {', '.join(kinds)})")
-    return kinds[model_type].from_folder(folder)
+#: Each tokenizer class of a Hugging Face family, by its ``kind`` (a family names the kind it uses).
+BY_KIND = {cls.kind: cls for cls in (MarianTextTokenizer, GPT2TextTokenizer)}
+
+
+def load_hf_tokenizer(folder: str | Path, model_type: str) -> MarianTextTokenizer | GPT2TextTokenizer:
+    """The tokenizer of a Hugging Face folder of ``model_type`` (``config.json``'s), the kind its family names
+    (:data:`model.hf.families.FAMILIES`): ``"marian"`` → :class:`MarianTextTokenizer`, ``"gpt2"`` →
+    :class:`GPT2TextTokenizer`. Raises ``ValueError`` with a plain message naming the missing or invalid file, or
+    the model type that is not supported."""
+    return BY_KIND[family(model_type).tokenizer].from_folder(folder)

@@ -143,7 +143,11 @@ def gpt2_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch
     return out
 
 
+#: ``model_type`` → its state-dict translation (one for each of :data:`model.hf.families.FAMILIES`).
+TRANSLATE = {"marian": marian_state, "gpt2": gpt2_state}
+
+
 def to_our_state(model_type: str, hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """Dispatch on ``model_type`` (``"marian"`` / ``"gpt2"``); float tensors become contiguous float32."""
-    state = marian_state(hf, cfg) if model_type == "marian" else gpt2_state(hf, cfg)
+    """Dispatch on ``model_type`` (:data:`TRANSLATE`); float tensors become contiguous float32."""
+    state = TRANSLATE[model_type](hf, cfg)
     return {k: (v.float() if v.is_floating_point() else v).contiguous() for k, v in state.items()}

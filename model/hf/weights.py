@@ -36,7 +36,7 @@ GPT2_BLOCK = {"attn.c_proj": "self_attn.out_proj", "mlp.c_fc": "ffn.linear1", "m
               "ln_1": "res_self.norm", "ln_2": "res_ffn.norm"}
 #: GPT-2 sub-modules that are ``Conv1D`` (weights stored ``[in, out]``).
 GPT2_CONV1D = ("attn.c_proj", "mlp.c_fc", "mlp.c_proj")
-#: Tolerance when a Marian file's own sinusoidal table is compared with ours (it was written in float32).
+#: Tolerance when a Marian file's own float32 sinusoidal table is compared with ours (:func:`table_atol`).
 TABLE_ATOL = 1e-4
 
 _LAYER = re.compile(r"^(encoder\.layers|decoder\.layers|h)\.(\d+)\.(.+)\.(weight|bias)$")
@@ -93,10 +93,22 @@ def marian_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, tor
     return out
 
 
+def table_atol(dtype: torch.dtype) -> float:
+    """How far a stored sinusoidal table of ``dtype`` may lie from ours: :data:`TABLE_ATOL`, or the type's machine
+    epsilon when larger. Storing a value of magnitude ≤ 1 rounds it by at most half a unit in the last place at 1,
+    ``eps / 2`` (float16: 4.9e-4, bfloat16: 3.9e-3), so a float16 or bfloat16 file's exact table is off by more
+    than 1e-4, while a table that is not Marian's is off by far more than ``eps`` somewhere (its values span
+    -1…1)."""
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    return max(TABLE_ATOL, eps)
+
+
 def _check_table(table: torch.Tensor, cfg: ModelConfig) -> None:
-    """A Marian file that stores its positional table must store the one we compute."""
+    """A Marian file that stores its positional table must store the one we compute (within :func:`table_atol`
+    of its dtype)."""
     ours = sinusoidal_table(cfg.max_len, cfg.d_model, layout=cfg.pos_layout)
-    if table.shape != ours.shape or not torch.allclose(table.float(), ours, atol=TABLE_ATOL, rtol=0):
+    atol = table_atol(table.dtype)
+    if table.shape != ours.shape or not torch.allclose(table.float(), ours, atol=atol, rtol=0):
         raise WeightsError(f"the positional table in the weights ({tuple(table.shape)}) is not Marian's sinusoidal "
                            f"table for max_len {cfg.max_len}, d_model {cfg.d_model}")
 

@@ -6,7 +6,7 @@ import html
 import streamlit as st
 
 from model.decoded import Decoding
-from model.decoding import default_max_new_tokens
+from model.hf.generation import decoding_cap
 from model.sampling import SamplingConfig, SamplingError, beam_search, beam_states
 from ui import decoding_lab as lab
 from ui import decoding_views as views
@@ -57,7 +57,7 @@ def decoding_page() -> None:
 
     # --- settings: read from the link on the first visit, then owned by the widgets ------------------------------
     if "dl_settings" not in ss:
-        settings, notes = lab.settings_from_link(st.query_params, cfg.vocab_size)
+        settings, notes = lab.settings_from_link(st.query_params, cfg.vocab_size, ckpt.generation)
         forced, forced_note = url.forced_param(st.query_params, "forced", cfg.vocab_size, cfg.max_len - 1)
         ss["dl_settings"] = settings
         ss["dl_forced"] = forced
@@ -90,6 +90,8 @@ def decoding_page() -> None:
         st.slider("Beam width", *lab.BEAM_RANGE, step=1, key="dl_w_beam", disabled=beam_off)
         st.slider("Length penalty α", *lab.ALPHA_RANGE, step=0.1, key="dl_w_alpha", disabled=beam_off,
                   help="GNMT: score = log P / ((5 + length) / 6)^α; α = 0 compares raw log-probabilities.")
+        if ckpt.generation and (beam_note := ckpt.generation.beam_note()):  # a Hugging Face model's own defaults
+            st.caption(beam_note)
     settings = {name: ss[f"dl_w_{name}"] for name in lab.DEFAULTS}
     ss["dl_settings"] = settings
 
@@ -112,7 +114,7 @@ def decoding_page() -> None:
         ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, ()
         sync_url()
     ss["dl_src_key"] = src_key
-    limit = default_max_new_tokens(cfg, len(src.ids))
+    limit = decoding_cap(cfg, list(src.ids), ckpt.generation)  # as the Translate page's greedy decoding
 
 
     def lab_run(sampling: SamplingConfig, forced) -> Decoding:

@@ -25,6 +25,7 @@ from .config import ConfigError, ModelConfig
 from .errors import CheckpointError  # callers import it from here
 from .hf.card import hf_card
 from .hf.families import FAMILIES
+from .hf.generation import GenerationDefaults
 from .hf.loader import is_hf_model_dir, load_hf_model
 from .hf.tokenizers import load_hf_tokenizer
 from .tokenizer import TextTokenizer
@@ -36,13 +37,18 @@ REQUIRED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 @dataclass
 class Checkpoint:
-    """A loaded model ready for inference (eval mode), with its tokenizer and card."""
+    """A loaded model ready for inference (eval mode), with its tokenizer and card.
+
+    ``generation``: what a Hugging Face folder's ``generation_config.json`` says about decoding (its length cap,
+    beam width, length penalty), which the pages take as their defaults for it; ``None`` for our own checkpoints.
+    """
 
     model: Transformer
     tokenizer: Tokenizer
     config: ModelConfig
     card: dict = field(default_factory=dict)
     path: Path | None = None
+    generation: GenerationDefaults | None = None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -221,7 +227,7 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
 def load_hf_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
     """A Hugging Face MarianMT or GPT-2 folder as a :class:`Checkpoint` (eval mode, float32): the weights by
     :func:`model.hf.loader.load_hf_model`, the tokenizer by :func:`model.hf.tokenizers.load_hf_tokenizer`, the card
-    by :func:`model.hf.card.hf_card`.
+    by :func:`model.hf.card.hf_card`, the decoding defaults by :func:`model.hf.loader.read_generation`.
 
     Raises:
         CheckpointError: what :func:`~model.hf.loader.load_hf_model` raises (missing or corrupt files, another
@@ -237,4 +243,4 @@ def load_hf_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -
     if tokenizer.vocab_size > cfg.vocab_size:
         raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} pieces but the model only "
                               f"{cfg.vocab_size} (config.json's vocab_size)")
-    return Checkpoint(model, tokenizer, cfg, hf_card(folder, info), folder)
+    return Checkpoint(model, tokenizer, cfg, hf_card(folder, info), folder, info["generation"])

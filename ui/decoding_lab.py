@@ -21,6 +21,7 @@ import torch
 
 from model.decoded import Decoding
 from model.decoding import StepRecord, Stepper, strip_eos
+from model.hf.generation import GenerationDefaults
 from model.sampling import Chooser, Pipeline, SamplingConfig, SamplingError
 from model.tokenizing import Tokenizer
 from model.transformer import Transformer
@@ -33,6 +34,8 @@ TOP_P_RANGE = (0.05, 1.0)
 SEED_RANGE = (0, 2**31 - 1)
 BEAM_RANGE = (1, 8)
 ALPHA_RANGE = (0.0, 2.0)
+#: The lab's settings before a link or a visitor changes them; a Hugging Face model's own beam width and length
+#: penalty (its generation_config.json) replace ``beam`` and ``alpha`` (:func:`settings_from_link`).
 DEFAULTS = dict(strategy="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, beam=4, alpha=0.6)
 
 
@@ -149,17 +152,23 @@ def forced_after(forced: Mapping[int, int], step: int, token_id: int) -> dict[in
 
 
 # --- URL parameters -----------------------------------------------------------------------------------------
-def settings_from_link(params: Mapping[str, str], vocab_size: int) -> tuple[dict, list[str]]:
+def settings_from_link(params: Mapping[str, str], vocab_size: int,
+                       generation: GenerationDefaults | None = None) -> tuple[dict, list[str]]:
     """The lab's settings from the link's query parameters (read by :mod:`ui.url`): every key of :data:`DEFAULTS`,
-    each within its widget's range, and the notes about values that were clamped or ignored."""
+    each within its widget's range, and the notes about values that were clamped or ignored. A parameter the link
+    leaves out takes its default: :data:`DEFAULTS`, where a Hugging Face model's ``generation`` states a beam width
+    or length penalty those (brought into the widgets' ranges)."""
+    own = generation.beam_defaults() if generation else {}
+    defaults = dict(DEFAULTS, beam=min(max(own.get("beam", DEFAULTS["beam"]), BEAM_RANGE[0]), BEAM_RANGE[1]),
+                    alpha=min(max(own.get("alpha", DEFAULTS["alpha"]), ALPHA_RANGE[0]), ALPHA_RANGE[1]))
     parsed = {
-        "strategy": url.choice_param(params, "strategy", STRATEGIES, DEFAULTS["strategy"], what="decoding rule"),
-        "temperature": url.float_param(params, "temperature", DEFAULTS["temperature"], *TEMPERATURE_RANGE),
-        "top_k": url.int_param(params, "top_k", DEFAULTS["top_k"], 0, vocab_size),
-        "top_p": url.float_param(params, "top_p", DEFAULTS["top_p"], *TOP_P_RANGE),
-        "seed": url.int_param(params, "seed", DEFAULTS["seed"], *SEED_RANGE),
-        "beam": url.int_param(params, "beam", DEFAULTS["beam"], *BEAM_RANGE, what="beam width"),
-        "alpha": url.float_param(params, "alpha", DEFAULTS["alpha"], *ALPHA_RANGE, what="length penalty"),
+        "strategy": url.choice_param(params, "strategy", STRATEGIES, defaults["strategy"], what="decoding rule"),
+        "temperature": url.float_param(params, "temperature", defaults["temperature"], *TEMPERATURE_RANGE),
+        "top_k": url.int_param(params, "top_k", defaults["top_k"], 0, vocab_size),
+        "top_p": url.float_param(params, "top_p", defaults["top_p"], *TOP_P_RANGE),
+        "seed": url.int_param(params, "seed", defaults["seed"], *SEED_RANGE),
+        "beam": url.int_param(params, "beam", defaults["beam"], *BEAM_RANGE, what="beam width"),
+        "alpha": url.float_param(params, "alpha", defaults["alpha"], *ALPHA_RANGE, what="length penalty"),
     }
     return {k: v for k, (v, _) in parsed.items()}, [n for _, n in parsed.values() if n]
 

@@ -22,9 +22,9 @@ import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_checkpoints, load_checkpoint
 from model.decoded import Decoding, decode
-from model.decoding import (InputError, SourceInput, Stepper, default_max_new_tokens,
-                            input_limit, prepare_source)
+from model.decoding import InputError, SourceInput, Stepper, input_limit, prepare_source
 from model.hf.card import folder_facts
+from model.hf.generation import GenerationDefaults, decoding_cap
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from model.trace import Trace, trace_pair
 from ui import heavy, url
@@ -310,10 +310,11 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
     return src
 
 
-def new_stepper(model, src_ids: list[int]) -> Stepper:
+def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None = None) -> Stepper:
     """A :class:`Stepper` for either architecture: an encoder-decoder translates ``src_ids``; a decoder-only model
-    continues them (the text without its ``<eos>`` becomes the prompt after ``<bos>``)."""
-    return Stepper(model, src_ids, max_new_tokens=default_max_new_tokens(model.cfg, len(src_ids)))
+    continues them (the text without its ``<eos>`` becomes the prompt after ``<bos>``). Its length cap is a Hugging
+    Face model's own (``generation``: ``ckpt.generation``, :func:`~model.hf.generation.decoding_cap`), else ours."""
+    return Stepper(model, src_ids, max_new_tokens=decoding_cap(model.cfg, src_ids, generation))
 
 
 
@@ -329,7 +330,7 @@ def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
     and session (view a step with :meth:`ui.decoding_lab.StepView.of`)."""
     what = "the translation" if ckpt.config.is_encoder_decoder else "the continuation"
     return heavy.shared(("greedy", *checkpoint_version(ckpt), tuple(src.ids)),
-                        lambda: decode(new_stepper(ckpt.model, list(src.ids))), what)
+                        lambda: decode(new_stepper(ckpt.model, list(src.ids), ckpt.generation)), what)
 
 
 def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trace, Trace]:

@@ -9,6 +9,7 @@ anything but tensors and plain containers (no arbitrary pickled code runs).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -21,6 +22,8 @@ from ..errors import CheckpointError
 from ..config import ConfigError, ModelConfig
 from ..transformer import Transformer
 from .config import hf_to_model_config, model_type
+from .generation import FILE as GENERATION_FILE
+from .generation import GenerationDefaults, parse_generation
 from .weights import WeightsError, to_our_state
 
 #: Weight files, in the order they are looked for (safetensors first: it cannot hold code).
@@ -83,17 +86,42 @@ def marian_unk_id(folder: Path) -> int | None:
     return unk if isinstance(unk, int) and not isinstance(unk, bool) else None
 
 
+def read_generation(folder: str | Path, config: dict) -> GenerationDefaults:
+    """The decoding settings of a Hugging Face folder (:mod:`model.hf.generation`): its ``generation_config.json``
+    or, without one, the same keys of ``config`` (its parsed ``config.json``), as ``transformers``' ``generate``
+    reads them.
+
+    Raises:
+        CheckpointError: ``generation_config.json`` is unreadable or not an object, or a key has a value of the
+            wrong type.
+    """
+    path = Path(folder) / GENERATION_FILE
+    if path.is_file():
+        return parse_generation(read_json(path), GENERATION_FILE, folder)
+    return parse_generation(config, "config.json", folder)
+
+
+def with_banned(cfg: ModelConfig, banned: tuple[int, ...]) -> ModelConfig:
+    """``cfg`` whose ``suppress_ids`` also hold ``banned`` (a generation config's one-token bad words), ``<eos>``
+    left out as :mod:`model.hf.config` leaves it out. Raises :class:`ConfigError` for an id outside the
+    vocabulary."""
+    extra = set(banned) - set(cfg.suppress_ids) - {cfg.eos_id}
+    return dataclasses.replace(cfg, suppress_ids=sorted({*cfg.suppress_ids, *extra})) if extra else cfg
+
+
 def load_hf_model(folder: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, ModelConfig, dict]:
     """Our Transformer (eval mode, float32) with the weights of a MarianMT or GPT-2 folder.
 
     Returns:
         ``(model, config, info)``; ``info`` has ``model_type``, ``parameters`` (count, tied weights once),
-        ``file_bytes`` (size of the weights file), ``weights_file`` (its name) and ``name_or_path`` (the config's
-        ``_name_or_path``, when it has one).
+        ``file_bytes`` (size of the weights file), ``weights_file`` (its name), ``generation`` (the folder's
+        decoding settings, :func:`read_generation`; its one-token bad words are in ``config.suppress_ids``) and
+        ``name_or_path`` (the config's ``_name_or_path``, when it has one).
 
     Raises:
         CheckpointError: the folder, ``config.json`` or the weights file is missing or unreadable, the model type
-            or one of its options is not supported, or the weights do not fit the config.
+            or one of its options is not supported, ``generation_config.json`` is invalid, or the weights do not
+            fit the config.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -106,6 +134,11 @@ def load_hf_model(folder: str | Path, device: str | torch.device = "cpu") -> tup
         cfg = hf_to_model_config(hf_cfg, marian_unk_id(folder) if kind == "marian" else None)
     except ConfigError as exc:
         raise CheckpointError(f"{folder}: {exc}") from exc
+    generation = read_generation(folder, hf_cfg)
+    try:
+        cfg = with_banned(cfg, generation.bad_words_ids)
+    except ConfigError as exc:
+        raise CheckpointError(f"{folder}: bad_words_ids of {generation.source}: {exc}") from exc
     path = weights_path(folder)
     if path is None:
         sharded = any(folder.glob("*.index.json"))
@@ -126,7 +159,7 @@ def load_hf_model(folder: str | Path, device: str | torch.device = "cpu") -> tup
                               f"unexpected {sorted(result.unexpected_keys)[:3]})")
     model.to(device).eval()
     info = {"model_type": kind, "parameters": model.num_parameters(), "file_bytes": path.stat().st_size,
-            "weights_file": path.name}
+            "weights_file": path.name, "generation": generation}
     if isinstance(hf_cfg.get("_name_or_path"), str):
         info["name_or_path"] = hf_cfg["_name_or_path"]
     return model, cfg, info

@@ -98,7 +98,7 @@ def decoding_page() -> None:
 
     def sync_url() -> None:
         """Settings and forced tokens into the link (defaults left out; the step is written by ``current_step``)."""
-        for key, default in lab.DEFAULTS.items():
+        for key, default in lab.lab_defaults(ckpt.generation).items():  # this model's own defaults stay out
             url.put(key, settings[key], default)
         url.put("forced", url.format_forced(ss["dl_forced"]), "")
 

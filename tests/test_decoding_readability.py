@@ -187,6 +187,8 @@ def test_the_example_piece_comes_from_the_candidates():
     class Tok:
         vocab = ["<pad>", "<bos>", "<eos>", "ing", "▁the", "▁Haus", ",", "▁a", "▁and"]
         vocab_size = len(vocab)
+        word_start = "▁"
+        display = staticmethod(str)
 
         def id_to_token(self, i):
             return self.vocab[i]

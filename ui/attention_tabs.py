@@ -14,7 +14,8 @@ import streamlit as st
 
 from model.analysis import ablation_sweep, greedy_with_head_masks, sequence_log_probs
 from model.checkpoint import Checkpoint, checkpoint_arch
-from model.decoding import default_max_new_tokens, strip_eos
+from model.decoding import strip_eos
+from model.hf.generation import decoding_cap
 from training.runs import run_checkpoints
 from ui import attention_views as views
 from ui import heavy, pieces, state, url, widgets
@@ -89,7 +90,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
                   help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
         plot(log_prob_figure(scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"))
-        limit = default_max_new_tokens(cfg, len(src.ids))
+        limit = decoding_cap(cfg, list(src.ids), ckpt.generation)  # the cap of the translation above
         new_ids = _greedy_without(ckpt, src_key, heads, limit)
         new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
         same = new_out == list(output_ids)

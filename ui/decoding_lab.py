@@ -152,15 +152,20 @@ def forced_after(forced: Mapping[int, int], step: int, token_id: int) -> dict[in
 
 
 # --- URL parameters -----------------------------------------------------------------------------------------
+def lab_defaults(generation: GenerationDefaults | None = None) -> dict:
+    """The lab's settings for a model: :data:`DEFAULTS`, where a Hugging Face model's ``generation`` states a beam
+    width or length penalty those (brought into the widgets' ranges). A link leaves these out."""
+    own = generation.beam_defaults() if generation else {}
+    return dict(DEFAULTS, beam=min(max(own.get("beam", DEFAULTS["beam"]), BEAM_RANGE[0]), BEAM_RANGE[1]),
+                alpha=min(max(own.get("alpha", DEFAULTS["alpha"]), ALPHA_RANGE[0]), ALPHA_RANGE[1]))
+
+
 def settings_from_link(params: Mapping[str, str], vocab_size: int,
                        generation: GenerationDefaults | None = None) -> tuple[dict, list[str]]:
     """The lab's settings from the link's query parameters (read by :mod:`ui.url`): every key of :data:`DEFAULTS`,
     each within its widget's range, and the notes about values that were clamped or ignored. A parameter the link
-    leaves out takes its default: :data:`DEFAULTS`, where a Hugging Face model's ``generation`` states a beam width
-    or length penalty those (brought into the widgets' ranges)."""
-    own = generation.beam_defaults() if generation else {}
-    defaults = dict(DEFAULTS, beam=min(max(own.get("beam", DEFAULTS["beam"]), BEAM_RANGE[0]), BEAM_RANGE[1]),
-                    alpha=min(max(own.get("alpha", DEFAULTS["alpha"]), ALPHA_RANGE[0]), ALPHA_RANGE[1]))
+    leaves out takes its default (:func:`lab_defaults`)."""
+    defaults = lab_defaults(generation)
     parsed = {
         "strategy": url.choice_param(params, "strategy", STRATEGIES, defaults["strategy"], what="decoding rule"),
         "temperature": url.float_param(params, "temperature", defaults["temperature"], *TEMPERATURE_RANGE),

@@ -61,7 +61,9 @@ ATTENTION = PageState("attention", text_key="attn_text",
                       model_keys=("attn_kind", "attn_layer", "attn_head", "attn_ablate"),
                       model_params=("kind", "layer", "head", "ablate"),
                       sentence_keys=("_attn_sweep_for",), sentence_params=("sweep",))
-DECODING = PageState("decoding", text_key="dl_text")  # its step and forced tokens follow its own sentence key
+# its step and forced tokens follow its own sentence key; the beam settings' defaults belong to a model (a Hugging
+# Face folder may state its own), so they are read again from the link for the next one
+DECODING = PageState("decoding", text_key="dl_text", model_keys=("dl_settings", "dl_w_beam", "dl_w_alpha"))
 POSITIONAL = PageState("positional", model_keys=("pe_head",))
 #: Every page with keys that a checkpoint switch or a new sentence touches.
 PAGES = (TRANSLATE, ATTENTION, DECODING, POSITIONAL)

@@ -1,14 +1,17 @@
 """Page "Worked examples": scaled dot-product attention, the causal mask, LayerNorm and the multi-head split,
-computed step by step on small editable matrices (the numbers a lecture works through by hand)."""
+computed step by step on small editable matrices (the numbers a lecture works through by hand); scaled dot-product
+attention also on one head of the model picked in the sidebar, with its own numbers (``ui/lecture_live.py``)."""
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from teaching import worked
-from ui import url
+from ui import lecture_live, url
+from ui.lecture_live import show_matrix
+from ui.page_state import LECTURE
 from ui.widgets import show_figure, show_table
-from viz.teaching import annotated_matrix, scaling_chart
+from viz.teaching import scaling_chart
 
 st.title("Worked examples")
 st.caption("Small matrices you can edit; every intermediate is shown with 4 decimals. Rows are tokens.")
@@ -36,49 +39,41 @@ def editor(label: str, default: np.ndarray, key: str, param: str, prefix: str = 
     return values
 
 
-def show(z, title, rows=None, cols=None):
-    show_figure(annotated_matrix(z, title, rows, cols))
-
+show = show_matrix
 
 # --- scaled dot-product attention ---------------------------------------------------------------------
 st.header("Scaled dot-product attention")
 st.latex(r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V")
-url.init_widget("wx_scale", lambda p: url.bool_param(p, "scaled", True))
-url.init_widget("wx_causal", lambda p: url.bool_param(p, "causal", False))
-c1, c2, c3 = st.columns(3)
-with c1:
-    q = editor("Q", worked.REF_Q, "wx_q", "q", title="queries, one row per token", row_prefix="q")
-with c2:
-    k = editor("K", worked.REF_K, "wx_k", "k", title="keys, one row per token", row_prefix="k")
-with c3:
-    v = editor("V", worked.REF_V, "wx_v", "v", title="values, one row per token", row_prefix="v")
-o1, o2 = st.columns(2)
-scale = o1.checkbox("Divide by √d_k", key="wx_scale")
-causal = o2.checkbox("Causal mask (decoder self-attention)", key="wx_causal")
-url.put("scaled", scale, True)
-url.put("causal", causal, False)
-if q is not None and k is not None and v is not None:
-    try:
-        r = worked.attention_steps(q, k, v, scale=scale, causal=causal)
-    except ValueError as exc:
-        st.warning(str(exc))
-    else:
-        tq = [f"q{i}" for i in range(q.shape[0])]
-        tk = [f"k{j}" for j in range(k.shape[0])]
-        a, b = st.columns(2)
-        with a:
-            show(r["scores"], "1. Scores QKᵀ", tq, tk)
-        with b:
-            show(r["scaled"], f"2. ÷ √d_k = √{q.shape[1]}" if scale else "2. (no scaling)", tq, tk)
-        a, b = st.columns(2)
-        with a:
-            show(r["masked"], "3. Causal mask: future keys → −∞" if causal else "3. (no mask)", tq, tk)
-        with b:
-            show(r["weights"], "4. Softmax per row (each row sums to 1)", tq, tk)
-        # the output's columns are V's feature columns (named as in V's editor); v0, v1… name V's rows
-        show(r["output"], "5. Weights × V: one row per query, V's feature columns", tq,
-             [f"d{j}" for j in range(v.shape[1])])
-        st.caption("Row sums of the weights: " + ", ".join(f"{s:.4f}" for s in r["weights"].sum(axis=1)))
+if lecture_live.live_mode():
+    # The editors are not drawn: their matrices are read from the link again when they are (the link keeps edits).
+    for name in ("wx_q", "wx_k", "wx_v"):
+        st.session_state.pop(f"{name}_from_link", None)
+    lecture_live.live_section(LECTURE.text_key)
+else:
+    url.init_widget("wx_scale", lambda p: url.bool_param(p, "scaled", True))
+    url.init_widget("wx_causal", lambda p: url.bool_param(p, "causal", False))
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        q = editor("Q", worked.REF_Q, "wx_q", "q", title="queries, one row per token", row_prefix="q")
+    with c2:
+        k = editor("K", worked.REF_K, "wx_k", "k", title="keys, one row per token", row_prefix="k")
+    with c3:
+        v = editor("V", worked.REF_V, "wx_v", "v", title="values, one row per token", row_prefix="v")
+    o1, o2 = st.columns(2)
+    scale = o1.checkbox("Divide by √d_k", key="wx_scale")
+    causal = o2.checkbox("Causal mask (decoder self-attention)", key="wx_causal")
+    url.put("scaled", scale, True)
+    url.put("causal", causal, False)
+    if q is not None and k is not None and v is not None:
+        try:
+            r = worked.attention_steps(q, k, v, scale=scale, causal=causal)
+        except ValueError as exc:
+            st.warning(str(exc))
+        else:
+            # the output's columns are V's feature columns (named as in V's editor); v0, v1… name V's rows
+            lecture_live.attention_steps_view(r, q.shape[1], scale, causal, [f"q{i}" for i in range(q.shape[0])],
+                                              [f"k{j}" for j in range(k.shape[0])],
+                                              [f"d{j}" for j in range(v.shape[1])])
 
 st.subheader("The causal mask example")
 st.markdown("Scores E (no scaling), keys after each query set to −∞, then softmax per row:")

@@ -65,5 +65,8 @@ ATTENTION = PageState("attention", text_key="attn_text",
 # Face folder may state its own), so they are read again from the link for the next one
 DECODING = PageState("decoding", text_key="dl_text", model_keys=("dl_settings", "dl_w_beam", "dl_w_alpha"))
 POSITIONAL = PageState("positional", model_keys=("pe_head",))
+# the live numbers' kind, layer and head (ui.lecture_live) belong to a model; the editable matrices to none
+LECTURE = PageState("lecture", text_key="wl_text", model_keys=("wl_kind", "wl_layer", "wl_head"),
+                    model_params=("kind", "layer", "head"))
 #: Every page with keys that a checkpoint switch or a new sentence touches.
-PAGES = (TRANSLATE, ATTENTION, DECODING, POSITIONAL)
+PAGES = (TRANSLATE, ATTENTION, DECODING, POSITIONAL, LECTURE)

@@ -207,7 +207,7 @@ def chart_titles(at) -> list[str]:
 
 def largest_difference(at) -> float:
     """The page's own comparison with the Attention page's heatmap, from its caption."""
-    (match,) = [m for c in at.caption if (m := re.search(r"differs from these weights by at most (\S+?):", c.value))]
+    (match,) = [m for c in at.caption if (m := re.search(r"differs from these weights by at most ([0-9.e+-]+)", c.value))]
     return float(match.group(1))
 
 

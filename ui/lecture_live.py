@@ -109,24 +109,24 @@ def _live(ckpt, text_key: str) -> None:
                             layer, head),
                            lambda: live.live_head(model, src.ids, tgt_inputs, kind, layer, head), "this head's numbers")
     q_pieces, k_pieces = trace.labels(kind)
-    _cut_steps(numbers, chart_labels(q_pieces), chart_labels(k_pieces))
+    _cut_steps(numbers, q_pieces, k_pieces)
     _full_width(numbers, raw_trace, q_pieces, k_pieces)
 
 
-def _cut_steps(h: live.LiveHead, q_labels: list[str], k_labels: list[str]) -> None:
+def _cut_steps(h: live.LiveHead, q_pieces, k_pieces) -> None:
     """The inputs, the projections and the five steps on the cut: a few tokens, a few of the head's columns."""
     c = live.cut(h)
     m = c.of(h)
-    ql, kl = q_labels[: c.n_q], k_labels[: c.n_k]
+    ql, kl = chart_labels(q_pieces)[: c.n_q], chart_labels(k_pieces)[: c.n_k]
     features = [f"f{j}" for j in range(c.n_features)]
     columns = [f"d{j}" for j in range(c.n_cols)]
     st.markdown(f"**X** = {h.x_note()}: one row per token, d_model = {h.d_model} features"
                 + (f"; the keys and values read **memory** = {h.x_kv_note()}." if h.kind == "cross" else "."))
     st.caption(f"Cut to what a lecture can read: the first {c.n_q} of {c.q_total} queries and {c.n_k} of {c.k_total} "
                f"keys, {c.n_features} of the {h.d_model} features of X (the rows of W), {c.n_cols} of this head's "
-               f"d_k = {h.d_k} columns. Q = X W^Q + b^Q sums over all {h.d_model} features: its {c.n_cols} columns "
+               f"d_k = {h.d_k} columns. $Q = XW^Q + b^Q$ sums over all {h.d_model} features: its {c.n_cols} columns "
                "shown are exactly the model's.")
-    inputs = st.columns(2 if h.kind == "cross" else 1)
+    inputs = st.columns(2)  # X at half width: its few columns need no more
     show_matrix(m["x_q"], f"X: {c.n_features} of {h.d_model} features", ql, features, inputs[0])
     if h.kind == "cross":
         show_matrix(m["x_kv"], f"memory: {c.n_features} of {h.d_model} features", kl, features, inputs[1])
@@ -140,16 +140,16 @@ def _cut_steps(h: live.LiveHead, q_labels: list[str], k_labels: list[str]) -> No
                 title = f"{letter} = XW<sup>{letter}</sup> + b<sup>{letter}</sup>: {c.n_cols} of {h.d_k}"
                 rows = ql if name == "q" else kl
             show_matrix(m[name], title, rows, columns, where)
-    biases = "; ".join(f"b^{n[-1].upper()} = (" + ", ".join(f"{x:.4f}" for x in m[n][0]) + ", …)"
+    biases = "; ".join(f"$b^{n[-1].upper()}$ = (" + ", ".join(f"{x:.4f}" for x in m[n][0]) + ", …)"
                        for n in ("b_q", "b_k", "b_v"))
     st.caption(f"The biases' first {c.n_cols} entries: {biases}."
                + (" Q and K are shown after RoPE's rotation by position." if h.position == "rope" else ""))
     r = worked.attention_steps(m["q"], m["k"], m["v"], scale=True, causal=h.causal)
     attention_steps_view(r, c.n_cols, True, h.causal, ql, kl, columns)
-    st.markdown(_why_different(h, c, ql, kl))
+    st.markdown(_why_different(h, c, q_pieces, k_pieces))
 
 
-def _why_different(h: live.LiveHead, c: live.Cut, ql: list[str], kl: list[str]) -> str:
+def _why_different(h: live.LiveHead, c: live.Cut, q_pieces, k_pieces) -> str:
     """Why step 4's weights are not the model's (or that they are), with the numbers of the model's strongest pair in
     the window."""
     reasons = []
@@ -158,7 +158,7 @@ def _why_different(h: live.LiveHead, c: live.Cut, ql: list[str], kl: list[str]) 
         full, shown = live.score_split(h, c.n_cols, int(i), int(j))
         root, root_cut = math.sqrt(h.d_k), math.sqrt(c.n_cols)
         reasons.append(
-            f"A score adds one product per column of the head: for {ql[i]} → {kl[j]} the model adds {h.d_k}, "
+            f"A score adds one product per column of the head: for `{q_pieces[i]}` → `{k_pieces[j]}` the model adds {h.d_k}, "
             f"q·k = {full:.4f}, of which the {c.n_cols} columns shown give {shown:.4f} and the other "
             f"{h.d_k - c.n_cols} give {full - shown:.4f}. The model divides by √{h.d_k} = {root:.4g} "
             f"({full / root:.4f}), the steps above by √{c.n_cols} = {root_cut:.4g} ({shown / root_cut:.4f}): each "
@@ -188,10 +188,11 @@ def _full_width(h: live.LiveHead, raw_trace, q_pieces, k_pieces) -> None:
     show_figure(attention_heatmap(h.weights, list(q_pieces), list(k_pieces), title=title, causal=h.causal,
                                   width=HALF_PX), b)
     page = raw_trace.attention[h.kind][h.layer, h.head].double().numpy()
+    diff = float(np.abs(page - h.weights).max())
     st.caption(f"The Attention page's heatmap of {title} for this sentence differs from these weights by at most "
-               f"{float(np.abs(page - h.weights).max()):.1e}: the same numbers, computed with the model's own "
-               "projections and softmax. Its output, weights × V, goes with the other heads' into "
-               f"Concat(head₁, …, head_{h.n_heads}) W^O.")
+               f"{diff:.1e}{' (bit for bit the same)' if diff == 0 else ''}: the same numbers, computed with the "
+               "model's own projections and softmax. This head's output, weights × V, goes with the other heads' into "
+               f"Concat(head$_1$, …, head$_{{{h.n_heads}}}$) $W^O$.")
     st.download_button(  # made when asked for, not at every click
         "Download this head's numbers (.npz)", data=lambda: live.npz_bytes(h, q_pieces, k_pieces),
         file_name=f"{h.kind}-layer{h.layer + 1}-head{h.head + 1}.npz", mime="application/octet-stream",

@@ -1,7 +1,8 @@
 """Page "Attention": every head of every layer for the current sentence and its translation.
 
 Tabs (only the open one runs; ``?tab=`` keeps it): Heads (the layer's heads as heatmaps), Tokens & lines (one
-query's or one key's weights, and BertViz-style lines), Model grid (every layer × head), Summaries (mean / max
+query's or one key's weights, and BertViz-style lines), Query · key (inside one head: q, k, q·k, the softmax, the
+weighted values), Model grid (every layer × head), Summaries (mean / max
 over heads, attention rollout), Head statistics, Ablation (switch heads off; sweep every head), Compare (a second
 sentence or a second checkpoint side by side, with a difference map when the shapes match). The kind,
 layer and head above the tabs are shared by all of them and kept in the URL (``?kind=&layer=&head=``).
@@ -10,10 +11,12 @@ layer and head above the tabs are shared by all of them and kept in the URL (``?
 import streamlit as st
 
 from model.decoding import strip_eos
+from ui import attention_qk
 from ui import attention_reading_tabs as reading
 from ui import attention_views as views
 from ui import model_card, pieces, state, url
 from ui.attention_tabs import ablation_tab, compare_tab, plot
+from ui.figures import shared
 from ui.page_state import ATTENTION
 from viz.attention import attention_heatmap, heatmap_fits
 from viz.labels import KIND_SHORT, head_name, kind_note, view_title
@@ -22,7 +25,7 @@ from viz.theme import HALF_PX, PAGE_PX
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 
-TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
+TABS = ["Heads", "Tokens & lines", "Query · key", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 
 
 @st.fragment
@@ -89,7 +92,7 @@ def attention_page() -> None:
     guide.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
 
     url.show_notes(url.choice_param(params, "tab", TABS, TABS[0], )[1])  # the tabs read ?tab= themselves
-    tab_heads, tab_tokens, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
+    tab_heads, tab_tokens, tab_qk, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
         TABS, key="tab", bind="query-params")
 
     # --- Heads ------------------------------------------------------------------------------------------------------
@@ -103,18 +106,21 @@ def attention_page() -> None:
                     if h % per_row == 0:
                         cols = st.columns(per_row)
                     with cols[h % per_row]:
-                        plot(attention_heatmap(weights[h], q_labels, k_labels, causal=causal,
-                                               width=HALF_PX if per_row == 2 else PAGE_PX,
-                                               title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
+                        plot(shared(attention_heatmap, weights[h], q_labels, k_labels, causal=causal,
+                                    width=HALF_PX if per_row == 2 else PAGE_PX,
+                                    title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
             else:
                 w, _ = view.one_head()
-                plot(attention_heatmap(w, q_labels, k_labels, causal=causal, height=620, width=PAGE_PX,
-                                       title=view_title(kind, layer, head, words)))
+                plot(shared(attention_heatmap, w, q_labels, k_labels, causal=causal, height=620, width=PAGE_PX,
+                            title=view_title(kind, layer, head, words)))
 
     # --- the reading tabs (ui/attention_reading_tabs.py) ---------------------------------------------------------
     if tab_tokens.open:
         with tab_tokens:
             reading.tokens_tab(view)
+    if tab_qk.open:
+        with tab_qk:
+            attention_qk.qk_tab(ckpt, raw_trace, trace, view)
     if tab_grid.open:
         with tab_grid:
             reading.grid_tab(view)

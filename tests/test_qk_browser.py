@@ -1,0 +1,66 @@
+"""The Attention page's "Query · key" tab in Chromium at 1280×720 (a projector), for the shipped translator and
+language model and the tiny Hugging Face MarianMT folder: its three charts are drawn within the screen's width,
+every key label and dimension number is written without running into its neighbour, at 14 px or more (the
+presentation mode's minimum there), and the page shows no traceback. Screenshots go to ``test-artifacts/``.
+Same server helpers as ``test_e2e_browser.py`` (skipped where Chromium or the models are missing).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote_plus
+
+import pytest
+
+from test_e2e_browser import (ARTIFACTS, PROJECTOR, _serve, assert_no_traceback, browser, new_page,  # noqa: F401
+                              settle)
+from test_presentation_browser import overlapping
+from ui.presentation import MIN_TICK
+
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (see test_e2e_browser.py)
+
+try:  # the tiny folders of test_hf_pages.py
+    from test_hf_pages import hf_root  # noqa: F401
+except pytest.skip.Exception:
+    @pytest.fixture(scope="module")
+    def hf_root():
+        pytest.skip("transformers is not installed")
+
+#: Texts of one SVG selector inside a chart: content, box (px, as drawn) and computed font size.
+TEXTS_JS = """(root, selector) => [...root.querySelectorAll(selector)].filter(t => t.textContent.trim())
+    .map(t => { const r = t.getBoundingClientRect();
+                return {text: t.textContent, x: r.x, y: r.y, w: r.width, h: r.height,
+                        size: parseFloat(getComputedStyle(t).fontSize)}; }).filter(b => b.w > 0)"""
+
+
+@pytest.fixture(scope="module")
+def qk_server(hf_root):
+    """The app with the tiny Hugging Face folders beside the shipped models. Yields the base URL."""
+    yield from _serve({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-qk-server.log")
+
+
+@pytest.mark.parametrize("ckpt, kind, present", [
+    ("en-de", "cross", False), ("en-de", "decoder", True), ("brown-lm", "self", False),
+    ("opus-mt-tiny", "cross", True)])
+def test_the_tab_is_drawn_readably_at_1280x720(qk_server, new_page, ckpt, kind, present):
+    page = new_page(PROJECTOR)
+    query = f"ckpt={ckpt}&kind={kind}&head=2&tab={quote_plus('Query · key')}&query=3"
+    query += "&present=1" if present else ""
+    page.goto(f"{qk_server}/attention?{query}")
+    score = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="scores every key")
+    score.wait_for()
+    settle(page)
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .main-svg').length >= 3")
+    page.wait_for_timeout(700)  # Plotly draws in the next frames
+    assert_no_traceback(page)
+    for chart in page.locator('[data-testid="stPlotlyChart"]').all():
+        box = chart.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= PROJECTOR[0] + 1, box
+    smallest = MIN_TICK if present else 14
+    keys = score.evaluate(TEXTS_JS, ".ytick text")
+    dims = score.evaluate(TEXTS_JS, ".xtick text")
+    assert len(keys) >= 4 and len(dims) >= 4, (keys, dims)
+    for texts in (keys, dims):
+        assert min(t["size"] for t in texts) >= smallest, sorted(t["size"] for t in texts)[:3]
+        assert overlapping(texts) == []
+    name = f"qk-{ckpt}-{kind}-1280x720{'-presentation' if present else ''}.png"
+    score.screenshot(path=str(ARTIFACTS / name))

@@ -6,8 +6,9 @@ and the pages. It serves the app as ``make run`` does (:mod:`benchmarks.app_serv
 presentation mode (``?present=1``) at 1280×720 and at 1920×1080 in Debian's Chromium, waits until the page's main
 content is drawn and its script run is over, and saves what the screen shows (the viewport, not the whole page)
 as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab show the lecture preset "My brother
-lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults. The Training page shows the
-runs under ``runs/`` as they are at that moment.
+lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults, and ``lecture-live`` the Worked
+examples' live numbers of the sentence scrolled to Q, K and V. The Training page shows the runs under ``runs/`` as they
+are at that moment.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Shot(NamedTuple):
     query: str  #: the page's path and link parameters, less ``present=1``
     ready: tuple[str, ...]  #: Playwright selectors of the main content: each must be visible before the shot
     pattern: str | None = None  #: a regular expression the page's text must match (the step shown)
+    scroll: str | None = None  #: a selector scrolled to the top of the screen before the shot (None: the page's top)
 
 
 SHOTS = (
@@ -41,6 +43,8 @@ SHOTS = (
     Shot("positional", "positional", ('[data-testid="stPlotlyChart"]:has-text("PE [")',)),
     Shot("tokenization", "tokenization", (r"h3 >> text=/^\d+ pieces$/",)),
     Shot("lecture", "lecture", ('[data-testid="stPlotlyChart"]:has-text("Scores")',)),
+    Shot("lecture-live", f"lecture?numbers=live&{SENTENCE}", ('[data-testid="stPlotlyChart"]:has-text("Scores")',),
+         scroll='[data-testid="stPlotlyChart"]:has-text("Q = XW")'),
     # the runs table, or the note that there are no runs
     Shot("training", "training",
          ('h3:has-text("Runs")', 'table, [data-testid="stDataFrame"], [data-testid="stAlert"]')),
@@ -66,6 +70,9 @@ def take(browser, url: str, shot: Shot, viewport: tuple[int, int], out: Path) ->
         for selector in shot.ready:
             page.locator(selector).first.wait_for(state="visible", timeout=120_000)
         settled(page, shot.pattern, min_ms=300)
+        if shot.scroll:  # Streamlit scrolls its main container, which scrollIntoView moves; below its header bar
+            page.locator(shot.scroll).first.evaluate(
+                "e => { e.style.scrollMarginTop = '70px'; e.scrollIntoView({block: 'start'}); }")
         page.wait_for_function(CHARTS_DRAWN_JS, timeout=60_000)
         page.wait_for_timeout(SETTLE_MS)
         # the Training page reruns its live parts every few seconds: take the picture between two of them

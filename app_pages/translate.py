@@ -5,7 +5,7 @@ import math
 
 import streamlit as st
 
-from ui import model_card, pieces, state, url, widgets
+from ui import lens_view, model_card, pieces, state, url, widgets
 from ui.decoding_lab import StepView
 from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
@@ -136,6 +136,7 @@ def translate_page() -> None:
         url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
                         valid=lambda h: h == "mean" or h in range(cfg.n_heads))
         attention_view(view, src)
+        lens_view.translate_lens(ckpt, src.ids, run, step)  # a toggle (?lens=1), then what each layer would predict
 
 
 translate_page()

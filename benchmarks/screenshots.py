@@ -36,6 +36,8 @@ class Shot(NamedTuple):
 SHOTS = (
     Shot("translate", f"?{SENTENCE}&step=3", ('.ae-align:has-text("Alignment so far")', ".ae-topk"),
          r"Step 3 of \d+"),
+    Shot("translate-lens", f"?{SENTENCE}&step=3&lens=1", (".ae-lens", ".ae-topk"), r"Step 3 of \d+",
+         scroll=".st-key-tr_lens"),
     # short texts: a chart title that wraps loses the space at the break ("layer 3 ·head 1")
     Shot("attention", f"attention?{SENTENCE}", ('[data-testid="stPlotlyChart"]:has-text("head 1")',)),
     Shot("decoding", f"decoding?{SENTENCE}&step=3", ('[data-testid="stPlotlyChart"]:has-text("to the next token")',),

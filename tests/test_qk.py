@@ -221,7 +221,8 @@ def test_score_figure_labels_every_key_blanks_the_mask_and_draws_the_weights(mak
     assert [t for t in scores.text if t] == [f"{v:+.2f}" for v in rec.scores.numpy()[mask]]
     masked_note = next(t for t in fig.data if t.name == "masked")
     assert list(masked_note.y) == [j for j in range(n) if not mask[j]]
-    assert len(fig.layout.shapes) == 3 * (~mask).sum()  # each masked row grey in the three panels
+    (band, *_), first = fig.layout.shapes, int(np.argmin(mask))  # the causal mask: one grey band in each panel
+    assert len(fig.layout.shapes) == 3 and (band.y0, band.y1) == (first - 0.5, n - 0.5)
     bound = np.nanmax(np.abs(z))
     assert heat.zmin == pytest.approx(-bound) and heat.zmax == pytest.approx(bound) and heat.zmid == 0
 

@@ -40,6 +40,9 @@ SHOTS = (
          scroll=".st-key-tr_lens"),
     # short texts: a chart title that wraps loses the space at the break ("layer 3 ·head 1")
     Shot("attention", f"attention?{SENTENCE}", ('[data-testid="stPlotlyChart"]:has-text("head 1")',)),
+    # inside one head: why "Bruder" (about to write "lebt") looks at "lives", with the model's own numbers
+    Shot("attention-qk", f"attention?{SENTENCE}&kind=cross&head=1&query=2&tab=Query+%C2%B7+key",
+         ('[data-testid="stPlotlyChart"]:has-text("scores every key")',), scroll=".st-key-attn_query"),
     Shot("decoding", f"decoding?{SENTENCE}&step=3", ('[data-testid="stPlotlyChart"]:has-text("to the next token")',),
          r"Step 3"),
     Shot("positional", "positional", ('[data-testid="stPlotlyChart"]:has-text("PE [")',)),

@@ -22,6 +22,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 # the repository as working folder and no extra checkpoints (an autouse fixture), and the page helpers
 from test_attention_views import _at_repo_root, assert_clean, charts, show, z_of  # noqa: E402,F401
+from test_url import BAD_VALUES, notes_of  # noqa: E402
+from test_url import open_page as open_url_page  # noqa: E402
 
 from model.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
@@ -109,6 +111,30 @@ def test_query_and_sort_live_in_the_link_and_a_bad_value_gets_a_note():
     mean = open_attention(tab=TAB, head="mean")
     assert any("this tab shows head 1" in c.value for c in mean.caption)
     assert "head 1" in charts(mean)[0]["layout"]["title"]["text"]
+
+
+@needs_models
+@pytest.mark.parametrize("bad", BAD_VALUES)
+def test_bad_query_and_sort_values_get_a_note_never_a_traceback(bad):
+    at = open_url_page("attention", {"tab": TAB, "query": bad, "sort": bad})
+    assert_clean(at)
+    assert "`query`" in notes_of(at) and "`sort`" in notes_of(at)
+    assert len(charts(at)) == 3
+
+
+@needs_models
+def test_the_tab_s_controls_are_in_the_link_and_a_fresh_session_restores_them():
+    at = open_url_page("attention", {"tab": TAB})
+    controls = [("radio", "attn_kind", "decoder"), ("selectbox", "attn_head", 3), ("selectbox", "attn_query", 4),
+                ("toggle", "attn_qk_sort", True)]
+    for kind, key, value in controls:
+        getattr(at, kind)(key=key).set_value(value).run()
+        assert_clean(at)
+    link = {k: at.query_params[k] for k in at.query_params}
+    assert link["query"] == "4" and link["sort"] == "1"
+    again = open_url_page("attention", {**link, "tab": TAB})
+    assert [getattr(again, kind)(key=key).value for kind, key, _ in controls] == [v for _, _, v in controls]
+    assert charts(again)[0]["layout"]["title"]["text"] == charts(at)[0]["layout"]["title"]["text"]
 
 
 @needs_models

@@ -206,7 +206,7 @@ def live_head(model: Transformer, src_ids, tgt_ids, kind: str, layer: int, head:
     weights = scaled_dot_product_weights(q, k, mask, bias)
     (w_q, b_q), (w_k, b_k), (w_v, b_v) = (_head_columns(p, head, d_k)
                                           for p in (module.q_proj, module.k_proj, module.v_proj))
-    w_o = module.out_proj.weight[:, head * d_k:(head + 1) * d_k].T  # Wᴼ's rows that multiply this head's output
+    w_o = module.out_proj.weight[:, head * d_k:(head + 1) * d_k].T  # W^O's rows that multiply this head's output
     return LiveHead(
         kind=kind, layer=layer, head=head, d_model=module.d_model, d_k=d_k, n_heads=module.n_heads,
         x_q=_frozen(x_q[0]), x_kv=_frozen(x_kv[0]), w_q=_frozen(w_q), w_k=_frozen(w_k), w_v=_frozen(w_v),

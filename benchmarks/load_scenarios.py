@@ -6,7 +6,9 @@ page it is shown follows its own clicks only (a session leaking into another wou
 * **demo**: the same, each visitor with a sentence of its own (:func:`demo_sentences`);
 * **attention**: the Attention page, a random layer, head, attention kind or tab each time; the link the server
   writes back must hold the layer, head and kind this visitor chose;
-* **mixed**: the three in turn (visitor 0 lecture, 1 demo, 2 attention, 3 lecture…).
+* **lens**: the lecture with the logit lens on (``?lens=1``): every step also draws what each decoder layer would
+  predict, from the lens computed once for the sentence;
+* **mixed**: lecture, demo and attention in turn (visitor 0 lecture, 1 demo, 2 attention, 3 lecture…).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from viz.labels import KIND_SHORT, KIND_TITLES
 
 from .load_client import Outcome, Visitor
 
-SCENARIOS = ("lecture", "demo", "attention")
+SCENARIOS = ("lecture", "demo", "attention", "lens")
+#: What ``mixed`` interleaves.
+MIXED = ("lecture", "demo", "attention")
 LECTURE_TEXT = "My brother lives in Berlin."
 #: Tabs a visitor browses on the Attention page (Ablation and Compare start experiments instead of showing one).
 ATTENTION_TABS = ("Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics")
@@ -42,8 +46,8 @@ class StepThrough:
 
     page = ""
 
-    def __init__(self, text: str, rng: random.Random):
-        self.query = f"text={quote_plus(text)}"
+    def __init__(self, text: str, rng: random.Random, extra: str = ""):
+        self.query = f"text={quote_plus(text)}{extra}"  # extra: more link parameters ("&lens=1")
         self.expected, self.direction, self.total = 0, 1, None
 
     def opened(self, visitor: Visitor, outcome: Outcome) -> None:
@@ -110,12 +114,12 @@ class AttentionBrowsing:
 
 
 def behaviour(scenario: str, index: int, seed: int) -> StepThrough | AttentionBrowsing:
-    """What visitor ``index`` does in ``scenario`` (mixed: lecture, demo and attention in turn)."""
+    """What visitor ``index`` does in ``scenario`` (mixed: :data:`MIXED` in turn)."""
     rng = random.Random(seed * 100_003 + index)
     if scenario == "mixed":
-        scenario = SCENARIOS[index % len(SCENARIOS)]
+        scenario = MIXED[index % len(MIXED)]
     sentences = demo_sentences()
     own = sentences[(index * 37 + seed) % len(sentences)]  # 37 is prime to 400: neighbours get far-apart sentences
-    if scenario == "lecture":
-        return StepThrough(LECTURE_TEXT, rng)
+    if scenario in ("lecture", "lens"):
+        return StepThrough(LECTURE_TEXT, rng, "&lens=1" if scenario == "lens" else "")
     return StepThrough(own, rng) if scenario == "demo" else AttentionBrowsing(own, rng)

@@ -7,8 +7,8 @@ presentation mode (``?present=1``) at 1280×720 and at 1920×1080 in Debian's Ch
 content is drawn and its script run is over, and saves what the screen shows (the viewport, not the whole page)
 as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab show the lecture preset "My brother
 lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults, and ``lecture-live`` the Worked
-examples' live numbers of the sentence scrolled to Q, K and V. The Training page shows the runs under ``runs/`` as they
-are at that moment.
+examples' live numbers of the sentence scrolled to Q, K and V, and ``translate-lens`` Translate's logit lens at step
+3, scrolled to its toggle. The Training page shows the runs under ``runs/`` as they are at that moment.
 """
 
 from __future__ import annotations

@@ -263,6 +263,9 @@ def test_bad_link_values_are_noted_and_the_page_still_draws(monkeypatch):
         assert name in notes, (name, notes)
     assert (at.selectbox(key="wl_layer").value, at.selectbox(key="wl_head").value) == (5, 0)
     assert_live_page(at, 64, causal=False)
+    at = open_lecture(monkeypatch, numbers="live", text="")
+    assert not at.error and "empty" in " ".join(str(w.value) for w in at.warning)
+    assert any(t.startswith("E") for t in chart_titles(at))  # the page's other sections are still drawn
     at = open_lecture(monkeypatch, numbers="everything")
     assert "`numbers`" in " ".join(str(e.value) for e in at.info) and at.radio(key="wx_numbers").value == "example"
 

@@ -182,6 +182,7 @@ def test_alibi_shows_the_bias_and_its_slope(monkeypatch, positions_root):
     assert any(t.get("name") == "+ ALiBi bias = logit" for t in charts(at)[0]["data"])
     slope = 2.0 ** (-8.0 * 3 / 4)  # head 3 of 4: m = 2^(−8·3/4)
     assert any(f"m = {slope:.4g}" in c.value for c in at.caption)
+    assert any("plus ALiBi's" in m.value and "gives the logit" in m.value for m in at.markdown)
 
 
 # --- the Hugging Face fixtures ---------------------------------------------------------------------------------------

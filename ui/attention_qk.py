@@ -67,11 +67,11 @@ def _summary(rec: QueryKey, q_label: str, k_labels: list[str]) -> str:
     """The sentence over the charts: the key with the most weight, its score and weight, the dimensions that made it."""
     j = int(np.argmax(rec.weights.numpy()))
     parts = ", ".join(f"{d} ({part:+.2f})" for d, part in top_dimensions(rec.contributions[j].numpy()))
-    bias = f" {rec.bias[j]:+.2f} (ALiBi) =" if rec.bias is not None else ""
-    return (f"“{q_label}” gives most weight to “{k_labels[j]}”: score q·k/√{rec.d_k} = {rec.scores[j]:+.2f} "
-            "→"
-            f"{bias} logit {rec.logits[j]:+.2f} → weight **{rec.weights[j]:.2f}**; the parts of that score largest "
-            f"in size come from dimensions {parts}.")
+    path = f"score q·k/√{rec.d_k} = {rec.scores[j]:+.2f}"
+    if rec.bias is not None:  # + 0.0: the bias at the query's own position reads +0.00, not −0.00
+        path += f", plus ALiBi's {rec.bias[j] + 0.0:+.2f}, gives the logit {rec.logits[j]:+.2f}"
+    return (f"“{q_label}” gives most weight to “{k_labels[j]}”: {path} → weight **{rec.weights[j]:.2f}**; the parts "
+            f"of that score largest in size come from dimensions {parts}.")
 
 
 def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None:

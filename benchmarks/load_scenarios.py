@@ -26,7 +26,7 @@ SCENARIOS = ("lecture", "demo", "attention", "lens")
 MIXED = ("lecture", "demo", "attention")
 LECTURE_TEXT = "My brother lives in Berlin."
 #: Tabs a visitor browses on the Attention page (Ablation and Compare start experiments instead of showing one).
-ATTENTION_TABS = ("Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics")
+ATTENTION_TABS = ("Heads", "Tokens & lines", "Query · key", "Model grid", "Summaries", "Head statistics")
 KIND_OF_LABEL = {label: kind for kind, label in KIND_SHORT.items()}  # the radio's label → ?kind=
 
 

@@ -7,6 +7,7 @@ must not starve other work on the machine.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from pathlib import Path
@@ -21,6 +22,10 @@ if str(ROOT) not in sys.path:
 from model.config import ModelConfig  # noqa: E402
 from model.tokenizer import TextTokenizer  # noqa: E402
 from model.transformer import Transformer  # noqa: E402
+
+# Every figure a test builds is validated by Plotly (viz.theme.figure skips it in the served app, for speed), so a
+# misspelt property fails a test instead of being drawn as nothing.
+os.environ.setdefault("ATTENTION_EXPLORER_VALIDATE_FIGURES", "1")
 
 torch.set_num_threads(1)
 

@@ -19,6 +19,7 @@ from model.trace import Trace
 from ui import attention_views as views
 from ui import presentation, url, widgets
 from ui.attention_tabs import plot
+from ui.figures import shared
 from viz.attention import attention_heatmap, highlight_tokens_html
 from viz.attention_views import head_stat_heatmap, lines_figure, token_bar_figure
 from viz.grid import ALTAIR_GRID_CELLS, model_grid_altair, model_grid_figure
@@ -44,16 +45,16 @@ def tokens_tab(view: views.View) -> None:
         qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="attn_query",
                           format_func=lambda i: f"{i}: {q_labels[i]}")
         q_word = q_labels[qi]
-        plot(token_bar_figure(w[qi], k_labels, title=f"What “{q_word}” attends to", subtitle=where,
-                              mark=qi if kind != "cross" else None, axis_title="keys"))
+        plot(shared(token_bar_figure, w[qi], k_labels, title=f"What “{q_word}” attends to", subtitle=where,
+                    mark=qi if kind != "cross" else None, axis_title="keys"))
         st.markdown(highlight_tokens_html(k_labels, w[qi], caption=f"“{q_word}” over the keys (the strongest outlined)"),
                     unsafe_allow_html=True)
     with right:
         kj = st.selectbox("Key token (a column)", list(range(len(k_labels))), key="attn_key",
                           format_func=lambda i: f"{i}: {k_labels[i]}")
         k_word = k_labels[kj]
-        plot(token_bar_figure(w[:, kj], q_labels, title=f"Who attends to “{k_word}”", subtitle=where,
-                              mark=kj if kind != "cross" else None, axis_title="queries"))
+        plot(shared(token_bar_figure, w[:, kj], q_labels, title=f"Who attends to “{k_word}”", subtitle=where,
+                    mark=kj if kind != "cross" else None, axis_title="queries"))
         st.markdown(highlight_tokens_html(q_labels, w[:, kj], caption=f"the queries' weight on “{k_word}” "
                                           "(a column does not sum to 1)"), unsafe_allow_html=True)
     st.subheader("Lines")
@@ -67,7 +68,7 @@ def tokens_tab(view: views.View) -> None:
     url.put("threshold", round(threshold, 4), 0.05)
     url.put("focus", focus, False)
     st.caption("Queries on the left, keys on the right; a line's opacity is its weight (the same scale for every head).")
-    plot(lines_figure(w, q_labels, k_labels, threshold=threshold, query=qi if focus else None, title=where))
+    plot(shared(lines_figure, w, q_labels, k_labels, threshold=threshold, query=qi if focus else None, title=where))
 
 
 def _open_head(layer: int, head: int) -> None:
@@ -106,17 +107,17 @@ def grid_tab(view: views.View) -> None:
                 f"(up to {ALTAIR_GRID_CELLS:,}); showing the Plotly grid. Pick a head below to open it.")
         style = "Plotly"
     if style == "Plotly":
-        plot(model_grid_figure(attn, q_labels, k_labels, causal=view.causal, title=title, highlight=picked))
+        plot(shared(model_grid_figure, attn, q_labels, k_labels, causal=view.causal, title=title, highlight=picked))
     else:
-        widgets.show_altair(model_grid_altair(attn, q_labels, k_labels, causal=view.causal, selected=picked),
+        widgets.show_altair(shared(model_grid_altair, attn, q_labels, k_labels, causal=view.causal, selected=picked),
                             on_select=_on_grid_click, selection_mode="head_pick", key="attn_grid_alt", theme=None)
     st.session_state["attn_grid_open"] = None if picked is None else picked[0] * n_heads + picked[1]
     st.selectbox("Open a head", list(range(n_layers * n_heads)), index=None, key="attn_grid_open",
                  placeholder="Pick a head to open it large…", on_change=_on_grid_pick, args=(n_heads,),
                  format_func=lambda i: f"layer {i // n_heads + 1} · head {i % n_heads + 1}")
     if picked is not None:
-        plot(attention_heatmap(attn[layer][head], q_labels, k_labels, causal=view.causal, height=560, width=PAGE_PX,
-                               title=view_title(view.kind, layer, head, view.words)))
+        plot(shared(attention_heatmap, attn[layer][head], q_labels, k_labels, causal=view.causal, height=560,
+                    width=PAGE_PX, title=view_title(view.kind, layer, head, view.words)))
 
 
 def summaries_tab(trace: Trace, view: views.View) -> None:
@@ -124,8 +125,9 @@ def summaries_tab(trace: Trace, view: views.View) -> None:
     kind of ``trace`` (cross-attention has none, and the tab says why)."""
     attn, q_labels, k_labels = view.attn, view.q_labels, view.k_labels
     stack = torch.stack([attn.mean(1), attn.max(1).values], dim=1)  # [layers, 2, q, k]
-    plot(model_grid_figure(stack, q_labels, k_labels, causal=view.causal, col_names=["mean over heads", "max over heads"],
-                           title=f"{KIND_TITLES[view.kind]} · mean and max over heads, per layer{view.unit}"))
+    plot(shared(model_grid_figure, stack, q_labels, k_labels, causal=view.causal,
+                col_names=["mean over heads", "max over heads"],
+                title=f"{KIND_TITLES[view.kind]} · mean and max over heads, per layer{view.unit}"))
     st.caption("The mean keeps rows summing to 1; the max shows where *some* head looks (rows may sum to more than 1).")
     st.subheader("Attention rollout")
     self_kinds = [k for k in trace.kinds if k != "cross"]  # rollout chains square maps only
@@ -136,8 +138,8 @@ def summaries_tab(trace: Trace, view: views.View) -> None:
         if view.words:
             rollout, r_q, r_k = views.word_level(rollout, r_q, r_k)
         with col:
-            plot(attention_heatmap(rollout, r_q, r_k, causal=k in CAUSAL_KINDS, zmax=None,
-                                   width=PAGE_PX // len(self_kinds), title=f"Rollout · {KIND_TITLES[k]}{view.unit}"))
+            plot(shared(attention_heatmap, rollout, r_q, r_k, causal=k in CAUSAL_KINDS, zmax=None,
+                        width=PAGE_PX // len(self_kinds), title=f"Rollout · {KIND_TITLES[k]}{view.unit}"))
     st.caption(
         "Rollout (Abnar & Zuidema, 2020): each layer's head-averaged attention is mixed with the identity for the "
         "residual connection (½·A + ½·I), and the layers are multiplied, estimating how much each input position "
@@ -174,5 +176,5 @@ def stats_tab(trace: Trace, view: views.View) -> None:
     stat = st.selectbox("Statistic", names, key="attn_stat", format_func=lambda n: f"{n}: {views.STAT_HELP.get(n, '')}")
     url.put("stat", stat, names[0])
     k_len = trace.attention[kind].shape[-1]
-    plot(head_stat_heatmap(stats[stat], stat, zmin=0.0, zmax=math.log(k_len) if stat == "entropy" else 1.0,
-                           title=f"{KIND_TITLES[kind]} · {stat} per head"))
+    plot(shared(head_stat_heatmap, stats[stat], stat, zmin=0.0, zmax=math.log(k_len) if stat == "entropy" else 1.0,
+                title=f"{KIND_TITLES[kind]} · {stat} per head"))

@@ -19,6 +19,7 @@ from model.hf.generation import decoding_cap
 from training.runs import run_checkpoints
 from ui import attention_views as views
 from ui import heavy, pieces, state, url, widgets
+from ui.figures import shared
 from ui.limits import limits
 from viz.attention import attention_heatmap, causal_blank
 from viz.attention_views import difference_heatmap, log_prob_figure, sweep_heatmaps
@@ -89,7 +90,8 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         m2.metric("Total log-prob, heads removed", f"{sum(ablated):.3f}", delta=f"{change:+.3f} nats")
         m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
                   help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
-        plot(log_prob_figure(scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"))
+        plot(shared(log_prob_figure, scored, base, ablated,
+                    title=f"Per-token log-probability · {len(heads)} head(s) off"))
         limit = decoding_cap(cfg, list(src.ids), ckpt.generation)  # the cap of the translation above
         new_ids = _greedy_without(ckpt, src_key, heads, limit)
         new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
@@ -98,7 +100,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
                     f"{'— *unchanged*' if same else '— *changed*'}")
     else:
         m2.metric("Total log-prob, heads removed", "—")
-        plot(log_prob_figure(scored, base, title="Per-token log-probability, all heads"))
+        plot(shared(log_prob_figure, scored, base, title="Per-token log-probability, all heads"))
         st.info("Pick one or more heads above to switch them off.")
 
     st.subheader("Every head, one at a time")
@@ -216,13 +218,14 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
                f"Second: {end_sentence(other_name)}")
     left, right = st.columns(2)
     with left:
-        plot(attention_heatmap(first, view.q_labels, view.k_labels, causal=causal, title="First"), key="cmp_a")
+        plot(shared(attention_heatmap, first, view.q_labels, view.k_labels, causal=causal, title="First"), key="cmp_a")
     with right:
-        plot(attention_heatmap(second, o_q, o_k, causal=causal, title="Second"), key="cmp_b")
+        plot(shared(attention_heatmap, second, o_q, o_k, causal=causal, title="Second"), key="cmp_b")
     if tuple(first.shape) == tuple(second.shape):
         a = causal_blank(first.numpy()) if causal else first
         b = causal_blank(second.numpy()) if causal else second
-        plot(difference_heatmap(a, b, view.q_labels, view.k_labels, title="Difference (second − first)"), key="cmp_d")
+        plot(shared(difference_heatmap, a, b, view.q_labels, view.k_labels, title="Difference (second − first)"),
+             key="cmp_d")
     else:
         st.info(f"The two maps have different shapes ({tuple(first.shape)} vs {tuple(second.shape)}), so "
                 "there is no cell-by-cell difference: compare their patterns side by side.")

@@ -16,7 +16,7 @@ from plotly.colors import sample_colorscale, unlabel_rgb
 
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
                        GREY, HALF_PX, INK, LINE_EM, MASKED_BG, MIN_READABLE, MONO, MONO_CHAR_EM, NAVY, SUBTLE,
-                       TITLE_STANDOFF, WHITE, LabelPlan, label_plan, tier_px, title as _title, title_chars,
+                       TITLE_STANDOFF, WHITE, LabelPlan, figure, label_plan, tier_px, title as _title, title_chars,
                        title_margin, wrap_title)
 
 
@@ -95,15 +95,28 @@ def token_axes(labels: Sequence[str], plan: LabelPlan, font: dict, title: str = 
     return axes
 
 
+def token_xaxes_into(data: list[dict], layout: dict, labels: Sequence[str], plan: LabelPlan, font: dict,
+                     title: str = "", **common) -> None:
+    """Put :func:`token_axes`' x axes into a ``layout`` dict, with an empty trace in ``data`` on each overlay axis
+    (Plotly draws an axis only when a trace uses it). ``data``'s first trace stays the data."""
+    for t, axis in enumerate(token_axes(labels, plan, font, title, **common)):
+        layout[f"xaxis{t + 1 if t else ''}"] = axis
+        if t:
+            data.append(dict(type="scatter", x=[None], y=[None], xaxis=f"x{t + 1}", hoverinfo="skip",
+                             showlegend=False, name=f"key labels, tier {t + 1}"))
+
+
 def set_token_xaxes(fig: go.Figure, labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "",
                     **common) -> None:
-    """Lay ``fig``'s x axis out as :func:`token_axes` says, with an empty trace on each overlay axis (Plotly draws
-    an axis only when a trace uses it). The figure's first trace stays its data."""
-    for t, axis in enumerate(token_axes(labels, plan, font, title, **common)):
-        fig.layout[f"xaxis{t + 1 if t else ''}"] = axis
-        if t:
-            fig.add_trace(go.Scatter(x=[None], y=[None], xaxis=f"x{t + 1}", hoverinfo="skip", showlegend=False,
-                                     name=f"key labels, tier {t + 1}"))
+    """Lay ``fig``'s x axis out as :func:`token_axes` says (:func:`token_xaxes_into`, for a figure already
+    built)."""
+    data: list[dict] = []
+    layout: dict = {}
+    token_xaxes_into(data, layout, labels, plan, font, title, **common)
+    for name, axis in layout.items():
+        fig.layout[name] = axis
+    for trace in data:
+        fig.add_trace(go.Scatter({k: v for k, v in trace.items() if k != "type"}))
 
 
 def labels_depth(labels: Sequence[str], plan: LabelPlan) -> float:
@@ -166,21 +179,20 @@ def attention_heatmap(
     k_disp = [display_token(t) for t in key_labels]
     hover = np.array([[f"query <b>{plotly_escape(q)}</b> (row {i})<br>key <b>{plotly_escape(k)}</b> (column {j})"
                        for j, k in enumerate(k_disp)] for i, q in enumerate(q_disp)])
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=list(range(k_len)),
-            y=list(range(q_len)),
-            customdata=hover,
-            hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
-            colorscale=ATTENTION_SCALE,
-            zmin=0.0,
-            zmax=zmax if zmax is not None else (float(np.nanmax(z)) if np.isfinite(z).any() else 1.0) or 1.0,
-            xgap=1,
-            ygap=1,
-            colorbar=dict(title=dict(text="weight"), thickness=14),
-        )
-    )
+    data = [dict(
+        type="heatmap",
+        z=z,
+        x=list(range(k_len)),
+        y=list(range(q_len)),
+        customdata=hover,
+        hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
+        colorscale=ATTENTION_SCALE,
+        zmin=0.0,
+        zmax=zmax if zmax is not None else (float(np.nanmax(z)) if np.isfinite(z).any() else 1.0) or 1.0,
+        xgap=1,
+        ygap=1,
+        colorbar=dict(title=dict(text="weight"), thickness=14),
+    )]
     title = wrap_title(title, title_chars(width)) if title else ""
     top = max(50, title_margin(title, 26, 24)) if title else 20
     q_short, k_short = [_short(t) for t in q_disp], [_short(t) for t in k_disp]
@@ -190,7 +202,7 @@ def attention_heatmap(
     row = max(34 if max(q_len, k_len) <= 20 else 22, LINE_EM * plan.size + 2)
     under = labels_depth(k_short, plan) + 10 + AXIS_TITLE_PX + TITLE_STANDOFF
     height = max(height or 0, int(top + row * q_len + under + 10))
-    fig.update_layout(
+    layout = dict(
         title=_title(title),
         font=FONT,
         height=height,
@@ -200,9 +212,9 @@ def attention_heatmap(
     # No zero lines: they are drawn under the cells and showed through every empty (masked) cell of the first
     # row and column, and through the gaps between cells, as a dark line across the <bos> row.
     tick_font = dict(family=MONO, size=plan.size, color=INK)
-    set_token_xaxes(fig, k_short, plan, tick_font, "keys (attended to) →")
-    fig.update_yaxes(**token_yaxis(q_short, plan.size, "queries (attending) ↓"), autorange="reversed")
-    return fig
+    token_xaxes_into(data, layout, k_short, plan, tick_font, "keys (attended to) →")
+    layout["yaxis"] = dict(token_yaxis(q_short, plan.size, "queries (attending) ↓"), autorange="reversed")
+    return figure(data, layout)
 
 
 def token_yaxis(labels: Sequence[str], size: int, title: str = "") -> dict:

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from viz.attention import (AXIS_TITLE_PX, _as_array, _short, check_labels, display_token, key_plan, labels_depth,
-                           plotly_escape, set_token_xaxes, token_yaxis)
+                           plotly_escape, set_token_xaxes, token_xaxes_into, token_yaxis)
 from viz import theme
 from viz.theme import wrap_title
 from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, BLUE as LINE_COLOR, FONT, GRID, HALF_PX, INK as TEXT_COLOR,
@@ -54,37 +54,37 @@ def lines_figure(
     pairs = [(float(w[i, j]), i, j) for i in rows for j in range(k_len) if np.isfinite(w[i, j]) and w[i, j] >= threshold]
     pairs.sort()  # weakest first, so that the strong lines are drawn on top
     pairs = pairs[-max_lines:] if max_lines else pairs
-    fig = go.Figure()
-    for weight, i, j in pairs:
-        fig.add_trace(go.Scatter(
-            x=[0, 1], y=[i, j], mode="lines", opacity=weight, line=dict(color=LINE_COLOR, width=2.5),
-            hoverinfo="skip", showlegend=False, meta=[i, j], name=f"{q_disp[i]} → {k_disp[j]}",
-        ))
+    data = [dict(type="scatter", x=[0, 1], y=[i, j], mode="lines", opacity=weight,
+                 line=dict(color=LINE_COLOR, width=2.5), hoverinfo="skip", showlegend=False, meta=[i, j],
+                 name=f"{q_disp[i]} → {k_disp[j]}")
+            for weight, i, j in pairs]
     marked = query if query is not None and 0 <= query < q_len else None
-    fig.add_trace(go.Scatter(
-        x=[0] * q_len, y=list(range(q_len)), mode="text+markers", text=q_disp, textposition="middle left",
+    data.append(dict(
+        type="scatter", x=[0] * q_len, y=list(range(q_len)), mode="text+markers", text=q_disp,
+        textposition="middle left",
         textfont=dict(family=MONO, size=14, color=[HIGHLIGHT if i == marked else TEXT_COLOR for i in range(q_len)]),
         marker=dict(size=7, color=[HIGHLIGHT if i == marked else LINE_COLOR for i in range(q_len)]),
         hovertemplate="query %{text} (row %{y})<extra></extra>", showlegend=False, name="queries",
     ))
-    fig.add_trace(go.Scatter(
-        x=[1] * k_len, y=list(range(k_len)), mode="text+markers", text=k_disp, textposition="middle right",
-        textfont=dict(family=MONO, size=14, color=TEXT_COLOR), marker=dict(size=7, color=LINE_COLOR),
+    data.append(dict(
+        type="scatter", x=[1] * k_len, y=list(range(k_len)), mode="text+markers", text=k_disp,
+        textposition="middle right", textfont=dict(family=MONO, size=14, color=TEXT_COLOR),
+        marker=dict(size=7, color=LINE_COLOR),
         hovertemplate="key %{text} (column %{y})<extra></extra>", showlegend=False, name="keys",
     ))
     n = max(q_len, k_len)
     longest = max((len(t) for t in q_disp + k_disp), default=4)
     pad = min(1.5, 0.1 + 0.045 * longest)
-    fig.update_layout(
+    note = dict(showarrow=False, font=dict(size=14, color=SUBTLE), y=-0.9)
+    layout = dict(
         title=theme.title(title),
         font=FONT, height=min(1400, 90 + 28 * n), margin=dict(l=10, r=10, t=60 if title else 30, b=10),
         plot_bgcolor=WHITE,
+        xaxis=dict(visible=False, range=[-pad, 1 + pad]),
+        yaxis=dict(visible=False, autorange="reversed"),
+        annotations=[dict(note, x=0, text="queries", xanchor="right"), dict(note, x=1, text="keys", xanchor="left")],
     )
-    fig.update_xaxes(visible=False, range=[-pad, 1 + pad])
-    fig.update_yaxes(visible=False, autorange="reversed")
-    fig.add_annotation(x=0, y=-0.9, text="queries", showarrow=False, font=dict(size=14, color=SUBTLE), xanchor="right")
-    fig.add_annotation(x=1, y=-0.9, text="keys", showarrow=False, font=dict(size=14, color=SUBTLE), xanchor="left")
-    return fig
+    return theme.figure(data, layout)
 
 
 def token_bar_figure(
@@ -119,11 +119,11 @@ def token_bar_figure(
     roomy = plot_px / max(len(w), 1) >= 4 * 0.55 * FONT["size"] + 6
     top = int(np.argmax(w)) if len(w) else -1
     values = [f"{v:.2f}" if v >= 0.005 and (roomy or i == top) else "" for i, v in enumerate(w)]
-    fig = go.Figure(go.Bar(
-        x=list(range(len(w))), y=w, marker_color=colors, customdata=disp,
+    data = [dict(
+        type="bar", x=list(range(len(w))), y=w, marker=dict(color=colors), customdata=disp,
         hovertemplate="%{customdata} (position %{x})<br>" + value_title + " %{y:.3f}<extra></extra>",
         text=values, textposition="outside", cliponaxis=False, constraintext="none" if not roomy else "both",
-    ))
+    )]
     # each line wrapped for the chart's width (the subtitle is 14 px, so more of it fits), then escaped
     heads = [wrap_title(t, theme.title_chars(width, 16 if i == 0 else MIN_READABLE)).split("<br>")
              for i, t in enumerate(t for t in (title, subtitle) if t)]
@@ -133,15 +133,15 @@ def token_bar_figure(
     n_lines = sum(len(parts) for parts in lines)
     # the bars keep their 200 px however deep the labels under them are (a fixed height left them 130 px)
     under = labels_depth(short, plan) + 10 + AXIS_TITLE_PX + theme.TITLE_STANDOFF
-    fig.update_layout(
+    layout = dict(
         title=theme.title(text), font=FONT,
         height=int(200 + under + 26 + 28 * n_lines), margin=dict(l=10, r=10, t=26 + 28 * n_lines, b=10),
         plot_bgcolor=WHITE, bargap=0.2,
+        yaxis=dict(range=[0, 1.1], title=dict(text=value_title, standoff=theme.TITLE_STANDOFF), gridcolor=GRID,
+                   automargin=True),
     )
-    set_token_xaxes(fig, short, plan, dict(family=MONO, color=TEXT_COLOR), axis_title)
-    fig.update_yaxes(range=[0, 1.1], title=dict(text=value_title, standoff=theme.TITLE_STANDOFF), gridcolor=GRID,
-                     automargin=True)
-    return fig
+    token_xaxes_into(data, layout, short, plan, dict(family=MONO, color=TEXT_COLOR), axis_title)
+    return theme.figure(data, layout)
 
 
 def cell_number(value: float, decimals: int = 2) -> str:

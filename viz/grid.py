@@ -13,7 +13,6 @@ import altair as alt
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from viz.attention import _as_array, _short, causal_blank, check_labels, display_token, label_px, plotly_escape
 from viz import theme
@@ -96,39 +95,11 @@ def model_grid_figure(
     under = (LINE_EM * plan.size if plan.angle == 0 else label_px(k_short, plan.size)) + 10
     bottom = int(20 + under) if key_labels else 20
     plot_h = n_rows * panel + (n_rows - 1) * PANEL_GAP_PX
-    fig = make_subplots(
-        rows=n_rows, cols=n_cols,
-        subplot_titles=[f"{r} · {c}" for r in row_names for c in col_names],
-        horizontal_spacing=h_spacing,
-        vertical_spacing=PANEL_GAP_PX / plot_h if n_rows > 1 else 0.0,
-    )
-    for r in range(n_rows):
-        for c in range(n_cols):
-            name = f"{row_names[r]} · {col_names[c]}"
-            fig.add_trace(
-                go.Heatmap(
-                    z=z_all[r, c], x=list(range(k_len)), y=list(range(q_len)), coloraxis="coloraxis",
-                    customdata=hover, name=name,
-                    hovertemplate=(f"{plotly_escape(name)}<br>"
-                                   + ("%{customdata}" if hover is not None else "query %{y} → key %{x}")
-                                   + "<br>weight %{z:.3f}<extra></extra>"),
-                    xgap=1 if n <= 40 else 0, ygap=1 if n <= 40 else 0,
-                ),
-                row=r + 1, col=c + 1,
-            )
+    v_spacing = PANEL_GAP_PX / plot_h if n_rows > 1 else 0.0
     tick_font = dict(family=MONO, size=plan.size, color=TEXT_COLOR)
-    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, ticks="")
-    fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False, ticks="", autorange="reversed")
-    if key_labels:
-        kept = list(range(k_len))
-        for c in range(n_cols):
-            fig.update_xaxes(showticklabels=True, tickvals=kept, ticktext=k_short, tickangle=plan.angle,
-                             tickfont=tick_font, automargin=True, row=n_rows, col=c + 1)
-    if labelled:
-        for r in range(n_rows):
-            fig.update_yaxes(showticklabels=True, tickvals=list(range(q_len)), ticktext=q_short,
-                             tickfont=dict(tick_font, size=MIN_READABLE), automargin=True, row=r + 1, col=1)
-    fig.update_layout(
+    hidden = dict(showgrid=False, zeroline=False, showticklabels=False, ticks="")
+    data: list[dict] = []
+    layout: dict = dict(
         title=theme.title(title),
         font=FONT,
         height=int(top + plot_h + bottom),
@@ -136,14 +107,52 @@ def model_grid_figure(
         plot_bgcolor=MASKED_BG if causal else WHITE,
         coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=1.0,
                        colorbar=dict(title=dict(text="weight"), thickness=12, len=min(1.0, 300 / max(1, n_rows * panel)))),
+        annotations=[],
     )
-    fig.update_annotations(font=dict(size=MIN_READABLE, color=TEXT_COLOR))  # the panel titles
+    for r, c, (x0, x1), (y0, y1) in subplot_domains(n_rows, n_cols, h_spacing, v_spacing):
+        i = r * n_cols + c + 1
+        suffix = "" if i == 1 else str(i)
+        name = f"{row_names[r]} · {col_names[c]}"
+        data.append(dict(
+            type="heatmap", z=z_all[r, c], x=list(range(k_len)), y=list(range(q_len)), coloraxis="coloraxis",
+            customdata=hover, name=name, xaxis=f"x{suffix}", yaxis=f"y{suffix}",
+            hovertemplate=(f"{plotly_escape(name)}<br>"
+                           + ("%{customdata}" if hover is not None else "query %{y} → key %{x}")
+                           + "<br>weight %{z:.3f}<extra></extra>"),
+            xgap=1 if n <= 40 else 0, ygap=1 if n <= 40 else 0,
+        ))
+        xaxis = dict(hidden, anchor=f"y{suffix}", domain=[x0, x1])
+        yaxis = dict(hidden, anchor=f"x{suffix}", domain=[y0, y1], autorange="reversed")
+        if key_labels and r == n_rows - 1:
+            xaxis.update(showticklabels=True, tickvals=list(range(k_len)), ticktext=k_short, tickangle=plan.angle,
+                         tickfont=tick_font, automargin=True)
+        if labelled and c == 0:
+            yaxis.update(showticklabels=True, tickvals=list(range(q_len)), ticktext=q_short,
+                         tickfont=dict(tick_font, size=MIN_READABLE), automargin=True)
+        layout[f"xaxis{suffix}"], layout[f"yaxis{suffix}"] = xaxis, yaxis
+        layout["annotations"].append(dict(  # the panel's title, over its top edge
+            text=name, x=(x0 + x1) / 2, y=y1, xref="paper", yref="paper", xanchor="center", yanchor="bottom",
+            showarrow=False, font=dict(size=MIN_READABLE, color=TEXT_COLOR)))
     if highlight is not None and 0 <= highlight[0] < n_rows and 0 <= highlight[1] < n_cols:
         idx = highlight[0] * n_cols + highlight[1] + 1
         suffix = "" if idx == 1 else str(idx)
-        fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.03, x1=1.03, y0=-0.03,
-                      y1=1.03, line=dict(color=HIGHLIGHT, width=3))
-    return fig
+        layout["shapes"] = [dict(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.03, x1=1.03,
+                                 y0=-0.03, y1=1.03, line=dict(color=HIGHLIGHT, width=3))]
+    return theme.figure(data, layout)
+
+
+def subplot_domains(n_rows: int, n_cols: int, h_spacing: float, v_spacing: float):
+    """``(row, col, x domain, y domain)`` of every panel of an ``n_rows × n_cols`` grid, row 0 at the top, as
+    ``plotly.subplots.make_subplots`` lays them out (fractions of the plot area; ``h_spacing`` / ``v_spacing``
+    between panels), without building a figure."""
+    width = (1.0 - h_spacing * (n_cols - 1)) / n_cols
+    height = (1.0 - v_spacing * (n_rows - 1)) / n_rows
+    for r in range(n_rows):
+        top = 1.0 - r * (height + v_spacing)
+        for c in range(n_cols):
+            left = c * (width + h_spacing)
+            # clamped: the sums round to a hair outside [0, 1] (-6e-17), which Plotly refuses
+            yield r, c, (max(left, 0.0), min(left + width, 1.0)), (max(top - height, 0.0), min(top, 1.0))
 
 
 def model_grid_altair(

@@ -15,7 +15,7 @@ import streamlit as st
 
 from model.decoding import strip_eos
 from teaching import live, worked
-from ui import heavy, state, url
+from ui import figures, heavy, state, url
 from ui.widgets import show_figure
 from viz.attention import attention_heatmap, plotly_escape
 from viz.labels import KIND_SHORT, head_name, view_title
@@ -30,8 +30,9 @@ KIND_KEY, LAYER_KEY, HEAD_KEY = "wl_kind", "wl_layer", "wl_head"
 
 
 def show_matrix(z, title: str, rows=None, cols=None, where=None) -> None:
-    """A small matrix with its numbers in the cells (:func:`viz.teaching.annotated_matrix`), in ``where``."""
-    show_figure(annotated_matrix(z, title, rows, cols), where)
+    """A small matrix with its numbers in the cells (:func:`viz.teaching.annotated_matrix`), in ``where``; built once
+    per process for equal numbers and labels (:mod:`ui.figures`: a room looking at one head builds it once)."""
+    show_figure(figures.shared(annotated_matrix, z, title, rows, cols), where)
 
 
 def attention_steps_view(r: dict, d_k: int, scale: bool, causal: bool, q_labels, k_labels, v_columns) -> None:
@@ -185,8 +186,8 @@ def _full_width(h: live.LiveHead, raw_trace, q_pieces, k_pieces) -> None:
     a, b = st.columns(2)
     show_matrix(h.weights[: c.n_q, : c.n_k], f"The window above: {c.n_q} × {c.n_k} of {c.q_total} × {c.k_total}",
                 chart_labels(q_pieces)[: c.n_q], chart_labels(k_pieces)[: c.n_k], a)
-    show_figure(attention_heatmap(h.weights, list(q_pieces), list(k_pieces), title=title, causal=h.causal,
-                                  width=HALF_PX), b)
+    show_figure(figures.shared(attention_heatmap, h.weights, list(q_pieces), list(k_pieces), title=title,
+                               causal=h.causal, width=HALF_PX), b)
     page = raw_trace.attention[h.kind][h.layer, h.head].double().numpy()
     diff = float(np.abs(page - h.weights).max())
     st.caption(f"The Attention page's heatmap of {title} for this sentence differs from these weights by at most "

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG,
-                       ERROR_BORDER, FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MUTED, SUBTLE, WHITE, legend_above)
+                       ERROR_BORDER, FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MUTED, SUBTLE, WHITE, figure, legend_above)
 
 DIVERGING = "RdBu"
 
@@ -89,21 +89,24 @@ def bar(x: Sequence, y: Sequence[float], title: str = "", xtitle: str = "", ytit
 # --- worked examples ----------------------------------------------------------------------------------
 def annotated_matrix(z, title: str = "", row_labels: Sequence[str] | None = None,
                      col_labels: Sequence[str] | None = None, decimals: int = 4) -> go.Figure:
-    """A small matrix with every value written in its cell (``decimals`` places); ``−∞`` cells read "−∞"."""
+    """A small matrix with every value written in its cell (``decimals`` places); ``−∞`` cells read "−∞".
+
+    Built from plain dicts in one go (:func:`viz.theme.figure`): a worked example draws a dozen of these at every
+    click, and Plotly's update calls took 9 ms for each."""
     z = np.atleast_2d(np.asarray(z, dtype=float))
     rows, cols = z.shape
     rl = list(row_labels) if row_labels is not None else [f"row {i}" for i in range(rows)]
     cl = list(col_labels) if col_labels is not None else [f"col {j}" for j in range(cols)]
     text = [["−∞" if np.isneginf(v) else ("∞" if np.isposinf(v) else f"{v:.{decimals}f}") for v in r] for r in z]
     shown = np.where(np.isfinite(z), z, np.nan)
-    fig = go.Figure(go.Heatmap(z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale="Blues",
-                               showscale=False, xgap=2, ygap=2, hoverinfo="skip"))
-    fig = _layout(fig, title, 110 + 42 * rows)
+    heatmap = dict(type="heatmap", z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale="Blues",
+                   showscale=False, xgap=2, ygap=2, hoverinfo="skip")
     # column names sit on top: room for them under the title, which they touched with the default margin
-    fig.update_layout(plot_bgcolor=MASKED_BG, margin=dict(t=80 if title else 40))
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(side="top")
-    return fig
+    layout = dict(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, height=110 + 42 * rows,
+                  margin=dict(l=10, r=10, t=80 if title else 40, b=10), plot_bgcolor=MASKED_BG,
+                  xaxis=dict(title=dict(text=""), automargin=True, side="top"),
+                  yaxis=dict(title=dict(text=""), automargin=True, autorange="reversed"))
+    return figure([heatmap], layout)
 
 
 def scaling_chart(rows: Sequence[dict], n_keys: int = 10) -> go.Figure:

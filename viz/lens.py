@@ -102,7 +102,7 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
     shown = html.escape(display_token(chosen_piece))
     where = (f"★ layer {html.escape(layer_labels[first_top])}: the first whose top guess it is."
              if first_top is not None else "No layer ranks it first.")
-    note = (f'<div class="ae-lens-note" style="font-size:{num_px}px;margin-top:4px">Outlined: {shown}, the token '
+    note = (f'<div class="ae-lens-note" style="font-size:{num_px}px;margin-top:4px">Outlined: “{shown}”, the token '
             f"taken at this step; its probability and rank (#) at each layer beside the layer. {where}</div>")
     # the columns in em of the table's own font size, so that they hold their numbers in both modes
     return (f'<div class="ae-lens">{heading}<table style="width:100%;table-layout:fixed;border-collapse:separate;'

@@ -286,3 +286,18 @@ def test_the_npz_export_round_trips(make_model, encode_src, encode_tgt):
     assert np.allclose(data["weights"], rec.weights.numpy()) and np.allclose(data["q_raw"], rec.q_raw.numpy())
     assert data["mask"].dtype == bool and "bias" not in data and "scores_unrotated" in data
     assert str(data["query_token"]) == "k2" and list(data["key_tokens"]) == [f"k{j}" for j in range(n)]
+
+
+def test_the_colours_are_stops_that_draw_alike_with_and_without_validation(monkeypatch):
+    """The served app builds figures without Plotly's validation (viz.theme.figure), and then a scale *name* reaches
+    plotly.js, whose "RdBu" is another scale (blue, grey, red): the figures carry the stops themselves."""
+    monkeypatch.setenv("ATTENTION_EXPLORER_VALIDATE_FIGURES", "0")
+    c = np.array([[1.0, -1.0], [0.5, 0.0]])
+    figs = [score_figure(c, c.sum(1), np.array([0.6, 0.4]), ["a", "b"]),
+            vectors_figure([("x", c[0], c)], "q", ["a", "b"]), values_figure(c, c.sum(0), ["a", "b"])]
+    for fig in figs:
+        for trace in fig.to_dict()["data"]:
+            if trace["type"] == "heatmap":
+                scale = [list(stop) for stop in trace["colorscale"]]
+                assert scale[0] == [0.0, "rgb(5,48,97)"] and scale[-1] == [1.0, "rgb(103,0,31)"]  # blue → red
+                assert not trace.get("reversescale")

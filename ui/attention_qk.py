@@ -21,6 +21,7 @@ from model.qk import LayerInputs, QueryKey, layer_inputs, query_key
 from model.trace import Trace
 from ui import attention_views as views
 from ui import heavy, state, url, widgets
+from ui.figures import shared
 from viz.labels import KIND_SHORT, view_title
 from viz.qk import dimension_order, score_figure, top_dimensions, values_figure, vectors_figure
 
@@ -110,8 +111,8 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
                f"q = x W_Q + b_Q, k = x W_K + b_K and v = x W_V + b_V of this head, where x is {norm}"
                + (" (k and v from the encoder's output)." if kind == "cross" else ".") + " " + " ".join(notes))
     st.markdown(_summary(rec, q_labels[qi], k_labels))
-    widgets.show_figure(score_figure(
-        contributions, rec.scores.numpy(), rec.weights.numpy(), k_labels, mask=mask,
+    widgets.show_figure(shared(  # built once per process for equal numbers, shared by every visitor (ui.figures)
+        score_figure, contributions, rec.scores.numpy(), rec.weights.numpy(), k_labels, mask=mask,
         bias=None if rec.bias is None else rec.bias.numpy(),
         unrotated=None if rec.scores_unrotated is None else rec.scores_unrotated.numpy(), order=order, own=own,
         title=f"How “{q_labels[qi]}” scores every key · {where}"), key="qk_scores")
@@ -133,10 +134,10 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
     if rec.position == "rope":
         panels = [("before the rotation", rec.q_raw.numpy(), rec.k_raw.numpy()),
                   ("after the rotation (as scored)", rec.q.numpy(), rec.k.numpy())]
-    widgets.show_figure(vectors_figure(panels, q_labels[qi], k_labels, order=order,
-                                       title=f"The query and the keys, entry by entry · {where}"), key="qk_vectors")
-    widgets.show_figure(values_figure(rec.weighted.numpy(), rec.output.numpy(), k_labels,
-                                      title=f"What “{q_labels[qi]}” reads: the values, each times its weight"),
+    widgets.show_figure(shared(vectors_figure, panels, q_labels[qi], k_labels, order=order,
+                               title=f"The query and the keys, entry by entry · {where}"), key="qk_vectors")
+    widgets.show_figure(shared(values_figure, rec.weighted.numpy(), rec.output.numpy(), k_labels,
+                               title=f"What “{q_labels[qi]}” reads: the values, each times its weight"),
                         key="qk_values")
     st.caption("Each row is a value vector v_j times its weight w_j; the top row, their sum, is the head's output "
                "for this query, before W_O mixes the heads.")

@@ -13,18 +13,19 @@ from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.colors import sample_colorscale
-from plotly.subplots import make_subplots
+from plotly.colors import diverging, make_colorscale, sample_colorscale
 
 from viz.attention import _short, display_token, label_px, plotly_escape, token_yaxis
 from viz.theme import (AXIS_TITLE_FONT, BLUE, ENLARGED, FONT, GRID, INK, LINE_EM, MASKED_BG, MIN_READABLE,
-                       MONO_CHAR_EM, PAGE_PX, SUBTLE, TITLE_STANDOFF, WHITE, ZERO_LINE, title as _title,
+                       MONO_CHAR_EM, PAGE_PX, SUBTLE, TITLE_STANDOFF, WHITE, ZERO_LINE, figure, title as _title,
                        title_chars, title_margin, wrap_title)
 
-#: The diverging scale of every signed value here: Plotly's RdBu turned round, so that positive is red.
-DIVERGING = dict(colorscale="RdBu", reversescale=True)
-#: Bar colours of a positive and a negative score: the ends of :data:`DIVERGING`, as Plotly samples them.
-POSITIVE, NEGATIVE = sample_colorscale("RdBu", [0.1, 0.9])
+#: The diverging scale of every signed value here: ColorBrewer's RdBu from blue (negative) to red (positive), as
+#: stops: the name "RdBu" means another scale in plotly.js (blue, grey, red), which draws a figure built without
+#: Plotly's validation (:func:`viz.theme.figure`), and the one Python names in a validated one.
+DIVERGING = dict(colorscale=make_colorscale(diverging.RdBu_r))
+#: Bar colours of a negative and a positive score, from near the ends of :data:`DIVERGING`.
+NEGATIVE, POSITIVE = sample_colorscale(DIVERGING["colorscale"], [0.1, 0.9])
 #: Power-of-two steps between labelled dimensions (every dimension is hovered; these are written).
 _DIM_STEPS = (1, 2, 4, 8, 16, 32, 64)
 #: Room (px) under a figure's plot for its x tick labels and x-axis title, as presentation mode enlarges them.
@@ -91,11 +92,31 @@ def _row_px(n_rows: int) -> int:
     return int(max(30 if n_rows <= 16 else 24, LINE_EM * MIN_READABLE * 1.25 + 2))
 
 
-def _layout(fig: go.Figure, title: str, width: int, plot_rows_px: float, bottom: int) -> None:
+def _layout(title: str, width: int, plot_rows_px: float, bottom: int) -> dict:
+    """The layout every figure here starts from: its title, fonts, and a height that gives the plot
+    ``plot_rows_px`` px between the title (with the panels' own titles under it) and ``bottom`` px of room."""
     text = wrap_title(title, title_chars(width)) if title else ""
-    top = title_margin(text, 30, 24) + 26  # the title, then the panels' own titles
-    fig.update_layout(title=_title(text), font=FONT, height=int(top + plot_rows_px + bottom),
-                      margin=dict(l=10, r=10, t=top, b=bottom), plot_bgcolor=WHITE)
+    top = title_margin(text, 30, 24) + 26
+    return dict(title=_title(text), font=FONT, height=int(top + plot_rows_px + bottom),
+                margin=dict(l=10, r=10, t=top, b=bottom), plot_bgcolor=WHITE)
+
+
+def _domains(weights: Sequence[float], spacing: float) -> list[list[float]]:
+    """Paper-coordinate ``[start, end]`` of panels side by side (or stacked), in proportion to ``weights``, with
+    ``spacing`` between neighbours (as ``plotly.subplots.make_subplots`` lays them out)."""
+    share = (1.0 - spacing * (len(weights) - 1)) / sum(weights)
+    domains, at = [], 0.0
+    for w in weights:
+        domains.append([at, at + w * share])
+        at += w * share + spacing
+    domains[-1][1] = 1.0
+    return domains
+
+
+def _panel_title(text: str, domain: Sequence[float], y: float = 1.0) -> dict:
+    """A panel's title above it (what ``make_subplots``' subplot titles are): 16 px, centred on its x ``domain``."""
+    return dict(text=text, x=(domain[0] + domain[1]) / 2, y=y, xref="paper", yref="paper", xanchor="center",
+                yanchor="bottom", showarrow=False, font=dict(size=16))
 
 
 def _axis_title(text: str) -> dict:
@@ -148,99 +169,111 @@ def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, m
     rows = list(range(n))
     labels = _key_labels(key_labels, own)
     z = np.where(seen[:, None], c[:, order], np.nan)
-    fig = make_subplots(rows=1, cols=3, shared_yaxes=True, column_widths=[0.6, 0.22, 0.18], horizontal_spacing=0.035,
-                        subplot_titles=("each dimension's part of the score", "score q·k/√d_k", "weight"))
     hover = [[f"key <b>{labels[j]}</b> · dimension {int(order[i])}" for i in range(d_k)] for j in rows]
-    fig.add_trace(go.Heatmap(z=z, x=list(range(d_k)), y=rows, **_colour(_bound(z), "q_d·k_d/√d_k", side="top"),
-                             customdata=hover, xgap=0.5,
-                             ygap=1, hovertemplate="%{customdata}<br>q_d·k_d/√d_k %{z:+.4f}<extra></extra>"), 1, 1)
     shown_s = np.where(seen, s, 0.0)
-    fig.add_trace(go.Bar(
-        x=shown_s, y=rows, orientation="h", marker_color=[POSITIVE if v >= 0 else NEGATIVE for v in shown_s],
-        text=[f"{v:+.2f}" if m else "" for v, m in zip(s, seen)], textposition="outside", cliponaxis=False,
-        customdata=labels, hovertemplate="%{customdata}: score %{x:+.4f}<extra></extra>", showlegend=False,
-        name="score"), 1, 2)
+    data = [
+        dict(type="heatmap", z=z, x=list(range(d_k)), y=rows, **_colour(_bound(z), "q_d·k_d/√d_k", side="top"),
+             customdata=hover, xgap=0.5, ygap=1,
+             hovertemplate="%{customdata}<br>q_d·k_d/√d_k %{z:+.4f}<extra></extra>"),
+        dict(type="bar", x=shown_s, y=rows, xaxis="x2", yaxis="y2", orientation="h",
+             marker=dict(color=[POSITIVE if v >= 0 else NEGATIVE for v in shown_s]),
+             text=[f"{v:+.2f}" if m else "" for v, m in zip(s, seen)], textposition="outside", cliponaxis=False,
+             customdata=labels, hovertemplate="%{customdata}: score %{x:+.4f}<extra></extra>", showlegend=False,
+             name="score"),
+    ]
     extremes = [shown_s]
     if bias is not None:
         b = _arr(bias, 1, "bias")
         logit = np.where(seen, s + b, np.nan)
         extremes.append(logit)
-        fig.add_trace(go.Scatter(x=logit, y=rows, mode="markers", marker=dict(symbol="diamond", size=11, color=INK),
-                                 name="+ ALiBi bias = logit", customdata=np.stack([b, np.nan_to_num(logit)], -1),
-                                 hovertemplate="bias %{customdata[0]:+.4f}<br>logit %{customdata[1]:+.4f}"
-                                               "<extra></extra>"), 1, 2)
+        data.append(dict(type="scatter", x=logit, y=rows, xaxis="x2", yaxis="y2", mode="markers",
+                         marker=dict(symbol="diamond", size=11, color=INK), name="+ ALiBi bias = logit",
+                         customdata=np.stack([b, np.nan_to_num(logit)], -1),
+                         hovertemplate="bias %{customdata[0]:+.4f}<br>logit %{customdata[1]:+.4f}<extra></extra>"))
     if unrotated is not None:
         u = np.where(seen, _arr(unrotated, 1, "unrotated"), np.nan)
         extremes.append(u)
-        fig.add_trace(go.Scatter(x=u, y=rows, mode="markers", name="without RoPE's rotation",
-                                 marker=dict(symbol="circle-open", size=11, color=SUBTLE, line=dict(width=2)),
-                                 hovertemplate="without rotation %{x:+.4f}<extra></extra>"), 1, 2)
+        data.append(dict(type="scatter", x=u, y=rows, xaxis="x2", yaxis="y2", mode="markers",
+                         name="without RoPE's rotation", hovertemplate="without rotation %{x:+.4f}<extra></extra>",
+                         marker=dict(symbol="circle-open", size=11, color=SUBTLE, line=dict(width=2))))
     lo = min([0.0] + [float(np.nanmin(e)) for e in extremes if np.isfinite(e).any()])
     hi = max([0.0] + [float(np.nanmax(e)) for e in extremes if np.isfinite(e).any()])
     pad = 0.45 * (hi - lo or 1.0)  # room for the numbers beside the bars
     left = lo - (pad if lo < 0 else 0.05 * pad)
     masked = [j for j in rows if not seen[j]]
     if masked:  # written from the panel's left edge: from 0 it ran out of the panel
-        fig.add_trace(go.Scatter(x=[left] * len(masked), y=masked, mode="text", text=["masked (−∞)"] * len(masked),
-                                 textposition="middle right", textfont=dict(size=MIN_READABLE, color=SUBTLE),
-                                 cliponaxis=False, hoverinfo="skip", showlegend=False, name="masked"), 1, 2)
-    fig.add_trace(go.Bar(
-        x=w, y=rows, orientation="h", marker_color=BLUE, text=[f"{v:.2f}" if v >= 0.005 else "" for v in w],
-        textposition="outside", cliponaxis=False, customdata=labels, showlegend=False, name="weight",
-        hovertemplate="%{customdata}: weight %{x:.4f}<extra></extra>"), 1, 3)
-    # the masked keys' rows greyed across every panel (the mask, not a value of 0), one band per run of them; set at
-    # once: Plotly validates every shape again at each add_shape (26 masked rows took 2.7 s)
-    fig.update_layout(shapes=[dict(type="rect", xref=f"x{col if col > 1 else ''} domain", yref="y", x0=0, x1=1,
-                                   y0=start - 0.5, y1=end + 0.5, fillcolor=MASKED_BG, line_width=0, layer="below")
-                              for start, end in _runs(masked) for col in (1, 2, 3)])
+        data.append(dict(type="scatter", x=[left] * len(masked), y=masked, xaxis="x2", yaxis="y2", mode="text",
+                         text=["masked (−∞)"] * len(masked), textposition="middle right", cliponaxis=False,
+                         textfont=dict(size=MIN_READABLE, color=SUBTLE), hoverinfo="skip", showlegend=False,
+                         name="masked"))
+    data.append(dict(type="bar", x=w, y=rows, xaxis="x3", yaxis="y3", orientation="h", marker=dict(color=BLUE),
+                     text=[f"{v:.2f}" if v >= 0.005 else "" for v in w], textposition="outside", cliponaxis=False,
+                     customdata=labels, showlegend=False, name="weight",
+                     hovertemplate="%{customdata}: weight %{x:.4f}<extra></extra>"))
     row = _row_px(n)
-    bottom = _UNDER_PX + _BAR_PX
-    _layout(fig, title, width, row * n, bottom)
     plot_h = row * n
-    domain = fig.layout.xaxis.domain
-    fig.update_layout(
-        bargap=0.25,
-        legend=dict(orientation="h", x=fig.layout.xaxis2.domain[0], xanchor="left", y=-_UNDER_PX / plot_h,
-                    yanchor="top", font=dict(size=MIN_READABLE)))
-    fig.data[0].colorbar.update(orientation="h", x=(domain[0] + domain[1]) / 2, xanchor="center",
-                                len=domain[1] - domain[0], y=-_UNDER_PX / plot_h, yanchor="top")
-    fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False)
-    fig.update_yaxes(**token_yaxis(labels, MIN_READABLE, "keys"), row=1, col=1)
+    domains = _domains([0.6, 0.22, 0.18], 0.035)
+    layout = _layout(title, width, plot_h, _UNDER_PX + _BAR_PX)
+    key_axis = dict(autorange="reversed", showgrid=False, zeroline=False)
     plot_px = _plot_px(width, key_labels) * 0.6
-    fig.update_xaxes(**_dim_ticks(order, plot_px), title=_axis_title(
-        "dimension d" + (" (sorted by mean |part|)" if list(order) != list(range(d_k)) else "")), row=1, col=1)
-    fig.update_xaxes(range=[left, hi + pad], gridcolor=GRID, zeroline=True,
-                     zerolinecolor=ZERO_LINE, row=1, col=2)
-    fig.update_xaxes(range=[0, 1.3], tickvals=[0, 0.5, 1], gridcolor=GRID, row=1, col=3)
-    return fig
+    sorted_note = " (sorted by mean |part|)" if list(order) != list(range(d_k)) else ""
+    layout.update(
+        bargap=0.25,
+        xaxis=dict(_dim_ticks(order, plot_px), domain=domains[0], anchor="y",
+                   title=_axis_title("dimension d" + sorted_note)),
+        xaxis2=dict(domain=domains[1], anchor="y2", range=[left, hi + pad], gridcolor=GRID, zeroline=True,
+                    zerolinecolor=ZERO_LINE),
+        xaxis3=dict(domain=domains[2], anchor="y3", range=[0, 1.3], tickvals=[0, 0.5, 1], gridcolor=GRID),
+        yaxis=dict(token_yaxis(labels, MIN_READABLE, "keys"), **key_axis, anchor="x"),
+        yaxis2=dict(key_axis, anchor="x2", matches="y", showticklabels=False),
+        yaxis3=dict(key_axis, anchor="x3", matches="y", showticklabels=False),
+        annotations=[_panel_title(t, d) for t, d in zip(
+            ("each dimension's part of the score", "score q·k/√d_k", "weight"), domains)],
+        legend=dict(orientation="h", x=domains[1][0], xanchor="left", y=-_UNDER_PX / plot_h, yanchor="top",
+                    font=dict(size=MIN_READABLE)),
+        # the masked keys' rows greyed across every panel (the mask, not a value of 0), one band per run of them
+        shapes=[dict(type="rect", xref=f"x{col if col > 1 else ''} domain", yref="y", x0=0, x1=1, y0=start - 0.5,
+                     y1=end + 0.5, fillcolor=MASKED_BG, line=dict(width=0), layer="below")
+                for start, end in _runs(masked) for col in (1, 2, 3)])
+    data[0]["colorbar"].update(orientation="h", x=sum(domains[0]) / 2, xanchor="center",
+                               len=domains[0][1] - domains[0][0], y=-_UNDER_PX / plot_h, yanchor="top")
+    return figure(data, layout)
 
 
 def _stacked(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], first: Sequence[str], rest: Sequence[str],
              order: np.ndarray, hover: str, title: str, colour_title: str, width: int) -> go.Figure:
     """Panels side by side, each a one-row heatmap (``first``) over a heatmap of one row per ``rest`` label, on one
-    diverging colour axis, the columns in ``order``."""
-    n = len(rest)
-    fig = make_subplots(rows=2, cols=len(panels), shared_xaxes=True, shared_yaxes=True, row_heights=[1, n],
-                        vertical_spacing=0.5 / (n + 1) if n else 0.1, horizontal_spacing=0.04,
-                        subplot_titles=[name for name, _, _ in panels] + [""] * len(panels))
+    diverging colour scale, the columns in ``order``. Axes are numbered as ``make_subplots`` numbers them: the top
+    row's panels first (``x``/``y``, ``x2``/``y2``, …), then the bottom row's."""
+    n, cols = len(rest), len(panels)
     dims = list(range(len(order)))
     bound = _bound(*[a for _, t, b in panels for a in (t, b)])
-    for col, (_, top, body) in enumerate(panels, start=1):
-        for row, (z, labels) in enumerate(((top[None, order], first), (body[:, order], rest)), start=1):
-            text = [[f"<b>{labels[r]}</b> · dimension {int(order[i])}" for i in dims] for r in range(len(labels))]
-            colour = _colour(bound, colour_title, show=col == row == 1)  # one scale, one bar
-            fig.add_trace(go.Heatmap(z=z, x=dims, y=list(range(len(labels))), **colour, xgap=0.5, ygap=1,
-                                     customdata=text, hovertemplate="%{customdata}<br>" + hover + " %{z:+.4f}"
-                                                                    "<extra></extra>"), row, col)
-            fig.update_yaxes(**token_yaxis(labels, MIN_READABLE), autorange="reversed", row=row, col=col)
+    x_domains = _domains([1] * cols, 0.04)
+    bottom_dom, top_dom = _domains([n, 1], 0.5 / (n + 1) if n else 0.1)  # from the bottom up
+    plot_px = _plot_px(width, list(first) + list(rest)) / cols
     row = _row_px(n + 1)
-    _layout(fig, title, width, row * (n + 1.5), _UNDER_PX)
-    plot_px = _plot_px(width, list(first) + list(rest)) / len(panels)
-    for col in range(1, len(panels) + 1):
-        fig.update_xaxes(**_dim_ticks(order, plot_px), row=2, col=col)
-        fig.update_xaxes(title=_axis_title("dimension d"), row=2, col=col)
-        fig.update_xaxes(ticks="", showticklabels=False, row=1, col=col)
-    return fig
+    layout = _layout(title, width, row * (n + 1.5), _UNDER_PX)
+    data, notes = [], []
+    for col, (name, top, body) in enumerate(panels):
+        notes.append(_panel_title(name, x_domains[col]))
+        rows = ((top[None, order], first, top_dom), (body[:, order], rest, bottom_dom))
+        for r, (z, labels, y_dom) in enumerate(rows):
+            i = r * cols + col + 1
+            ax = "" if i == 1 else str(i)
+            text = [[f"<b>{labels[k]}</b> · dimension {int(order[d])}" for d in dims] for k in range(len(labels))]
+            data.append(dict(type="heatmap", z=z, x=dims, y=list(range(len(labels))), xaxis=f"x{ax}",
+                             yaxis=f"y{ax}", **_colour(bound, colour_title, show=i == 1), xgap=0.5, ygap=1,
+                             customdata=text, hovertemplate="%{customdata}<br>" + hover + " %{z:+.4f}<extra></extra>"))
+            base = str(cols + col + 1)  # the panel's bottom axis, which writes the dimensions
+            x_axis = dict(_dim_ticks(order, plot_px), title=_axis_title("dimension d")) if r else \
+                dict(matches=f"x{base}", ticks="", showticklabels=False, showgrid=False, zeroline=False)
+            y_axis = dict(token_yaxis(labels, MIN_READABLE), autorange="reversed")
+            if col:  # one column of labels, at the left
+                y_axis.update(matches=f"y{r * cols + 1 if r else ''}", showticklabels=False)
+            layout[f"xaxis{ax}"] = dict(x_axis, domain=x_domains[col], anchor=f"y{ax}")
+            layout[f"yaxis{ax}"] = dict(y_axis, domain=y_dom, anchor=f"x{ax}")
+    layout["annotations"] = notes
+    return figure(data, layout)
 
 
 def vectors_figure(panels: Sequence[tuple[str, object, object]], query_label: str, key_labels: Sequence[str],

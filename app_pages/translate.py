@@ -111,20 +111,22 @@ def translate_page() -> None:
         total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
         step = state.current_step(total_steps)
         view = StepView.of(run, step)
+        # From step 1 on the status line heads the list of next tokens and the cache's size goes under it (one line
+        # less: at 1280×720 the tenth token stays on the first screen under a long output)
+        cache = f"KV cache: {view.cache_nbytes()['total'] / 1024:.1f} KiB"
         widgets.step_buttons("step", step, total_steps, at_end=step >= total_steps,
-                             status=f"**Step {step} of {total_steps}** · KV cache: "
-                                    f"{view.cache_nbytes()['total'] / 1024:.1f} KiB")
+                             status=f"**Step {step} of {total_steps}** · "
+                                    + ("the 10 most probable next tokens" if step else cache))
         if step:
             record = view.records[step - 1]
             ids, probs = record.top(10)
             chosen = ids.index(record.token_id) if record.token_id in ids else None
             # HTML bars, not a chart: nothing for Plotly to redraw on each click
-            st.markdown(top_tokens_html(pieces.of_ids(tok, ids), probs, chosen,
-                                        title=f"Step {step}: the 10 most probable next tokens"), unsafe_allow_html=True)
+            st.markdown(top_tokens_html(pieces.of_ids(tok, ids), probs, chosen), unsafe_allow_html=True)
             logp = float(sum(math.log(max(r.prob, 1e-12)) for r in view.records))
             st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
                        f"p = {record.prob:.3f} (greedy: the most probable token). Sequence log-probability so far: "
-                       f"{logp:.2f} (the sum of log p of each chosen token).")
+                       f"{logp:.2f} (the sum of log p of each chosen token). {cache}.")
             st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
             st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
         about()

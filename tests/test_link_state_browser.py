@@ -52,3 +52,30 @@ def test_the_attention_controls_keep_their_link_values_after_an_empty_sentence()
             assert "kind=decoder" in page.url and "layer=3" in page.url and "head=2" in page.url
     except ServerError as exc:
         pytest.fail(str(exc))
+
+
+LONG = ("Alice went to the market in the morning. She bought apples, pears and fresh bread for her mother, who was "
+        "ill at home with a bad cold and a fever.")
+
+
+@pytest.mark.parametrize("text, present", [(LONG, False), (LONG, True),
+                                           ("The children play in the garden with the dog.", True)],
+                         ids=["long-output", "long-output-presenting", "two-line-output-presenting"])
+def test_the_ten_next_tokens_stay_on_a_projectors_first_screen(text, present):
+    """At 1280×720 the top-10 list fell below the screen under a four-line output (and, in presentation mode, under a
+    two-line one): the output box now scrolls past three lines (two when presenting) and the status line heads the
+    list, so the tenth token stays on the first screen."""
+    from urllib.parse import quote_plus
+
+    try:
+        with served_page(ROOT / "test-artifacts" / "streamlit-fold.log", viewport=(1280, 720)) as (url, page):
+            page.goto(f"{url}/?text={quote_plus(text)}&step=3" + ("&present=1" if present else ""))
+            settled(page, "Step 3 of")
+            rows = page.locator(".ae-topk-row")
+            assert rows.count() == 10
+            last = rows.nth(9).bounding_box()
+            assert last["y"] + last["height"] <= 720, last
+            if text == LONG:  # the rest of the long output is a scroll away
+                assert page.locator(".ae-output-text").first.evaluate("e => e.scrollHeight > e.clientHeight")
+    except ServerError as exc:
+        pytest.fail(str(exc))

@@ -26,6 +26,8 @@ SCALE = 1.25  #: fonts of figures grow by this factor (and to at least MIN_TICK)
 #: Text of tables in presentation mode (px; :func:`ui.widgets.show_table` draws them as HTML there).
 TABLE_PX = MIN_TICK + 2
 
+#: Lines of output the output box shows in presentation mode before it scrolls (its type is larger).
+PRESENT_OUTPUT_LINES = 2
 #: Extra CSS in presentation mode. Token chips and the notes under them carry inline styles (viz/ writes HTML
 #: fragments), hence the attribute selectors and ``!important``; the browser rewrites an inline style (colours
 #: as ``rgb(…)``, a space after each colon), so the selectors match words, not the source's spelling.
@@ -42,6 +44,7 @@ CSS = f"""<style>
 [data-testid="stMain"] input, [data-testid="stMain"] textarea,
 [data-testid="stMain"] [data-baseweb="select"] div {{font-size: 1.05rem;}}
 .ae-output {{font-size: 2rem !important;}}
+.ae-output-text {{max-height: {PRESENT_OUTPUT_LINES * 1.35}em !important;}}
 .ae-topk-row {{font-size: 1.2rem !important;}}
 .ae-topk span[style*="monospace"] {{font-size: 1.2rem !important;}}
 .ae-align th, .ae-align-legend {{font-size: {MIN_TICK + 1}px !important;}}

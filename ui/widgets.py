@@ -16,6 +16,10 @@ from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG, SUBTLE
 
 
 # --- the output box -----------------------------------------------------------------------------------------
+#: Lines of output the output box shows before it scrolls.
+OUTPUT_LINES = 3
+
+
 def output_html(text: str, prompt: str = "", empty: str = "(empty output)") -> str:
     """The HTML of :func:`output_box`: ``text`` escaped, ``prompt`` greyed before it, ``empty`` (italic) when
     there is no text."""
@@ -23,9 +27,12 @@ def output_html(text: str, prompt: str = "", empty: str = "(empty output)") -> s
     body = html.escape(text) or f'<i style="font-size:1.1rem;color:{SUBTLE}">{html.escape(empty)}</i>'
     if prompt:
         body = f'<span style="color:{FAINT}">{html.escape(prompt)}</span> {body}'
+    # At most OUTPUT_LINES lines (fewer in presentation mode, ui/presentation.py), scrolled beyond: a long output
+    # pushed the step's numbers below a projector's 720 px
     return (f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'
             f'border-left:6px solid {ACCENT};background:{ACCENT_BG};border-radius:4px;margin:0.1rem 0 0.5rem 0">'
-            f"{body}</div>")
+            f'<div class="ae-output-text" style="max-height:{OUTPUT_LINES * 1.35}em;overflow-y:auto">{body}</div>'
+            "</div>")
 
 
 #: What :func:`output_box` says before a step-by-step decoding has taken its first step (``empty=``): what will

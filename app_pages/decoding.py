@@ -133,7 +133,6 @@ def decoding_page() -> None:
         except SamplingError as exc:
             st.warning(f"{exc}.")
             st.stop()
-        ss["dl_beam"] = (result, states)  # what is shown (read-only), for tests
         step = state.current_step(len(result.steps), key="dl_step")
         if not result.hypotheses:
             st.info("Beam search produced no hypothesis for this sentence.")
@@ -151,7 +150,6 @@ def decoding_page() -> None:
     full = lab_run(sampling, ss["dl_forced"])
     step = state.current_step(full.n_steps, key="dl_step")  # e.g. ?step=999 clamped to where the decoding ends
     run = lab.StepView.of(full, step)
-    ss["dl_view"] = run  # what is shown (read-only), for tests
 
 
     def _force(at_step: int, example: str) -> None:

@@ -289,8 +289,27 @@ def _z(trace: dict) -> np.ndarray:
     return np.array(z, dtype=float)
 
 
+def shown(at, folder: Path = CKPT):
+    """What the page shows, computed afresh here from the page's own state (its sentence, rule and forced tokens):
+    the greedy or sampled decoding, or for beam search ``(result, states)``. The page keeps no decoding in the
+    session; equal inputs give equal decodings."""
+    from model.checkpoint import load_checkpoint
+    from model.hf.generation import decoding_cap
+    from model.sampling import beam_states
+
+    ckpt = load_checkpoint(folder)
+    src_ids = list(at.session_state["dl_src_key"][2])
+    settings = at.session_state["dl_settings"]
+    limit = decoding_cap(ckpt.config, src_ids, ckpt.generation)
+    if settings["strategy"] == "beam":
+        result = beam_search(ckpt.model, src_ids, int(settings["beam"]), float(settings["alpha"]), max_new_tokens=limit)
+        return result, beam_states(result, float(settings["alpha"]), ckpt.config.eos_id)
+    return lab.lab_decoding(ckpt.model, src_ids, lab.sampling_config(settings), at.session_state["dl_forced"], limit)
+
+
 def generated(at) -> list[int]:
-    return list(at.session_state["dl_view"].generated)
+    """The tokens generated up to the step the page shows."""
+    return list(shown(at).generated[: at.session_state["dl_step"]])
 
 
 @needs_ckpt
@@ -387,7 +406,7 @@ def test_beam_search_shows_the_tree_and_sorted_hypotheses():
     at = page(strategy="beam", beam="3", alpha="0.6", step="999")  # past the end: clamped to the last step
     clean(at)
     assert at.slider(key="dl_w_beam").value == 3
-    result = at.session_state["dl_beam"][0]
+    result = shown(at)[0]
     assert at.session_state["dl_step"] == len(result.steps) and at.query_params["step"] == str(len(result.steps))
     specs = charts(at)
     assert len(specs) == 1
@@ -420,7 +439,7 @@ def test_beam_search_steps_through_the_tree():
     assert at.session_state["dl_step"] == 1 and nodes() == 4
     button(at, "Run to end").click().run()
     clean(at)
-    assert at.session_state["dl_step"] == len(at.session_state["dl_beam"][0].steps)
+    assert at.session_state["dl_step"] == len(shown(at)[0].steps)
     assert "Best hypothesis" in " ".join(m.value for m in at.markdown)
     # A shared link with the step reproduces the same view.
     again = page(strategy="beam", beam="2", alpha="0.6", step="1")

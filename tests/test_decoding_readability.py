@@ -177,7 +177,9 @@ def test_a_decoder_only_model_has_no_cross_attention_tab_and_suggests_its_own_to
     assert example != "▁Haus"
     from model.checkpoint import load_checkpoint
     tok = load_checkpoint(BROWN).tokenizer
-    record = at.session_state["dl_view"].records[-1]
+    from tests.test_decoding_page import shown
+
+    record = shown(at, BROWN).records[at.session_state["dl_step"] - 1]
     ids, _ = record.top(15)
     assert tok.token_to_id(example) in ids  # one of this step's candidates, from the model's own vocabulary
     assert example.startswith("▁")

@@ -91,9 +91,11 @@ def attention_page() -> None:
     q_labels, k_labels, causal, weights = view.q_labels, view.k_labels, view.causal, view.weights
     guide.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
 
-    url.show_notes(url.choice_param(params, "tab", TABS, TABS[0], )[1])  # the tabs read ?tab= themselves
+    # the open tab is kept in the link like every other choice (ui/url.py: a bad ?tab= is noted), and only it runs
+    url.init_widget("tab", lambda p: url.choice_param(p, "tab", TABS, TABS[0]), valid=lambda t: t in TABS)
     tab_heads, tab_tokens, tab_qk, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
-        TABS, key="tab", bind="query-params")
+        TABS, key="tab", on_change="rerun")
+    url.put("tab", st.session_state["tab"], TABS[0])
 
     # --- Heads ------------------------------------------------------------------------------------------------------
     if tab_heads.open:

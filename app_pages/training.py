@@ -8,7 +8,7 @@ import streamlit as st
 
 from training import launch as L
 from training import runs as R
-from ui import model_card
+from ui import model_card, url
 from ui import run_panels as panels
 from ui import training_form
 from ui.heads_forming import show_heads_forming
@@ -126,15 +126,21 @@ preselected = ended[:2]
 chosen_by_person = st.session_state.get("compare_touched") or "compare" in st.query_params
 if not chosen_by_person and st.session_state.get("compare") != preselected:
     st.session_state.pop("compare", None)
+if chosen_by_person:  # a link's runs (unknown ones dropped with a note), or the person's own choice
+    url.init_widget("compare", lambda p: url.choices_param(p, "compare", names, what="runs to overlay"),
+                    valid=lambda chosen: set(chosen) <= set(names))
 compared = c1.multiselect(
     "Runs to overlay", names, default=None if chosen_by_person else preselected, key="compare",
-    bind="query-params", on_change=_compare_touched,
-    max_selections=len(VT.PALETTE),
+    on_change=_compare_touched, max_selections=len(VT.PALETTE),
     help="One colour per run, the same on every chart. Preselected: the two most recent runs that have ended; "
          "any other choice is kept in the page address, so a reload or a shared link shows the same runs.")
-x_axis = c2.radio("x axis", list(VT.X_AXES), key="compare_x", bind="query-params", horizontal=True,
+url.put("compare", compared, None if chosen_by_person else preselected)
+x_axes = list(VT.X_AXES)
+url.init_widget("compare_x", lambda p: url.choice_param(p, "compare_x", x_axes, x_axes[0], what="x axis"))
+x_axis = c2.radio("x axis", x_axes, key="compare_x", horizontal=True,
                   help="Steps compare schedules; tokens seen compares runs with different batch sizes; wall time "
                        "compares what each run got for the same time budget.")
+url.put("compare_x", x_axis, x_axes[0])
 states = {r["name"]: r["state"] for r in runs}
 
 

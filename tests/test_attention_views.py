@@ -311,7 +311,7 @@ def test_greedy_with_masks_follows_the_ablated_model(make_model, encode_src):
 # --- the page (AppTest) -------------------------------------------------------------------------------------------
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
 needs_model = pytest.mark.skipif(not (DEFAULT_CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
-TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
+TABS = ["Heads", "Tokens & lines", "Query · key", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 
 
 @pytest.fixture

@@ -108,7 +108,7 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
     norm = "LayerNorm(x), the sub-layer's normalised input (pre-LN)" if ckpt.config.norm_first else \
         "x, the residual stream itself (post-LN)"
     st.caption(f"{where} · query {qi} “{q_labels[qi]}” at position {rec.query_position} · d_k = {rec.d_k}. "
-               f"q = x W_Q + b_Q, k = x W_K + b_K and v = x W_V + b_V of this head, where x is {norm}"
+               f"q = x W^Q + b^Q, k = x W^K + b^K and v = x W^V + b^V of this head, where x is {norm}"
                + (" (k and v from the encoder's output)." if kind == "cross" else ".") + " " + " ".join(notes))
     st.markdown(_summary(rec, q_labels[qi], k_labels))
     widgets.show_figure(shared(  # built once per process for equal numbers, shared by every visitor (ui.figures)
@@ -140,7 +140,7 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
                                title=f"What “{q_labels[qi]}” reads: the values, each times its weight"),
                         key="qk_values")
     st.caption("Each row is a value vector v_j times its weight w_j; the top row, their sum, is the head's output "
-               "for this query, before W_O mixes the heads.")
+               "for this query, before W^O mixes the heads.")
     st.download_button(
         "Download these numbers (.npz)", data=lambda: record_npz(rec, q_labels[qi], k_labels),
         file_name=f"qk-{kind}-layer{layer + 1}-head{head + 1}-query{qi}.npz", mime="application/octet-stream",

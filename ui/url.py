@@ -191,9 +191,10 @@ def int_list_param(params: Params, name: str, default: Sequence[int], lo: int, h
 
 def choices_param(params: Params, name: str, choices: Sequence[str], default: Sequence[str] = (),
                   sep: str = ",", what: str | None = None) -> Parsed[list[str]]:
-    """``?name=a,b`` as a list of distinct entries of ``choices`` (in the order of ``choices``); unknown entries
-    are dropped with a note."""
-    raw = _raw(params, name)
+    """``?name=a,b`` (or the parameter repeated, ``?name=a&name=b``) as a list of distinct entries of ``choices``
+    (in the order of ``choices``); unknown entries are dropped with a note."""
+    every = params.get_all(name) if hasattr(params, "get_all") else []
+    raw = sep.join(str(v) for v in every) if len(every) > 1 else _raw(params, name)
     if raw is None:
         return list(default), None
     wanted = [p.strip() for p in raw.split(sep) if p.strip()]

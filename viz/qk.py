@@ -302,7 +302,7 @@ def vectors_figure(panels: Sequence[tuple[str, object, object]], query_label: st
 
 def values_figure(weighted, output, key_labels: Sequence[str], title: str = "", width: int = PAGE_PX) -> go.Figure:
     """What the head reads: each value vector scaled by its weight (a row per key, ``w_j · v_j``) above their sum,
-    the head's output before Wᴼ (the top panel's one row). Dimensions as in the head.
+    the head's output before W^O (the top panel's one row). Dimensions as in the head.
 
     Args:
         weighted: ``[keys, d_k]``; output: ``[d_k]`` (the sum of ``weighted``'s rows); key_labels: one per key.

@@ -101,12 +101,14 @@ class AttentionBrowsing:
                          "Head": ("head", re.sub(r"\D", "", option) or option.split()[0]),
                          "Attention": ("kind", KIND_OF_LABEL.get(option))}[what]
         in_link = parse_qs(view.query_string).get(param, [None])[0]
-        drawn = {"Layer": f"· layer {wanted} ·", "Head": f"· head {wanted}" if wanted.isdigit() else "· head ",
+        head = {"mean": "· mean over heads", "all": "· head 1"}.get(wanted, f"· head {wanted}")  # all: head 1 first
+        drawn = {"Layer": f"· layer {wanted} ·", "Head": head,
                  "Attention": KIND_TITLES.get(wanted, "?")}[what]
         # the heatmaps' titles name kind, layer and head ("Cross-attention (decoder → encoder) · layer 2 · head 3");
         # a tab without them (Head statistics…) leaves only the link to check
-        maps = [t for t in view.titles if t.startswith(tuple(KIND_TITLES.values())) and " · layer " in t]
-        on_charts = not maps or any(drawn in t for t in maps)
+        titles = [" ".join(t.replace("<br>", " ").split()) for t in view.titles]  # a long title is wrapped
+        maps = [t for t in titles if t.startswith(tuple(KIND_TITLES.values())) and " · layer " in t]
+        on_charts = not maps or any(re.search(re.escape(drawn) + r"(?!\d)", t) for t in maps)  # head 1, not 12
         if in_link not in (wanted, None) or not on_charts:
             outcome.errors.append("mismatch")
             outcome.detail = (f"chose {option!r}: the link says {param}={in_link!r}, the charts {view.titles[:2]}")

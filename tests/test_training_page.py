@@ -413,6 +413,23 @@ def test_page_form_mixture_shares(tmp_path, monkeypatch):
     assert any("--mix tatoeba=0,multi30k=0,bcontrast=0,ding=3" in s.value for s in at.success)
 
 
+def test_the_form_keeps_a_presets_general_domain_shares(tmp_path, monkeypatch):
+    """The form showed only the four everyday corpora: the preset that adapts the translator to news and Wikipedia
+    lost its shares of the general-domain files when launched from the page."""
+    from corpora import parallel
+    from corpora.extra import EXTRA_CORPORA
+
+    monkeypatch.setattr(parallel, "PREPARED", tmp_path / "prepared")
+    at = page(monkeypatch, tmp_path)
+    name = next(n for n in TF.PRESETS if "wmt-news-extra" in (TF.preset_form(n).get("mix") or ""))
+    at.selectbox(key="train_preset").set_value(name).run()
+    preset = at.selectbox(key="train_preset").value
+    wanted = parallel.parse_repeats(TF.preset_form(name)["mix"], parallel.DEFAULT_REPEATS)
+    assert any(wanted.get(c) for c in EXTRA_CORPORA)
+    for corpus, n in wanted.items():
+        assert at.number_input(key=f"f_mix_{corpus}_{preset}").value == n, corpus
+
+
 def test_page_demo_hides_form(tmp_path, monkeypatch):
     at = page(monkeypatch, tmp_path, demo=True)
     assert any("hosted demo" in i.value for i in at.info)

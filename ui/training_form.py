@@ -12,6 +12,7 @@ from model.config import ARCHITECTURES, POS_ENCODINGS
 from training import form as TF
 from training import launch as L
 from corpora.files import DataError
+from corpora.extra import EXTRA_CORPORA
 from corpora.parallel import DEFAULT_REPEATS, parse_repeats, prepared_corpora
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from ui.run_view import ARCH_LABELS, DATA_LABELS
@@ -83,16 +84,25 @@ def mixture_fields(p: dict, preset: str) -> str:
         except DataError:
             shares = dict(DEFAULT_REPEATS)
         ready = prepared_corpora()
-        cols = st.columns(len(MIXTURE_LABELS))
-        chosen = {c: int(col.number_input(label, 0, 20, int(shares.get(c, 0)), key=f"f_mix_{c}_{preset}",
-                                          help="How many times this corpus's pairs are repeated in every epoch; "
-                                               "0 leaves it out."))
-                  for col, (c, label) in zip(cols, MIXTURE_LABELS.items())}
-        missing = [MIXTURE_LABELS[c] for c in MIXTURE_LABELS if c not in ready]
+
+        def share(col, corpus: str, label: str) -> int:
+            return int(col.number_input(label, 0, 20, int(shares.get(corpus, 0)), key=f"f_mix_{corpus}_{preset}",
+                                        help="How many times this corpus's pairs are repeated in every epoch; "
+                                             "0 leaves it out."))
+
+        chosen = {c: share(col, c, label) for col, (c, label) in zip(st.columns(len(MIXTURE_LABELS)),
+                                                                     MIXTURE_LABELS.items())}
+        # every general-domain file too (a preset may weigh them: the form must not drop a share it does not show)
+        st.caption("General-domain pairs (news, Wikipedia, software documentation; `python -m corpora prepare "
+                   "extra`), by file:")
+        for row in range(0, len(EXTRA_CORPORA), 5):
+            chosen |= {c: share(col, c, c) for col, c in zip(st.columns(5), EXTRA_CORPORA[row:row + 5])}
+        missing = [MIXTURE_LABELS.get(c, c) for c, n in chosen.items()
+                   if c not in ready and (c in MIXTURE_LABELS or n > 0)]
         if missing:
             st.caption(f"Not prepared yet: {', '.join(missing)}. `python -m corpora prepare all` prepares them from "
                        "`../shared/data` (docs/training.md says where to download them).")
-    return ",".join(f"{c}={n}" for c, n in chosen.items())
+    return ",".join(f"{c}={n}" for c, n in chosen.items() if n or c in MIXTURE_LABELS)  # unused extra files left out
 
 
 def launch_form(root: Path) -> None:

@@ -8,7 +8,8 @@ content is drawn and its script run is over, and saves what the screen shows (th
 as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab show the lecture preset "My brother
 lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults, and ``lecture-live`` the Worked
 examples' live numbers of the sentence scrolled to Q, K and V, and ``translate-lens`` Translate's logit lens at step
-3, scrolled to its toggle. The Training page shows the runs under ``runs/`` as they are at that moment.
+3, scrolled to its toggle; ``translate-far`` a news sentence at step 3 under the warning that it is far from what
+the model has seen. The Training page shows the runs under ``runs/`` as they are at that moment.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ class Shot(NamedTuple):
 SHOTS = (
     Shot("translate", f"?{SENTENCE}&step=3", ('.ae-align:has-text("Alignment so far")', ".ae-topk"),
          r"Step 3 of \d+"),
+    # a news sentence: the warning that it is far from what the model has seen, above a translation that shows it
+    Shot("translate-far", "?text=The+European+Central+Bank+raised+interest+rates+again+on+Thursday.&step=3",
+         ('[data-testid="stAlert"]:has-text("Far from what")', ".ae-topk"), r"Step 3 of \d+"),
     Shot("translate-lens", f"?{SENTENCE}&step=3&lens=1", (".ae-lens", ".ae-topk"), r"Step 3 of \d+",
          scroll=".st-key-tr_lens"),
     # short texts: a chart title that wraps loses the space at the break ("layer 3 ·head 1")

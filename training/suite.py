@@ -14,7 +14,6 @@ listed as missing, never silently dropped.
 from __future__ import annotations
 
 import json
-import re
 import time
 import unicodedata
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from corpora.extra import FLORES, FLORES_NAME, read_flores
 from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, read_tsv
 from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepared_path, read_aligned
 from model.decoding import translate_texts
+from model.familiarity import familiarity
 from model.sampling import beam_translate_texts
 from .metrics import corpus_scores
 
@@ -63,7 +63,8 @@ class SetScore:
     """A set's scores: ``{strategy: {"bleu", "chrf"}}`` (0–100), its size, seconds spent decoding, and
     ``repeats``: ``{strategy: :func:`repeat_check`}`` of its first :data:`REPEAT_CHECKED` outputs, and
     ``reference_repeats``, the same check of their (first) references: German repeats a word now and then by right
-    (", die die Arme …", "Pago Pago"), so the references say how many a perfect output would have."""
+    (", die die Arme …", "Pago Pago"), so the references say how many a perfect output would have. ``far``:
+    :func:`far_scores`, whether the sentences the Translate page calls far from the training text score worse."""
 
     name: str
     sentences: int
@@ -72,6 +73,7 @@ class SetScore:
     seconds: dict[str, float] = field(default_factory=dict)
     repeats: dict[str, dict[str, int]] = field(default_factory=dict)
     reference_repeats: dict[str, int] = field(default_factory=dict)
+    far: dict = field(default_factory=dict)
 
 
 def grouped(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
@@ -146,40 +148,45 @@ def repeat_check(outputs: list[str], checked: int = REPEAT_CHECKED) -> dict[str,
 
 def piece_stats(tokenizer, texts: list[str]) -> dict[str, float]:
     """How well ``tokenizer`` covers ``texts``: ``{"texts", "words", "pieces", "unknown_rate", "pieces_per_word",
-    "split_word_rate"}``. ``unknown_rate`` is the share of pieces that are ``<unk>`` (characters the vocabulary never
-    saw), ``pieces_per_word`` all pieces over whitespace-separated words, and ``split_word_rate`` the share of words
-    (runs of letters and digits) covered by more than one piece; rates are 0–1, rounded to 4 places. Raises
-    ``ValueError`` for no words at all."""
-    words = split = pieces = unknown = spans = 0
+    "split_word_rate", "far_rate"}``. ``unknown_rate`` is the share of pieces that are ``<unk>`` (characters the
+    vocabulary never saw), ``pieces_per_word`` all pieces over whitespace-separated words, ``split_word_rate`` the
+    share of words (runs of letters and digits) covered by more than one piece (:func:`model.familiarity.word_pieces`)
+    and ``far_rate`` the share of texts that the Translate page calls far from what the model has seen
+    (:func:`model.familiarity.familiarity`); rates are 0–1, rounded to 4 places. Raises ``ValueError`` for no words
+    at all."""
+    words = split = pieces = unknown = spans = far = 0
     for text in texts:
         text = unicodedata.normalize("NFC", text)
         enc = tokenizer.encode(text)
         pieces += len(enc.ids)
         unknown += sum(i == tokenizer.unk_id for i in enc.ids)
         words += len(text.split())
-        for m in re.finditer(r"\w+", text):
-            spans += 1
-            split += sum(s < m.end() and e > m.start() for s, e in enc.offsets) > 1
+        known = familiarity(tokenizer, text)
+        spans += known.words
+        split += known.split_count
+        far += known.far
     if not words:
         raise ValueError("no words to measure the tokenizer on")
     return {"texts": len(texts), "words": words, "pieces": pieces, "unknown_rate": round(unknown / max(pieces, 1), 4),
-            "pieces_per_word": round(pieces / words, 4), "split_word_rate": round(split / max(spans, 1), 4)}
+            "pieces_per_word": round(pieces / words, 4), "split_word_rate": round(split / max(spans, 1), 4),
+            "far_rate": round(far / max(len(texts), 1), 4)}
 
 
-#: The sets ``--pieces`` measures the tokenizer on: the general-domain test set, the headline in-domain one, news.
-PIECE_SETS = (FLORES_NAME, "multi30k test2016", "newstest2014")
+#: The sets ``--pieces`` measures the tokenizer on: the general-domain test set, news, and three in-domain ones.
+PIECE_SETS = (FLORES_NAME, "newstest2014", "multi30k test2016", "tatoeba held-out", "everyday")
 
 
 def pieces_table(tokenizer, sets: list[EvalSet]) -> str:
     """A Markdown table of :func:`piece_stats` for the English sources and the (first) German references of each of
     ``sets``, one row per set and side."""
-    lines = ["| set | side | sentences | words | pieces per word | words split in pieces | unknown pieces |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| set | side | sentences | words | pieces per word | words split in pieces | unknown pieces "
+             "| sentences far from the training text |", "|---|---|---|---|---|---|---|---|"]
     for s in sets:
         for side, texts in (("English", s.sources), ("German", [refs[0] for refs in s.references])):
             st = piece_stats(tokenizer, texts)
             lines.append(f"| {s.name} | {side} | {st['texts']:,} | {st['words']:,} | {st['pieces_per_word']:.2f} | "
-                         f"{100 * st['split_word_rate']:.1f} % | {100 * st['unknown_rate']:.2f} % |")
+                         f"{100 * st['split_word_rate']:.1f} % | {100 * st['unknown_rate']:.2f} % | "
+                         f"{100 * st['far_rate']:.0f} % |")
     return "\n".join(lines)
 
 
@@ -190,6 +197,18 @@ def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = S
     if strategy == "beam":
         return beam_translate_texts(model, tokenizer, sources, beam, alpha)
     return translate_texts(model, tokenizer, sources)
+
+
+def far_scores(tokenizer, sources: list[str], hyps: list[str], refs: list[list[str]]) -> dict:
+    """``{"far": n, "far_chrf", "rest_chrf"}``: how many of ``sources`` :func:`model.familiarity.familiarity` calls
+    far from the training text, and the corpus chrF (0–100) of their outputs and of the others' (``None`` for an
+    empty group): the measure of whether the Translate page's warning means a worse translation."""
+    far = [familiarity(tokenizer, s).far for s in sources]
+    scores = {}
+    for group, name in ((True, "far_chrf"), (False, "rest_chrf")):
+        picked = [i for i, f in enumerate(far) if f == group]
+        scores[name] = corpus_scores([hyps[i] for i in picked], [refs[i] for i in picked])["chrf"] if picked else None
+    return {"far": sum(far), **scores}
 
 
 def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam"), beam: int = SUITE_BEAM,
@@ -210,6 +229,7 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
             row.seconds[strategy] = round(time.perf_counter() - start, 1)
             row.scores[strategy] = corpus_scores(hyps, refs)
             row.repeats[strategy] = repeat_check(hyps)
+            row.far[strategy] = far_scores(tokenizer, sources, hyps, refs)
             if s.name == "everyday":
                 everyday_out[strategy] = hyps
             progress(f"{s.name:<20} {strategy:<6} BLEU {row.scores[strategy]['bleu']:6.2f}  "
@@ -251,6 +271,15 @@ def markdown(report: dict, missing: list[str]) -> str:
         cells = [f"{c['repeating']} ({c['longest']})" for c in checks]
         cells.append(f"{ref['repeating']} ({ref['longest']})" if ref else "")
         lines.append(f"| {row['name']} | {checks[0]['checked']:,} | " + " | ".join(cells) + " |")
+    if any(row.get("far") for row in report["sets"]):
+        lines += ["", "| set | sentences far from the training text | "
+                  + " | ".join(f"{s} chrF: far | {s} chrF: the others" for s in strategies) + " |",
+                  "|" + "---|" * (2 + 2 * len(strategies))]
+        for row in (r for r in report["sets"] if r.get("far")):
+            shares = [row["far"][s] for s in strategies]
+            cells = [" | ".join("–" if v is None else f"{v:.2f}" for v in (f["far_chrf"], f["rest_chrf"]))
+                     for f in shares]
+            lines.append(f"| {row['name']} | {shares[0]['far']:,} of {row['sentences']:,} | " + " | ".join(cells) + " |")
     clean = all(c["repeating"] == 0 for row in report["sets"] for c in row.get("repeats", {}).values())
     lines.append("\nno output repeats a word twice in a row" if clean else
                  "\nsome outputs repeat a word twice in a row (a count above 0 in the table above)")

@@ -36,8 +36,17 @@ def word_pieces(tokenizer: tokenizing.Tokenizer, text: str) -> list[tuple[str, i
     words and punctuation none) and the number of the tokenizer's pieces that overlap it (1: a whole piece of the
     vocabulary). Counted on the NFC form of ``text``, as the tokenizer reads it."""
     text = unicodedata.normalize("NFC", text or "")
-    offsets = tokenizer.encode(text).offsets
-    return [(m.group(), sum(s < m.end() and e > m.start() for s, e in offsets)) for m in _WORD.finditer(text)]
+    offsets = sorted(tokenizer.encode(text).offsets)
+    counted, first = [], 0
+    for m in _WORD.finditer(text):  # one sweep: words and pieces both run left to right
+        while first < len(offsets) and offsets[first][1] <= m.start():
+            first += 1
+        n, i = 0, first
+        while i < len(offsets) and offsets[i][0] < m.end():
+            n += offsets[i][1] > m.start()
+            i += 1
+        counted.append((m.group(), n))
+    return counted
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,10 @@ from model.transformer import Transformer  # noqa: E402
 # Every figure a test builds is validated by Plotly (viz.theme.figure skips it in the served app, for speed), so a
 # misspelt property fails a test instead of being drawn as nothing.
 os.environ.setdefault("ATTENTION_EXPLORER_VALIDATE_FIGURES", "1")
+# No test reads the developer's runs/ (a training run there, or one that died and still says "running", changed what
+# the Training page and the checkpoint picker showed, and failed tests): each test process, and every app it serves,
+# sees an empty runs folder unless the test sets its own.
+os.environ.setdefault("ATTENTION_EXPLORER_RUNS", tempfile.mkdtemp(prefix="attention-explorer-test-runs-"))
 
 torch.set_num_threads(1)
 

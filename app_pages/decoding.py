@@ -6,7 +6,7 @@ import html
 import streamlit as st
 
 from model.decoded import Decoding
-from model.hf.generation import decoding_cap
+from model.hf.generation import decoding_cap, forced_eos
 from model.sampling import SamplingConfig, SamplingError, beam_search, beam_states
 from ui import decoding_lab as lab
 from ui import decoding_views as views
@@ -28,7 +28,8 @@ def lab_decoding(src_ids: tuple, sampling: SamplingConfig, forced: dict, max_new
     spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
     forced_key = tuple(sorted(forced.items()))
     return heavy.shared(("lab", *state.checkpoint_version(ckpt), src_ids, spec, forced_key, max_new),
-                        lambda: lab.lab_decoding(ckpt.model, list(src_ids), sampling, dict(forced), max_new),
+                        lambda: lab.lab_decoding(ckpt.model, list(src_ids), sampling, dict(forced), max_new,
+                                                 forced_eos(ckpt.generation)),
                         "this decoding")
 
 
@@ -204,9 +205,10 @@ def decoding_page() -> None:
             chosen = html.escape(pieces.of_id(tok, record.token_id))
             line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
                     f"{float(pipe.final[record.token_id]):.3f} after the rule's reshaping.")
-            if forced_here:
+            if forced_here or record.forced:
                 picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
-                line += f" Forced by you; the rule had picked **{picked}**."
+                line += (f" Forced by you; the rule had picked **{picked}**." if forced_here else
+                         f" Forced: {widgets.FORCED_AT_CAP} The rule had picked **{picked}**.")
             st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
                               "raw logits by one constant per step, which the softmax ignores.")
         with controls:  # under the rule's settings

@@ -124,8 +124,11 @@ def translate_page() -> None:
             # HTML bars, not a chart: nothing for Plotly to redraw on each click
             st.markdown(top_tokens_html(pieces.of_ids(tok, ids), probs, chosen), unsafe_allow_html=True)
             logp = float(sum(math.log(max(r.prob, 1e-12)) for r in view.records))
+            how = (f"forced: {widgets.FORCED_AT_CAP} Greedy would have taken "
+                   f"**{html.escape(pieces.of_id(tok, ids[0]))}**" if record.forced
+                   else "greedy: the most probable token")
             st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
-                       f"p = {record.prob:.3f} (greedy: the most probable token). Sequence log-probability so far: "
+                       f"p = {record.prob:.3f} ({how}). Sequence log-probability so far: "
                        f"{logp:.2f} (the sum of log p of each chosen token). {cache}.")
             st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
             st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)

@@ -131,6 +131,9 @@ class StepRecord:
     #: computed once when the step is decoded instead of at every click of every visitor.
     top_ids: tuple[int, ...] = ()
     top_probs: tuple[float, ...] = ()
+    #: The token was not chosen but forced: the model's generation config ends a decoding at its length cap with it
+    #: (``Stepper``'s ``forced_eos_id``); ``prob`` is still the model's own probability of it.
+    forced: bool = False
 
     def top(self, k: int = 10) -> tuple[list[int], list[float]]:
         """The ``k`` most probable next tokens and their probabilities."""
@@ -188,6 +191,9 @@ class Stepper:
         use_cache: feed one token per step with the KV cache (``True``) or recompute the whole prefix.
         head_masks: kind → ``[layers, heads]`` multipliers (0 switches a head off), kinds ``encoder``, ``decoder``,
             ``cross`` (or ``self`` for decoder-only); ``None`` = the plain model.
+        forced_eos_id: when given, the last token a decoding may add (the ``max_new_tokens``-th) is this one,
+            whatever the rule would choose, as ``transformers``' ``forced_eos_token_id`` does at ``max_length``
+            (a Hugging Face folder's generation config, :mod:`model.hf.generation`); its record says ``forced``.
 
     Raises:
         ValueError: an encoder-decoder model without ``src_ids``.
@@ -195,8 +201,9 @@ class Stepper:
 
     def __init__(self, model: Transformer, src_ids: list[int] | None = None, prefix_ids: list[int] | None = None,
                  max_new_tokens: int | None = None, use_cache: bool = True,
-                 head_masks: dict[str, torch.Tensor] | None = None):
+                 head_masks: dict[str, torch.Tensor] | None = None, forced_eos_id: int | None = None):
         self.model = model
+        self.forced_eos_id = forced_eos_id
         cfg = model.cfg
         self.use_cache = use_cache
         masks = head_masks or {}
@@ -257,10 +264,14 @@ class Stepper:
         if self.finished:
             return None
         log_probs, cross, self_w = self.next_distribution()
-        token = int(choose(log_probs))
+        token = int(choose(log_probs))  # drawn even when forced: a sampler's random stream stays the same
+        forced = self.forced_eos_id is not None and len(self.records) == self.max_new_tokens - 1 \
+            and token != self.forced_eos_id
+        if forced:
+            token = self.forced_eos_id
         top_p, top_i = log_probs.exp().topk(min(TOP_KEPT, log_probs.numel()))
         rec = StepRecord(token, float(log_probs[token].exp()), log_probs, cross, self_w, self.cache.nbytes()["total"],
-                         tuple(top_i.tolist()), tuple(top_p.tolist()))
+                         tuple(top_i.tolist()), tuple(top_p.tolist()), forced)
         self.tokens.append(token)
         self.records.append(rec)
         return rec

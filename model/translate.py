@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .decoding import (InputError, Stepper, decoder_prefix, default_max_new_tokens, input_limit, prepare_source,
-                       strip_eos, translate_texts)
+from .decoding import InputError, Stepper, decoder_prefix, input_limit, prepare_source, strip_eos, translate_texts
+from .hf.generation import decoding_cap, forced_eos
 from .sampling import Chooser, SamplingConfig, SamplingError, beam_search, beam_translate_texts, check_beam_size
 from .trace import trace_pair
 
@@ -38,7 +38,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
     """
     cfg = ckpt.config
     src = prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
-    limit = default_max_new_tokens(cfg, len(src.ids))
+    limit = decoding_cap(cfg, src.ids, ckpt.generation)  # a Hugging Face folder's own cap, else ours
     key = output_key(cfg)
     prefix = decoder_prefix(cfg, src.ids, None)
     extra = {}
@@ -50,7 +50,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
                           "score": round(h.score, 4), "finished": h.finished} for h in result.hypotheses]
         probs = None
     else:
-        stepper = Stepper(ckpt.model, src.ids, max_new_tokens=limit)
+        stepper = Stepper(ckpt.model, src.ids, max_new_tokens=limit, forced_eos_id=forced_eos(ckpt.generation))
         stepper.run_to_end(Chooser((sampling or SamplingConfig()).validate(cfg.vocab_size)))
         generated = stepper.generated
         probs = [round(r.prob, 4) for r in stepper.records]

@@ -50,14 +50,16 @@ def marian(tmp_path_factory):
     return folder, reference, model, info["generation"]
 
 
-def _generate(reference, folder: Path, src: list[list[int]], **changes) -> list[list[int]]:
-    """``generate`` with the folder's generation config as ``transformers`` reads it (``changes`` on top), without
-    its forced ``</s>`` at the cap (our decodings stop there instead: ``model/hf/generation.py``; given as an
-    argument: a generation config's ``None`` is replaced by the model's own value). The generated ids per row."""
+def _generate(reference, folder: Path, src: list[list[int]], force_eos: bool = False, **changes) -> list[list[int]]:
+    """``generate`` with the folder's generation config as ``transformers`` reads it (``changes`` on top), with its
+    forced ``</s>`` at the cap only when ``force_eos`` (our greedy decodings force it, our beam search stops at the
+    cap instead: ``model/hf/generation.py``; switched off as an argument: a generation config's ``None`` is replaced
+    by the model's own value). The generated ids per row."""
     ids, mask = _padded(src, 96)
     config = transformers.GenerationConfig.from_pretrained(folder)
     config.update(**changes)
-    out = reference.generate(input_ids=ids, attention_mask=mask, generation_config=config, forced_eos_token_id=None)
+    forced = {} if force_eos else {"forced_eos_token_id": None}
+    out = reference.generate(input_ids=ids, attention_mask=mask, generation_config=config, **forced)
     return [row[1:] for row in out.tolist()]
 
 
@@ -65,7 +67,7 @@ def _generate(reference, folder: Path, src: list[list[int]], **changes) -> list[
 def test_the_generation_config_is_read(marian):
     folder, _, model, generation = marian
     assert generation == GenerationDefaults("generation_config.json", max_length=8, num_beams=3, length_penalty=0.0,
-                                            bad_words_ids=(96,))
+                                            bad_words_ids=(96,), forced_eos_token_id=0)
     assert generation.length_cap(1) == 7 and generation.length_cap(20) == 1  # generate adds one token at least
     assert GenerationDefaults(max_length=8, max_new_tokens=3).length_cap(1) == 3  # max_new_tokens wins
     assert GenerationDefaults().length_cap(1) is None and GenerationDefaults().beam_defaults() == {}
@@ -95,6 +97,8 @@ def test_bad_words_of_the_generation_config_are_never_generated(marian, tmp_path
     ('{"num_beams": "four"}', "num_beams must be a whole number"),
     ('{"max_length": 0}', "max_length must be a whole number"),
     ('{"length_penalty": true}', "length_penalty must be a number"),
+    ('{"forced_eos_token_id": -1}', "forced_eos_token_id must be a token id ≥ 0"),
+    ('{"forced_eos_token_id": 100000}', "forced_eos_token_id 100000 of generation_config.json lies outside"),
     ('{"bad_words_ids": [5]}', "bad_words_ids must be a list of lists"),
     ('{"bad_words_ids": [[100000]]}', "lie outside the vocabulary"),
 ])
@@ -121,9 +125,13 @@ def test_greedy_with_the_generation_config_equals_generate(marian, monkeypatch, 
         assert cap == 7 != default_max_new_tokens(model.cfg, len(src))  # the folder's cap, not ours
         ours = state.new_stepper(model, src, generation)  # the Translate page's decoding
         ours.run_to_end()
-        assert ours.generated == _generate(reference, folder, [src], num_beams=1, eos_token_id=eos_id)[0]
+        assert ours.generated == _generate(reference, folder, [src], True, num_beams=1, eos_token_id=eos_id)[0]
         lengths.append(len(ours.generated))
+        if len(ours.generated) == 7:  # at the cap: the config's </s>, forced unless the model chose it
+            assert ours.generated[-1] == 0 and ours.records[-1].forced == (ours.records[-1].top(1)[0][0] != 0)
     assert max(lengths) == 7 and (eos == "config" or min(lengths) < 7)  # stopped at the cap, and at </s>
+    assert any(ours.records[-1].forced for ours in [state.new_stepper(model, s, generation) for s in SOURCES]
+               if (ours.run_to_end() or True))  # the tiny model runs on: the cap forces </s> somewhere
 
 
 @pytest.mark.parametrize("eos", ["config", "varied"])
@@ -176,9 +184,25 @@ def test_the_translation_uses_the_folders_length_cap(app_root, monkeypatch):
     cfg = ckpt.config
     src = prepare_source(ckpt.tokenizer, "The cat sat on the mat.", input_limit(cfg), cfg.eos_id, cfg.unk_id)
     run = state.greedy_run(ckpt, src)
-    fresh = Stepper(ckpt.model, list(src.ids), max_new_tokens=5)
+    fresh = Stepper(ckpt.model, list(src.ids), max_new_tokens=5, forced_eos_id=0)
     fresh.run_to_end()
     assert list(run.tokens) == fresh.tokens and len(fresh.generated) <= 5
+    # the tiny model runs on to the cap, where the folder's forced_eos_token_id ends it with </s>
+    assert run.records[-1].forced and run.tokens[-1] == 0 == ckpt.generation.forced_eos_token_id
+    unforced = Stepper(ckpt.model, list(src.ids), max_new_tokens=5)
+    unforced.run_to_end()
+    assert unforced.tokens[:-1] == fresh.tokens[:-1] and unforced.tokens[-1] != 0
+
+
+@pytest.mark.parametrize("page, key", [("translate", "step"), ("decoding", "step")])
+def test_the_pages_say_when_the_last_token_was_forced(app_root, monkeypatch, page, key):
+    at = open_app(monkeypatch, app_root, "opus-mt-gen", page, text="The cat sat on the mat.", **{key: "5"})
+    assert_clean(at)
+    said = [c.value for c in at.caption if "forced_eos_token_id" in c.value]
+    assert len(said) == 1 and "generation_config.json ends a decoding that reaches its length limit" in said[0], \
+        [c.value for c in at.caption]
+    earlier = open_app(monkeypatch, app_root, "opus-mt-gen", page, text="The cat sat on the mat.", **{key: "4"})
+    assert not any("forced_eos_token_id" in c.value for c in earlier.caption)
 
 
 def test_the_decoding_lab_takes_the_folders_beam_width_and_says_so(app_root, monkeypatch):

@@ -40,7 +40,8 @@ DEFAULTS = dict(strategy="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, 
 
 
 def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfig,
-                 forced: Mapping[int, int] | None = None, max_new_tokens: int | None = None) -> Decoding:
+                 forced: Mapping[int, int] | None = None, max_new_tokens: int | None = None,
+                 forced_eos_id: int | None = None) -> Decoding:
     """One sentence decoded to its end under one rule, with forced tokens, frozen.
 
     Args:
@@ -49,13 +50,14 @@ def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfi
         sampling: a validated :class:`SamplingConfig` (``strategy`` greedy or sample).
         forced: ``{step: token_id}`` (1-based steps).
         max_new_tokens: length limit of the decode.
+        forced_eos_id: the token a decoding that reaches the limit ends with (a Hugging Face generation config's).
 
     Returns:
         A :class:`Decoding` with ``pipelines`` (what the rule did at each step), ``suggested`` (the rule's own
         pick) and ``forced``.
     """
     forced = {int(k): int(v) for k, v in (forced or {}).items()}
-    stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens)
+    stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens, forced_eos_id=forced_eos_id)
     chooser = Chooser(sampling)
     pipelines: list[Pipeline] = []
     suggested: list[int] = []

@@ -25,7 +25,7 @@ from model.decoded import Decoding, decode
 from model.decoding import InputError, SourceInput, Stepper, input_limit, prepare_source
 from model.familiarity import familiarity
 from model.hf.card import folder_facts
-from model.hf.generation import GenerationDefaults, decoding_cap
+from model.hf.generation import GenerationDefaults, decoding_cap, forced_eos
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from model.trace import Trace, trace_pair
 from ui import heavy, url
@@ -334,8 +334,10 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
 def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None = None) -> Stepper:
     """A :class:`Stepper` for either architecture: an encoder-decoder translates ``src_ids``; a decoder-only model
     continues them (the text without its ``<eos>`` becomes the prompt after ``<bos>``). Its length cap is a Hugging
-    Face model's own (``generation``: ``ckpt.generation``, :func:`~model.hf.generation.decoding_cap`), else ours."""
-    return Stepper(model, src_ids, max_new_tokens=decoding_cap(model.cfg, src_ids, generation))
+    Face model's own (``generation``: ``ckpt.generation``, :func:`~model.hf.generation.decoding_cap`), else ours,
+    and a decoding that reaches it ends with the token its generation config forces there, if any."""
+    return Stepper(model, src_ids, max_new_tokens=decoding_cap(model.cfg, src_ids, generation),
+                   forced_eos_id=forced_eos(generation))
 
 
 

@@ -48,6 +48,11 @@ def output_box(text: str, prompt: str = "", where=None, empty: str = "(empty out
 
 
 # --- the step buttons ---------------------------------------------------------------------------------------
+#: Why a step's token was not the rule's: a Hugging Face folder's generation config forces a last token at the cap.
+FORCED_AT_CAP = ("this model's generation_config.json ends a decoding that reaches its length limit with this token "
+                 "(forced_eos_token_id), as transformers' generate does.")
+
+
 def _move_step(key: str, delta: int | None, to: int, total: int) -> None:
     """Button callback: ``delta`` steps from the current one, or to ``to`` when ``delta`` is None; within
     ``[0, total]``. Relative on purpose: a click that arrives before the page has redrawn its buttons still

@@ -15,10 +15,13 @@ decodings have a counterpart for:
 * ``bad_words_ids``: banned one-token words are never generated; the loader adds them to
   ``ModelConfig.suppress_ids``, as :mod:`model.hf.config` does with ``config.json``'s.
 
-Not applied: ``forced_eos_token_id`` (``generate`` replaces the last token before the cap with ``</s>``; our
-decoding stops there and says the length limit was reached), sampling settings (the pages' greedy decoding is
-greedy, their sampling is the visitor's), ``early_stopping``, ``min_length``, ``no_repeat_ngram_size`` and
-``repetition_penalty``.
+* ``forced_eos_token_id``: a decoding that reaches the length cap ends with this token, as ``generate``'s
+  ``ForcedEOSTokenLogitsProcessor`` makes it (:class:`~model.decoding.Stepper`'s ``forced_eos_id``: greedy and
+  sampled decodings; the pages say when it happened).
+
+Not applied: ``forced_eos_token_id`` in beam search (its beams stop at the cap unfinished), sampling settings (the
+pages' greedy decoding is greedy, their sampling is the visitor's), ``early_stopping``, ``min_length``,
+``no_repeat_ngram_size`` and ``repetition_penalty``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class GenerationDefaults:
         num_beams: the beam width of ``generate``.
         length_penalty: ``generate``'s exponent of the length a finished beam's log-probability is divided by.
         bad_words_ids: the one-token banned words' ids.
+        forced_eos_token_id: the token a decoding that reaches the length cap ends with.
     """
 
     source: str = FILE
@@ -51,6 +55,7 @@ class GenerationDefaults:
     num_beams: int | None = None
     length_penalty: float | None = None
     bad_words_ids: tuple[int, ...] = ()
+    forced_eos_token_id: int | None = None
 
     def length_cap(self, prefix_len: int) -> int | None:
         """The most new tokens a decoding whose decoder starts from ``prefix_len`` tokens (``<bos>``, or a
@@ -95,11 +100,20 @@ def decoding_cap(cfg, src_ids: list[int], generation: GenerationDefaults | None)
     return default_max_new_tokens(cfg, len(src_ids)) if cap is None else cap
 
 
-def _whole(value, key: str, where: str) -> int | None:
+def forced_eos(generation: GenerationDefaults | None) -> int | None:
+    """The token a decoding at the length cap must end with (``forced_eos_token_id``), for
+    :class:`~model.decoding.Stepper`'s ``forced_eos_id``; ``None`` for our checkpoints (``generation`` ``None``)
+    and for a folder that forces none."""
+    return generation.forced_eos_token_id if generation else None
+
+
+def _whole(value, key: str, where: str, least: int = 1, what: str = "a whole number") -> int | None:
+    """``value`` when it is an int ≥ ``least`` (``None`` stays ``None``). Raises ``CheckpointError`` naming
+    ``key``, the file (``where``) and ``what`` was expected."""
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise CheckpointError(f"{where}: {key} must be a whole number ≥ 1, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise CheckpointError(f"{where}: {key} must be {what} ≥ {least}, got {value!r}")
     return value
 
 
@@ -137,4 +151,5 @@ def parse_generation(data: dict, source: str, folder: str | Path) -> GenerationD
         num_beams=_whole(data.get("num_beams"), "num_beams", where),
         length_penalty=_number(data.get("length_penalty"), "length_penalty", where),
         bad_words_ids=_one_token_words(data.get("bad_words_ids"), where),
+        forced_eos_token_id=_whole(data.get("forced_eos_token_id"), "forced_eos_token_id", where, 0, "a token id"),
     )

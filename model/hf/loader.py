@@ -139,6 +139,10 @@ def load_hf_model(folder: str | Path, device: str | torch.device = "cpu") -> tup
         cfg = with_banned(cfg, generation.bad_words_ids)
     except ConfigError as exc:
         raise CheckpointError(f"{folder}: bad_words_ids of {generation.source}: {exc}") from exc
+    forced = generation.forced_eos_token_id
+    if forced is not None and forced >= cfg.vocab_size:
+        raise CheckpointError(f"{folder}: forced_eos_token_id {forced} of {generation.source} lies outside the "
+                              f"vocabulary of {cfg.vocab_size} tokens")
     path = weights_path(folder)
     if path is None:
         sharded = any(folder.glob("*.index.json"))

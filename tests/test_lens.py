@@ -22,7 +22,7 @@ from model.decoding import Stepper
 from model.lens import TOP_K, Lens, final_norm_applies, logit_lens
 from model.sampling import SamplingConfig
 from ui import decoding_lab as lab
-from viz.lens import lens_figure, lens_table_html
+from viz.lens import lens_figure, lens_table_html, lens_table_svg
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = 1e-6  # probabilities
@@ -141,13 +141,34 @@ def test_the_shipped_models_last_layer_is_their_output(name, text):
 
 
 # --- viz --------------------------------------------------------------------------------------------------------
-def _table(**overrides) -> str:
+def _table(draw=lens_table_html, **overrides) -> str:
     args = dict(layer_labels=["1", "2", "3"], top_pieces=[["▁a", "<b>"], ["▁lebt", "▁a"], ["▁lebt", "x"]],
                 top_probs=[[0.5, 0.2], [0.6, 0.3], [0.9, 0.05]], chosen_cols=[None, 0, 0],
                 chosen_probs=[0.01, 0.6, 0.9], chosen_ranks=[7, 1, 1], chosen_piece="▁lebt", first_top=1,
                 title="Step 3: what each decoder layer would predict")
     args.update(overrides)
-    return lens_table_html(**args)
+    return draw(**args)
+
+
+def test_the_svg_of_a_step_is_a_valid_picture_of_the_same_table():
+    import xml.etree.ElementTree as ET
+
+    svg = _table(lens_table_svg)
+    root = ET.fromstring(svg)  # well-formed: every piece escaped ("<b>" is text)
+    ns = "{http://www.w3.org/2000/svg}"
+    assert root.tag == f"{ns}svg" and float(root.get("width")) > 0 and float(root.get("height")) > 0
+    cells = root.findall(f"{ns}g")
+    assert [(g.get("data-layer"), g.get("data-p")) for g in cells] == [
+        ("0", "0.5000"), ("0", "0.2000"), ("1", "0.6000"), ("1", "0.3000"), ("2", "0.9000"), ("2", "0.0500")]
+    assert [g.get("data-layer") for g in cells if g.get("data-chosen")] == ["1", "2"]
+    texts = ["".join(t.itertext()) for t in root.iter(f"{ns}text")]
+    assert "<b>" in texts and "2 ★" in texts and "3 · output" in texts and "1.0% #7" in texts
+    assert any(t.startswith("★ layer 2") for t in texts)
+    assert "Step 3: what each decoder layer would predict" in texts
+    wide = ET.fromstring(_table(lens_table_svg, top_pieces=[["▁" + "x" * 40, "a"], ["▁lebt", "a"], ["▁lebt", "x"]]))
+    assert float(wide.get("width")) > float(root.get("width"))  # a long piece widens its columns
+    with pytest.raises(ValueError, match="one entry per layer"):
+        _table(lens_table_svg, chosen_probs=[0.1])
 
 
 def test_the_table_has_a_row_per_layer_marks_the_token_taken_and_escapes_pieces():

@@ -62,7 +62,8 @@ def test_translate_shows_the_lens_of_each_step_and_a_click_only_indexes_it(monke
     captions = " ".join(c.value for c in at.caption)
     assert ("Pre-LN model" if ckpt.config.norm_first else "Post-LN model") in captions
     assert "the model's own distribution" in captions
-    assert any(b.proto.label.startswith("Download the lens") for b in at.get("download_button"))
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert any(label.startswith("Download the lens") for label in labels) and "Download this step (.svg)" in labels
 
     computed = heavy.GATE.computed
     next_step(at)  # Next: the lens of step 2 from the one computed for the whole decoding

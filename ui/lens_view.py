@@ -19,7 +19,7 @@ from model.decoded import Decoding
 from model.lens import Lens, LensStep, logit_lens
 from ui import heavy, pieces, presentation, url, widgets
 from ui.state import checkpoint_version
-from viz.lens import lens_figure, lens_table_html
+from viz.lens import lens_figure, lens_table_html, lens_table_svg
 
 #: The link's parameter: ``?lens=1`` opens the lens on both pages.
 PARAM = "lens"
@@ -62,17 +62,27 @@ def layer_labels(n_layers: int) -> list[str]:
     return [str(i + 1) for i in range(n_layers - 1)] + [f"{n_layers} · output"]
 
 
-def step_html(ckpt: Checkpoint, lens_step: LensStep, step: int) -> str:
-    """:func:`viz.lens.lens_table_html` of one step, pieces as the pages show them."""
+def _step_view(ckpt: Checkpoint, lens_step: LensStep, step: int, draw, **options) -> str:
+    """``draw`` (:func:`viz.lens.lens_table_html` or :func:`~viz.lens.lens_table_svg`) of one step, pieces as the
+    pages show them."""
     tok = ckpt.tokenizer
     n_layers = len(lens_step.chosen_probs)
-    return lens_table_html(
+    return draw(
         [str(i + 1) for i in range(n_layers)], [pieces.of_ids(tok, row) for row in lens_step.top_ids],
         lens_step.top_probs, [row.index(lens_step.token_id) if lens_step.token_id in row else None
                               for row in lens_step.top_ids],
         lens_step.chosen_probs, lens_step.chosen_ranks, pieces.of_id(tok, lens_step.token_id),
-        lens_step.first_top_layer, title=f"Step {step}: what each decoder layer would predict",
-        large=presentation.is_on())
+        lens_step.first_top_layer, title=f"Step {step}: what each decoder layer would predict", **options)
+
+
+def step_html(ckpt: Checkpoint, lens_step: LensStep, step: int) -> str:
+    """:func:`viz.lens.lens_table_html` of one step, pieces as the pages show them."""
+    return _step_view(ckpt, lens_step, step, lens_table_html, large=presentation.is_on())
+
+
+def step_svg(ckpt: Checkpoint, lens_step: LensStep, step: int) -> str:
+    """:func:`viz.lens.lens_table_svg` of one step: the table as a picture to save."""
+    return _step_view(ckpt, lens_step, step, lens_table_svg)
 
 
 def lens_npz(ckpt: Checkpoint, lens: Lens) -> bytes:
@@ -115,7 +125,12 @@ def translate_lens(ckpt: Checkpoint, src_ids: Sequence[int], run: Decoding, step
     lens = shared_lens(ckpt, src_ids, run)
     st.markdown(step_html(ckpt, lens.steps[step - 1], step), unsafe_allow_html=True)
     st.caption(readout_line(ckpt, lens))
-    download(ckpt, lens, "tr_lens_export")
+    npz, svg = st.columns(2)
+    download(ckpt, lens, "tr_lens_export", npz)
+    svg.download_button(  # the page draws no chart whose camera button would save a picture
+        "Download this step (.svg)", data=lambda: step_svg(ckpt, lens.steps[step - 1], step),
+        file_name=f"logit-lens-step{step}.svg", mime="image/svg+xml", key="tr_lens_svg", on_click="ignore",
+        icon=":material/download:", help="The table above as an SVG picture.")
 
 
 def lab_lens(ckpt: Checkpoint, src_ids: Sequence[int], full: Decoding, step: int) -> None:

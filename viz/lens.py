@@ -5,6 +5,8 @@ Two views of :class:`model.lens.Lens` numbers, handed over as plain sequences by
 * :func:`lens_table_html`, one step: a row per layer (first to last, the last being the model's own output), its
   top pieces as cells shaded by probability, the token taken outlined, and the taken token's probability and rank
   as a bar. HTML, not a chart: the Translate page redraws it on every click and loads no Plotly.
+* :func:`lens_table_svg`, the same step as a standalone SVG picture (the Translate page's export: that page draws no
+  chart whose camera button would save one).
 * :func:`lens_figure`, every step so far: a layers × steps heatmap of the taken token's probability, each cell
   labelled with that layer's top guess, so one sees at which depth each answer forms.
 """
@@ -19,8 +21,8 @@ import plotly.graph_objects as go
 
 from viz.attention import AXIS_TITLE_PX, COLORBAR_PX, display_token, label_px, plotly_escape, scale_colours
 from viz.attention import set_token_xaxes, labels_depth, token_yaxis
-from viz.theme import (ACCENT, ATTENTION_SCALE, BLUE, CHIP_BG, FONT, INK, MIN_READABLE, MONO, SUBTLE,
-                       TITLE_STANDOFF, WHITE, LINE_EM, PAGE_PX, label_plan, title as _title, title_chars,
+from viz.theme import (ACCENT, ATTENTION_SCALE, BLUE, CHIP_BG, FONT, INK, MIN_READABLE, MONO, MONO_CHAR_EM, SANS,
+                       SUBTLE, TITLE_STANDOFF, WHITE, LINE_EM, PAGE_PX, label_plan, title as _title, title_chars,
                        title_margin, wrap_title)
 
 #: Shade (probability) from which a cell's text turns white: the scale's blue is dark enough there.
@@ -109,6 +111,74 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
             f'border-spacing:2px;margin:0;font-size:{num_px}px"><colgroup><col style="width:4em">'
             f'<col style="width:5.8em">{"<col>" * k}</colgroup><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{note}</div>')
+
+
+#: Sizes of :func:`lens_table_svg`, px: a row, the layer and probability columns, a piece column at least, the
+#: piece text and the number under it.
+SVG_ROW, SVG_LAYER, SVG_PROB, SVG_PIECE_MIN, SVG_PIECE_PX, SVG_NUM_PX = 44, 92, 112, 96, 16, 13
+
+
+def lens_table_svg(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[str]],
+                   top_probs: Sequence[Sequence[float]], chosen_cols: Sequence[int | None],
+                   chosen_probs: Sequence[float], chosen_ranks: Sequence[int], chosen_piece: str,
+                   first_top: int | None, title: str = "") -> str:
+    """One step of the logit lens as a standalone SVG document: what :func:`lens_table_html` shows (arguments as
+    there), a row per layer, the pieces shaded by probability on the attention colour scale, the token taken
+    outlined and its probability as a bar. Text is escaped; sizes in px (:data:`SVG_ROW` …); the width follows the
+    longest piece. Raises ``ValueError`` for a column whose length is not the number of layers."""
+    n = len(layer_labels)
+    _check(n, top_pieces, top_probs, chosen_cols, chosen_probs, chosen_ranks)
+    k = max((len(row) for row in top_pieces), default=0)
+    shown = [[display_token(p) for p in row] for row in top_pieces]
+    longest = max((len(p) for row in shown for p in row), default=1)
+    col = max(SVG_PIECE_MIN, round(longest * MONO_CHAR_EM * SVG_PIECE_PX) + 16)
+    top = 64 if title else 32
+    width, height = SVG_LAYER + SVG_PROB + k * col + 8, top + n * SVG_ROW + 56
+    esc = html.escape
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="{esc(SANS)}" font-size="{SVG_NUM_PX}">',
+             f'<rect width="{width}" height="{height}" fill="{WHITE}"/>']
+    if title:
+        parts.append(f'<text x="4" y="24" font-size="18" font-weight="600" fill="{INK}">{esc(title)}</text>')
+    head_y = top - 10
+    parts.append(f'<text x="{SVG_LAYER - 8}" y="{head_y}" text-anchor="end" fill="{SUBTLE}" font-weight="600">'
+                 f'layer</text><text x="{SVG_LAYER + 4}" y="{head_y}" fill="{SUBTLE}" font-weight="600">'
+                 f'p({esc(display_token(chosen_piece))})</text>')
+    for c in range(k):
+        parts.append(f'<text x="{SVG_LAYER + SVG_PROB + c * col + 4}" y="{head_y}" fill="{SUBTLE}" '
+                     f'font-weight="600">{c + 1}.</text>')
+    shades = iter(scale_colours([p for row in top_probs for p in row]))
+    for layer, label in enumerate(layer_labels):
+        y = top + layer * SVG_ROW
+        star = " ★" if layer == first_top else ""
+        name = label + (" · output" if layer == n - 1 else "") + star
+        parts.append(f'<text x="{SVG_LAYER - 8}" y="{y + 27}" text-anchor="end" fill="{INK}" '
+                     f'font-weight="{700 if star else 600}">{esc(name)}</text>')
+        p, rank = min(max(float(chosen_probs[layer]), 0.0), 1.0), int(chosen_ranks[layer])
+        bar = SVG_PROB - 14
+        parts.append(f'<text x="{SVG_LAYER + 4}" y="{y + 19}" fill="{INK}">{p:.1%} #{rank}</text>'
+                     f'<rect x="{SVG_LAYER + 4}" y="{y + 26}" width="{bar}" height="6" rx="3" fill="{CHIP_BG}"/>'
+                     f'<rect x="{SVG_LAYER + 4}" y="{y + 26}" width="{bar * p:.1f}" height="6" rx="3" '
+                     f'fill="{ACCENT if rank == 1 else BLUE}"/>')
+        for c, (piece, q) in enumerate(zip(shown[layer], top_probs[layer])):
+            x, q = SVG_LAYER + SVG_PROB + c * col, float(q)
+            chosen = chosen_cols[layer] == c
+            ink = WHITE if q >= WHITE_TEXT_FROM else INK
+            ring = f' stroke="{ACCENT}" stroke-width="3"' if chosen else ""
+            flag = ' data-chosen="1"' if chosen else ""
+            parts.append(f'<g data-layer="{layer}" data-p="{q:.4f}"{flag}>'
+                         f'<rect x="{x + 2}" y="{y + 2}" width="{col - 4}" height="{SVG_ROW - 4}" rx="3" '
+                         f'fill="{next(shades)}"{ring}/>'
+                         f'<text x="{x + 8}" y="{y + 20}" font-family="{esc(MONO)}" font-size="{SVG_PIECE_PX}" '
+                         f'fill="{ink}" font-weight="{700 if chosen else 400}" xml:space="preserve">{esc(piece)}</text>'
+                         f'<text x="{x + 8}" y="{y + 36}" fill="{ink}">{q:.1%}</text></g>')
+    where = (f"★ layer {layer_labels[first_top]}: the first whose top guess it is." if first_top is not None
+             else "No layer ranks it first.")
+    foot = top + n * SVG_ROW
+    parts.append(f'<text x="4" y="{foot + 22}" fill="{SUBTLE}">Outlined: “{esc(display_token(chosen_piece))}”, the '
+                 f"token taken; its probability and rank (#) at each layer beside the layer.</text>"
+                 f'<text x="4" y="{foot + 42}" fill="{SUBTLE}">{esc(where)}</text>')
+    return "".join(parts) + "</svg>"
 
 
 def lens_figure(chosen_probs, top_pieces: Sequence[Sequence[str]], step_labels: Sequence[str],

@@ -115,7 +115,9 @@ def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, caps
     assert main(args) == 0
     assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["step"] == 25631
     out = capsys.readouterr().out
-    assert "step 25,631" in out
+    assert "step 25,631" in out and " CPU-min, " in out  # START names no GPU
+    files["card"].write_text(json.dumps({**START, "device": "cuda (NVIDIA H200)"}), encoding="utf-8")
+    assert main(args) == 0 and " GPU-min, " in capsys.readouterr().out
     # the rows belong in the card beside card.json, the leg's story in the history beside it
     assert f"in {tmp_path / 'README.md'} " in out and f"goes to {tmp_path / 'HISTORY.md'}" in out
     # the leg's three evaluations as README table rows; the shipped row (no valid loss) is left out

@@ -255,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     atomic_write_json(out, new)
     readme, history = card_pages(args.card)
-    print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} CPU-min, "
+    unit = "GPU" if str(new.get("device", "")).startswith("cuda") else "CPU"  # as the pages read a card's minutes
+    print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} {unit}-min, "
           f"{len(new['legs'])} curve rows; the leg's rows for the curve table under 'Training procedure' in "
           f"{readme} (what the leg tried and why goes to {history}):")
     print("\n".join(markdown_rows(new["legs"][len(card.get("legs", [])):])))

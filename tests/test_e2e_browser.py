@@ -222,6 +222,21 @@ def test_empty_text_shows_a_warning(server, new_page):
     expect(page.get_by_role("button", name="Next")).to_be_visible()
     assert_no_traceback(page)
 
+    # news: translated, under a warning that names the words the vocabulary had to cut
+    box.fill("The European Central Bank raised interest rates again on Thursday.")
+    box.press("Enter")
+    warning = page.locator('[data-testid="stAlertContentWarning"]', has_text="Far from what this model has seen")
+    warning.wait_for()
+    settle(page)
+    expect(warning).to_contain_text("“European”")
+    expect(page.get_by_role("button", name="Next")).to_be_visible()
+    box.fill("The cat sat on the mat.")  # a familiar sentence: the warning goes
+    box.press("Enter")
+    page.get_by_text("Die Katze").first.wait_for()
+    settle(page)
+    expect(page.locator('[data-testid="stAlertContentWarning"]')).to_have_count(0)
+    assert_no_traceback(page)
+
 
 def test_decoding_lab_sample_force_and_beam(server, new_page):
     """The lab in a browser: a seeded sampling link replays, a forced token makes a branch, beam draws its tree."""

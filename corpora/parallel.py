@@ -37,8 +37,11 @@ DEFAULT_SOURCES = {
     "bcontrast": SHARED_DATA / "bcontrast",
 }
 PARALLEL = tuple(DEFAULT_SOURCES)
-#: Every corpus a mixture can name: the three above, the general-domain files by their stem, and the shipped Ding.
-MIXABLE = (*PARALLEL, *EXTRA_CORPORA, "ding")
+#: Synthetic pairs: real German with English made by a German → English model (python -m training.backtranslate).
+BACKTRANSLATED = "backtranslated"
+#: Every corpus a mixture can name: the three above, the general-domain files by their stem, the back-translated
+#: pairs, and the shipped Ding.
+MIXABLE = (*PARALLEL, *EXTRA_CORPORA, BACKTRANSLATED, "ding")
 
 # Tatoeba has no official split: hash buckets 0-9 (1 %) are held out for validation, 10-19 (1 %) for test.
 TATOEBA_VALID, TATOEBA_TEST = range(0, 10), range(10, 20)
@@ -319,6 +322,9 @@ def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, s
     """
     repeats = parse_repeats("", repeats)
     missing = [c for c in MIXABLE[:-1] if repeats.get(c, 0) and not prepared_path(c, "train", out).is_file()]
+    if BACKTRANSLATED in missing:
+        raise DataError(f"{BACKTRANSLATED} not made in {out}: run python -m training.backtranslate --checkpoint "
+                        "<a German → English run> first (docs/training.md, Back-translation), or give it the share 0")
     if missing:
         one = "extra" if missing[0] in EXTRA_CORPORA else missing[0]
         raise DataError(f"{', '.join(missing)} not prepared in {out}: run 'python -m corpora prepare all' (or "

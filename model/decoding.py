@@ -335,13 +335,16 @@ def encode_batch(model: Transformer, src_batch: list[list[int]]) -> tuple[torch.
 
 
 @torch.inference_mode()
-def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens: int | None = None) -> list[list[int]]:
+def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens: int | None = None,
+                 pick: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[list[int]]:
     """Greedy translation of many sources at once with the KV cache (for evaluation).
 
     Args:
         src_batch: encoder ids per sentence (``<eos>`` included), any lengths.
         max_new_tokens: length cap; default per sentence, :func:`source_limits` (a model that never says ``<eos>``
             then costs 2 × source + 10 steps, not ``max_len``).
+        pick: ``pick(logits [batch, vocab]) -> ids [batch]`` chooses each row's next token instead of the argmax
+            (:func:`model.sampling.sample_batch` samples).
 
     Returns:
         Generated ids per sentence, ``<eos>`` and later tokens removed.
@@ -356,7 +359,8 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     out = []
     for step in range(int(limits.max())):
         hidden = model.decode(tokens[:, -1:], memory, memory_mask, cache=cache).hidden
-        nxt = model.next_token_logits(hidden[:, -1]).argmax(-1)
+        logits = model.next_token_logits(hidden[:, -1])
+        nxt = logits.argmax(-1) if pick is None else pick(logits)
         nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
         out.append(nxt)
         done |= (nxt == cfg.eos_id) | (limits <= step + 1)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import decoder_prefix, encode_batch, source_limits, strip_eos, translate_texts
+from .decoding import decoder_prefix, encode_batch, greedy_batch, source_limits, strip_eos, translate_texts
 from .tokenizer import TextTokenizer
 from .transformer import Transformer
 
@@ -122,6 +122,45 @@ class Chooser:
     def __call__(self, log_probs: torch.Tensor) -> int:
         self.last = choose_next(log_probs, self.cfg, self.generator)
         return self.last.token_id
+
+
+def sample_batch(top_k: int = 10, temperature: float = 1.0, generator: torch.Generator | None = None):
+    """A ``pick(logits [batch, vocab]) -> ids [batch]`` for :func:`~model.decoding.greedy_batch` that samples each
+    row from ``softmax(logits / temperature)`` cut to its ``top_k`` most probable tokens and renormalised (Fan et
+    al. 2018; ``top_k`` 0 keeps all: unrestricted sampling). Ties at the cut go as ``torch.topk`` orders them.
+
+    Raises:
+        SamplingError: ``temperature`` ≤ 0 or ``top_k`` < 0.
+    """
+    if temperature <= 0 or top_k < 0:
+        raise SamplingError(f"sampling needs a temperature above 0 and top-k ≥ 0, got {temperature} and {top_k}")
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        if 0 < top_k < probs.shape[-1]:
+            kept, ids = probs.topk(top_k, dim=-1)
+            drawn = torch.multinomial(kept / kept.sum(-1, keepdim=True), 1, generator=generator)
+            return ids.gather(-1, drawn).squeeze(-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    return pick
+
+
+def sampled_translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], top_k: int = 10,
+                            temperature: float = 1.0, seed: int = 0, batch_size: int = 64) -> list[str]:
+    """A sampled translation of each text (:func:`sample_batch` in :func:`~model.decoding.greedy_batch`), one seeded
+    random stream for the whole call (the same texts, order and batch size give the same outputs); as
+    :func:`~model.decoding.translate_texts` otherwise: order kept, an unusable text gives an empty string.
+
+    Raises:
+        SamplingError: as :func:`sample_batch`.
+    """
+    pick = sample_batch(top_k, temperature, torch.Generator(device=model.device).manual_seed(seed))
+
+    def decode(m: Transformer, src_batch: list[list[int]]) -> list[list[int]]:
+        return greedy_batch(m, src_batch, pick=pick)
+
+    return translate_texts(model, tokenizer, texts, batch_size, decode_batch=decode)
 
 
 # --- beam search ----------------------------------------------------------------------------------

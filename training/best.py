@@ -85,7 +85,10 @@ def best_card(model, config: TrainConfig, device, state: TrainerState, valid: di
     brown = config.corpus == "brown"
     card = {
         "task": ("English language model (continues a prompt)" if brown else
-                 "English and German language model (continues a prompt)" if lm else "English → German translation"),
+                 "English and German language model (continues a prompt)" if lm else
+                 "German → English translation (back-translation)" if config.reverse else
+                 "English → German translation"),
+        **({"direction": "de-en"} if config.reverse else {}),
         "data": data_card(config, lm),
         "step": state.step, "epoch": state.epoch, "tokens_seen": state.tokens_seen,
         "train_minutes": round(train_seconds / 60, 1), "hardware": hardware(world_size), "device": str(device),

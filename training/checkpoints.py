@@ -32,11 +32,12 @@ def load_any(folder: Path, impl: str, device) -> Checkpoint:
     return Checkpoint(model, TextTokenizer.from_file(folder / "tokenizer.json"), model.cfg, card, folder)
 
 
-def snapshot(model, tok, out: Path, step: int) -> None:
-    """Checkpoint ``checkpoints/step-N/`` (fp16) and the probe sentences' attention in ``probes.jsonl``."""
+def snapshot(model, tok, out: Path, step: int, sentences: list[str] | None = None) -> None:
+    """Checkpoint ``checkpoints/step-N/`` (fp16) and the probe sentences' attention in ``probes.jsonl``
+    (``sentences``: :func:`training.runs.probe_record`'s default for the model, else these)."""
     save_checkpoint(out / "checkpoints" / f"step-{step}", model, tok, {"step": step, "kind": "snapshot"},
                     dtype=torch.float16)
-    append_probes(out, probe_record(model, tok, step))
+    append_probes(out, probe_record(model, tok, step, sentences))
 
 
 def keep_evaluation(model, tok, out: Path, step: int, keep: int) -> Path:

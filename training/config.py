@@ -66,6 +66,10 @@ class TrainConfig:
                                  "mixed into the same optimizer step as the sentences; 0 = off (then "
                                  "--phrases/--words-per-epoch apply)", "data", check="rate")
     limit_train: int = opt(0, "use only the first N sentence pairs (smoke tests)", "data", check="nonneg")
+    reverse: bool = opt(False, "train German → English: the two sides of every pair (sentences, dictionary, valid) "
+                               "swapped; the model that back-translates German text into synthetic pairs for an "
+                               "English → German one (python -m corpora backtranslate; Sennrich et al. 2016)",
+                        "data")
     vocab_size: int = opt(8000, group="data", check="min100", show=True)
     vocab_from: str = opt("all", "what the BPE vocabulary is learned from: all = sentences + phrases + words; "
                                  "sentences = the sentence pairs only (rarer pieces are then common in the sentences)",
@@ -250,6 +254,9 @@ def check_args(args: TrainConfig) -> None:
         raise ValueError("--tokenizer is for a new model; --init-from keeps its checkpoint's tokenizer")
     if args.mix and (args.train_tsv or args.corpus == "brown"):
         raise ValueError("--mix names the training data; leave out --train-tsv and --corpus brown")
+    if args.reverse and (args.corpus == "brown" or args.arch != "encoder-decoder"):
+        raise ValueError("--reverse swaps the sides of translation pairs: it trains an encoder-decoder German → "
+                         "English translator, not a language model")
     if args.corpus == "brown":
         if args.arch != "decoder-only":
             raise ValueError("--corpus brown is English only: it trains a language model (--arch decoder-only), "

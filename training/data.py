@@ -29,7 +29,8 @@ def load_data(config: TrainConfig) -> tuple[list[Pair], list[Pair], list[Pair], 
     """``(sentences, phrases, words, valid)`` pairs from the shipped corpus, the user's TSV files or the mixture of
     the prepared real corpora (``--mix``, :func:`corpora.parallel.mixture_pairs`) (Brown:
     one-sided pairs, no phrases or words). Phrases and words are read only when a run samples them
-    (``--phrases-per-epoch``, ``--words-per-epoch`` or ``--dict-share``) and trains on the shipped sentences.
+    (``--phrases-per-epoch``, ``--words-per-epoch`` or ``--dict-share``) and trains on the shipped sentences. With
+    ``--reverse`` every pair comes German first (:func:`reversed_pairs`).
     Raises ``DataError`` when a file is missing or malformed."""
     data_dir = Path(config.data_dir)
     if config.corpus == "brown":
@@ -52,4 +53,11 @@ def load_data(config: TrainConfig) -> tuple[list[Pair], list[Pair], list[Pair], 
     phrases, words = dictionary("phrases", config.phrases_per_epoch), dictionary("words", config.words_per_epoch)
     if config.limit_train:
         sentences = sentences[: config.limit_train]
+    if config.reverse:  # German → English: every pair turned round
+        sentences, phrases, words, valid = (reversed_pairs(p) for p in (sentences, phrases, words, valid))
     return sentences, phrases, words, valid
+
+
+def reversed_pairs(pairs: list[Pair]) -> list[Pair]:
+    """``pairs`` with source and target swapped (``--reverse``: a German → English model)."""
+    return [Pair(p.tgt, p.src) for p in pairs]

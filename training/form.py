@@ -120,6 +120,9 @@ def validate_form(form: dict) -> list[str]:
     elif f["data"] == "brown" and f["arch"] != "decoder-only":
         errors.append("the Brown corpus is English only: it trains a language model (architecture decoder-only), "
                       "not a translator")
+    if f.get("reverse") and (f["arch"] != "encoder-decoder" or f["data"] == "brown"):
+        errors.append("German → English turns translation pairs round: it needs the encoder-decoder architecture "
+                      "and pairs, not the Brown corpus")
     if not errors:
         try:  # the model's own checks (d_model % n_heads, RoPE's even d_k, sinusoidal's even d_model, …)
             ModelConfig(arch=f["arch"], d_model=f["d_model"], n_heads=f["n_heads"], n_encoder_layers=f["layers"],
@@ -134,7 +137,7 @@ def mixture_errors(mix: str | None, prepared: Path | None = None) -> list[str]:
     """Why ``mix`` (``"tatoeba=1,multi30k=2,…"``) cannot be trained on now: malformed, every share 0, or a corpus
     with a share that is not prepared in ``prepared`` (default ``data/prepared``; the message names the command)."""
     from corpora.files import DataError
-    from corpora.parallel import PREPARED, parse_repeats, prepared_corpora
+    from corpora.parallel import BACKTRANSLATED, PREPARED, parse_repeats, prepared_corpora
 
     try:
         shares = parse_repeats(mix or "", {})
@@ -145,8 +148,10 @@ def mixture_errors(mix: str | None, prepared: Path | None = None) -> list[str]:
     ready = prepared_corpora(prepared or PREPARED)
     missing = [c for c, n in shares.items() if n and c not in ready]
     if missing:
-        return [f"{', '.join(missing)} not prepared yet: run python -m corpora prepare all (see docs/training.md), "
-                "or give it the share 0"]
+        how = ("python -m training.backtranslate makes the back-translated pairs" if missing == [BACKTRANSLATED] else
+               "run python -m corpora prepare all" + (" and python -m training.backtranslate"
+                                                       if BACKTRANSLATED in missing else ""))
+        return [f"{', '.join(missing)} not prepared yet: {how} (see docs/training.md), or give it the share 0"]
     return []
 
 

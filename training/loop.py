@@ -28,7 +28,7 @@ from .data import load_data
 from .device import autocast, default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
 from .resume import resolve_config
-from .runs import MetricsLog, now_iso, read_status, snapshot_steps, write_config, write_status, write_train_args
+from .runs import GERMAN_PROBE_SENTENCES, MetricsLog, now_iso, read_status, snapshot_steps, write_config, write_status, write_train_args
 from .schedule import factor_for_peak, learning_rate, make_optimizer
 from .state import TrainerState, load_resume_state, read_state, save_resume_state
 
@@ -97,6 +97,7 @@ class Trainer:
                                       else None)
         self.peak_total = peak * ctx.world_size if peak else None
         self.snapshots = set(snapshot_steps(config.max_steps)) if config.snapshots else set()
+        self.probes = GERMAN_PROBE_SENTENCES if config.reverse else None  # None: the model kind's own
         self.signal: str | None = None
 
     def model_to_train(self, given, sentences, phrases,
@@ -261,7 +262,7 @@ class Trainer:
                          max_steps=self.config.max_steps, max_minutes=self.config.max_minutes, reason=None,
                          exit_code=None, error=None)
             if 0 in self.snapshots and self.state.step == 0:
-                snapshot(self.model, self.tok, self.out, 0)
+                snapshot(self.model, self.tok, self.out, 0, self.probes)
         self.ctx.barrier()
 
     def log_progress(self, lr: float, grad_norm: torch.Tensor) -> None:
@@ -284,7 +285,7 @@ class Trainer:
 
     def take_snapshot(self) -> None:
         if self.ctx.is_main:
-            snapshot(self.model, self.tok, self.out, self.state.step)
+            snapshot(self.model, self.tok, self.out, self.state.step, self.probes)
         self.ctx.barrier()
 
     def evaluate(self) -> None:

@@ -62,6 +62,12 @@ PROBE_SENTENCES = [
     "Let us think logically.",
     "He played the piano beautifully.",
 ]
+#: A German → English run's probes (``--reverse``): the German of the first three above.
+GERMAN_PROBE_SENTENCES = [
+    "Bobby mag Brombeeren.",
+    "Die Katze saß auf der Matte.",
+    "Lass uns logisch denken.",
+]
 #: A decoder-only run's probes: openings to continue (a finished sentence is mostly followed by ``<eos>``).
 LM_PROBE_PROMPTS = [
     "Bobby likes",

@@ -206,6 +206,12 @@ def require_checkpoint() -> Checkpoint:
     except CheckpointError as exc:
         st.error(f"This checkpoint cannot be loaded: {exc}. Pick another one in the sidebar.")
         st.stop()
+    if (ckpt.card or {}).get("direction") == "de-en":  # every page reads English and writes German
+        st.error("This checkpoint translates German → English: it is a back-translation model "
+                 "(`python -m training.train --reverse`), which makes synthetic pairs for an English → German one. "
+                 "The pages explore English → German translators and language models: pick another one in the "
+                 "sidebar.")
+        st.stop()
     st.sidebar.caption(card_summary(ckpt))
     return ckpt
 

@@ -13,7 +13,7 @@ from training import form as TF
 from training import launch as L
 from corpora.files import DataError
 from corpora.extra import EXTRA_CORPORA
-from corpora.parallel import DEFAULT_REPEATS, parse_repeats, prepared_corpora
+from corpora.parallel import BACKTRANSLATED, DEFAULT_REPEATS, parse_repeats, prepared_corpora
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from ui.run_view import ARCH_LABELS, DATA_LABELS
 
@@ -94,14 +94,17 @@ def mixture_fields(p: dict, preset: str) -> str:
                                                                      MIXTURE_LABELS.items())}
         # every general-domain file too (a preset may weigh them: the form must not drop a share it does not show)
         st.caption("General-domain pairs (news, Wikipedia, software documentation; `python -m corpora prepare "
-                   "extra`), by file:")
-        for row in range(0, len(EXTRA_CORPORA), 5):
-            chosen |= {c: share(col, c, c) for col, c in zip(st.columns(5), EXTRA_CORPORA[row:row + 5])}
+                   "extra`), by file, and the back-translated pairs (`python -m training.backtranslate`):")
+        files = (*EXTRA_CORPORA, BACKTRANSLATED)
+        for row in range(0, len(files), 5):
+            chosen |= {c: share(col, c, c) for col, c in zip(st.columns(5), files[row:row + 5])}
         missing = [MIXTURE_LABELS.get(c, c) for c, n in chosen.items()
                    if c not in ready and (c in MIXTURE_LABELS or n > 0)]
         if missing:
             st.caption(f"Not prepared yet: {', '.join(missing)}. `python -m corpora prepare all` prepares them from "
-                       "`../shared/data` (docs/training.md says where to download them).")
+                       "`../shared/data` (docs/training.md says where to download them)"
+                       + ("; `python -m training.backtranslate` makes the back-translated pairs." if BACKTRANSLATED
+                          in missing else "."))
     return ",".join(f"{c}={n}" for c, n in chosen.items() if n or c in MIXTURE_LABELS)  # unused extra files left out
 
 
@@ -149,6 +152,11 @@ def launch_form(root: Path) -> None:
                              "the real sentence pairs (Tatoeba, Multi30K, BConTrasT, Ding) mixed with the shares "
                              "below, your own TSV, or the Brown corpus's English sentences for a decoder-only "
                              "language model.")
+        reverse = st.checkbox("German → English: every pair turned round (a back-translation model)",
+                              value=bool(p.get("reverse")), key=f"f_rev_{preset}",
+                              help="Trains the model that makes synthetic pairs of German text for an English → "
+                                   "German one (python -m training.backtranslate; docs/training.md). The pages "
+                                   "explore English → German models only.")
         mix = mixture_fields(p, preset)
         recipe = recipe_fields(p, preset)
         upload = st.file_uploader("your own data: source<TAB>target per line (.tsv; a decoder-only model trains on "
@@ -160,7 +168,7 @@ def launch_form(root: Path) -> None:
             "d_ff": int(d_ff), "dropout": float(dropout), "pos_encoding": pos, "norm_first": norm == "pre-LN",
             "label_smoothing": float(smoothing), "warmup": int(warmup), "peak_lr": float(peak_lr),
             "batch_tokens": int(batch), "seed": int(seed), "max_steps": int(max_steps),
-            "max_minutes": float(max_minutes), "device": device, "data": data,
+            "max_minutes": float(max_minutes), "device": device, "data": data, "reverse": bool(reverse),
             "train_tsv": "(uploaded)" if upload is not None else None, "mix": mix, **recipe}
     errors = TF.validate_form(form)
     if name and not L.safe_name(name):

@@ -1,0 +1,214 @@
+"""Back-translation: a German → English model trained with --reverse, the synthetic pairs python -m
+training.backtranslate makes with it (tagged, continued after a stop), the mixture's share of them, the batched
+sampler, and the pages, which explore English → German models only."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from test_train_cli import TINY, run_main  # noqa: E402
+
+from corpora import parallel  # noqa: E402
+from corpora.files import DataError, Pair, read_tsv  # noqa: E402
+from model.checkpoint import load_checkpoint  # noqa: E402
+from model.decoding import greedy_batch  # noqa: E402
+from model.sampling import SamplingError, sample_batch, sampled_translate_texts  # noqa: E402
+from training import backtranslate as bt  # noqa: E402
+from training import train  # noqa: E402
+from training.config import build_parser, check_args  # noqa: E402
+from training.data import load_data, reversed_pairs  # noqa: E402
+from training.form import mixture_errors  # noqa: E402
+from training.runs import GERMAN_PROBE_SENTENCES, read_probes  # noqa: E402
+
+GERMAN = ["Das ist gut.", "Wir danken Ihnen.", "Das ist gut.", "Vielen Dank.", "x" * 300, "Die Sitzung ist eröffnet.",
+          "Das Wort hat der Kollege.", "Wir stimmen ab."]
+
+
+@pytest.fixture(scope="module")
+def de_en(tmp_path_factory):
+    """A tiny German → English run (12 steps on the shipped Ding pairs turned round): its folder."""
+    out = tmp_path_factory.mktemp("de-en") / "run"
+    torch.manual_seed(0)
+    rc, _, err = run_main(train.main, ["--out", out, "--max-steps", "12", "--reverse", *TINY])
+    assert rc == 0, err
+    return out
+
+
+def _settings(run: Path, mono: Path, **changes) -> bt.Settings:
+    values = dict(checkpoint=str(run / "best"), mono=str(mono), strategy="sample", top_k=5, beam=2, tag="<bt>",
+                  seed=0, limit=0)
+    values.update(changes)
+    return bt.Settings(**values)
+
+
+def _mono(tmp_path: Path) -> Path:
+    path = tmp_path / "mono.de.txt.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(GERMAN) + "\n\n")
+    return path
+
+
+def test_reverse_turns_every_pair_round(tmp_path):
+    pairs = [Pair("The cat.", "Die Katze."), Pair("Hello.", "Hallo.")]
+    assert reversed_pairs(pairs) == [Pair("Die Katze.", "The cat."), Pair("Hallo.", "Hello.")]
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("The cat.\tDie Katze.\nHello.\tHallo.\n", encoding="utf-8")
+    config = build_parser().parse_args(["--out", "x", "--train-tsv", str(tsv), "--valid-tsv", str(tsv), "--reverse"])
+    sentences, _, _, valid = load_data(config)
+    assert sentences == valid == reversed_pairs(pairs)
+
+
+def test_reverse_is_for_translators_only():
+    for extra in (["--arch", "decoder-only"], ["--arch", "decoder-only", "--corpus", "brown"]):
+        with pytest.raises(ValueError, match="--reverse swaps the sides"):
+            check_args(build_parser().parse_args(["--out", "x", "--reverse", *extra]))
+
+
+def test_a_reversed_run_says_its_direction_and_probes_german(de_en):
+    card = json.loads((de_en / "best" / "card.json").read_text(encoding="utf-8"))
+    assert card["direction"] == "de-en" and card["task"] == "German → English translation (back-translation)"
+    probes = read_probes(de_en)
+    assert probes and [p.source for p in probes[0].probes] == GERMAN_PROBE_SENTENCES
+
+
+def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path):
+    out = tmp_path / "prepared"
+    path = bt.backtranslate(_settings(de_en, _mono(tmp_path)), out, progress=False)
+    assert path == parallel.prepared_path("backtranslated", "train", out)
+    pairs = read_tsv(path)
+    germans = [p.tgt for p in pairs]
+    # each once, none over 250 characters, and "Vielen Dank." left out: it is the German of the everyday test set
+    assert germans == [g for g in dict.fromkeys(GERMAN) if len(g) <= 250 and g != "Vielen Dank."][:len(germans)]
+    assert len(germans) >= 4 and all(p.src.startswith("<bt> ") and "\t" not in p.src for p in pairs)
+    assert not (out / "backtranslated.partial.tsv").exists()
+    assert json.loads((out / "backtranslated.json").read_text())["strategy"] == "sample"
+
+
+def test_a_stopped_backtranslation_continues_to_the_same_file(de_en, tmp_path, monkeypatch):
+    monkeypatch.setattr(bt, "CHUNK", 2)
+    mono = _mono(tmp_path)
+    whole = bt.backtranslate(_settings(de_en, mono), tmp_path / "whole", progress=False)
+    real = bt.translate_chunk
+    calls = []
+
+    def stop_at_the_third_chunk(ckpt, texts, settings, index):
+        calls.append(index)
+        if index == 2:
+            raise KeyboardInterrupt
+        return real(ckpt, texts, settings, index)
+
+    monkeypatch.setattr(bt, "translate_chunk", stop_at_the_third_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        bt.backtranslate(_settings(de_en, mono), tmp_path / "stopped", progress=False)
+    partial = tmp_path / "stopped" / "backtranslated.partial.tsv"
+    assert len(partial.read_text(encoding="utf-8").splitlines()) == 4
+    partial.write_text(partial.read_text(encoding="utf-8") + "half a li", encoding="utf-8")  # killed mid-line
+    monkeypatch.setattr(bt, "translate_chunk", real)
+    again = bt.backtranslate(_settings(de_en, mono), tmp_path / "stopped", progress=False)
+    assert read_tsv(again) == read_tsv(whole)
+
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "backtranslated.partial.tsv").write_text("a\tb\n", encoding="utf-8")
+    (tmp_path / "other" / "backtranslated.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(DataError, match="made with other settings"):
+        bt.backtranslate(_settings(de_en, mono), tmp_path / "other", progress=False)
+
+
+def test_the_command_refuses_an_english_to_german_model_and_a_missing_file(de_en, tmp_path):
+    rc, _, err = run_main(bt.main, ["--checkpoint", ROOT / "checkpoints" / "en-de", "--mono", _mono(tmp_path),
+                                    "--out", tmp_path, "--no-progress"])
+    assert rc == 2 and "is not a German → English translator" in err
+    rc, _, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", tmp_path / "gone.txt",
+                                    "--out", tmp_path, "--no-progress"])
+    assert rc == 2 and "No such data file" in err
+    rc, out, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--strategy", "beam",
+                                      "--limit", "3", "--out", tmp_path / "beam", "--no-progress"])
+    assert rc == 0, err
+    assert "3 synthetic pairs" in out and "backtranslated=1" in out
+
+
+def test_the_mixture_takes_the_backtranslated_pairs_once_made(tmp_path):
+    with pytest.raises(DataError, match="python -m training.backtranslate"):
+        parallel.mixture_pairs({"ding": 1, "backtranslated": 1}, tmp_path, tmp_path)
+    assert any("python -m training.backtranslate" in e for e in mixture_errors("ding=1,backtranslated=1", tmp_path))
+    parallel.write_tsv_gz(parallel.prepared_path("backtranslated", "train", tmp_path),
+                          [Pair("<bt> It is good.", "Es ist gut."), Pair("<bt> We vote.", "Wir stimmen ab.")])
+    mix = parallel.mixture_pairs({"backtranslated": 2}, tmp_path, tmp_path)
+    assert mix.counts == {"backtranslated": 4} and Pair("<bt> We vote.", "Wir stimmen ab.") in mix.train
+    assert mixture_errors("backtranslated=1", tmp_path) == []
+
+
+def test_batched_sampling_is_seeded_and_top_1_is_greedy(de_en):
+    ckpt = load_checkpoint(de_en / "best")
+    texts = ["Das ist gut.", "Wir stimmen ab.", "Die Sitzung ist eröffnet."]
+    one = sampled_translate_texts(ckpt.model, ckpt.tokenizer, texts, top_k=5, seed=3)
+    assert one == sampled_translate_texts(ckpt.model, ckpt.tokenizer, texts, top_k=5, seed=3)
+    src = [ckpt.tokenizer.encode(t).ids + [ckpt.config.eos_id] for t in texts]
+    assert greedy_batch(ckpt.model, src, pick=sample_batch(top_k=1)) == greedy_batch(ckpt.model, src)
+    for bad in ({"temperature": 0.0}, {"top_k": -1}):
+        with pytest.raises(SamplingError):
+            sample_batch(**bad)
+
+
+def test_the_pages_refuse_a_german_to_english_model_with_a_message(de_en, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    root = tmp_path / "models"
+    root.mkdir()
+    (root / "de-en").symlink_to(de_en / "best", target_is_directory=True)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(root))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["ckpt"] = "de-en"
+    at.run()
+    assert not at.exception
+    assert any("translates German → English" in e.value for e in at.error)
+
+
+def test_the_preset_trains_the_shipped_architecture_german_first_on_its_vocabulary(tmp_path, monkeypatch):
+    from training.form import build_command, preset_form, validate_form
+
+    monkeypatch.setattr(parallel, "PREPARED", tmp_path)
+    form = preset_form("German → English, for back-translation (GPU minutes, CPU hours)")
+    for corpus in parallel.MIXABLE[:-1]:
+        parallel.prepared_path(corpus, "train", tmp_path).touch()
+    assert validate_form(form) == []
+    cmd = build_command(form, "runs/de-en")
+    args = build_parser().parse_args(cmd[cmd.index("training.train") + 1:])
+    check_args(args)
+    shipped = json.loads((ROOT / "checkpoints" / "en-de" / "config.json").read_text())
+    assert args.reverse and args.tokenizer == "checkpoints/en-de/tokenizer.json"
+    assert (args.d_model, args.n_heads, args.layers, args.d_ff) == (shipped["d_model"], shipped["n_heads"],
+                                                                   shipped["n_encoder_layers"], shipped["d_ff"])
+    assert "backtranslated" not in parallel.parse_repeats(args.mix, {})  # its own output is not its input
+
+
+def test_the_launch_form_checks_the_direction_against_the_architecture():
+    from training.form import form_defaults, validate_form
+
+    ok = {**form_defaults(), "reverse": True}
+    assert validate_form(ok) == []
+    for bad in ({"arch": "decoder-only"}, {"arch": "decoder-only", "data": "brown"}):
+        assert any("German → English turns translation pairs round" in e for e in validate_form({**ok, **bad}))
+
+
+def test_the_training_page_shows_the_presets_direction(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/training.py").run()
+    assert not at.exception
+    preset = "German → English, for back-translation (GPU minutes, CPU hours)"
+    at.selectbox(key="train_preset").select(preset).run()
+    assert at.checkbox(key=f"f_rev_{preset}").value is True

@@ -1,0 +1,172 @@
+"""``python -m training.backtranslate``: synthetic English → German pairs from German text (back-translation,
+Sennrich et al. 2016), the training file of a mixture's ``backtranslated`` share.
+
+A German → English model (``python -m training.train --reverse``, best with the English → German model's own BPE,
+``--tokenizer checkpoints/en-de``) translates each sentence of a German text file, by default the Bundestag speeches
+of ``../shared/data/extra/mono``. Each pair is (its English output, the German sentence): the German side is real,
+the English one synthetic, and the English → German model learns to write real German from it. The English side
+starts with a tag (default ``<bt>``; Caswell et al. 2019, *Tagged Back-Translation*), so that the model can tell
+synthetic sources from real ones and is not taught to translate their errors; an input a visitor types has no tag.
+
+Sources are sampled (top-k 10, Edunov et al. 2018: sampled or noised synthetic sources teach more than beam search
+ones once there are many of them) or, with ``--strategy beam``, the beam's best (better when there are few). The
+work is long on a CPU (≈ 6 core-hours for the 240k speeches with a 6 + 6 model), so it is done in chunks appended to
+``backtranslated.partial.tsv`` beside the output and continued where it stopped when started again with the same
+settings; the finished file is ``data/prepared/backtranslated.train.tsv.gz``. German sentences longer than
+:data:`~corpora.extra.MAX_CHARS` characters, repeated ones, and any that is the German side of an evaluation set are
+left out. Nothing here is shipped: the speeches are licensed CLARIN PUB+BY+NC+SA (non-commercial), which a model
+trained on them must say in its card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from corpora.extra import MAX_CHARS
+from corpora.files import DataError, Pair, read_text_lines, split_key, write_tsv_gz
+from corpora.parallel import BACKTRANSLATED as CORPUS
+from corpora.parallel import PREPARED, SHARED_DATA, evaluation_sets, prepared_path
+from model.checkpoint import CheckpointError, load_checkpoint
+from model.decoding import translate_texts
+from model.sampling import SamplingError, beam_translate_texts, sampled_translate_texts
+
+#: The German text back-translated by default.
+MONO = SHARED_DATA / "extra" / "mono" / "de-bundestag-speeches.de.txt.gz"
+TAG = "<bt>"
+STRATEGIES = ("sample", "beam", "greedy")
+CHUNK = 512
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a back-translation file was made with; a file is continued only with the same settings."""
+
+    checkpoint: str
+    mono: str
+    strategy: str
+    top_k: int
+    beam: int
+    tag: str
+    seed: int
+    limit: int
+
+
+def german_sentences(path: Path, prepared: Path = PREPARED, shared: Path = SHARED_DATA, limit: int = 0) -> list[str]:
+    """The German sentences of ``path`` (one per line, plain or ``.gz``) to back-translate: stripped, each once, at
+    most :data:`MAX_CHARS` characters, none that is the German side of an evaluation set known here (normalised as
+    the leak rule normalises, :func:`~corpora.files.split_key`); the first ``limit`` (0 = all). Raises
+    ``DataError`` for a missing or unreadable file, or one without a sentence."""
+    held_out = {split_key(p.tgt) for pairs in evaluation_sets(prepared, shared).values() for p in pairs}
+    seen: set[str] = set()
+    out: list[str] = []
+    for line in read_text_lines(path):
+        text = " ".join(line.split())
+        key = split_key(text)
+        if not text or len(text) > MAX_CHARS or key in seen or key in held_out:
+            continue
+        seen.add(key)
+        out.append(text)
+        if limit and len(out) >= limit:
+            break
+    if not out:
+        raise DataError(f"{path}: no German sentence to back-translate")
+    return out
+
+
+def translate_chunk(ckpt, texts: list[str], settings: Settings, chunk_index: int) -> list[str]:
+    """English for ``texts`` by ``settings.strategy``; a sampled chunk has its own seed (the seed plus the chunk's
+    index), so a file continued after a stop is the file made in one go."""
+    if settings.strategy == "beam":
+        return beam_translate_texts(ckpt.model, ckpt.tokenizer, texts, settings.beam, 0.6)
+    if settings.strategy == "greedy":
+        return translate_texts(ckpt.model, ckpt.tokenizer, texts)
+    return sampled_translate_texts(ckpt.model, ckpt.tokenizer, texts, settings.top_k, seed=settings.seed + chunk_index)
+
+
+def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = True) -> Path:
+    """Back-translate ``settings.mono`` with ``settings.checkpoint`` into ``out/backtranslated.train.tsv.gz``,
+    continuing ``backtranslated.partial.tsv`` when it was started with the same settings. Returns the file.
+
+    Raises:
+        DataError: the text file is missing or empty, a partial file was made with other settings (the message
+            says how to start over), or the checkpoint is not a German → English translator.
+        CheckpointError: the checkpoint cannot be loaded.
+    """
+    ckpt = load_checkpoint(settings.checkpoint)
+    if (ckpt.card or {}).get("direction") != "de-en" or not ckpt.config.is_encoder_decoder:
+        raise DataError(f"{settings.checkpoint} is not a German → English translator (its card says no direction "
+                        "de-en): train one with python -m training.train --reverse")
+    sentences = german_sentences(Path(settings.mono), out, limit=settings.limit)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    partial, meta = out / f"{CORPUS}.partial.tsv", out / f"{CORPUS}.json"
+    done = 0
+    if partial.is_file():
+        before = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else None
+        if before != asdict(settings):
+            raise DataError(f"{partial} was made with other settings ({meta}); delete both to start over")
+        done = _whole_chunks(partial, len(sentences))
+    else:
+        meta.write_text(json.dumps(asdict(settings), indent=1) + "\n", encoding="utf-8")
+    with partial.open("a", encoding="utf-8") as f, tqdm(total=len(sentences), initial=done, unit="sentence",
+                                                         disable=not progress) as bar:
+        for start in range(done, len(sentences), CHUNK):  # whole chunks: a chunk's seed is its index
+            german = sentences[start:start + CHUNK]
+            english = translate_chunk(ckpt, german, settings, start // CHUNK)
+            f.writelines(f"{' '.join(f'{settings.tag} {en}'.split())}\t{de}\n" for en, de in zip(english, german))
+            f.flush()
+            bar.update(len(german))
+    tag = len(settings.tag)
+    pairs = [Pair(*line.rstrip("\n").split("\t")) for line in partial.open(encoding="utf-8")]
+    final = prepared_path(CORPUS, "train", out)
+    write_tsv_gz(final, [p for p in pairs if p.src[tag:].strip()])  # an empty output is no pair
+    partial.unlink()
+    return final
+
+
+def _whole_chunks(partial: Path, total: int) -> int:
+    """Cut ``partial`` back to its whole chunks (a stop may have left a chunk half written) and return how many
+    sentences it holds: a multiple of :data:`CHUNK`, or ``total`` when it is complete."""
+    lines = [line for line in partial.open(encoding="utf-8") if line.endswith("\n")]
+    keep = len(lines) if len(lines) >= total else len(lines) - len(lines) % CHUNK
+    partial.write_text("".join(lines[:keep]), encoding="utf-8")
+    return keep
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and back-translate; prints the file written. Returns 2 with a message for bad input."""
+    parser = argparse.ArgumentParser(prog="python -m training.backtranslate", description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="a German → English model (trained with --reverse)")
+    parser.add_argument("--mono", default=str(MONO), help="German text, one sentence per line (plain or .gz)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="sample",
+                        help="sample (top-k), beam (its best) or greedy English sources")
+    parser.add_argument("--top-k", type=int, default=10, help="with --strategy sample: the tokens sampled from")
+    parser.add_argument("--beam", type=int, default=4, help="with --strategy beam: the beam width")
+    parser.add_argument("--tag", default=TAG, help="written before every synthetic English side ('' for none)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=0, help="back-translate only the first N sentences (0 = all)")
+    parser.add_argument("--out", type=Path, default=PREPARED, help="folder of the prepared corpora")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    settings = Settings(str(args.checkpoint), str(args.mono), args.strategy, args.top_k, args.beam, args.tag,
+                        args.seed, args.limit)
+    try:
+        path = backtranslate(settings, args.out, progress=not args.no_progress)
+    except (DataError, CheckpointError, SamplingError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        count = sum(1 for _ in f)
+    print(f"wrote {path}: {count:,} synthetic pairs; train on them with --mix …,{CORPUS}=1")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

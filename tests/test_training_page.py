@@ -865,3 +865,19 @@ def test_the_preselected_runs_stay_out_of_the_link(three_runs, monkeypatch):
     again.run()
     assert again.multiselect(key="compare").value == ["oldest"]
     assert any("no-such-run" in i.value for i in again.info)
+
+
+def test_the_runs_table_writes_counts_as_whole_numbers_beside_a_run_without_them():
+    """A run that never logged (its step blank) turns the step column into floats, which st.table wrote as
+    "400.0000"; a static table writes whole numbers without decimals and a blank as nothing."""
+    import pandas as pd
+
+    from ui.run_view import table_row
+    from ui.widgets import static_styler
+
+    rows = [table_row({"name": "a", "step": 400, "max_steps": 1200, "loss": 3.47401, "bleu": 11.96}),
+            table_row({"name": "b", "step": None, "max_steps": None, "loss": None, "bleu": None})]
+    html = static_styler(pd.DataFrame(rows)).to_html()
+    assert ">400<" in html and ">1,200<" in html and ">3.474<" in html and ">11.96<" in html
+    assert ".0000" not in html and "nan" not in html.lower()
+    assert ">7.50<" in static_styler(pd.DataFrame([{"x": 7.5}]), {"x": "{:.2f}"}).to_html()  # a format wins

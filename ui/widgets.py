@@ -122,6 +122,21 @@ def table_html(data: pd.DataFrame | Sequence[Mapping[str, Any]], formats: Mappin
     return f'<div class="ae-table-wrap" style="overflow-x:auto;{limit}">{body}</div>'
 
 
+def _float_format(column: pd.Series):
+    """How a static table writes a float column: whole numbers without decimals (a count with a blank cell is a
+    float column to pandas: "400", not "400.0000"), others as :func:`_fmt`."""
+    values = column.dropna()
+    return "{:,.0f}".format if len(values) and bool((values == values.round()).all()) else _fmt
+
+
+def static_styler(frame: pd.DataFrame, formats: Mapping[str, str] | None = None):
+    """``frame`` styled for ``st.table``, which writes every float with four decimals unless told: the float columns
+    by :func:`_float_format`, ``formats`` (column → ``str.format`` spec) over them, a missing value blank."""
+    spec = {c: _float_format(frame[c]) for c in frame.columns if frame[c].dtype.kind == "f"}
+    spec.update({c: f for c, f in (formats or {}).items() if c in frame.columns})
+    return frame.style.format(spec, na_rep="")
+
+
 def show_table(data: pd.DataFrame | Sequence[Mapping[str, Any]], where=None, *, wrap: bool = False,
                formats: Mapping[str, str] | None = None, height: int | None = None, **kwargs):
     """The one way a page shows a table, the index hidden.
@@ -142,9 +157,9 @@ def show_table(data: pd.DataFrame | Sequence[Mapping[str, Any]], where=None, *, 
     if presentation.is_on():
         return where.html(table_html(data, formats, height))
     frame = pd.DataFrame(data)
-    shown = frame.style.format(dict(formats)) if formats else frame
     if wrap:
-        return where.table(shown, hide_index=True, **kwargs)
+        return where.table(static_styler(frame, formats), hide_index=True, **kwargs)
+    shown = frame.style.format(dict(formats)) if formats else frame
     if height:
         kwargs["height"] = height
     return where.dataframe(shown, hide_index=True, **kwargs)

@@ -7,7 +7,8 @@ import streamlit as st
 
 from model.decoded import Decoding
 from model.hf.generation import decoding_cap, forced_eos
-from model.sampling import SamplingConfig, SamplingError, beam_search, beam_states
+from model.beam import beam_search, beam_states
+from model.sampling import SamplingConfig, SamplingError
 from ui import decoding_lab as lab
 from ui import decoding_views as views
 from ui import heavy, lens_view, pieces, state, url, widgets

@@ -16,7 +16,8 @@ import torch
 
 from model.checkpoint import load_checkpoint
 from corpora.files import dataset_path, read_tsv
-from model.decoding import Stepper, prepare_source, translate_texts
+from model.batched import translate_texts
+from model.decoding import Stepper, prepare_source
 from model.translate import DEFAULT_CHECKPOINT
 
 from .table import print_table

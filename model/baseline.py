@@ -10,7 +10,7 @@ Everything else — data, batches, schedule, label smoothing, clipping, steps, e
 
 It has no KV cache and no attention tracing (``nn.Transformer`` exposes neither), so its decoding recomputes the
 whole prefix at every step. It duck-types the parts of :class:`~model.transformer.Transformer` that training and
-:func:`~model.decoding.greedy_batch` use: ``cfg``, ``device``, ``forward``, ``encode``, ``src_mask``,
+:func:`~model.batched.greedy_batch` use: ``cfg``, ``device``, ``forward``, ``encode``, ``src_mask``,
 ``new_cache``, ``decode``, ``logits`` and ``next_token_logits``. Its checkpoint folders carry ``"impl": "torch"`` in
 ``card.json``; the explorer cannot open them (it needs our traced model) and says so.
 """

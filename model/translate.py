@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 from .checkpoint import CheckpointError, load_checkpoint
-from .decoding import InputError, Stepper, decoder_prefix, input_limit, prepare_source, strip_eos, translate_texts
+from .batched import translate_texts
+from .decoding import InputError, Stepper, decoder_prefix, input_limit, prepare_source, strip_eos
 from .hf.generation import decoding_cap, forced_eos
-from .sampling import Chooser, SamplingConfig, SamplingError, beam_search, beam_translate_texts, check_beam_size
+from .beam import beam_search, beam_translate_texts, check_beam_size
+from .sampling import Chooser, SamplingConfig, SamplingError
 from .trace import trace_pair
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "en-de"

@@ -10,7 +10,7 @@ import torch
 
 from training import train
 from model.baseline import TorchBaseline, build_model, load_baseline
-from model.decoding import greedy_batch
+from model.batched import greedy_batch
 
 from test_train_cli import TINY, run_main
 

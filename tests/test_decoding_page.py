@@ -20,7 +20,8 @@ import torch
 
 from model.decoding import Stepper
 from model.tokenizer import TextTokenizer
-from model.sampling import Chooser, Pipeline, SamplingConfig, beam_search, choose_next
+from model.beam import beam_search
+from model.sampling import Chooser, Pipeline, SamplingConfig, choose_next
 from ui import decoding_lab as lab
 from viz.attention import display_token
 from viz.decoding import ACCENT, GREY, beam_tree_figure, pipeline_figure
@@ -295,7 +296,7 @@ def shown(at, folder: Path = CKPT):
     session; equal inputs give equal decodings."""
     from model.checkpoint import load_checkpoint
     from model.hf.generation import decoding_cap
-    from model.sampling import beam_states
+    from model.beam import beam_states
 
     ckpt = load_checkpoint(folder)
     src_ids = list(at.session_state["dl_src_key"][2])

@@ -3,11 +3,10 @@
 import pytest
 import torch
 
-from model.decoding import Stepper, default_max_new_tokens, greedy_batch, strip_eos, translate_texts
-from model.sampling import (
-    Chooser, SamplingConfig, SamplingError, beam_search, beam_search_batch, beam_translate_texts, choose_next,
-    length_penalty, top_k_mask, top_p_mask,
-)
+from model.batched import greedy_batch, translate_texts
+from model.decoding import Stepper, default_max_new_tokens, strip_eos
+from model.beam import beam_search, beam_search_batch, beam_translate_texts, length_penalty
+from model.sampling import Chooser, SamplingConfig, SamplingError, choose_next, top_k_mask, top_p_mask
 
 
 def test_top_k_keeps_exactly_k_with_ties_to_the_lower_id():
@@ -84,7 +83,7 @@ def test_beam_hypotheses_are_sorted_and_scores_are_penalised(make_model, encode_
 
 def test_beam_states_replay_the_search_and_match_teacher_forced_log_probs(make_model, encode_src):
     from model.analysis import sequence_log_probs
-    from model.sampling import beam_states
+    from model.beam import beam_states
 
     model = make_model()
     src = encode_src("The cat sleeps.")

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.decoding import Stepper, greedy_batch, translate_texts
+from model.batched import greedy_batch, translate_texts
+from model.decoding import Stepper
 from model.trace import trace_pair
 from model.transformer import KVCache, Transformer, causal_mask
 
@@ -364,7 +365,7 @@ def test_a_decoder_only_stepper_continues_the_prompt_it_is_given_as_src_ids(make
     """The one stepping API: a decoder-only model's text arrives where a translator's source would, and the
     decoding starts from <bos> + that prompt (it used to start from <bos> alone and ignore the text)."""
     from model.decoding import decoder_prefix, lm_prompt
-    from model.sampling import beam_search
+    from model.beam import beam_search
     model = make_model(arch="decoder-only")
     cfg = model.cfg
     prompt = [5, 6, 7, cfg.eos_id]

@@ -34,8 +34,9 @@ from corpora.files import DataError, Pair, read_text_lines, split_key, write_tsv
 from corpora.parallel import BACKTRANSLATED as CORPUS
 from corpora.parallel import PREPARED, SHARED_DATA, evaluation_sets, prepared_path
 from model.checkpoint import CheckpointError, load_checkpoint
-from model.decoding import translate_texts
-from model.sampling import SamplingError, beam_translate_texts, sampled_translate_texts
+from model.batched import translate_texts
+from model.beam import beam_translate_texts
+from model.sampling import SamplingError, sampled_translate_texts
 
 #: The German text back-translated by default.
 MONO = SHARED_DATA / "extra" / "mono" / "de-bundestag-speeches.de.txt.gz"

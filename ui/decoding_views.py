@@ -19,7 +19,7 @@ import streamlit as st
 import torch
 
 from model.checkpoint import Checkpoint
-from model.sampling import BeamResult, length_penalty
+from model.beam import BeamResult, length_penalty
 from ui import decoding_lab as lab
 from ui import heavy, pieces, widgets
 from viz.attention import alignment_html
@@ -81,7 +81,7 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
               step_controls: Callable[[int, bool, int, str], None]) -> None:
     """Beam search at ``step`` (0 … ``len(result.steps)``): the best hypothesis so far, the step buttons, the tree
     grown to this step, the candidates the step considered, and the open / finished hypotheses (the final
-    ranking at the end). ``states`` is :func:`model.sampling.beam_states` of ``result``."""
+    ranking at the end). ``states`` is :func:`model.beam.beam_states` of ``result``."""
     tok, cfg = ckpt.tokenizer, ckpt.config
     n_total = len(result.steps)
     now = states[step]

@@ -214,7 +214,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     log-probability, on one line to the right of the node, where the next steps' columns are still empty.
 
     Args:
-        result: a :class:`model.sampling.BeamResult` (or any object with ``hypotheses`` and ``steps``:
+        result: a :class:`model.beam.BeamResult` (or any object with ``hypotheses`` and ``steps``:
             ``steps[t]`` = list of ``(parent_index, token_id, cumulative_log_prob, kept)``, ``parent_index``
             indexing the open beams of step ``t - 1``; each hypothesis has ``tokens``).
         id_to_token: id → BPE piece.

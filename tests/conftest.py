@@ -7,8 +7,10 @@ must not starve other work on the machine.
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +32,10 @@ os.environ.setdefault("ATTENTION_EXPLORER_VALIDATE_FIGURES", "1")
 # No test reads the developer's runs/ (a training run there, or one that died and still says "running", changed what
 # the Training page and the checkpoint picker showed, and failed tests): each test process, and every app it serves,
 # sees an empty runs folder unless the test sets its own.
-os.environ.setdefault("ATTENTION_EXPLORER_RUNS", tempfile.mkdtemp(prefix="attention-explorer-test-runs-"))
+if "ATTENTION_EXPLORER_RUNS" not in os.environ:
+    os.environ["ATTENTION_EXPLORER_RUNS"] = tempfile.mkdtemp(prefix="attention-explorer-test-runs-")
+    # removed when this test process ends, so a suite leaves no folder behind in /tmp
+    atexit.register(shutil.rmtree, os.environ["ATTENTION_EXPLORER_RUNS"], ignore_errors=True)
 
 torch.set_num_threads(1)
 

@@ -5,9 +5,9 @@ import html
 
 import streamlit as st
 
+from model.beam import beam_search, beam_states
 from model.decoded import Decoding
 from model.hf.generation import decoding_cap, forced_eos
-from model.beam import beam_search, beam_states
 from model.sampling import SamplingConfig, SamplingError
 from ui import decoding_lab as lab
 from ui import decoding_views as views

@@ -11,11 +11,11 @@ import json
 import sys
 from pathlib import Path
 
-from .checkpoint import CheckpointError, load_checkpoint
 from .batched import translate_texts
+from .beam import beam_search, beam_translate_texts, check_beam_size
+from .checkpoint import CheckpointError, load_checkpoint
 from .decoding import InputError, Stepper, decoder_prefix, input_limit, prepare_source, strip_eos
 from .hf.generation import decoding_cap, forced_eos
-from .beam import beam_search, beam_translate_texts, check_beam_size
 from .sampling import Chooser, SamplingConfig, SamplingError
 from .trace import trace_pair
 

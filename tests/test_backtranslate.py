@@ -19,8 +19,8 @@ from test_train_cli import TINY, run_main  # noqa: E402
 
 from corpora import parallel  # noqa: E402
 from corpora.files import DataError, Pair, read_tsv  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
 from model.batched import greedy_batch  # noqa: E402
+from model.checkpoint import load_checkpoint  # noqa: E402
 from model.sampling import SamplingError, sample_batch, sampled_translate_texts  # noqa: E402
 from training import backtranslate as bt  # noqa: E402
 from training import train  # noqa: E402

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from model.decoding import Stepper
-from model.tokenizer import TextTokenizer
 from model.beam import beam_search
+from model.decoding import Stepper
 from model.sampling import Chooser, Pipeline, SamplingConfig, choose_next
+from model.tokenizer import TextTokenizer
 from ui import decoding_lab as lab
 from viz.attention import display_token
 from viz.decoding import ACCENT, GREY, beam_tree_figure, pipeline_figure
@@ -294,9 +294,9 @@ def shown(at, folder: Path = CKPT):
     """What the page shows, computed afresh here from the page's own state (its sentence, rule and forced tokens):
     the greedy or sampled decoding, or for beam search ``(result, states)``. The page keeps no decoding in the
     session; equal inputs give equal decodings."""
+    from model.beam import beam_states
     from model.checkpoint import load_checkpoint
     from model.hf.generation import decoding_cap
-    from model.beam import beam_states
 
     ckpt = load_checkpoint(folder)
     src_ids = list(at.session_state["dl_src_key"][2])

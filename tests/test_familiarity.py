@@ -11,8 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model.checkpoint import load_checkpoint  # noqa: E402
 from model.batched import translate_texts  # noqa: E402
+from model.checkpoint import load_checkpoint  # noqa: E402
 from model.familiarity import FAR_MIN_SPLIT, familiarity, word_pieces  # noqa: E402
 from training.suite import far_scores, markdown, piece_stats  # noqa: E402
 from ui.state import HARD_PRESETS, LM_PRESETS, PRESETS, preset_label  # noqa: E402

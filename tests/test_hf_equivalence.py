@@ -22,13 +22,13 @@ import torch
 transformers = pytest.importorskip("transformers")  # a dev dependency: the reference implementation
 
 from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: E402
-from model.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
 from model.batched import greedy_batch  # noqa: E402
+from model.beam import beam_search  # noqa: E402
+from model.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
 from model.decoding import Stepper  # noqa: E402
 from model.hf.config import hf_to_model_config  # noqa: E402
 from model.hf.loader import is_hf_model_dir, load_hf_model  # noqa: E402
 from model.positional import sinusoidal_table  # noqa: E402
-from model.beam import beam_search  # noqa: E402
 from model.sampling import Chooser, SamplingConfig  # noqa: E402
 
 ATOL = 1e-5

@@ -36,8 +36,8 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from model.analysis import attention_rollout, head_statistics, sequence_log_probs
 from teaching.bpe_replay import merge_table, pre_tokenize, replay, segmentations
-from model.checkpoint import Checkpoint, load_checkpoint
 from model.batched import translate_texts
+from model.checkpoint import Checkpoint, load_checkpoint
 from model.decoding import MAX_INPUT_CHARS, InputError, Stepper, clean_user_text, input_limit, prepare_source
 from model.tokenizer import MOSTLY_UNKNOWN, TextTokenizer, unknown_share
 from model.trace import trace_pair

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from model.batched import greedy_batch, translate_texts
-from model.decoding import Stepper, default_max_new_tokens, strip_eos
 from model.beam import beam_search, beam_search_batch, beam_translate_texts, length_penalty
+from model.decoding import Stepper, default_max_new_tokens, strip_eos
 from model.sampling import Chooser, SamplingConfig, SamplingError, choose_next, top_k_mask, top_p_mask
 
 

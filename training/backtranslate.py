@@ -33,9 +33,9 @@ from corpora.extra import MAX_CHARS
 from corpora.files import DataError, Pair, read_text_lines, split_key, write_tsv_gz
 from corpora.parallel import BACKTRANSLATED as CORPUS
 from corpora.parallel import PREPARED, SHARED_DATA, evaluation_sets, prepared_path
-from model.checkpoint import CheckpointError, load_checkpoint
 from model.batched import translate_texts
 from model.beam import beam_translate_texts
+from model.checkpoint import CheckpointError, load_checkpoint
 from model.sampling import SamplingError, sampled_translate_texts
 
 #: The German text back-translated by default.

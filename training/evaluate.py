@@ -23,9 +23,9 @@ import torch
 from corpora.brown import brown_path, read_lines
 from corpora.files import DataError, Pair, dataset_path, read_tsv
 from corpora.parallel import PREPARED, SHARED_DATA
-from model.checkpoint import CheckpointError, load_checkpoint
 from model.batched import translate_texts
 from model.beam import check_beam_size
+from model.checkpoint import CheckpointError, load_checkpoint
 from model.sampling import SamplingError
 from model.translate import DEFAULT_CHECKPOINT
 from .batches import collate, encode_examples, loss_fn, make_batches

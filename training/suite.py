@@ -24,8 +24,8 @@ from corpora.extra import FLORES, FLORES_NAME, read_flores
 from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, read_tsv
 from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepared_path, read_aligned
 from model.batched import translate_texts
-from model.familiarity import familiarity
 from model.beam import beam_translate_texts
+from model.familiarity import familiarity
 from .metrics import corpus_scores
 
 #: The sentences a newcomer and a lecturer type first; the translator's goal is to get them right.

@@ -18,8 +18,8 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from model.checkpoint import Checkpoint
 from model.beam import BeamResult, length_penalty
+from model.checkpoint import Checkpoint
 from ui import decoding_lab as lab
 from ui import heavy, pieces, widgets
 from viz.attention import alignment_html

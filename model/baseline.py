@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from safetensors.torch import load_file
 
+from .checkpoint import read_weights
 from .config import ModelConfig
 from .positional import PositionalEncoding
 from .transformer import causal_mask
@@ -177,7 +177,7 @@ def load_baseline(folder: str | Path, device: str | torch.device = "cpu") -> Tor
     folder = Path(folder)
     cfg = ModelConfig.from_json(folder / "config.json")
     model = TorchBaseline(cfg)
-    state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+    state = {k: v.float() for k, v in read_weights(folder / "model.safetensors").items()}
     if cfg.tie_embeddings:
         state["generator.weight"] = state["embed.weight"]
     model.load_state_dict(state)

@@ -28,6 +28,7 @@ from .hf.families import FAMILIES
 from .hf.generation import GenerationDefaults
 from .hf.loader import is_hf_model_dir, load_hf_model
 from .hf.tokenizers import load_hf_tokenizer
+from .quantize import dequantize_state, quantize_state
 from .tokenizer import TextTokenizer
 from .tokenizing import Tokenizer
 from .transformer import Transformer
@@ -85,20 +86,35 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[st
 
 
 def model_state(model: Transformer, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """The model's tensors without the tied output projection, optionally cast (e.g. ``torch.float16``)."""
+    """The model's tensors without the tied output projection, optionally cast (e.g. ``torch.float16``), or with
+    ``torch.int8`` its matrices quantised row by row (:func:`model.quantize.quantize_state`)."""
     state = {}
     for name, t in model.state_dict().items():
         if model.cfg.tie_embeddings and name == "generator.weight":
             continue
-        state[name] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
-    return state
+        state[name] = t.to(dtype) if dtype not in (None, torch.int8) and t.is_floating_point() else t
+    return quantize_state(state) if dtype == torch.int8 else state
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a ``model.safetensors`` of ours as stored, int8 ones read back as float32
+    (:func:`model.quantize.dequantize_state`).
+
+    Raises:
+        CheckpointError: the file is missing, corrupt, or its int8 tensors have no scales that fit.
+    """
+    try:
+        return dequantize_state(load_file(str(path)))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{path} is corrupt or unreadable: {exc}") from exc
 
 
 def save_checkpoint(
     folder: str | Path, model: Transformer, tokenizer: TextTokenizer, card: dict | None = None,
     dtype: torch.dtype | None = None,
 ) -> Path:
-    """Write a checkpoint folder (created if needed). ``dtype`` stores weights in e.g. fp16 to halve the size."""
+    """Write a checkpoint folder (created if needed). ``dtype`` stores weights in e.g. fp16 to halve the size, or
+    ``torch.int8`` to quarter it (:mod:`model.quantize`; read back as float32 by :func:`load_checkpoint`)."""
     return write_checkpoint_files(folder, model.cfg.to_dict(), tokenizer.to_str(), model_state(model, dtype), card)
 
 
@@ -193,10 +209,7 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
         raise CheckpointError(
             f"{folder}: tokenizer has {tokenizer.vocab_size} tokens but the config says {cfg.vocab_size}"
         )
-    try:
-        state = load_file(str(folder / "model.safetensors"))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{folder}/model.safetensors is corrupt or unreadable: {exc}") from exc
+    state = read_weights(folder / "model.safetensors")
     if any(k.startswith("transformer.") for k in state):
         raise CheckpointError(
             f"{folder} holds the torch.nn.Transformer baseline (trained with --impl torch), which the explorer "

@@ -2,7 +2,8 @@
 5 checkpoints").
 
 Every floating-point tensor of the output is the element-wise mean of the inputs' (computed in float64, stored in
-float32 unless ``--fp16``); the config and tokenizer come from the first checkpoint, and all inputs must share them
+float32 unless ``--fp16``, or as int8 matrices with a scale per row with ``--int8``: :mod:`model.quantize`; one input
+is then a conversion); the config and tokenizer come from the first checkpoint, and all inputs must share them
 exactly, except the options that act only in training (dropout rates, LayerDrop: :data:`WARM_START_KNOBS`), so
 that lanes warm-started from one model with other dropout still make one soup (Wortsman et al. 2022); the card
 lists such differences. The result is an ordinary checkpoint folder, loadable like any other.
@@ -15,10 +16,10 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
-from model.checkpoint import CheckpointError, load_checkpoint, write_checkpoint_files
+from model.checkpoint import CheckpointError, load_checkpoint, read_weights, write_checkpoint_files
 from model.hf.loader import is_hf_model_dir
+from model.quantize import quantize_state
 from training.checkpoints import WARM_START_KNOBS
 
 
@@ -27,8 +28,9 @@ def _architecture(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in WARM_START_KNOBS}
 
 
-def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool = False) -> Path:
-    """Write the mean of ``folders`` (≥ 1 checkpoint folders) to ``out`` and return it.
+def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool = False, int8: bool = False) -> Path:
+    """Write the mean of ``folders`` (≥ 1 checkpoint folders) to ``out`` and return it, in float32, float16
+    (``fp16``) or int8 matrices with float32 row scales (``int8``, :func:`model.quantize.quantize_state`).
 
     Raises:
         CheckpointError: no input, an input that does not load, or inputs whose config, tokenizer or tensor
@@ -54,15 +56,17 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
             knobs.setdefault(k, []).append(config.get(k))
         if ckpt.tokenizer.to_str() != tok_json:
             raise CheckpointError(f"{folder} has another tokenizer than {folders[0]}")
-        state = load_file(str(folder / "model.safetensors"))
+        state = read_weights(folder / "model.safetensors")
         if total and set(state) != set(total):
             raise CheckpointError(f"{folder} holds other tensors than {folders[0]}")
         for name, t in state.items():
             t = t.to(torch.float64) if t.is_floating_point() else t
             total[name] = total[name] + t if name in total and t.is_floating_point() else t
     dtype = torch.float16 if fp16 else torch.float32
-    mean = {k: (v / len(folders)).to(dtype) if v.is_floating_point() else v for k, v in total.items()}
     card = dict(first.card)
+    mean = {k: (v / len(folders)).to(dtype) if v.is_floating_point() else v for k, v in total.items()}
+    if int8:
+        mean = quantize_state(mean)
     card["averaged"] = {"checkpoints": [str(f) for f in folders], "count": len(folders)}
     differ = {k: values for k, values in knobs.items() if len(set(map(repr, values))) > 1}
     if differ:  # the config keeps the first input's values; these never act at inference
@@ -74,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.average", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="output checkpoint folder (created)")
     p.add_argument("checkpoints", nargs="+", help="checkpoint folders of the same model, e.g. runs/X/evals/step-*")
-    p.add_argument("--fp16", action="store_true", help="store the mean in float16 (half the size)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--fp16", action="store_true", help="store the mean in float16 (half the size)")
+    size.add_argument("--int8", action="store_true", help="store the matrices as int8 with a scale per row (a quarter "
+                                                          "of float32; measure the loss with training.evaluate --loss)")
     args = p.parse_args(argv)
     try:
-        out = average_checkpoints(args.checkpoints, args.out, args.fp16)
+        out = average_checkpoints(args.checkpoints, args.out, args.fp16, args.int8)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

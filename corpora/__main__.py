@@ -50,10 +50,11 @@ def prepare_parallel(args) -> int:
         print(f"{corpus}: {splits} pairs ({done.removed:,} training pairs removed: in an evaluation set"
               + (f"; dropped in cleaning: {cleaned})" if cleaned else ")"))
     if args.corpus in ("all", "mixture"):
-        counts = prepare_mixture(parse_repeats(args.repeat), args.out)
+        to = getattr(args, "to", None) or args.out
+        counts = prepare_mixture(parse_repeats(args.repeat), args.out, to=to)
         parts = ", ".join(f"{c} {n:,}" for c, n in counts.items() if c not in ("train", "valid", "removed"))
         print(f"mixture: train {counts['train']:,} pairs ({parts}), valid {counts['valid']:,} "
-              f"-> {args.out}/mixture.{{train,valid}}.tsv.gz")
+              f"-> {to}/mixture.{{train,valid}}.tsv.gz")
     return 0
 
 
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                            + ",".join(f"{k}={v}" for k, v in DEFAULT_REPEATS.items()) + "; a general-domain file "
                            "only when named, by its file stem)")
         p.add_argument("--out", type=Path, default=PREPARED, help="output folder (default: data/prepared)")
+        if name == "mixture":
+            p.add_argument("--to", type=Path, default=None, help="write the mixture here instead of --out, from the "
+                           "corpora prepared in --out (e.g. data/gpu, a folder to carry to a lent machine)")
     args = parser.parse_args(argv)
     try:
         if args.corpus not in ("brown", "ding"):

@@ -353,8 +353,10 @@ def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, s
 
 
 def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED, shared: Path = SHARED_DATA,
-                    valid_per_corpus: int = VALID_PER_CORPUS) -> dict[str, int]:
-    """Write :func:`mixture_pairs` as ``mixture.train.tsv.gz`` and ``mixture.valid.tsv.gz`` in ``out``. Returns
+                    valid_per_corpus: int = VALID_PER_CORPUS, to: Path | None = None) -> dict[str, int]:
+    """Write :func:`mixture_pairs` of the corpora prepared in ``out`` as ``mixture.train.tsv.gz`` and
+    ``mixture.valid.tsv.gz`` in ``to`` (default ``out``: another folder leaves ``out``'s mixture, the one the
+    shipped model was selected on, as it is, and holds only what a run needs, to carry to another machine). Returns
     ``{"train": n, "valid": n, "removed": n, <corpus>: n}``.
 
     Raises:
@@ -368,6 +370,8 @@ def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED,
         if not prepared_path(corpus, "train", out).is_file():
             repeats[corpus] = 0
     mix = mixture_pairs(repeats, out, shared, valid_per_corpus)
-    write_tsv_gz(prepared_path("mixture", "train", out), mix.train)
-    write_tsv_gz(prepared_path("mixture", "valid", out), mix.valid)
+    to = Path(to or out)
+    to.mkdir(parents=True, exist_ok=True)
+    write_tsv_gz(prepared_path("mixture", "train", to), mix.train)
+    write_tsv_gz(prepared_path("mixture", "valid", to), mix.valid)
     return {"train": len(mix.train), "valid": len(mix.valid), "removed": mix.removed, **mix.counts}

@@ -149,6 +149,12 @@ def test_the_cli_prepares_and_reports_errors_without_a_traceback(sources, capsys
     out = sources["out"]
     assert cli.main(["prepare", "multi30k", "--source", str(sources["multi30k"]), "--out", str(out)]) == 0
     assert "multi30k: train 1, valid 1" in capsys.readouterr().out  # "Two dogs play!" is a test sentence
+    # a mixture written elsewhere (to carry to a lent machine) leaves the prepared folder's own mixture alone
+    assert cli.main(["prepare", "mixture", "--repeat", "multi30k=3,ding=0", "--out", str(out), "--to",
+                     str(out / "gpu")]) == 0
+    assert f"-> {out / 'gpu'}/mixture" in capsys.readouterr().out
+    assert len(read_tsv(prepared_path("mixture", "train", out / "gpu"))) == 3
+    assert not prepared_path("mixture", "train", out).exists()
     assert cli.main(["prepare", "tatoeba", "--source", str(out / "missing.zip"), "--out", str(out)]) == 2
     assert "error: No Tatoeba export" in capsys.readouterr().err
     assert cli.main(["prepare", "mixture", "--repeat", "multi30k=x", "--out", str(out)]) == 2

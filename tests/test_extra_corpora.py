@@ -137,6 +137,8 @@ def test_the_suite_scores_flores_and_checks_every_set_for_repeated_words(shared,
     assert [r["name"] for r in got["sets"]] == ["everyday", "flores200-devtest"]
     assert got["sets"][1]["repeats"]["greedy"]["checked"] == 1
     assert got["sets"][1]["reference_repeats"] == {"checked": 1, "longest": 1, "repeating": 0}
+    everyday = got["sets"][0]
+    assert len(everyday["outputs"]["greedy"]) == everyday["sentences"]  # every output kept, in order
 
 
 def test_the_repeat_check_reads_the_first_outputs_and_the_report_says_so():

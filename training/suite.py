@@ -64,7 +64,9 @@ class SetScore:
     ``repeats``: ``{strategy: :func:`repeat_check`}`` of its first :data:`REPEAT_CHECKED` outputs, and
     ``reference_repeats``, the same check of their (first) references: German repeats a word now and then by right
     (", die die Arme …", "Pago Pago"), so the references say how many a perfect output would have. ``far``:
-    :func:`far_scores`, whether the sentences the Translate page calls far from the training text score worse."""
+    :func:`far_scores`, whether the sentences the Translate page calls far from the training text score worse.
+    ``outputs``: ``{strategy: [translation, …]}``, every output in order (``--json`` keeps them, so a loop or a
+    wrong word can be looked at without translating again)."""
 
     name: str
     sentences: int
@@ -74,6 +76,7 @@ class SetScore:
     repeats: dict[str, dict[str, int]] = field(default_factory=dict)
     reference_repeats: dict[str, int] = field(default_factory=dict)
     far: dict = field(default_factory=dict)
+    outputs: dict[str, list[str]] = field(default_factory=dict)
 
 
 def grouped(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
@@ -230,6 +233,7 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
             row.scores[strategy] = corpus_scores(hyps, refs)
             row.repeats[strategy] = repeat_check(hyps)
             row.far[strategy] = far_scores(tokenizer, sources, hyps, refs)
+            row.outputs[strategy] = hyps
             if s.name == "everyday":
                 everyday_out[strategy] = hyps
             progress(f"{s.name:<20} {strategy:<6} BLEU {row.scores[strategy]['bleu']:6.2f}  "

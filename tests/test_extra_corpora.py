@@ -136,23 +136,25 @@ def test_the_suite_scores_flores_and_checks_every_set_for_repeated_words(shared,
     got = json.loads(report.read_text())
     assert [r["name"] for r in got["sets"]] == ["everyday", "flores200-devtest"]
     assert got["sets"][1]["repeats"]["greedy"]["checked"] == 1
-    assert got["sets"][1]["reference_repeats"] == {"checked": 1, "longest": 1, "repeating": 0}
+    assert got["sets"][1]["reference_repeats"] == {"checked": 1, "longest": 1, "repeating": 0, "looping": 0}
     everyday = got["sets"][0]
     assert len(everyday["outputs"]["greedy"]) == everyday["sentences"]  # every output kept, in order
 
 
 def test_the_repeat_check_reads_the_first_outputs_and_the_report_says_so():
     assert repeat_check(["Das ist gut.", "ja ja nein", "Die die Katze"]) == {"checked": 3, "longest": 2,
-                                                                              "repeating": 1}
-    assert repeat_check(["nein nein"] * 5, checked=2) == {"checked": 2, "longest": 2, "repeating": 2}
+                                                                              "repeating": 1, "looping": 0}
+    assert repeat_check(["nein nein"] * 5, checked=2) == {"checked": 2, "longest": 2, "repeating": 2, "looping": 0}
+    assert repeat_check(["Frauen, die die Kinder", "die die die die"])["looping"] == 1
     row = {"name": "s", "sentences": 1, "references": 1, "scores": {"greedy": {"bleu": 1.0, "chrf": 2.0}},
            "repeats": {"greedy": {"checked": 1, "longest": 1, "repeating": 0}},
            "reference_repeats": {"checked": 1, "longest": 2, "repeating": 1}}
     report = {"sets": [row], "goal": {"The cat sat on the mat.": {"greedy": "x"}}, "repeats": {}}
     assert "no output repeats a word twice in a row" in markdown(report, [])
-    row["repeats"]["greedy"].update(longest=3, repeating=1)
+    assert "| s | 1 | 0 (–; 1) | 1 (2) |" in markdown(report, [])  # a report written before loops were counted
+    row["repeats"]["greedy"].update(longest=3, repeating=1, looping=1)
     text = markdown(report, [])
-    assert "| s | 1 | 1 (3) | 1 (2) |" in text and "some outputs repeat a word" in text
+    assert "| s | 1 | 1 (1; 3) | 1 (2) |" in text and "some outputs repeat a word" in text
 
 
 def test_piece_stats_counts_pieces_per_word_split_words_and_unknown_pieces(tokenizer):

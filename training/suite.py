@@ -142,11 +142,13 @@ def longest_repeat(text: str) -> int:
 
 
 def repeat_check(outputs: list[str], checked: int = REPEAT_CHECKED) -> dict[str, int]:
-    """``{"checked", "longest", "repeating"}`` of the first ``checked`` ``outputs``: how many were read, the longest
-    run of one word back to back in any (:func:`longest_repeat`), and how many repeat a word at least twice in a
-    row."""
+    """``{"checked", "longest", "repeating", "looping"}`` of the first ``checked`` ``outputs``: how many were read,
+    the longest run of one word back to back in any (:func:`longest_repeat`), how many repeat a word at least twice
+    in a row, and how many at least three times. Two in a row is often right German (", die die Stadt …", "Pago
+    Pago"), three almost never: ``looping`` counts the outputs stuck in a loop."""
     runs = [longest_repeat(o) for o in outputs[:checked]]
-    return {"checked": len(runs), "longest": max(runs, default=0), "repeating": sum(r >= 2 for r in runs)}
+    return {"checked": len(runs), "longest": max(runs, default=0), "repeating": sum(r >= 2 for r in runs),
+            "looping": sum(r >= 3 for r in runs)}
 
 
 def piece_stats(tokenizer, texts: list[str]) -> dict[str, float]:
@@ -265,14 +267,14 @@ def markdown(report: dict, missing: list[str]) -> str:
     for m in missing:
         lines.append(f"- missing: {m}")
     lines += ["", f"| set | outputs read (the first {REPEAT_CHECKED:,}) | "
-              + " | ".join(f"{s}: outputs repeating a word (longest run)" for s in strategies)
+              + " | ".join(f"{s}: outputs repeating a word (three times or more; longest run)" for s in strategies)
               + " | references repeating a word (longest run) |", "|" + "---|" * (3 + len(strategies))]
     for row in report["sets"]:
         checks = [row.get("repeats", {}).get(s) for s in strategies]  # a report written before the check has none
         if any(c is None for c in checks):
             continue
         ref = row.get("reference_repeats") or {}
-        cells = [f"{c['repeating']} ({c['longest']})" for c in checks]
+        cells = [f"{c['repeating']} ({c.get('looping', '–')}; {c['longest']})" for c in checks]
         cells.append(f"{ref['repeating']} ({ref['longest']})" if ref else "")
         lines.append(f"| {row['name']} | {checks[0]['checked']:,} | " + " | ".join(cells) + " |")
     if any(row.get("far") for row in report["sets"]):

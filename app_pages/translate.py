@@ -5,6 +5,7 @@ import math
 
 import streamlit as st
 
+from model.loops import find_loop
 from ui import lens_view, model_card, pieces, state, url, widgets
 from ui.decoding_lab import StepView
 from ui.page_state import TRANSLATE
@@ -103,8 +104,9 @@ def translate_page() -> None:
         # number, and each run draws the view of that step. A click's run may overlap the previous one: neither
         # can disturb the other.
         run = state.greedy_run(ckpt, src)
+        output = tok.decode(run.output_ids())
         # a continuation reads on from its prompt, shown greyed before it
-        widgets.output_box(tok.decode(run.output_ids()), prompt="" if ckpt.config.is_encoder_decoder else src.text)
+        widgets.output_box(output, prompt="" if ckpt.config.is_encoder_decoder else src.text)
 
         # --- step-through: a step button reruns this fragment. A click that arrives during its run interrupts
         # the run and counts (the buttons move the step relatively, in callbacks: _move_step) ------------------
@@ -132,6 +134,10 @@ def translate_page() -> None:
                        f"{logp:.2f} (the sum of log p of each chosen token). {cache}.")
             st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
             st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
+        # Say why, rather than leave the reader to wonder at "own own own own"; under the step's numbers, which
+        # stay on a projector's first screen
+        if loop := find_loop(output):
+            st.info(loop.message("translation" if cfg.is_encoder_decoder else "continuation"))
         about()
 
     # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.

@@ -9,7 +9,8 @@ as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab sh
 lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults, and ``lecture-live`` the Worked
 examples' live numbers of the sentence scrolled to Q, K and V, and ``translate-lens`` Translate's logit lens at step
 3, scrolled to its toggle; ``translate-far`` a news sentence at step 3 under the warning that it is far from what
-the model has seen. The Training page shows the runs under ``runs/`` as they are at that moment.
+the model has seen; ``translate-loop`` the language model's greedy loop on "Bobby likes" and the note on it. The
+Training page shows the runs under ``runs/`` as they are at that moment.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ SHOTS = (
     # a news sentence: the warning that it is far from what the model has seen, above a translation that shows it
     Shot("translate-far", "?text=The+European+Central+Bank+raised+interest+rates+again+on+Thursday.&step=3",
          ('[data-testid="stAlert"]:has-text("Far from what")', ".ae-topk"), r"Step 3 of \d+"),
+    # the language model's greedy loop ("to be able to be able …") and the note under the step that says why
+    Shot("translate-loop", "?ckpt=brown-lm&text=Bobby+likes&step=12",
+         ('[data-testid="stAlert"]:has-text("goes round in a loop")', ".ae-topk"), r"Step 12 of \d+",
+         scroll=".ae-topk"),
     Shot("translate-lens", f"?{SENTENCE}&step=3&lens=1", (".ae-lens", ".ae-topk"), r"Step 3 of \d+",
          scroll=".st-key-tr_lens"),
     # short texts: a chart title that wraps loses the space at the break ("layer 3 ·head 1")

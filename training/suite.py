@@ -26,6 +26,7 @@ from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepare
 from model.batched import translate_texts
 from model.beam import beam_translate_texts
 from model.familiarity import familiarity
+from model.loops import LOOP_TIMES, longest_repeat
 from .metrics import corpus_scores
 
 #: The sentences a newcomer and a lecturer type first; the translator's goal is to get them right.
@@ -131,16 +132,6 @@ def available_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> tup
     return sets, missing
 
 
-def longest_repeat(text: str) -> int:
-    """The longest run of one word repeated back to back in ``text`` (case kept, punctuation stripped); 0 if empty."""
-    words = [w for w in (x.strip(".,;:!?\"'()") for x in text.split()) if w]
-    best = run = 0
-    for i, w in enumerate(words):
-        run = run + 1 if i and w == words[i - 1] else 1
-        best = max(best, run)
-    return best
-
-
 def repeat_check(outputs: list[str], checked: int = REPEAT_CHECKED) -> dict[str, int]:
     """``{"checked", "longest", "repeating", "looping"}`` of the first ``checked`` ``outputs``: how many were read,
     the longest run of one word back to back in any (:func:`longest_repeat`), how many repeat a word at least twice
@@ -148,7 +139,7 @@ def repeat_check(outputs: list[str], checked: int = REPEAT_CHECKED) -> dict[str,
     Pago"), three almost never: ``looping`` counts the outputs stuck in a loop."""
     runs = [longest_repeat(o) for o in outputs[:checked]]
     return {"checked": len(runs), "longest": max(runs, default=0), "repeating": sum(r >= 2 for r in runs),
-            "looping": sum(r >= 3 for r in runs)}
+            "looping": sum(r >= LOOP_TIMES for r in runs)}
 
 
 def piece_stats(tokenizer, texts: list[str]) -> dict[str, float]:

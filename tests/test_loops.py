@@ -1,0 +1,68 @@
+"""model.loops: a word or short phrase written three times or more in a row is found and named, twice is not (it is
+often the language), and the Translate page says why greedy decoding loops when it does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model.loops import LOOP_TIMES, find_loop, longest_repeat, words
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("text,phrase,times", [
+    ("his own own own own own own own own", "own", 8),
+    ("Bobby likes to be able to be able to be able to be able to be", "to be able", 4),
+    ("aber für die die die die vorhergesetzte", "die", 4),
+    ("Sport Sport Sport und andere", "Sport", 3),
+    ("„Nein“, „nein“, nein!", None, None),  # case kept: a capital is another word
+    ("Frauen, die die Kinder sehen, und die die Stadt", None, None),  # twice is right German
+    ("Pago Pago liegt auf Samoa.", None, None),
+    ("", None, None),
+    ("a b a b", None, None),  # a phrase twice
+    ("a b a b a b c c c c c", "a b", 3),  # the loop over more words wins: 6 words of "a b" against 5 of "c"
+    ("a b a b a b c c c c c c c", "c", 7),
+])
+def test_a_loop_is_a_phrase_three_times_or_more_in_a_row(text, phrase, times):
+    loop = find_loop(text)
+    if phrase is None:
+        assert loop is None
+    else:
+        assert loop is not None and (loop.text, loop.times) == (phrase, times)
+        assert words(text)[loop.start:loop.start + len(loop.phrase)] == list(loop.phrase)
+
+
+def test_the_longer_loop_in_words_is_the_one_named():
+    loop = find_loop("x y x y x y x y z z z")
+    assert (loop.text, loop.times) == ("x y", 4)  # 8 words of loop against 3
+    assert LOOP_TIMES == 3 and find_loop("z z z z", times=5) is None
+
+
+def test_words_and_the_longest_run_strip_punctuation_and_german_quotes():
+    assert words("„Ja“, sagte er. (ja!)") == ["Ja", "sagte", "er", "ja"]
+    assert longest_repeat("Das Tier, das das Futter frisst.") == 2 and longest_repeat("") == 0
+
+
+def test_the_message_says_what_loops_and_what_to_try():
+    loop = find_loop("to be able to be able to be able")
+    lm = loop.message("continuation")
+    assert "“to be able” 3 times in a row" in lm and "Sampling" in lm and "Holtzman" in lm
+    assert "far from its training text" in loop.message("translation")
+
+
+def test_the_translate_page_explains_a_loop_and_stays_quiet_without_one(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.run()  # the shipped translator on its first preset: no loop
+    assert not at.exception and not any("goes round in a loop" in i.value for i in at.info)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.query_params["ckpt"] = "brown-lm"
+    at.run()
+    at.text_input(key="text_input").set_value("Bobby likes").run()  # the shipped LM: "to be able to be able …"
+    assert not at.exception
+    loops = [i.value for i in at.info if "goes round in a loop" in i.value]
+    assert loops and "The continuation goes round in a loop" in loops[0] and "Sampling" in loops[0]

@@ -231,6 +231,13 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    @staticmethod
+    def count_parameters(cfg: ModelConfig) -> int:
+        """The weights a model of ``cfg`` would have (tied embeddings once), without building it: counted on the
+        meta device (shapes only, no memory, no initialisation)."""
+        with torch.device("meta"):
+            return Transformer(cfg).num_parameters()
+
     def embed_tokens(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Token embedding × √d_model (unless ``cfg.scale_embeddings`` is off) + positional encoding, with dropout;
         ``[batch, seq] → [batch, seq, d_model]``."""

@@ -21,8 +21,6 @@ import copy
 import sys
 from pathlib import Path
 
-import torch
-
 from model.checkpoint import atomic_write_json
 from model.config import ConfigError, ModelConfig
 from model.transformer import Transformer
@@ -117,9 +115,7 @@ def parameters(run: str | Path) -> tuple[int, dict]:
         cfg = ModelConfig.from_json(Path(run) / "config.json")
     except ConfigError as exc:
         raise CardError(f"{run}: {exc}") from None
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
-        model = Transformer(cfg)
-    return sum(p.numel() for p in model.parameters()), {
+    return Transformer.count_parameters(cfg), {
         "n_encoder_layers": cfg.n_encoder_layers, "n_decoder_layers": cfg.n_decoder_layers}
 
 

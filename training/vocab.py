@@ -26,6 +26,7 @@ from corpora.files import DataError
 from model.config import ModelConfig
 from model.errors import CheckpointError
 from model.tokenizer import TextTokenizer
+from model.transformer import Transformer
 from .batches import pair_sides
 from .suite import PIECE_SETS, EvalSet, available_sets, piece_stats
 
@@ -45,18 +46,10 @@ class Candidate:
 
 
 def parameters(cfg: ModelConfig, vocab_size: int) -> int:
-    """Number of weights of ``cfg``'s architecture with a vocabulary of ``vocab_size`` pieces.
-
-    Counted from the model built on the meta device (no memory, exact for any option of ours): the embedding is
+    """Number of weights of ``cfg``'s architecture with a vocabulary of ``vocab_size`` pieces: the embedding is
     ``vocab_size × d_model`` and, when ``cfg.tie_embeddings``, shared by the source, the target and the output
-    projection."""
-    import torch
-
-    from model.baseline import build_model
-
-    with torch.device("meta"):
-        model = build_model(ModelConfig.from_dict({**cfg.to_dict(), "vocab_size": vocab_size}), "ours")
-    return sum(p.numel() for p in model.parameters())
+    projection (:meth:`model.transformer.Transformer.count_parameters`)."""
+    return Transformer.count_parameters(ModelConfig.from_dict({**cfg.to_dict(), "vocab_size": vocab_size}))
 
 
 def learn(texts: list[str], sizes: list[int]) -> list[Candidate]:

@@ -354,14 +354,18 @@ def test_in_the_browser_translate_with_marian_then_the_attention_page(hf_root):
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium)")
     pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    from playwright.sync_api import expect
+
     artifacts = ROOT / "test-artifacts"
     try:
         with served_page(artifacts / "streamlit-hf-server.log", {"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)},
                          viewport=(1600, 1000), timeout_ms=120_000) as (url, page):
             page.goto(f"{url}/?ckpt={MARIAN}")
             page.get_by_text(re.compile(r"Step 0 of \d+")).wait_for()
-            sidebar = page.locator('[data-testid="stSidebar"]')
-            assert re.search(r'combobox "Checkpoint": opus-mt-tiny · \d+ kB · Hugging Face', sidebar.aria_snapshot())
+            # The sidebar's checkpoint box can draw after the step line; expect() retries until it shows the label.
+            box = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Checkpoint")
+            expect(box).to_match_aria_snapshot(r'- combobox "Checkpoint": /opus-mt-tiny · \d+ kB · Hugging Face/',
+                                               timeout=30_000)
             for step in (1, 2):
                 page.get_by_role("button", name="Next").click()
                 page.get_by_text(re.compile(rf"Step {step} of \d+")).wait_for()

@@ -35,11 +35,12 @@ def _model(run: Path, layers: int) -> None:
 
 
 def _report(strategy: str) -> dict:
-    sets = [{"name": n, "sentences": 10, "references": 10, "scores": {strategy: {"bleu": b, "chrf": c}}}
-            for n, b, c in (("multi30k test2016", 38.1, 63.0), ("everyday", 60.0, 77.0), ("ding test", 13.0, 38.2))]
+    sets = [{"name": n, "sentences": 10, "references": 10, "scores": {strategy: {"bleu": b, "chrf": c}},
+             "repeats": {strategy: {"checked": 10, "longest": run, "repeating": int(run >= 2), "looping": 0}}}
+            for n, b, c, run in (("multi30k test2016", 38.1, 63.0, 1), ("everyday", 60.0, 77.0, 2),
+                                 ("ding test", 13.0, 38.2, 1))]
     return {"sets": sets, "goal": {s: {strategy: t} for s, t in GOAL.items()},
-            "repeats": {strategy: {"longest": 1, "over_three": 0}}, "decoding": {"beam": 8, "alpha": 1.0, "limit": 0},
-            "missing": []}
+            "decoding": {"beam": 8, "alpha": 1.0, "limit": 0}, "missing": []}
 
 
 START = {"step": 22631, "tokens_seen": 103_638_498, "train_minutes": 660.6,
@@ -62,6 +63,9 @@ def test_a_leg_adds_its_steps_tokens_and_minutes_to_the_lineage(tmp_path):
     assert new["beam"]["ding test"]["chrf"] == 38.2
     assert new["beam"]["decoding"] == "beam 8, length penalty alpha 1.0"  # as the report says, not assumed
     assert new["suite"]["goal_beam"]["I am hungry."] == {"beam": "Ich habe Hunger."}
+    # every set's repeated words, not one set's: the goal is about each test set
+    assert new["suite"]["repeats"]["everyday"] == {"checked": 10, "longest": 2, "repeating": 1, "looping": 0}
+    assert set(new["suite"]["repeats_beam"]) == {"multi30k test2016", "everyday", "ding test"}
     labels = [r["leg"] for r in new["legs"]]
     assert labels[1:4] == ["leg 8, from leg 7 soup · step 23,631", "leg 8, from leg 7 soup (cooldown) · step 24,631",
                            "leg 8, from leg 7 soup (cooldown) · step 25,631"]

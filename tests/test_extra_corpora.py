@@ -149,7 +149,7 @@ def test_the_repeat_check_reads_the_first_outputs_and_the_report_says_so():
     row = {"name": "s", "sentences": 1, "references": 1, "scores": {"greedy": {"bleu": 1.0, "chrf": 2.0}},
            "repeats": {"greedy": {"checked": 1, "longest": 1, "repeating": 0}},
            "reference_repeats": {"checked": 1, "longest": 2, "repeating": 1}}
-    report = {"sets": [row], "goal": {"The cat sat on the mat.": {"greedy": "x"}}, "repeats": {}}
+    report = {"sets": [row], "goal": {"The cat sat on the mat.": {"greedy": "x"}}}
     assert "no output repeats a word twice in a row" in markdown(report, [])
     assert "| s | 1 | 0 (–; 1) | 1 (2) |" in markdown(report, [])  # a report written before loops were counted
     row["repeats"]["greedy"].update(longest=3, repeating=1, looping=1)

@@ -110,7 +110,7 @@ def test_far_scores_split_the_chrf_by_the_warning(shipped):
 def test_the_suite_report_has_a_row_of_far_and_other_chrf_per_set():
     row = {"name": "flores200-devtest", "sentences": 2, "references": 2, "scores": {"greedy": {"bleu": 1, "chrf": 2}},
            "repeats": {}, "far": {"greedy": {"far": 1, "far_chrf": 20.5, "rest_chrf": 40.25}}}
-    report = {"sets": [row], "goal": {"The cat sat on the mat.": {"greedy": "x"}}, "repeats": {}}
+    report = {"sets": [row], "goal": {"The cat sat on the mat.": {"greedy": "x"}}}
     text = markdown(report, [])
     assert "| flores200-devtest | 1 of 2 | 20.50 | 40.25 |" in text
 

@@ -128,6 +128,12 @@ def _by_set(report: dict, strategy: str) -> dict:
                         f"{strategy} --json FILE") from None
 
 
+def _repeats(report: dict, strategy: str) -> dict:
+    """``{set name: {"checked", "longest", "repeating", "looping"}}``: each set's words repeated in a row
+    (:func:`training.suite.repeat_check`) of a suite report; a set scored before the check has none."""
+    return {r["name"]: r["repeats"][strategy] for r in report["sets"] if strategy in r.get("repeats", {})}
+
+
 def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de") -> dict:
     """The card's score fields from two ``--suite --json`` reports (one greedy, one beam): ``test``,
     ``everyday``, ``ding_test`` (greedy, as the app's quality line quotes them), ``suite`` and ``beam``.
@@ -145,10 +151,10 @@ def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de"
             raise CardError(f"the greedy report has no '{name}' set (was ../shared/data there?)")
         fields[key] = {"split": split, **gs[name], "decoding": "greedy"}
     fields["suite"] = {"greedy": gs, "goal": {s: {"greedy": o["greedy"]} for s, o in greedy["goal"].items()},
-                       "repeats": greedy["repeats"],
+                       "repeats": _repeats(greedy, "greedy"),
                        "command": f"python -m training.evaluate --suite --checkpoint {checkpoint}",
                        "goal_beam": {s: {"beam": o["beam"]} for s, o in beam["goal"].items()},
-                       "repeats_beam": beam["repeats"]}
+                       "repeats_beam": _repeats(beam, "beam")}
     decoding = beam.get("decoding") or {}
     if not {"beam", "alpha"} <= decoding.keys():
         raise CardError("the beam report does not say its beam width and alpha (under 'decoding'): write it with "

@@ -211,11 +211,10 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
               alpha: float = SUITE_ALPHA, limit: int = 0, progress=print) -> dict:
     """Score ``model`` on ``sets`` (each cut to its first ``limit`` sentences when ``limit`` > 0) with each strategy.
 
-    Returns ``{"sets": [SetScore as dict], "goal": {sentence: {strategy: output}}, "repeats": {strategy:
-    {"longest": n, "over_three": n}}}``; those repeat counts are of the everyday set's outputs (words in a row), each
-    set's own (:func:`repeat_check`) are in its row.
+    Returns ``{"sets": [SetScore as dict], "goal": {sentence: {strategy: output}}, "decoding": {"beam", "alpha",
+    "limit"}}``; each set's repeated words (:func:`repeat_check`) are in its row.
     """
-    results, everyday_out = [], {}
+    results = []
     for s in sets:
         sources, refs = (s.sources[:limit], s.references[:limit]) if limit else (s.sources, s.references)
         row = SetScore(s.name, len(sources), sum(map(len, refs)), reference_repeats=repeat_check([r[0] for r in refs]))
@@ -227,8 +226,6 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
             row.repeats[strategy] = repeat_check(hyps)
             row.far[strategy] = far_scores(tokenizer, sources, hyps, refs)
             row.outputs[strategy] = hyps
-            if s.name == "everyday":
-                everyday_out[strategy] = hyps
             progress(f"{s.name:<20} {strategy:<6} BLEU {row.scores[strategy]['bleu']:6.2f}  "
                      f"chrF {row.scores[strategy]['chrf']:6.2f}  ({len(sources)} sentences, "
                      f"{row.seconds[strategy]} s)")
@@ -237,15 +234,12 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
     for strategy in strategies:
         for sent, out in zip(GOAL_SENTENCES, translate(model, tokenizer, list(GOAL_SENTENCES), strategy, beam, alpha)):
             goal[sent][strategy] = out
-    repeats = {strategy: {"longest": max(map(longest_repeat, outs), default=0),
-                          "over_three": sum(longest_repeat(o) > 3 for o in outs)}
-               for strategy, outs in everyday_out.items()}
-    return {"sets": results, "goal": goal, "repeats": repeats,
-            "decoding": {"beam": beam, "alpha": alpha, "limit": limit}}
+    return {"sets": results, "goal": goal, "decoding": {"beam": beam, "alpha": alpha, "limit": limit}}
 
 
 def markdown(report: dict, missing: list[str]) -> str:
-    """The suite's report as Markdown: the score table, the missing sets, the goal sentences and the repeat line."""
+    """The suite's report as Markdown: the score table, the missing sets, the repeated words of each set, the
+    sentences far from the training text, and the goal sentences."""
     strategies = list(report["goal"][GOAL_SENTENCES[0]])
     head = "| set | sentences | " + " | ".join(f"{s} BLEU | {s} chrF" for s in strategies) + " |"
     lines = [head, "|" + "---|" * (2 + 2 * len(strategies))]
@@ -284,9 +278,6 @@ def markdown(report: dict, missing: list[str]) -> str:
     lines.append("|" + "---|" * (1 + len(strategies)))
     for sent, outs in report["goal"].items():
         lines.append(f"| {sent} | " + " | ".join(outs[s] for s in strategies) + " |")
-    for strategy, r in report["repeats"].items():
-        lines.append(f"\neveryday, {strategy}: longest run of one repeated word {r['longest']}; "
-                     f"outputs with a run over three: {r['over_three']}")
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ def de_en(tmp_path_factory):
 
 
 def _settings(run: Path, mono: Path, **changes) -> bt.Settings:
-    values = dict(checkpoint=str(run / "best"), mono=str(mono), strategy="sample", top_k=5, beam=2, tag="<bt>",
+    values = dict(checkpoint=str(run / "best"), mono=str(mono), strategy="sample", top_k=5, beam=2, tag="bt",
                   seed=0, limit=0)
     values.update(changes)
     return bt.Settings(**values)
@@ -88,7 +88,7 @@ def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path):
     germans = [p.tgt for p in pairs]
     # each once, none over 250 characters, and "Vielen Dank." left out: it is the German of the everyday test set
     assert germans == [g for g in dict.fromkeys(GERMAN) if len(g) <= 250 and g != "Vielen Dank."][:len(germans)]
-    assert len(germans) >= 4 and all(p.src.startswith("<bt> ") and "\t" not in p.src for p in pairs)
+    assert len(germans) >= 4 and all(p.src.startswith("bt ") and "\t" not in p.src for p in pairs)
     assert not (out / "backtranslated.partial.tsv").exists()
     assert json.loads((out / "backtranslated.json").read_text())["strategy"] == "sample"
 
@@ -128,12 +128,26 @@ def test_the_command_refuses_an_english_to_german_model_and_a_missing_file(de_en
                                     "--out", tmp_path, "--no-progress"])
     assert rc == 2 and "is not a German → English translator" in err
     rc, _, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", tmp_path / "gone.txt",
-                                    "--out", tmp_path, "--no-progress"])
+                                    "--out", tmp_path, "--tag", "bt", "--no-progress"])
     assert rc == 2 and "No such data file" in err
+    # the tiny model's 500 pieces have no "#": the default tag would start every source with <unk>
+    rc, _, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--out", tmp_path,
+                                    "--no-progress"])
+    assert rc == 2 and "the tag '#bt' has characters the vocabulary does not know" in err and "<unk>" in err
+    assert not (tmp_path / "backtranslated.partial.tsv").exists()
     rc, out, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--strategy", "beam",
-                                      "--limit", "3", "--out", tmp_path / "beam", "--no-progress"])
+                                      "--limit", "3", "--out", tmp_path / "beam", "--tag", "bt", "--no-progress"])
     assert rc == 0, err
     assert "3 synthetic pairs" in out and "backtranslated=1" in out
+
+
+def test_the_default_tag_is_made_of_pieces_the_shipped_vocabulary_knows():
+    tokenizer = load_checkpoint(ROOT / "checkpoints" / "en-de").tokenizer
+    bt.check_tag(tokenizer, bt.TAG)
+    bt.check_tag(tokenizer, "")  # no tag at all is allowed
+    with pytest.raises(DataError, match=r"'<bt>' .* reads as ▁ <unk> bt <unk>\): choose another with --tag, for "
+                                        r"example '#bt'"):
+        bt.check_tag(tokenizer, "<bt>")
 
 
 def test_the_mixture_takes_the_backtranslated_pairs_once_made(tmp_path):
@@ -141,9 +155,9 @@ def test_the_mixture_takes_the_backtranslated_pairs_once_made(tmp_path):
         parallel.mixture_pairs({"ding": 1, "backtranslated": 1}, tmp_path, tmp_path)
     assert any("python -m training.backtranslate" in e for e in mixture_errors("ding=1,backtranslated=1", tmp_path))
     parallel.write_tsv_gz(parallel.prepared_path("backtranslated", "train", tmp_path),
-                          [Pair("<bt> It is good.", "Es ist gut."), Pair("<bt> We vote.", "Wir stimmen ab.")])
+                          [Pair("#bt It is good.", "Es ist gut."), Pair("#bt We vote.", "Wir stimmen ab.")])
     mix = parallel.mixture_pairs({"backtranslated": 2}, tmp_path, tmp_path)
-    assert mix.counts == {"backtranslated": 4} and Pair("<bt> We vote.", "Wir stimmen ab.") in mix.train
+    assert mix.counts == {"backtranslated": 4} and Pair("#bt We vote.", "Wir stimmen ab.") in mix.train
     assert mixture_errors("backtranslated=1", tmp_path) == []
 
 

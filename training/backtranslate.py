@@ -5,8 +5,11 @@ A German → English model (``python -m training.train --reverse``, best with th
 ``--tokenizer checkpoints/en-de``) translates each sentence of a German text file, by default the Bundestag speeches
 of ``../shared/data/extra/mono``. Each pair is (its English output, the German sentence): the German side is real,
 the English one synthetic, and the English → German model learns to write real German from it. The English side
-starts with a tag (default ``<bt>``; Caswell et al. 2019, *Tagged Back-Translation*), so that the model can tell
+starts with a tag (default ``#bt``; Caswell et al. 2019, *Tagged Back-Translation*), so that the model can tell
 synthetic sources from real ones and is not taught to translate their errors; an input a visitor types has no tag.
+The tag is plain text cut by the model's own BPE, so it must be made of pieces the vocabulary has: ``<`` and ``>`` are
+not in the shipped one, and ``<bt>`` would read as ``<unk> bt <unk>``, the piece every emoji a visitor types also
+becomes. A tag with an unknown piece is refused (:func:`check_tag`).
 
 Sources are sampled (top-k 10, Edunov et al. 2018: sampled or noised synthetic sources teach more than beam search
 ones once there are many of them) or, with ``--strategy beam``, the beam's best (better when there are few). The
@@ -40,7 +43,9 @@ from model.sampling import SamplingError, sampled_translate_texts
 
 #: The German text back-translated by default.
 MONO = SHARED_DATA / "extra" / "mono" / "de-bundestag-speeches.de.txt.gz"
-TAG = "<bt>"
+#: Cut into known pieces by the shipped vocabulary (``▁ # bt``) and by one learned from the general-domain mixture
+#: (``▁# bt``); a source a visitor types rarely starts with it.
+TAG = "#bt"
 STRATEGIES = ("sample", "beam", "greedy")
 CHUNK = 512
 
@@ -81,6 +86,23 @@ def german_sentences(path: Path, prepared: Path = PREPARED, shared: Path = SHARE
     return out
 
 
+def check_tag(tokenizer, tag: str) -> None:
+    """Refuse a ``tag`` that ``tokenizer`` cuts into an unknown piece: the model would learn to read ``<unk>`` at the
+    start of a source as "synthetic", and ``<unk>`` also stands for characters it has never seen in real input.
+
+    Raises:
+        DataError: naming the tag, its pieces, and a tag that works (:data:`TAG`) when that one does.
+    """
+    if not tag:
+        return
+    enc = tokenizer.encode(tag)
+    if tokenizer.unk_id in enc.ids:
+        works = tokenizer.unk_id not in tokenizer.encode(TAG).ids
+        raise DataError(f"the tag {tag!r} has characters the vocabulary does not know (it reads as "
+                        f"{' '.join(enc.tokens)}): choose another with --tag"
+                        + (f", for example {TAG!r}" if works else ""))
+
+
 def translate_chunk(ckpt, texts: list[str], settings: Settings, chunk_index: int) -> list[str]:
     """English for ``texts`` by ``settings.strategy``; a sampled chunk has its own seed (the seed plus the chunk's
     index), so a file continued after a stop is the file made in one go."""
@@ -97,13 +119,15 @@ def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = Tru
 
     Raises:
         DataError: the text file is missing or empty, a partial file was made with other settings (the message
-            says how to start over), or the checkpoint is not a German → English translator.
+            says how to start over), the checkpoint is not a German → English translator, or the tag has a piece
+            its vocabulary does not know (:func:`check_tag`).
         CheckpointError: the checkpoint cannot be loaded.
     """
     ckpt = load_checkpoint(settings.checkpoint)
     if (ckpt.card or {}).get("direction") != "de-en" or not ckpt.config.is_encoder_decoder:
         raise DataError(f"{settings.checkpoint} is not a German → English translator (its card says no direction "
                         "de-en): train one with python -m training.train --reverse")
+    check_tag(ckpt.tokenizer, settings.tag)
     sentences = german_sentences(Path(settings.mono), out, limit=settings.limit)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

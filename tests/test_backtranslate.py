@@ -80,7 +80,13 @@ def test_a_reversed_run_says_its_direction_and_probes_german(de_en):
     assert probes and [p.source for p in probes[0].probes] == GERMAN_PROBE_SENTENCES
 
 
-def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path):
+@pytest.fixture
+def keep_every_pair(monkeypatch):
+    """The tiny model's English is noise that the cleaning would drop; these tests are about the file, not it."""
+    monkeypatch.setattr(bt, "clean_synthetic", lambda pairs, tag: bt.Cleaned(pairs, {}))
+
+
+def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path, keep_every_pair):
     out = tmp_path / "prepared"
     path = bt.backtranslate(_settings(de_en, _mono(tmp_path)), out, progress=False)
     assert path == parallel.prepared_path("backtranslated", "train", out)
@@ -93,7 +99,7 @@ def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path):
     assert json.loads((out / "backtranslated.json").read_text())["strategy"] == "sample"
 
 
-def test_a_stopped_backtranslation_continues_to_the_same_file(de_en, tmp_path, monkeypatch):
+def test_a_stopped_backtranslation_continues_to_the_same_file(de_en, tmp_path, monkeypatch, keep_every_pair):
     monkeypatch.setattr(bt, "CHUNK", 2)
     mono = _mono(tmp_path)
     whole = bt.backtranslate(_settings(de_en, mono), tmp_path / "whole", progress=False)
@@ -138,7 +144,7 @@ def test_the_command_refuses_an_english_to_german_model_and_a_missing_file(de_en
     rc, out, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--strategy", "beam",
                                       "--limit", "3", "--out", tmp_path / "beam", "--tag", "bt", "--no-progress"])
     assert rc == 0, err
-    assert "3 synthetic pairs" in out and "backtranslated=1" in out
+    assert "synthetic pairs" in out and "backtranslated=1" in out
 
 
 def test_the_default_tag_is_made_of_pieces_the_shipped_vocabulary_knows():
@@ -226,3 +232,26 @@ def test_the_training_page_shows_the_presets_direction(monkeypatch):
     preset = "German → English, for back-translation (GPU minutes, CPU hours)"
     at.selectbox(key="train_preset").select(preset).run()
     assert at.checkbox(key=f"f_rev_{preset}").value is True
+
+
+def test_synthetic_pairs_that_run_on_stop_short_or_loop_are_dropped():
+    german = "Wir kommen zur Abstimmung über den Änderungsantrag der Fraktionen."
+    pairs = [Pair("#bt We come to the vote on the amendment of the groups.", german),
+             Pair("#bt We come to the vote.", german),  # says less than half of the German
+             Pair("#bt " + "We come to the vote on the amendment of the CDU/CSU and F.D.P. " * 4, german),  # runs on past 250 characters
+             Pair("#bt The amendment of the the the groups is voted on here.", german),  # loops
+             Pair("#bt ", german), Pair("#bt Yes.", "Ja.")]
+    cleaned = bt.clean_synthetic(pairs, "#bt")
+    assert cleaned.pairs == [pairs[0], pairs[5]]  # a short pair may differ in length: "Yes." / "Ja."
+    assert cleaned.dropped == {"length ratio": 1, "too long": 1, "looping": 1, "empty": 1}
+
+
+def test_the_command_says_what_it_dropped(de_en, tmp_path):
+    rc, out, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--strategy", "greedy",
+                                      "--out", tmp_path, "--tag", "bt", "--no-progress"])
+    assert rc == 0, err
+    meta = json.loads((tmp_path / "backtranslated.json").read_text(encoding="utf-8"))
+    # the five German sentences left of GERMAN (each once, none over 250 characters, not the everyday set's)
+    assert meta["translated"] == 5 and meta["translated"] - sum(meta["dropped"].values()) == len(read_tsv(
+        tmp_path / "backtranslated.train.tsv.gz", allow_empty=True))
+    assert "synthetic pairs" in out and all(f"{reason} {n:,}" in out for reason, n in meta["dropped"].items())

@@ -17,7 +17,8 @@ work is long on a CPU (≈ 6 core-hours for the 240k speeches with a 6 + 6 model
 ``backtranslated.partial.tsv`` beside the output and continued where it stopped when started again with the same
 settings; the finished file is ``data/prepared/backtranslated.train.tsv.gz``. German sentences longer than
 :data:`~corpora.extra.MAX_CHARS` characters, repeated ones, and any that is the German side of an evaluation set are
-left out. Nothing here is shipped: the speeches are licensed CLARIN PUB+BY+NC+SA (non-commercial), which a model
+left out, and so is a pair whose English is empty, runs on, stops short or loops (:func:`clean_synthetic`; the counts
+are in ``backtranslated.json``). Nothing here is shipped: the speeches are licensed CLARIN PUB+BY+NC+SA (non-commercial), which a model
 trained on them must say in its card.
 """
 
@@ -32,13 +33,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from corpora.extra import MAX_CHARS
+from corpora.extra import MAX_CHARS, Cleaned, drop_reason
 from corpora.files import DataError, Pair, read_text_lines, split_key, write_tsv_gz
 from corpora.parallel import BACKTRANSLATED as CORPUS
 from corpora.parallel import PREPARED, SHARED_DATA, evaluation_sets, prepared_path
 from model.batched import translate_texts
 from model.beam import beam_translate_texts
 from model.checkpoint import CheckpointError, load_checkpoint
+from model.loops import find_loop
 from model.sampling import SamplingError, sampled_translate_texts
 
 #: The German text back-translated by default.
@@ -148,12 +150,32 @@ def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = Tru
             f.writelines(f"{' '.join(f'{settings.tag} {en}'.split())}\t{de}\n" for en, de in zip(english, german))
             f.flush()
             bar.update(len(german))
-    tag = len(settings.tag)
     pairs = [Pair(*line.rstrip("\n").split("\t")) for line in partial.open(encoding="utf-8")]
+    cleaned = clean_synthetic(pairs, settings.tag)
     final = prepared_path(CORPUS, "train", out)
-    write_tsv_gz(final, [p for p in pairs if p.src[tag:].strip()])  # an empty output is no pair
+    write_tsv_gz(final, cleaned.pairs)
+    meta.write_text(json.dumps({**asdict(settings), "translated": len(pairs), "dropped": cleaned.dropped}, indent=1)
+                    + "\n", encoding="utf-8")
     partial.unlink()
     return final
+
+
+def clean_synthetic(pairs: list[Pair], tag: str) -> Cleaned:
+    """The synthetic ``pairs`` worth training on, order kept, and ``dropped`` = ``{reason: pairs}``: an empty
+    English side; the general-domain files' cleaning (:func:`corpora.extra.drop_reason`: a side over 250
+    characters, or one side over twice the other's length, the mark of a truncated or runaway output); or English
+    stuck in a loop (:func:`model.loops.find_loop`). A weak German → English model writes all three, and a pair
+    whose English says less than its German teaches the English → German model to invent words."""
+    kept, dropped = [], {}
+    for p in pairs:
+        english = p.src[len(tag):].strip() if tag and p.src.startswith(tag) else p.src.strip()
+        reason = ("empty" if not english else drop_reason(Pair(english, p.tgt))
+                  or ("looping" if find_loop(english) else None))
+        if reason:
+            dropped[reason] = dropped.get(reason, 0) + 1
+        else:
+            kept.append(p)
+    return Cleaned(kept, dropped)
 
 
 def _whole_chunks(partial: Path, total: int) -> int:
@@ -189,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with gzip.open(path, "rt", encoding="utf-8") as f:
         count = sum(1 for _ in f)
-    print(f"wrote {path}: {count:,} synthetic pairs; train on them with --mix …,{CORPUS}=1")
+    dropped = json.loads((path.parent / f"{CORPUS}.json").read_text(encoding="utf-8"))["dropped"]
+    why = ", ".join(f"{reason} {n:,}" for reason, n in dropped.items())
+    print(f"wrote {path}: {count:,} synthetic pairs" + (f" (dropped: {why})" if why else "")
+          + f"; train on them with --mix …,{CORPUS}=1")
     return 0
 
 

@@ -11,6 +11,7 @@ and the writing are :func:`corpora.parallel.prepare_corpora`'s, as for every cor
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,13 +100,13 @@ def drop_reason(pair: Pair) -> str | None:
     return None
 
 
-def clean_pairs(pairs: list[Pair]) -> Cleaned:
-    """``pairs`` less those :func:`drop_reason` names and less repeats of an identical pair (the extra references
-    repeat one another), order kept."""
+def clean_pairs(pairs: list[Pair], why: Callable[[Pair], str | None] = drop_reason) -> Cleaned:
+    """``pairs`` less those ``why`` names a reason for (by default :func:`drop_reason`) and less repeats of an
+    identical pair (the extra references repeat one another), order kept."""
     seen: set[Pair] = set()
     kept, dropped = [], Counter()
     for p in pairs:
-        reason = drop_reason(p) or ("duplicate" if p in seen else None)
+        reason = why(p) or ("duplicate" if p in seen else None)
         if reason:
             dropped[reason] += 1
             continue

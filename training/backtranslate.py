@@ -18,8 +18,8 @@ work is long on a CPU (≈ 6 core-hours for the 240k speeches with a 6 + 6 model
 settings; the finished file is ``data/prepared/backtranslated.train.tsv.gz``. German sentences longer than
 :data:`~corpora.extra.MAX_CHARS` characters, repeated ones, and any that is the German side of an evaluation set are
 left out, and so is a pair whose English is empty, runs on, stops short or loops (:func:`clean_synthetic`; the counts
-are in ``backtranslated.json``). Nothing here is shipped: the speeches are licensed CLARIN PUB+BY+NC+SA (non-commercial), which a model
-trained on them must say in its card.
+are in ``backtranslated.json``). Nothing here is shipped: the speeches are licensed CLARIN PUB+BY+NC+SA
+(non-commercial), which a model trained on them must say in its card.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from corpora.extra import MAX_CHARS, Cleaned, drop_reason
+from corpora.extra import MAX_CHARS, Cleaned, clean_pairs, drop_reason
 from corpora.files import DataError, Pair, read_text_lines, split_key, write_tsv_gz
 from corpora.parallel import BACKTRANSLATED as CORPUS
 from corpora.parallel import PREPARED, SHARED_DATA, evaluation_sets, prepared_path
@@ -166,16 +166,14 @@ def clean_synthetic(pairs: list[Pair], tag: str) -> Cleaned:
     characters, or one side over twice the other's length, the mark of a truncated or runaway output); or English
     stuck in a loop (:func:`model.loops.find_loop`). A weak German → English model writes all three, and a pair
     whose English says less than its German teaches the English → German model to invent words."""
-    kept, dropped = [], {}
-    for p in pairs:
-        english = p.src[len(tag):].strip() if tag and p.src.startswith(tag) else p.src.strip()
-        reason = ("empty" if not english else drop_reason(Pair(english, p.tgt))
-                  or ("looping" if find_loop(english) else None))
-        if reason:
-            dropped[reason] = dropped.get(reason, 0) + 1
-        else:
-            kept.append(p)
-    return Cleaned(kept, dropped)
+
+    def why(pair: Pair) -> str | None:
+        english = pair.src[len(tag):].strip() if tag and pair.src.startswith(tag) else pair.src.strip()
+        if not english:
+            return "empty"
+        return drop_reason(Pair(english, pair.tgt)) or ("looping" if find_loop(english) else None)
+
+    return clean_pairs(pairs, why)
 
 
 def _whole_chunks(partial: Path, total: int) -> int:

@@ -1,8 +1,6 @@
 """Page "Decoding lab": how the next token is chosen (greedy, temperature, top-k, top-p, seed), forcing a token
 and comparing the branches, beam search as a tree, and what the KV cache holds and saves."""
 
-import html
-
 import streamlit as st
 
 from model.beam import beam_search, beam_states
@@ -14,7 +12,6 @@ from ui import decoding_views as views
 from ui import heavy, lens_view, pieces, state, url, widgets
 from ui.page_state import DECODING
 from viz.attention import tokens_html
-from viz.decoding import pipeline_figure
 
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
@@ -192,47 +189,10 @@ def decoding_page() -> None:
     if step == 0:
         main.info("Press **Next** to let the decoder produce its first token: you will see how the rule picks it.")
     else:
-        record, pipe = run.records[step - 1], run.pipelines[step - 1]
-        forced_here = run.forced_at(step)
         with main:
-            widgets.show_figure(
-                pipeline_figure(pipe, pieces.namer(tok), top=15,  # the stepper hands the rule log-probabilities
-                                temperature=sampling.temperature if sampling.strategy == "sample" else None,
-                                forced=forced_here, scores="log p",
-                                title=f"Step {step}: from log-probabilities to the next token "
-                                      f"({'forced' if forced_here else sampling.strategy})"),
-                key="dl_pipeline",
-            )
-            chosen = html.escape(pieces.of_id(tok, record.token_id))
-            line = (f"Token **{chosen}**: p = {record.prob:.3f} under the model (T = 1), "
-                    f"{float(pipe.final[record.token_id]):.3f} after the rule's reshaping.")
-            if forced_here or record.forced:
-                picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
-                line += (f" Forced by you; the rule had picked **{picked}**." if forced_here else
-                         f" Forced: {widgets.FORCED_AT_CAP} The rule had picked **{picked}**.")
-            st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
-                              "raw logits by one constant per step, which the softmax ignores.")
+            views.step_chart(tok, run, step, sampling)
         with controls:  # under the rule's settings
-            st.markdown(f"**Force a different token at step {step}**")
-            ids, probs = record.top(15)
-            if ss.get("dl_force_choice") not in ids:
-                ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
-            p_of = dict(zip(ids, probs))
-            st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
-                         format_func=lambda i: f"{pieces.of_id(tok, i)}  (p = {p_of.get(i, 0.0):.3f})")
-            # the example comes from this model's vocabulary and this step's candidates (a German word meant nothing
-            # to the English language model)
-            example = lab.example_piece(tok, ids, avoid=record.token_id)
-            st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
-                          help="Used instead of the list when not empty. A word start is written with "
-                               f"{pieces.word_start(tok)}.")
-            st.button("Force this token", icon=":material/call_split:", type="primary", on_click=_force,
-                      args=(step, example))
-            message = ss.pop("dl_force_msg", None)
-            if message:
-                st.warning(message)
-            st.caption("The step is redone with your token instead of the rule's choice; the following steps "
-                       "continue from it. Each forced variant is kept as a branch below.")
+            views.force_controls(tok, run.records[step - 1], step, on_force=_force)
 
     generated_box = main.container()  # under the chart: the tokens so far, newest outlined
     generated_box.markdown("**Generated so far**")

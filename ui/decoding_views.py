@@ -1,9 +1,10 @@
-"""The Decoding lab's larger views as Streamlit renderers: beam search step by step, the forced-token branches, the
-probabilities tab and the KV-cache tab.
+"""The Decoding lab's larger views as Streamlit renderers: one step of the rule as a chart, the panel that forces a
+token, beam search step by step, the forced-token branches, the probabilities tab and the KV-cache tab.
 
 They draw what the page computed (a :class:`~ui.decoding_lab.StepView`, a beam result and its per-step states)
-and own no state of their own except the cache-timing button's result (``dl_cache_cmp``). The page
-(``app_pages/decoding.py``) keeps the flow: settings, sentence, the decoding rule, forcing.
+and own no state of their own except the cache-timing button's result (``dl_cache_cmp``) and the force panel's
+widgets (``dl_force_choice``, ``dl_force_text``, ``dl_force_msg``). The page (``app_pages/decoding.py``) keeps the
+flow: settings, sentence, the decoding rule, and what forcing a token does.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import torch
 
 from model.beam import BeamResult, length_penalty
 from model.checkpoint import Checkpoint
+from model.sampling import SamplingConfig
 from ui import decoding_lab as lab
 from ui import heavy, pieces, widgets
 from viz.attention import alignment_html
-from viz.decoding import beam_tree_figure
+from viz.decoding import beam_tree_figure, pipeline_figure
 from viz.kv_cache import cache_bytes, kv_cache_figure
 
 
@@ -75,6 +77,58 @@ def hypotheses_table(tok, hyps: Sequence, alpha: float) -> None:
          for i, h in enumerate(hyps)],
         wrap=True,
     )
+
+
+def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> None:
+    """Step ``step`` (1 = the first generated token) of a greedy or sampled decoding: the rule's pipeline from the
+    log-probabilities over the vocabulary to the chosen token (the 15 most probable), and a line with the chosen
+    token's probability under the model and after the rule, and what a forced token replaced."""
+    record, pipe = run.records[step - 1], run.pipelines[step - 1]
+    forced_here = run.forced_at(step)
+    widgets.show_figure(
+        pipeline_figure(pipe, pieces.namer(tok), top=15,  # the stepper hands the rule log-probabilities
+                        temperature=sampling.temperature if sampling.strategy == "sample" else None,
+                        forced=forced_here, scores="log p",
+                        title=f"Step {step}: from log-probabilities to the next token "
+                              f"({'forced' if forced_here else sampling.strategy})"),
+        key="dl_pipeline",
+    )
+    chosen = html.escape(pieces.of_id(tok, record.token_id))
+    line = (f"Token **{chosen}**: p = {record.prob:.{DECIMALS}f} under the model (T = 1), "
+            f"{float(pipe.final[record.token_id]):.{DECIMALS}f} after the rule's reshaping.")
+    if forced_here or record.forced:
+        picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
+        line += (f" Forced by you; the rule had picked **{picked}**." if forced_here else
+                 f" Forced: {widgets.FORCED_AT_CAP} The rule had picked **{picked}**.")
+    st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
+                      "raw logits by one constant per step, which the softmax ignores.")
+
+
+def force_controls(tok, record, step: int, on_force: Callable[[int, str], None]) -> None:
+    """The panel that forces another token at ``step``: the 15 most probable candidates of ``record`` (a step's
+    record of the stepper), or any vocabulary piece typed in, and a button calling ``on_force(step, example)``,
+    where ``example`` is the piece the text box suggests. A message the callback left in ``dl_force_msg`` (an
+    unknown piece) is shown once."""
+    ss = st.session_state
+    st.markdown(f"**Force a different token at step {step}**")
+    ids, probs = record.top(15)
+    if ss.get("dl_force_choice") not in ids:
+        ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
+    p_of = dict(zip(ids, probs))
+    st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
+                 format_func=lambda i: f"{pieces.of_id(tok, i)}  (p = {p_of.get(i, 0.0):.{DECIMALS}f})")
+    # the example comes from this model's vocabulary and this step's candidates (a German word meant nothing to the
+    # English language model)
+    example = lab.example_piece(tok, ids, avoid=record.token_id)
+    st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
+                  help=f"Used instead of the list when not empty. A word start is written with {pieces.word_start(tok)}.")
+    st.button("Force this token", icon=":material/call_split:", type="primary", on_click=on_force,
+              args=(step, example))
+    message = ss.pop("dl_force_msg", None)
+    if message:
+        st.warning(message)
+    st.caption("The step is redone with your token instead of the rule's choice; the following steps continue from "
+               "it. Each forced variant is kept as a branch below.")
 
 
 def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: float, *, out_col, steps_col, main,

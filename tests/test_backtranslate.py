@@ -88,9 +88,10 @@ def keep_every_pair(monkeypatch):
 
 def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path, keep_every_pair):
     out = tmp_path / "prepared"
-    path = bt.backtranslate(_settings(de_en, _mono(tmp_path)), out, progress=False)
+    path, cleaned = bt.backtranslate(_settings(de_en, _mono(tmp_path)), out, progress=False)
     assert path == parallel.prepared_path("backtranslated", "train", out)
     pairs = read_tsv(path)
+    assert pairs == cleaned.pairs
     germans = [p.tgt for p in pairs]
     # each once, none over 250 characters, and "Vielen Dank." left out: it is the German of the everyday test set
     assert germans == [g for g in dict.fromkeys(GERMAN) if len(g) <= 250 and g != "Vielen Dank."][:len(germans)]
@@ -102,7 +103,7 @@ def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path, kee
 def test_a_stopped_backtranslation_continues_to_the_same_file(de_en, tmp_path, monkeypatch, keep_every_pair):
     monkeypatch.setattr(bt, "CHUNK", 2)
     mono = _mono(tmp_path)
-    whole = bt.backtranslate(_settings(de_en, mono), tmp_path / "whole", progress=False)
+    whole, _ = bt.backtranslate(_settings(de_en, mono), tmp_path / "whole", progress=False)
     real = bt.translate_chunk
     calls = []
 
@@ -119,7 +120,7 @@ def test_a_stopped_backtranslation_continues_to_the_same_file(de_en, tmp_path, m
     assert len(partial.read_text(encoding="utf-8").splitlines()) == 4
     partial.write_text(partial.read_text(encoding="utf-8") + "half a li", encoding="utf-8")  # killed mid-line
     monkeypatch.setattr(bt, "translate_chunk", real)
-    again = bt.backtranslate(_settings(de_en, mono), tmp_path / "stopped", progress=False)
+    again, _ = bt.backtranslate(_settings(de_en, mono), tmp_path / "stopped", progress=False)
     assert read_tsv(again) == read_tsv(whole)
 
     (tmp_path / "other").mkdir()

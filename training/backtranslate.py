@@ -25,7 +25,6 @@ are in ``backtranslated.json``). Nothing here is shipped: the speeches are licen
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -115,9 +114,10 @@ def translate_chunk(ckpt, texts: list[str], settings: Settings, chunk_index: int
     return sampled_translate_texts(ckpt.model, ckpt.tokenizer, texts, settings.top_k, seed=settings.seed + chunk_index)
 
 
-def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = True) -> Path:
+def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = True) -> tuple[Path, Cleaned]:
     """Back-translate ``settings.mono`` with ``settings.checkpoint`` into ``out/backtranslated.train.tsv.gz``,
-    continuing ``backtranslated.partial.tsv`` when it was started with the same settings. Returns the file.
+    continuing ``backtranslated.partial.tsv`` when it was started with the same settings. Returns the file and
+    what :func:`clean_synthetic` kept in it and dropped.
 
     Raises:
         DataError: the text file is missing or empty, a partial file was made with other settings (the message
@@ -157,7 +157,7 @@ def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = Tru
     meta.write_text(json.dumps({**asdict(settings), "translated": len(pairs), "dropped": cleaned.dropped}, indent=1)
                     + "\n", encoding="utf-8")
     partial.unlink()
-    return final
+    return final, cleaned
 
 
 def clean_synthetic(pairs: list[Pair], tag: str) -> Cleaned:
@@ -203,15 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(str(args.checkpoint), str(args.mono), args.strategy, args.top_k, args.beam, args.tag,
                         args.seed, args.limit)
     try:
-        path = backtranslate(settings, args.out, progress=not args.no_progress)
+        path, cleaned = backtranslate(settings, args.out, progress=not args.no_progress)
     except (DataError, CheckpointError, SamplingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        count = sum(1 for _ in f)
-    dropped = json.loads((path.parent / f"{CORPUS}.json").read_text(encoding="utf-8"))["dropped"]
-    why = ", ".join(f"{reason} {n:,}" for reason, n in dropped.items())
-    print(f"wrote {path}: {count:,} synthetic pairs" + (f" (dropped: {why})" if why else "")
+    why = ", ".join(f"{reason} {n:,}" for reason, n in cleaned.dropped.items())
+    print(f"wrote {path}: {len(cleaned.pairs):,} synthetic pairs" + (f" (dropped: {why})" if why else "")
           + f"; train on them with --mix …,{CORPUS}=1")
     return 0
 

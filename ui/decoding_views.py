@@ -29,6 +29,8 @@ from viz.decoding import beam_tree_figure, pipeline_figure
 from viz.kv_cache import cache_bytes, kv_cache_figure
 
 
+#: Candidates a step shows: the bars of its chart and the list a token is forced from are the same most probable ones.
+TOP_CANDIDATES = 15
 #: Decimals of every probability and log-probability in the lab's tables, as in its captions and force list.
 DECIMALS = 3
 #: Columns that hold token pieces: never cut off ("▁werde" read "▁wer…" in a narrow column).
@@ -81,12 +83,12 @@ def hypotheses_table(tok, hyps: Sequence, alpha: float) -> None:
 
 def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> None:
     """Step ``step`` (1 = the first generated token) of a greedy or sampled decoding: the rule's pipeline from the
-    log-probabilities over the vocabulary to the chosen token (the 15 most probable), and a line with the chosen
-    token's probability under the model and after the rule, and what a forced token replaced."""
+    log-probabilities over the vocabulary to the chosen token (the :data:`TOP_CANDIDATES` most probable), and a line
+    with the chosen token's probability under the model and after the rule, and what a forced token replaced."""
     record, pipe = run.records[step - 1], run.pipelines[step - 1]
     forced_here = run.forced_at(step)
     widgets.show_figure(
-        pipeline_figure(pipe, pieces.namer(tok), top=15,  # the stepper hands the rule log-probabilities
+        pipeline_figure(pipe, pieces.namer(tok), top=TOP_CANDIDATES,  # the stepper hands the rule log-probabilities
                         temperature=sampling.temperature if sampling.strategy == "sample" else None,
                         forced=forced_here, scores="log p",
                         title=f"Step {step}: from log-probabilities to the next token "
@@ -105,13 +107,13 @@ def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> N
 
 
 def force_controls(tok, record, step: int, on_force: Callable[[int, str], None]) -> None:
-    """The panel that forces another token at ``step``: the 15 most probable candidates of ``record`` (a step's
-    record of the stepper), or any vocabulary piece typed in, and a button calling ``on_force(step, example)``,
-    where ``example`` is the piece the text box suggests. A message the callback left in ``dl_force_msg`` (an
-    unknown piece) is shown once."""
+    """The panel that forces another token at ``step``: the :data:`TOP_CANDIDATES` most probable candidates of
+    ``record`` (a step's record of the stepper), or any vocabulary piece typed in, and a button calling
+    ``on_force(step, example)``, where ``example`` is the piece the text box suggests. A message the callback left
+    in ``dl_force_msg`` (an unknown piece) is shown once."""
     ss = st.session_state
     st.markdown(f"**Force a different token at step {step}**")
-    ids, probs = record.top(15)
+    ids, probs = record.top(TOP_CANDIDATES)
     if ss.get("dl_force_choice") not in ids:
         ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
     p_of = dict(zip(ids, probs))
@@ -121,7 +123,8 @@ def force_controls(tok, record, step: int, on_force: Callable[[int, str], None])
     # English language model)
     example = lab.example_piece(tok, ids, avoid=record.token_id)
     st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
-                  help=f"Used instead of the list when not empty. A word start is written with {pieces.word_start(tok)}.")
+                  help="Used instead of the list when not empty. A word start is written with "
+                       f"{pieces.word_start(tok)}.")
     st.button("Force this token", icon=":material/call_split:", type="primary", on_click=on_force,
               args=(step, example))
     message = ss.pop("dl_force_msg", None)

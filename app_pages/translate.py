@@ -5,7 +5,7 @@ import math
 
 import streamlit as st
 
-from model.loops import find_loop
+from model.loops import LOOP_TIMES, find_loop
 from ui import lens_view, model_card, pieces, state, url, widgets
 from ui.decoding_lab import StepView
 from ui.page_state import TRANSLATE
@@ -138,6 +138,9 @@ def translate_page() -> None:
         # stay on a projector's first screen
         if loop := find_loop(output):
             st.info(loop.message("translation" if cfg.is_encoder_decoder else "continuation"))
+            if cfg.is_encoder_decoder:  # what the fix gives: the same greedy decoding, forbidden to loop
+                st.markdown(f"**With the loop guard** (greedy, but a token that would write a phrase {LOOP_TIMES} "
+                            f"times in a row is never chosen): {html.escape(state.guarded_translation(ckpt, src))}")
         about()
 
     # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.

@@ -7,11 +7,13 @@ cap, :func:`source_limits`). The one-sentence stepping API the pages use is :cla
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
 
 from .decoding import InputError, default_max_new_tokens, input_limit, prepare_source
+from .loops import ban_loops
 from .tokenizer import TextTokenizer
 from .transformer import Transformer
 
@@ -42,7 +44,7 @@ def encode_batch(model: Transformer, src_batch: list[list[int]]) -> tuple[torch.
 
 @torch.inference_mode()
 def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens: int | None = None,
-                 pick: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[list[int]]:
+                 pick: Callable[[torch.Tensor], torch.Tensor] | None = None, loop_times: int = 0) -> list[list[int]]:
     """Greedy translation of many sources at once with the KV cache (for evaluation).
 
     Args:
@@ -51,6 +53,9 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
             then costs 2 × source + 10 steps, not ``max_len``).
         pick: ``pick(logits [batch, vocab]) -> ids [batch]`` chooses each row's next token instead of the argmax
             (:func:`model.sampling.sample_batch` samples).
+        loop_times: 0, or the loop guard: a token that would write a phrase (1 to 8 tokens) this many times in a
+            row is never chosen (:func:`~model.loops.ban_loops`). 3 stops the loops of a lost translator and keeps
+            the German ", die die"; 2 bans every immediate repeat.
 
     Returns:
         Generated ids per sentence, ``<eos>`` and later tokens removed.
@@ -66,6 +71,9 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     for step in range(int(limits.max())):
         hidden = model.decode(tokens[:, -1:], memory, memory_mask, cache=cache).hidden
         logits = model.next_token_logits(hidden[:, -1])
+        if loop_times:
+            ban_loops(logits, [None if d else seq for seq, d in zip(tokens[:, 1:].tolist(), done.tolist())],
+                      loop_times)
         nxt = logits.argmax(-1) if pick is None else pick(logits)
         nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
         out.append(nxt)
@@ -86,11 +94,13 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
 
 
 def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], batch_size: int = 64,
-                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch) -> list[str]:
+                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch,
+                    loop_times: int = 0) -> list[str]:
     """Translations of ``texts`` (sorted by length internally for speed; order preserved).
 
     ``decode_batch(model, src_batch) -> ids per sentence`` translates one batch of encoder ids: greedy by
-    default, :func:`~model.beam.beam_translate_texts` passes beam search.
+    default (with the loop guard when ``loop_times`` is given, :func:`greedy_batch`),
+    :func:`~model.beam.beam_translate_texts` passes beam search.
 
     Texts that are empty or unusable give an empty string rather than an exception.
     """
@@ -101,6 +111,10 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
             prepared.append(prepare_source(tokenizer, t, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids)
         except InputError:
             prepared.append(None)
+    if loop_times:
+        if decode_batch is not greedy_batch:
+            raise ValueError("loop_times guards the default greedy decoding; a decode_batch applies its own")
+        decode_batch = partial(greedy_batch, loop_times=loop_times)
     order = sorted((i for i, p in enumerate(prepared) if p), key=lambda i: len(prepared[i]))
     results = [""] * len(texts)
     for start in range(0, len(order), batch_size):
@@ -108,3 +122,4 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
         for i, ids in zip(chunk, decode_batch(model, [prepared[i] for i in chunk])):
             results[i] = tokenizer.decode(ids)
     return results
+

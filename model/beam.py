@@ -14,6 +14,7 @@ import torch
 
 from .batched import encode_batch, source_limits, translate_texts
 from .decoding import decoder_prefix, strip_eos
+from .loops import ban_loops
 from .sampling import SamplingError
 from .tokenizer import TextTokenizer
 from .transformer import Transformer
@@ -71,7 +72,7 @@ def _finish(hypotheses: list[Hypothesis], beams: list[list[int]], beam_lp: list[
 
 def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tensor | None,
                       memory_mask: torch.Tensor | None, limits: list[int], beam_size: int, alpha: float,
-                      record: bool) -> list[BeamResult]:
+                      record: bool, loop_times: int = 0) -> list[BeamResult]:
     """Beam search of ``B`` sequences at once with the KV cache; the one implementation behind :func:`beam_search`
     (``B = 1``) and :func:`beam_search_batch`.
 
@@ -81,6 +82,8 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
         memory_mask: ``[B, 1, 1, src_len]``, False on source padding (or ``None``).
         limits: the most tokens each sequence may generate.
         record: keep the candidate tree of every step in ``BeamResult.steps`` (the Decoding lab draws it).
+        loop_times: 0, or the loop guard: before the ranking, every beam's tokens that would write a phrase this
+            many times in a row (:func:`~model.loops.loop_completions`) get log-probability −∞.
 
     Each step decodes one token for all ``rows = open sentences × k`` beams (``k`` = ``beam_size``; one row per
     sentence at the first step) and takes, per sentence, the ``2k`` best continuations of
@@ -119,6 +122,9 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
     for t in range(max(limits)):
         out = model.decode(feed, memory if t == 0 else None, memory_mask, cache=cache)
         log_probs = torch.log_softmax(model.next_token_logits(out.hidden[:, -1]).float(), dim=-1)  # [rows, vocab]
+        if loop_times:
+            ban_loops(log_probs, [seq for i in active for seq in beams[i] + [[]] * (width - len(beams[i]))],
+                      loop_times)
         vocab = log_probs.size(-1)
         total = (row_lp[:, None] + log_probs).reshape(len(active), width * vocab)
         top_lp, top_idx = torch.topk(total, min(2 * beam_size, width * vocab), dim=-1)  # [sentences, 2k]
@@ -167,7 +173,8 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
 
 @torch.inference_mode()
 def beam_search(model: Transformer, src_ids: list[int] | None, beam_size: int = 4, alpha: float = 0.6,
-                max_new_tokens: int | None = None, prefix_ids: list[int] | None = None) -> BeamResult:
+                max_new_tokens: int | None = None, prefix_ids: list[int] | None = None,
+                loop_times: int = 0) -> BeamResult:
     """Beam search of one sequence with the KV cache (the cache rows follow their beams via ``KVCache.select``);
     the rules are :func:`_beam_search_rows`'.
 
@@ -188,12 +195,12 @@ def beam_search(model: Transformer, src_ids: list[int] | None, beam_size: int = 
         memory, _ = model.encode(src)
         memory_mask = model.src_mask(src)
     feed = torch.tensor([prefix], device=dev)
-    return _beam_search_rows(model, feed, memory, memory_mask, [limit], beam_size, alpha, record=True)[0]
+    return _beam_search_rows(model, feed, memory, memory_mask, [limit], beam_size, alpha, True, loop_times)[0]
 
 
 @torch.inference_mode()
 def beam_search_batch(model: Transformer, src_batch: list[list[int]], beam_size: int = 4, alpha: float = 0.6,
-                      max_new_tokens: int | None = None) -> list[BeamResult]:
+                      max_new_tokens: int | None = None, loop_times: int = 0) -> list[BeamResult]:
     """Beam search of many sources at once (a translator; for evaluation), batch × beam rows per decoder step.
 
     Gives, sentence by sentence, what :func:`beam_search` gives with ``max_new_tokens`` =
@@ -204,6 +211,8 @@ def beam_search_batch(model: Transformer, src_batch: list[list[int]], beam_size:
         beam_size: ``k``, 1–16 (1 = greedy). Vaswani et al. 2017, §6.1, use 4 with ``alpha`` 0.6.
         alpha: the GNMT length penalty's exponent (Wu et al. 2016, eq. 14); 0 = raw log-probability.
         max_new_tokens: length cap; default per sentence, 2 × its source + 10 (as greedy).
+        loop_times: 0, or ban every token that would write a phrase this many times in a row
+            (:func:`~model.loops.loop_completions`, as :func:`_beam_search_rows`).
 
     Returns:
         One :class:`BeamResult` per sentence, ``hypotheses`` best first.
@@ -218,14 +227,14 @@ def beam_search_batch(model: Transformer, src_batch: list[list[int]], beam_size:
     memory, memory_mask = encode_batch(model, src_batch)
     feed = torch.full((len(src_batch), 1), cfg.bos_id, dtype=torch.long, device=model.device)
     limits = source_limits(cfg, src_batch, max_new_tokens)
-    return _beam_search_rows(model, feed, memory, memory_mask, limits, beam_size, alpha, record=False)
+    return _beam_search_rows(model, feed, memory, memory_mask, limits, beam_size, alpha, False, loop_times)
 
 
 def beam_translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], beam: int = 4,
-                         alpha: float = 0.6, batch_size: int = 32) -> list[str]:
+                         alpha: float = 0.6, batch_size: int = 32, loop_times: int = 0) -> list[str]:
     """The best beam-search translation of each text (:func:`beam_search_batch`, ``batch_size`` sentences ×
     ``beam`` rows per decoder step); as :func:`~model.batched.translate_texts` otherwise: order preserved, an
-    empty or unusable text gives an empty string.
+    empty or unusable text gives an empty string. ``loop_times`` as :func:`beam_search_batch`.
 
     Raises:
         SamplingError: ``beam`` outside 1–16.
@@ -233,7 +242,7 @@ def beam_translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: li
     check_beam_size(beam)
 
     def decode(m: Transformer, src_batch: list[list[int]]) -> list[list[int]]:
-        results = beam_search_batch(m, src_batch, beam, alpha)
+        results = beam_search_batch(m, src_batch, beam, alpha, loop_times=loop_times)
         return [strip_eos(r.hypotheses[0].tokens, m.cfg.eos_id) for r in results]
 
     return translate_texts(model, tokenizer, texts, batch_size, decode_batch=decode)

@@ -14,12 +14,18 @@ twice in a row (which is right German: a relative pronoun before an article) and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
+
+import torch
 
 #: A phrase must come this many times in a row to count as a loop: twice is often the language ("Pago Pago",
 #: ", die die …"), three times almost never.
 LOOP_TIMES = 3
 #: The longest phrase looked for, in words (longer loops contain a shorter repeated run or are rare).
 LOOP_MAX_WORDS = 4
+#: The longest phrase the decoding guard (:func:`loop_completions`) looks for, in tokens: four words of up to two
+#: pieces each.
+GUARD_MAX_TOKENS = 8
 _PUNCTUATION = ".,;:!?\"'()„“”‚‘’«»"
 
 
@@ -81,3 +87,48 @@ def find_loop(text: str, times: int = LOOP_TIMES, max_words: int = LOOP_MAX_WORD
             else:
                 i += 1
     return best
+
+
+def loop_completions(ids: Sequence[int], times: int = LOOP_TIMES, max_tokens: int = GUARD_MAX_TOKENS) -> set[int]:
+    """The tokens that, written next, would end ``ids`` with a phrase of 1 to ``max_tokens`` tokens written ``times``
+    times back to back: the tokens a decoding guard bans so that no phrase comes ``times`` times in a row.
+
+    For each phrase length ``n`` there is at most one such token, ``ids[-n]``, and only when the last
+    ``times × n − 1`` tokens repeat with period ``n``: O(``max_tokens``² × ``times``) per step. This is the
+    back-to-back case of fairseq's and Hugging Face's ``no_repeat_ngram_size`` (which bans every n-gram written
+    before, anywhere): a translation may say "in der Stadt" twice in a sentence, never three times in a row.
+
+    Args:
+        ids: the tokens generated so far (no ``<bos>``).
+        times: 2 bans even one repeat; 3 (:data:`LOOP_TIMES`) lets a phrase come twice, as German sometimes does.
+
+    Raises:
+        ValueError: ``times`` below 2.
+    """
+    if times < 2:
+        raise ValueError(f"a loop is a phrase written at least twice in a row, not {times} times")
+    banned: set[int] = set()
+    length = len(ids)
+    for n in range(1, max_tokens + 1):
+        span = times * n - 1
+        if span > length:
+            break
+        tail = ids[length - span:]
+        if all(tail[i] == tail[i + n] for i in range(span - n)):
+            banned.add(tail[span - n])
+    return banned
+
+
+def ban_loops(logits: torch.Tensor, sequences: Sequence[Sequence[int] | None], times: int) -> None:
+    """The loop guard of a decoding step: set to −∞, in place, each row's logits (or log-probabilities) of the
+    tokens :func:`loop_completions` names for that row's tokens so far.
+
+    Args:
+        logits: ``[rows, vocab]``, one row per sequence being decoded.
+        sequences: the tokens generated so far in each row (no ``<bos>``), ``None`` for a row to leave alone (a
+            finished sentence).
+        times: as :func:`loop_completions`.
+    """
+    for row, seq in enumerate(sequences):
+        if seq is not None and (banned := loop_completions(seq, times)):
+            logits[row, sorted(banned)] = float("-inf")

@@ -3,11 +3,13 @@ often the language), and the Translate page says why greedy decoding loops when 
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
-from model.loops import LOOP_TIMES, find_loop, longest_repeat, words
+from model.batched import greedy_batch
+from model.loops import LOOP_TIMES, find_loop, longest_repeat, loop_completions, words
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,3 +68,55 @@ def test_the_translate_page_explains_a_loop_and_stays_quiet_without_one(monkeypa
     assert not at.exception
     loops = [i.value for i in at.info if "goes round in a loop" in i.value]
     assert loops and "The continuation goes round in a loop" in loops[0] and "Sampling" in loops[0]
+    assert not any("With the loop guard" in m.value for m in at.markdown)  # the guard's decoding needs an encoder
+
+
+def test_the_translate_page_shows_the_translation_the_loop_guard_gives(monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.chdir(ROOT)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.run()
+    # A FLORES sentence on which the shipped translator loops: "Er wurde im im im im James Petos …"
+    at.text_input(key="text_input").set_value(
+        "He was initially hospitalised in the James Paget Hospital in Great Yarmouth.").run()
+    assert not at.exception
+    loops = [i.value for i in at.info if "goes round in a loop" in i.value]
+    assert loops and "“im” 4 times in a row" in loops[0]
+    guarded = [m.value for m in at.markdown if m.value.startswith("**With the loop guard**")]
+    assert len(guarded) == 1 and "im im James" in guarded[0] and find_loop(guarded[0].split("):", 1)[1]) is None
+
+
+def _ends_in_loop(ids: list[int], times: int, max_tokens: int) -> bool:
+    """The definition, written out: some phrase of 1..max_tokens tokens ends ``ids`` ``times`` times in a row."""
+    return any(len(ids) >= times * n and ids[-times * n:] == ids[-n:] * times for n in range(1, max_tokens + 1))
+
+
+@pytest.mark.parametrize("times", [2, 3])
+def test_the_guard_bans_exactly_the_tokens_that_would_close_a_loop(times):
+    rng = random.Random(times)
+    for _ in range(3000):
+        ids = [rng.randrange(3) for _ in range(rng.randrange(12))]
+        banned = loop_completions(ids, times, max_tokens=4)
+        assert banned == {t for t in range(4) if _ends_in_loop(ids + [t], times, 4)}, ids
+
+
+def test_the_guard_lets_a_phrase_come_twice_at_three_and_never_at_two():
+    die, stadt, comma = 7, 8, 9
+    assert loop_completions([comma, die, die], 3) == {die}  # ", die die" is German; a third "die" is a loop
+    assert loop_completions([comma, die], 3) == set() and loop_completions([comma, die], 2) == {die}
+    assert loop_completions([die, stadt, die], 2) == {stadt, die}  # "die Stadt die Stadt", "die die"
+    assert loop_completions([], 2) == set()
+    with pytest.raises(ValueError, match="at least twice"):
+        loop_completions([die], 1)
+
+
+def test_greedy_decoding_with_the_guard_never_loops(make_model, encode_src):
+    # An untrained model is the surest looper there is: the same few tokens over and over.
+    model = make_model(seed=3).eval()
+    srcs = [encode_src(s) for s in ("the dog runs", "a cat", "the cat sees the dog")]
+    free = greedy_batch(model, srcs, max_new_tokens=30)
+    assert any(_ends_in_loop(out[:k], 3, 8) for out in free for k in range(len(out) + 1))  # the test can fail
+    for times in (2, 3):
+        for out in greedy_batch(model, srcs, max_new_tokens=30, loop_times=times):
+            assert not any(_ends_in_loop(out[:k], times, 8) for k in range(len(out) + 1)), out

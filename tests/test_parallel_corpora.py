@@ -251,3 +251,13 @@ def test_the_suite_scores_the_named_sets_and_refuses_an_unknown_name(sources, ma
     assert evaluate.main([*common, "--suite-sets", "tatoeba,everyday"]) == 2
     out = capsys.readouterr().out
     assert "no evaluation set named 'tatoeba'" in out and "tatoeba held-out" in out and "Traceback" not in out
+    # With the loop guard: an untrained model's goal sentences stop looping, and the report says how it decoded.
+    guarded = tmp_path / "guarded.json"
+    assert evaluate.main([*common, "--suite-sets", "multi30k test2016", "--loop-guard", "2",
+                          "--json", str(guarded)]) == 0
+    assert "with the loop guard: no phrase of 1–8 tokens 2 times in a row" in capsys.readouterr().out
+    outs = [o["greedy"] for o in json.loads(guarded.read_text())["goal"].values()]
+    assert json.loads(guarded.read_text())["decoding"]["loop_times"] == 2
+    assert all(longest_repeat(o) < 2 for o in outs), outs
+    with pytest.raises(SystemExit):
+        evaluate.main([*common, "--loop-guard", "1"])

@@ -164,6 +164,22 @@ def test_batched_beam_one_equals_greedy(make_model, encode_src, monkeypatch, pus
         assert beams == greedy_batch(model, srcs)
 
 
+def test_the_loop_guard_holds_in_beam_search_and_beam_one_is_still_greedy(make_model, encode_src):
+    # An untrained model loops at once; with the guard no beam writes a token three times in a row.
+    model = make_model(seed=3)
+    srcs = [encode_src(t) for t in BATCH_TEXTS]
+    looped = lambda ids: any(ids[i] == ids[i + 1] == ids[i + 2] for i in range(len(ids) - 2))  # noqa: E731
+    assert any(looped(ids) for ids in greedy_batch(model, srcs, max_new_tokens=24))
+    for k in (1, 3):
+        for result in beam_search_batch(model, srcs, k, 0.6, max_new_tokens=24, loop_times=3):
+            assert not any(looped(list(h.tokens)) for h in result.hypotheses)
+    beam_one = [strip_eos(r.hypotheses[0].tokens, model.cfg.eos_id)
+                for r in beam_search_batch(model, srcs, 1, 0.6, max_new_tokens=24, loop_times=3)]
+    assert beam_one == greedy_batch(model, srcs, max_new_tokens=24, loop_times=3)
+    one = beam_search(model, srcs[0], 3, 0.6, max_new_tokens=24, loop_times=3)
+    assert not any(looped(list(h.tokens)) for h in one.hypotheses)
+
+
 def test_beam_search_closes_only_eos_ranked_within_the_beam(make_model, encode_src, monkeypatch):
     """An <eos> candidate ranked k+1…2k does not close a hypothesis (it did before: beam 1 then stopped where
     greedy went on), and every closed hypothesis was one of its step's k best candidates."""

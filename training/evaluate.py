@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beam", type=int, default=SUITE_BEAM, help="beam width k, 1-16 (with --strategy beam or --suite)")
     p.add_argument("--alpha", type=float, default=SUITE_ALPHA,
                    help="GNMT length penalty exponent (with --strategy beam or --suite)")
+    p.add_argument("--loop-guard", type=int, default=0, metavar="TIMES",
+                   help="ban every token that would write a phrase TIMES times in a row (3: no loops, and German's "
+                   "\"die die\" stays; 2: no repeat at all); default 0, plain decoding")
     p.add_argument("--loss", action="store_true",
                    help="a translator: also the references' loss (nats/token, no label smoothing) and perplexity")
     p.add_argument("--suite", action="store_true", help="a translator on every evaluation set here (Ding test, "
@@ -129,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch threads (0 = torch's default). Beside a training run give 1: two threads wait for "
                    "the core the trainer holds, and a 1,600-sentence evaluation took 428 s instead of 11 s")
     args = p.parse_args(argv)
+    if args.loop_guard == 1 or args.loop_guard < 0:
+        p.error(f"--loop-guard must be 0 (off) or 2 or more, got {args.loop_guard}")
     if args.threads < 0:
         p.error(f"--threads must be 0 (torch's default) or more, got {args.threads}")
     if args.threads:
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     sources = [p.src for p in pairs]
-    hyps = translate(ckpt.model, ckpt.tokenizer, sources, args.strategy, args.beam, args.alpha)
+    hyps = translate(ckpt.model, ckpt.tokenizer, sources, args.strategy, args.beam, args.alpha, args.loop_guard)
     decoding = {"strategy": "beam", "beam": args.beam, "alpha": args.alpha} if args.strategy == "beam" else \
         {"strategy": "greedy"}
     seconds = time.perf_counter() - start

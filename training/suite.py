@@ -26,7 +26,7 @@ from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepare
 from model.batched import translate_texts
 from model.beam import beam_translate_texts
 from model.familiarity import familiarity
-from model.loops import LOOP_TIMES, longest_repeat
+from model.loops import GUARD_MAX_TOKENS, LOOP_TIMES, longest_repeat
 from .metrics import corpus_scores
 
 #: The sentences a newcomer and a lecturer type first; the translator's goal is to get them right.
@@ -187,12 +187,13 @@ def pieces_table(tokenizer, sets: list[EvalSet]) -> str:
 
 
 def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = SUITE_BEAM,
-              alpha: float = SUITE_ALPHA) -> list[str]:
+              alpha: float = SUITE_ALPHA, loop_times: int = 0) -> list[str]:
     """Translations of ``sources`` by ``strategy``: ``"greedy"`` or ``"beam"`` (width ``beam``, GNMT length penalty
-    ``alpha``). Raises ``SamplingError`` for a beam width outside 1–16."""
+    ``alpha``), with the loop guard when ``loop_times`` > 0 (:func:`model.loops.loop_completions`). Raises
+    ``SamplingError`` for a beam width outside 1–16."""
     if strategy == "beam":
-        return beam_translate_texts(model, tokenizer, sources, beam, alpha)
-    return translate_texts(model, tokenizer, sources)
+        return beam_translate_texts(model, tokenizer, sources, beam, alpha, loop_times=loop_times)
+    return translate_texts(model, tokenizer, sources, loop_times=loop_times)
 
 
 def far_scores(tokenizer, sources: list[str], hyps: list[str], refs: list[list[str]]) -> dict:
@@ -208,11 +209,12 @@ def far_scores(tokenizer, sources: list[str], hyps: list[str], refs: list[list[s
 
 
 def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam"), beam: int = SUITE_BEAM,
-              alpha: float = SUITE_ALPHA, limit: int = 0, progress=print) -> dict:
+              alpha: float = SUITE_ALPHA, limit: int = 0, progress=print, loop_times: int = 0) -> dict:
     """Score ``model`` on ``sets`` (each cut to its first ``limit`` sentences when ``limit`` > 0) with each strategy.
 
     Returns ``{"sets": [SetScore as dict], "goal": {sentence: {strategy: output}}, "decoding": {"beam", "alpha",
-    "limit"}}``; each set's repeated words (:func:`repeat_check`) are in its row.
+    "limit", "loop_times"}}``; each set's repeated words (:func:`repeat_check`) are in its row. ``loop_times`` > 0
+    decodes with the loop guard (:func:`translate`).
     """
     results = []
     for s in sets:
@@ -220,7 +222,7 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
         row = SetScore(s.name, len(sources), sum(map(len, refs)), reference_repeats=repeat_check([r[0] for r in refs]))
         for strategy in strategies:
             start = time.perf_counter()
-            hyps = translate(model, tokenizer, sources, strategy, beam, alpha)
+            hyps = translate(model, tokenizer, sources, strategy, beam, alpha, loop_times)
             row.seconds[strategy] = round(time.perf_counter() - start, 1)
             row.scores[strategy] = corpus_scores(hyps, refs)
             row.repeats[strategy] = repeat_check(hyps)
@@ -232,9 +234,11 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
         results.append(asdict(row))
     goal = {sent: {} for sent in GOAL_SENTENCES}
     for strategy in strategies:
-        for sent, out in zip(GOAL_SENTENCES, translate(model, tokenizer, list(GOAL_SENTENCES), strategy, beam, alpha)):
+        outs = translate(model, tokenizer, list(GOAL_SENTENCES), strategy, beam, alpha, loop_times)
+        for sent, out in zip(GOAL_SENTENCES, outs):
             goal[sent][strategy] = out
-    return {"sets": results, "goal": goal, "decoding": {"beam": beam, "alpha": alpha, "limit": limit}}
+    return {"sets": results, "goal": goal,
+            "decoding": {"beam": beam, "alpha": alpha, "limit": limit, "loop_times": loop_times}}
 
 
 def markdown(report: dict, missing: list[str]) -> str:
@@ -246,6 +250,9 @@ def markdown(report: dict, missing: list[str]) -> str:
     for row in report["sets"]:
         cells = [f"{row['scores'][s]['bleu']:.2f} | {row['scores'][s]['chrf']:.2f}" for s in strategies]
         lines.append(f"| {row['name']} | {row['sentences']:,} | " + " | ".join(cells) + " |")
+    if times := report.get("decoding", {}).get("loop_times"):
+        lines.append(f"\ndecoded with the loop guard: no phrase of 1–{GUARD_MAX_TOKENS} tokens {times} times in a "
+                     "row.")
     if any(r["name"] == "newstest2014" for r in report["sets"]):
         lines.append(f"\nnewstest2014: the paper reports BLEU {PAPER_NEWSTEST2014['base']} (base) and "
                      f"{PAPER_NEWSTEST2014['big']} (big), trained on 4.5M WMT pairs on 8 GPUs.")
@@ -308,7 +315,8 @@ def main_suite(ckpt, args) -> int:
             print(f"- missing: {m}")
         return 0
     strategies = ("greedy", "beam") if args.strategy_set == "both" else (args.strategy_set,)
-    report = run_suite(ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit)
+    report = run_suite(ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit,
+                       loop_times=args.loop_guard)
     print()
     print(markdown(report, missing))
     if args.json:

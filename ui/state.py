@@ -20,12 +20,14 @@ from pathlib import Path
 
 import streamlit as st
 
+from model.batched import greedy_batch
 from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_checkpoints, load_checkpoint
 from model.decoded import Decoding, decode
 from model.decoding import InputError, SourceInput, Stepper, input_limit, prepare_source
 from model.familiarity import familiarity
 from model.hf.card import folder_facts
 from model.hf.generation import GenerationDefaults, decoding_cap, forced_eos
+from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from model.trace import Trace, trace_pair
 from ui import heavy, url
@@ -374,6 +376,17 @@ def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trac
 
     return heavy.shared(("trace", *checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_ids), offsets), compute,
                         "the attention of this sentence")
+
+
+def guarded_translation(ckpt: Checkpoint, src: SourceInput, times: int = LOOP_TIMES) -> str:
+    """The greedy translation of ``src`` with the loop guard (no phrase ``times`` times in a row,
+    :func:`model.batched.greedy_batch`), as text: computed once per checkpoint version and ids through the gate for
+    heavy work, shared by every session. A translator only (the guard's batched decoding has an encoder)."""
+    def compute() -> str:
+        return ckpt.tokenizer.decode(greedy_batch(ckpt.model, [list(src.ids)], loop_times=times)[0])
+
+    return heavy.shared(("guarded", times, *checkpoint_version(ckpt), tuple(src.ids)), compute,
+                        "the translation without the loop")
 
 
 def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from training.card import CardError, append_leg, card_pages, leg_rows, main, markdown_rows, read_metrics
+from training.card import CardError, add_sets, append_leg, card_pages, leg_rows, main, markdown_rows, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = {"The cat sat on the mat.": "Die Katze saß auf der Matte.", "I am hungry.": "Ich habe Hunger."}
@@ -162,3 +162,46 @@ def test_a_run_without_evaluations_is_refused(tmp_path):
     (run / "metrics.jsonl").write_text('{"step": 50, "tokens_seen": 10, "loss": 3.0}\n', encoding="utf-8")
     with pytest.raises(CardError, match="no evaluation"):
         read_metrics(run)
+
+
+def _flores(strategy: str, beam: int = 8) -> dict:
+    report = _report(strategy)
+    report["sets"][0]["scores"][strategy] = {"bleu": 1.0, "chrf": 1.0}  # a re-measured set must not replace the card's
+    report["sets"].append({"name": "flores200-devtest", "sentences": 1012, "references": 1012,
+                           "scores": {strategy: {"bleu": 4.6, "chrf": 30.6}},
+                           "repeats": {strategy: {"checked": 1000, "longest": 7, "repeating": 72, "looping": 21}}})
+    report["decoding"]["beam"] = beam
+    return report
+
+
+def test_sets_added_after_shipping_join_the_card_and_nothing_else_changes(tmp_path, capsys):
+    run = _run(tmp_path)
+    card = append_leg(START, run, 8, "leg 7 soup", VALID, _report("greedy"), _report("beam"), "the soup")
+    new, added = add_sets(card, _flores("greedy"), _flores("beam"))
+    assert added == ["flores200-devtest (greedy)", "flores200-devtest (beam)"]
+    assert new["suite"]["greedy"]["flores200-devtest"] == {"sentences": 1012, "bleu": 4.6, "chrf": 30.6}
+    assert new["beam"]["flores200-devtest"]["chrf"] == 30.6
+    assert new["suite"]["repeats"]["flores200-devtest"]["looping"] == 21
+    assert new["suite"]["greedy"]["multi30k test2016"] == card["suite"]["greedy"]["multi30k test2016"]
+    assert {k: v for k, v in new.items() if k not in ("suite", "beam")} == {
+        k: v for k, v in card.items() if k not in ("suite", "beam")}
+    assert "flores200-devtest" not in card["suite"]["greedy"]  # the card given is untouched
+    old = dict(card, suite=dict(card["suite"], repeats={"greedy": {"longest": 1, "over_three": 0}}))
+    assert add_sets(old, _flores("greedy"), _flores("beam"))[0]["suite"]["repeats"] == old["suite"]["repeats"]
+    with pytest.raises(CardError, match="decoded with beam 4"):
+        add_sets(card, _flores("greedy"), _flores("beam", beam=4))
+    with pytest.raises(CardError, match="no suite scores"):
+        add_sets(START, _flores("greedy"), _flores("beam"))
+    paths = {}
+    for name, value in (("card", card), ("greedy", _flores("greedy")), ("beam", _flores("beam"))):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(value), encoding="utf-8")
+    out = tmp_path / "new.json"
+    assert main(["--card", str(paths["card"]), "--add-sets", "--greedy", str(paths["greedy"]), "--beam",
+                 str(paths["beam"]), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["beam"]["flores200-devtest"]["bleu"] == 4.6
+    assert "added flores200-devtest (greedy), flores200-devtest (beam)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--card", str(paths["card"]), "--greedy", str(paths["greedy"]), "--beam", str(paths["beam"]),
+              "--out", str(out)])
+    assert "a leg needs --run, --leg, --parent, --valid, --selected-by" in capsys.readouterr().err

@@ -12,6 +12,12 @@ It prints the leg's rows for the curve table under *Training procedure* in the m
     python -m training.card --card checkpoints/en-de/card.json --run runs/en-de-mix8-cool --leg 8 \\
         --parent "leg 7 soup" --cooldown-from 6000 --valid valid.json --greedy greedy.json --beam beam.json \\
         --selected-by "…" --out /tmp/card.json
+
+With ``--add-sets`` it adds no leg: a set the suite gained after a checkpoint shipped (FLORES-200) is scored on the
+shipped checkpoint and its scores added to the card, nothing else changed:
+
+    python -m training.card --card checkpoints/en-de/card.json --add-sets --greedy greedy.json --beam beam.json \
+        --out checkpoints/en-de/card.json
 """
 
 from __future__ import annotations
@@ -164,6 +170,40 @@ def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de"
     return fields
 
 
+def add_sets(card: dict, greedy: dict, beam: dict) -> tuple[dict, list[str]]:
+    """``card`` with the scores of the sets it has none for, from two ``--suite --json`` reports of the shipped
+    checkpoint itself (a set the suite gained after the checkpoint shipped, such as FLORES-200): ``(new card,
+    names added)``, ``card`` untouched. No leg is added and nothing the card already scores changes; each added
+    set's repeated words go beside the others when the card keeps them per set.
+
+    Raises:
+        CardError: a card without suite scores, a report without the strategy's scores, or a beam report decoded
+            with another width or alpha than the card's beam scores.
+    """
+    if not isinstance(card.get("suite"), dict) or not isinstance(card.get("beam"), dict):
+        raise CardError("the card has no suite scores to add to (no 'suite' and 'beam'): carry it across a leg")
+    decoding = beam.get("decoding") or {}
+    said = f"beam {decoding.get('beam')}, length penalty alpha {decoding.get('alpha')}"
+    if said != card["beam"].get("decoding"):
+        raise CardError(f"the beam report was decoded with {said}, the card's beam scores with "
+                        f"{card['beam'].get('decoding')}: score them the same way")
+    new = copy.deepcopy(card)
+    added = []
+    for strategy, report, scores, repeats in (("greedy", greedy, new["suite"].setdefault("greedy", {}), "repeats"),
+                                              ("beam", beam, new["beam"], "repeats_beam")):
+        kept = new["suite"].get(repeats)
+        per_set = isinstance(kept, dict) and strategy not in kept  # an older card keeps one summary per strategy
+        found = _repeats(report, strategy)
+        for name, row in _by_set(report, strategy).items():
+            if name in scores:
+                continue
+            scores[name] = row
+            added.append(f"{name} ({strategy})")
+            if per_set and name in found:
+                kept[name] = found[name]
+    return new, added
+
+
 def markdown_rows(rows: list[dict]) -> list[str]:
     """``rows`` (the card's ``legs`` entries that have a valid loss) as rows of the curve table under *Training
     procedure* in the model card (:func:`card_pages`): label, minutes, tokens (millions), valid loss (nats/token),
@@ -230,21 +270,29 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.card", description=__doc__.split("\n\n")[0])
     p.add_argument("--card", required=True, help="card.json of the checkpoint the leg started from")
-    p.add_argument("--run", required=True, help="the leg's run folder (the cooled copy, when there is one)")
-    p.add_argument("--leg", type=int, required=True, help="the leg's number in the lineage")
-    p.add_argument("--parent", required=True, help='where the leg started, e.g. "leg 7 soup"')
+    p.add_argument("--run", help="the leg's run folder (the cooled copy, when there is one)")
+    p.add_argument("--leg", type=int, default=None, help="the leg's number in the lineage")
+    p.add_argument("--parent", help='where the leg started, e.g. "leg 7 soup"')
     p.add_argument("--cooldown-from", type=int, default=None, help="run step where the cooldown began")
     p.add_argument("--every", type=int, default=1000, help="keep an evaluation row every N run steps")
-    p.add_argument("--valid", required=True, help="JSON of python -m training.evaluate --tsv … --loss")
+    p.add_argument("--valid", help="JSON of python -m training.evaluate --tsv … --loss")
     p.add_argument("--greedy", required=True, help="JSON of --suite --suite-strategies greedy --json")
     p.add_argument("--beam", required=True, help="JSON of --suite --suite-strategies beam --json")
-    p.add_argument("--selected-by", required=True, help="why this candidate ships, in words")
+    p.add_argument("--selected-by", help="why this candidate ships, in words")
     p.add_argument("--shipped-label", default=None, help="the shipped row's label")
     p.add_argument("--data-note", default="", help="what the leg changed in the data")
     p.add_argument("--command", default="", help="the leg's training command(s)")
     p.add_argument("--date", default=None, help="the card's date (YYYY-MM-DD)")
     p.add_argument("--out", required=True, help="the new card.json to write")
+    p.add_argument("--add-sets", action="store_true", help="no leg: add to --card the scores of the sets it has "
+                   "none for, from --greedy and --beam reports of the shipped checkpoint itself")
     args = p.parse_args(argv)
+    if args.add_sets:
+        return _main_add_sets(args)
+    needed = [f"--{k.replace('_', '-')}" for k in ("run", "leg", "parent", "valid", "selected_by")
+              if getattr(args, k) is None]
+    if needed:
+        p.error(f"a leg needs {', '.join(needed)} (or give --add-sets)")
     try:
         card = _read_json(args.card, "card")
         reports = [_read_json(getattr(args, k), f"--{k} report") for k in ("valid", "greedy", "beam")]
@@ -262,6 +310,21 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(new['legs'])} curve rows; the leg's rows for the curve table under 'Training procedure' in "
           f"{readme} (what the leg tried and why goes to {history}):")
     print("\n".join(markdown_rows(new["legs"][len(card.get("legs", [])):])))
+    return 0
+
+
+
+def _main_add_sets(args) -> int:
+    """``--add-sets``: :func:`add_sets`, written to ``--out``; 2 with a message for a bad card or report."""
+    try:
+        card = _read_json(args.card, "card")
+        new, added = add_sets(card, *(_read_json(getattr(args, k), f"--{k} report") for k in ("greedy", "beam")))
+    except CardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    atomic_write_json(Path(args.out), new)
+    print(f"wrote {args.out}: added {', '.join(added)}" if added else
+          f"wrote {args.out}: the card already scores every set of the reports; nothing added")
     return 0
 
 

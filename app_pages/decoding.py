@@ -6,6 +6,7 @@ import streamlit as st
 from model.beam import beam_search, beam_states
 from model.decoded import Decoding
 from model.hf.generation import decoding_cap, forced_eos
+from model.loops import LOOP_TIMES
 from model.sampling import SamplingConfig, SamplingError
 from ui import decoding_lab as lab
 from ui import decoding_views as views
@@ -21,24 +22,24 @@ ss = st.session_state
 # process, each once); the session keeps only the step number (and the forced tokens), and every script run draws
 # the view of its step. A click's run may overlap the previous one (Streamlit starts it at once), so nothing a run
 # reads may be changed by another.
-def lab_decoding(src_ids: tuple, sampling: SamplingConfig, forced: dict, max_new: int) -> Decoding:
+def lab_decoding(src_ids: tuple, sampling: SamplingConfig, forced: dict, max_new: int, loop_times: int) -> Decoding:
     """The finished, frozen decoding of ``src_ids`` under ``sampling`` with ``forced`` tokens (computed once)."""
     spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
     forced_key = tuple(sorted(forced.items()))
-    return heavy.shared(("lab", *state.checkpoint_version(ckpt), src_ids, spec, forced_key, max_new),
+    return heavy.shared(("lab", *state.checkpoint_version(ckpt), src_ids, spec, forced_key, max_new, loop_times),
                         lambda: lab.lab_decoding(ckpt.model, list(src_ids), sampling, dict(forced), max_new,
-                                                 forced_eos(ckpt.generation)),
+                                                 forced_eos(ckpt.generation), loop_times),
                         "this decoding")
 
 
-def beam_run(src_ids: tuple, width: int, alpha: float, max_new: int):
+def beam_run(src_ids: tuple, width: int, alpha: float, max_new: int, loop_times: int):
     """Beam search of ``src_ids`` and its states step by step, frozen (computed once)."""
     def compute():
-        result = beam_search(ckpt.model, list(src_ids), width, alpha, max_new_tokens=max_new)
+        result = beam_search(ckpt.model, list(src_ids), width, alpha, max_new_tokens=max_new, loop_times=loop_times)
         return result, beam_states(result, alpha, cfg.eos_id)
 
-    return heavy.shared(("beam", *state.checkpoint_version(ckpt), src_ids, width, alpha, max_new), compute,
-                        "the beam search")
+    return heavy.shared(("beam", *state.checkpoint_version(ckpt), src_ids, width, alpha, max_new, loop_times),
+                        compute, "the beam search")
 
 
 @st.fragment
@@ -78,6 +79,9 @@ def decoding_page() -> None:
                                            "beam": "beam search"}.get)
     sampling_off, beam_off = strategy != "sample", strategy != "beam"
     with controls:  # one under the other, beside the chart
+        st.checkbox("Loop guard", key="dl_w_guard", help=f"Never choose a token that would write a phrase "
+                    f"{LOOP_TIMES} times in a row: the loops of greedy decoding (“im im im”) cannot happen. A phrase "
+                    "may still come twice, or again later (fairseq's no_repeat_ngram_size bans that too).")
         st.slider("Temperature T", *lab.TEMPERATURE_RANGE, step=0.05, key="dl_w_temperature", disabled=sampling_off,
                   help="Divide the logits by T before the softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
         st.number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, step=1, key="dl_w_top_k",
@@ -93,6 +97,7 @@ def decoding_page() -> None:
             st.caption(beam_note)
     settings = {name: ss[f"dl_w_{name}"] for name in lab.DEFAULTS}
     ss["dl_settings"] = settings
+    loop_times = LOOP_TIMES if settings["guard"] else 0
 
 
     def sync_url() -> None:
@@ -118,7 +123,7 @@ def decoding_page() -> None:
 
     def lab_run(sampling: SamplingConfig, forced) -> Decoding:
         """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (shared)."""
-        return lab_decoding(tuple(src.ids), sampling, forced, limit)
+        return lab_decoding(tuple(src.ids), sampling, forced, limit, loop_times)
 
     def step_controls(step: int, finished: bool, end: int, status: str) -> None:
         """Reset / Back / Next / Run to end (``end`` = the last step), and a status line."""
@@ -128,7 +133,8 @@ def decoding_page() -> None:
     # === beam search, step by step =================================================================================
     if strategy == "beam":
         try:
-            result, states = beam_run(tuple(src.ids), int(settings["beam"]), float(settings["alpha"]), limit)
+            result, states = beam_run(tuple(src.ids), int(settings["beam"]), float(settings["alpha"]), limit,
+                                      loop_times)
         except SamplingError as exc:
             st.warning(f"{exc}.")
             st.stop()

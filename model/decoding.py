@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from .loops import loop_completions
 from .tokenizer import TextTokenizer, replace_surrogates
 from .transformer import KVCache, Transformer
 
@@ -134,6 +135,9 @@ class StepRecord:
     #: The token was not chosen but forced: the model's generation config ends a decoding at its length cap with it
     #: (``Stepper``'s ``forced_eos_id``); ``prob`` is still the model's own probability of it.
     forced: bool = False
+    #: The tokens the loop guard kept from the rule at this step (``Stepper``'s ``loop_times``): each would have
+    #: written a phrase that many times in a row. ``log_probs`` and ``top_ids`` are still the model's own.
+    banned: tuple[int, ...] = ()
 
     def top(self, k: int = 10) -> tuple[list[int], list[float]]:
         """The ``k`` most probable next tokens and their probabilities."""
@@ -194,6 +198,8 @@ class Stepper:
         forced_eos_id: when given, the last token a decoding may add (the ``max_new_tokens``-th) is this one,
             whatever the rule would choose, as ``transformers``' ``forced_eos_token_id`` does at ``max_length``
             (a Hugging Face folder's generation config, :mod:`model.hf.generation`); its record says ``forced``.
+        loop_times: 0, or the loop guard: the rule never gets a token that would write a phrase this many times in
+            a row (:func:`~model.loops.loop_completions`); its record lists them in ``banned``.
 
     Raises:
         ValueError: an encoder-decoder model without ``src_ids``.
@@ -201,8 +207,10 @@ class Stepper:
 
     def __init__(self, model: Transformer, src_ids: list[int] | None = None, prefix_ids: list[int] | None = None,
                  max_new_tokens: int | None = None, use_cache: bool = True,
-                 head_masks: dict[str, torch.Tensor] | None = None, forced_eos_id: int | None = None):
+                 head_masks: dict[str, torch.Tensor] | None = None, forced_eos_id: int | None = None,
+                 loop_times: int = 0):
         self.model = model
+        self.loop_times = loop_times
         self.forced_eos_id = forced_eos_id
         cfg = model.cfg
         self.use_cache = use_cache
@@ -264,14 +272,16 @@ class Stepper:
         if self.finished:
             return None
         log_probs, cross, self_w = self.next_distribution()
-        token = int(choose(log_probs))  # drawn even when forced: a sampler's random stream stays the same
+        banned = tuple(sorted(loop_completions(self.generated, self.loop_times))) if self.loop_times else ()
+        ruled = log_probs.index_fill(0, torch.tensor(banned), float("-inf")) if banned else log_probs
+        token = int(choose(ruled))  # drawn even when forced: a sampler's random stream stays the same
         forced = self.forced_eos_id is not None and len(self.records) == self.max_new_tokens - 1 \
             and token != self.forced_eos_id
         if forced:
             token = self.forced_eos_id
         top_p, top_i = log_probs.exp().topk(min(TOP_KEPT, log_probs.numel()))
         rec = StepRecord(token, float(log_probs[token].exp()), log_probs, cross, self_w, self.cache.nbytes()["total"],
-                         tuple(top_i.tolist()), tuple(top_p.tolist()), forced)
+                         tuple(top_i.tolist()), tuple(top_p.tolist()), forced, banned)
         self.tokens.append(token)
         self.records.append(rec)
         return rec

@@ -20,6 +20,7 @@ import torch
 
 from model.beam import beam_search
 from model.decoding import Stepper
+from model.loops import LOOP_TIMES, find_loop
 from model.sampling import Chooser, Pipeline, SamplingConfig, choose_next
 from model.tokenizer import TextTokenizer
 from ui import decoding_lab as lab
@@ -175,16 +176,16 @@ def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, enc
 def test_settings_from_the_link_are_clamped_or_ignored_with_notes():
     settings, notes = lab.settings_from_link(
         {"temperature": "-1", "top_p": "7", "top_k": "999999", "seed": "nan", "beam": "100", "alpha": "inf",
-         "strategy": "nucleus"}, vocab_size=2000)
+         "strategy": "nucleus", "guard": "maybe"}, vocab_size=2000)
     assert settings == dict(lab.DEFAULTS, temperature=0.05, top_p=1.0, top_k=2000, beam=8)
     text = " ".join(notes)
-    for name in ("temperature", "top_p", "top_k", "seed", "beam", "alpha", "strategy"):
+    for name in ("temperature", "top_p", "top_k", "seed", "beam", "alpha", "strategy", "guard"):
         assert f"`{name}`" in text, name
     assert "nucleus" in text and "showing 2000" in text
     ok, none = lab.settings_from_link({"strategy": "sample", "temperature": "0.7", "top_k": "40", "top_p": "0.9",
-                                       "seed": "3", "beam": "5", "alpha": "1"}, vocab_size=2000)
+                                       "seed": "3", "beam": "5", "alpha": "1", "guard": "1"}, vocab_size=2000)
     assert none == [] and ok == dict(strategy="sample", temperature=0.7, top_k=40, top_p=0.9, seed=3, beam=5,
-                                     alpha=1.0)
+                                     alpha=1.0, guard=True)
     lab.sampling_config(settings)  # always valid
 
 
@@ -302,10 +303,13 @@ def shown(at, folder: Path = CKPT):
     src_ids = list(at.session_state["dl_src_key"][2])
     settings = at.session_state["dl_settings"]
     limit = decoding_cap(ckpt.config, src_ids, ckpt.generation)
+    loop_times = LOOP_TIMES if settings["guard"] else 0
     if settings["strategy"] == "beam":
-        result = beam_search(ckpt.model, src_ids, int(settings["beam"]), float(settings["alpha"]), max_new_tokens=limit)
+        result = beam_search(ckpt.model, src_ids, int(settings["beam"]), float(settings["alpha"]), max_new_tokens=limit,
+                             loop_times=loop_times)
         return result, beam_states(result, float(settings["alpha"]), ckpt.config.eos_id)
-    return lab.lab_decoding(ckpt.model, src_ids, lab.sampling_config(settings), at.session_state["dl_forced"], limit)
+    return lab.lab_decoding(ckpt.model, src_ids, lab.sampling_config(settings), at.session_state["dl_forced"], limit,
+                            loop_times=loop_times)
 
 
 def generated(at) -> list[int]:
@@ -373,6 +377,28 @@ def test_sampling_with_a_seed_replays_and_the_link_reproduces_it():
                    if k in at.query_params})  # the default sentence is left out of the link
     clean(again)
     assert generated(again) == tokens and again.session_state["dl_step"] == len(tokens)
+
+
+@needs_ckpt
+def test_the_loop_guard_keeps_a_loop_from_the_rule_and_says_which_token():
+    looping = "He was initially hospitalised in the James Paget Hospital in Great Yarmouth."  # "im im im im"
+    free = page(text=looping, step="999")
+    clean(free)
+    assert find_loop(TextTokenizer.from_file(CKPT / "tokenizer.json").decode(generated(free)))
+    at = page(text=looping, guard="1", step="5")  # "Er wurde im im": a third "im" would be a loop
+    clean(at)
+    assert at.checkbox(key="dl_w_guard").value and at.query_params["guard"] == "1"
+    kept = [c.value for c in at.caption if "The loop guard kept" in c.value]
+    assert len(kept) == 1 and "im" in kept[0] and f"{LOOP_TIMES} times in a row" in kept[0]
+    assert shown(at).records[4].banned and shown(at).records[4].token_id not in shown(at).records[4].banned
+    button(at, "Run to end").click().run()
+    clean(at)
+    assert not find_loop(TextTokenizer.from_file(CKPT / "tokenizer.json").decode(generated(at)))
+    at.radio(key="dl_w_strategy").set_value("beam").run()  # the guard holds in beam search too
+    clean(at)
+    result, _ = shown(at)
+    tok = TextTokenizer.from_file(CKPT / "tokenizer.json")
+    assert not any(find_loop(tok.decode(list(h.tokens))) for h in result.hypotheses)
 
 
 @needs_ckpt

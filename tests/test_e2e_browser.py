@@ -274,6 +274,27 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
     shot(page, "decoding-beam.png")
 
 
+def test_a_loop_and_the_loop_guard_on_a_projector(server, new_page):
+    """A sentence the translator loops on: the Translate page explains the loop and shows the guarded translation;
+    the Decoding lab's loop guard, switched on by a person, says at step 5 which token it kept from the rule."""
+    looping = "He+was+initially+hospitalised+in+the+James+Paget+Hospital+in+Great+Yarmouth."
+    page = new_page(PROJECTOR)
+    open_translate(page, server, f"?text={looping}")
+    page.get_by_text("With the loop guard").wait_for()
+    assert_no_traceback(page)
+    shot(page, "translate-loop-guard.png")
+    page.goto(f"{server}/decoding?text={looping}&step=5")
+    page.get_by_text(re.compile(r"Step 5\b")).first.wait_for()
+    settle(page)
+    page.get_by_text("Loop guard", exact=True).click()
+    page.get_by_text("The loop guard kept", exact=False).wait_for()
+    settle(page)
+    assert "guard=1" in page.url
+    assert_no_traceback(page)
+    page.wait_for_timeout(500)
+    shot(page, "decoding-loop-guard.png")
+
+
 def pick(page, label: str, option: str) -> None:
     """Choose ``option`` in the Streamlit selectbox labelled ``label`` as a person does: open it, click the item."""
     box = page.get_by_role("combobox", name=label, exact=True)

@@ -36,12 +36,12 @@ BEAM_RANGE = (1, 8)
 ALPHA_RANGE = (0.0, 2.0)
 #: The lab's settings before a link or a visitor changes them; a Hugging Face model's own beam width and length
 #: penalty (its generation_config.json) replace ``beam`` and ``alpha`` (:func:`settings_from_link`).
-DEFAULTS = dict(strategy="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, beam=4, alpha=0.6)
+DEFAULTS = dict(strategy="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, beam=4, alpha=0.6, guard=False)
 
 
 def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfig,
                  forced: Mapping[int, int] | None = None, max_new_tokens: int | None = None,
-                 forced_eos_id: int | None = None) -> Decoding:
+                 forced_eos_id: int | None = None, loop_times: int = 0) -> Decoding:
     """One sentence decoded to its end under one rule, with forced tokens, frozen.
 
     Args:
@@ -51,13 +51,15 @@ def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfi
         forced: ``{step: token_id}`` (1-based steps).
         max_new_tokens: length limit of the decode.
         forced_eos_id: the token a decoding that reaches the limit ends with (a Hugging Face generation config's).
+        loop_times: 0, or the loop guard's count (:class:`~model.decoding.Stepper`); a forced token is never banned.
 
     Returns:
         A :class:`Decoding` with ``pipelines`` (what the rule did at each step), ``suggested`` (the rule's own
         pick) and ``forced``.
     """
     forced = {int(k): int(v) for k, v in (forced or {}).items()}
-    stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens, forced_eos_id=forced_eos_id)
+    stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens, forced_eos_id=forced_eos_id,
+                      loop_times=loop_times)
     chooser = Chooser(sampling)
     pipelines: list[Pipeline] = []
     suggested: list[int] = []
@@ -176,6 +178,7 @@ def settings_from_link(params: Mapping[str, str], vocab_size: int,
         "seed": url.int_param(params, "seed", defaults["seed"], *SEED_RANGE),
         "beam": url.int_param(params, "beam", defaults["beam"], *BEAM_RANGE, what="beam width"),
         "alpha": url.float_param(params, "alpha", defaults["alpha"], *ALPHA_RANGE, what="length penalty"),
+        "guard": url.bool_param(params, "guard", defaults["guard"], what="loop guard"),
     }
     return {k: v for k, (v, _) in parsed.items()}, [n for _, n in parsed.values() if n]
 

@@ -21,6 +21,7 @@ import torch
 
 from model.beam import BeamResult, length_penalty
 from model.checkpoint import Checkpoint
+from model.loops import LOOP_TIMES
 from model.sampling import SamplingConfig
 from ui import decoding_lab as lab
 from ui import heavy, pieces, widgets
@@ -102,6 +103,11 @@ def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> N
         picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
         line += (f" Forced by you; the rule had picked **{picked}**." if forced_here else
                  f" Forced: {widgets.FORCED_AT_CAP} The rule had picked **{picked}**.")
+    if record.banned:
+        kept = ", ".join(f"**{html.escape(pieces.of_id(tok, t))}** "
+                         f"(p = {float(record.log_probs[t].exp()):.{DECIMALS}f})" for t in record.banned)
+        line += (f" The loop guard kept {kept} from the rule: it would have written a phrase {LOOP_TIMES} times in "
+                 "a row.")
     st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
                       "raw logits by one constant per step, which the softmax ignores.")
 

@@ -122,4 +122,3 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
         for i, ids in zip(chunk, decode_batch(model, [prepared[i] for i in chunk])):
             results[i] = tokenizer.decode(ids)
     return results
-

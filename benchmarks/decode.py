@@ -18,6 +18,7 @@ from model.checkpoint import load_checkpoint
 from corpora.files import dataset_path, read_tsv
 from model.batched import translate_texts
 from model.decoding import Stepper, prepare_source
+from model.loops import LOOP_TIMES
 from model.translate import DEFAULT_CHECKPOINT
 
 from .table import print_table
@@ -71,6 +72,10 @@ def main(argv=None) -> int:
     outs = translate_texts(ckpt.model, ckpt.tokenizer, [p.src for p in pairs])
     secs = time.perf_counter() - start
     out_tokens = sum(len(ckpt.tokenizer.encode(o).ids) + 1 for o in outs)
+    start = time.perf_counter()  # the same sentences with the loop guard: its cost is Python per row and step
+    guarded = translate_texts(ckpt.model, ckpt.tokenizer, [p.src for p in pairs], loop_times=LOOP_TIMES)
+    guard_secs = time.perf_counter() - start
+    guard_tokens = sum(len(ckpt.tokenizer.encode(o).ids) + 1 for o in guarded)
 
     rows = [
         ("source length", f"{len(src.ids)} tokens"),
@@ -79,6 +84,8 @@ def main(argv=None) -> int:
         (f"{n} tokens, full recompute", f"{1000 * f_med:.1f} ms"),
         ("speed-up of the cache", f"{f_med / c_med:.1f}×"),
         (f"batched greedy, {len(pairs)} test sentences", f"{out_tokens / secs:.0f} tokens/s ({secs:.1f} s)"),
+        (f"the same with the loop guard ({LOOP_TIMES})", f"{guard_tokens / guard_secs:.0f} tokens/s "
+                                                         f"({guard_secs:.1f} s: {guard_secs / secs:.2f}× the time)"),
         ("threads", str(torch.get_num_threads())),
     ]
     weight_bytes = sum(p.numel() * p.element_size() for p in ckpt.model.parameters())

@@ -25,7 +25,7 @@ def test_decode_benchmark_prints_both_tables():
         assert decode.main(["--tokens", "4", "--repeats", "1", "--test-sentences", "3", "--sweep", "4,8"]) == 0
     text = out.getvalue()
     assert "speed-up of the cache" in text and "Where the cache pays off" in text
-    assert "| 8 tokens" in text and "MiB" in text
+    assert "| 8 tokens" in text and "MiB" in text and "with the loop guard (3)" in text
 
 
 def test_hugging_face_benchmark_builds_a_marian_folder_and_prints_the_table():

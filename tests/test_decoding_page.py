@@ -390,7 +390,12 @@ def test_the_loop_guard_keeps_a_loop_from_the_rule_and_says_which_token():
     assert at.checkbox(key="dl_w_guard").value and at.query_params["guard"] == "1"
     kept = [c.value for c in at.caption if "The loop guard kept" in c.value]
     assert len(kept) == 1 and "im" in kept[0] and f"{LOOP_TIMES} times in a row" in kept[0]
-    assert shown(at).records[4].banned and shown(at).records[4].token_id not in shown(at).records[4].banned
+    banned = shown(at).records[4].banned
+    assert banned and shown(at).records[4].token_id not in banned
+    chart = charts(at)[0]  # the pipeline: the banned token stands where the model put it, struck and marked
+    row = chart["layout"]["meta"]["token_ids"].index(banned[0])
+    assert not chart["layout"]["meta"]["kept"][row] and "<s>" in chart["layout"]["yaxis"]["ticktext"][row]
+    assert chart["data"][2]["text"][row] == "banned" and chart["data"][0]["x"][row] < 0
     button(at, "Run to end").click().run()
     clean(at)
     assert not find_loop(TextTokenizer.from_file(CKPT / "tokenizer.json").decode(generated(at)))

@@ -9,6 +9,7 @@ flow: settings, sentence, the decoding rule, and what forcing a token does.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import platform
@@ -88,10 +89,15 @@ def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> N
     with the chosen token's probability under the model and after the rule, and what a forced token replaced."""
     record, pipe = run.records[step - 1], run.pipelines[step - 1]
     forced_here = run.forced_at(step)
+    temperature = sampling.temperature if sampling.strategy == "sample" else None
+    if record.banned:  # the rule saw −∞ for them; the chart shows what the model gave them, struck through
+        ids = torch.tensor(record.banned)
+        own = record.log_probs[ids]
+        pipe = dataclasses.replace(pipe, logits=pipe.logits.index_put((ids,), own),
+                                   scaled=pipe.scaled.index_put((ids,), own / (temperature or 1.0)))
     widgets.show_figure(
         pipeline_figure(pipe, pieces.namer(tok), top=TOP_CANDIDATES,  # the stepper hands the rule log-probabilities
-                        temperature=sampling.temperature if sampling.strategy == "sample" else None,
-                        forced=forced_here, scores="log p",
+                        temperature=temperature, forced=forced_here, scores="log p", banned=record.banned,
                         title=f"Step {step}: from log-probabilities to the next token "
                               f"({'forced' if forced_here else sampling.strategy})"),
         key="dl_pipeline",

@@ -106,7 +106,8 @@ def pipeline_rows(pipeline, top: int = 15) -> list[int]:
 
 
 def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, temperature: float | None = None,
-                    forced: bool = False, title: str = "", scores: str = "log p") -> go.Figure:
+                    forced: bool = False, title: str = "", scores: str = "log p",
+                    banned: Sequence[int] = ()) -> go.Figure:
     """One next-token choice as four stages side by side, sharing the token axis (rows):
 
     1. the scores the rule starts from; 2. those divided by the temperature ``T``; 3. ``softmax`` of those, with
@@ -126,6 +127,9 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         scores: what ``pipeline.logits`` holds, a key of :data:`SCORE_TITLES`: ``"log p"`` (the default) for the
             log-probabilities a :class:`model.decoding.Stepper` hands its rule (the logits less one constant, which
             the softmax ignores), ``"logits"`` for raw logits. The panels' titles say which.
+        banned: tokens a rule was never offered (the loop guard's, :class:`model.decoding.StepRecord`'s
+            ``banned``): their rows are struck through and marked "banned" where the cut's are marked "cut". The
+            pipeline should carry their scores in ``logits`` and ``scaled`` (the model's) and 0 in ``probs``.
 
     Returns:
         A Plotly figure with 4 bar traces (one per stage, ``len(rows)`` bars each). ``layout.meta`` holds
@@ -133,7 +137,8 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     """
     rows = pipeline_rows(pipeline, top)
     logits, scaled, probs, final = (_np(getattr(pipeline, a))[rows] for a in ("logits", "scaled", "probs", "final"))
-    keep = np.asarray(_np(pipeline.keep)[rows], dtype=bool)
+    barred = [i in set(banned) for i in rows]
+    keep = np.asarray(_np(pipeline.keep)[rows], dtype=bool) & ~np.asarray(barred, dtype=bool)
     chosen = rows.index(int(pipeline.token_id))
     pieces = [display_token(id_to_token(i)) for i in rows]
     labels = []
@@ -153,12 +158,14 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     panel_px = (PIPELINE_PX - 40 - label_px) * (1 - 3 * PANEL_GAP) / 4
     y = list(range(len(rows)))
     kept_or_grey = [BLUE if k else GREY for k in keep]
+    scored = [GREY if b else BLUE for b in barred]  # a banned token's score is the model's, never the rule's
     final_colors = [ACCENT if r == chosen else (BLUE if k else GREY) for r, k in enumerate(keep)]
-    status = ["kept" if k else "removed by the cut" for k in keep]
+    status = ["banned by the loop guard" if b else "kept" if k else "removed by the cut" for k, b in zip(keep, barred)]
     stages = [
-        ("logits", logits, [BLUE] * len(rows), [f"{v:.2f}" for v in logits]),
-        ("scaled", scaled, [BLUE] * len(rows), [f"{v:.2f}" for v in scaled]),
-        ("probs", probs, kept_or_grey, [f"{v:.1%}" if k else f"{v:.1%} cut" for v, k in zip(probs, keep)]),
+        ("logits", logits, scored, [f"{v:.2f}" for v in logits]),
+        ("scaled", scaled, scored, [f"{v:.2f}" for v in scaled]),
+        ("probs", probs, kept_or_grey, ["banned" if b else f"{v:.1%}" if k else f"{v:.1%} cut"
+                                        for v, k, b in zip(probs, keep, barred)]),
         ("final", final, final_colors, [f"{v:.1%}" if k or r == chosen else "" for r, (v, k) in enumerate(zip(final, keep))]),
     ]
     hover_names = {"logits": scores, "scaled": "greedy" if temperature is None else f"{scores} ÷ T",

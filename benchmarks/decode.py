@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from functools import partial
 
 import torch
 
 from model.checkpoint import load_checkpoint
 from corpora.files import dataset_path, read_tsv
-from model.batched import translate_texts
+from model.batched import greedy_batch, translate_texts
 from model.decoding import Stepper, prepare_source
 from model.loops import LOOP_TIMES
 from model.translate import DEFAULT_CHECKPOINT
@@ -73,7 +74,8 @@ def main(argv=None) -> int:
     secs = time.perf_counter() - start
     out_tokens = sum(len(ckpt.tokenizer.encode(o).ids) + 1 for o in outs)
     start = time.perf_counter()  # the same sentences with the loop guard: its cost is Python per row and step
-    guarded = translate_texts(ckpt.model, ckpt.tokenizer, [p.src for p in pairs], loop_times=LOOP_TIMES)
+    guarded = translate_texts(ckpt.model, ckpt.tokenizer, [p.src for p in pairs],
+                              decode_batch=partial(greedy_batch, loop_times=LOOP_TIMES))
     guard_secs = time.perf_counter() - start
     guard_tokens = sum(len(ckpt.tokenizer.encode(o).ids) + 1 for o in guarded)
 

@@ -7,13 +7,12 @@ cap, :func:`source_limits`). The one-sentence stepping API the pages use is :cla
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable
 
 import torch
 
 from .decoding import InputError, default_max_new_tokens, input_limit, prepare_source
-from .loops import ban_loops
+from .loops import GUARD_MAX_TOKENS, ban_loops
 from .tokenizer import TextTokenizer
 from .transformer import Transformer
 
@@ -71,9 +70,9 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     for step in range(int(limits.max())):
         hidden = model.decode(tokens[:, -1:], memory, memory_mask, cache=cache).hidden
         logits = model.next_token_logits(hidden[:, -1])
-        if loop_times:
-            ban_loops(logits, [None if d else seq for seq, d in zip(tokens[:, 1:].tolist(), done.tolist())],
-                      loop_times)
+        if loop_times:  # a loop closing now lies within the last times × GUARD_MAX_TOKENS tokens
+            recent = tokens[:, 1:][:, -loop_times * GUARD_MAX_TOKENS:].tolist()
+            ban_loops(logits, [None if d else seq for seq, d in zip(recent, done.tolist())], loop_times)
         nxt = logits.argmax(-1) if pick is None else pick(logits)
         nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
         out.append(nxt)
@@ -94,13 +93,12 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
 
 
 def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], batch_size: int = 64,
-                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch,
-                    loop_times: int = 0) -> list[str]:
+                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch) -> list[str]:
     """Translations of ``texts`` (sorted by length internally for speed; order preserved).
 
     ``decode_batch(model, src_batch) -> ids per sentence`` translates one batch of encoder ids: greedy by
-    default (with the loop guard when ``loop_times`` is given, :func:`greedy_batch`),
-    :func:`~model.beam.beam_translate_texts` passes beam search.
+    default (``partial(greedy_batch, loop_times=3)`` with the loop guard), :func:`~model.beam.beam_translate_texts`
+    passes beam search.
 
     Texts that are empty or unusable give an empty string rather than an exception.
     """
@@ -111,10 +109,6 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
             prepared.append(prepare_source(tokenizer, t, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids)
         except InputError:
             prepared.append(None)
-    if loop_times:
-        if decode_batch is not greedy_batch:
-            raise ValueError("loop_times guards the default greedy decoding; a decode_batch applies its own")
-        decode_batch = partial(greedy_batch, loop_times=loop_times)
     order = sorted((i for i, p in enumerate(prepared) if p), key=lambda i: len(prepared[i]))
     results = [""] * len(texts)
     for start in range(0, len(order), batch_size):

@@ -161,13 +161,21 @@ def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de"
                        "command": f"python -m training.evaluate --suite --checkpoint {checkpoint}",
                        "goal_beam": {s: {"beam": o["beam"]} for s, o in beam["goal"].items()},
                        "repeats_beam": _repeats(beam, "beam")}
+    fields["beam"] = {"decoding": _beam_decoding(beam), **bs, "limit": 0}
+    return fields
+
+
+def _beam_decoding(beam: dict) -> str:
+    """How a beam report decoded, in the card's words ("beam 8, length penalty alpha 1.0").
+
+    Raises:
+        CardError: a report that does not say its width and alpha.
+    """
     decoding = beam.get("decoding") or {}
     if not {"beam", "alpha"} <= decoding.keys():
         raise CardError("the beam report does not say its beam width and alpha (under 'decoding'): write it with "
                         "python -m training.evaluate --suite --json FILE")
-    fields["beam"] = {"decoding": f"beam {decoding['beam']}, length penalty alpha {decoding['alpha']}", **bs,
-                      "limit": 0}
-    return fields
+    return f"beam {decoding['beam']}, length penalty alpha {decoding['alpha']}"
 
 
 def add_sets(card: dict, greedy: dict, beam: dict) -> tuple[dict, list[str]]:
@@ -182,8 +190,7 @@ def add_sets(card: dict, greedy: dict, beam: dict) -> tuple[dict, list[str]]:
     """
     if not isinstance(card.get("suite"), dict) or not isinstance(card.get("beam"), dict):
         raise CardError("the card has no suite scores to add to (no 'suite' and 'beam'): carry it across a leg")
-    decoding = beam.get("decoding") or {}
-    said = f"beam {decoding.get('beam')}, length penalty alpha {decoding.get('alpha')}"
+    said = _beam_decoding(beam)
     if said != card["beam"].get("decoding"):
         raise CardError(f"the beam report was decoded with {said}, the card's beam scores with "
                         f"{card['beam'].get('decoding')}: score them the same way")
@@ -311,7 +318,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{readme} (what the leg tried and why goes to {history}):")
     print("\n".join(markdown_rows(new["legs"][len(card.get("legs", [])):])))
     return 0
-
 
 
 def _main_add_sets(args) -> int:

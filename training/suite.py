@@ -18,12 +18,13 @@ import time
 import unicodedata
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from corpora.extra import FLORES, FLORES_NAME, read_flores
 from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, read_tsv
 from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepared_path, read_aligned
-from model.batched import translate_texts
+from model.batched import greedy_batch, translate_texts
 from model.beam import beam_translate_texts
 from model.familiarity import familiarity
 from model.loops import GUARD_MAX_TOKENS, LOOP_TIMES, longest_repeat
@@ -193,7 +194,7 @@ def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = S
     ``SamplingError`` for a beam width outside 1–16."""
     if strategy == "beam":
         return beam_translate_texts(model, tokenizer, sources, beam, alpha, loop_times=loop_times)
-    return translate_texts(model, tokenizer, sources, loop_times=loop_times)
+    return translate_texts(model, tokenizer, sources, decode_batch=partial(greedy_batch, loop_times=loop_times))
 
 
 def far_scores(tokenizer, sources: list[str], hyps: list[str], refs: list[list[str]]) -> dict:

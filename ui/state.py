@@ -20,7 +20,6 @@ from pathlib import Path
 
 import streamlit as st
 
-from model.batched import greedy_batch
 from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_checkpoints, load_checkpoint
 from model.decoded import Decoding, decode
 from model.decoding import InputError, SourceInput, Stepper, input_limit, prepare_source
@@ -339,13 +338,15 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
     return src
 
 
-def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None = None) -> Stepper:
+def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None = None,
+                loop_times: int = 0) -> Stepper:
     """A :class:`Stepper` for either architecture: an encoder-decoder translates ``src_ids``; a decoder-only model
     continues them (the text without its ``<eos>`` becomes the prompt after ``<bos>``). Its length cap is a Hugging
     Face model's own (``generation``: ``ckpt.generation``, :func:`~model.hf.generation.decoding_cap`), else ours,
-    and a decoding that reaches it ends with the token its generation config forces there, if any."""
+    and a decoding that reaches it ends with the token its generation config forces there, if any. ``loop_times``:
+    the stepper's loop guard (0 = none)."""
     return Stepper(model, src_ids, max_new_tokens=decoding_cap(model.cfg, src_ids, generation),
-                   forced_eos_id=forced_eos(generation))
+                   forced_eos_id=forced_eos(generation), loop_times=loop_times)
 
 
 
@@ -379,11 +380,13 @@ def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trac
 
 
 def guarded_translation(ckpt: Checkpoint, src: SourceInput, times: int = LOOP_TIMES) -> str:
-    """The greedy translation of ``src`` with the loop guard (no phrase ``times`` times in a row,
-    :func:`model.batched.greedy_batch`), as text: computed once per checkpoint version and ids through the gate for
-    heavy work, shared by every session. A translator only (the guard's batched decoding has an encoder)."""
+    """What :func:`greedy_run` writes for ``src`` with the loop guard (no phrase ``times`` times in a row; the same
+    stepper, length cap and forced end), as text: computed once per checkpoint version and ids through the gate for
+    heavy work, shared by every session."""
     def compute() -> str:
-        return ckpt.tokenizer.decode(greedy_batch(ckpt.model, [list(src.ids)], loop_times=times)[0])
+        stepper = new_stepper(ckpt.model, list(src.ids), ckpt.generation, loop_times=times)
+        stepper.run_to_end()
+        return ckpt.tokenizer.decode(stepper.output_ids())
 
     return heavy.shared(("guarded", times, *checkpoint_version(ckpt), tuple(src.ids)), compute,
                         "the translation without the loop")

@@ -15,6 +15,8 @@ import pytest
 
 from benchmarks.app_server import CHROMIUM, ServerError, served_page, settled
 
+from test_training_page import wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 if not Path(CHROMIUM).is_file():
     pytest.skip(f"Chromium not found at {CHROMIUM} (apt-get install -y chromium)", allow_module_level=True)
@@ -33,24 +35,15 @@ def controls(page) -> tuple[str, str, str]:
     return tuple(m.group(1).strip() if m else "" for m in (kind, layer, head))
 
 
-def settled_controls(page, expected: tuple[str, str, str], timeout_ms: int = 10_000) -> tuple[str, str, str]:
-    """:func:`controls` once they read ``expected``, or what they read after ``timeout_ms``. On a loaded machine the
-    radio's checked state can reach the accessibility tree a moment after the page says it is done; the bug this
-    file guards against is a control that stays wrong, not one that is late."""
-    waited = 0
-    while (seen := controls(page)) != expected and waited < timeout_ms:
-        page.wait_for_timeout(250)
-        waited += 250
-    return seen
-
-
 def test_the_attention_controls_keep_their_link_values_after_an_empty_sentence():
     try:
         with served_page(ROOT / "test-artifacts" / "streamlit-link-state.log", viewport=(1280, 900)) as (url, page):
             page.goto(f"{url}/attention?kind=decoder&layer=3&head=2")
             settled(page, "Hover a cell")
+            # On a loaded machine the radio's checked state reaches the accessibility tree a moment after the
+            # page says it is done: the bug guarded against is a control that stays wrong, not one that is late.
             want = ("Decoder self (masked)", "layer 3", "head 2")  # what the link asks for
-            assert settled_controls(page, want) == want
+            assert wait_for(lambda: controls(page) == want, 10), controls(page)
             box = page.get_by_label(re.compile("English sentence"))
             box.fill("")
             box.press("Enter")
@@ -60,7 +53,7 @@ def test_the_attention_controls_keep_their_link_values_after_an_empty_sentence()
             settled(page, "Hover a cell")
             page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
             assert "Decoder masked self-attention · layer 3 · head 2" in page.inner_text("body")
-            assert settled_controls(page, want) == want  # what the chart shows
+            assert wait_for(lambda: controls(page) == want, 10), controls(page)  # what the chart shows
             assert "kind=decoder" in page.url and "layer=3" in page.url and "head=2" in page.url
     except ServerError as exc:
         pytest.fail(str(exc))

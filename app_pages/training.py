@@ -8,7 +8,7 @@ import streamlit as st
 
 from training import launch as L
 from training import runs as R
-from ui import model_card, url
+from ui import url
 from ui import run_panels as panels
 from ui import training_form
 from ui.heads_forming import show_heads_forming
@@ -29,8 +29,7 @@ legs = card.get("legs")
 if isinstance(legs, list) and legs:
     with st.expander("How the shipped translator was trained: its scores along the way"):
         labels = card.get("legs_labels")
-        show_figure(VT.legs_figure(legs, labels=labels if isinstance(labels, dict) else None,
-                                   minutes=model_card.minutes_unit(card)), key="legs")
+        show_figure(VT.legs_figure(legs, labels=labels if isinstance(labels, dict) else None), key="legs")
         # The card says what its points are (which valid set, which legs), so a new lineage needs no new page text.
         st.caption(str(card.get("legs_note") or "chrF of greedy translations after each training leg.")
                    + " Every run behind each point: the model card, checkpoints/en-de/README.md.")

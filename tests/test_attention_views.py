@@ -613,4 +613,7 @@ def test_the_quality_line_counts_minutes_on_the_machine_the_card_names():
     assert "trained 8 GPU-minutes" in line and "Multi30K test2016 BLEU 38.0" in line
     line = quality_line(SimpleNamespace(card={**card, "device": "cpu"}, config=config))
     assert "trained 8 CPU-minutes" in line
-    assert minutes_unit(card) == "GPU-minutes" and minutes_unit({}) == "CPU-minutes"  # the legs chart's axis too
+    assert minutes_unit(card) == "GPU-minutes" and minutes_unit({}) == "CPU-minutes"
+    # A GPU run continued on two CPU cores names both machines' minutes, never one sum of the two.
+    line = quality_line(SimpleNamespace(card={**card, "cpu_minutes": 89.4}, config=config))
+    assert "trained 8 GPU-minutes and 89 CPU-minutes" in line

@@ -205,3 +205,25 @@ def test_sets_added_after_shipping_join_the_card_and_nothing_else_changes(tmp_pa
         main(["--card", str(paths["card"]), "--greedy", str(paths["greedy"]), "--beam", str(paths["beam"]),
               "--out", str(out)])
     assert "a leg needs --run, --leg, --parent, --valid, --selected-by" in capsys.readouterr().err
+
+
+def test_a_cpu_leg_after_a_gpu_run_counts_its_minutes_apart_and_keeps_its_own_valid_curve(tmp_path):
+    """A GPU-trained card continued on two CPU cores: the GPU's minutes stay, the CPU's go to cpu_minutes (a sum
+    of the two would call 100 CPU-minutes GPU-minutes), and a leg whose trainer scored another valid set keeps its
+    curve apart from the GPU run's points."""
+    gpu = {**START, "train_minutes": 8.2, "device": "cuda:0",
+           "legs": [{"leg": "GPU run · step 4,940", "train_minutes": 8.2, "tokens_seen": 103_638_498,
+                     "valid_loss": 1.7, "valid_chrf": 54.2, "shipped": False}]}
+    new = append_leg(gpu, _run(tmp_path), 2, "the GPU run", VALID, _report("greedy"), _report("beam"), "the soup",
+                     machine="cpu", own_valid="the leg's mixture valid")
+    assert new["train_minutes"] == 8.2 and new["cpu_minutes"] == round(3000 * 0.7 / 60, 1)
+    assert new["total"] == {"tokens_seen": new["tokens_seen"], "train_minutes": 8.2, "cpu_minutes": 35.0}
+    curve = new["leg_curves"]["leg2"]
+    assert curve["valid_set"] == "the leg's mixture valid" and len(curve["rows"]) == 3
+    assert all("cpu_minutes" in r and "train_minutes" not in r for r in curve["rows"])
+    assert [r["leg"] for r in new["legs"]] == ["GPU run · step 4,940", "leg 2 · shipped"]
+    assert new["legs"][-1]["cpu_minutes"] == 35.0 and new["legs"][-1]["shipped"] is True
+    (tmp_path / "b").mkdir()
+    again = append_leg(new, _run(tmp_path / "b"), 3, "leg 2", VALID, _report("greedy"), _report("beam"), "x",
+                       machine="cpu")
+    assert again["cpu_minutes"] == 70.0 and again["train_minutes"] == 8.2  # a second CPU leg adds to the first

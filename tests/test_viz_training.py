@@ -168,21 +168,22 @@ LEGS = [
      "test_chrf": 24.8, "shipped": True},
     {"leg": "leg 3 (tried)", "train_minutes": 300, "tokens_seen": 25e6, "valid_chrf": 26.1, "everyday_chrf": 37.0,
      "shipped": False},
-    "garbage", {"leg": "no minutes", "valid_chrf": 99.0}, {"leg": "bad", "train_minutes": 50, "valid_chrf": math.nan},
+    "garbage", {"leg": "no tokens", "train_minutes": 9, "valid_chrf": 99.0},
+    {"leg": "bad", "tokens_seen": 5e6, "valid_chrf": math.nan},
 ]
 
 
-def test_legs_figure_draws_each_score_against_cumulative_minutes_and_tried_legs_hollow():
+def test_legs_figure_draws_each_score_against_cumulative_tokens_and_tried_legs_hollow():
     fig = legs_figure(LEGS)
     shipped = {t.name: t for t in fig.data if t.showlegend is not False}
     assert set(shipped) == set(LEG_SCORES.values())  # the test chrF has only shipped points: no dotted part
-    assert list(shipped["Ding valid chrF"].x) == [100, 215] and list(shipped["Ding valid chrF"].y) == [24.7, 26.0]
+    assert list(shipped["Ding valid chrF"].x) == [13, 19] and list(shipped["Ding valid chrF"].y) == [24.7, 26.0]
     tried = [t for t in fig.data if t.showlegend is False]
     assert len(tried) == 2 and all(t.line.dash == "dot" for t in tried)  # valid and everyday went on to leg 3
     valid_tried = next(t for t in tried if t.legendgroup == "valid_chrf")
-    assert list(valid_tried.x) == [215, 300] and valid_tried.marker.color == "white"  # from the last shipped leg
+    assert list(valid_tried.x) == [19, 25] and valid_tried.marker.color == "white"  # from the last shipped leg
     assert [c[0] for c in valid_tried.customdata] == ["leg 2", "leg 3 (tried)"]
-    assert "CPU-minutes" in fig.layout.xaxis.title.text
+    assert fig.layout.xaxis.title.text.startswith("tokens of training (millions)")
 
 
 def test_legs_figure_without_legs_says_so():
@@ -209,12 +210,15 @@ def test_legs_figure_takes_the_cards_labels_for_its_sets():
     assert {t.name for t in fig.data} == {"mixture valid chrF", LEG_SCORES["test_chrf"]}
 
 
-def test_legs_figure_counts_the_minutes_of_the_machine_the_card_names():
-    """A lineage trained on a GPU says GPU-minutes on its axis and in its hover, not the CPU's default."""
-    legs = [{"leg": "a", "train_minutes": 8.2, "tokens_seen": 1e8, "valid_chrf": 54.2}]
-    fig = legs_figure(legs, minutes="GPU-minutes")
-    assert fig.layout.xaxis.title.text.startswith("GPU-minutes")
-    assert "GPU-minutes" in fig.data[0].hovertemplate and "CPU" not in fig.data[0].hovertemplate
+def test_legs_figure_counts_tokens_so_a_gpu_run_and_a_cpu_leg_after_it_share_one_axis():
+    """A lineage that began on a GPU and went on on two CPU cores: its minutes differ ~100-fold between the two,
+    its tokens do not, so the axis and the hover count tokens and never name a machine's minutes."""
+    legs = [{"leg": "GPU run's end", "train_minutes": 8.2, "tokens_seen": 1.075e8, "everyday_chrf": 79.0},
+            {"leg": "CPU leg soup", "train_minutes": 89.0, "tokens_seen": 1.112e8, "everyday_chrf": 78.1}]
+    fig = legs_figure(legs)
+    assert list(fig.data[0].x) == [107.5, 111.2]
+    assert "minutes" not in fig.layout.xaxis.title.text and "M tokens" in fig.data[0].hovertemplate
+    assert "minutes" not in fig.data[0].hovertemplate
 
 
 def test_legs_figure_draws_a_score_measured_only_along_the_way_as_its_curve():
@@ -223,7 +227,7 @@ def test_legs_figure_draws_a_score_measured_only_along_the_way_as_its_curve():
     legs = [{"leg": f"step {s}", "train_minutes": m, "tokens_seen": 1e7 * m, "valid_chrf": c, "shipped": False}
             for s, m, c in ((1000, 1.8, 41.1), (2000, 3.3, 49.5), (4940, 8.2, 54.2))]
     legs.append({"leg": "shipped", "train_minutes": 8.2, "tokens_seen": 1e8, "everyday_chrf": 79.0, "shipped": True})
-    fig = legs_figure(legs, minutes="GPU-minutes")
+    fig = legs_figure(legs)
     valid = [t for t in fig.data if t.name == LEG_SCORES["valid_chrf"]]
-    assert len(valid) == 1 and list(valid[0].x) == [1.8, 3.3, 8.2] and list(valid[0].y) == [41.1, 49.5, 54.2]
+    assert len(valid) == 1 and list(valid[0].x) == [18, 33, 82] and list(valid[0].y) == [41.1, 49.5, 54.2]
     assert valid[0].line.dash is None  # solid: the curve, not a tried-and-dropped branch

@@ -75,7 +75,7 @@ def tokens_at(train_rows: list[dict], step: int) -> int:
 
 
 def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from: int | None = None,
-             every: int = 1000) -> tuple[list[dict], dict]:
+             every: int = 1000, minutes_key: str = "train_minutes") -> tuple[list[dict], dict]:
     """The card's curve rows for one leg, and the leg's totals.
 
     Args:
@@ -85,10 +85,12 @@ def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from:
         leg: the leg's number, ``parent``: where it started, e.g. ``"leg 7 soup"``.
         cooldown_from: the run's step where the learning rate began its linear decay, to mark those rows.
         every: keep an evaluation row every this many run steps (and always the last).
+        minutes_key: the key of ``start``'s minutes and of the rows' and total's: ``"cpu_minutes"`` for a leg on
+            the CPU after a lineage's GPU run, whose minutes are counted apart.
 
     Returns:
         ``(rows, total)``: rows as the card's ``legs`` holds them (``valid_loss``, ``valid_chrf``, lineage step in
-        the label), and the lineage's ``step``, ``tokens_seen`` and ``train_minutes`` after the leg.
+        the label), and the lineage's ``step``, ``tokens_seen`` and minutes (``minutes_key``) after the leg.
     """
     train, valid = read_metrics(run)
     last = valid[-1]["step"]
@@ -99,12 +101,12 @@ def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from:
             continue
         where = " (cooldown)" if cooldown_from is not None and s > cooldown_from else ""
         rows.append({"leg": f"leg {leg}, from {parent}{where} · step {start['step'] + s:,}",
-                     "train_minutes": round(start["train_minutes"] + r.get("time_s", 0) / 60, 1),
+                     minutes_key: round(start[minutes_key] + r.get("time_s", 0) / 60, 1),
                      "tokens_seen": start["tokens_seen"] + tokens_at(train, s),
                      "valid_loss": r["valid_loss"], "valid_chrf": r.get("valid_chrf"), "shipped": False})
     seconds = max(r.get("time_s", 0) for r in train + valid)
     total = {"step": start["step"] + last, "tokens_seen": start["tokens_seen"] + max(r["tokens_seen"] for r in train),
-             "train_minutes": round(start["train_minutes"] + seconds / 60, 1)}
+             minutes_key: round(start[minutes_key] + seconds / 60, 1)}
     return rows, total
 
 
@@ -215,7 +217,8 @@ def markdown_rows(rows: list[dict]) -> list[str]:
     """``rows`` (the card's ``legs`` entries that have a valid loss) as rows of the curve table under *Training
     procedure* in the model card (:func:`card_pages`): label, minutes, tokens (millions), valid loss (nats/token),
     valid chrF."""
-    return [f"| {r['leg']} | {r['train_minutes']} | {r['tokens_seen'] / 1e6:.1f}M | {r['valid_loss']:.4f} | "
+    return [f"| {r['leg']} | {r.get('train_minutes', r.get('cpu_minutes'))} | {r['tokens_seen'] / 1e6:.1f}M | "
+            f"{r['valid_loss']:.4f} | "
             f"{r['valid_chrf'] if r.get('valid_chrf') is not None else '–'} |" for r in rows if "valid_loss" in r]
 
 
@@ -229,12 +232,19 @@ def card_pages(card_json: str | Path) -> tuple[Path, Path]:
 
 def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, greedy: dict, beam: dict,
                selected_by: str, cooldown_from: int | None = None, every: int = 1000, date: str | None = None,
-               shipped_label: str | None = None, data_note: str = "", command: str = "") -> dict:
+               shipped_label: str | None = None, data_note: str = "", command: str = "", machine: str | None = None,
+               own_valid: str | None = None) -> dict:
     """``card`` (the card the leg started from) carried across one more leg: a new dict, ``card`` untouched.
 
     ``valid`` is the ``--loss`` report of ``python -m training.evaluate --tsv`` on the shipped candidate; the old
     rows of ``legs`` stay, no longer marked shipped; ``data_note`` and ``command`` go under ``data.legN`` and
     ``recipe_extra.legN``.
+
+    ``machine="cpu"`` after a GPU-trained card (its ``device`` is ``cuda…``): the leg's minutes are CPU-minutes,
+    ~100 times slower than the GPU's, so they go to the card's ``cpu_minutes`` and the GPU's ``train_minutes``
+    stay as they were (never one sum of the two). ``own_valid`` names the valid set of a leg whose trainer scored
+    another set than the card's curve (a new mixture's): its rows go to ``leg_curves["legN"]`` under that name
+    instead of beside the earlier legs' points, where one line would join two sets' scores.
 
     Raises:
         CardError: see :func:`read_metrics`, :func:`parameters` and :func:`suite_fields`; or a card without step,
@@ -244,7 +254,10 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
         start = {k: card[k] for k in ("step", "tokens_seen", "train_minutes")}
     except KeyError as exc:
         raise CardError(f"the card has no {exc.args[0]}: it is not a trained checkpoint's card") from None
-    rows, total = leg_rows(run, start, leg, parent, cooldown_from, every)
+    apart = machine == "cpu" and str(card.get("device", "")).startswith("cuda")
+    minutes_key = "cpu_minutes" if apart else "train_minutes"
+    start.setdefault(minutes_key, card.get(minutes_key) or 0.0)
+    rows, total = leg_rows(run, start, leg, parent, cooldown_from, every, minutes_key)
     count, depths = parameters(run)
     new = copy.deepcopy(card)
     new.update(total)
@@ -252,7 +265,9 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
         new.setdefault("architecture_changes", []).append(
             {"leg": leg, "parameters": [card.get("parameters"), count], **depths})
     new["parameters"] = count
-    new["total"] = {"tokens_seen": total["tokens_seen"], "train_minutes": total["train_minutes"]}
+    new["total"] = {"tokens_seen": total["tokens_seen"], "train_minutes": new["train_minutes"]}
+    if apart:
+        new["total"]["cpu_minutes"] = new["cpu_minutes"]
     if date:
         new["date"] = date
     new["valid"] = {"split": "mixture valid", **{k: valid[k] for k in ("bleu", "chrf", "loss", "perplexity")
@@ -266,8 +281,11 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
         new.setdefault("recipe_extra", {})[f"leg{leg}"] = command
     new.pop("averaged", None)  # the soup's own inputs are named in selected_by, in words
     legs = [dict(r, shipped=False) for r in card.get("legs", [])]
-    legs += rows
-    legs.append({"leg": shipped_label or f"leg {leg} · shipped", "train_minutes": total["train_minutes"],
+    if own_valid:
+        new.setdefault("leg_curves", {})[f"leg{leg}"] = {"valid_set": own_valid, "rows": rows}
+    else:
+        legs += rows
+    legs.append({"leg": shipped_label or f"leg {leg} · shipped", minutes_key: total[minutes_key],
                  "tokens_seen": total["tokens_seen"], "valid_chrf": None,
                  "everyday_chrf": fields["everyday"]["chrf"], "test_chrf": fields["test"]["chrf"], "shipped": True})
     new["legs"] = legs
@@ -290,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-note", default="", help="what the leg changed in the data")
     p.add_argument("--command", default="", help="the leg's training command(s)")
     p.add_argument("--date", default=None, help="the card's date (YYYY-MM-DD)")
+    p.add_argument("--machine", choices=("cpu", "gpu"), default=None, help="where the leg ran; cpu after a "
+                   "GPU-trained card counts its minutes apart, as cpu_minutes")
+    p.add_argument("--own-valid", default=None, help="the name of the leg's own valid set, when its trainer scored "
+                   "another set than the card's curve: its rows go to leg_curves, not into the chart's legs")
     p.add_argument("--out", required=True, help="the new card.json to write")
     p.add_argument("--add-sets", action="store_true", help="no leg: add to --card the scores of the sets it has "
                    "none for, from --greedy and --beam reports of the shipped checkpoint itself")
@@ -305,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         reports = [_read_json(getattr(args, k), f"--{k} report") for k in ("valid", "greedy", "beam")]
         new = append_leg(card, args.run, args.leg, args.parent, *reports, selected_by=args.selected_by,
                          cooldown_from=args.cooldown_from, every=args.every, date=args.date,
-                         shipped_label=args.shipped_label, data_note=args.data_note, command=args.command)
+                         shipped_label=args.shipped_label, data_note=args.data_note, command=args.command,
+                         machine=args.machine, own_valid=args.own_valid)
     except CardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -313,10 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(out, new)
     readme, history = card_pages(args.card)
     unit = "GPU" if str(new.get("device", "")).startswith("cuda") else "CPU"  # as the pages read a card's minutes
-    print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} {unit}-min, "
+    cpu = f" + {new['cpu_minutes']} CPU-min" if "cpu_minutes" in new else ""
+    print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} {unit}-min{cpu}, "
           f"{len(new['legs'])} curve rows; the leg's rows for the curve table under 'Training procedure' in "
           f"{readme} (what the leg tried and why goes to {history}):")
-    print("\n".join(markdown_rows(new["legs"][len(card.get("legs", [])):])))
+    curve = (new.get("leg_curves") or {}).get(f"leg{args.leg}", {}).get("rows") if args.own_valid else None
+    print("\n".join(markdown_rows(curve or new["legs"][len(card.get("legs", [])):])))
     return 0
 
 

@@ -24,8 +24,7 @@ def card_summary(ckpt: Checkpoint) -> str:
         parts.append("run by this project's Transformer code")
         return " · ".join(parts)
     if card.get("hardware"):
-        minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes", "?"))
-        parts.append(f"trained {minutes} min in all on {card['hardware']}")
+        parts.append(f"trained {training_time(card, '.1f') or '? min'} in all on {card['hardware']}")
     test = card.get("test")
     if isinstance(test, dict) and "bleu" in test and "chrf" in test:
         parts.append(f"test BLEU {test['bleu']:.1f} · chrF {test['chrf']:.1f}")
@@ -56,6 +55,20 @@ def minutes_unit(card: Mapping) -> str:
     return "GPU-minutes" if str(card.get("device", "")).startswith("cuda") else "CPU-minutes"
 
 
+def training_time(card: Mapping, fmt: str = ".0f") -> str | None:
+    """How long the card's model trained, each machine's minutes under its own name: ``"8 GPU-minutes"``, or for a
+    GPU run continued on the CPU (the card's ``cpu_minutes``) ``"8 GPU-minutes and 89 CPU-minutes"``; ``None``
+    when the card gives no minutes. ``fmt`` formats the numbers."""
+    minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
+    if not isinstance(minutes, (int, float)) or isinstance(minutes, bool):
+        return None
+    text = f"{minutes:{fmt}} {minutes_unit(card)}"
+    cpu = card.get("cpu_minutes")
+    if minutes_unit(card) == "GPU-minutes" and isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and cpu > 0:
+        text += f" and {cpu:{fmt}} CPU-minutes"
+    return text
+
+
 def who_computes(ckpt: Checkpoint) -> str:
     """Whose model the page runs, for a caption: ``"our own Transformer"``, or for a Hugging Face folder
     ``"Helsinki-NLP/opus-mt-en-de's weights (Hugging Face) run by our own Transformer code"``."""
@@ -72,8 +85,8 @@ def quality_line(ckpt: Checkpoint) -> str | None:
     test, everyday = card.get("test"), card.get("everyday")
     if not (ckpt.config.is_encoder_decoder and isinstance(test, dict) and "chrf" in test and "bleu" in test):
         return None
-    minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
-    where = f"trained {minutes:.0f} {minutes_unit(card)}" if isinstance(minutes, (int, float)) else "small"
+    time = training_time(card)
+    where = f"trained {time}" if time else "small"
     split = str(test.get("split") or "Ding test")
     split = "Ding test" if split.startswith("Ding test") else split
     line = f"A small model ({where}): {split} BLEU {test['bleu']:.1f}, chrF {test['chrf']:.1f}"

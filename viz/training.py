@@ -270,28 +270,27 @@ LEG_SCORES: dict[str, str] = {
 
 
 def _leg_hover(points: Sequence[tuple[float, float, Mapping]]) -> list[list]:
-    """Hover data of ``(minutes, score, leg)`` points: the leg's name and its cumulative tokens (millions)."""
-    return [[str(leg.get("leg", "")), (_number(leg.get("tokens_seen")) or 0) / 1e6] for _, _, leg in points]
+    """Hover data of ``(tokens in millions, score, leg)`` points: the leg's name."""
+    return [[str(leg.get("leg", ""))] for _, _, leg in points]
 
 
-def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str, str] | None = None,
-                minutes: str = "CPU-minutes") -> go.Figure:
-    """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative minutes of
-    training, in the unit ``minutes`` names (``"CPU-minutes"``, or ``"GPU-minutes"`` for a lineage trained on a GPU,
-    whose minutes are not a CPU's: :func:`ui.model_card.minutes_unit` of its card).
+def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str, str] | None = None) -> go.Figure:
+    """How a checkpoint was trained, leg by leg: its scores after each leg against the cumulative tokens of
+    training (millions). Tokens, not minutes: a lineage may start on a GPU and go on on two CPU cores, whose minutes
+    differ ~100-fold, while a token is a token on either.
 
     ``legs`` is a model card's ``legs`` list (``checkpoints/en-de/card.json``): one mapping per training leg with
-    ``leg`` (a short name), ``train_minutes`` (cumulative, minutes), ``tokens_seen`` (cumulative, tokens),
-    ``shipped`` (bool: whether that leg's model was the shipped one) and any of :data:`LEG_SCORES` (chrF, 0–100).
-    A leg that was not shipped is drawn as a hollow marker and a dotted segment: the curve of what was tried. Legs
-    without a numeric ``train_minutes`` and scores that are missing or not finite are skipped, never raised on.
-    ``labels`` renames scores (a card's ``legs_labels``: which valid and test sets its lineage was scored on).
+    ``leg`` (a short name), ``tokens_seen`` (cumulative, tokens), ``shipped`` (bool: whether that leg's model was
+    the shipped one) and any of :data:`LEG_SCORES` (chrF, 0–100). A leg that was not shipped is drawn as a hollow
+    marker and a dotted segment: the curve of what was tried. Legs without a numeric ``tokens_seen`` and scores
+    that are missing or not finite are skipped, never raised on. ``labels`` renames scores (a card's
+    ``legs_labels``: which valid and test sets its lineage was scored on).
     """
     names = {**LEG_SCORES, **{k: str(v) for k, v in (labels or {}).items() if k in LEG_SCORES}}
-    rows = [leg for leg in legs if isinstance(leg, Mapping) and _number(leg.get("train_minutes")) is not None]
+    rows = [leg for leg in legs if isinstance(leg, Mapping) and _number(leg.get("tokens_seen")) is not None]
     fig = go.Figure()
     for i, (key, label) in enumerate(names.items()):
-        points = [(float(leg["train_minutes"]), v, leg) for leg in rows if (v := _number(leg.get(key))) is not None]
+        points = [(float(leg["tokens_seen"]) / 1e6, v, leg) for leg in rows if (v := _number(leg.get(key))) is not None]
         if not points:
             continue
         color = PALETTE[i % len(PALETTE)]
@@ -299,8 +298,7 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
         tried = [p for p in points if not p[2].get("shipped", True)]
         if not shipped:  # a score taken only along the way (the trainer's valid set at every evaluation): no model
             shipped, tried = tried, []  # of those was shipped, and the points are the curve itself, drawn solid
-        hover = (f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.1f}} {minutes}, "
-                 "%{customdata[1]:.1f}M tokens<extra></extra>")
+        hover = f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.1f}}M tokens<extra></extra>"
         fig.add_trace(go.Scatter(
             x=[p[0] for p in shipped], y=[p[1] for p in shipped], name=label, mode="lines+markers",
             line=dict(color=color, width=2.5), marker=dict(size=9, color=color),
@@ -314,7 +312,7 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
                 marker=dict(size=[0] + [10] * len(tried), color="white", line=dict(color=color, width=2)),
                 customdata=_leg_hover(dotted), hovertemplate=hover,
             ))
-    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)", f"{minutes} of training, cumulative",
+    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)", "tokens of training (millions), cumulative",
             "chrF (0–100)", height, title_size=16)
     if not fig.data:
         fig.add_annotation(text="This model's card has no training legs", showarrow=False, xref="paper",

@@ -24,7 +24,7 @@ RIGHT = {
     "My brother lives in Berlin.": "Mein Bruder lebt in Berlin.",
     "A dog runs through the snow.": "Ein Hund rennt durch den Schnee.",
     "Thank you very much.": "Vielen Dank.",
-    "The weather is nice today.": "Heute ist das Wetter schön.",
+    "The weather is nice today.": "Das Wetter ist heute schön.",
     "The cat sat on the mat.": "Die Katze saß auf der Matte.",
     "Time flies like an arrow.": "Die Zeit vergeht wie ein Pfeil.",
     "The woman gave the man a book.": "Die Frau gab dem Mann ein Buch.",

@@ -163,9 +163,9 @@ def test_legend_sits_under_the_axis_title_not_on_it():
 # --- a checkpoint's training legs --------------------------------------------------------------------------------
 LEGS = [
     {"leg": "leg 1", "train_minutes": 100, "tokens_seen": 13e6, "valid_chrf": 24.7, "everyday_chrf": 35.1,
-     "test_chrf": 23.7, "shipped": True},
+     "test_chrf": 23.7, "flores_chrf": 12.0, "shipped": True},
     {"leg": "leg 2", "train_minutes": 215, "tokens_seen": 19e6, "valid_chrf": 26.0, "everyday_chrf": 37.7,
-     "test_chrf": 24.8, "shipped": True},
+     "test_chrf": 24.8, "flores_chrf": 13.0, "shipped": True},
     {"leg": "leg 3 (tried)", "train_minutes": 300, "tokens_seen": 25e6, "valid_chrf": 26.1, "everyday_chrf": 37.0,
      "shipped": False},
     "garbage", {"leg": "no tokens", "train_minutes": 9, "valid_chrf": 99.0},
@@ -208,6 +208,20 @@ def test_legs_figure_takes_the_cards_labels_for_its_sets():
     legs = [{"leg": "a", "train_minutes": 10, "tokens_seen": 1e6, "valid_chrf": 30.0, "test_chrf": 28.0}]
     fig = legs_figure(legs, labels={"valid_chrf": "mixture valid chrF", "bogus": "x"})
     assert {t.name for t in fig.data} == {"mixture valid chrF", LEG_SCORES["test_chrf"]}
+
+
+def test_the_curve_runs_through_the_evaluations_before_the_shipped_model():
+    """A card marks only the model shipped now: the trainer's evaluations and the models shipped before it are the
+    curve that led there, drawn solid up to it, never a dotted branch back from it to the first evaluation."""
+    legs = [{"leg": f"step {s}", "tokens_seen": t, "valid_chrf": c, "shipped": False}
+            for s, t, c in ((1000, 2.2e7, 41.1), (4940, 1.075e8, 54.2))]
+    legs.append({"leg": "the soup", "tokens_seen": 1.112e8, "valid_chrf": 54.16, "shipped": True})
+    legs.append({"leg": "tried after it", "tokens_seen": 1.15e8, "valid_chrf": 54.5, "shipped": False})
+    fig = legs_figure(legs)
+    solid = next(t for t in fig.data if t.showlegend is not False)
+    dotted = next(t for t in fig.data if t.showlegend is False)
+    assert list(solid.x) == [22, 107.5, 111.2] and solid.line.dash is None
+    assert list(dotted.x) == [111.2, 115] and dotted.line.dash == "dot"
 
 
 def test_legs_figure_counts_tokens_so_a_gpu_run_and_a_cpu_leg_after_it_share_one_axis():

@@ -27,6 +27,7 @@ import copy
 import sys
 from pathlib import Path
 
+from corpora.extra import FLORES_NAME
 from model.checkpoint import atomic_write_json
 from model.config import ConfigError, ModelConfig
 from model.transformer import Transformer
@@ -288,6 +289,9 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
     legs.append({"leg": shipped_label or f"leg {leg} · shipped", minutes_key: total[minutes_key],
                  "tokens_seen": total["tokens_seen"], "valid_chrf": None,
                  "everyday_chrf": fields["everyday"]["chrf"], "test_chrf": fields["test"]["chrf"], "shipped": True})
+    flores = fields["suite"]["greedy"].get(FLORES_NAME)
+    if flores:  # the general domain beside the everyday set on the card's chart (viz.training.LEG_SCORES)
+        legs[-1]["flores_chrf"] = flores["chrf"]
     new["legs"] = legs
     return new
 

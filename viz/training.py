@@ -266,6 +266,7 @@ LEG_SCORES: dict[str, str] = {
     "everyday_chrf": "everyday sentences chrF",
     "valid_chrf": "Ding valid chrF",
     "test_chrf": "Ding test chrF",
+    "flores_chrf": "FLORES-200 devtest chrF (news, Wikipedia)",
 }
 
 
@@ -281,8 +282,8 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
 
     ``legs`` is a model card's ``legs`` list (``checkpoints/en-de/card.json``): one mapping per training leg with
     ``leg`` (a short name), ``tokens_seen`` (cumulative, tokens), ``shipped`` (bool: whether that leg's model was
-    the shipped one) and any of :data:`LEG_SCORES` (chrF, 0–100). A leg that was not shipped is drawn as a hollow
-    marker and a dotted segment: the curve of what was tried. Legs without a numeric ``tokens_seen`` and scores
+    the shipped one) and any of :data:`LEG_SCORES` (chrF, 0–100), in training order. The legs up to the last shipped
+    one are the solid curve; a leg after it, not shipped, is a hollow marker on a dotted segment: what was tried. Legs without a numeric ``tokens_seen`` and scores
     that are missing or not finite are skipped, never raised on. ``labels`` renames scores (a card's
     ``legs_labels``: which valid and test sets its lineage was scored on).
     """
@@ -294,10 +295,11 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
         if not points:
             continue
         color = PALETTE[i % len(PALETTE)]
-        shipped = [p for p in points if p[2].get("shipped", True)]
-        tried = [p for p in points if not p[2].get("shipped", True)]
-        if not shipped:  # a score taken only along the way (the trainer's valid set at every evaluation): no model
-            shipped, tried = tried, []  # of those was shipped, and the points are the curve itself, drawn solid
+        # The lineage up to the shipped model is the solid curve, its evaluations along the way included (a card
+        # marks only the model shipped now); what was tried after it branches off dotted. A score taken only along
+        # the way (the trainer's valid set at every evaluation), with no shipped point, is the curve itself.
+        last = max((i for i, p in enumerate(points) if p[2].get("shipped", True)), default=len(points) - 1)
+        shipped, tried = points[: last + 1], points[last + 1:]
         hover = f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.1f}}M tokens<extra></extra>"
         fig.add_trace(go.Scatter(
             x=[p[0] for p in shipped], y=[p[1] for p in shipped], name=label, mode="lines+markers",

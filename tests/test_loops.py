@@ -4,6 +4,7 @@ often the language), and the Translate page says why greedy decoding loops when 
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -77,14 +78,17 @@ def test_the_translate_page_shows_the_translation_the_loop_guard_gives(monkeypat
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.run()
-    # A FLORES sentence on which the shipped translator loops: "Er wurde im im im im James Petos …"
+    # A FLORES sentence on which the shipped translator loops: "Er war im im im im im James Paget-Hospital …" (how
+    # many times depends on the weights; a loop is three or more)
     at.text_input(key="text_input").set_value(
         "He was initially hospitalised in the James Paget Hospital in Great Yarmouth.").run()
     assert not at.exception
     loops = [i.value for i in at.info if "goes round in a loop" in i.value]
-    assert loops and "“im” 4 times in a row" in loops[0]
+    assert loops and re.search(r"“im” (\d+) times in a row", loops[0])
+    assert int(re.search(r"“im” (\d+) times", loops[0]).group(1)) >= 3
     guarded = [m.value for m in at.markdown if m.value.startswith("**With the loop guard**")]
-    assert len(guarded) == 1 and "im im James" in guarded[0] and find_loop(guarded[0].split("):", 1)[1]) is None
+    assert len(guarded) == 1 and find_loop(guarded[0].split("):", 1)[1]) is None
+    assert "im im im" not in guarded[0]
 
 
 def _ends_in_loop(ids: list[int], times: int, max_tokens: int) -> bool:

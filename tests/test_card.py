@@ -225,8 +225,10 @@ def test_a_cpu_leg_after_a_gpu_run_counts_its_minutes_apart_and_keeps_its_own_va
     assert new["legs"][-1]["cpu_minutes"] == 35.0 and new["legs"][-1]["shipped"] is True
     assert "flores_chrf" not in new["legs"][-1]  # the reports score no FLORES here
     greedy = _report("greedy")
-    greedy["sets"].append({"name": "flores200-devtest", "sentences": 1012, "scores": {"greedy": {"bleu": 6.2, "chrf": 33.7}}})
-    with_flores = append_leg(gpu, tmp_path / "run", 2, "the GPU run", VALID, greedy, _report("beam"), "x", machine="cpu")
+    greedy["sets"].append({"name": "flores200-devtest", "sentences": 1012,
+                           "scores": {"greedy": {"bleu": 6.2, "chrf": 33.7}}})
+    with_flores = append_leg(gpu, tmp_path / "run", 2, "the GPU run", VALID, greedy, _report("beam"), "x",
+                             machine="cpu")
     assert with_flores["legs"][-1]["flores_chrf"] == 33.7  # the chart draws the general domain beside the rest
     (tmp_path / "b").mkdir()
     again = append_leg(new, _run(tmp_path / "b"), 3, "leg 2", VALID, _report("greedy"), _report("beam"), "x",

@@ -59,12 +59,16 @@ def training_time(card: Mapping, fmt: str = ".0f") -> str | None:
     """How long the card's model trained, each machine's minutes under its own name: ``"8 GPU-minutes"``, or for a
     GPU run continued on the CPU (the card's ``cpu_minutes``) ``"8 GPU-minutes and 89 CPU-minutes"``; ``None``
     when the card gives no minutes. ``fmt`` formats the numbers."""
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
     minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))
-    if not isinstance(minutes, (int, float)) or isinstance(minutes, bool):
+    if not number(minutes):
         return None
-    text = f"{minutes:{fmt}} {minutes_unit(card)}"
+    unit = minutes_unit(card)
+    text = f"{minutes:{fmt}} {unit}"
     cpu = card.get("cpu_minutes")
-    if minutes_unit(card) == "GPU-minutes" and isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and cpu > 0:
+    if unit == "GPU-minutes" and number(cpu) and cpu > 0:
         text += f" and {cpu:{fmt}} CPU-minutes"
     return text
 

@@ -283,9 +283,9 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
     ``legs`` is a model card's ``legs`` list (``checkpoints/en-de/card.json``): one mapping per training leg with
     ``leg`` (a short name), ``tokens_seen`` (cumulative, tokens), ``shipped`` (bool: whether that leg's model was
     the shipped one) and any of :data:`LEG_SCORES` (chrF, 0–100), in training order. The legs up to the last shipped
-    one are the solid curve; a leg after it, not shipped, is a hollow marker on a dotted segment: what was tried. Legs without a numeric ``tokens_seen`` and scores
-    that are missing or not finite are skipped, never raised on. ``labels`` renames scores (a card's
-    ``legs_labels``: which valid and test sets its lineage was scored on).
+    one are the solid curve; a leg after it, not shipped, is a hollow marker on a dotted segment: what was tried.
+    Legs without a numeric ``tokens_seen`` and scores that are missing or not finite are skipped, never raised on.
+    ``labels`` renames scores (a card's ``legs_labels``: which valid and test sets its lineage was scored on).
     """
     names = {**LEG_SCORES, **{k: str(v) for k, v in (labels or {}).items() if k in LEG_SCORES}}
     rows = [leg for leg in legs if isinstance(leg, Mapping) and _number(leg.get("tokens_seen")) is not None]
@@ -298,7 +298,7 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
         # The lineage up to the shipped model is the solid curve, its evaluations along the way included (a card
         # marks only the model shipped now); what was tried after it branches off dotted. A score taken only along
         # the way (the trainer's valid set at every evaluation), with no shipped point, is the curve itself.
-        last = max((i for i, p in enumerate(points) if p[2].get("shipped", True)), default=len(points) - 1)
+        last = max((j for j, p in enumerate(points) if p[2].get("shipped", True)), default=len(points) - 1)
         shipped, tried = points[: last + 1], points[last + 1:]
         hover = f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.1f}}M tokens<extra></extra>"
         fig.add_trace(go.Scatter(
@@ -314,8 +314,8 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
                 marker=dict(size=[0] + [10] * len(tried), color="white", line=dict(color=color, width=2)),
                 customdata=_leg_hover(dotted), hovertemplate=hover,
             ))
-    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)", "tokens of training (millions), cumulative",
-            "chrF (0–100)", height, title_size=16)
+    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)",
+            "tokens of training (millions), cumulative", "chrF (0–100)", height, title_size=16)
     if not fig.data:
         fig.add_annotation(text="This model's card has no training legs", showarrow=False, xref="paper",
                            yref="paper", x=0.5, y=0.5, font=dict(size=18, color=PLACEHOLDER))

@@ -15,7 +15,7 @@ def _run(tmp_path: Path) -> Path:
     """A leg of 3,000 steps: training rows every 500, evaluations every 1,000, a resumed evaluation of step 2,000
     written twice (the later one counts), a line cut short by a kill, and the stop event."""
     run = tmp_path / "run"
-    run.mkdir()
+    run.mkdir(parents=True)
     rows = [{"step": s, "loss": 2.0, "tokens_seen": s * 4000, "time_s": s * 0.7} for s in range(500, 3001, 500)]
     rows += [{"step": s, "valid_loss": 2.0 - s / 10000, "valid_chrf": 50 + s / 1000, "time_s": s * 0.7}
              for s in (1000, 2000, 3000)]
@@ -89,6 +89,36 @@ def test_the_card_counts_the_weights_the_leg_trained_and_says_when_the_model_gre
     (run / "config.json").unlink()
     with pytest.raises(CardError, match="config.json"):
         append_leg(START, run, 8, "x", VALID, _report("greedy"), _report("beam"), "y")
+
+
+def test_a_leg_that_went_on_as_a_second_run_counts_on_from_the_first(tmp_path):
+    """A leg carried over two sessions as two runs (the second --init-from the first's end, its steps from 0) is
+    one leg: steps, tokens and minutes of the second run count on from the first's, and the command takes both."""
+    first = _run(tmp_path)
+    second = _run(tmp_path / "next")
+    _model(second, layers=3)
+    rows, total = leg_rows([first, second], START, 8, "x", cooldown_from=5500)
+    assert total == {"step": 22631 + 6000, "tokens_seen": 103_638_498 + 6000 * 4000,
+                     "train_minutes": round(660.6 + 6000 * 0.7 / 60, 1)}
+    steps = [int(r["leg"].rsplit("step ", 1)[1].replace(",", "")) - 22631 for r in rows]
+    assert steps == [1000, 2000, 3000, 4000, 5000, 6000]
+    assert [r["tokens_seen"] - 103_638_498 for r in rows] == [s * 4000 for s in steps]
+    assert ["(cooldown)" in r["leg"] for r in rows] == [False] * 5 + [True]
+    assert rows[4]["valid_loss"] == 1.7  # the second run's re-written evaluation of its step 2,000
+    card = append_leg(START, [first, second], 8, "x", VALID, _report("greedy"), _report("beam"), "y")
+    assert card["step"] == 28631 and card["parameters"] > append_leg(
+        START, first, 8, "x", VALID, _report("greedy"), _report("beam"), "y")["parameters"]  # the last run's model
+    files = {}
+    for name, obj in (("card", START), ("valid", VALID), ("greedy", _report("greedy")), ("beam", _report("beam"))):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(obj), encoding="utf-8")
+    out = tmp_path / "out.json"
+    assert main(["--card", str(files["card"]), "--run", str(first), str(second), "--leg", "8", "--parent", "x",
+                 "--valid", str(files["valid"]), "--greedy", str(files["greedy"]), "--beam", str(files["beam"]),
+                 "--selected-by", "y", "--out", str(out)]) == 0
+    assert json.loads(out.read_text(encoding="utf-8"))["step"] == 28631
+    with pytest.raises(CardError, match="no run folder"):
+        leg_rows([], START, 8, "x")
 
 
 def test_rows_can_be_thinned_but_the_last_evaluation_always_stays(tmp_path):

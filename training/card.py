@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from corpora.extra import FLORES_NAME
@@ -66,6 +67,31 @@ def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
     return train, valid
 
 
+def chain_metrics(run_folders: Sequence[str | Path]) -> tuple[list[dict], list[dict]]:
+    """:func:`read_metrics` of runs that continue one another (each ``--init-from`` the one before's end) as one
+    run: each later run's steps, ``tokens_seen`` and ``time_s`` counted on from where the one before it stopped.
+
+    A leg that went on over several sessions as new runs (each with fresh Adam moments, its step counting from 0)
+    is still one leg of the lineage: one curve, one total, one shipped candidate at its end.
+
+    Raises:
+        CardError: see :func:`read_metrics`; or no run folder at all.
+    """
+    if not run_folders:
+        raise CardError("no run folder given")
+    train, valid = [], []
+    step = tokens = seconds = 0
+    for folder in run_folders:
+        t, v = read_metrics(folder)
+        train += [dict(r, step=step + r["step"], tokens_seen=tokens + r["tokens_seen"],
+                       time_s=seconds + r.get("time_s", 0)) for r in t]
+        valid += [dict(r, step=step + r["step"], time_s=seconds + r.get("time_s", 0)) for r in v]
+        step += v[-1]["step"]
+        tokens += max((r["tokens_seen"] for r in t), default=0)
+        seconds += max(r.get("time_s", 0) for r in t + v)
+    return train, valid
+
+
 def tokens_at(train_rows: list[dict], step: int) -> int:
     """Tokens seen by ``step``: the last training row at or before it (0 before the first)."""
     seen = 0
@@ -75,16 +101,18 @@ def tokens_at(train_rows: list[dict], step: int) -> int:
     return seen
 
 
-def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from: int | None = None,
+def leg_rows(run: str | Path | Sequence[str | Path], start: dict, leg: int, parent: str, cooldown_from: int | None = None,
              every: int = 1000, minutes_key: str = "train_minutes") -> tuple[list[dict], dict]:
     """The card's curve rows for one leg, and the leg's totals.
 
     Args:
-        run: the leg's run folder (the cooled copy when it was cooled down).
+        run: the leg's run folder (the cooled copy when it was cooled down), or the run folders it went through in
+            order, each started from the one before's end (:func:`chain_metrics`).
         start: the lineage before this leg: ``step``, ``tokens_seen`` and ``train_minutes`` (CPU-minutes of wall
             time on the card's hardware).
         leg: the leg's number, ``parent``: where it started, e.g. ``"leg 7 soup"``.
-        cooldown_from: the run's step where the learning rate began its linear decay, to mark those rows.
+        cooldown_from: the run's step where the learning rate began its linear decay, to mark those rows (over
+            several runs: counted from the first run's start).
         every: keep an evaluation row every this many run steps (and always the last).
         minutes_key: the key of ``start``'s minutes and of the rows' and total's: ``"cpu_minutes"`` for a leg on
             the CPU after a lineage's GPU run, whose minutes are counted apart.
@@ -93,7 +121,7 @@ def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from:
         ``(rows, total)``: rows as the card's ``legs`` holds them (``valid_loss``, ``valid_chrf``, lineage step in
         the label), and the lineage's ``step``, ``tokens_seen`` and minutes (``minutes_key``) after the leg.
     """
-    train, valid = read_metrics(run)
+    train, valid = chain_metrics([run] if isinstance(run, (str, Path)) else run)
     last = valid[-1]["step"]
     rows = []
     for r in valid:
@@ -111,8 +139,9 @@ def leg_rows(run: str | Path, start: dict, leg: int, parent: str, cooldown_from:
     return rows, total
 
 
-def parameters(run: str | Path) -> tuple[int, dict]:
-    """The number of weights of the leg's model (tied embeddings once) and its depths, from ``run/config.json``.
+def parameters(run: str | Path | Sequence[str | Path]) -> tuple[int, dict]:
+    """The number of weights of the leg's model (tied embeddings once) and its depths, from ``run/config.json``
+    (of the last run, when the leg went through several).
 
     A leg may change the model (``python -m training.grow``), so the card counts what the run trained rather than
     carrying the count of the card it started from.
@@ -120,6 +149,8 @@ def parameters(run: str | Path) -> tuple[int, dict]:
     Raises:
         CardError: the run has no readable ``config.json``.
     """
+    if not isinstance(run, (str, Path)):
+        run = run[-1]
     try:
         cfg = ModelConfig.from_json(Path(run) / "config.json")
     except ConfigError as exc:
@@ -231,8 +262,8 @@ def card_pages(card_json: str | Path) -> tuple[Path, Path]:
     return folder / "README.md", folder / "HISTORY.md"
 
 
-def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, greedy: dict, beam: dict,
-               selected_by: str, cooldown_from: int | None = None, every: int = 1000, date: str | None = None,
+def append_leg(card: dict, run: str | Path | Sequence[str | Path], leg: int, parent: str, valid: dict, greedy: dict,
+               beam: dict, selected_by: str, cooldown_from: int | None = None, every: int = 1000, date: str | None = None,
                shipped_label: str | None = None, data_note: str = "", command: str = "", machine: str | None = None,
                own_valid: str | None = None) -> dict:
     """``card`` (the card the leg started from) carried across one more leg: a new dict, ``card`` untouched.
@@ -299,7 +330,8 @@ def append_leg(card: dict, run: str | Path, leg: int, parent: str, valid: dict, 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.card", description=__doc__.split("\n\n")[0])
     p.add_argument("--card", required=True, help="card.json of the checkpoint the leg started from")
-    p.add_argument("--run", help="the leg's run folder (the cooled copy, when there is one)")
+    p.add_argument("--run", nargs="+", help="the leg's run folder (the cooled copy, when there is one); a leg that "
+                   "went on as new runs, each --init-from the one before's end: every folder, in order")
     p.add_argument("--leg", type=int, default=None, help="the leg's number in the lineage")
     p.add_argument("--parent", help='where the leg started, e.g. "leg 7 soup"')
     p.add_argument("--cooldown-from", type=int, default=None, help="run step where the cooldown began")

@@ -26,12 +26,15 @@ RIGHT = {
     "Thank you very much.": "Vielen Dank.",
     "The weather is nice today.": "Das Wetter ist heute schön.",
     "The cat sat on the mat.": "Die Katze saß auf der Matte.",
-    "Time flies like an arrow.": "Die Zeit vergeht wie ein Pfeil.",
+    "Time flies like an arrow.": "Die Zeit fliegt wie ein Pfeil.",
     "The woman gave the man a book.": "Die Frau gab dem Mann ein Buch.",
     "The girl who is wearing a red dress is my sister.": "Das Mädchen, das ein rotes Kleid trägt, ist meine Schwester.",
     "Alice went to the market and bought apples.": "Alice ging auf den Markt und kaufte Äpfel.",
     "He played the piano.": "Er spielte Klavier.",
     "I would like a cup of coffee.": "Ich hätte gerne eine Tasse Kaffee.",
+    # the self-attention classic: "it" is the animal ("es", neuter like "das Tier"), and the negation stays
+    "The animal didn't cross the street because it was too tired.":
+        "Das Tier überquerte die Straße nicht, weil es zu müde war.",
 }
 
 

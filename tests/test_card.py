@@ -43,6 +43,15 @@ def _report(strategy: str) -> dict:
             "decoding": {"beam": 8, "alpha": 1.0, "limit": 0}, "missing": []}
 
 
+def _report_files(tmp_path: Path) -> dict[str, Path]:
+    """The command's four JSON inputs written under ``tmp_path``: card, valid, greedy and beam reports."""
+    files = {}
+    for name, obj in (("card", START), ("valid", VALID), ("greedy", _report("greedy")), ("beam", _report("beam"))):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(obj), encoding="utf-8")
+    return files
+
+
 START = {"step": 22631, "tokens_seen": 103_638_498, "train_minutes": 660.6,
          "legs": [{"leg": "leg 7 · shipped", "train_minutes": 660.6, "tokens_seen": 103_638_498, "shipped": True}]}
 VALID = {"tsv": "v.tsv", "sentences": 1600, "strategy": "greedy", "bleu": 35.0, "chrf": 55.0, "loss": 1.80,
@@ -108,10 +117,7 @@ def test_a_leg_that_went_on_as_a_second_run_counts_on_from_the_first(tmp_path):
     card = append_leg(START, [first, second], 8, "x", VALID, _report("greedy"), _report("beam"), "y")
     assert card["step"] == 28631 and card["parameters"] > append_leg(
         START, first, 8, "x", VALID, _report("greedy"), _report("beam"), "y")["parameters"]  # the last run's model
-    files = {}
-    for name, obj in (("card", START), ("valid", VALID), ("greedy", _report("greedy")), ("beam", _report("beam"))):
-        files[name] = tmp_path / f"{name}.json"
-        files[name].write_text(json.dumps(obj), encoding="utf-8")
+    files = _report_files(tmp_path)
     out = tmp_path / "out.json"
     assert main(["--card", str(files["card"]), "--run", str(first), str(second), "--leg", "8", "--parent", "x",
                  "--valid", str(files["valid"]), "--greedy", str(files["greedy"]), "--beam", str(files["beam"]),
@@ -139,10 +145,7 @@ def test_the_shipped_card_carries_forward(tmp_path):
 
 def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, capsys):
     run = _run(tmp_path)
-    files = {}
-    for name, obj in (("card", START), ("valid", VALID), ("greedy", _report("greedy")), ("beam", _report("beam"))):
-        files[name] = tmp_path / f"{name}.json"
-        files[name].write_text(json.dumps(obj), encoding="utf-8")
+    files = _report_files(tmp_path)
     args = ["--card", str(files["card"]), "--run", str(run), "--leg", "8", "--parent", "leg 7 soup",
             "--valid", str(files["valid"]), "--greedy", str(files["greedy"]), "--beam", str(files["beam"]),
             "--selected-by", "the soup", "--out", str(tmp_path / "out.json")]

@@ -67,7 +67,19 @@ def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
     return train, valid
 
 
-def chain_metrics(run_folders: Sequence[str | Path]) -> tuple[list[dict], list[dict]]:
+def run_folders(run: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    """The leg's run folders in order: ``run`` itself as the only one, or the runs it went through.
+
+    Raises:
+        CardError: an empty list of runs.
+    """
+    folders = [run] if isinstance(run, (str, Path)) else list(run)
+    if not folders:
+        raise CardError("no run folder given")
+    return folders
+
+
+def chain_metrics(run: str | Path | Sequence[str | Path]) -> tuple[list[dict], list[dict]]:
     """:func:`read_metrics` of runs that continue one another (each ``--init-from`` the one before's end) as one
     run: each later run's steps, ``tokens_seen`` and ``time_s`` counted on from where the one before it stopped.
 
@@ -75,18 +87,16 @@ def chain_metrics(run_folders: Sequence[str | Path]) -> tuple[list[dict], list[d
     is still one leg of the lineage: one curve, one total, one shipped candidate at its end.
 
     Raises:
-        CardError: see :func:`read_metrics`; or no run folder at all.
+        CardError: see :func:`read_metrics` and :func:`run_folders`.
     """
-    if not run_folders:
-        raise CardError("no run folder given")
     train, valid = [], []
     step = tokens = seconds = 0
-    for folder in run_folders:
+    for folder in run_folders(run):
         t, v = read_metrics(folder)
         train += [dict(r, step=step + r["step"], tokens_seen=tokens + r["tokens_seen"],
                        time_s=seconds + r.get("time_s", 0)) for r in t]
         valid += [dict(r, step=step + r["step"], time_s=seconds + r.get("time_s", 0)) for r in v]
-        step += v[-1]["step"]
+        step += max(r["step"] for r in t + v)  # the next run starts from this one's last/, its last step
         tokens += max((r["tokens_seen"] for r in t), default=0)
         seconds += max(r.get("time_s", 0) for r in t + v)
     return train, valid
@@ -101,8 +111,9 @@ def tokens_at(train_rows: list[dict], step: int) -> int:
     return seen
 
 
-def leg_rows(run: str | Path | Sequence[str | Path], start: dict, leg: int, parent: str, cooldown_from: int | None = None,
-             every: int = 1000, minutes_key: str = "train_minutes") -> tuple[list[dict], dict]:
+def leg_rows(run: str | Path | Sequence[str | Path], start: dict, leg: int, parent: str,
+             cooldown_from: int | None = None, every: int = 1000,
+             minutes_key: str = "train_minutes") -> tuple[list[dict], dict]:
     """The card's curve rows for one leg, and the leg's totals.
 
     Args:
@@ -121,7 +132,7 @@ def leg_rows(run: str | Path | Sequence[str | Path], start: dict, leg: int, pare
         ``(rows, total)``: rows as the card's ``legs`` holds them (``valid_loss``, ``valid_chrf``, lineage step in
         the label), and the lineage's ``step``, ``tokens_seen`` and minutes (``minutes_key``) after the leg.
     """
-    train, valid = chain_metrics([run] if isinstance(run, (str, Path)) else run)
+    train, valid = chain_metrics(run)
     last = valid[-1]["step"]
     rows = []
     for r in valid:
@@ -149,12 +160,11 @@ def parameters(run: str | Path | Sequence[str | Path]) -> tuple[int, dict]:
     Raises:
         CardError: the run has no readable ``config.json``.
     """
-    if not isinstance(run, (str, Path)):
-        run = run[-1]
+    folders = run_folders(run)
     try:
-        cfg = ModelConfig.from_json(Path(run) / "config.json")
+        cfg = ModelConfig.from_json(Path(folders[-1]) / "config.json")
     except ConfigError as exc:
-        raise CardError(f"{run}: {exc}") from None
+        raise CardError(f"{folders[-1]}: {exc}") from None
     return Transformer.count_parameters(cfg), {
         "n_encoder_layers": cfg.n_encoder_layers, "n_decoder_layers": cfg.n_decoder_layers}
 
@@ -263,9 +273,9 @@ def card_pages(card_json: str | Path) -> tuple[Path, Path]:
 
 
 def append_leg(card: dict, run: str | Path | Sequence[str | Path], leg: int, parent: str, valid: dict, greedy: dict,
-               beam: dict, selected_by: str, cooldown_from: int | None = None, every: int = 1000, date: str | None = None,
-               shipped_label: str | None = None, data_note: str = "", command: str = "", machine: str | None = None,
-               own_valid: str | None = None) -> dict:
+               beam: dict, selected_by: str, cooldown_from: int | None = None, every: int = 1000,
+               date: str | None = None, shipped_label: str | None = None, data_note: str = "", command: str = "",
+               machine: str | None = None, own_valid: str | None = None) -> dict:
     """``card`` (the card the leg started from) carried across one more leg: a new dict, ``card`` untouched.
 
     ``valid`` is the ``--loss`` report of ``python -m training.evaluate --tsv`` on the shipped candidate; the old

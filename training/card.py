@@ -68,11 +68,7 @@ def read_metrics(run: str | Path) -> tuple[list[dict], list[dict]]:
 
 
 def run_folders(run: str | Path | Sequence[str | Path]) -> list[str | Path]:
-    """The leg's run folders in order: ``run`` itself as the only one, or the runs it went through.
-
-    Raises:
-        CardError: an empty list of runs.
-    """
+    """The leg's run folders in order (``run`` alone, or the runs it went through); :class:`CardError` if none."""
     folders = [run] if isinstance(run, (str, Path)) else list(run)
     if not folders:
         raise CardError("no run folder given")
@@ -81,14 +77,9 @@ def run_folders(run: str | Path | Sequence[str | Path]) -> list[str | Path]:
 
 def chain_metrics(run: str | Path | Sequence[str | Path]) -> tuple[list[dict], list[dict]]:
     """:func:`read_metrics` of runs that continue one another (each ``--init-from`` the one before's end) as one
-    run: each later run's steps, ``tokens_seen`` and ``time_s`` counted on from where the one before it stopped.
-
-    A leg that went on over several sessions as new runs (each with fresh Adam moments, its step counting from 0)
-    is still one leg of the lineage: one curve, one total, one shipped candidate at its end.
-
-    Raises:
-        CardError: see :func:`read_metrics` and :func:`run_folders`.
-    """
+    run, each later run's steps, ``tokens_seen`` and ``time_s`` counted on from where the one before it stopped: a
+    leg that went on over sessions as new runs (fresh Adam moments, steps from 0) is still one leg of the lineage.
+    Raises :class:`CardError` (:func:`read_metrics`, :func:`run_folders`)."""
     train, valid = [], []
     step = tokens = seconds = 0
     for folder in run_folders(run):

@@ -96,3 +96,14 @@ def test_a_new_run_can_reuse_a_tokenizer_and_says_so_when_it_cannot(leg, tmp_pat
     rc, _, err = run_main(train.main, ["--out", tmp_path / "d", "--max-steps", "1", "--tokenizer", given,
                                        "--init-from", leg / "run" / "last", *TINY])
     assert rc == 2 and "--init-from keeps" in err
+
+
+def test_join_makes_the_folder_it_writes_into(leg, tmp_path):
+    """A fresh clone has no runs/: the join creates the parents of --into rather than failing."""
+    timed_leg.join(leg / "export", tmp_path / "runs" / "deeper" / "back")
+    assert (tmp_path / "runs" / "deeper" / "back" / "last" / "model.safetensors").is_file()
+
+
+def test_join_refuses_a_folder_that_is_no_export(tmp_path):
+    with pytest.raises(SystemExit, match="no run.tar.gz"):
+        timed_leg.join(tmp_path, tmp_path / "runs" / "back")

@@ -94,6 +94,10 @@ def join(export_dir: Path, into: Path) -> None:
     """Rebuild a run folder with ``last/`` weights (float16) from an :func:`export` folder, in ``into``."""
     if into.exists():
         raise SystemExit(f"{into} exists already: name a new folder")
+    if not (export_dir / "run.tar.gz").is_file():
+        raise SystemExit(f"{export_dir} holds no run.tar.gz: not a folder that --export wrote")
+    # a fresh clone has no runs/ yet: the folder the run goes into is made, not required
+    into.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=into.parent.resolve()))
     with tarfile.open(export_dir / "run.tar.gz") as tar:
         name = tar.getnames()[0].split("/")[0]

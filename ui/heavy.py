@@ -36,7 +36,8 @@ POLL_S = 0.25
 
 
 class TooBusy(RuntimeError):
-    """The wait for a free slot would exceed the gate's ``max_wait_s``; ``ahead`` computations were in front."""
+    """A wait for a free slot, or for another visitor's identical computation, would exceed the gate's ``max_wait_s``;
+    ``ahead`` computations were in front."""
 
     def __init__(self, what: str, ahead: int, waited_s: float):
         super().__init__(f"{what}: {ahead} computations still ahead after {waited_s:.0f} s")
@@ -49,7 +50,8 @@ class Gate:
     Args:
         slots: computations allowed to run at once (≥ 1).
         entries: results kept (least recently used dropped first).
-        max_wait_s: longest wait for a slot before :class:`TooBusy` (seconds).
+        max_wait_s: longest wait for a slot, or for another visitor's identical computation, before
+            :class:`TooBusy` (seconds).
 
     Thread-safe: Streamlit runs every session's script in a thread of its own.
     """
@@ -62,6 +64,7 @@ class Gate:
         self._results: OrderedDict[Hashable, object] = OrderedDict()
         self._running: dict[Hashable, bool] = {}  # keys being computed now
         self._line: list[int] = []  # tickets waiting for a slot, in arrival order
+        self._sharing = 0  # visitors waiting for another one's identical computation (outside the line)
         self._busy = 0  # slots in use
         self._tickets = itertools.count()
         self.computed = 0  # computations started (for tests and the load benchmark's sanity checks)
@@ -74,22 +77,63 @@ class Gate:
         (refreshed every :data:`POLL_S` s) and with ``None`` when the wait is over. ``keep=False``: the value is
         not cached (a timing that must be measured afresh), only bounded like the rest.
 
+        ``notify`` and ``compute`` may raise anything, Streamlit's rerun and stop exceptions included (a visitor's
+        click interrupts their script run inside them): whatever this call holds, a place in line, a shared wait
+        or a slot, is given back on every way out, so an interrupted visitor never wedges the gate for the others.
+
         Raises:
-            TooBusy: no slot within ``max_wait_s``.
-            whatever ``compute`` raises (nothing is cached then; a visitor waiting on it computes it itself).
+            TooBusy: no slot, or no shared result, within ``max_wait_s`` of the call.
+            whatever ``notify`` or ``compute`` raises (nothing is cached then; a visitor waiting on it computes it
+            itself).
         """
+        value, computed_here = self._take_turn(key, what, notify)
+        if not computed_here:
+            notify(None)  # holds nothing now: an interruption here costs nobody a slot
+            return value  # type: ignore[return-value]
+        done = False
+        try:  # the slot is ours from the line's last lock: only this finally gives it back
+            notify(None)
+            value = compute()
+            done = True
+        finally:
+            with self._cond:
+                self._busy -= 1
+                del self._running[key]
+                if done and keep:
+                    self._results[key] = value
+                    while len(self._results) > self.entries:
+                        self._results.popitem(last=False)
+                self._cond.notify_all()
+        return value  # type: ignore[return-value]
+
+    def _take_turn(self, key: Hashable, what: str, notify: Callable[[str | None], None]) -> tuple[object, bool]:
+        """Wait for ``key``'s value or a slot: ``(value, False)`` from the cache or a shared computation, or
+        ``(None, True)`` with a slot taken and ``key`` marked running (the caller must give both back)."""
         start = time.monotonic()
         ticket = None
+        sharing = False
         try:
             while True:
                 with self._cond:
                     if key in self._results:
                         self._results.move_to_end(key)
-                        value, computed_here = self._results[key], False
-                        break
+                        return self._results[key], False
+                    waited = time.monotonic() - start
                     if key in self._running:  # single flight: wait for that visitor's computation
+                        if ticket is not None:  # out of the line meanwhile: a place held here would block others
+                            self._line.remove(ticket)
+                            ticket = None
+                            self._cond.notify_all()
+                        if not sharing:
+                            sharing = True
+                            self._sharing += 1
+                        if waited > self.max_wait_s:
+                            raise TooBusy(what, 1, waited)
                         message = f"Another visitor's request for {what} is being computed; it will be shared."
                     else:
+                        if sharing:  # that computation failed or was not kept: compute it here
+                            sharing = False
+                            self._sharing -= 1
                         if ticket is None:
                             ticket = next(self._tickets)
                             self._line.append(ticket)
@@ -99,47 +143,33 @@ class Gate:
                             self._busy += 1
                             self._running[key] = True
                             self.computed += 1
-                            computed_here = True
-                            break
+                            return None, True
                         ahead = self._line.index(ticket) + self._busy
-                        waited = time.monotonic() - start
                         if waited > self.max_wait_s:
                             raise TooBusy(what, ahead, waited)
                         message = (f"Busy: {ahead} heavy computation{'s' if ahead != 1 else ''} ahead of yours "
                                    f"({what}). It starts as soon as one is done.")
                     self._cond.wait(POLL_S)
                 notify(message)  # outside the lock: a page's script run may be interrupted right here
-        finally:  # served, too busy, or the visitor's script run was interrupted: leave the line
-            if ticket is not None:
+        finally:  # served, too busy, or the visitor's script run was interrupted: leave the line and the wait
+            if ticket is not None or sharing:
                 with self._cond:
-                    self._line.remove(ticket)
+                    if ticket is not None:
+                        self._line.remove(ticket)
+                    if sharing:
+                        self._sharing -= 1
                     self._cond.notify_all()
-        notify(None)
-        if not computed_here:
-            return value  # type: ignore[return-value]
-        try:
-            value = compute()
-        except BaseException:
-            with self._cond:
-                self._busy -= 1
-                del self._running[key]
-                self._cond.notify_all()
-            raise
-        with self._cond:
-            self._busy -= 1
-            del self._running[key]
-            if keep:
-                self._results[key] = value
-                while len(self._results) > self.entries:
-                    self._results.popitem(last=False)
-            self._cond.notify_all()
-        return value
 
     # --- what the load benchmark and tests read -----------------------------------------------------------
     def waiting(self) -> int:
         """Computations waiting for a slot now."""
         with self._cond:
             return len(self._line)
+
+    def sharing(self) -> int:
+        """Visitors waiting now for another visitor's identical computation."""
+        with self._cond:
+            return self._sharing
 
     def cached(self, key: Hashable) -> bool:
         """Whether ``key``'s value is in the cache."""

@@ -2,31 +2,58 @@
 (ours, GPT-2's byte-level BPE) a step-by-step replay of its merges for one word, for a unigram model (MarianMT) the
 scored best split of one word and its runners-up; vocabulary statistics; and a small live BPE trainer."""
 
+from dataclasses import dataclass
+from types import MappingProxyType
+
 import pandas as pd
 import streamlit as st
 
 from teaching import unigram
-from teaching.bpe_replay import merge_table, own_pieces, piece_lengths, pre_tokenize, replay, segmentations
+from teaching.bpe_replay import MergeTable, merge_table, own_pieces, piece_lengths, pre_tokenize, replay, segmentations
 from model.tokenizer import TextTokenizer
-from ui import pieces, state, url
+from ui import heavy, pieces, state, url
+from ui.limits import limits
 from ui.widgets import show_figure, show_table
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html
 
 PLOT = dict(width="stretch", theme=None)
-MAX_CHARS = 2000
-TRAIN_MAX_CHARS = 20000
 DEFAULT_TRAIN_TEXT = "\n".join(state.PRESETS)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def _merges(path: str, mtime: float, tokenizer_json: str):  # path and mtime are the cache key
-    return merge_table(tokenizer_json)
+def _merges(path: str, mtime: float, tokenizer_json: str) -> MergeTable:  # path and mtime are the cache key
+    """The checkpoint's merges, shared by every session: read-only (a tuple and mapping proxies), so that no page
+    code can change what the other visitors read."""
+    table = merge_table(tokenizer_json)
+    return MergeTable(tuple(table.merges), MappingProxyType(table.ranks), MappingProxyType(table.vocab), table.unk)
 
 
-@st.cache_resource(show_spinner="Training a BPE…", max_entries=8)
-def _train(text: str, vocab_size: int) -> TextTokenizer:
+@dataclass(frozen=True)
+class TrainedBPE:
+    """What the page shows of a BPE trained on a visitor's text, as one immutable value: every session that trains
+    on the same text and size gets this very object, so nothing in it can be changed (a tokenizer can: its
+    truncation, padding and special-token settings are mutable). ``merges``: (left, right) in rank order;
+    ``first``: the first line, cut by it, as (piece, id, (start, end)) per piece."""
+
+    merges: tuple[tuple[str, str], ...]
+    vocab_size: int
+    first_line: str
+    first: tuple[tuple[str, int, tuple[int, int]], ...]
+
+
+def train_bpe(text: str, vocab_size: int) -> TrainedBPE:
+    """A BPE trained on ``text`` (one sentence per line, blank lines skipped) and what the page shows of it."""
     lines = [line for line in text.splitlines() if line.strip()]
-    return TextTokenizer.train(lines, vocab_size=vocab_size, min_frequency=1)
+    mine = TextTokenizer.train(lines, vocab_size=vocab_size, min_frequency=1)
+    enc = mine.encode(lines[0])
+    return TrainedBPE(merges=tuple(tuple(m) for m in merge_table(mine.to_str()).merges), vocab_size=mine.vocab_size,
+                      first_line=lines[0], first=tuple(zip(enc.tokens, enc.ids, map(tuple, enc.offsets))))
+
+
+def trained(text: str, vocab_size: int) -> TrainedBPE:
+    """:func:`train_bpe` through the gate for heavy work: a room pasting texts trains one at a time, each distinct
+    (text, size) once, and a visitor waiting in line is told so."""
+    return heavy.shared(("bpe-train", text, vocab_size), lambda: train_bpe(text, vocab_size), "training a BPE")
 
 
 def merges_frame(merges, start: int, show=str) -> pd.DataFrame:
@@ -59,7 +86,8 @@ else:
 
 # --- the text -----------------------------------------------------------------------------------------
 shared = state.current_text(ckpt)
-url.init_widget("tok_text", lambda p: url.text_param(p, "tok_text", shared, MAX_CHARS, ))
+caps = limits()  # the one place for input caps (ui/limits.py), the hosted demo's shorter ones included
+url.init_widget("tok_text", lambda p: url.text_param(p, "tok_text", shared, caps.max_chars))
 text = st.text_area("Text", key="tok_text", height=80)
 too_long = url.put_text("tok_text", text, shared)  # the shared sentence is in the link already
 if too_long:
@@ -153,8 +181,8 @@ def show_unigram(text: str) -> None:
 
 if not text.strip():
     st.warning("Type some text to tokenize.")
-elif len(text) > MAX_CHARS:
-    st.warning(f"Please keep the text under {MAX_CHARS} characters (it has {len(text)}).")
+elif too_long := caps.too_long(text):
+    st.warning(too_long)
 else:
     show_tokens(text)
 
@@ -186,8 +214,8 @@ else:
 
 # --- live trainer ---------------------------------------------------------------------------------------
 st.subheader("Train your own BPE")
-url.init_widget("bpe_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT, TRAIN_MAX_CHARS,
-                                                            what="training text"))
+url.init_widget("bpe_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT,
+                                                            caps.train_text_chars, what="training text"))
 url.init_widget("bpe_vocab", lambda p: url.int_param(p, "vocab", 120, 30, 2000, what="vocabulary size"))
 train_text = st.text_area("Training text (one sentence per line)", key="bpe_train_text", height=140)
 too_long = url.put_text("train_text", train_text, DEFAULT_TRAIN_TEXT)
@@ -198,15 +226,13 @@ url.put("vocab", vocab_size, 120)
 if not train_text.strip():
     st.warning("Paste some text to train on.")
 else:
-    if len(train_text) > TRAIN_MAX_CHARS:
-        st.warning(f"Only the first {TRAIN_MAX_CHARS} characters are used.")
-        train_text = train_text[:TRAIN_MAX_CHARS]
-    mine = _train(train_text, vocab_size)
-    my_table = merge_table(mine.to_str())
-    st.markdown(f"Learned **{len(my_table.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
+    if len(train_text) > caps.train_text_chars:
+        st.warning(f"Only the first {caps.train_text_chars:,} characters are used.")
+        train_text = train_text[:caps.train_text_chars]
+    mine = trained(train_text, vocab_size)
+    st.markdown(f"Learned **{len(mine.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
                 f"(asked for {vocab_size}; all characters seen are always kept).")
-    show_table(merges_frame(my_table.merges[:20], 0))
-    first = next(line for line in train_text.splitlines() if line.strip())
-    enc = mine.encode(first)
-    st.markdown(token_spans_html(first, enc.tokens, enc.ids, enc.offsets), unsafe_allow_html=True)
+    show_table(merges_frame(mine.merges[:20], 0))
+    tokens, ids, offsets = zip(*mine.first) if mine.first else ((), (), ())
+    st.markdown(token_spans_html(mine.first_line, tokens, ids, offsets), unsafe_allow_html=True)
     st.caption("The first line of the training text, cut by the BPE you just trained. More merges → longer pieces.")

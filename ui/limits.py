@@ -15,10 +15,19 @@ from model.decoding import MAX_INPUT_CHARS
 from training.launch import DEMO_ENV, demo_mode
 from ui import attention_views
 
-__all__ = ["DEMO_ENV", "DEMO_MAX_CHARS", "Limits", "demo_mode", "limits"]
+__all__ = ["DEMO_ENV", "DEMO_MAX_CHARS", "DEMO_TRAIN_TEXT_CHARS", "Limits", "TRAIN_TEXT_CHARS", "UPLOAD_MB",
+           "demo_mode", "limits"]
 
 #: Characters of text a visitor of the hosted demo may send (a sentence or two).
 DEMO_MAX_CHARS = 300
+#: Characters of text the Tokenization page's small BPE trainer learns from: a few hundred sentences, trained in
+#: well under a second, so one visitor's paste does not hold the heavy-work gate for the room.
+TRAIN_TEXT_CHARS = 20_000
+#: The same in the hosted demo: a paragraph or two (the default text, the presets, is about 400).
+DEMO_TRAIN_TEXT_CHARS = 2_000
+#: Megabytes of an uploaded training file (the Training page's own TSV): far more than the small runs it starts
+#: read, far less than Streamlit's default 200 MB, which the server would hold in memory per upload.
+UPLOAD_MB = 50
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,9 @@ class Limits:
         demo: hosted-demo mode is on.
         max_chars: characters of a sentence, prompt or tokenizer text a page accepts (the model's own hard cap,
             :data:`model.decoding.MAX_INPUT_CHARS`, or :data:`DEMO_MAX_CHARS` in the demo).
+        train_text_chars: characters of the Tokenization page's BPE training text (:data:`TRAIN_TEXT_CHARS`, or
+            :data:`DEMO_TRAIN_TEXT_CHARS` in the demo); more is cut, with a note.
+        upload_mb: megabytes of an uploaded file (:data:`UPLOAD_MB`).
         sweep_budget: the work one ablation sweep may take (:func:`ui.attention_views.sweep_plan`).
         training: runs may be launched, stopped and deleted from the Training page.
     """
@@ -37,6 +49,8 @@ class Limits:
     max_chars: int
     sweep_budget: float
     training: bool
+    train_text_chars: int = TRAIN_TEXT_CHARS
+    upload_mb: int = UPLOAD_MB
 
     def too_long(self, text: str) -> str | None:
         """A sentence for the visitor when ``text`` is longer than :attr:`max_chars`, else ``None``."""
@@ -51,4 +65,4 @@ def limits() -> Limits:
     demo = demo_mode()
     return Limits(demo=demo, max_chars=DEMO_MAX_CHARS if demo else MAX_INPUT_CHARS,
                   sweep_budget=attention_views.DEMO_SWEEP_BUDGET if demo else attention_views.SWEEP_BUDGET,
-                  training=not demo)
+                  training=not demo, train_text_chars=DEMO_TRAIN_TEXT_CHARS if demo else TRAIN_TEXT_CHARS)

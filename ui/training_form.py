@@ -15,6 +15,7 @@ from corpora.files import DataError
 from corpora.extra import EXTRA_CORPORA
 from corpora.parallel import BACKTRANSLATED, DEFAULT_REPEATS, parse_repeats, prepared_corpora
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
+from ui.limits import limits
 from ui.run_view import ARCH_LABELS, DATA_LABELS
 
 
@@ -159,8 +160,10 @@ def launch_form(root: Path) -> None:
                                    "explore English → German models only.")
         mix = mixture_fields(p, preset)
         recipe = recipe_fields(p, preset)
-        upload = st.file_uploader("your own data: source<TAB>target per line (.tsv; a decoder-only model trains on "
-                                  "both columns)", type=["tsv", "txt"], key=f"f_up_{preset}")
+        upload_mb = limits().upload_mb
+        upload = st.file_uploader(f"your own data: source<TAB>target per line (.tsv, up to {upload_mb} MB; a "
+                                  "decoder-only model trains on both columns)", type=["tsv", "txt"],
+                                  key=f"f_up_{preset}", max_upload_size=upload_mb)
         submitted = st.form_submit_button("Start training", type="primary")
     if not submitted:
         return
@@ -171,6 +174,8 @@ def launch_form(root: Path) -> None:
             "max_minutes": float(max_minutes), "device": device, "data": data, "reverse": bool(reverse),
             "train_tsv": "(uploaded)" if upload is not None else None, "mix": mix, **recipe}
     errors = TF.validate_form(form)
+    if upload is not None and upload.size > upload_mb * 2**20:  # the browser's own check can be bypassed
+        errors.append(f"the uploaded file has {upload.size / 2**20:.0f} MB; the cap is {upload_mb} MB")
     if name and not L.safe_name(name):
         errors.append("a run name may hold letters, digits, '.', '_' and '-' only")
     if errors:

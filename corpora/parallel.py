@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
 PREPARED = ROOT / "data" / "prepared"
 EVERYDAY = ROOT / "assets" / "eval" / "everyday.tsv"
+#: Sentences a lecturer types in a Transformer lecture (its words, idioms, professions): shipped, never trained on.
+LECTURE = ROOT / "assets" / "eval" / "lecture.tsv"
 
 #: Where each corpus is found in ``../shared/data`` when no ``--source`` is given.
 DEFAULT_SOURCES = {
@@ -192,16 +194,17 @@ def _read_corpus(corpus: str, source, shared: Path) -> tuple[dict[str, list[Pair
 
 
 def evaluation_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> dict[str, list[Pair]]:
-    """Every evaluation set that exists here: Ding valid/test and the everyday set (shipped), each prepared corpus's
-    held-out splits in ``prepared``, the evaluation-only sets of ``shared/eval`` (newstest, the Tatoeba-Challenge
-    test) and FLORES-200 devtest (``shared/extra/eval``). ``{name: pairs}``; sets whose files are absent are left
-    out."""
+    """Every evaluation set that exists here: Ding valid/test, the everyday and lecture sets (shipped), each prepared
+    corpus's held-out splits in ``prepared``, the evaluation-only sets of ``shared/eval`` (newstest, the
+    Tatoeba-Challenge test) and FLORES-200 devtest (``shared/extra/eval``). ``{name: pairs}``; sets whose files are
+    absent are left out."""
     sets: dict[str, list[Pair]] = {}
     for split in ("valid", "test"):
         if dataset_path(split, ASSETS_DATA).is_file():
             sets[f"ding.{split}"] = read_tsv(dataset_path(split, ASSETS_DATA))
-    if EVERYDAY.is_file():
-        sets["everyday"] = read_tsv(EVERYDAY)
+    for name, path in (("everyday", EVERYDAY), ("lecture", LECTURE)):
+        if path.is_file():
+            sets[name] = read_tsv(path)
     for path in sorted(Path(prepared).glob("*.tsv.gz")):
         corpus, split = path.name[: -len(".tsv.gz")].split(".", 1)
         if split != "train" and corpus != "mixture":

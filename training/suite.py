@@ -23,7 +23,7 @@ from pathlib import Path
 
 from corpora.extra import FLORES, FLORES_NAME, read_flores
 from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, read_tsv
-from corpora.parallel import EVAL_ONLY, EVERYDAY, PREPARED, SHARED_DATA, prepared_path, read_aligned
+from corpora.parallel import EVAL_ONLY, EVERYDAY, LECTURE, PREPARED, SHARED_DATA, prepared_path, read_aligned
 from model.batched import greedy_batch, translate_texts
 from model.beam import beam_translate_texts
 from model.familiarity import familiarity
@@ -96,14 +96,15 @@ def one_ref(name: str, origin: str, pairs: list[Pair]) -> EvalSet:
 def available_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> tuple[list[EvalSet], list[str]]:
     """``(sets, missing)``: every evaluation set found on this machine, and a line for each that is not.
 
-    Shipped: Ding test and the everyday set. Prepared (``python -m corpora prepare all``): Multi30K test2016,
-    test2017, MSCOCO 2017; BConTrasT test; Tatoeba held-out test (grouped, several references). From
+    Shipped: Ding test, the everyday and the lecture sets. Prepared (``python -m corpora prepare all``): Multi30K
+    test2016, test2017, MSCOCO 2017; BConTrasT test; Tatoeba held-out test (grouped, several references). From
     ``shared/eval``: newstest2014 and the Tatoeba-Challenge test; from ``shared/extra/eval``: FLORES-200 devtest.
     """
     sets: list[EvalSet] = []
     missing: list[str] = []
     sets.append(one_ref("ding test", "shipped: assets/data/test.tsv.gz", read_tsv(dataset_path("test", ASSETS_DATA))))
     sets.append(one_ref("everyday", "shipped: assets/eval/everyday.tsv", read_tsv(EVERYDAY)))
+    sets.append(one_ref("lecture", "shipped: assets/eval/lecture.tsv", read_tsv(LECTURE)))
     for corpus, split, label in (("multi30k", "test2016", "multi30k test2016"),
                                  ("multi30k", "test2017", "multi30k test2017"),
                                  ("multi30k", "mscoco2017", "multi30k mscoco2017"),

@@ -157,20 +157,22 @@ def decoding_page() -> None:
     run = lab.StepView.of(full, step)
 
 
-    def _force(at_step: int, example: str) -> None:
+    def _force(at_step: int, example: str, chosen: int | None) -> None:
         typed_piece = (ss.get("dl_force_text") or "").strip()
         if typed_piece:
             token_id = lab.resolve_piece(tok, typed_piece)
             if token_id is None:
-                ss["dl_force_msg"] = (f"“{typed_piece}” is not a piece of this model's vocabulary. Pieces that "
-                                      f"start a word begin with {pieces.word_start(tok)} (e.g. {example}); pick one "
-                                      "from the list, or try a shorter piece.")
+                ss["dl_force_msg"] = (f"“{lab.echo(typed_piece)}” is not a piece of this model's vocabulary. Pieces "
+                                      f"that start a word begin with {pieces.word_start(tok)} (e.g. {example}); pick "
+                                      "one from the list, or try a shorter piece.")
                 return
             ss["dl_force_text"] = ""
-        else:
-            token_id = ss.get("dl_force_choice")
-        if token_id is None:
+        elif chosen is None:  # the browser sent a choice that names no token: nothing is forced, and it says so
+            ss["dl_force_msg"] = ("The list's choice could not be read (it changed with the step). Pick the token "
+                                  "again, then force it.")
             return
+        else:
+            token_id = chosen
         forced = lab.forced_after(ss["dl_forced"], at_step, int(token_id))
         ss["dl_forced"] = forced
         if forced not in ss["dl_branches"]:

@@ -411,9 +411,9 @@ def test_forcing_a_token_creates_a_branch():
     at = page(step="2")
     clean(at)
     assert at.session_state["dl_step"] == 2
-    choice = at.selectbox(key="dl_force_choice")
+    (choice,) = [s for s in at.selectbox if s.label.startswith("Candidate")]  # its key follows the step's list
     alternative = choice.options[2]  # the third most probable, shown as text; the value is the id
-    at.selectbox(key="dl_force_choice").select_index(2)
+    choice.select_index(2)
     button(at, "Force this token").click().run()
     clean(at)
     token = at.session_state["dl_forced"][2]

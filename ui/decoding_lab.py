@@ -250,6 +250,38 @@ def resolve_piece(tokenizer: Tokenizer, text: str) -> int | None:
     return None
 
 
+#: Between a candidate's piece and its probability in the force list's labels (``"▁lern  (p = 0.039)"``).
+LABEL_SEP = "  (p = "
+#: Characters of a typed piece a message repeats: a pasted page must not become a warning a screen long.
+ECHO_CHARS = 40
+
+
+def candidate_label(piece: str, prob: float, decimals: int) -> str:
+    """A force-list label: the shown ``piece``, then its probability ``prob`` (0…1) with ``decimals`` decimals."""
+    return f"{piece}{LABEL_SEP}{prob:.{decimals}f})"
+
+
+def chosen_token(tokenizer: Tokenizer, value: object) -> int | None:
+    """The token id the force list's ``value`` stands for, or ``None`` when it names none.
+
+    ``value`` is an id when Streamlit found the browser's label among the options; otherwise Streamlit hands back
+    the label itself (a label of an earlier step, say ``"▁lern  (p = 0.039)"``), which is read by its piece (the
+    token the visitor saw selected). Never raises: a value that names no token of the vocabulary gives ``None``.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value < tokenizer.vocab_size else None
+    if not isinstance(value, str):
+        return None
+    return resolve_piece(tokenizer, value.split(LABEL_SEP, 1)[0])
+
+
+def echo(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` as a message repeats it: its first ``limit`` characters, and "…" when it was longer."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def example_piece(tokenizer: Tokenizer, candidate_ids, avoid: int | None = None) -> str:
     """A piece to show as an example of what can be typed in the force box, as the pages show it: a word start
     (the tokenizer's mark and two letters or more) among ``candidate_ids`` (this step's most probable next tokens,

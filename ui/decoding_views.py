@@ -3,7 +3,7 @@ token, beam search step by step, the forced-token branches, the probabilities ta
 
 They draw what the page computed (a :class:`~ui.decoding_lab.StepView`, a beam result and its per-step states)
 and own no state of their own except the cache-timing button's result (``dl_cache_cmp``) and the force panel's
-widgets (``dl_force_choice``, ``dl_force_text``, ``dl_force_msg``). The page (``app_pages/decoding.py``) keeps the
+widgets (``dl_force_choice_<step>_<list>``, ``dl_force_text``, ``dl_force_msg``). The page (``app_pages/decoding.py``) keeps the
 flow: settings, sentence, the decoding rule, and what forcing a token does.
 """
 
@@ -13,6 +13,7 @@ import dataclasses
 import html
 import math
 import platform
+import zlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -118,27 +119,33 @@ def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> N
                       "raw logits by one constant per step, which the softmax ignores.")
 
 
-def force_controls(tok, record, step: int, on_force: Callable[[int, str], None]) -> None:
+def force_controls(tok, record, step: int, on_force: Callable[[int, str, int | None], None]) -> None:
     """The panel that forces another token at ``step``: the :data:`TOP_CANDIDATES` most probable candidates of
     ``record`` (a step's record of the stepper), or any vocabulary piece typed in, and a button calling
-    ``on_force(step, example)``, where ``example`` is the piece the text box suggests. A message the callback left
-    in ``dl_force_msg`` (an unknown piece) is shown once."""
+    ``on_force(step, example, token_id)``, where ``example`` is the piece the text box suggests and ``token_id`` the
+    list's choice (``None`` when the browser's choice names no token, see :func:`~ui.decoding_lab.chosen_token`).
+    A message the callback left in ``dl_force_msg`` (an unknown piece) is shown once."""
     ss = st.session_state
     st.markdown(f"**Force a different token at step {step}**")
     ids, probs = record.top(TOP_CANDIDATES)
-    if ss.get("dl_force_choice") not in ids:
-        ss["dl_force_choice"] = ids[1] if len(ids) > 1 else ids[0]
-    p_of = dict(zip(ids, probs))
-    st.selectbox("Candidate (most probable first)", ids, key="dl_force_choice",
-                 format_func=lambda i: f"{pieces.of_id(tok, i)}  (p = {p_of.get(i, 0.0):.{DECIMALS}f})")
+    labels = {i: lab.candidate_label(pieces.of_id(tok, i), p, DECIMALS) for i, p in zip(ids, probs)}
+    # Streamlit keeps a select box's choice as its label and matches it against the next run's labels. The list
+    # belongs to this step and these candidates: a key of their own makes a new box for a new list (preselecting
+    # the runner-up), so a label of an earlier step is never taken for a choice in this one.
+    key = f"dl_force_choice_{step}_{zlib.crc32(chr(10).join(labels.values()).encode()):08x}"
+    st.selectbox("Candidate (most probable first)", ids, index=1 if len(ids) > 1 else 0, key=key,
+                 format_func=lambda i: labels.get(i, str(i)))
     # the example comes from this model's vocabulary and this step's candidates (a German word meant nothing to the
     # English language model)
     example = lab.example_piece(tok, ids, avoid=record.token_id)
     st.text_input("…or type any vocabulary piece", key="dl_force_text", placeholder=f"e.g. {example}",
                   help="Used instead of the list when not empty. A word start is written with "
                        f"{pieces.word_start(tok)}.")
-    st.button("Force this token", icon=":material/call_split:", type="primary", on_click=on_force,
-              args=(step, example))
+
+    def force() -> None:
+        on_force(step, example, lab.chosen_token(tok, ss.get(key)))
+
+    st.button("Force this token", icon=":material/call_split:", type="primary", on_click=force)
     message = ss.pop("dl_force_msg", None)
     if message:
         st.warning(message)

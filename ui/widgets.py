@@ -5,14 +5,13 @@ Streamlit glue only: what is drawn comes from :mod:`viz`; what a step is comes f
 
 from __future__ import annotations
 
-import html
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 import streamlit as st
 
 from ui import presentation
-from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG, SUBTLE
+from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG, SUBTLE, escape_html
 
 
 # --- the output box -----------------------------------------------------------------------------------------
@@ -24,9 +23,9 @@ def output_html(text: str, prompt: str = "", empty: str = "(empty output)") -> s
     """The HTML of :func:`output_box`: ``text`` escaped, ``prompt`` greyed before it, ``empty`` (italic) when
     there is no text."""
     # the note for no text is smaller and greyed: it is about the output, not the output
-    body = html.escape(text) or f'<i style="font-size:1.1rem;color:{SUBTLE}">{html.escape(empty)}</i>'
+    body = escape_html(text) or f'<i style="font-size:1.1rem;color:{SUBTLE}">{escape_html(empty)}</i>'
     if prompt:
-        body = f'<span style="color:{FAINT}">{html.escape(prompt)}</span> {body}'
+        body = f'<span style="color:{FAINT}">{escape_html(prompt)}</span> {body}'
     # At most OUTPUT_LINES lines (fewer in presentation mode, ui/presentation.py), scrolled beyond: a long output
     # pushed the step's numbers below a projector's 720 px
     return (f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'

@@ -17,7 +17,7 @@ from plotly.colors import sample_colorscale, unlabel_rgb
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
                        GREY, HALF_PX, INK, LINE_EM, MASKED_BG, MIN_READABLE, MONO, MONO_CHAR_EM, NAVY, SUBTLE,
                        TITLE_STANDOFF, WHITE, LabelPlan, figure, label_plan, tier_px, title as _title, title_chars,
-                       title_margin, wrap_title)
+                       title_margin, wrap_title, escape_html)
 
 
 def display_token(piece: str) -> str:
@@ -287,17 +287,17 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
     head = "".join(
         f'<th class="ae-align-col" data-tier="{j % tiers}" style="{label};vertical-align:bottom;padding:0 0 4px 0;'
         f'overflow:visible"><div style="display:flex;flex-direction:column;align-items:center">'
-        f'<div style="writing-mode:vertical-rl;transform:rotate(180deg);line-height:1.15">{html.escape(k)}</div>'
+        f'<div style="writing-mode:vertical-rl;transform:rotate(180deg);line-height:1.15">{escape_html(k)}</div>'
         + (f'<div style="width:1px;height:{(j % tiers) * depth_em:.2f}em;background:{GREY}"></div>' if j % tiers
            else "") + "</div></th>"
         for j, k in enumerate(shown))
     colours = np.array(scale_colours(w), dtype=object).reshape(w.shape)  # one call: per cell was 8x slower
     rows = []
     for i, (q, row) in enumerate(zip(target_labels, w)):
-        q_disp = html.escape(display_token(q))
+        q_disp = escape_html(display_token(q))
         newest = i == current
         cells = "".join(
-            f'<td data-w="{x:.4f}" title="{q_disp} → {html.escape(k)}: {x:.3f}" '
+            f'<td data-w="{x:.4f}" title="{q_disp} → {escape_html(k)}: {x:.3f}" '
             f'style="background:{colour};border:0;padding:0;border-radius:2px"></td>'
             for k, x, colour in zip(shown, np.nan_to_num(row), colours[i]))
         mark = f"border-right:4px solid {ACCENT};font-weight:700" if newest else f"border-right:4px solid {WHITE}"
@@ -310,7 +310,7 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
               f'<span style="display:flex;align-items:center;gap:6px">weight 0<span style="width:110px;height:12px;'
               f'border:1px solid {BORDER};background:linear-gradient(to right, {stops})"></span>1</span></div>')
     heading = (f'<div class="ae-align-title" style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">'
-               f"{html.escape(title)}</div>" if title else "")
+               f"{escape_html(title)}</div>" if title else "")
     min_width = head_px + min_col * len(shown)
     return (f'<div class="ae-align">{heading}<div style="overflow-x:auto"><table style="width:100%;'
             f'min-width:{min_width:.0f}px;table-layout:fixed;border-collapse:separate;border-spacing:2px;margin:0">'
@@ -341,14 +341,14 @@ def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> 
         chips.append(
             f'<span title="weight {weight:.4f}" style="display:inline-block;margin:3px 2px;padding:4px 8px;'
             f"border-radius:6px;border:{border};background:rgba({ATTENTION_RGB},{alpha:.2f});color:{color};"
-            f'font-size:1.15rem;font-family:monospace">{html.escape(display_token(tok))}'
+            f'font-size:1.15rem;font-family:monospace">{escape_html(display_token(tok))}'
             f'<sub style="font-size:0.8rem;margin-left:4px">{weight:.{places}f}</sub></span>'
         )
     if top < 0 and len(w):
         caption = (caption + " — " if caption else "") + f"every weight is below {0.5 * 10 ** -places:g}"
     elif places == 3:
         caption = (caption + " — " if caption else "") + f"the largest weight is only {peak:.3f}"
-    cap = f'<div style="color:{SUBTLE};font-size:0.9rem;margin-top:2px">{html.escape(caption)}</div>' if caption else ""
+    cap = f'<div style="color:{SUBTLE};font-size:0.9rem;margin-top:2px">{escape_html(caption)}</div>' if caption else ""
     return f'<div style="line-height:2.2">{"".join(chips)}</div>{cap}'
 
 
@@ -360,6 +360,6 @@ def tokens_html(tokens: Sequence[str], current: int | None = None) -> str:
         chips.append(
             f'<span style="display:inline-block;margin:3px 2px;padding:4px 8px;border-radius:6px;'
             f'font-size:1.15rem;font-family:monospace;border:1px solid {ACCENT if active else BORDER};'
-            f'background:{ACCENT_PALE if active else CHIP_BG}">{html.escape(display_token(tok))}</span>'
+            f'background:{ACCENT_PALE if active else CHIP_BG}">{escape_html(display_token(tok))}</span>'
         )
     return f'<div style="line-height:2.2">{"".join(chips) or "<i>nothing yet</i>"}</div>'

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from viz.attention import _short, display_token, plotly_escape
 from viz.theme import (ACCENT, CHIP_BG, DARK_TEXT, FONT, GREY, INK, MIN_READABLE, MONO, STEEL as BLUE, SUBTLE,
-                       TITLE_FONT, WHITE)
+                       TITLE_FONT, WHITE, escape_html)
 
 
 def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> str:
@@ -43,13 +43,13 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
             f'<div class="ae-topk-row" title="p = {p:.4f}" style="display:flex;align-items:center;gap:8px;'
             f'margin:2px 0;font-size:1.05rem">'
             f'<span style="flex:0 0 9.5em;font-family:{MONO};color:{INK};font-weight:{weight};white-space:nowrap;'
-            f'overflow:hidden;text-overflow:ellipsis">{i + 1}. {html.escape(display_token(tok))}</span>'
+            f'overflow:hidden;text-overflow:ellipsis">{i + 1}. {escape_html(display_token(tok))}</span>'
             f'<span style="flex:1 1 auto;background:{CHIP_BG};border-radius:3px;height:1.05em">'
             f'<span style="display:block;width:{width:.1f}%;height:100%;background:{colour};border-radius:3px">'
             f"</span></span>"
             f'<span style="flex:0 0 4.2em;text-align:right;color:{INK};font-weight:{weight}">{p:.1%}</span></div>'
         )
-    head = (f'<div style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">{html.escape(title)}</div>'
+    head = (f'<div style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">{escape_html(title)}</div>'
             if title else "")
     return f'<div class="ae-topk">{head}{"".join(rows) or "<i>no candidates</i>"}</div>'
 

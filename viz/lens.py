@@ -13,7 +13,6 @@ Two views of :class:`model.lens.Lens` numbers, handed over as plain sequences by
 
 from __future__ import annotations
 
-import html
 from typing import Sequence
 
 import numpy as np
@@ -23,7 +22,7 @@ from viz.attention import AXIS_TITLE_PX, COLORBAR_PX, display_token, label_px, p
 from viz.attention import set_token_xaxes, labels_depth, token_yaxis
 from viz.theme import (ACCENT, ATTENTION_SCALE, BLUE, CHIP_BG, FONT, INK, MIN_READABLE, MONO, MONO_CHAR_EM, SANS,
                        SUBTLE, TITLE_STANDOFF, WHITE, LINE_EM, PAGE_PX, label_plan, title as _title, title_chars,
-                       title_margin, wrap_title)
+                       title_margin, wrap_title, escape_html)
 
 #: Shade (probability) from which a cell's text turns white: the scale's blue is dark enough there.
 WHITE_TEXT_FROM = 0.35
@@ -67,7 +66,7 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
     k = max((len(row) for row in top_pieces), default=0)
     cell = "border:0;padding:3px 3px;vertical-align:middle"
     head = "".join(f'<th style="{cell};color:{SUBTLE};font-weight:600;text-align:left;background:none">{name}</th>'
-                   for name in ["layer", f"p({html.escape(display_token(chosen_piece))})"]
+                   for name in ["layer", f"p({escape_html(display_token(chosen_piece))})"]
                    + [f"{i + 1}." for i in range(k)])
     shades = scale_colours([p for row in top_probs for p in row])
     rows, at = [], 0
@@ -81,7 +80,7 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
                f'border-radius:3px"><div style="width:{100 * min(max(p, 0.0), 1.0):.1f}%;height:100%;'
                f'background:{ACCENT if rank == 1 else BLUE};border-radius:3px"></div></div>')
         cells = [f'<td style="{cell};color:{INK};background:none;text-align:right;white-space:nowrap;{mark}">'
-                 f"{html.escape(label)}{star}{output}</td>",
+                 f"{escape_html(label)}{star}{output}</td>",
                  f'<td style="{cell};color:{INK};background:none" title="p = {p:.4f}, rank {rank}">{bar}</td>']
         for col in range(k):
             if col >= len(top_pieces[layer]):
@@ -92,17 +91,17 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
             chosen = chosen_cols[layer] == col
             ring = f"box-shadow:inset 0 0 0 3px {ACCENT};" if chosen else ""
             cells.append(
-                f'<td data-p="{q:.4f}"{" data-chosen" if chosen else ""} title="{html.escape(piece)}: p = {q:.4f}" '
+                f'<td data-p="{q:.4f}"{" data-chosen" if chosen else ""} title="{escape_html(piece)}: p = {q:.4f}" '
                 f'style="{cell};{ring}background:{shade};color:{WHITE if q >= WHITE_TEXT_FROM else INK};'
                 f'border-radius:3px;overflow:hidden">'
                 f'<div style="font-family:{MONO};font-size:{piece_px}px;white-space:nowrap;overflow:hidden;'
-                f'text-overflow:ellipsis;font-weight:{700 if chosen else 400}">{html.escape(piece)}</div>'
+                f'text-overflow:ellipsis;font-weight:{700 if chosen else 400}">{escape_html(piece)}</div>'
                 f'<div style="white-space:nowrap">{q:.1%}</div></td>')
         rows.append(f'<tr data-layer="{layer}" data-p="{p:.4f}">{"".join(cells)}</tr>')
-    heading = (f'<div style="font-weight:600;font-size:1.05rem;margin-bottom:4px">{html.escape(title)}</div>'
+    heading = (f'<div style="font-weight:600;font-size:1.05rem;margin-bottom:4px">{escape_html(title)}</div>'
                if title else "")
-    shown = html.escape(display_token(chosen_piece))
-    where = (f"★ layer {html.escape(layer_labels[first_top])}: the first whose top guess it is."
+    shown = escape_html(display_token(chosen_piece))
+    where = (f"★ layer {escape_html(layer_labels[first_top])}: the first whose top guess it is."
              if first_top is not None else "No layer ranks it first.")
     note = (f'<div class="ae-lens-note" style="font-size:{num_px}px;margin-top:4px">Outlined: “{shown}”, the token '
             f"taken at this step; its probability and rank (#) at each layer beside the layer. {where}</div>")
@@ -134,7 +133,7 @@ def lens_table_svg(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[st
     col = max(SVG_PIECE_MIN, round(longest * MONO_CHAR_EM * SVG_PIECE_PX) + 16)
     top = 64 if title else 32
     width, height = SVG_LAYER + SVG_PROB + k * col + 8, top + n * SVG_ROW + 56
-    esc = html.escape
+    esc = escape_html
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="{esc(SANS)}" font-size="{SVG_NUM_PX}">',
              f'<rect width="{width}" height="{height}" fill="{WHITE}"/>']

@@ -7,15 +7,14 @@ own code, and drawn here).
 
 from __future__ import annotations
 
-import html
 from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG,
-                       ERROR_BORDER, FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MUTED, SUBTLE, WHITE, figure, legend_above)
+from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG, ERROR_BORDER,
+                       FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MUTED, SUBTLE, WHITE, figure, legend_above, escape_html)
 
 DIVERGING = "RdBu"
 
@@ -160,19 +159,24 @@ def token_spans_html(text: str, tokens: Sequence[str], ids: Sequence[int], offse
     chips = []
     for n, (piece, tid, (s, e)) in enumerate(zip(tokens, ids, offsets)):
         chars = text[s:e]
-        bottom = f"{html.escape(piece)} · {int(tid)}"
+        bottom = f"{escape_html(piece)} · {int(tid)}"
         if piece == unk:
-            chips.append(_chip(html.escape(chars.replace(" ", "␣")) or "∅", bottom, ERROR_BG, ERROR_BORDER))
+            chips.append(_chip(escape_html(chars.replace(" ", "␣")) or "∅", bottom, ERROR_BG, ERROR_BORDER))
         elif s == e:
             chips.append(_chip("∅", bottom + " · empty span", EMPTY_BG, dashed=True))
         else:
-            chips.append(_chip(html.escape(chars.replace(" ", "␣")), bottom, CHIP_COLOURS[n % 2]))
+            chips.append(_chip(escape_html(chars.replace(" ", "␣")), bottom, CHIP_COLOURS[n % 2]))
     return '<div style="line-height:2.6">' + "".join(chips) + "</div>"
 
 
+#: Markdown's punctuation as character references: Markdown shows a reference as its character and never reads it
+#: as syntax, so a piece like ``**`` or ``](`` shows as itself, and ``|`` does not end the cell.
+_MARKDOWN_REFS = str.maketrans({c: f"&#{ord(c)};" for c in "\\`*_[]()|~!"})
+
+
 def cell_html(text: str) -> str:
-    """Escaped for HTML and safe inside a Markdown table cell (``|`` would end the cell)."""
-    return html.escape(text).replace("|", "&#124;")
+    """Escaped for HTML and safe inside a Markdown table cell: no emphasis, code, link or cell end of its own."""
+    return escape_html(text).translate(_MARKDOWN_REFS)
 
 
 def pieces_html(pieces: Sequence[str], highlight: Sequence[bool] | None = None) -> str:

@@ -6,8 +6,18 @@ write (``app_pages/``, ``ui/``) use these names instead of hex literals. No Stre
 
 from __future__ import annotations
 
+import html
 import math
 from typing import NamedTuple
+
+
+def escape_html(text: str) -> str:
+    """``text`` safe inside the HTML a page draws with ``unsafe_allow_html``: ``&``, ``<``, ``>`` and quotes escaped
+    (``html.escape``), and line breaks written as character references. Streamlit renders that HTML through
+    Markdown, where a blank line ends an HTML block: a text with one ("a\\n\\nb") would turn the rest of the
+    fragment, tags and the visitor's words alike, into Markdown. The browser still reads ``&#10;`` as a line break."""
+    return html.escape(text).replace("\r", "&#13;").replace("\n", "&#10;")
+
 
 # --- palette -------------------------------------------------------------------------------------------
 INK = "#1b2a3a"  #: titles, tick labels, text on light backgrounds

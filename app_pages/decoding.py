@@ -162,9 +162,9 @@ def decoding_page() -> None:
         if typed_piece:
             token_id = lab.resolve_piece(tok, typed_piece)
             if token_id is None:
-                ss["dl_force_msg"] = (f"“{lab.echo(typed_piece)}” is not a piece of this model's vocabulary. Pieces "
-                                      f"that start a word begin with {pieces.word_start(tok)} (e.g. {example}); pick "
-                                      "one from the list, or try a shorter piece.")
+                ss["dl_force_msg"] = (f"“{lab.echo(typed_piece)}” is not a piece of this model's vocabulary. "
+                                      f"Pieces that start a word begin with {pieces.word_start(tok)} (e.g. "
+                                      f"{example}); pick one from the list, or try a shorter piece.")
                 return
             ss["dl_force_text"] = ""
         elif chosen is None:  # the browser sent a choice that names no token: nothing is forced, and it says so

@@ -4,54 +4,19 @@ long typed piece is not echoed in full.
 Streamlit keeps a select box's value as its *label* and looks the label up among the options of the next run; a
 label no longer among them comes back as the raw string. The candidates' labels carry their probabilities, so
 after Next every label of the previous step was stale, and "Force this token" parsed ``'▁lern (p = 0.039)'`` as a
-token id. ``AppTest`` sends widget values the way a browser does, labels included.
+token id. ``AppTest`` only ever sends a label among the box's current options, so these tests send the stale label
+themselves, as the browser did.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-st_testing = pytest.importorskip("streamlit.testing.v1")
+pytest.importorskip("streamlit")
+from tests.test_decoding_page import CKPT, _at_repo_root, button, clean, page  # noqa: E402,F401 (a fixture)
 
-ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "app_pages" / "decoding.py"
-CKPT = ROOT / "checkpoints" / "en-de"
-TIMEOUT = 90
 SENTENCE = "Machine learning is changing the world."
 pytestmark = pytest.mark.skipif(not (CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
-
-WRAPPER = f"""
-import pathlib, runpy
-import streamlit as st
-st.session_state["_ckpt_path"] = pathlib.Path({str(CKPT)!r})
-runpy.run_path({str(PAGE)!r}, run_name="__main__")
-"""
-
-
-@pytest.fixture(autouse=True)
-def _at_repo_root(monkeypatch):
-    monkeypatch.chdir(ROOT)
-    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
-
-
-def page(**query: str):
-    at = st_testing.AppTest.from_string(WRAPPER, default_timeout=TIMEOUT)
-    for key, value in query.items():
-        at.query_params[key] = value
-    return at.run()
-
-
-def clean(at) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-
-
-def button(at, label_start: str):
-    found = [b for b in at.button if b.label.startswith(label_start)]
-    assert len(found) == 1, [b.label for b in at.button]
-    return found[0]
 
 
 def force_box(at):

@@ -3,8 +3,9 @@ token, beam search step by step, the forced-token branches, the probabilities ta
 
 They draw what the page computed (a :class:`~ui.decoding_lab.StepView`, a beam result and its per-step states)
 and own no state of their own except the cache-timing button's result (``dl_cache_cmp``) and the force panel's
-widgets (``dl_force_choice_<step>_<list>``, ``dl_force_text``, ``dl_force_msg``). The page (``app_pages/decoding.py``) keeps the
-flow: settings, sentence, the decoding rule, and what forcing a token does.
+widgets (``dl_force_choice_<step>_<list>``: a list of its own per step and candidates, ``dl_force_text``,
+``dl_force_msg``). The page (``app_pages/decoding.py``) keeps the flow: settings, sentence, the decoding rule, and
+what forcing a token does.
 """
 
 from __future__ import annotations

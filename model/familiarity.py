@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 
 from . import tokenizing
@@ -57,11 +58,14 @@ class Familiarity:
         words: words in the text (``\\w+`` runs).
         split: the words cut into two or more pieces, in text order, each once.
         split_count: how many words were cut (a word cut twice in the text counts twice).
+        times: how often each word of ``split`` stands in the text, cut (they add up to ``split_count``; empty: once
+            each).
     """
 
     words: int
     split: tuple[str, ...]
     split_count: int
+    times: tuple[int, ...] = ()
 
     @property
     def split_share(self) -> float:
@@ -78,7 +82,10 @@ class Familiarity:
         otherwise. ``what``: what the model writes ("translation", "continuation")."""
         if not self.far:
             return None
-        shown = ", ".join(f"“{w}”" for w in self.split[:4]) + (", …" if len(self.split) > 4 else "")
+        # a word that stands twice is named once with how often: the names add up to the count the sentence gives
+        times = self.times or (1,) * len(self.split)
+        shown = ", ".join(f"“{w}”" + ("" if n == 1 else " twice" if n == 2 else f" {n} times")
+                          for w, n in zip(self.split[:4], times)) + (", …" if len(self.split) > 4 else "")
         return (f"Far from what this model has seen: {self.split_count} of its {self.words} words "
                 f"({100 * self.split_share:.0f} %) are not whole pieces of its vocabulary ({shown}), a sign that "
                 f"they were rare in its training text. Expect a poor {what}.")
@@ -96,4 +103,5 @@ def familiarity(tokenizer: tokenizing.Tokenizer, text: str) -> Familiarity:
     starts = [m.start() for m in _WORD.finditer(text)]
     cut = [w for (w, n), at in zip(counted, starts)
            if n > 1 and not (at in openers and w[:1].isupper() and len(tokenizer.encode(w.lower()).ids) == 1)]
-    return Familiarity(len(counted), tuple(dict.fromkeys(cut)), len(cut))
+    times = Counter(cut)  # in text order, each word once
+    return Familiarity(len(counted), tuple(times), len(cut), tuple(times.values()))

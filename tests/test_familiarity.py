@@ -61,6 +61,15 @@ def test_a_news_sentence_is_far_and_the_message_names_its_cut_words(shipped):
     assert found.message("continuation").endswith("Expect a poor continuation.")
 
 
+def test_the_cut_words_named_add_up_to_the_count_given(shipped):
+    """A word cut more than once was named once: "3 of its 4 words" above a list of two."""
+    found = familiarity(shipped.tokenizer, "Blorf blorf blorf now.")
+    assert found.split_count == 3 and found.words == 4 and found.split == ("Blorf", "blorf")
+    message = found.message()
+    assert "3 of its 4 words" in message and "(“Blorf”, “blorf” twice)" in message
+    assert sum(found.times) == found.split_count
+
+
 def test_few_or_no_words_are_never_far(shipped):
     tok = shipped.tokenizer
     for text in ("", "   ", "🦜🦜🦜", "Bobby likes blackberries.", "Xylophonists", "a\x00b\u202e"):

@@ -57,9 +57,15 @@ def input_limit(cfg) -> int:
     return cfg.max_len if cfg.is_encoder_decoder else max(2, cfg.max_len - MIN_CONTINUATION)
 
 
+#: Format characters (category Cf) a text keeps: the zero-width joiner and non-joiner, which shape Persian and Indic
+#: letters and join emoji sequences. Every other one is invisible and only misleads (a zero-width space inside a
+#: word, a right-to-left override that shows a text other than the one the model reads, a byte-order mark).
+KEPT_FORMAT = "\u200c\u200d"
+
+
 def clean_user_text(text: str) -> tuple[str, list[str]]:
-    """NFC-normalise, replace control characters by spaces and lone surrogates by U+FFFD, and collapse whitespace.
-    Returns ``(text, notes)``."""
+    """NFC-normalise, replace control characters (Cc) by spaces and lone surrogates by U+FFFD, remove invisible
+    format characters (Cf but :data:`KEPT_FORMAT`), and collapse whitespace. Returns ``(text, notes)``."""
     notes = []
     text = text or ""
     valid = replace_surrogates(text)
@@ -68,7 +74,11 @@ def clean_user_text(text: str) -> tuple[str, list[str]]:
     text = unicodedata.normalize("NFC", valid)
     if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
         notes.append("Control characters were removed.")
-    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Zl", "Zp") else ch for ch in text)
+    if any(unicodedata.category(ch) == "Cf" and ch not in KEPT_FORMAT for ch in text):
+        notes.append("Invisible formatting characters (such as zero-width spaces or right-to-left overrides) were "
+                     "removed.")
+    text = "".join(" " if cat in ("Cc", "Zl", "Zp") else "" if cat == "Cf" and ch not in KEPT_FORMAT else ch
+                   for ch, cat in ((ch, unicodedata.category(ch)) for ch in text))
     return " ".join(text.split()), notes
 
 

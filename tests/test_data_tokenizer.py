@@ -346,6 +346,16 @@ def test_prepare_source_removes_control_characters(tokenizer):
     assert plain.text == "The house is big." and plain.notes == []
 
 
+def test_prepare_source_removes_invisible_format_characters(tokenizer):
+    """A zero-width space and a right-to-left override survived the cleaning: invisible, or showing a text other
+    than the one the model reads."""
+    src = _prep(tokenizer, "The ho\u200buse \u202eis big.\ufeff")
+    assert src.text == "The house is big."
+    assert any("Invisible formatting characters" in n for n in src.notes)
+    joined = _prep(tokenizer, "The house\u200d is big.")  # a joiner shapes scripts and emoji: it stays
+    assert "\u200d" in joined.text and not any("Invisible" in n for n in joined.notes)
+
+
 def test_prepare_source_refuses_huge_text(tokenizer):
     with pytest.raises(InputError, match=r"10,000 characters.*2,000 characters"):
         _prep(tokenizer, "a" * 10_000)

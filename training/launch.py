@@ -24,7 +24,7 @@ from pathlib import Path
 from .form import build_command, form_defaults, validate_form
 from .liveness import LIVE_STATES, effective_state, pid_alive, track_child  # noqa: F401  (LIVE_STATES: the page's)
 from .runs import (LOG, has_resume_state, model_summary, read_card, read_config, read_json, read_metrics, read_status,
-                   read_train_args, recently_written, runs_root)
+                   read_train_args, recently_written, runs_root, safe_folders)
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_ENV = "ATTENTION_EXPLORER_DEMO"
@@ -279,7 +279,8 @@ def list_runs(root: str | Path | None = None) -> list[dict]:
     """Summaries of every run folder under ``root``, newest first (tolerant of garbage and vanishing folders)."""
     root = Path(root) if root is not None else runs_root()
     try:
-        folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        # a name with a control character or a link out of the runs folder is not a run the page may show or delete
+        folders = safe_folders(root, [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")])
     except OSError:
         return []
     rows = []

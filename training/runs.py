@@ -336,6 +336,26 @@ def run_arch(folder: Path) -> str:
     return "encoder-decoder"
 
 
+def folder_problem(root: Path, name: str) -> str | None:
+    """Why ``name`` is not a folder right under ``root`` that the app may read (a run, a checkpoint), or ``None``:
+    empty, ``.`` or ``..``, a path (absolute, or with a separator), a NUL or other control character, or a
+    symbolic link that leads out of ``root``. A stray folder or a crafted name never makes the app read elsewhere."""
+    shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in name[:80])
+    if not name.strip(" .") or any(not c.isprintable() for c in name):
+        return f"“{shown}” is not a folder name: empty, dots only, or holding a control character"
+    if "/" in name or "\\" in name or Path(name).is_absolute():
+        return f"“{shown}” is a path, not the name of a folder in {root}"
+    folder = Path(root) / name
+    if folder.is_symlink() and not folder.resolve().is_relative_to(Path(root).resolve()):
+        return f"“{shown}” is a link to a folder outside {root}"
+    return None
+
+
+def safe_folders(root: Path, folders) -> list[Path]:
+    """``folders`` found right under ``root`` (or ``root`` itself) less those :func:`folder_problem` refuses."""
+    return [f for f in folders if Path(f) == Path(root) or folder_problem(root, Path(f).name) is None]
+
+
 def run_checkpoints(root: Path | None = None) -> dict[str, Path]:
     """Every checkpoint the runs under ``root`` (default :func:`runs_root`) left: ``"<run>/best"``,
     ``"<run>/checkpoints/step-N"`` and ``"<run>/evals/step-N"`` → folder, runs by name and steps in order. A run
@@ -345,12 +365,13 @@ def run_checkpoints(root: Path | None = None) -> dict[str, Path]:
     found: dict[str, Path] = {}
     if not root.is_dir():
         return found
-    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+    inside = root.resolve()
+    for run in safe_folders(root, sorted(p for p in root.iterdir() if p.is_dir())):
         candidates = [run / "best"]
         for sub in ("checkpoints", "evals"):
             candidates += sorted((run / sub).glob("step-*"), key=_step)  # nothing when the folder is missing
         for path in candidates:
-            if is_checkpoint_dir(path):
+            if is_checkpoint_dir(path) and path.resolve().is_relative_to(inside):  # no link out of the runs
                 found[str(path.relative_to(root))] = path
     return found
 

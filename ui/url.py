@@ -18,6 +18,10 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
+# The sidebar's checkpoint picker (ui.state) lists the folders under each root through safe_folders: a link's
+# ?ckpt= can then only name a folder that is there, by a plain name, and no link out of its root.
+from training.runs import folder_problem, safe_folders  # noqa: F401  (re-exported for ui.state)
+
 T = TypeVar("T")
 Params = Mapping[str, Any]
 Parsed = tuple[T, "str | None"]
@@ -30,7 +34,9 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def _quote(raw: Any) -> str:
-    text = str(raw)
+    """A bad value as a note quotes it: cut, and a NUL or other control character written ``\\x00``, so that the
+    note shows what the link held instead of an invisible character."""
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(raw)[:_QUOTE + 1])
     return text if len(text) <= _QUOTE else text[:_QUOTE] + "…"
 
 

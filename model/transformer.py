@@ -238,10 +238,13 @@ class Transformer(nn.Module):
         with torch.device("meta"):
             return Transformer(cfg).num_parameters()
 
-    def embed_tokens(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def embed_tokens(self, ids: torch.Tensor, offset: int = 0, token_embeddings: torch.Tensor | None = None
+                     ) -> torch.Tensor:
         """Token embedding × √d_model (unless ``cfg.scale_embeddings`` is off) + positional encoding, with dropout;
-        ``[batch, seq] → [batch, seq, d_model]``."""
-        x = self.embed(ids)
+        ``[batch, seq] → [batch, seq, d_model]``. ``token_embeddings`` ``[batch, seq, d_model]``: used instead of
+        ``embed(ids)`` (attribution differentiates with respect to them, ``reading/``); the masks still come from
+        ``ids``."""
+        x = self.embed(ids) if token_embeddings is None else token_embeddings
         if self.cfg.scale_embeddings:
             x = x * math.sqrt(self.cfg.d_model)
         return self.emb_dropout(self.pos(x, offset))
@@ -250,14 +253,27 @@ class Transformer(nn.Module):
         """Key-padding mask ``[batch, 1, 1, src_len]`` (True = real token)."""
         return (src != self.cfg.pad_id)[:, None, None, :]
 
-    def encode(self, src: torch.Tensor, *, trace: bool = False, head_mask: torch.Tensor | None = None):
+    def tgt_mask(self, tgt: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Decoder self-attention mask ``[batch, 1, tgt_len, offset + tgt_len]`` (True = may attend): causal, and
+        with ``offset == 0`` the keys equal to ``pad_id`` hidden, except position 0 (see :meth:`decode`)."""
+        t = tgt.size(1)
+        mask = causal_mask(t, offset + t, tgt.device)[None, None]
+        if offset == 0:
+            real = tgt != self.cfg.pad_id
+            real[:, 0] = True
+            mask = mask & real[:, None, None, :]
+        return mask
+
+    def encode(self, src: torch.Tensor, *, trace: bool = False, head_mask: torch.Tensor | None = None,
+               token_embeddings: torch.Tensor | None = None):
         """Encoder: ``src [batch, src_len]`` → ``(memory [batch, src_len, d_model], weights)``.
 
         ``weights`` is a list (one per layer) of ``[batch, heads, src_len, src_len]`` when traced, else empty.
-        ``head_mask``: ``[layers, heads]`` multipliers (0 ablates a head).
+        ``head_mask``: ``[layers, heads]`` multipliers (0 ablates a head). ``token_embeddings``: see
+        :meth:`embed_tokens`.
         """
         mask = self.src_mask(src)
-        x = self.embed_tokens(src)
+        x = self.embed_tokens(src, token_embeddings=token_embeddings)
         positions = torch.arange(src.size(1), device=src.device)
         weights = []
         for i, layer in enumerate(self.encoder_layers):
@@ -279,22 +295,20 @@ class Transformer(nn.Module):
         trace: bool = False,
         self_head_mask: torch.Tensor | None = None,
         cross_head_mask: torch.Tensor | None = None,
+        token_embeddings: torch.Tensor | None = None,
     ) -> DecoderOutput:
         """Decoder over ``tgt [batch, tgt_len]`` (the new positions only, when a cache is given).
 
         With ``cache``, the new tokens sit at positions ``cache.positions …`` and attend to every cached row;
         cached cross-attention K/V are reused, so ``memory`` is only needed on the first call.
         Keys equal to ``pad_id`` are masked, except at position 0: the first target token is the start token,
-        never padding, even where it is ``<pad>`` (Marian's decoder starts from ``<pad>``).
+        never padding, even where it is ``<pad>`` (Marian's decoder starts from ``<pad>``). ``token_embeddings``
+        ``[batch, tgt_len, d_model]``: see :meth:`embed_tokens`.
         """
         offset = cache.positions if cache is not None else 0
         t = tgt.size(1)
-        self_mask = causal_mask(t, offset + t, tgt.device)[None, None]
-        if offset == 0:
-            real = tgt != self.cfg.pad_id
-            real[:, 0] = True
-            self_mask = self_mask & real[:, None, None, :]
-        x = self.embed_tokens(tgt, offset)
+        self_mask = self.tgt_mask(tgt, offset)
+        x = self.embed_tokens(tgt, offset, token_embeddings)
         positions = torch.arange(offset, offset + t, device=tgt.device)
         out = DecoderOutput(x, [], [])
         skip = self.layers_to_drop(cache is None and not trace)

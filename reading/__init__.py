@@ -1,0 +1,1 @@
+"""Reading the model: attention beside attribution, and how faithful each is (no UI; imports model/)."""

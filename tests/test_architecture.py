@@ -1,10 +1,13 @@
 """The tree is the architecture diagram (README "Architecture"): who may import whom, checked on the source.
 
-* ``model/``, ``training/``, ``corpora/``, ``teaching/`` and ``viz/`` never import Streamlit (only ``app.py``,
-  ``app_pages/`` and ``ui/`` are Streamlit glue);
-* ``viz/`` draws arrays and strings it is given: it imports neither torch nor ``model/``, ``training/``,
-  ``corpora/`` or ``ui/``;
-* ``model/`` is the pure core: it imports none of ``training/``, ``corpora/``, ``teaching/``, ``viz/``, ``ui/``;
+* ``model/``, ``training/``, ``corpora/``, ``teaching/``, ``reading/`` and ``viz/`` never import Streamlit (only
+  ``app.py``, ``app_pages/`` and ``ui/`` are Streamlit glue);
+* ``viz/`` draws arrays and strings it is given: it imports neither torch nor ``model/``, ``reading/``,
+  ``training/``, ``corpora/`` or ``ui/``;
+* ``model/`` is the pure core: it imports none of ``training/``, ``corpora/``, ``teaching/``, ``reading/``, ``viz/``,
+  ``ui/``;
+* ``reading/`` (attribution, faithfulness) reads the model: it imports ``model/``, never Streamlit, ``ui/``,
+  ``app_pages/``, ``viz/``, ``training/`` or ``corpora/``; ``viz/`` draws its arrays without importing it;
 * the import graph between the project's modules has no cycle;
 * no source file is over ``MAX_LINES`` lines.
 
@@ -20,8 +23,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("model", "training", "corpora", "teaching", "viz", "ui", "app_pages", "benchmarks", "deploy")
-NO_STREAMLIT = ("model", "training", "corpora", "teaching", "viz", "deploy")
+PACKAGES = ("model", "training", "corpora", "teaching", "reading", "viz", "ui", "app_pages", "benchmarks", "deploy")
+NO_STREAMLIT = ("model", "training", "corpora", "teaching", "reading", "viz", "deploy")
 MAX_LINES = 400
 
 
@@ -73,17 +76,26 @@ def test_core_packages_do_not_import_streamlit(package):
 
 
 def test_viz_draws_what_it_is_given():
-    banned = {"torch", "model", "training", "corpora", "ui", "app_pages", "streamlit"}
+    banned = {"torch", "model", "reading", "training", "corpora", "ui", "app_pages", "streamlit"}
     offenders = {m: sorted(d for d in deps if top(d) in banned) for m, deps in GRAPH.items() if top(m) == "viz"}
     offenders = {m: d for m, d in offenders.items() if d}
     assert not offenders, f"viz/ must not compute with the model: {offenders}"
 
 
 def test_model_is_the_pure_core():
-    banned = {"training", "corpora", "teaching", "viz", "ui", "app_pages", "streamlit"}
+    banned = {"training", "corpora", "teaching", "reading", "viz", "ui", "app_pages", "streamlit"}
     offenders = {m: sorted(d for d in deps if top(d) in banned) for m, deps in GRAPH.items() if top(m) == "model"}
     offenders = {m: d for m, d in offenders.items() if d}
     assert not offenders, f"model/ imports outer layers: {offenders}"
+
+
+def test_reading_reads_the_model_and_nothing_above_it():
+    banned = {"training", "corpora", "viz", "ui", "app_pages", "streamlit"}
+    modules = {m: deps for m, deps in GRAPH.items() if top(m) == "reading"}
+    assert "reading.attribution" in modules and any(top(d) == "model" for d in modules["reading.attribution"])
+    offenders = {m: sorted(d for d in deps if top(d) in banned) for m, deps in modules.items()}
+    offenders = {m: d for m, d in offenders.items() if d}
+    assert not offenders, f"reading/ imports layers above it: {offenders}"
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

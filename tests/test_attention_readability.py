@@ -276,3 +276,20 @@ def test_every_masked_map_of_the_decoder_only_model_has_no_line_through_it(monke
                 if name.startswith(("xaxis", "yaxis")):
                     assert axis.get("zeroline") is False, (tab, spec["layout"].get("title"), name)
     assert seen >= 6  # 4 heads, the mean / max grid, the rollout
+
+
+def test_the_head_statistics_caption_says_which_rows_each_column_averages():
+    """The caption said every number averages every query row, while *previous* leaves out the first row (it has
+    no key before it): a *previous* of 0.985 stood beside a *max* of 0.956 and read as an error."""
+    from model.analysis import head_statistics
+    from ui.attention_reading_tabs import stats_caption
+
+    weights = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [1.0, 0, 0], [0, 1.0, 0]])[None, None]  # rows 1, 2: the previous
+    stats = head_statistics(weights)
+    assert float(stats["previous"]) == 1.0 > float(stats["max"])  # the case the caption must make readable
+    for kind in ("encoder", "decoder", "cross"):
+        caption = stats_caption(kind)
+        assert "averaged over the query rows" not in caption and "every query row" in caption
+        assert "*previous* only those that have a key one position before (never the first row)" in caption
+        assert "*same* only the rows that have a key at their own position" in caption
+        assert ("*eos*" in caption) == (kind != "decoder") and "higher than *max*" in caption

@@ -152,15 +152,25 @@ def summaries_tab(trace: Trace, view: views.View) -> None:
                 "layer, and there is no residual path from the English side, so its layers cannot be multiplied.")
 
 
+def stats_caption(kind: str) -> str:
+    """The head statistics' caption for attention ``kind``: which query rows each column averages.
+
+    Not all the same rows: *previous* has no key before the first query, and *same* none past the last key when a
+    cross-attention has more queries than keys (:func:`model.analysis.head_statistics`). So *previous* can stand
+    above *max*, which averages every row: the caption says so, or the table reads as an error."""
+    return (f"{KIND_TITLES[kind]}: one row per head (piece level, whatever the word-level switch says). *entropy*, "
+            "*first*, *max*" + (" and *eos*" if kind in ("encoder", "cross") else "") + " average every query row; "
+            "*same* only the rows that have a key at their own position, and *previous* only those that have a key "
+            "one position before (never the first row), so *previous* can be higher than *max*.")
+
+
 def stats_tab(trace: Trace, view: views.View) -> None:
     """One row per head of the view's kind (:func:`model.analysis.head_statistics`, piece level), then one
     statistic as a layer × head heatmap."""
     kind = view.kind
     eos_index = len(trace.src_tokens) - 1 if kind in ("encoder", "cross") else None
     stats = head_statistics(trace.attention[kind], eos_index=eos_index)
-    st.caption(f"{KIND_TITLES[kind]}: one row per head, each number averaged over the query rows "
-               "(piece level, whatever the word-level switch says)."
-               + ("" if presentation.is_on() else " Click a column header to sort."))
+    st.caption(stats_caption(kind) + ("" if presentation.is_on() else " Click a column header to sort."))
     widgets.show_table(
         views.stats_frame(stats), key="attn_stats_table", formats={n: "{:.3f}" for n in stats},
         column_config={n: st.column_config.NumberColumn(n, help=views.STAT_HELP.get(n)) for n in stats},

@@ -244,6 +244,18 @@ def test_the_live_numbers_of_the_shipped_translator_and_their_link(monkeypatch):
 
 
 @needs_ckpt
+def test_leaving_the_live_numbers_takes_their_choices_out_of_the_link(monkeypatch):
+    at = open_lecture(monkeypatch, numbers="live", kind="cross", layer="3", head="5")
+    at.radio(key="wx_numbers").set_value("example").run()
+    assert not at.exception and not {"numbers", "kind", "layer", "head"} & set(at.query_params)
+    at.radio(key="wx_numbers").set_value("live").run()  # back again: the link and the controls agree
+    link = dict(at.query_params)
+    assert (at.radio(key="wl_kind").value, at.selectbox(key="wl_layer").value + 1,
+            at.selectbox(key="wl_head").value + 1) == (link.get("kind", "encoder"), int(link.get("layer", 1)),
+                                                       int(link.get("head", 1)))
+
+
+@needs_ckpt
 def test_the_language_models_live_numbers_and_a_checkpoint_switch(monkeypatch):
     at = open_lecture(monkeypatch, numbers="live", kind="decoder", layer="5", head="6")
     at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()

@@ -27,6 +27,8 @@ MODES = {"example": "Editable example", "live": "Live numbers from the model"}
 MODE_KEY = "wx_numbers"
 #: Session keys of the live mode's controls (forgotten when another checkpoint is picked: ``ui.page_state``).
 KIND_KEY, LAYER_KEY, HEAD_KEY = "wl_kind", "wl_layer", "wl_head"
+#: The link's parameters of the live mode's controls.
+LIVE_PARAMS = ("kind", "layer", "head")
 
 
 def show_matrix(z, title: str, rows=None, cols=None, where=None) -> None:
@@ -51,11 +53,15 @@ def attention_steps_view(r: dict, d_k: int, scale: bool, causal: bool, q_labels,
 
 
 def live_mode() -> bool:
-    """The picker between the editable example and the live numbers (``?numbers=live``); True for the live mode."""
+    """The picker between the editable example and the live numbers (``?numbers=live``); True for the live mode.
+    In the editable example the live mode's parameters (:data:`LIVE_PARAMS`) are taken out of the link."""
     url.init_widget(MODE_KEY, lambda p: url.choice_param(p, "numbers", list(MODES), "example", what="numbers"))
     mode = st.radio("Numbers", list(MODES), format_func=MODES.get, horizontal=True, key=MODE_KEY,
                     help="The live numbers are one head of the model picked in the sidebar, on the shared sentence.")
     url.put("numbers", mode, "example")
+    if mode != "live":  # the editable example has no kind, layer or head: a link to it must not carry them
+        for name in LIVE_PARAMS:
+            url.put(name, None)
     return mode == "live"
 
 

@@ -8,6 +8,7 @@ and no blank line, after which Markdown would read the rest of the fragment as M
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +118,30 @@ def test_a_sentence_from_the_link_reaches_no_page_as_markup(page, query, monkeyp
     assert any("&lt;" in h for h in drawn), "the sentence was not drawn as HTML at all"
     for h in drawn:
         assert_inert(h, page)
+
+
+@pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(),
+                    reason="checkpoints/en-de is missing")
+def test_a_run_or_checkpoint_folder_name_reaches_no_page_as_markup(tmp_path, monkeypatch):
+    """Folder names are the visitor's too (a run named in the form, a folder someone copied in): the Training
+    page's table in presentation mode (HTML, not the data grid) and the sidebar's picker draw them as text."""
+    from streamlit.testing.v1 import AppTest
+
+    name = "<img src=x onerror=alert(1)>"
+    runs, extra = tmp_path / "runs", tmp_path / "models"
+    (runs / name).mkdir(parents=True)
+    (runs / name / "status.json").write_text('{"state": "finished", "step": 3}', encoding="utf-8")
+    extra.mkdir()
+    shutil.copytree(ROOT / "checkpoints" / "brown-lm", extra / name)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(runs))
+    monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(extra))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["present"], at.query_params["ckpt"] = "1", name
+    at.switch_page("app_pages/training.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    drawn = html_drawn(at)
+    assert any("&lt;img" in h for h in drawn), "the run's name was not drawn as HTML at all"
+    for h in drawn:
+        assert_inert(h, "training")

@@ -46,6 +46,8 @@ else:
 # --- runs table -------------------------------------------------------------------------------------------
 runs = L.list_runs(root)
 st.subheader("Runs")
+for why in L.refused_runs(root):  # a folder named like a path, or a link out of the runs folder: never opened
+    st.warning(f"Left out of the runs: {why}.")
 if not runs:
     st.info(f"No runs yet under `{root}`.")
     st.stop()

@@ -117,3 +117,22 @@ def test_the_sidebar_lists_no_checkpoint_linked_from_outside(tmp_path, monkeypat
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert "linked" not in at.sidebar.selectbox(key="ckpt_name").options
+
+
+@needs_ckpt
+def test_the_training_page_says_which_folders_it_left_out(root, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    make_run(root / "good")
+    (root / "linked").symlink_to(root.parent / "outside")
+    make_run(root / "bad\x1bname")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(root))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.switch_page("app_pages/training.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    warned = " ".join(w.value for w in at.warning)
+    assert "“linked” is a link to a folder outside" in warned and "“bad\\x1bname”" in warned, warned
+    (picker,) = [s for s in at.selectbox if s.label == "Watch run"]
+    assert sorted(picker.options) == ["good", "ok"]  # "ok": the fixture's folder

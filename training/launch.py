@@ -23,8 +23,8 @@ from pathlib import Path
 
 from .form import build_command, form_defaults, validate_form
 from .liveness import LIVE_STATES, effective_state, pid_alive, track_child  # noqa: F401  (LIVE_STATES: the page's)
-from .runs import (LOG, has_resume_state, model_summary, read_card, read_config, read_json, read_metrics, read_status,
-                   read_train_args, recently_written, runs_root, safe_folders)
+from .runs import (LOG, folder_problem, has_resume_state, model_summary, read_card, read_config, read_json,
+                   read_metrics, read_status, read_train_args, recently_written, runs_root, safe_folders)
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_ENV = "ATTENTION_EXPLORER_DEMO"
@@ -273,6 +273,15 @@ def summarize(run_dir: Path) -> dict:
         "error": (status or {}).get("error"),
     }
     return row
+
+
+def refused_runs(root: str | Path | None = None) -> list[str]:
+    """Why each folder under ``root`` that :func:`list_runs` leaves out is left out (a sentence each)."""
+    root = Path(root) if root is not None else runs_root()
+    try:
+        return [why for p in sorted(root.iterdir()) if p.is_dir() and (why := folder_problem(root, p.name))]
+    except OSError:
+        return []
 
 
 def list_runs(root: str | Path | None = None) -> list[dict]:

@@ -83,7 +83,7 @@ def test_a_wide_beams_newest_labels_stand_apart_from_its_scores():
     assert len(newest) == 2 * width
     for text, place in newest:
         assert "<br>" not in text and place == "middle right"
-        assert re.search(r" -\d+\.\d\d$", text)  # the token, then its score, on one line
+        assert re.search(r"\S\u00a0{3}-\d+\.\d\d$", text)  # the token, a gap, then its score, on one line
     # one line per rank fits between neighbouring ranks
     rank_px = (fig.layout.height - fig.layout.margin.t - fig.layout.margin.b) / (2 * width)
     assert rank_px >= 1.3 * nodes.textfont.size
@@ -229,3 +229,19 @@ def test_the_beam_view_says_what_will_happen_before_the_first_step():
     assert boxes and "(empty output)" not in boxes[0] and BEFORE_FIRST_STEP in boxes[0]
     assert "Press Next" in BEFORE_FIRST_STEP or "press Next" in BEFORE_FIRST_STEP
     assert "(empty output)" in output_html("") and "ae-output" in output_html("", empty=BEFORE_FIRST_STEP)
+
+
+def test_a_banned_or_cut_punctuation_piece_reads_as_itself_and_values_stand_off_the_names():
+    """A line through "." or ":" read as "÷": a piece of punctuation alone is marked with a cross, a piece with
+    letters is still struck through; and the token names stand apart from the values written in the bars."""
+    from viz.decoding import LABEL_STANDOFF, NOT_KEPT_MARK
+
+    names = {0: ".", 1: "▁im", 2: ":", 3: "▁Haus", 4: "-"}
+    log_p = torch.linspace(-0.5, -9.0, 40)
+    pipe = choose_next(log_p, SamplingConfig("sample", top_k=1))  # only the first is kept: the rest are cut
+    fig = pipeline_figure(pipe, lambda i: names.get(i, f"▁t{i}"), top=5, banned=[4])
+    labels = list(fig.layout.yaxis.ticktext)
+    assert labels[0] == "1. <b>.</b>"  # kept and chosen
+    assert labels[1] == "2. <s>▁im</s>" and labels[3] == "4. <s>▁Haus</s>"
+    assert labels[2] == f"3. : {NOT_KEPT_MARK}" and labels[4] == f"5. - {NOT_KEPT_MARK}"
+    assert fig.layout.yaxis.ticklabelstandoff == LABEL_STANDOFF >= 8

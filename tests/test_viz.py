@@ -127,7 +127,7 @@ def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
     older = [t for t, x in zip(texts, xs) if x < 30]
     assert all("<br>" not in t and len(t) <= 8 for t in older)
     newest = [(t, p) for t, p, x in zip(texts, places, xs) if x == 30]
-    assert newest and all("<br>" not in t and p == "middle right" and t.split(" ")[-1].lstrip("-")[0].isdigit()
+    assert newest and all("<br>" not in t and p == "middle right" and t.split()[-1].lstrip("-")[0].isdigit()
                           for t, p in newest)
     assert nodes.textfont.size >= 13
 

@@ -65,6 +65,11 @@ PROB_RANGE = (0.0, 1.12)
 #: Room (px) a probability's bar must have beyond its text to hold it inside: the panels are narrow, and a text
 #: Plotly finds too long for its bar it shrinks to nothing (a probability's text is never shrunk, see below).
 PROB_SPARE = 20
+#: Space (px) between the pipeline's token names and its first panel: a value written at the end of a long bar
+#: stood against the names.
+LABEL_STANDOFF = 10
+#: What follows a punctuation piece the rule did not keep (:func:`_struck`).
+NOT_KEPT_MARK = "✗"
 #: Width (px) of the pipeline chart at 1280×720: the Decoding lab's main column, beside the rule's controls.
 PIPELINE_PX = 630
 #: What the first panel of :func:`pipeline_figure` may hold: the decoder's log-probabilities (what
@@ -83,6 +88,13 @@ def _bar_text_places(values: np.ndarray, texts: Sequence[str], panel_px: float, 
     span = span or (max(float(values.max()), 0.0) - min(float(values.min()), 0.0)) * 1.05 or 1.0
     text_px = [len(t) * 0.55 * FONT["size"] + 8 + spare for t in texts]
     return ["inside" if abs(v) / span * panel_px >= need else "outside" for v, need in zip(values, text_px)]
+
+
+def _struck(label: str, piece: str) -> str:
+    """A row label (``label``, the escaped ``piece``) of a token the rule did not keep: struck through when the piece
+    has a letter or digit; a piece of punctuation alone gets a cross after it instead, since a line through it makes
+    another sign of it (a struck "." or ":" reads "÷", a struck "-" vanishes)."""
+    return f"<s>{label}</s>" if any(ch.isalnum() for ch in piece) else f"{label} {NOT_KEPT_MARK}"
 
 
 def _np(x) -> np.ndarray:
@@ -111,7 +123,8 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     """One next-token choice as four stages side by side, sharing the token axis (rows):
 
     1. the scores the rule starts from; 2. those divided by the temperature ``T``; 3. ``softmax`` of those, with
-    the tokens that the top-k / top-p cut removes greyed (and struck through in the row labels) and the kept ones
+    the tokens that the top-k / top-p cut removes greyed (and struck through in the row labels, or marked ✗ when
+    the piece is punctuation alone) and the kept ones
     blue; 4. the renormalised distribution over the kept tokens, the chosen token in the accent colour.
 
     Each bar of the first two panels carries its value, inside the bar where it fits at full size and past the
@@ -144,7 +157,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     labels = []
     for r, (piece, kept) in enumerate(zip(pieces, keep)):
         text = plotly_escape(piece)
-        text = text if kept else f"<s>{text}</s>"
+        text = text if kept else _struck(text, piece)
         text = f"<b>{text}</b>" if r == chosen else text
         labels.append(f"{r + 1}. {text}")
     first, divided = SCORE_TITLES[scores]
@@ -154,7 +167,8 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         subplot_titles=(first, t_text, "softmax, then the<br>top-k / top-p cut" if temperature is not None
                         else "softmax; greedy keeps<br>only the argmax", "renormalised<br>→ pick"),
     )
-    label_px = max(len(f"{r + 1}. {p}") for r, p in enumerate(pieces)) * 0.6 * MIN_READABLE + 10
+    label_px = (max(len(f"{r + 1}. {p}") + 2 * (not k) for r, (p, k) in enumerate(zip(pieces, keep))) * 0.6
+                * MIN_READABLE + 10 + LABEL_STANDOFF)
     panel_px = (PIPELINE_PX - 40 - label_px) * (1 - 3 * PANEL_GAP) / 4
     y = list(range(len(rows)))
     kept_or_grey = [BLUE if k else GREY for k in keep]
@@ -190,7 +204,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     for col in (3, 4):  # probabilities on one 0–100 % scale: a bar shows its probability, not its share of the top
         fig.update_xaxes(range=list(PROB_RANGE), tickvals=[0, 0.5, 1], ticktext=["0", "50%", "100%"], row=1, col=col)
     fig.update_yaxes(tickvals=y, ticktext=labels, autorange="reversed", tickfont=TOKEN_FONT, automargin=True,
-                     row=1, col=1)
+                     ticklabelstandoff=LABEL_STANDOFF, row=1, col=1)
     # At most 3 ticks on the logit axes, and a gap between panels: with 2.5 % and automatic ticks the last label
     # of one panel ran into the first of the next ("0−15").
     for col in (1, 2):
@@ -207,6 +221,9 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     return fig
 
 
+#: Between a newest beam node's token and its score: with one space ". -1.70" and "▁groß -2.00" ran together (SVG
+#: folds ordinary spaces into one; no-break spaces keep their width).
+SCORE_GAP = "\u00a0" * 3
 #: Width (px) of the beam tree's plot area at 1280×720 (the Decoding lab's main column, less the axis titles).
 BEAM_PLOT_PX = 560
 
@@ -287,7 +304,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
         # of one rank ran into the token of the next once the beam was wide (hover and the step's table have
         # every number).
         label = plotly_escape(_short(display_token(id_to_token(int(token))), 8))
-        texts.append(f"{label} {lp:.2f}" if t == last else label)
+        texts.append(f"{label}{SCORE_GAP}{lp:.2f}" if t == last else label)
         places.append("middle right" if t == last else "top center" if t % 2 == 0 else "bottom center")
         state = ("finished (ends with &lt;eos&gt;)" if done else "kept as a beam") if kept else "pruned"
         hover.append(f"step {t + 1}, rank {j + 1}: <b>{piece}</b><br>cumulative log p = {lp:.3f}<br>"

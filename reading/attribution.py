@@ -72,7 +72,7 @@ class StepAttribution:
 
 
 def attribute_step(model: Transformer, src_ids, prefix_ids, token_id: int, *, n_steps: int = DEFAULT_STEPS,
-                   baseline: str = "pad", internal_batch_size: int | None = None) -> StepAttribution:
+                   baseline: str = "unk", internal_batch_size: int | None = None) -> StepAttribution:
     """Read one step by every method.
 
     Args:

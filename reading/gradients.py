@@ -26,10 +26,10 @@ from model.transformer import Transformer
 
 from .step import Step, TokenScores, token_log_probs
 
-BASELINES = ("zero", "pad")
-#: Gauss–Legendre points: enough for a smooth model (the GELU fixture's gap is under 1 %) and a step of the shipped
-#: translator within about a second; ReLU models bend the path more sharply and need more for a small gap
-#: (the measured gaps are in docs/attribution.md), which is why the gap is returned with every reading.
+BASELINES = ("pad", "unk", "zero")
+#: Gauss–Legendre points: enough for a smooth model (the GELU test model's gap is under 1 %) and a step of the
+#: shipped translator within a second on one thread; its ReLU path has steep stretches that need more points for a
+#: small gap (median 6.7 % at 24, 2.7 % at 128; docs/attribution.md), which is why every reading returns its gap.
 DEFAULT_STEPS = 24
 
 
@@ -42,7 +42,7 @@ class GradientReading:
         log_prob: ``F(e)``, the chosen token's log-probability (nats).
         baseline_log_prob: ``F(e′)`` at the baseline.
         completeness_gap: ``|Σ attributions − (F(e) − F(e′))| / |F(e) − F(e′)|`` (0.01 = 1 %).
-        n_steps: the integration points used; baseline: ``"zero"`` or ``"pad"``.
+        n_steps: the integration points used; baseline: one of :data:`BASELINES`.
     """
 
     grad_x_input: TokenScores
@@ -65,14 +65,14 @@ class GradientReading:
 
 def _embeddings(model: Transformer, step: Step, baseline: str) -> tuple[tuple[torch.Tensor, ...], tuple]:
     """``(inputs, baselines)``: the token embeddings ``[1, n, d_model]`` per side (source first, when there is
-    one), detached, and the baseline of each: zeros, or the ``<pad>`` row at every position."""
+    one), detached, and the baseline of each: zeros, or the ``<pad>`` (``<unk>``) row at every position."""
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
     src, tgt = step.tensors(model)
     with torch.no_grad():
         inputs = tuple(model.embed(ids).detach().requires_grad_() for ids in (src, tgt) if ids is not None)
-        pad = model.embed.weight[model.cfg.pad_id].detach()
-    bases = tuple(torch.zeros_like(e) if baseline == "zero" else pad.expand_as(e).clone() for e in inputs)
+        row = model.embed.weight[model.cfg.unk_id if baseline == "unk" else model.cfg.pad_id].detach()
+    bases = tuple(torch.zeros_like(e) if baseline == "zero" else row.expand_as(e).clone() for e in inputs)
     return inputs, bases
 
 
@@ -82,13 +82,15 @@ def _scores(method: str, attributions: tuple[torch.Tensor, ...], has_source: boo
     return TokenScores(method, sums[0] if has_source else np.zeros(0), sums[-1])
 
 
-def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STEPS, baseline: str = "pad",
+def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STEPS, baseline: str = "unk",
                    internal_batch_size: int | None = None) -> GradientReading:
     """Gradient × input and integrated gradients of ``log p(step.token_id)`` w.r.t. the token embeddings.
 
     Args:
         n_steps: integration points (Gauss–Legendre), ≥ 1.
-        baseline: ``"pad"`` (the ``<pad>`` embedding at every position, the ids and so the masks unchanged) or
+        baseline: ``"unk"`` (the ``<unk>`` embedding at every position, the ids and so the masks unchanged: the
+            same replacement :mod:`reading.faithfulness` masks with, so the attributions share out the drop from
+            the step to the step with every token masked that way), ``"pad"`` (the ``<pad>`` embedding) or
             ``"zero"`` (the all-zero embedding). Zero suits only models that add a positional encoding: with RoPE
             or ALiBi every position's input is then exactly zero, where LayerNorm divides by √ε, and the path starts
             on a cliff (completeness gaps of 100 % and more on the test models).
@@ -115,15 +117,15 @@ def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STE
             return token_log_probs(model, src, tgt, step.token_id, embeddings)
 
         gxi = InputXGradient(forward).attribute(inputs)
-        ig, delta = IntegratedGradients(forward).attribute(
-            inputs, baselines=bases, n_steps=n_steps, internal_batch_size=internal_batch_size,
-            return_convergence_delta=True)
-        with torch.no_grad():
+        ig = IntegratedGradients(forward).attribute(inputs, baselines=bases, n_steps=n_steps,
+                                                    internal_batch_size=internal_batch_size)
+        with torch.no_grad():  # both ends in one pass (Captum's own convergence delta would run them again)
             ends = forward(*(torch.cat([x, b]) for x, b in zip(inputs, bases)))
     has_source = src is not None
     log_prob, base_log_prob = float(ends[0]), float(ends[1])
-    change = abs(log_prob - base_log_prob)
-    gap = abs(float(delta.sum())) / change if change > 0 else 0.0
+    change = log_prob - base_log_prob
+    total = sum(float(a.detach().sum()) for a in ig)
+    gap = abs(total - change) / abs(change) if change else 0.0
     return GradientReading(_scores("grad_x_input", gxi, has_source),
                            _scores("integrated_gradients", ig, has_source),
                            log_prob, base_log_prob, gap, n_steps, baseline)

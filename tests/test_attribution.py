@@ -96,10 +96,12 @@ def test_the_gap_of_a_relu_model_is_quadrature_error(make_model, step_ids):
     np.testing.assert_allclose(batched.integrated_gradients.source, whole.integrated_gradients.source, atol=1e-5)
 
 
-def test_the_zero_baseline_is_at_hand(make_model, step_ids):
+def test_the_other_baselines_are_at_hand(make_model, step_ids):
     model = make_model()
     reading = read_gradients(model, make_step(model, step_ids), baseline="zero", n_steps=64)
     assert reading.baseline == "zero" and reading.completeness_gap < 0.05
+    pad = read_gradients(model, make_step(model, step_ids), baseline="pad", n_steps=64)
+    assert pad.baseline_log_prob != reading.baseline_log_prob  # a baseline of its own
     with pytest.raises(ValueError, match="baseline"):
         read_gradients(model, make_step(model, step_ids), baseline="mean")
 
@@ -263,3 +265,16 @@ def test_given_token_embeddings_compute_what_the_ids_do(make_model, step_ids, ar
         from_ids = token_log_probs(model, src, tgt, step.token_id)
     torch.testing.assert_close(given, logits)
     torch.testing.assert_close(from_ids, logits)
+
+
+def test_the_benchmark_prints_both_tables(make_model, tokenizer, tmp_path, capsys):
+    """``python -m benchmarks.attribution`` end to end on the tiny model (how fast is not checked here)."""
+    from benchmarks import attribution as bench
+    from model.checkpoint import save_checkpoint
+
+    save_checkpoint(tmp_path / "tiny", make_model(), tokenizer)
+    assert bench.main(["--checkpoint", str(tmp_path / "tiny"), "--n", "2", "--repeats", "1", "--n-steps", "4",
+                       "--n-random", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "one step, every method" in out and "Faithfulness over 2 sentences" in out
+    assert all(f"| {m} " in out for m in METHODS)

@@ -103,7 +103,6 @@ def test_a_checkpoint_in_the_link_is_a_name_from_the_list(raw, monkeypatch):
 
 
 @needs_ckpt
-@pytest.mark.xfail(strict=True, reason="ui/state.available_checkpoints must list through url.safe_folders")
 def test_the_sidebar_lists_no_checkpoint_linked_from_outside(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

@@ -92,7 +92,7 @@ def available_checkpoints() -> dict[str, Path]:
     """Display name → folder, for every checkpoint folder under the :func:`checkpoint_roots` (first name wins)."""
     found: dict[str, Path] = {}
     for root in checkpoint_roots():
-        for path in list_checkpoints(root):
+        for path in url.safe_folders(root, list_checkpoints(root)):  # no link out of the root, no odd name
             found.setdefault(path.name, path)
     return found
 

@@ -278,3 +278,22 @@ def test_the_benchmark_prints_both_tables(make_model, tokenizer, tmp_path, capsy
     out = capsys.readouterr().out
     assert "one step, every method" in out and "Faithfulness over 2 sentences" in out
     assert all(f"| {m} " in out for m in METHODS)
+
+
+@pytest.mark.parametrize("family", ["marian", "gpt2"])
+def test_hugging_face_models_are_read_too(tmp_path, family):
+    """MarianMT (decoder starts from <pad>, SiLU, a logits bias) and GPT-2 (no embedding scale, learned positions)
+    run through our modules, so every method and the faithfulness measures read them."""
+    pytest.importorskip("transformers")
+    from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
+    from model.hf.loader import load_hf_model
+
+    (write_tiny_marian_model if family == "marian" else write_tiny_gpt2_model)(tmp_path)
+    model, cfg, _ = load_hf_model(tmp_path)
+    src = (5, 9, 14, 20, 31, cfg.eos_id) if cfg.is_encoder_decoder else ()
+    step = Step(src, (cfg.bos_id, 7, 8), 11)
+    result = attribute_step(model, src, step.prefix_ids, step.token_id, n_steps=8)
+    assert all(np.isfinite(result.scores(m).prefix).all() for m in METHODS)
+    assert result.scores("attention").prefix.sum() == pytest.approx(1.0, abs=1e-6)
+    faith = faithfulness(model, step, result.all_scores(), n_random=2)
+    assert set(faith.comprehensiveness) == set(METHODS) | {"random"}

@@ -41,7 +41,8 @@ class GradientReading:
         grad_x_input / integrated_gradients: the two methods' :class:`TokenScores` (signed, nats).
         log_prob: ``F(e)``, the chosen token's log-probability (nats).
         baseline_log_prob: ``F(e′)`` at the baseline.
-        completeness_gap: ``|Σ attributions − (F(e) − F(e′))| / |F(e) − F(e′)|`` (0.01 = 1 %).
+        completeness_gap: ``|Σ attributions − (F(e) − F(e′))| / |F(e) − F(e′)|`` (0.01 = 1 %; ``inf`` when
+            ``F(e) = F(e′)`` and the attributions do not sum to 0).
         n_steps: the integration points used; baseline: one of :data:`BASELINES`.
     """
 
@@ -63,14 +64,14 @@ class GradientReading:
         return float(src / total) if total > 0 else 0.0
 
 
-def _embeddings(model: Transformer, step: Step, baseline: str) -> tuple[tuple[torch.Tensor, ...], tuple]:
+def _embeddings(model: Transformer, ids: tuple[torch.Tensor | None, torch.Tensor], baseline: str
+                ) -> tuple[tuple[torch.Tensor, ...], tuple]:
     """``(inputs, baselines)``: the token embeddings ``[1, n, d_model]`` per side (source first, when there is
     one), detached, and the baseline of each: zeros, or the ``<pad>`` (``<unk>``) row at every position."""
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
-    src, tgt = step.tensors(model)
     with torch.no_grad():
-        inputs = tuple(model.embed(ids).detach().requires_grad_() for ids in (src, tgt) if ids is not None)
+        inputs = tuple(model.embed(side).detach().requires_grad_() for side in ids if side is not None)
         row = model.embed.weight[model.cfg.unk_id if baseline == "unk" else model.cfg.pad_id].detach()
     bases = tuple(torch.zeros_like(e) if baseline == "zero" else row.expand_as(e).clone() for e in inputs)
     return inputs, bases
@@ -109,9 +110,9 @@ def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STE
     step.check(model)
     if n_steps < 1:
         raise ValueError(f"n_steps must be at least 1, got {n_steps}")
-    src, tgt = step.tensors(model)
-    with torch.inference_mode(False), torch.enable_grad():
-        inputs, bases = _embeddings(model, step, baseline)
+    with torch.inference_mode(False), torch.enable_grad():  # ids made inside: a caller's inference mode is not ours
+        src, tgt = step.tensors(model)
+        inputs, bases = _embeddings(model, (src, tgt), baseline)
 
         def forward(*embeddings: torch.Tensor) -> torch.Tensor:
             return token_log_probs(model, src, tgt, step.token_id, embeddings)
@@ -125,7 +126,8 @@ def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STE
     log_prob, base_log_prob = float(ends[0]), float(ends[1])
     change = log_prob - base_log_prob
     total = sum(float(a.detach().sum()) for a in ig)
-    gap = abs(total - change) / abs(change) if change else 0.0
+    # relative to the change it shares out; with no change at all any attribution is a whole miss
+    gap = abs(total - change) / abs(change) if change else (0.0 if total == 0 else float("inf"))
     return GradientReading(_scores("grad_x_input", gxi, has_source),
                            _scores("integrated_gradients", ig, has_source),
                            log_prob, base_log_prob, gap, n_steps, baseline)

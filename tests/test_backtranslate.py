@@ -240,8 +240,8 @@ def test_synthetic_pairs_that_run_on_stop_short_or_loop_are_dropped():
     german = "Wir kommen zur Abstimmung über den Änderungsantrag der Fraktionen."
     pairs = [Pair("#bt We come to the vote on the amendment of the groups.", german),
              Pair("#bt We come to the vote.", german),  # says less than half of the German
-             # runs on past 250 characters
-             Pair("#bt " + "We come to the vote on the amendment of the CDU/CSU and F.D.P. " * 4, german),
+             # runs on past 400 characters
+             Pair("#bt " + "We come to the vote on the amendment of the CDU/CSU and F.D.P. " * 7, german),
              Pair("#bt The amendment of the the the groups is voted on here.", german),  # loops
              Pair("#bt ", german), Pair("#bt Yes.", "Ja.")]
     cleaned = bt.clean_synthetic(pairs, "#bt")

@@ -29,7 +29,7 @@ def shared(tmp_path):
             f"{held_out}\tDer Minister sprach.\tnewstest2019",
             f"{held_out}\tDie Ministerin sprach.\tnt19-HQp",
             f"{FLORES_EN}\tWissenschaftler kündigten am Montag einen neuen Diabetestest an.\tnewstest2015",
-            f"{'Long sentence. ' * 20}\t{'Langer Satz. ' * 20}\tgeneraltest2023",
+            f"{'Long sentence. ' * 30}\t{'Langer Satz. ' * 30}\tgeneraltest2023",
             "A short headline about the vote.\tEine kurze Überschrift zur Abstimmung, die viel zu lang geraten ist "
             "und nicht zum Englischen passt.\tnewstest2012",
             "apt-get install foo\tapt-get install foo\tnewstest2010",

@@ -162,7 +162,7 @@ def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = Tru
 
 def clean_synthetic(pairs: list[Pair], tag: str) -> Cleaned:
     """The synthetic ``pairs`` worth training on, order kept, and ``dropped`` = ``{reason: pairs}``: an empty
-    English side; the general-domain files' cleaning (:func:`corpora.extra.drop_reason`: a side over 250
+    English side; the general-domain files' cleaning (:func:`corpora.extra.drop_reason`: a side over 400
     characters, or one side over twice the other's length, the mark of a truncated or runaway output); or English
     stuck in a loop (:func:`model.loops.find_loop`). A weak German → English model writes all three, and a pair
     whose English says less than its German teaches the English → German model to invent words."""

@@ -1,0 +1,126 @@
+"""What if one input token were another: the step's next-token distribution and every head's output, before and after.
+
+Activation patching in its simplest form: the same step is read twice, once as it was and once with some source
+(or, for a decoder-only model, prompt) ids changed — a word replaced by another or masked by ``<unk>`` — and the
+two readings are compared at the last prefix position: the ten most probable next tokens, and in every decoder
+layer the size of the change of each head's output.
+
+A head's output for the last query is ``o^h = Σ_j α^h_j f^h(x_j)`` (Kobayashi et al. 2020, eq. 7, without the
+shared bias ``b_O``): its part of the attention module's output, in the units of the residual stream
+(:func:`reading.attention_scores.weighted_values`). The change is ``‖o^h(changed) − o^h(original)‖``. Nothing of
+the model is changed: the ids go in as they are (no hooks), through the same traced layers the attention reading
+uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from model.transformer import Transformer
+
+from .attention_scores import weighted_values
+from .step import Step, frozen_array
+
+#: Next tokens listed before and after.
+TOP_K = 10
+
+
+class _FrozenArrays:
+    """Makes a frozen dataclass's array fields read-only copies: results are shared, so nothing may change them."""
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:  # type: ignore[attr-defined]
+            if isinstance(getattr(self, name), np.ndarray):
+                object.__setattr__(self, name, frozen_array(getattr(self, name)))
+
+
+@dataclass(frozen=True)
+class StepOutputs(_FrozenArrays):
+    """What one step's last prefix position produces.
+
+    Attributes:
+        top_ids / top_probs: the ``k`` most probable next tokens and their probabilities, most probable first.
+        token_prob: the probability of the step's ``token_id``.
+        self_heads: ``(layers, heads, d_model)`` each self-attention head's output ``o^h``.
+        cross_heads: ``(layers, heads, d_model)`` each cross-attention head's output (``(layers, heads, 0)`` for a
+            decoder-only model).
+    """
+
+    top_ids: tuple[int, ...]
+    top_probs: tuple[float, ...]
+    token_prob: float
+    self_heads: np.ndarray
+    cross_heads: np.ndarray
+
+
+@torch.inference_mode()
+def read_outputs(model: Transformer, step: Step, k: int = TOP_K) -> StepOutputs:
+    """The next-token distribution's top ``k`` and every decoder head's output at the last prefix position.
+
+    Raises:
+        ValueError: the step does not fit the model (:meth:`Step.check`), or ``k < 1``.
+    """
+    step.check(model)
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    src, tgt = step.tensors(model)
+    memory = memory_mask = None
+    if src is not None:
+        memory, memory_mask = model.encode(src)[0], model.src_mask(src)
+    x, causal = model.embed_tokens(tgt), model.tgt_mask(tgt)
+    where = torch.arange(tgt.size(1), device=tgt.device)
+    heads: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
+    for layer in model.decoder_layers:
+        self_in = layer.res_self.norm(x) if layer.res_self.norm_first else x  # what its keys and values read
+        x, w_self, w_cross = layer(x, causal, memory, memory_mask, trace=True, positions=where)
+        heads["self"].append(weighted_values(layer.self_attn, w_self[0, :, -1], self_in[0]).sum(dim=1))
+        if w_cross is not None:
+            heads["cross"].append(weighted_values(layer.cross_attn, w_cross[0, :, -1], memory[0]).sum(dim=1))
+    if model.decoder_norm is not None:
+        x = model.decoder_norm(x)
+    probs = torch.softmax(model.next_token_logits(x[0, -1]).float(), dim=-1)
+    top = torch.topk(probs, min(k, probs.numel()))
+    n_layers, n_heads = len(model.decoder_layers), model.cfg.n_heads
+    stack = lambda key: (torch.stack(heads[key]).float().cpu().numpy() if heads[key]  # noqa: E731
+                         else np.zeros((n_layers, n_heads, 0)))
+    return StepOutputs(tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
+                       float(probs[step.token_id]), stack("self"), stack("cross"))
+
+
+@dataclass(frozen=True)
+class WhatIf(_FrozenArrays):
+    """One step read as it was and with some input ids changed.
+
+    Attributes:
+        before / after: the two :class:`StepOutputs`.
+        self_change / cross_change: ``(layers, heads)`` ``‖o^h(after) − o^h(before)‖`` of each self- and
+            cross-attention head (``(layers, 0)``-shaped cross for a decoder-only model).
+    """
+
+    before: StepOutputs
+    after: StepOutputs
+    self_change: np.ndarray
+    cross_change: np.ndarray
+
+
+def what_if(model: Transformer, step: Step, changed: Step, k: int = TOP_K) -> WhatIf:
+    """``step`` beside ``changed`` (the same step with other source or prefix ids; lengths may differ).
+
+    Raises:
+        ValueError: either step does not fit the model, or ``k < 1``.
+    """
+    before, after = read_outputs(model, step, k), read_outputs(model, changed, k)
+    change = lambda a, b: (np.linalg.norm(a - b, axis=-1) if a.shape[-1]  # noqa: E731
+                           else np.zeros((a.shape[0], 0)))
+    return WhatIf(before, after, change(after.self_heads, before.self_heads),
+                  change(after.cross_heads, before.cross_heads))
+
+
+def masked(ids, positions, unk_id: int) -> tuple[int, ...]:
+    """``ids`` with the ``positions`` replaced by ``unk_id`` (the masking of :mod:`reading.faithfulness`: the
+    position stays, what the token was goes)."""
+    drop = set(positions)
+    return tuple(unk_id if i in drop else int(t) for i, t in enumerate(ids))

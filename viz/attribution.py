@@ -1,0 +1,245 @@
+"""Attention beside attribution for one decoding step, drawn from arrays and pieces (no model, no Streamlit).
+
+* :func:`attribution_html`: methods × tokens, the source's pieces and the target prefix's side by side, every cell
+  a share on one 0–1 scale, every piece labelled;
+* :func:`head_change_html`: layers × heads, how much each head's output moved when an input word was changed;
+* :func:`share_line_svg`: the source's share of the prediction at every step so far, as a line.
+
+HTML and SVG rather than Plotly charts: the Translate page redraws them on a click and loads no Plotly. The numbers
+come from ``reading/`` through ``ui/attribution_view.py``; here they are plain arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from viz.attention import display_token, scale_colours
+from viz.theme import (ACCENT, ATTENTION_SCALE, BLUE, BORDER, GREY, INK, LINE_EM, MIN_READABLE, MONO, MONO_CHAR_EM,
+                       SANS, SUBTLE, WHITE, escape_html, label_plan)
+
+#: Width (px) of the narrowest place the grids are shown in at 1280×720: the Translate page's right column with
+#: the sidebar open.
+GRID_PX = 390
+#: The row labels' column, in em of the grid's font.
+ROW_HEAD_EM = 8.0
+#: Room (px) between the source's columns and the prefix's.
+GAP_PX = 10
+#: A cell's share from which its text turns white: the scale's blue is dark enough there.
+WHITE_TEXT_FROM = 0.45
+
+
+def _sizes(large: bool) -> tuple[int, int]:
+    """``(label px, row px)``: presentation mode draws the grids larger."""
+    return (MIN_READABLE + 2, 30) if large else (MIN_READABLE, 26)
+
+
+def _column_heads(labels: list[str], groups: list[int], width: float, px: int) -> str:
+    """The header cells of the columns: every label written, level where it fits, else upright over as many tiers
+    as it takes (:func:`viz.theme.label_plan`), a pale leader joining a lower tier's label to its column."""
+    head_px = ROW_HEAD_EM * px + GAP_PX * (len(set(groups)) - 1)
+    plan = label_plan(labels, max(width - head_px, 1.0), px, smallest=px)
+    tiers = plan.tiers if plan.angle else 1
+    depth_em = max((len(t) for t in labels), default=0) * MONO_CHAR_EM + 0.6
+    style = f"font-family:{MONO};font-size:{px}px;color:{INK};font-weight:400;white-space:nowrap;border:0;" \
+            "background:none;padding:0 0 4px 0;overflow:visible"
+    cells, last = [], groups[0] if groups else 0
+    for j, (label, group) in enumerate(zip(labels, groups)):
+        if group != last:
+            cells.append('<th style="border:0;background:none"></th>')
+            last = group
+        text = escape_html(label)
+        if not plan.angle:
+            cells.append(f'<th class="ae-attr-col" data-tier="0" style="{style};text-align:center;'
+                         f'vertical-align:bottom">{text}</th>')
+            continue
+        leader = (f'<div style="width:1px;height:{(j % tiers) * depth_em:.2f}em;background:{GREY}"></div>'
+                  if j % tiers else "")
+        cells.append(f'<th class="ae-attr-col" data-tier="{j % tiers}" style="{style};vertical-align:bottom">'
+                     f'<div style="display:flex;flex-direction:column;align-items:center"><div style="writing-mode:'
+                     f'vertical-rl;transform:rotate(180deg);line-height:1.15">{text}</div>{leader}</div></th>')
+    return "".join(cells)
+
+
+def _grid(row_labels: Sequence[str], labels: list[str], groups: list[int], group_names: Sequence[str],
+          shades: np.ndarray, hovers: list[list[str]], marks: list[list[str]], outlined: Sequence[int | None],
+          current: int | None, title: str, legend: str, large: bool, width: float, kind: str) -> str:
+    """A rows × columns HTML grid shaded on :data:`~viz.theme.ATTENTION_SCALE` (``shades`` in 0–1), the columns in
+    ``groups`` (an index into ``group_names`` per column) with a gap between groups."""
+    px, row_px = _sizes(large)
+    colours = np.array(scale_colours(shades), dtype=object).reshape(shades.shape)
+    n_groups = max(groups, default=0) + 1
+    cols = [f'<col style="width:{ROW_HEAD_EM}em">']
+    names = ['<th style="border:0;background:none"></th>']
+    for g in range(n_groups):
+        span = groups.count(g)
+        if g:
+            cols.append(f'<col style="width:{GAP_PX}px">')
+            names.append('<th style="border:0;background:none"></th>')
+        cols.extend(["<col>"] * span)
+        names.append(f'<th colspan="{span}" style="border:0;border-bottom:2px solid {BORDER};background:none;'
+                     f'color:{SUBTLE};font-weight:600;font-size:{px}px;text-align:center;padding:0 0 2px 0">'
+                     f"{escape_html(group_names[g])}</th>")
+    cell = "border:0;padding:0;border-radius:2px;text-align:center;vertical-align:middle;"
+    rows = []
+    for i, label in enumerate(row_labels):
+        mark = f"border-right:4px solid {ACCENT};font-weight:700" if i == current else f"border-right:4px solid {WHITE}"
+        parts = [f'<th class="ae-attr-row" style="font-family:{SANS};font-size:{px}px;color:{INK};border:0;'
+                 f'background:none;text-align:right;padding:0 8px 0 0;line-height:1.15;font-weight:400;{mark}">'
+                 f"{escape_html(label)}</th>"]
+        for j in range(len(labels)):
+            if j and groups[j] != groups[j - 1]:
+                parts.append('<td style="border:0;background:none"></td>')
+            ring = f"box-shadow:inset 0 0 0 3px {ACCENT};" if outlined[i] == j else ""
+            ink = WHITE if shades[i, j] >= WHITE_TEXT_FROM else INK
+            parts.append(f'<td data-v="{shades[i, j]:.4f}" title="{escape_html(hovers[i][j])}" style="{cell}{ring}'
+                         f'background:{colours[i, j]};color:{ink};font-size:{px}px">{escape_html(marks[i][j])}</td>')
+        rows.append(f'<tr style="height:{row_px}px">{"".join(parts)}</tr>')
+    heading = (f'<div style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">{escape_html(title)}'
+               "</div>" if title else "")
+    min_width = ROW_HEAD_EM * px + (n_groups - 1) * GAP_PX + len(labels) * LINE_EM * px / 3
+    group_row = f"<tr>{''.join(names)}</tr>" if any(group_names) else ""
+    return (f'<div class="ae-{kind}">{heading}<div style="overflow-x:auto"><table style="width:100%;'
+            f'min-width:{min_width:.0f}px;table-layout:fixed;border-collapse:separate;border-spacing:2px;margin:0">'
+            f'<colgroup>{"".join(cols)}</colgroup><thead>{group_row}<tr><th style="border:0;background:none"></th>'
+            f'{_column_heads(labels, groups, width, px)}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+            f'<div class="ae-{kind}-legend" style="display:flex;flex-wrap:wrap;align-items:center;gap:4px 12px;'
+            f'margin-top:6px;font-size:{px}px;color:{SUBTLE}">{legend}</div></div>')
+
+
+def _scale_legend(low: str, high: str) -> str:
+    stops = ", ".join(f"{c} {100 * p:.0f}%" for p, c in ATTENTION_SCALE)
+    return (f'<span style="display:flex;align-items:center;gap:6px">{escape_html(low)}<span style="width:110px;'
+            f'height:12px;border:1px solid {BORDER};background:linear-gradient(to right, {stops})"></span>'
+            f"{escape_html(high)}</span>")
+
+
+def attribution_html(method_labels: Sequence[str], source_labels: Sequence[str], source_shares,
+                     prefix_labels: Sequence[str], prefix_shares, negative=None, current: int | None = None,
+                     title: str = "", large: bool = False, width: float = GRID_PX) -> str:
+    """Every method's share of each token, methods as rows, the source's pieces then the prefix's as columns.
+
+    Args:
+        method_labels: one label per method (the rows).
+        source_labels / prefix_labels: the pieces as the page shows them (``source_labels`` empty for a
+            decoder-only model: the grid then has the prefix alone).
+        source_shares / prefix_shares: ``[methods, S]`` / ``[methods, T]`` shares in 0–1 (each row of a side sums
+            to 1: ``TokenScores.source_shares``), drawn on one colour scale.
+        negative: ``[methods, S + T]`` booleans, or ``None``: cells whose signed score lowered the chosen token's
+            probability, marked "−".
+        current: the row marked as the method picked (``None``: none).
+        title: a heading ('' for none); large: presentation mode (16 px labels instead of 14).
+        width: the grid's width (px) in the narrowest layout it is shown in.
+
+    Returns:
+        An HTML fragment (every piece escaped): each cell carries its share in ``data-v`` and a hover text; in each
+        row the token with the largest share is outlined; each column label carries its tier in ``data-tier``.
+
+    Raises:
+        ValueError: shares whose shape does not fit the labels.
+    """
+    src = np.asarray(source_shares, dtype=float).reshape(len(method_labels), -1)
+    pre = np.asarray(prefix_shares, dtype=float).reshape(len(method_labels), -1)
+    if src.shape[1] != len(source_labels) or pre.shape[1] != len(prefix_labels):
+        raise ValueError(f"{src.shape[1]} source and {pre.shape[1]} prefix shares for {len(source_labels)} and "
+                         f"{len(prefix_labels)} labels")
+    shades = np.nan_to_num(np.concatenate([src, pre], axis=1))
+    labels = [display_token(t) for t in list(source_labels) + list(prefix_labels)]
+    groups = [0] * len(source_labels) + [1 if len(source_labels) else 0] * len(prefix_labels)
+    names = ["source", "prefix (decoder input)"] if len(source_labels) else ["prefix"]
+    neg = np.zeros(shades.shape, bool) if negative is None else np.asarray(negative, bool).reshape(shades.shape)
+    hovers = [[f"{m}: {labels[j]} {shades[i, j]:.3f}{' (lowered p)' if neg[i, j] else ''}"
+               for j in range(len(labels))] for i, m in enumerate(method_labels)]
+    marks = [["−" if neg[i, j] else "" for j in range(len(labels))] for i in range(len(method_labels))]
+    n_src = len(source_labels)
+    # the strongest piece of each row on the side that is the evidence: the source, or a decoder-only prefix
+    side = shades[:, :n_src] if n_src else shades
+    outlined = [int(np.argmax(r)) if r.size and r.max() > 0 else None for r in side]
+    legend = (_scale_legend("share 0", "1") + "<span>each side's row sums to 1 · outlined: the largest"
+              + (" source piece" if n_src else "") + " · −: lowered p(token)</span>")
+    return _grid(list(method_labels), labels, groups, names, shades, hovers, marks, outlined, current, title,
+                 legend, large, width, "attr")
+
+
+def head_change_html(change, title: str = "", unit: str = "‖Δ output‖", large: bool = False,
+                     width: float = GRID_PX) -> str:
+    """Layers × heads: how far each head's output moved, shaded relative to the largest (which is outlined).
+
+    Args:
+        change: ``[layers, heads]`` non-negative sizes (residual-stream units).
+        title: a heading; unit: what a value is, for the hover and the legend.
+
+    Returns:
+        An HTML fragment; each cell carries its value over the largest in ``data-v`` and the value in its hover.
+
+    Raises:
+        ValueError: ``change`` is not two-dimensional.
+    """
+    z = np.nan_to_num(np.asarray(change, dtype=float))
+    if z.ndim != 2:
+        raise ValueError(f"change must be [layers, heads], got shape {z.shape}")
+    peak = float(z.max()) if z.size else 0.0
+    shades = z / peak if peak > 0 else np.zeros_like(z)
+    rows = [f"layer {i + 1}" for i in range(z.shape[0])]
+    heads = [str(h + 1) for h in range(z.shape[1])]
+    hovers = [[f"layer {i + 1}, head {h + 1}: {unit} = {z[i, h]:.3f}" for h in range(z.shape[1])]
+              for i in range(z.shape[0])]
+    marks = [[""] * z.shape[1] for _ in rows]
+    top = np.unravel_index(int(np.argmax(z)), z.shape) if peak > 0 else (-1, -1)
+    outlined = [int(top[1]) if i == top[0] else None for i in range(z.shape[0])]
+    legend = _scale_legend("0", f"{peak:.3g}") + f"<span>{escape_html(unit)} · columns: heads · outlined: the largest</span>"
+    return _grid(rows, heads, [0] * len(heads), ["head"], shades, hovers, marks, outlined, None, title, legend,
+                 large, width, "heads")
+
+
+def share_line_svg(step_labels: Sequence[str], shares, title: str = "", width: float = GRID_PX,
+                   large: bool = False) -> str:
+    """The source's share of each step's prediction (0–1) as a line over the steps, each step labelled upright
+    with its token under the axis.
+
+    Args:
+        step_labels: one label per step (``"3 ▁lebt"``); shares: ``[steps]`` in 0–1.
+        title: a heading; width: the drawing's width (px); large: presentation mode (16 px instead of 14).
+
+    Returns:
+        An HTML fragment: an ``<svg>`` (text escaped) in a ``div`` that scrolls sideways when the steps need more
+        than ``width``; each point is a ``circle`` carrying ``data-share``.
+
+    Raises:
+        ValueError: not one share per label.
+    """
+    y = np.clip(np.nan_to_num(np.asarray(shares, dtype=float).reshape(-1)), 0.0, 1.0)
+    if len(y) != len(step_labels):
+        raise ValueError(f"{len(y)} shares for {len(step_labels)} steps")
+    px = MIN_READABLE + 2 if large else MIN_READABLE
+    shown = [display_token(s) for s in step_labels]
+    left, right, top = 3 * px, 12, (2 * px + 8 if title else 12)
+    plot_h = 140
+    # every step labelled: a long decoding gets a wider drawing that scrolls sideways, never a label left out
+    width = max(float(width), left + right + len(y) * LINE_EM * px)
+    step_px = (width - left - right) / max(len(y), 1)
+    label_h = max((len(s) for s in shown), default=1) * MONO_CHAR_EM * px + 10
+    height = top + plot_h + label_h
+    xs = [left + step_px * (i + 0.5) for i in range(len(y))]
+    ys = [top + plot_h * (1 - v) for v in y]
+    esc = escape_html
+    parts = [f'<div class="ae-share-line" style="overflow-x:auto"><svg xmlns="http://www.w3.org/2000/svg" '
+             f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
+             f'font-family="{esc(SANS)}" font-size="{px}">']
+    if title:
+        parts.append(f'<text x="0" y="{px + 2}" font-weight="600" fill="{INK}">{esc(title)}</text>')
+    for v in (0.0, 0.5, 1.0):
+        gy = top + plot_h * (1 - v)
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{gy:.1f}" y2="{gy:.1f}" stroke="{BORDER}"/>'
+                     f'<text x="{left - 6}" y="{gy + px * 0.35:.1f}" text-anchor="end" fill="{SUBTLE}">{v:g}</text>')
+    if len(y) > 1:
+        points = " ".join(f"{x:.1f},{v:.1f}" for x, v in zip(xs, ys))
+        parts.append(f'<polyline points="{points}" fill="none" stroke="{BLUE}" stroke-width="2.5"/>')
+    for x, v, share, label in zip(xs, ys, y, shown):
+        parts.append(f'<circle cx="{x:.1f}" cy="{v:.1f}" r="4.5" fill="{BLUE}" data-share="{share:.4f}">'
+                     f"<title>{esc(label)}: {share:.3f}</title></circle>"
+                     f'<text transform="translate({x + px * 0.35:.1f},{top + plot_h + 6}) rotate(-90)" '
+                     f'text-anchor="end" font-family="{esc(MONO)}" fill="{INK}" xml:space="preserve">'
+                     f"{esc(label)}</text>")
+    return "".join(parts) + "</svg></div>"

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from viz.attribution import attribution_html, head_change_html, share_line_svg
+from viz.attribution import attribution_html, attribution_svg, head_change_html, share_line_svg
 
 METHODS = ["attention α", "‖α·f(x)‖", "gradient × input", "integrated gradients"]
 SOURCE = ["▁My", "▁brother", "▁lives", "▁in", "▁Ber", "lin", ".", "<eos>"]
@@ -88,3 +88,14 @@ def test_the_line_labels_every_step_and_grows_wider_for_a_long_decoding():
     assert svg.count("<circle") == 40 and all(html.escape(label) in svg for label in labels)
     assert float(re.search(r'<svg[^>]* width="(\d+)"', svg).group(1)) > 390
     assert share_line_svg(["1 <b>"], [2.0]).count('data-share="1.0000"') == 1  # clipped to 0–1, escaped
+
+
+def test_the_svg_to_save_labels_every_piece_and_draws_every_cell():
+    negative = np.zeros((4, 11), bool)
+    negative[3, 0] = True
+    svg = attribution_svg(METHODS, SOURCE, shares(4, 8), PREFIX, shares(4, 3, 1), negative, title="Step 3 <b>")
+    assert svg.startswith("<svg") and svg.endswith("</svg>") and "Step 3 &lt;b&gt;" in svg
+    labels = [html.unescape(t) for t in re.findall(r'rotate\(-90\)"[^>]*>([^<]*)</text>', svg)]
+    assert labels == SOURCE + PREFIX
+    assert svg.count("data-v=") == 44 and svg.count('stroke-width="3"') == 4 and svg.count(">−</text>") == 1
+    assert ">source</text>" in svg and ">prefix (decoder input)</text>" in svg

@@ -115,6 +115,26 @@ def _scale_legend(low: str, high: str) -> str:
             f"{escape_html(high)}</span>")
 
 
+def _attribution_cells(method_labels, source_labels, source_shares, prefix_labels, prefix_shares, negative):
+    """``(labels, groups, group names, shades [M, S + T], negative [M, S + T], outlined column per row)`` of
+    :func:`attribution_html` and :func:`attribution_svg`; raises ``ValueError`` for shares that do not fit."""
+    src = np.asarray(source_shares, dtype=float).reshape(len(method_labels), -1)
+    pre = np.asarray(prefix_shares, dtype=float).reshape(len(method_labels), -1)
+    if src.shape[1] != len(source_labels) or pre.shape[1] != len(prefix_labels):
+        raise ValueError(f"{src.shape[1]} source and {pre.shape[1]} prefix shares for {len(source_labels)} and "
+                         f"{len(prefix_labels)} labels")
+    shades = np.nan_to_num(np.concatenate([src, pre], axis=1))
+    labels = [display_token(t) for t in list(source_labels) + list(prefix_labels)]
+    n_src = len(source_labels)
+    groups = [0] * n_src + [1 if n_src else 0] * len(prefix_labels)
+    names = ["source", "prefix (decoder input)"] if n_src else ["prefix"]
+    neg = np.zeros(shades.shape, bool) if negative is None else np.asarray(negative, bool).reshape(shades.shape)
+    # the strongest piece of each row on the side that is the evidence: the source, or a decoder-only prefix
+    side = shades[:, :n_src] if n_src else shades
+    outlined = [int(np.argmax(r)) if r.size and r.max() > 0 else None for r in side]
+    return labels, groups, names, shades, neg, outlined
+
+
 def attribution_html(method_labels: Sequence[str], source_labels: Sequence[str], source_shares,
                      prefix_labels: Sequence[str], prefix_shares, negative=None, current: int | None = None,
                      title: str = "", large: bool = False, width: float = GRID_PX) -> str:
@@ -139,27 +159,69 @@ def attribution_html(method_labels: Sequence[str], source_labels: Sequence[str],
     Raises:
         ValueError: shares whose shape does not fit the labels.
     """
-    src = np.asarray(source_shares, dtype=float).reshape(len(method_labels), -1)
-    pre = np.asarray(prefix_shares, dtype=float).reshape(len(method_labels), -1)
-    if src.shape[1] != len(source_labels) or pre.shape[1] != len(prefix_labels):
-        raise ValueError(f"{src.shape[1]} source and {pre.shape[1]} prefix shares for {len(source_labels)} and "
-                         f"{len(prefix_labels)} labels")
-    shades = np.nan_to_num(np.concatenate([src, pre], axis=1))
-    labels = [display_token(t) for t in list(source_labels) + list(prefix_labels)]
-    groups = [0] * len(source_labels) + [1 if len(source_labels) else 0] * len(prefix_labels)
-    names = ["source", "prefix (decoder input)"] if len(source_labels) else ["prefix"]
-    neg = np.zeros(shades.shape, bool) if negative is None else np.asarray(negative, bool).reshape(shades.shape)
+    labels, groups, names, shades, neg, outlined = _attribution_cells(method_labels, source_labels, source_shares,
+                                                                       prefix_labels, prefix_shares, negative)
     hovers = [[f"{m}: {labels[j]} {shades[i, j]:.3f}{' (lowered p)' if neg[i, j] else ''}"
                for j in range(len(labels))] for i, m in enumerate(method_labels)]
     marks = [["−" if neg[i, j] else "" for j in range(len(labels))] for i in range(len(method_labels))]
-    n_src = len(source_labels)
-    # the strongest piece of each row on the side that is the evidence: the source, or a decoder-only prefix
-    side = shades[:, :n_src] if n_src else shades
-    outlined = [int(np.argmax(r)) if r.size and r.max() > 0 else None for r in side]
     legend = (_scale_legend("share 0", "1") + "<span>each side's row sums to 1 · outlined: the largest"
-              + (" source piece" if n_src else "") + " · −: lowered p(token)</span>")
+              + (" source piece" if len(source_labels) else "") + " · −: lowered p(token)</span>")
     return _grid(list(method_labels), labels, groups, names, shades, hovers, marks, outlined, current, title,
                  legend, large, width, "attr")
+
+
+#: Sizes of :func:`attribution_svg`, px: a row, the narrowest column, the labels.
+SVG_ROW, SVG_COL, SVG_PX = 30, 26, 15
+
+
+def attribution_svg(method_labels: Sequence[str], source_labels: Sequence[str], source_shares,
+                    prefix_labels: Sequence[str], prefix_shares, negative=None, title: str = "") -> str:
+    """What :func:`attribution_html` shows (arguments as there) as a standalone SVG document to save: a row per
+    method, a column per piece labelled upright above it, the shares on the same colour scale, each row's largest
+    outlined and "−" where a score lowered p(token). Sizes in px (:data:`SVG_ROW` …); the width follows the number of
+    pieces. Raises ``ValueError`` for shares that do not fit the labels."""
+    labels, groups, names, shades, neg, outlined = _attribution_cells(method_labels, source_labels, source_shares,
+                                                                       prefix_labels, prefix_shares, negative)
+    esc = escape_html
+    head_w = max((len(m) for m in method_labels), default=4) * 0.55 * SVG_PX + 16
+    label_h = max((len(t) for t in labels), default=1) * MONO_CHAR_EM * SVG_PX + 10
+    top = (36 if title else 8) + SVG_PX + 6 + label_h
+    xs, x = [], head_w
+    for j, group in enumerate(groups):
+        x += GAP_PX if j and group != groups[j - 1] else 0
+        xs.append(x)
+        x += SVG_COL
+    width, height = x + 8, top + SVG_ROW * len(method_labels) + 40
+    colours = np.array(scale_colours(shades), dtype=object).reshape(shades.shape)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+             f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="{esc(SANS)}" font-size="{SVG_PX}">',
+             f'<rect width="{width:.0f}" height="{height:.0f}" fill="{WHITE}"/>']
+    if title:
+        parts.append(f'<text x="4" y="24" font-size="18" font-weight="600" fill="{INK}">{esc(title)}</text>')
+    for g, name in enumerate(names):
+        cols = [xs[j] for j in range(len(labels)) if groups[j] == g]
+        if cols:
+            parts.append(f'<text x="{(cols[0] + cols[-1] + SVG_COL) / 2:.1f}" y="{top - label_h - 6:.0f}" '
+                         f'text-anchor="middle" fill="{SUBTLE}" font-weight="600">{esc(name)}</text>')
+    for j, label in enumerate(labels):
+        parts.append(f'<text transform="translate({xs[j] + SVG_COL / 2 + SVG_PX * 0.35:.1f},{top - 6:.0f}) '
+                     f'rotate(-90)" font-family="{esc(MONO)}" fill="{INK}" xml:space="preserve">{esc(label)}</text>')
+    for i, method in enumerate(method_labels):
+        y = top + i * SVG_ROW
+        parts.append(f'<text x="{head_w - 8:.0f}" y="{y + SVG_ROW / 2 + 5:.0f}" text-anchor="end" fill="{INK}">'
+                     f"{esc(method)}</text>")
+        for j in range(len(labels)):
+            ring = f' stroke="{ACCENT}" stroke-width="3"' if outlined[i] == j else ""
+            parts.append(f'<rect x="{xs[j] + 1:.0f}" y="{y + 1}" width="{SVG_COL - 2}" height="{SVG_ROW - 2}" '
+                         f'rx="2" fill="{colours[i, j]}"{ring} data-v="{shades[i, j]:.4f}"/>')
+            if neg[i, j]:
+                ink = WHITE if shades[i, j] >= WHITE_TEXT_FROM else INK
+                parts.append(f'<text x="{xs[j] + SVG_COL / 2:.1f}" y="{y + SVG_ROW / 2 + 5:.0f}" '
+                             f'text-anchor="middle" fill="{ink}">−</text>')
+    foot = top + SVG_ROW * len(method_labels) + 26
+    parts.append(f'<text x="4" y="{foot}" fill="{SUBTLE}">Share of each side (row sums to 1), white 0 → dark blue 1; '
+                 "outlined: the largest; −: lowered p(token).</text>")
+    return "".join(parts) + "</svg>"
 
 
 def head_change_html(change, title: str = "", unit: str = "‖Δ output‖", large: bool = False,

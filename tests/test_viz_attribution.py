@@ -36,7 +36,7 @@ def test_every_token_is_labelled_once_and_every_cell_drawn(width):
     assert fragment.count("data-v=") == 4 * (len(SOURCE) + len(PREFIX))
     for method in METHODS:
         assert html.escape(method) in fragment
-    assert ">source</th>" in fragment and ">prefix (decoder input)</th>" in fragment
+    assert ">source</th>" in fragment and ">prefix</th>" in fragment
     assert fragment.count("box-shadow:inset 0 0 0 3px") == 4  # each row's strongest source piece
 
 
@@ -98,4 +98,4 @@ def test_the_svg_to_save_labels_every_piece_and_draws_every_cell():
     labels = [html.unescape(t) for t in re.findall(r'rotate\(-90\)"[^>]*>([^<]*)</text>', svg)]
     assert labels == SOURCE + PREFIX
     assert svg.count("data-v=") == 44 and svg.count('stroke-width="3"') == 4 and svg.count(">−</text>") == 1
-    assert ">source</text>" in svg and ">prefix (decoder input)</text>" in svg
+    assert ">source</text>" in svg and ">prefix</text>" in svg

@@ -79,8 +79,8 @@ def _grid(row_labels: Sequence[str], labels: list[str], groups: list[int], group
             names.append('<th style="border:0;background:none"></th>')
         cols.extend(["<col>"] * span)
         names.append(f'<th colspan="{span}" style="border:0;border-bottom:2px solid {BORDER};background:none;'
-                     f'color:{SUBTLE};font-weight:600;font-size:{px}px;text-align:center;padding:0 0 2px 0">'
-                     f"{escape_html(group_names[g])}</th>")
+                     f'color:{SUBTLE};font-weight:600;font-size:{px}px;text-align:center;padding:0 0 2px 0;'
+                     f'white-space:nowrap;overflow:visible">{escape_html(group_names[g])}</th>')
     cell = "border:0;padding:0;border-radius:2px;text-align:center;vertical-align:middle;"
     rows = []
     for i, label in enumerate(row_labels):
@@ -127,7 +127,7 @@ def _attribution_cells(method_labels, source_labels, source_shares, prefix_label
     labels = [display_token(t) for t in list(source_labels) + list(prefix_labels)]
     n_src = len(source_labels)
     groups = [0] * n_src + [1 if n_src else 0] * len(prefix_labels)
-    names = ["source", "prefix (decoder input)"] if n_src else ["prefix"]
+    names = ["source", "prefix"] if n_src else ["prefix"]  # short: three prefix columns are narrow
     neg = np.zeros(shades.shape, bool) if negative is None else np.asarray(negative, bool).reshape(shades.shape)
     # the strongest piece of each row on the side that is the evidence: the source, or a decoder-only prefix
     side = shades[:, :n_src] if n_src else shades
@@ -250,7 +250,8 @@ def head_change_html(change, title: str = "", unit: str = "‖Δ output‖", lar
     marks = [[""] * z.shape[1] for _ in rows]
     top = np.unravel_index(int(np.argmax(z)), z.shape) if peak > 0 else (-1, -1)
     outlined = [int(top[1]) if i == top[0] else None for i in range(z.shape[0])]
-    legend = _scale_legend("0", f"{peak:.3g}") + f"<span>{escape_html(unit)} · columns: heads · outlined: the largest</span>"
+    legend = (_scale_legend("0", f"{peak:.3g}")
+              + f"<span>{escape_html(unit)} · columns: heads · outlined: the largest</span>")
     return _grid(rows, heads, [0] * len(heads), ["head"], shades, hovers, marks, outlined, None, title, legend,
                  large, width, "heads")
 

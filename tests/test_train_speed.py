@@ -117,3 +117,14 @@ def test_a_spent_budget_skips_the_variants_left(tmp_path):
     rc, out, err = run_main(probe.main, ["--variants", "base,fused", "--budget-s", "0", "--", *EXACT])
     assert rc == 0, err
     assert out.count("skipped: the 0-s budget was spent") == 4  # each row as it comes, then in the table
+
+
+def test_evaluation_in_larger_batches_scores_the_same(tmp_path):
+    from training.evaluate import score, validation_loss
+
+    trainer = trainer_of(tmp_path, "--eval-batch", "256")
+    assert trainer.config.eval_batch == 256
+    pairs = trainer.eval_pairs
+    assert score(trainer.model, trainer.tok, pairs, batch_size=3) == score(trainer.model, trainer.tok, pairs, 256)
+    loss = validation_loss(trainer.model, trainer.valid_ex, 2000, trainer.device, "fp32")
+    assert isinstance(loss, float) and 0 < loss < 10

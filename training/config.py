@@ -157,6 +157,9 @@ class TrainConfig:
                             "training.average)", "logging", check="nonneg")
     eval_sentences: int = opt(300, "valid sentences translated for BLEU/chrF (not used by a decoder-only run)",
                               "logging", check="nonneg", show=True)
+    eval_batch: int = opt(64, "valid sentences greedily translated at once during training (a GPU takes all of "
+                              "--eval-sentences in one batch: fewer decoding steps, each launching the same kernels; "
+                              "a sentence's translation does not depend on its batch)", "logging", check="positive")
     test_at_end: bool = opt(False, "score best/ on the shipped test split at the end (decoder-only: test loss and "
                                    "perplexity)", "logging")
     fp16_weights: bool = opt(False, "store best/ weights in float16 (half the size)", "logging")

@@ -98,6 +98,14 @@ def test_a_new_run_can_reuse_a_tokenizer_and_says_so_when_it_cannot(leg, tmp_pat
     assert rc == 2 and "--init-from keeps" in err
 
 
+def test_the_start_up_the_second_leg_pays_again_is_read_from_the_first_window(tmp_path):
+    rows = [{"step": s, "loss": 1.0, "time_s": 5 + s / 4} for s in range(10, 110, 10)]  # 5 s lost, then 4 steps/s
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert timed_leg.start_up_seconds(tmp_path, 4.0) == pytest.approx(5.0)
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert timed_leg.start_up_seconds(tmp_path, 4.0) == 0.0
+
+
 def test_join_makes_the_folder_it_writes_into(leg, tmp_path):
     """A fresh clone has no runs/: the join creates the parents of --into rather than failing."""
     timed_leg.join(leg / "export", tmp_path / "runs" / "deeper" / "back")

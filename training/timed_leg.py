@@ -103,6 +103,14 @@ def probe_first(args, trainer_args: list[str], log: Path) -> list[str]:
     return flags
 
 
+def start_up_seconds(run: Path, rate: float) -> float:
+    """Seconds the first leg lost before it stepped at ``rate`` (steps/s): its first logged window's time beyond
+    what its steps took at that rate (CUDA start-up, a ``--compile``). The second leg, a new process, pays them
+    again; 0 when nothing was logged."""
+    rows = [r for r in read_metrics(run) if "time_s" in r and "loss" in r]
+    return max(0.0, rows[0]["time_s"] - rows[0]["step"] / rate) if rows else 0.0
+
+
 def export(run: Path, dest: Path) -> list[Path]:
     """``run/last``'s weights as float16 shards of < :data:`SHARD_BYTES`, and the run without weights as a tarball."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -183,9 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     rate = steps_per_second(run)
     step = read_state(run / "last").step
     left_s = budget * args.cooldown_share
-    cool = max(1, int(rate * left_s))
-    print(f"first leg: {step} steps, {rate:.2f} steps/s; cooldown of {cool} steps (~{left_s:.0f} s); "
-          f"{time.time() - started:.0f} s so far", flush=True)
+    # the second leg starts up (and compiles) again: its steps fill what is left of its share after that
+    start_up = min(start_up_seconds(run, rate), left_s / 2)
+    cool = max(1, int(rate * (left_s - start_up)))
+    print(f"first leg: {step} steps, {rate:.2f} steps/s, {start_up:.0f} s to start; cooldown of {cool} steps "
+          f"(~{left_s:.0f} s with the start); {time.time() - started:.0f} s so far", flush=True)
     rc = train(["--out", str(run), "--resume", "--max-steps", str(step + cool), "--cooldown-steps", str(cool),
                 # a safety net only: the steps were sized to end the leg in time
                 "--max-minutes", f"{max(left_s * 1.5, left_s + 60) / 60:.2f}"], log)

@@ -225,7 +225,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.probe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated, e.g. base,fused,compile+pad64")
+    p.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated, e.g. base,fused,compile+pad8")
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per variant")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first")
     p.add_argument("--min-steps", type=int, default=3, help="timed steps per variant at least")

@@ -6,7 +6,7 @@ PORT ?= 8501
 # `make serve`: app processes behind nginx, one per CPU unless WORKERS says otherwise
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run dev serve test setup setup-dev chromium nginx data bench clean
+.PHONY: run dev serve test setup setup-dev chromium nginx data gpu-data bench clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ test: setup-dev chromium nginx
 
 data: setup
 	$(PY) -m corpora prepare ding
+
+# The next GPU lease's data (docs/training.md, "The next lease"): the mixture and its 16,000-piece BPE in the
+# git-ignored data/gpu, which the lent machine is sent (carry ["data/gpu"]); needs the corpora prepared first.
+GPU_MIX ?= tatoeba=1,multi30k=2,bcontrast=1,ding=2,wmt-news-extra=2,wmt19-20-extra-refs=1,wmt-general-2023-24=2,ud-pud=3,mlqe-pe=3,mucow-wmt19=1,debian-www-news=1,ddtp-bookworm=1,debian-handbook=1,gnome-help=1
+gpu-data: setup
+	$(PY) -m corpora prepare mixture --repeat $(GPU_MIX) --to data/gpu
+	$(PY) -m training.vocab --mix $(GPU_MIX) --sizes 16000 --save data/gpu
 
 bench: setup
 	$(PY) -m benchmarks.decode

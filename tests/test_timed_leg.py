@@ -98,6 +98,14 @@ def test_a_new_run_can_reuse_a_tokenizer_and_says_so_when_it_cannot(leg, tmp_pat
     assert rc == 2 and "--init-from keeps" in err
 
 
+def test_the_start_up_the_second_leg_pays_again_is_read_from_the_first_window(tmp_path):
+    rows = [{"step": s, "loss": 1.0, "time_s": 5 + s / 4} for s in range(10, 110, 10)]  # 5 s lost, then 4 steps/s
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert timed_leg.start_up_seconds(tmp_path, 4.0) == pytest.approx(5.0)
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert timed_leg.start_up_seconds(tmp_path, 4.0) == 0.0
+
+
 def test_join_makes_the_folder_it_writes_into(leg, tmp_path):
     """A fresh clone has no runs/: the join creates the parents of --into rather than failing."""
     timed_leg.join(leg / "export", tmp_path / "runs" / "deeper" / "back")
@@ -107,3 +115,18 @@ def test_join_makes_the_folder_it_writes_into(leg, tmp_path):
 def test_join_refuses_a_folder_that_is_no_export(tmp_path):
     with pytest.raises(SystemExit, match="no run.tar.gz"):
         timed_leg.join(tmp_path, tmp_path / "runs" / "back")
+
+
+def test_a_probed_leg_trains_with_the_fastest_variant_and_brings_the_report_back(tmp_path):
+    i = TINY.index("--threads")
+    args = [*TINY[:i], *TINY[i + 2:], "--eval-every", "40", "--threads", "1", "--device", "cpu", "--no-snapshots"]
+    rc = timed_leg.main(["--run", str(tmp_path / "run"), "--budget-s", "6", "--cooldown-share", "0.5", "--probe",
+                         "--probe-variants", "base,fused+pad8", "--export", str(tmp_path / "export"), "--", *args])
+    assert rc == 0, (tmp_path / "run" / "train.log").read_text()
+    report = json.loads((tmp_path / "export" / "probe.json").read_text())
+    assert [r["variant"] for r in report["rows"]] == ["base", "fused+pad8"]
+    assert "by self CPU time" in (tmp_path / "export" / "profile.txt").read_text()
+    trained = json.loads((tmp_path / "run" / "train_args.json").read_text())
+    fused = report["fastest"] == "fused+pad8"
+    assert (trained["fused_optimizer"], trained["pad_multiple"]) == ((True, 8) if fused else (False, 1))
+    assert "probe: training with " + report["fastest"] in (tmp_path / "run" / "train.log").read_text()

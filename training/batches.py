@@ -112,15 +112,32 @@ def make_batches(examples: list[Example], batch_tokens: int, gen: torch.Generato
     return [batches[p] for p in perm]
 
 
-def collate(examples: list[Example], idx: list[int], pad: int, device) -> Batch:
-    """The :class:`Batch` of ``examples[i] for i in idx``, padded with ``pad`` and moved to ``device``.
+def round_up(n: int, multiple: int, cap: int | None = None) -> int:
+    """``n`` rounded up to a multiple of ``multiple`` (≥ 1), but never past ``cap`` (nor below ``n``)."""
+    up = -(-n // multiple) * multiple
+    return max(n, min(up, cap)) if cap else up
+
+
+def padded_shape(chosen: list[Example], multiple: int = 1, max_len: int | None = None) -> tuple[int, int, int]:
+    """``(rows, src_len, tgt_len)`` of the padded tensors of ``chosen``: the longest source rounded up to a multiple
+    of ``multiple``, the longest target such that the decoder's input (``tgt_len − 1`` tokens) is one; neither
+    past ``max_len`` (the positional table's length) when given."""
+    src_len = round_up(max(len(e.src) for e in chosen), multiple, max_len)
+    tgt_len = round_up(max(len(e.tgt) for e in chosen) - 1, multiple, max_len and max_len - 1) + 1
+    return len(chosen), src_len, tgt_len
+
+
+def collate(examples: list[Example], idx: list[int], pad: int, device, multiple: int = 1,
+            max_len: int | None = None) -> Batch:
+    """The :class:`Batch` of ``examples[i] for i in idx``, padded with ``pad`` and moved to ``device``; with
+    ``multiple`` > 1 padded further, to the lengths :func:`padded_shape` gives (shapes then repeat from step to
+    step; the extra padding is masked like any other and changes no loss).
 
     The padded rows become one tensor each in a single call (7 ms per 1,000 sentences on a 2-core CPU, against 17 ms
     row by row: a fifth of a 92-ms GPU step of the shipped translator's run), and reach a CUDA device from pinned
     memory without blocking, so the host can prepare the next step while the GPU computes this one."""
     chosen = [examples[i] for i in idx]
-    src_len = max(len(e.src) for e in chosen)
-    tgt_len = max(len(e.tgt) for e in chosen)
+    _, src_len, tgt_len = padded_shape(chosen, multiple, max_len)
     src = torch.tensor([e.src + [pad] * (src_len - len(e.src)) for e in chosen], dtype=torch.long)
     tgt = torch.tensor([e.tgt + [pad] * (tgt_len - len(e.tgt)) for e in chosen], dtype=torch.long)
     src = src.reshape(len(chosen), src_len)  # a decoder-only model's empty sources stay [batch, 0]

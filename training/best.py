@@ -143,7 +143,7 @@ def evaluate_during_training(model, tok, valid_ex, eval_pairs, config: TrainConf
     v_loss = validation_loss(model, valid_ex, config.batch_tokens, device, config.precision)
     ppl = round(perplexity(v_loss), 2)
     lm = not model.cfg.is_encoder_decoder
-    scores = {} if lm else score(model, tok, eval_pairs)
+    scores = {} if lm else score(model, tok, eval_pairs, config.eval_batch)
     record = {"step": step, "valid_loss": round(v_loss, 4), "valid_ppl": ppl}
     if not lm:
         record.update(valid_bleu=scores["bleu"], valid_chrf=scores["chrf"])

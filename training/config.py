@@ -137,8 +137,13 @@ class TrainConfig:
                        "optimisation", check="nonneg")
     precision: str = opt("auto", "auto = bf16 autocast on CUDA and on CPUs with native bf16 (avx512_bf16/amx_bf16), "
                                  "else fp32; master weights stay fp32", "optimisation", choices=PRECISIONS)
-    compile: bool = opt(False, "optional: torch.compile the model for training (off by default; on CPU it works "
-                               "but the compile takes long)", "optimisation")
+    compile: bool = opt(False, "optional: torch.compile the model and its loss for training, with dynamic shapes "
+                               "(off by default; on CPU it works but the compile takes long)", "optimisation")
+    fused_optimizer: bool = opt(False, "Adam/AdamW as one fused kernel over all parameters (torch's fused=True; "
+                                       "the same updates, fewer launches on a GPU)", "optimisation")
+    pad_multiple: int = opt(1, "pad each batch's source and target lengths up to a multiple of N (1 = off), so "
+                               "that batch shapes repeat (--compile, GPU kernels); padding is masked, the loss "
+                               "is the same", "optimisation", check="positive")
     # --- logging
     log_every: int = opt(50, group="logging", check="positive", show=True)
     peak_tflops: float | None = opt(None, "peak TFLOP/s of one device, for the logged mfu (default: known CUDA GPUs' "
@@ -152,6 +157,9 @@ class TrainConfig:
                             "training.average)", "logging", check="nonneg")
     eval_sentences: int = opt(300, "valid sentences translated for BLEU/chrF (not used by a decoder-only run)",
                               "logging", check="nonneg", show=True)
+    eval_batch: int = opt(64, "valid sentences greedily translated at once during training (a GPU takes all of "
+                              "--eval-sentences in one batch: fewer decoding steps, each launching the same kernels; "
+                              "a sentence's translation does not depend on its batch)", "logging", check="positive")
     test_at_end: bool = opt(False, "score best/ on the shipped test split at the end (decoder-only: test loss and "
                                    "perplexity)", "logging")
     fp16_weights: bool = opt(False, "store best/ weights in float16 (half the size)", "logging")

@@ -169,11 +169,17 @@ def model_flops_utilization(flops_per_s: float, peak_tflops: float | None) -> fl
 
 def wrap_for_training(model, ctx: Dist, device: torch.device, compile_model: bool):
     """The module the training steps call: ``model`` itself, in ``DistributedDataParallel`` under torchrun, and
-    ``torch.compile``d with ``--compile``. Evaluation and checkpoints use ``model`` (the unwrapped module)."""
+    ``torch.compile``d with ``--compile``. Evaluation and checkpoints use the unwrapped model."""
     wrapped = model
     if ctx.enabled:
         wrapped = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     if compile_model:
-        wrapped = torch.compile(wrapped)
+        # Every batch has its own rows and lengths: compiled for one shape, the graph would be compiled again for
+        # the second one seen (then generalised); symbolic sizes from the start compile it once. Without duck
+        # sizing, a first batch whose source and target happen to be equally long does not tie the two sizes
+        # together (the next batch would compile the graph again).
+        import torch.fx.experimental._config as fx_config
+        fx_config.use_duck_shape = False
+        wrapped = torch.compile(wrapped, dynamic=True)
     return wrapped

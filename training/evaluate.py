@@ -46,15 +46,16 @@ def validation_loss(model, examples, batch_tokens: int, device, precision: str =
     of every next token after ``<bos>``, ``<eos>`` included), in batches of ``2 × batch_tokens`` padded tokens.
     Leaves ``model`` in training mode."""
     model.eval()
-    total, count = 0.0, 0
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0
     for idx in make_batches(examples, batch_tokens * 2, torch.Generator().manual_seed(0)):
         batch = collate(examples, idx, model.cfg.pad_id, device)
         with autocast(device, precision):
             logits = model(batch.src, batch.tgt_in)
-        total += float(loss_fn(logits, batch.tgt_out, model.cfg.pad_id, 0.0)) * batch.n_pred
+        # summed on the device and read once: a read per batch would make the host wait for each batch in turn
+        total += loss_fn(logits, batch.tgt_out, model.cfg.pad_id, 0.0).double() * batch.n_pred
         count += batch.n_pred
     model.train()
-    return total / max(count, 1)
+    return float(total) / max(count, 1)
 
 
 def perplexity(loss: float) -> float:
@@ -65,11 +66,11 @@ def perplexity(loss: float) -> float:
         return math.inf
 
 
-def score(model, tok, pairs: list[Pair]) -> dict[str, float]:
-    """Corpus BLEU and chrF (0–100) of greedy translations of ``pairs`` (encoder-decoder only); leaves ``model`` in
-    training mode."""
+def score(model, tok, pairs: list[Pair], batch_size: int = 64) -> dict[str, float]:
+    """Corpus BLEU and chrF (0–100) of greedy translations of ``pairs`` (encoder-decoder only), ``batch_size``
+    sentences at once; leaves ``model`` in training mode."""
     model.eval()
-    hyps = translate_texts(model, tok, [p.src for p in pairs])
+    hyps = translate_texts(model, tok, [p.src for p in pairs], batch_size=batch_size)
     model.train()
     return bleu_chrf(hyps, [p.tgt for p in pairs])
 

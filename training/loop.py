@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -19,18 +19,19 @@ from model.baseline import build_model
 from model.config import ModelConfig
 from model.flops import training_flops
 from model.tokenizer import TextTokenizer
-from .batches import (Batch, EpochPlan, collate, encode_examples, loss_fn, pair_sides, sequences_per_pair,
-                      with_bpe_dropout, word_dropout)
+from .batches import (Batch, EpochPlan, collate, encode_examples, pair_sides, sequences_per_pair, with_bpe_dropout,
+                      word_dropout)
 from .best import evaluate_during_training, save_best, score_best_on_test
 from .checkpoints import load_any, read_tokenizer, snapshot, warm_start
 from .config import TrainConfig
 from .data import load_data
-from .device import autocast, default_threads
+from .device import default_threads
 from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
 from .resume import resolve_config
 from .runs import GERMAN_PROBE_SENTENCES, MetricsLog, now_iso, read_status, snapshot_steps, write_config, write_status, write_train_args
 from .schedule import factor_for_peak, learning_rate, make_optimizer
 from .state import TrainerState, load_resume_state, read_state, save_resume_state
+from .step import TrainStep
 
 #: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
 FINISHED_REASONS = ("max_steps", "max_minutes", "patience")
@@ -89,16 +90,31 @@ class Trainer:
                               per_pair=sequences_per_pair(self.cfg), reencode=bool(config.bpe_dropout))
         self.valid_ex = encode_examples(self.tok, valid, self.cfg)
         self.eval_pairs = valid[: config.eval_sentences or None]  # 0: all of them
-        self.opt = make_optimizer(self.model, config.weight_decay)
+        self.set_up_steps()
         self.factor = factor_for_peak(config.peak_lr, self.cfg.d_model, config.warmup)
         self.state = self.initial_state()
-        self.step_model = wrap_for_training(self.model, ctx, device, config.compile)
         peak = config.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda"
                                       else None)
         self.peak_total = peak * ctx.world_size if peak else None
         self.snapshots = set(snapshot_steps(config.max_steps)) if config.snapshots else set()
         self.probes = GERMAN_PROBE_SENTENCES if config.reverse else None  # None: the model kind's own
         self.signal: str | None = None
+
+    def set_up_steps(self) -> None:
+        """The optimizer and the module each step calls (:class:`~training.step.TrainStep`, wrapped for DDP and
+        ``--compile``), as the speed options of ``self.config`` say."""
+        config = self.config
+        self.opt = make_optimizer(self.model, config.weight_decay, config.fused_optimizer)
+        step = TrainStep(self.model, self.cfg.pad_id, config.label_smoothing, self.device, config.precision)
+        self.step_model = wrap_for_training(step, self.ctx, self.device, config.compile)
+
+    def retune(self, **changes) -> None:
+        """Change options that decide how fast a step runs, not what the model is (``fused_optimizer``,
+        ``compile``, ``pad_multiple``, ``batch_tokens``), before the trainer has run: a new optimizer (fresh
+        moments), step module and batch plan. For the throughput probe (:mod:`training.probe`)."""
+        self.config = replace(self.config, **changes)
+        self.plan.config = self.config
+        self.set_up_steps()
 
     def model_to_train(self, given, sentences, phrases,
                        words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig, TrainConfig]:
@@ -163,7 +179,7 @@ class Trainer:
         """Optimizer steps until one of ``--max-steps``, a signal, ``--max-minutes`` or ``--patience`` ends the run;
         returns which."""
         for b, examples, micro in self.step_batches():
-            batches = [collate(examples, idx, self.cfg.pad_id, self.device) for idx in micro]
+            batches = self.collate(examples, micro)
             # Agreed by all ranks, so that none is left waiting in an all-reduce; n_tokens becomes the global count.
             halt, n_tokens = self.ctx.agree(self.local_stop_reason(), sum(x.n_tokens for x in batches))
             if halt:
@@ -198,6 +214,11 @@ class Trainer:
                 yield b, examples, batches[b]
             self.state.next_epoch()
 
+    def collate(self, examples, micro: list[list[int]]) -> list[Batch]:
+        """The step's micro-batches (example indices) as padded :class:`Batch` es on the device."""
+        return [collate(examples, idx, self.cfg.pad_id, self.device, self.config.pad_multiple, self.cfg.max_len)
+                for idx in micro]
+
     def optimizer_step(self, batches: list[Batch], lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One Adam step at learning rate ``lr`` over the micro-batches (gradients summed, each weighted by its share
         of the step's predicted tokens, so the loss is the mean over all of them as if they were one batch).
@@ -212,9 +233,7 @@ class Trainer:
         for batch in batches:
             src = word_dropout(batch.src, config.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
             tgt_in = word_dropout(batch.tgt_in, config.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id))
-            with autocast(self.device, config.precision):
-                logits = self.step_model(src, tgt_in)
-            part = loss_fn(logits, batch.tgt_out, cfg.pad_id, config.label_smoothing) * (batch.n_pred / max(n_pred, 1))
+            part = self.step_model(src, tgt_in, batch.tgt_out) * (batch.n_pred / max(n_pred, 1))
             part.backward()  # under DDP averaged over ranks
             loss += part.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip)
@@ -335,8 +354,14 @@ def train_loop(config: TrainConfig, ctx: Dist, device: torch.device, given: set[
     """Train ``config`` (as :func:`~training.resume.resolve_config` resolves it) as this process of ``ctx`` on
     ``device``; ``given``: the options written on the command line (``None``: all of them). Returns the exit code;
     raises ``DataError``/``ValueError`` for a run that cannot start."""
+    return make_trainer(config, ctx, device, given).run()
+
+
+def make_trainer(config: TrainConfig, ctx: Dist, device: torch.device, given: set[str] | None = None) -> Trainer:
+    """The :class:`Trainer` of ``config`` set up as :func:`train_loop` trains it (resolved options, CPU threads,
+    seed), not yet run. Raises ``DataError``/``ValueError`` for a run that cannot start."""
     config = resolve_config(config, ctx, given)  # first: a bare --resume trains with the run's saved --threads
     if device.type == "cpu":
         torch.set_num_threads(config.threads or default_threads(ctx.world_size))
     torch.manual_seed(config.seed)
-    return Trainer(config, ctx, device, given).run()
+    return Trainer(config, ctx, device, given)

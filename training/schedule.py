@@ -44,14 +44,19 @@ def cooldown_factor(step: int, max_steps: int, cooldown_steps: int) -> float:
     return max(0.0, min(1.0, (max_steps - step + 1) / cooldown_steps))
 
 
-def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0, fused: bool = False) -> torch.optim.Optimizer:
     """Adam (β₁ 0.9, β₂ 0.98, ε 1e-9; paper §5.3), its learning rate set per step. With ``weight_decay`` > 0:
     AdamW (Loshchilov & Hutter 2019), the decay applied to the weight matrices only (parameters of ≥ 2
-    dimensions: projections and the tied embedding), not to biases and LayerNorm gains, in a second group."""
+    dimensions: projections and the tied embedding), not to biases and LayerNorm gains, in a second group.
+
+    ``fused``: torch's single-kernel implementation (CUDA, and CPU since torch 2.4): the same update rule, one
+    launch for all parameters instead of a handful per parameter group; it needs floating-point parameters on one
+    device kind, else torch raises ``RuntimeError``."""
+    kw = {"lr": 0.0, "betas": (0.9, 0.98), "eps": 1e-9, **({"fused": True} if fused else {})}
     if not weight_decay:
-        return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+        return torch.optim.Adam(model.parameters(), **kw)
     params = list(model.parameters())
     decay = [p for p in params if p.dim() >= 2]
     rest = [p for p in params if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                             lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+                             **kw)

@@ -10,7 +10,7 @@ from model.loops import LOOP_TIMES
 from model.sampling import SamplingConfig, SamplingError
 from ui import decoding_lab as lab
 from ui import decoding_views as views
-from ui import heavy, lens_view, pieces, state, url, widgets
+from ui import attribution_view, heavy, lens_view, pieces, state, url, widgets
 from ui.page_state import DECODING
 from viz.attention import tokens_html
 
@@ -220,15 +220,17 @@ def decoding_page() -> None:
         st.stop()
 
     # a decoder-only model has no cross-attention: its tab is about the probabilities alone
-    tab_probs, tab_cache, tab_lens = st.tabs(
+    tab_probs, tab_cache, tab_lens, tab_attr = st.tabs(
         ["Probabilities and cross-attention" if cfg.is_encoder_decoder else "Probabilities", "KV cache",
-         lens_view.LABEL])
+         lens_view.LABEL, attribution_view.LABEL])
     with tab_probs:
         views.probabilities_tab(ckpt, run, pieces.shown(tok, src.tokens))
     with tab_cache:
         views.kv_cache_tab(ckpt, run, step, src.ids, pieces.shown(tok, src.tokens), cmp_key=(src_key, run.generated))
     with tab_lens:
         lens_view.lab_lens(ckpt, src.ids, full, step)
+    with tab_attr:
+        attribution_view.lab_attribution(ckpt, src, full, step)
 
 
 decoding_page()

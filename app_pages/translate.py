@@ -6,7 +6,7 @@ import math
 import streamlit as st
 
 from model.loops import LOOP_TIMES, find_loop
-from ui import lens_view, model_card, pieces, state, url, widgets
+from ui import attribution_view, lens_view, model_card, pieces, state, url, widgets
 from ui.decoding_lab import StepView
 from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
@@ -151,6 +151,7 @@ def translate_page() -> None:
                         valid=lambda h: h == "mean" or h in range(cfg.n_heads))
         attention_view(view, src)
         lens_view.translate_lens(ckpt, src.ids, run, step)  # a toggle (?lens=1), then what each layer would predict
+        attribution_view.translate_attribution(ckpt, src, run, step)  # a toggle (?attr=1): attention vs attribution
 
 
 translate_page()

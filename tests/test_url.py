@@ -123,6 +123,8 @@ needs_ckpt = pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.saf
 PAGE_PARAMS = [
     ("translate", {}, ["step", "ckpt"]),
     ("translate", {}, ["layer", "head"]),  # read at step 0 already, though drawn from step 1 on
+    ("translate", {"step": "1"}, ["attr"]),
+    ("translate", {"step": "1", "attr": "1"}, ["attr_method", "attr_layer", "attr_head", "attr_steps"]),
     ("attention", {"tab": "Tokens & lines"}, ["kind", "layer", "head", "words", "query", "key", "threshold", "focus"]),
     ("attention", {}, ["tab"]),
     ("attention", {"tab": "Model grid"}, ["grid"]),
@@ -224,6 +226,9 @@ def test_over_long_texts_in_the_link_are_cut_with_a_note(page, name, cap):
 CONTROLS = {
     "translate": ({"text": "The cat sat on the mat.", "step": "2"},
                   [("selectbox", "tr_layer", 0), ("selectbox", "tr_head", 1)]),
+    "translate-attribution": ({"text": "The cat sat on the mat.", "step": "2", "attr": "1"},
+                              [("selectbox", "tr_attr_method", "attention"), ("selectbox", "tr_attr_layer", 1),
+                               ("selectbox", "tr_attr_head", 2), ("selectbox", "tr_attr_steps", 64)]),
     "attention-tokens": ({"tab": "Tokens & lines"},
                          [("radio", "attn_kind", "encoder"), ("selectbox", "attn_layer", 0),
                           ("selectbox", "attn_head", 2), ("toggle", "attn_words", True), ("selectbox", "attn_query", 2),

@@ -55,15 +55,21 @@ def _forget(session: MutableMapping, params: MutableMapping, keys: tuple[str, ..
         params.pop(name, None)
 
 
-TRANSLATE = PageState("translate", text_key="text_input", model_keys=("tr_layer", "tr_head"),
-                      model_params=("layer", "head"), sentence_keys=("step",), sentence_params=("step",))
+# the attribution view's layer and head belong to a model; its line over the steps and the what-if's word to a
+# sentence
+TRANSLATE = PageState("translate", text_key="text_input",
+                      model_keys=("tr_layer", "tr_head", "tr_attr_layer", "tr_attr_head"),
+                      model_params=("layer", "head", "attr_layer", "attr_head"),
+                      sentence_keys=("step", "tr_attr_line", "tr_attr_word", "tr_attr_with"), sentence_params=("step",))
 ATTENTION = PageState("attention", text_key="attn_text",
                       model_keys=("attn_kind", "attn_layer", "attn_head", "attn_ablate"),
                       model_params=("kind", "layer", "head", "ablate"),
                       sentence_keys=("_attn_sweep_for",), sentence_params=("sweep",))
 # its step and forced tokens follow its own sentence key; the beam settings' defaults belong to a model (a Hugging
 # Face folder may state its own), so they are read again from the link for the next one
-DECODING = PageState("decoding", text_key="dl_text", model_keys=("dl_settings", "dl_w_beam", "dl_w_alpha"))
+DECODING = PageState("decoding", text_key="dl_text",
+                     model_keys=("dl_settings", "dl_w_beam", "dl_w_alpha", "dl_attr_layer", "dl_attr_head"),
+                     sentence_keys=("dl_attr_line", "dl_attr_word", "dl_attr_with"))
 POSITIONAL = PageState("positional", model_keys=("pe_head",))
 # the live numbers' kind, layer and head (ui.lecture_live) belong to a model; the editable matrices to none
 LECTURE = PageState("lecture", text_key="wl_text", model_keys=("wl_kind", "wl_layer", "wl_head"),

@@ -1,0 +1,169 @@
+"""Attention vs attribution on the Translate page and in the Decoding lab (AppTest): ``?attr=1`` at step 3 of the
+shipped translator (the grid, the source share, the completeness gap and the faithfulness numbers, the same as
+``reading/`` gives outside the app), a layer switch that recomputes no attribution, bad link values, the shipped
+language model and the tiny Hugging Face folders (no source: the prefix alone), and a what-if replacement.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import pytest
+
+from test_hf_pages import GPT2, MARIAN, assert_clean, hf_root, open_app  # noqa: F401
+
+from model.checkpoint import load_checkpoint
+from model.decoded import decode
+from model.decoding import input_limit, prepare_source
+from reading.attribution import attribute_step
+from reading.faithfulness import faithfulness
+from ui import attribution_view, heavy
+from ui.state import ROOT, new_stepper
+
+EN_DE = ROOT / "checkpoints" / "en-de" / "model.safetensors"
+BROWN = ROOT / "checkpoints" / "brown-lm" / "model.safetensors"
+SENTENCE = "My brother lives in Berlin."
+needs_en_de = pytest.mark.skipif(not EN_DE.is_file(), reason="the shipped en-de checkpoint is not here")
+
+
+def grids(at, kind: str = "attr") -> list[str]:
+    return [m.value for m in at.markdown if f'class="ae-{kind}"' in m.value]
+
+
+def text_of(at) -> str:
+    return " ".join(m.value for m in at.markdown) + " ".join(c.value for c in at.caption)
+
+
+def faithful_table(at):
+    (table,) = [t.value for t in at.table if "comprehensiveness ↑" in t.value.columns]
+    return table.set_index("method")
+
+
+@needs_en_de
+def test_translate_at_step_3_shows_every_method_and_the_models_faithfulness(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1")
+    assert_clean(at)
+    assert at.toggle(key="tr_attr").value and at.query_params["attr"] == "1"
+    (grid,) = grids(at)
+    assert "Step 3: what “▁lebt” owes each piece" in grid
+    for piece in ("▁My", "▁brother", "▁lives", "&lt;eos&gt;", "&lt;bos&gt;", "▁Mein", "▁Bruder"):
+        assert piece in grid
+    text = text_of(at)
+    assert "Source vs prefix:" in text and "completeness gap" in text and "ERASER" in text
+    assert "docs/attribution.md" in text
+
+    ckpt = load_checkpoint(ROOT / "checkpoints" / "en-de")
+    cfg = ckpt.config
+    src = prepare_source(ckpt.tokenizer, SENTENCE, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids
+    run = decode(new_stepper(ckpt.model, src, ckpt.generation))
+    reading = attribute_step(ckpt.model, src, run.tokens[:3], run.generated[2])
+    assert grid.count("data-v=") == 4 * (len(src) + 3)  # 4 methods × (source pieces + <bos> Mein Bruder)
+    faith = faithfulness(ckpt.model, reading.step, reading.all_scores())
+    table = faithful_table(at)
+    assert list(table.index) == [*attribution_view.NAMES.values(), "random"]
+    for method, name in attribution_view.NAMES.items():
+        assert table.loc[name, "comprehensiveness ↑"] == pytest.approx(faith.aopc("comprehensiveness", method),
+                                                                        abs=1e-6)
+        assert table.loc[name, "sufficiency ↓"] == pytest.approx(faith.aopc("sufficiency", method), abs=1e-6)
+    assert f"{reading.source_share:.0%} of this prediction comes from the English" in text
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Download the scores (.npz)" in labels
+
+    computed = heavy.GATE.computed  # another layer and head: the attribution is reused, the ranking measured again
+    at.selectbox(key="tr_attr_layer").set_value(5).run()
+    at.selectbox(key="tr_attr_head").set_value(0).run()
+    assert_clean(at)
+    assert heavy.GATE.computed - computed == 2  # the faithfulness of each ranking, no attribution
+    assert at.query_params["attr_layer"] == "6" and at.query_params["attr_head"] == "1"
+    assert "layer 6, head 1" in text_of(at)
+
+    at.toggle(key="tr_attr").set_value(False).run()  # closed: the view and its parameters leave the page and link
+    assert_clean(at)
+    assert not grids(at) and "attr" not in at.query_params and "attr_layer" not in at.query_params
+
+
+@needs_en_de
+def test_the_export_holds_the_scores_of_every_method(monkeypatch):
+    ckpt = load_checkpoint(ROOT / "checkpoints" / "en-de")
+    cfg = ckpt.config
+    src = prepare_source(ckpt.tokenizer, SENTENCE, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids
+    reading = attribute_step(ckpt.model, src, [cfg.bos_id], ckpt.tokenizer.encode("Mein").ids[0], n_steps=8)
+    faith = faithfulness(ckpt.model, reading.step, reading.all_scores())
+    data = np.load(io.BytesIO(attribution_view.attribution_npz(ckpt, reading, faith, None, None)))
+    assert data["source_scores"].shape == data["source_shares"].shape == (4, len(src))
+    assert data["prefix_scores"].shape == (4, 1) and len(data["source_tokens"]) == len(src)
+    assert data["attention_source"].shape == (cfg.n_decoder_layers, cfg.n_heads, len(src))
+    assert data["comprehensiveness"].shape == (5, 3) and str(data["faithfulness_methods"][-1]) == "random"
+    np.testing.assert_allclose(data["source_shares"].sum(axis=1), 1.0)
+    assert float(data["completeness_gap"]) == pytest.approx(reading.gradients.completeness_gap)
+
+
+@needs_en_de
+def test_bad_link_values_are_noted_and_ignored(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="maybe")
+    assert_clean(at)
+    assert not at.toggle(key="tr_attr").value and not grids(at)
+    assert any("`attr` (attention vs attribution)" in i.value for i in at.info)
+
+    at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1", attr_layer="99",
+                  attr_method="saliency", attr_steps="7")
+    assert_clean(at)
+    notes = " ".join(i.value for i in at.info)
+    assert "`attr_layer` (layer)" in notes and "`attr_method` (method)" in notes and "`attr_steps`" in notes
+    assert at.selectbox(key="tr_attr_layer").value == "mean" and grids(at)
+    assert at.selectbox(key="tr_attr_method").value == "integrated_gradients"
+
+
+@pytest.mark.skipif(not BROWN.is_file(), reason="the shipped brown-lm checkpoint is not here")
+def test_the_language_model_has_its_prefix_alone(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path, "brown-lm", text="She looked at him and", step="3", attr="1")
+    assert_clean(at)
+    (grid,) = grids(at)
+    assert ">source</th>" not in grid and ">prefix</th>" in grid and "▁looked" in grid
+    assert "No source:" in text_of(at) and faithful_table(at).shape[0] == 5
+    assert not [b for b in at.button if b.label == "Source share at every step so far"]
+
+
+@pytest.mark.parametrize("name", [MARIAN, GPT2])
+def test_the_hugging_face_folders(monkeypatch, hf_root, name):
+    at = open_app(monkeypatch, hf_root.path, name, text="The cat sat on the mat.", step="1", attr="1")
+    assert_clean(at)
+    (grid,) = grids(at)
+    assert (">source</th>" in grid) == (name == MARIAN)
+    assert "completeness gap" in text_of(at)
+
+
+@needs_en_de
+def test_what_if_a_word_is_replaced_or_masked(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1")
+    at.toggle(key="tr_attr_whatif").set_value(True).run()
+    assert_clean(at)
+    word = at.selectbox(key="tr_attr_word")
+    assert word.options[word.index].endswith("lives")  # integrated gradients' strongest word at "lebt"
+    assert "“lives” masked" in text_of(at)
+    assert len(grids(at, "heads")) == 2  # cross- and self-attention heads
+    at.text_input(key="tr_attr_with").input("works").run()
+    assert_clean(at)
+    text = text_of(at)
+    assert "“lives” replaced by “works”" in text
+    match = re.search(r"p\(“▁lebt”\) (\d+\.\d+) → (\d+\.\d+)", text)
+    assert match and float(match.group(1)) > float(match.group(2))
+    (table,) = [t.value for t in at.table if "what if" in t.value.columns]
+    assert len(table) == 10 and table["as it is"].iloc[0] == "▁lebt"
+    (cross, _self) = grids(at, "heads")
+    assert cross.count("data-v=") == 36 and cross.count("box-shadow:inset 0 0 0 3px") == 1
+
+
+@needs_en_de
+def test_the_lab_tab_reads_its_own_decoding(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path, "en-de", "decoding", text=SENTENCE, step="2", attr="1")
+    assert_clean(at)
+    assert attribution_view.LABEL in [t.label for t in at.tabs]
+    assert at.toggle(key="dl_attr").value
+    (grid,) = grids(at)
+    assert "Step 2:" in grid and faithful_table(at).shape[0] == 5
+    at.button(key="dl_attr_line_button").click().run()
+    assert_clean(at)
+    assert any('class="ae-share-line"' in m.value and m.value.count("<circle") == 2 for m in at.markdown)

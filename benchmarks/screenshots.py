@@ -8,9 +8,10 @@ content is drawn and its script run is over, and saves what the screen shows (th
 as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab show the lecture preset "My brother
 lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults, and ``lecture-live`` the Worked
 examples' live numbers of the sentence scrolled to Q, K and V, and ``translate-lens`` Translate's logit lens at step
-3, scrolled to its toggle; ``translate-far`` a news sentence at step 3 under the warning that it is far from what
-the model has seen; ``translate-loop`` the language model's greedy loop on "Bobby likes" and the note on it. The
-Training page shows the runs under ``runs/`` as they are at that moment.
+3, scrolled to its toggle (``translate-attribution``: its attention-vs-attribution view); ``translate-far`` a news
+sentence at step 3 under the warning that it is far from what the model has seen; ``translate-loop`` the language
+model's greedy loop on "Bobby likes" and the note on it. The Training page shows the runs under ``runs/`` as they
+are at that moment.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ SHOTS = (
          scroll=".ae-topk"),
     Shot("translate-lens", f"?{SENTENCE}&step=3&lens=1", (".ae-lens", ".ae-topk"), r"Step 3 of \d+",
          scroll=".st-key-tr_lens"),
+    # attention beside attribution at the same step, scrolled to its grid
+    Shot("translate-attribution", f"?{SENTENCE}&step=3&attr=1", (".ae-attr", ".ae-topk"), r"Step 3 of \d+",
+         scroll=".st-key-tr_attr"),
     # short texts: a chart title that wraps loses the space at the break ("layer 3 ·head 1")
     Shot("attention", f"attention?{SENTENCE}", ('[data-testid="stPlotlyChart"]:has-text("head 1")',)),
     # inside one head: why "Bruder" (about to write "lebt") looks at "lives", with the model's own numbers

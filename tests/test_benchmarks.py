@@ -92,7 +92,7 @@ def test_screenshots_make_every_picture_the_docs_link_and_take_only():
 
     made = {file_name(s, v) for s in SHOTS for v in VIEWPORTS}
     linked = set(re.findall(r"screenshots/([\w-]+\.png)", (ROOT / "docs" / "presentation-mode.md").read_text()))
-    assert len(made) == 2 * len(SHOTS) == 24 and made == linked
+    assert len(made) == 2 * len(SHOTS) == 26 and made == linked
     args = parse_args([])
     assert args.out == ROOT / "docs" / "screenshots" and args.only == [s.name for s in SHOTS]
     assert parse_args(["--out", "/tmp/s", "--only", "translate, attention"]).only == ["translate", "attention"]

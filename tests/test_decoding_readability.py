@@ -170,7 +170,7 @@ def test_beam_tables_say_yes_or_no_and_keep_three_decimals():
 def test_a_decoder_only_model_has_no_cross_attention_tab_and_suggests_its_own_tokens():
     """With brown-lm the tab still said "cross-attention" and the force box suggested "▁Haus"."""
     at = page(BROWN, step="1")
-    assert [t.label for t in at.tabs] == ["Probabilities", "KV cache", "Logit lens"]
+    assert [t.label for t in at.tabs] == ["Probabilities", "KV cache", "Logit lens", "Attention vs attribution"]
     assert not any("cross-attention" in t.label.lower() for t in at.tabs)
     box = at.text_input(key="dl_force_text")
     example = box.placeholder.removeprefix("e.g. ")

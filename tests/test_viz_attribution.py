@@ -46,6 +46,9 @@ def test_a_long_sentence_keeps_every_label_over_more_tiers():
     assert column_labels(fragment) == source + PREFIX
     tiers = {int(t) for t in re.findall(r'data-tier="(\d)"', fragment)}
     assert len(tiers) > 1
+    negative = np.ones((4, 34), bool)  # cells too narrow for a "−": the sign stays in the hover
+    fragment = attribution_html(METHODS, source, shares(4, 31), PREFIX, shares(4, 3), negative, width=390)
+    assert ">−</td>" not in fragment and fragment.count("(lowered p)") == 4 * 34 and "hover:" in fragment
 
 
 def test_a_decoder_only_model_has_the_prefix_alone_and_negative_scores_are_marked():

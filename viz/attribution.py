@@ -26,6 +26,8 @@ GRID_PX = 390
 ROW_HEAD_EM = 8.0
 #: Room (px) between the source's columns and the prefix's.
 GAP_PX = 10
+#: The narrowest cell (px) that is marked "−" where a score lowered p(token).
+MARK_PX = 12
 #: A cell's share from which its text turns white: the scale's blue is dark enough there.
 WHITE_TEXT_FROM = 0.45
 
@@ -147,7 +149,7 @@ def attribution_html(method_labels: Sequence[str], source_labels: Sequence[str],
         source_shares / prefix_shares: ``[methods, S]`` / ``[methods, T]`` shares in 0–1 (each row of a side sums
             to 1: ``TokenScores.source_shares``), drawn on one colour scale.
         negative: ``[methods, S + T]`` booleans, or ``None``: cells whose signed score lowered the chosen token's
-            probability, marked "−".
+            probability, marked "−" where a cell is at least :data:`MARK_PX` wide (always said in the hover).
         current: the row marked as the method picked (``None``: none).
         title: a heading ('' for none); large: presentation mode (16 px labels instead of 14).
         width: the grid's width (px) in the narrowest layout it is shown in.
@@ -163,9 +165,13 @@ def attribution_html(method_labels: Sequence[str], source_labels: Sequence[str],
                                                                        prefix_labels, prefix_shares, negative)
     hovers = [[f"{m}: {labels[j]} {shades[i, j]:.3f}{' (lowered p)' if neg[i, j] else ''}"
                for j in range(len(labels))] for i, m in enumerate(method_labels)]
-    marks = [["−" if neg[i, j] else "" for j in range(len(labels))] for i in range(len(method_labels))]
+    # a "−" needs a cell about as wide as itself: in a long sentence's narrow cells the sign stays in the hover
+    cell_px = (width - ROW_HEAD_EM * _sizes(large)[0] - GAP_PX) / max(len(labels), 1)
+    signed = cell_px >= MARK_PX
+    marks = [["−" if neg[i, j] and signed else "" for j in range(len(labels))] for i in range(len(method_labels))]
     legend = (_scale_legend("share 0", "1") + "<span>each side's row sums to 1 · outlined: the largest"
-              + (" source piece" if len(source_labels) else "") + " · −: lowered p(token)</span>")
+              + (" source piece" if len(source_labels) else "")
+              + (" · −: lowered p(token)" if signed else " · hover: a piece that lowered p(token) says so") + "</span>")
     return _grid(list(method_labels), labels, groups, names, shades, hovers, marks, outlined, current, title,
                  legend, large, width, "attr")
 

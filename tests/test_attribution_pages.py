@@ -124,6 +124,13 @@ def test_the_language_model_has_its_prefix_alone(monkeypatch, tmp_path):
     assert ">source</th>" not in grid and ">prefix</th>" in grid and "▁looked" in grid
     assert "No source:" in text_of(at) and faithful_table(at).shape[0] == 5
     assert not [b for b in at.button if b.label == "Source share at every step so far"]
+    at.toggle(key="tr_attr_whatif").set_value(True).run()  # the what-if changes a word of the prompt
+    at.selectbox(key="tr_attr_word").set_value(3).run()
+    at.text_input(key="tr_attr_with").input("her").run()
+    assert_clean(at)
+    assert "“him” replaced by “her”" in text_of(at)
+    (heads,) = grids(at, "heads")  # self-attention only: no cross-attention to move
+    assert "Self-attention heads" in heads and heads.count("data-v=") == 4 * 4
 
 
 @pytest.mark.parametrize("name", [MARIAN, GPT2])

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 from test_train_cli import TINY, run_main  # noqa: E402
 
 from corpora import parallel  # noqa: E402
+from corpora.extra import MAX_CHARS  # noqa: E402
 from corpora.files import DataError, Pair, read_tsv  # noqa: E402
 from model.batched import greedy_batch  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
@@ -30,7 +31,7 @@ from training.data import load_data, reversed_pairs  # noqa: E402
 from training.form import mixture_errors  # noqa: E402
 from training.runs import GERMAN_PROBE_SENTENCES, read_probes  # noqa: E402
 
-GERMAN = ["Das ist gut.", "Wir danken Ihnen.", "Das ist gut.", "Vielen Dank.", "x" * 300, "Die Sitzung ist eröffnet.",
+GERMAN = ["Das ist gut.", "Wir danken Ihnen.", "Das ist gut.", "Vielen Dank.", "x" * 500, "Die Sitzung ist eröffnet.",
           "Das Wort hat der Kollege.", "Wir stimmen ab."]
 
 
@@ -94,8 +95,8 @@ def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path, kee
     pairs = read_tsv(path)
     assert pairs == cleaned.pairs
     germans = [p.tgt for p in pairs]
-    # each once, none over 250 characters, and "Vielen Dank." left out: it is the German of the everyday test set
-    assert germans == [g for g in dict.fromkeys(GERMAN) if len(g) <= 250 and g != "Vielen Dank."][:len(germans)]
+    # each once, none over MAX_CHARS characters, and "Vielen Dank." left out: it is the everyday test set's German
+    assert germans == [g for g in dict.fromkeys(GERMAN) if len(g) <= MAX_CHARS and g != "Vielen Dank."][:len(germans)]
     assert len(germans) >= 4 and all(p.src.startswith("bt ") and "\t" not in p.src for p in pairs)
     assert not (out / "backtranslated.partial.tsv").exists()
     assert json.loads((out / "backtranslated.json").read_text())["strategy"] == "sample"
@@ -254,7 +255,7 @@ def test_the_command_says_what_it_dropped(de_en, tmp_path):
                                       "--out", tmp_path, "--tag", "bt", "--no-progress"])
     assert rc == 0, err
     meta = json.loads((tmp_path / "backtranslated.json").read_text(encoding="utf-8"))
-    # the five German sentences left of GERMAN (each once, none over 250 characters, not the everyday set's)
+    # the five German sentences left of GERMAN (each once, none over 400 characters, not the everyday set's)
     assert meta["translated"] == 5 and meta["translated"] - sum(meta["dropped"].values()) == len(read_tsv(
         tmp_path / "backtranslated.train.tsv.gz", allow_empty=True))
     assert "synthetic pairs" in out and all(f"{reason} {n:,}" in out for reason, n in meta["dropped"].items())

@@ -6,7 +6,7 @@ PORT ?= 8501
 # `make serve`: app processes behind nginx, one per CPU unless WORKERS says otherwise
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run dev serve test setup setup-dev chromium nginx data gpu-data bench clean
+.PHONY: run dev serve test setup setup-dev chromium nginx data lease-ready lease-restore bench clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,12 +53,25 @@ test: setup-dev chromium nginx
 data: setup
 	$(PY) -m corpora prepare ding
 
-# The next GPU lease's data (docs/training.md, "The next lease"): the mixture and its 16,000-piece BPE in the
-# git-ignored data/gpu, which the lent machine is sent (carry ["data/gpu"]); needs the corpora prepared first.
-GPU_MIX ?= tatoeba=1,multi30k=2,bcontrast=1,ding=2,wmt-news-extra=2,wmt19-20-extra-refs=1,wmt-general-2023-24=2,ud-pud=3,mlqe-pe=3,mucow-wmt19=1,debian-www-news=1,ddtp-bookworm=1,debian-handbook=1,gnome-help=1
-gpu-data: setup
-	$(PY) -m corpora prepare mixture --repeat $(GPU_MIX) --to data/gpu
-	$(PY) -m training.vocab --mix $(GPU_MIX) --sizes 16000 --save data/gpu
+# The next GPU lease (docs/training.md, "The H100 run, its CPU leg, and the next lease"): the corpora, the run to
+# continue in int8, and a working tree the lent machine can be sent (at most 64 MiB with what the call carries): the
+# shipped weights are moved aside for the call and put back by lease-restore. Needs ../shared/data and trans-de-en.
+LEASE_MIX ?= tatoeba=3,multi30k=2,bcontrast=1,ding=2,wmt-news-extra=2,wmt19-20-extra-refs=1,wmt-general-2023-24=2,ud-pud=3,mlqe-pe=3,mucow-wmt19=1,debian-www-news=1,ddtp-bookworm=1,debian-handbook=1,gnome-help=1
+LEASE_EXPORT ?= ../shared/data/gpu-runs/2026-11-28-h100-news
+LEASE_ASIDE := checkpoints/en-de/model.safetensors checkpoints/brown-lm/model.safetensors
+lease-ready: setup
+	$(PY) -m corpora prepare ding
+	$(PY) -m corpora prepare all
+	$(PY) -m corpora prepare mixture --repeat $(LEASE_MIX) --to data/gpu
+	rm -f data/prepared/mixture.train.tsv.gz data/prepared/mixture.valid.tsv.gz
+	[ -d runs/gpu-news ] || $(PY) -m training.timed_leg --join $(LEASE_EXPORT) --into runs/gpu-news
+	[ -d runs/gpu-news-int8 ] || $(PY) -m training.average --int8 runs/gpu-news-int8 runs/gpu-news/last
+	mkdir -p runs/aside/en-de runs/aside/brown-lm
+	for f in $(LEASE_ASIDE); do [ ! -f $$f ] || mv $$f runs/aside/$$(basename $$(dirname $$f))/; done
+	$(PY) -m training.lease_size --carry data/prepared data/gpu/mixture.valid.tsv.gz runs/gpu-news-int8
+
+lease-restore:
+	git checkout -- $(LEASE_ASIDE)
 
 bench: setup
 	$(PY) -m benchmarks.decode

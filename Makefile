@@ -55,11 +55,14 @@ data: setup
 
 # The next GPU lease (docs/training.md, "The H100 run, its CPU leg, and the next lease"): the corpora, the run to
 # continue in int8, and a working tree the lent machine can be sent (at most 64 MiB with what the call carries): the
-# shipped weights are moved aside for the call and put back by lease-restore. Needs ../shared/data and trans-de-en.
+# shipped weights are moved aside for the call and put back by lease-restore. Needs ../shared/data (and Debian's
+# trans-de-en for the Ding sentences, installed when missing and we may).
 LEASE_MIX ?= tatoeba=3,multi30k=2,bcontrast=1,ding=2,wmt-news-extra=2,wmt19-20-extra-refs=1,wmt-general-2023-24=2,ud-pud=3,mlqe-pe=3,mucow-wmt19=1,debian-www-news=1,ddtp-bookworm=1,debian-handbook=1,gnome-help=1
 LEASE_EXPORT ?= ../shared/data/gpu-runs/2026-11-28-h100-news
 LEASE_ASIDE := checkpoints/en-de/model.safetensors checkpoints/brown-lm/model.safetensors
 lease-ready: setup
+	@[ -d /usr/share/trans/de-en ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq trans-de-en >/dev/null; }
 	$(PY) -m corpora prepare ding
 	$(PY) -m corpora prepare all
 	$(PY) -m corpora prepare mixture --repeat $(LEASE_MIX) --to data/gpu

@@ -68,9 +68,14 @@ def train(args: list[str], log: Path, module: str = "training.train") -> int:
         return proc.wait()
 
 
+def logged_windows(run: Path) -> list[dict]:
+    """The run's training log lines (``metrics.jsonl`` rows with a loss and ``time_s``), in order."""
+    return [r for r in read_metrics(run) if "time_s" in r and "loss" in r]
+
+
 def steps_per_second(run: Path) -> float:
     """Optimizer steps per second of the run's last logged windows (``metrics.jsonl``: step and ``time_s``)."""
-    rows = [r for r in read_metrics(run) if "time_s" in r and "loss" in r]
+    rows = logged_windows(run)
     if len(rows) < 2:
         raise SystemExit("the first leg logged too few steps to measure its speed")
     a, b = rows[max(0, len(rows) - 6)], rows[-1]  # the last windows: past warm-up and the first evaluations
@@ -107,7 +112,7 @@ def start_up_seconds(run: Path, rate: float) -> float:
     """Seconds the first leg lost before it stepped at ``rate`` (steps/s): its first logged window's time beyond
     what its steps took at that rate (CUDA start-up, a ``--compile``). The second leg, a new process, pays them
     again; 0 when nothing was logged."""
-    rows = [r for r in read_metrics(run) if "time_s" in r and "loss" in r]
+    rows = logged_windows(run)
     return max(0.0, rows[0]["time_s"] - rows[0]["step"] / rate) if rows else 0.0
 
 

@@ -28,7 +28,7 @@ import torch
 from model.analysis import ablation_sweep
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.decoding import Stepper, prepare_source
-from model.trace import trace_pair
+from reading.trace import trace_pair
 from model.translate import DEFAULT_CHECKPOINT
 
 from .decode import never_eos, time_generation

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .recorder import AttentionRecord
 
 
 @dataclass
@@ -149,6 +152,7 @@ class MultiHeadAttention(nn.Module):
         trace: bool = False,
         head_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        record: Callable[[AttentionRecord], None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x_q`` to ``x_kv``.
 
@@ -163,11 +167,15 @@ class MultiHeadAttention(nn.Module):
             head_mask: ``[heads]`` multipliers of each head's output before Wᴼ (0 ablates a head).
             positions: absolute positions of the queries ``[q_len]`` (RoPE and ALiBi self-attention only; the
                 new keys sit at the same positions and the cached keys at ``0 … offset − 1``).
+            record: with ``trace``, called with an :class:`~model.recorder.AttentionRecord` of this pass.
 
         Returns:
             ``(output [batch, q_len, d_model], weights [batch, heads, q_len, k_len] or None)``.
         """
-        q = self._split(self.q_proj(x_q))
+        if record is not None and not trace:
+            raise ValueError("record needs the traced path (trace=True)")
+        q = q_raw = self._split(self.q_proj(x_q))
+        k_raw = None
         if self.position is not None and positions is None:
             raise ValueError(f"{self.position} attention needs the query positions")
         if self.position == "rope":
@@ -178,6 +186,7 @@ class MultiHeadAttention(nn.Module):
             if x_kv is None:
                 raise ValueError("x_kv is required unless the static cache is filled")
             k, v = self._split(self.k_proj(x_kv)), self._split(self.v_proj(x_kv))
+            k_raw = k
             if self.position == "rope":
                 k = rope_rotate(k, positions)  # rotated once, before caching
             if cache is not None:
@@ -203,6 +212,10 @@ class MultiHeadAttention(nn.Module):
             )
         if head_mask is not None:
             out = out * head_mask.view(1, -1, 1, 1).to(out.dtype)
+        heads = out
         b, _, t, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, t, self.d_model)
-        return self.out_proj(out), weights
+        out = self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
+        if record is not None:
+            record(AttentionRecord(x_q, x_kv, mask, positions, q_raw, k if k_raw is None else k_raw, q, k, v, bias,
+                                   weights, heads, out))
+        return out, weights

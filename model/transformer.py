@@ -22,6 +22,7 @@ from torch import nn
 from .attention import LayerKV, MultiHeadAttention
 from .config import ModelConfig
 from .positional import PositionalEncoding
+from .recorder import Recorder, sink_of
 
 
 #: ``ModelConfig.activation`` → function. ``gelu_tanh`` is GPT-2's ``gelu_new``,
@@ -91,10 +92,12 @@ class EncoderLayer(nn.Module):
         self.res_attn = residual(cfg)
         self.res_ffn = residual(cfg)
 
-    def forward(self, x, mask, trace=False, head_mask=None, positions=None):
-        """``x``: ``[batch, src_len, d_model]``; returns ``(x, weights [batch, heads, src_len, src_len] | None)``."""
+    def forward(self, x, mask, trace=False, head_mask=None, positions=None, record=None):
+        """``x``: ``[batch, src_len, d_model]``; returns ``(x, weights [batch, heads, src_len, src_len] | None)``.
+        ``record``: the self-attention's callback (:class:`~model.recorder.Recorder`)."""
         x, w = self.res_attn(
-            x, lambda h: self.self_attn(h, h, mask, trace=trace, head_mask=head_mask, positions=positions))
+            x, lambda h: self.self_attn(h, h, mask, trace=trace, head_mask=head_mask, positions=positions,
+                                        record=record))
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x, w
 
@@ -112,21 +115,24 @@ class DecoderLayer(nn.Module):
         self.res_ffn = residual(cfg)
 
     def forward(self, x, self_mask, memory=None, memory_mask=None, *, self_cache=None, cross_cache=None,
-                trace=False, self_head_mask=None, cross_head_mask=None, positions=None):
-        """``x``: ``[batch, tgt_len, d_model]``, ``memory``: ``[batch, src_len, d_model]``.
+                trace=False, self_head_mask=None, cross_head_mask=None, positions=None, self_record=None,
+                cross_record=None):
+        """``x``: ``[batch, tgt_len, d_model]``, ``memory``: ``[batch, src_len, d_model]``; ``self_record`` /
+        ``cross_record``: the attention modules' callbacks (:class:`~model.recorder.Recorder`).
 
         Returns ``(x, self_weights [batch, heads, tgt_len, k_len] | None, cross_weights [.., tgt_len, src_len] | None)``.
         """
         x, w_self = self.res_self(
             x, lambda h: self.self_attn(h, h, self_mask, cache=self_cache, trace=trace, head_mask=self_head_mask,
-                                        positions=positions)
+                                        positions=positions, record=self_record)
         )
         w_cross = None
         if self.cross_attn is not None:
             x, w_cross = self.res_cross(
                 x,
                 lambda h: self.cross_attn(
-                    h, memory, memory_mask, cache=cross_cache, static_kv=True, trace=trace, head_mask=cross_head_mask
+                    h, memory, memory_mask, cache=cross_cache, static_kv=True, trace=trace, head_mask=cross_head_mask,
+                    record=cross_record,
                 ),
             )
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
@@ -265,22 +271,28 @@ class Transformer(nn.Module):
         return mask
 
     def encode(self, src: torch.Tensor, *, trace: bool = False, head_mask: torch.Tensor | None = None,
-               token_embeddings: torch.Tensor | None = None):
+               token_embeddings: torch.Tensor | None = None, recorder: Recorder | None = None):
         """Encoder: ``src [batch, src_len]`` → ``(memory [batch, src_len, d_model], weights)``.
 
         ``weights`` is a list (one per layer) of ``[batch, heads, src_len, src_len]`` when traced, else empty.
         ``head_mask``: ``[layers, heads]`` multipliers (0 ablates a head). ``token_embeddings``: see
-        :meth:`embed_tokens`.
+        :meth:`embed_tokens`. ``recorder``: takes the traced path and receives every module's record and the stream
+        entering each layer and leaving the last (:mod:`model.recorder`).
         """
+        trace = trace or recorder is not None
         mask = self.src_mask(src)
         x = self.embed_tokens(src, token_embeddings=token_embeddings)
         positions = torch.arange(src.size(1), device=src.device)
         weights = []
+        if recorder is not None:
+            recorder.stream("encoder", x)
         for i, layer in enumerate(self.encoder_layers):
             x, w = layer(x, mask, trace=trace, head_mask=None if head_mask is None else head_mask[i],
-                         positions=positions)
+                         positions=positions, record=sink_of(recorder, "encoder", i))
             if trace:
                 weights.append(w)
+            if recorder is not None:
+                recorder.stream("encoder", x)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return x, weights
@@ -296,6 +308,7 @@ class Transformer(nn.Module):
         self_head_mask: torch.Tensor | None = None,
         cross_head_mask: torch.Tensor | None = None,
         token_embeddings: torch.Tensor | None = None,
+        recorder: Recorder | None = None,
     ) -> DecoderOutput:
         """Decoder over ``tgt [batch, tgt_len]`` (the new positions only, when a cache is given).
 
@@ -303,8 +316,11 @@ class Transformer(nn.Module):
         cached cross-attention K/V are reused, so ``memory`` is only needed on the first call.
         Keys equal to ``pad_id`` are masked, except at position 0: the first target token is the start token,
         never padding, even where it is ``<pad>`` (Marian's decoder starts from ``<pad>``). ``token_embeddings``
-        ``[batch, tgt_len, d_model]``: see :meth:`embed_tokens`.
+        ``[batch, tgt_len, d_model]``: see :meth:`embed_tokens`. ``recorder``: as in :meth:`encode` (the self-attention
+        kind is ``decoder`` in an encoder-decoder, ``self`` in a decoder-only model).
         """
+        trace = trace or recorder is not None
+        self_kind = "decoder" if self.cfg.is_encoder_decoder else "self"
         offset = cache.positions if cache is not None else 0
         t = tgt.size(1)
         self_mask = self.tgt_mask(tgt, offset)
@@ -312,6 +328,8 @@ class Transformer(nn.Module):
         positions = torch.arange(offset, offset + t, device=tgt.device)
         out = DecoderOutput(x, [], [])
         skip = self.layers_to_drop(cache is None and not trace)
+        if recorder is not None:
+            recorder.stream("decoder", x)
         for i, layer in enumerate(self.decoder_layers):
             if i in skip:
                 continue
@@ -326,7 +344,11 @@ class Transformer(nn.Module):
                 self_head_mask=None if self_head_mask is None else self_head_mask[i],
                 cross_head_mask=None if cross_head_mask is None else cross_head_mask[i],
                 positions=positions,
+                self_record=sink_of(recorder, self_kind, i),
+                cross_record=sink_of(recorder, "cross", i),
             )
+            if recorder is not None:
+                recorder.stream("decoder", x)
             if trace:
                 out.self_weights.append(w_self)
                 if w_cross is not None:

@@ -17,7 +17,6 @@ from .checkpoint import CheckpointError, load_checkpoint
 from .decoding import InputError, Stepper, decoder_prefix, input_limit, prepare_source, strip_eos
 from .hf.generation import decoding_cap, forced_eos
 from .sampling import Chooser, SamplingConfig, SamplingError
-from .trace import trace_pair
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "en-de"
 
@@ -25,6 +24,14 @@ DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "e
 def output_key(cfg) -> str:
     """``"translation"`` for a translator, ``"continuation"`` for a decoder-only language model."""
     return "translation" if cfg.is_encoder_decoder else "continuation"
+
+
+def attention_shapes(cfg, src_len: int, tgt_len: int) -> dict[str, list[int]]:
+    """kind → ``[layers, heads, q_len, k_len]`` of a traced pass over ``src_len`` source and ``tgt_len`` decoder
+    positions (rows = queries, columns = keys; a decoder-only model's one kind ``self`` covers its decoder inputs)."""
+    keys = {"encoder": (src_len, src_len), "decoder": (tgt_len, tgt_len), "cross": (tgt_len, src_len),
+            "self": (tgt_len, tgt_len)}
+    return {kind: [n, cfg.n_heads, *keys[kind]] for kind, n in cfg.attention_layers().items()}
 
 
 def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam_size: int = 0,
@@ -57,7 +64,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
         generated = stepper.generated
         probs = [round(r.prob, 4) for r in stepper.records]
     output = strip_eos(generated, cfg.eos_id)
-    trace = trace_pair(ckpt.model, ckpt.tokenizer, src.ids if cfg.is_encoder_decoder else None, prefix + output)
+    tgt_len = len(prefix) + len(output)
     return {
         "source": src.text,
         key: ckpt.tokenizer.decode(output),
@@ -66,7 +73,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
         "tgt_tokens": ckpt.tokenizer.tokens(generated),
         "tgt_ids": generated,
         "token_probs": probs,
-        "attention_shapes": {k: list(v.shape) for k, v in trace.attention.items()},
+        "attention_shapes": attention_shapes(cfg, len(src.ids), tgt_len),
         "notes": src.notes,
         **extra,
     }

@@ -21,6 +21,7 @@ from model.attention import MultiHeadAttention
 from model.transformer import Transformer
 
 from .step import Step, TokenScores, frozen_array
+from .trace import ModuleTrace, Trace, trace_pair
 
 
 def transformed_values(module: MultiHeadAttention, x_kv: torch.Tensor) -> torch.Tensor:
@@ -33,10 +34,16 @@ def transformed_values(module: MultiHeadAttention, x_kv: torch.Tensor) -> torch.
     Returns:
         ``[heads, k_len, d_model]``; ``Σ_h Σ_j α^h_ij f^h(x_j) + b_O`` is the module's output for query i.
     """
+    v = module.v_proj(x_kv).view(-1, module.n_heads, module.d_k).transpose(0, 1)  # [heads, k_len, d_k]
+    return through_output(module, v)
+
+
+def through_output(module: MultiHeadAttention, per_head: torch.Tensor) -> torch.Tensor:
+    """Each head's vectors ``[heads, n, d_k]`` through its rows of Wᴼ: ``[heads, n, d_model]`` (no bias). For the
+    values ``v_j`` this is ``f^h(x_j)``; for a head's output ``Σ_j α_ij v_j``, its share of the module's output."""
     h, d_k = module.n_heads, module.d_k
-    v = module.v_proj(x_kv).view(-1, h, d_k).transpose(0, 1)  # [heads, k_len, d_k]
     w_o = module.out_proj.weight.view(module.d_model, h, d_k).permute(1, 2, 0)  # [heads, d_k, d_model]
-    return v @ w_o
+    return per_head.to(w_o.dtype) @ w_o
 
 
 def weighted_values(module: MultiHeadAttention, weights: torch.Tensor, x_kv: torch.Tensor) -> torch.Tensor:
@@ -98,30 +105,25 @@ def _select(values: np.ndarray, layer: int | None, head: int | None) -> np.ndarr
 
 
 @torch.inference_mode()
-def read_attention(model: Transformer, step: Step) -> AttentionReading:
-    """The last prefix position's attention weights and value norms in every decoder layer.
+def read_attention(model: Transformer, step: Step, trace: Trace | None = None) -> AttentionReading:
+    """The last prefix position's attention weights and value norms in every decoder layer, read from the step's
+    trace (:func:`reading.trace.trace_pair`: its weights and each module's recorded values ``v``).
 
-    One traced pass (the explicit-softmax path, the same as :func:`model.trace.trace_pair`, tested equal), layer by
-    layer so that each self-attention's input is at hand for its values; nothing of ``model`` is changed.
+    Args:
+        trace: the trace of ``step.src_ids`` / ``step.prefix_ids`` when the caller has it; else one is made.
 
     Raises:
         ValueError: the step does not fit the model (:meth:`Step.check`).
     """
     step.check(model)
-    src, tgt = step.tensors(model)
-    memory = memory_mask = None
-    if src is not None:
-        memory, _ = model.encode(src)
-        memory_mask = model.src_mask(src)
-    x = model.embed_tokens(tgt)
-    mask, positions = model.tgt_mask(tgt), torch.arange(tgt.size(1), device=tgt.device)
+    if trace is None:
+        trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))
     parts: dict[str, list] = {k: [] for k in ("sw", "pw", "sn", "pn", "sl", "pl")}
-    for layer in model.decoder_layers:
-        self_in = layer.res_self.norm(x) if layer.res_self.norm_first else x
-        x, w_self, w_cross = layer(x, mask, memory, memory_mask, trace=True, positions=positions)
-        _collect(parts, "p", layer.self_attn, w_self[0, :, -1], self_in[0])
-        if w_cross is not None:
-            _collect(parts, "s", layer.cross_attn, w_cross[0, :, -1], memory[0])
+    self_kind = "decoder" if model.cfg.is_encoder_decoder else "self"
+    for i, layer in enumerate(model.decoder_layers):
+        _collect(parts, "p", layer.self_attn, trace.module(self_kind, i))
+        if layer.cross_attn is not None:
+            _collect(parts, "s", layer.cross_attn, trace.module("cross", i))
     n_layers, n_heads = len(model.decoder_layers), model.cfg.n_heads
     empty = np.zeros((n_layers, n_heads, 0))
     stack = lambda key, fallback: np.stack(parts[key]) if parts[key] else fallback  # noqa: E731
@@ -129,10 +131,11 @@ def read_attention(model: Transformer, step: Step) -> AttentionReading:
                             stack("sl", empty[:, 0]), stack("pl", empty[:, 0]))
 
 
-def _collect(parts: dict[str, list], side: str, module: MultiHeadAttention, weights: torch.Tensor,
-             x_kv: torch.Tensor) -> None:
-    """Append one layer's weights ``[heads, k_len]``, per-head norms and heads-together norms for ``side``."""
-    vectors = weighted_values(module, weights, x_kv).float()  # [heads, k_len, d_model]
-    parts[side + "w"].append(weights.float().cpu().numpy())
-    parts[side + "n"].append(vectors.norm(dim=-1).cpu().numpy())
-    parts[side + "l"].append(vectors.sum(dim=0).norm(dim=-1).cpu().numpy())
+def _collect(parts: dict[str, list], side: str, module: MultiHeadAttention, m: ModuleTrace) -> None:
+    """Append one layer's last-query weights ``[heads, k_len]``, per-head norms and heads-together norms for
+    ``side``."""
+    weights = m.weights[:, -1]
+    vectors = weights[..., None] * through_output(module, m.v.to(module.out_proj.weight.device)).float().cpu()
+    parts[side + "w"].append(weights.numpy())
+    parts[side + "n"].append(vectors.norm(dim=-1).numpy())
+    parts[side + "l"].append(vectors.sum(dim=0).norm(dim=-1).numpy())

@@ -7,9 +7,9 @@ layer the size of the change of each head's output.
 
 A head's output for the last query is ``o^h = Σ_j α^h_j f^h(x_j)`` (Kobayashi et al. 2020, eq. 7, without the
 shared bias ``b_O``): its part of the attention module's output, in the units of the residual stream
-(:func:`reading.attention_scores.weighted_values`). The change is ``‖o^h(changed) − o^h(original)‖``. Nothing of
-the model is changed: the ids go in as they are (no hooks), through the same traced layers the attention reading
-uses.
+(:func:`reading.attention_scores.weighted_values`). The change is ``‖o^h(changed) − o^h(original)‖``. Both
+readings are traces of the step (:func:`reading.trace.trace_pair`, each head's recorded output through its rows of
+Wᴼ); nothing of the model is changed.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import torch
 
 from model.transformer import Transformer
 
-from .attention_scores import weighted_values
+from .attention_scores import through_output
+from .lens import lens_log_probs
 from .step import Step, frozen_array
+from .trace import ModuleTrace, trace_pair
 
 #: Next tokens listed before and after.
 TOP_K = 10
@@ -66,28 +68,25 @@ def read_outputs(model: Transformer, step: Step, k: int = TOP_K) -> StepOutputs:
     step.check(model)
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    src, tgt = step.tensors(model)
-    memory = memory_mask = None
-    if src is not None:
-        memory, memory_mask = model.encode(src)[0], model.src_mask(src)
-    x, causal = model.embed_tokens(tgt), model.tgt_mask(tgt)
-    where = torch.arange(tgt.size(1), device=tgt.device)
+    trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))
     heads: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
-    for layer in model.decoder_layers:
-        self_in = layer.res_self.norm(x) if layer.res_self.norm_first else x  # what its keys and values read
-        x, w_self, w_cross = layer(x, causal, memory, memory_mask, trace=True, positions=where)
-        heads["self"].append(weighted_values(layer.self_attn, w_self[0, :, -1], self_in[0]).sum(dim=1))
-        if w_cross is not None:
-            heads["cross"].append(weighted_values(layer.cross_attn, w_cross[0, :, -1], memory[0]).sum(dim=1))
-    if model.decoder_norm is not None:
-        x = model.decoder_norm(x)
-    probs = torch.softmax(model.next_token_logits(x[0, -1]).float(), dim=-1)
+    self_kind = "decoder" if model.cfg.is_encoder_decoder else "self"
+    for i, layer in enumerate(model.decoder_layers):
+        heads["self"].append(_head_outputs(layer.self_attn, trace.module(self_kind, i)))
+        if layer.cross_attn is not None:
+            heads["cross"].append(_head_outputs(layer.cross_attn, trace.module("cross", i)))
+    probs = lens_log_probs(model, trace.streams["decoder"][-1, -1].to(model.device)).exp().cpu()
     top = torch.topk(probs, min(k, probs.numel()))
     n_layers, n_heads = len(model.decoder_layers), model.cfg.n_heads
     stack = lambda key: (torch.stack(heads[key]).float().cpu().numpy() if heads[key]  # noqa: E731
                          else np.zeros((n_layers, n_heads, 0)))
     return StepOutputs(tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
                        float(probs[step.token_id]), stack("self"), stack("cross"))
+
+
+def _head_outputs(module, m: ModuleTrace) -> torch.Tensor:
+    """``o^h = Σ_j α_j f^h(x_j)`` of every head at the last query: ``[heads, d_model]``."""
+    return through_output(module, m.heads[:, -1:].to(module.out_proj.weight.device))[:, 0]
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ one sentence, :func:`live_head` returns what that head computes, in the paper's 
   stream, its keys and values the encoder's output (the memory);
 * the head's columns of ``W^Q``, ``W^K``, ``W^V`` (``[d_model, d_k]``) and of their biases, and its rows of ``W^O``;
 * ``Q``, ``K``, ``V`` (``[tokens, d_k]``; after RoPE's rotation for a RoPE model) and the weights the model computes
-  from them with every one of the ``d_k`` columns (its own :func:`~model.attention.scaled_dot_product_weights`, with
-  its mask and ALiBi's bias), equal to the traced forward pass's (:func:`model.trace.trace_pair`).
+  from them with every one of the ``d_k`` columns (its mask and ALiBi's bias included), all read from the sentence's
+  traced forward pass (:func:`reading.trace.trace_pair`), the one trace every view reads.
 
 Every checkpoint the app loads runs through our modules (a Hugging Face folder's fused GPT-2 ``c_attn`` is split into
 ``q_proj``, ``k_proj``, ``v_proj`` on loading, :mod:`model.hf.weights`), so one reading serves them all. The model
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.attention import alibi_bias, rope_rotate, scaled_dot_product_weights
 from model.config import CAUSAL_KINDS, DECODER_ONLY_KINDS, ENCODER_DECODER_KINDS
-from model.transformer import Transformer, causal_mask
+from model.transformer import Transformer
+from reading.trace import Trace, attention_module
 
 #: What the step-by-step arithmetic shows at most: tokens (rows) and columns of d_k.
 SHOWN_TOKENS, SHOWN_COLUMNS = 6, 4
@@ -109,57 +109,6 @@ def layers_of(model: Transformer, kind: str) -> int:
     return len(model.encoder_layers) if kind == "encoder" else len(model.decoder_layers)
 
 
-def _sublayer_input(residual, x: torch.Tensor, norm_first: bool) -> torch.Tensor:
-    """What a sub-layer reads from the residual stream ``x``: its LayerNorm first in a pre-LN model (``_Residual``)."""
-    return residual.norm(x) if norm_first else x
-
-
-def _decoder_mask(model: Transformer, tgt: torch.Tensor) -> torch.Tensor:
-    """The decoder's self-attention mask over ``tgt [1, t]`` without a cache, as :meth:`Transformer.decode` builds
-    it: causal, ``<pad>`` keys hidden except the start token at position 0."""
-    t = tgt.size(1)
-    real = tgt != model.cfg.pad_id
-    real[:, 0] = True
-    return causal_mask(t, t, tgt.device)[None, None] & real[:, None, None, :]
-
-
-def _module_inputs(model: Transformer, src_ids, tgt_ids, kind: str, layer: int):
-    """``(module, x_q, x_kv, mask, positions)`` of the attention module ``kind`` / ``layer`` on this sentence: the
-    layers before it run on the traced path, as :func:`model.trace.trace_pair` runs them (the same numbers)."""
-    dev, cfg = model.device, model.cfg
-    memory = memory_mask = None
-    if cfg.is_encoder_decoder:
-        src = torch.tensor([list(src_ids)], device=dev)
-        src_mask, src_pos = model.src_mask(src), torch.arange(src.size(1), device=dev)
-        x = model.embed_tokens(src)
-        for enc in model.encoder_layers[: layer if kind == "encoder" else len(model.encoder_layers)]:
-            x, _ = enc(x, src_mask, trace=True, positions=src_pos)
-        if kind == "encoder":
-            target = model.encoder_layers[layer]
-            h = _sublayer_input(target.res_attn, x, cfg.norm_first)
-            return target.self_attn, h, h, src_mask, src_pos
-        memory = model.encoder_norm(x) if model.encoder_norm is not None else x
-        memory_mask = src_mask
-    tgt = torch.tensor([list(tgt_ids)], device=dev)
-    self_mask, positions = _decoder_mask(model, tgt), torch.arange(tgt.size(1), device=dev)
-    x = model.embed_tokens(tgt)
-    for dec in model.decoder_layers[:layer]:
-        x, _, _ = dec(x, self_mask, memory, memory_mask, trace=True, positions=positions)
-    target = model.decoder_layers[layer]
-    if kind != "cross":
-        h = _sublayer_input(target.res_self, x, cfg.norm_first)
-        return target.self_attn, h, h, self_mask, positions
-    x, _ = target.res_self(x, lambda h: target.self_attn(h, h, self_mask, trace=True, positions=positions))
-    return target.cross_attn, _sublayer_input(target.res_cross, x, cfg.norm_first), memory, memory_mask, positions
-
-
-def _by_head(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """``[batch, seq, d_model]`` → ``[batch, heads, seq, d_k]``; head ``h`` owns features ``h·d_k … (h+1)·d_k − 1``
-    (as :class:`~model.attention.MultiHeadAttention` splits them)."""
-    b, t, d = x.shape
-    return x.view(b, t, n_heads, d // n_heads).transpose(1, 2)
-
-
 def _head_columns(linear: torch.nn.Linear, head: int, d_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W [d_model, d_k], b [d_k])`` of ``head``: ``nn.Linear`` stores ``W`` transposed, ``[out, in]``; a head owns
     the outputs ``head·d_k … (head+1)·d_k − 1``. A projection without bias gives zeros."""
@@ -169,20 +118,21 @@ def _head_columns(linear: torch.nn.Linear, head: int, d_k: int) -> tuple[torch.T
 
 
 @torch.inference_mode()
-def live_head(model: Transformer, src_ids, tgt_ids, kind: str, layer: int, head: int) -> LiveHead:
-    """What ``head`` of the ``kind`` attention of ``layer`` computes on one sentence.
+def live_head(model: Transformer, trace: Trace, kind: str, layer: int, head: int) -> LiveHead:
+    """What ``head`` of the ``kind`` attention of ``layer`` computes on the sentence of ``trace``.
 
     Args:
-        model: a loaded Transformer (only read).
-        src_ids: the source ids (with ``<eos>``) of an encoder-decoder; ignored by a decoder-only model.
-        tgt_ids: the decoder's inputs (``<bos>`` first, no final ``<eos>``), as the Attention page's trace has them.
+        model: the Transformer that made ``trace`` (only its weights are read: the head's columns of W^Q, W^K, W^V
+            and rows of W^O).
+        trace: :func:`reading.trace.trace_pair` of the sentence (the decoder's inputs ``<bos>`` first, no final
+            ``<eos>``, as the Attention page's trace has them): the inputs, Q, K, V and weights come from it.
         kind: one of :func:`kinds_of`; layer, head: 0-based.
 
     Returns:
-        A :class:`LiveHead` whose ``weights`` equal ``trace_pair(...).attention[kind][layer, head]``.
+        A :class:`LiveHead` whose ``weights`` are ``trace.attention[kind][layer, head]``.
 
     Raises:
-        ValueError: an unknown kind, a layer or head out of range, or no ids.
+        ValueError: an unknown kind, a layer or head out of range, or a trace without its modules.
     """
     kinds = kinds_of(model)
     if kind not in kinds:
@@ -191,27 +141,19 @@ def live_head(model: Transformer, src_ids, tgt_ids, kind: str, layer: int, head:
         raise ValueError(f"layer {layer + 1} does not exist: the model has {layers_of(model, kind)}")
     if not 0 <= head < model.cfg.n_heads:
         raise ValueError(f"head {head + 1} does not exist: the model has {model.cfg.n_heads}")
-    if not tgt_ids or (model.cfg.is_encoder_decoder and not src_ids):
+    if not trace.modules:
         raise ValueError("no tokens to attend over")
-    module, x_q, x_kv, mask, positions = _module_inputs(model, src_ids, tgt_ids, kind, layer)
+    m = trace.module(kind, layer)
+    module = attention_module(model, kind, layer)
     d_k = module.d_k
-    # every head projected and rotated as the module does it, then one taken: the same numbers as its forward pass
-    q, k, v = (_by_head(p(x), module.n_heads)
-               for p, x in ((module.q_proj, x_q), (module.k_proj, x_kv), (module.v_proj, x_kv)))
-    if module.position == "rope":
-        q, k = rope_rotate(q, positions), rope_rotate(k, positions)
-    bias = None
-    if module.position == "alibi":
-        bias = alibi_bias(module.slopes, positions, torch.arange(k.size(2), device=k.device)).to(q.dtype)
-    weights = scaled_dot_product_weights(q, k, mask, bias)
     (w_q, b_q), (w_k, b_k), (w_v, b_v) = (_head_columns(p, head, d_k)
                                           for p in (module.q_proj, module.k_proj, module.v_proj))
     w_o = module.out_proj.weight[:, head * d_k:(head + 1) * d_k].T  # W^O's rows that multiply this head's output
     return LiveHead(
         kind=kind, layer=layer, head=head, d_model=module.d_model, d_k=d_k, n_heads=module.n_heads,
-        x_q=_frozen(x_q[0]), x_kv=_frozen(x_kv[0]), w_q=_frozen(w_q), w_k=_frozen(w_k), w_v=_frozen(w_v),
+        x_q=_frozen(m.x_q), x_kv=_frozen(m.x_kv), w_q=_frozen(w_q), w_k=_frozen(w_k), w_v=_frozen(w_v),
         b_q=_frozen(b_q), b_k=_frozen(b_k), b_v=_frozen(b_v), w_o=_frozen(w_o),
-        q=_frozen(q[0, head]), k=_frozen(k[0, head]), v=_frozen(v[0, head]), weights=_frozen(weights[0, head]),
+        q=_frozen(m.q[head]), k=_frozen(m.k[head]), v=_frozen(m.v[head]), weights=_frozen(m.weights[head]),
         causal=kind in CAUSAL_KINDS, position=module.position, pre_ln=model.cfg.norm_first)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from model.analysis import greedy_with_head_masks, head_statistics, sequence_log_probs, word_ids
 from model.decoding import Stepper
-from model.trace import trace_pair
+from reading.trace import trace_pair
 from ui import attention_views as views
 from ui.model_card import opening_layer
 from viz.attention_views import head_stat_heatmap, lines_figure, log_prob_figure, token_bar_figure

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from model.trace import trace_pair
+from reading.trace import trace_pair
 from reading.attention_scores import read_attention, weighted_values
 from reading.attribution import METHODS, attribute_step, source_shares
 from reading.faithfulness import faithfulness, maskable

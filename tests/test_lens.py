@@ -1,4 +1,4 @@
-"""The logit lens (model/lens.py) against the model itself, and its two drawings (viz/lens.py).
+"""The logit lens (reading/lens.py) against the model itself, and its two drawings (viz/lens.py).
 
 At the last layer the lens must be the model's own output distribution, the one the decoding chose from (pre-LN and
 post-LN, encoder-decoder and decoder-only, greedy, sampled and forced); at every other layer it must be what a copy
@@ -19,7 +19,7 @@ import torch
 
 from model.decoded import decode
 from model.decoding import Stepper
-from model.lens import TOP_K, Lens, final_norm_applies, logit_lens
+from reading.lens import TOP_K, Lens, final_norm_applies, logit_lens
 from model.sampling import SamplingConfig
 from ui import decoding_lab as lab
 from viz.lens import lens_figure, lens_table_html, lens_table_svg

@@ -1,6 +1,6 @@
 """The logit lens on the Translate page and in the Decoding lab (AppTest), on the shipped en-de and brown-lm and on
 the tiny Hugging Face MarianMT and GPT-2 folders: the toggle and ``?lens=1``, a table a layer a row with the
-numbers of :func:`model.lens.logit_lens` on the model, the lab's heatmap of every step so far (its values against
+numbers of :func:`reading.lens.logit_lens` on the model, the lab's heatmap of every step so far (its values against
 the model, ≤ 1e-6), the ``.npz`` export, and a Next click that only indexes into the lens computed once.
 """
 
@@ -18,7 +18,7 @@ from test_hf_pages import GPT2, MARIAN, assert_clean, hf_root, next_step, open_a
 from model.checkpoint import load_checkpoint
 from model.decoded import decode
 from model.decoding import input_limit, prepare_source
-from model.lens import logit_lens
+from reading.lens import logit_lens
 from ui import heavy, lens_view
 from ui.state import ROOT, new_stepper
 

@@ -22,7 +22,7 @@ import torch
 
 from model.checkpoint import load_checkpoint
 from model.config import ConfigError
-from model.trace import trace_pair
+from reading.trace import trace_pair
 from teaching import live
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,13 +32,19 @@ needs_ckpt = pytest.mark.skipif(not (EN_DE / "model.safetensors").is_file() or n
 ATOL = 1e-6
 
 
+def head_of(model, src_ids, tgt_ids, kind, layer, head) -> live.LiveHead:
+    """:func:`teaching.live.live_head` on the trace of ``src_ids`` / ``tgt_ids``."""
+    src = src_ids if model.cfg.is_encoder_decoder else None
+    return live.live_head(model, trace_pair(model, None, src, tgt_ids), kind, layer, head)
+
+
 def assert_weights_are_the_traces(model, tok, src_ids, tgt_ids, heads=None) -> None:
     """Every kind and layer, the given heads (default: all): ``live_head``'s weights = the traced forward pass's."""
     trace = trace_pair(model, tok, src_ids, tgt_ids)
     for kind in live.kinds_of(model):
         for layer in range(live.layers_of(model, kind)):
             for head in heads or range(model.cfg.n_heads):
-                h = live.live_head(model, src_ids, tgt_ids, kind, layer, head)
+                h = live.live_head(model, trace, kind, layer, head)
                 expected = trace.attention[kind][layer, head].double().numpy()
                 np.testing.assert_allclose(h.weights, expected, atol=ATOL, rtol=0, err_msg=f"{kind} {layer} {head}")
 
@@ -63,7 +69,7 @@ def test_q_k_v_are_x_times_the_heads_columns_plus_bias(make_model, tokenizer, en
     model = make_model(norm_first=True)
     src, tgt = encode_src("The dog is small."), [1] + tokenizer.encode("Der Hund ist klein.").ids
     for kind in ("encoder", "decoder", "cross"):
-        h = live.live_head(model, src, tgt, kind, 1, 2)
+        h = head_of(model, src, tgt, kind, 1, 2)
         assert h.w_q.shape == (h.d_model, h.d_k) and h.b_q.shape == (h.d_k,) and h.w_o.shape == (h.d_k, h.d_model)
         np.testing.assert_allclose(h.x_q @ h.w_q + h.b_q, h.q, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(h.x_kv @ h.w_k + h.b_k, h.k, rtol=1e-5, atol=1e-5)
@@ -72,9 +78,9 @@ def test_q_k_v_are_x_times_the_heads_columns_plus_bias(make_model, tokenizer, en
     with torch.inference_mode():
         memory, _ = model.encode(torch.tensor([src]))
         embedded = model.embed_tokens(torch.tensor([src]))[0]
-    cross = live.live_head(model, src, tgt, "cross", 0, 0)
+    cross = head_of(model, src, tgt, "cross", 0, 0)
     np.testing.assert_allclose(cross.x_kv, memory[0].double().numpy(), atol=1e-6)  # keys read the memory
-    first = live.live_head(model, src, tgt, "encoder", 0, 0)
+    first = head_of(model, src, tgt, "encoder", 0, 0)
     ln = model.encoder_layers[0].res_attn.norm
     with torch.inference_mode():
         np.testing.assert_allclose(first.x_q, ln(embedded).double().numpy(), atol=1e-6)  # pre-LN: LN(emb + PE)
@@ -85,15 +91,15 @@ def test_q_k_v_are_x_times_the_heads_columns_plus_bias(make_model, tokenizer, en
 def test_post_ln_layer_one_reads_the_embeddings_plus_positions(make_model, encode_src):
     model = make_model(norm_first=False)
     src = encode_src("I need help.")
-    h = live.live_head(model, src, [1, 5], "encoder", 0, 3)
+    h = head_of(model, src, [1, 5], "encoder", 0, 3)
     with torch.inference_mode():
         np.testing.assert_allclose(h.x_q, model.embed_tokens(torch.tensor([src]))[0].double().numpy(), atol=0)
     assert h.x_note() == "the token embeddings × √d_model + positions"
-    assert live.live_head(model, src, [1, 5], "encoder", 1, 0).x_note() == "the residual stream entering layer 2"
+    assert head_of(model, src, [1, 5], "encoder", 1, 0).x_note() == "the residual stream entering layer 2"
 
 
 def test_the_values_are_frozen_and_read_only(make_model, encode_src):
-    h = live.live_head(make_model(), encode_src("Good night."), [1, 7, 9], "decoder", 1, 1)
+    h = head_of(make_model(), encode_src("Good night."), [1, 7, 9], "decoder", 1, 1)
     assert h.causal and np.all(np.triu(h.weights, 1) == 0)  # the future keys have no weight
     for name in ("x_q", "w_q", "b_v", "w_o", "q", "k", "v", "weights"):
         with pytest.raises(ValueError):
@@ -107,15 +113,15 @@ def test_bad_choices_are_refused_with_a_reason(make_model, encode_src):
     for kind, layer, head, says in (("self", 0, 0, "attention kinds"), ("encoder", 2, 0, "layer 3"),
                                     ("cross", 0, 4, "head 5"), ("encoder", -1, 0, "layer 0")):
         with pytest.raises(ValueError, match=says):
-            live.live_head(model, src, [1], kind, layer, head)
-    with pytest.raises(ValueError, match="no tokens"):
-        live.live_head(model, [], [1], "encoder", 0, 0)
+            head_of(model, src, [1], kind, layer, head)
+    with pytest.raises(ValueError, match="no tokens"):  # a trace read back from a run's files has no modules
+        live.live_head(model, dataclasses.replace(trace_pair(model, None, src, [1]), modules={}), "encoder", 0, 0)
 
 
 def test_the_cut_shows_exact_columns_and_says_what_it_left_out(make_model, encode_src):
     model = make_model()
     src = encode_src("The exercise is easy.")  # 5 pieces or more with <eos>
-    h = live.live_head(model, src, [1, 4, 5], "cross", 1, 0)
+    h = head_of(model, src, [1, 4, 5], "cross", 1, 0)
     c = live.cut(h, tokens=2, columns=3)
     assert (c.n_q, c.n_k, c.n_cols, c.n_features, c.q_total, c.k_total) == (2, 2, 3, 3, 3, len(src))
     m = c.of(h)
@@ -133,7 +139,7 @@ def test_the_cut_shows_exact_columns_and_says_what_it_left_out(make_model, encod
 
 
 def test_the_export_holds_every_array_and_the_tokens(make_model, encode_src):
-    h = live.live_head(make_model(), encode_src("Good night."), [1, 7], "encoder", 0, 2)
+    h = head_of(make_model(), encode_src("Good night."), [1, 7], "encoder", 0, 2)
     data = np.load(io.BytesIO(live.npz_bytes(h, ["a", "b", "c", "d"], ["a", "b", "c", "d"])))
     np.testing.assert_array_equal(data["weights"], h.weights)
     np.testing.assert_allclose(data["output"], h.weights @ h.v)

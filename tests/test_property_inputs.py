@@ -40,7 +40,7 @@ from model.batched import translate_texts
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.decoding import MAX_INPUT_CHARS, InputError, Stepper, clean_user_text, input_limit, prepare_source
 from model.tokenizer import MOSTLY_UNKNOWN, TextTokenizer, unknown_share
-from model.trace import trace_pair
+from reading.trace import trace_pair
 from model.translate import translate_json
 from ui import attention_views as uav
 from ui import decoding_lab as lab

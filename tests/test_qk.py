@@ -1,4 +1,4 @@
-"""Inside one head (``model/qk.py``, ``viz/qk.py``): the query·key numbers are the model's own.
+"""Inside one head (``reading/qk.py``, ``viz/qk.py``): the query·key numbers are the model's own.
 
 For tiny random models of every kind this project runs (post-LN and pre-LN, encoder-decoder and decoder-only,
 sinusoidal, learned, RoPE and ALiBi positions) and the tiny Hugging Face MarianMT and GPT-2 fixtures, every head's
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from model.attention import alibi_slopes, rope_rotate
-from model.qk import QueryKey, attention_module, inspect_query, layer_inputs, query_key
-from model.trace import trace_pair
+from reading.qk import QueryKey, attention_module, inspect_query, query_key
+from reading.trace import trace_pair
 from viz.qk import dimension_order, score_figure, top_dimensions, values_figure, vectors_figure
 
 ATOL = 1e-6
@@ -52,11 +52,11 @@ def _pair(model, encode_src, encode_tgt):
 
 def _every_record(model, src, tgt):
     """``(kind, layer, head, query, record)`` for every head and query of the model on ``src`` / ``tgt``."""
-    inputs = layer_inputs(model, src, tgt)
-    for (kind, layer), inp in inputs.items():
+    trace = trace_pair(model, None, src, tgt)
+    for (kind, layer), m in trace.modules.items():
         for head in range(model.cfg.n_heads):
-            for query in range(inp.x_q.size(0)):
-                yield kind, layer, head, query, query_key(model, inp, kind, layer, head, query)
+            for query in range(m.x_q.size(0)):
+                yield kind, layer, head, query, query_key(trace, kind, layer, head, query)
 
 
 def _pre_wo_outputs(model, src, tgt) -> dict:
@@ -112,7 +112,7 @@ def test_the_module_input_is_what_the_forward_feeds_it_pre_or_post_ln(make_model
                                                                       norm_first):
     model = make_model(norm_first=norm_first)
     src, tgt = _pair(model, encode_src, encode_tgt)
-    inputs = layer_inputs(model, src, tgt)
+    inputs = trace_pair(model, None, src, tgt).modules
     with torch.inference_mode():
         x = model.embed_tokens(torch.tensor([src]))[0]
         first = model.encoder_layers[0].res_attn.norm(x) if norm_first else x  # LayerNorm(x) only when pre-LN

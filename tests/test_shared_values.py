@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from model.checkpoint import load_checkpoint  # noqa: E402
 from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source, strip_eos  # noqa: E402
-from model.trace import trace_pair  # noqa: E402
+from reading.trace import trace_pair  # noqa: E402
 from ui import heavy, state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

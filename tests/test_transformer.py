@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from model.batched import greedy_batch, translate_texts
 from model.decoding import Stepper
-from model.trace import trace_pair
+from reading.trace import trace_pair
 from model.transformer import KVCache, Transformer, causal_mask
 
 ATOL = 1e-5

@@ -15,7 +15,7 @@ A run folder holds:
 * ``checkpoints/step-N/`` — checkpoints at the log-spaced steps of :func:`snapshot_steps`;
 * ``probes.jsonl`` — one JSON object per snapshot: the probe sentences' greedy translations (a decoder-only
   model: their greedy continuations) and their attention ``{kind: [layers][heads][q][k]}`` (rounded to 4
-  decimals), to replay how heads form; read back as :class:`Snapshot` s of :class:`model.trace.Trace` s;
+  decimals), to replay how heads form; read back as :class:`Snapshot` s of :class:`reading.trace.Trace` s;
 * ``best/``, ``last/``, ``evals/step-N/`` — checkpoints (:mod:`training.checkpoints`, :mod:`training.best`);
   ``last/`` also holds the resume state (:mod:`training.state`); ``train.log`` — the trainer's output when the
   Training page started it.
@@ -40,7 +40,7 @@ from model.checkpoint import atomic_write_json, is_checkpoint_dir
 from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
 from model.tokenizer import TextTokenizer
 from model.config import ARCHITECTURES
-from model.trace import Trace, trace_pair
+from reading.trace import Trace, trace_pair
 from model.transformer import Transformer
 from .config import defaults
 

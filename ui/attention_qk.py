@@ -1,26 +1,25 @@
 """The Attention page's "Query · key" tab: why a head gives a key its weight, with the model's own numbers.
 
 For the kind, layer and head picked above the tabs and one query token (``?query=``, the Tokens & lines tab's query
-too), the tab draws what :func:`model.qk.query_key` computes: each dimension's part of each key's score, the
+too), the tab draws what :func:`reading.qk.query_key` computes: each dimension's part of each key's score, the
 scores, the mask, ALiBi's bias or RoPE's rotation, the softmax weights (the heatmap's row, checked on the page),
 the query and key vectors, and the weighted values that sum to the head's output. ``?sort=1`` draws the dimensions
-by their part of the scores. Both computations go through the gate for heavy work (:mod:`ui.heavy`): the inputs
-of every attention module once per checkpoint version and sentence, one query's numbers once per head and query.
+by their part of the scores. Nothing is computed here: the numbers are read from the sentence's trace, which the
+page already holds (:func:`ui.state.traced`, shared through the gate for heavy work).
 """
 
 from __future__ import annotations
 
 import io
-from typing import Mapping
 
 import numpy as np
 import streamlit as st
 
 from model.checkpoint import Checkpoint
-from model.qk import LayerInputs, QueryKey, layer_inputs, query_key
-from model.trace import Trace
+from reading.qk import QueryKey, query_key
+from reading.trace import Trace
 from ui import attention_views as views
-from ui import heavy, state, url, widgets
+from ui import url, widgets
 from ui.figures import shared
 from viz.labels import KIND_SHORT, view_title
 from viz.qk import dimension_order, score_figure, top_dimensions, values_figure, vectors_figure
@@ -30,28 +29,13 @@ QUERY_KEY = "attn_query"
 SORT_KEY = "attn_qk_sort"
 
 
-def _sentence_key(ckpt: Checkpoint, raw: Trace) -> tuple:
-    return (*state.checkpoint_version(ckpt), raw.src_ids, raw.tgt_ids)
-
-
-def module_inputs(ckpt: Checkpoint, raw: Trace) -> Mapping[tuple[str, int], LayerInputs]:
-    """What the forward pass of ``raw``'s sentence fed every attention module (:func:`model.qk.layer_inputs`),
-    once per checkpoint version and sentence for every visitor."""
-    src = list(raw.src_ids) if ckpt.config.is_encoder_decoder else None
-    return heavy.shared(("qk-inputs", *_sentence_key(ckpt, raw)),
-                        lambda: layer_inputs(ckpt.model, src, list(raw.tgt_ids)), "the inputs of every attention layer")
-
-
 def record(ckpt: Checkpoint, raw: Trace, kind: str, layer: int, head: int, query: int) -> QueryKey:
-    """:func:`model.qk.query_key` for one head and query of ``raw``'s sentence, shared by every visitor."""
-    inputs = module_inputs(ckpt, raw)[(kind, layer)]  # outside the next computation: the gate has one slot
-    return heavy.shared(("qk", *_sentence_key(ckpt, raw), kind, layer, head, query),
-                        lambda: query_key(ckpt.model, inputs, kind, layer, head, query),
-                        "this head's query · key numbers")
+    """:func:`reading.qk.query_key` for one head and query of ``raw``'s sentence (read from its trace)."""
+    return query_key(raw, kind, layer, head, query)
 
 
 def record_npz(rec: QueryKey, query_label: str, key_labels: list[str]) -> bytes:
-    """``rec`` as a compressed ``.npz``: one float32 array per tensor of :class:`model.qk.QueryKey` (``q``, ``k``,
+    """``rec`` as a compressed ``.npz``: one float32 array per tensor of :class:`reading.qk.QueryKey` (``q``, ``k``,
     ``products``, ``scores``, ``logits``, ``weights``, ``v``, ``weighted``, ``output``…; ``bias`` and
     ``scores_unrotated`` where the model has them), ``mask`` (bool), ``query_token`` and ``key_tokens``."""
     arrays = {name: getattr(rec, name).numpy() for name in (

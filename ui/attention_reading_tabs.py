@@ -15,7 +15,7 @@ import torch
 
 from model.analysis import attention_rollout, head_statistics
 from model.config import CAUSAL_KINDS
-from model.trace import Trace
+from reading.trace import Trace
 from ui import attention_views as views
 from ui import presentation, url, widgets
 from ui.attention_tabs import plot

@@ -18,7 +18,7 @@ import torch
 
 from model.analysis import merge_words, word_ids
 from model.config import CAUSAL_KINDS, DECODER_ONLY_KINDS, ENCODER_DECODER_KINDS
-from model.trace import Trace
+from reading.trace import Trace
 from viz.labels import KIND_SHORT, parameters_text
 
 #: Column order of the head-statistics table (those a kind lacks are left out).

@@ -114,7 +114,7 @@ def _live(ckpt, text_key: str) -> None:
     raw_trace, trace = state.traced(ckpt, src, tgt_inputs)
     numbers = heavy.shared(("live head", *state.checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_inputs), kind,
                             layer, head),
-                           lambda: live.live_head(model, src.ids, tgt_inputs, kind, layer, head), "this head's numbers")
+                           lambda: live.live_head(model, raw_trace, kind, layer, head), "this head's numbers")
     q_pieces, k_pieces = trace.labels(kind)
     _cut_steps(numbers, q_pieces, k_pieces)
     _full_width(numbers, raw_trace, q_pieces, k_pieces)

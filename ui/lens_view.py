@@ -1,8 +1,8 @@
 """The logit lens on the Translate page and in the Decoding lab: a toggle kept in the link (``?lens=1``), the lens of
 the shown decoding computed once for every visitor, and its views.
 
-The lens of a decoding (:func:`model.lens.logit_lens`) is computed once per (checkpoint version, sentence, tokens
-taken) through the gate for heavy work (:mod:`ui.heavy`) and shared, a frozen :class:`~model.lens.Lens` of a few
+The lens of a decoding (:func:`reading.lens.logit_lens`) is computed once per (checkpoint version, sentence, tokens
+taken) through the gate for heavy work (:mod:`ui.heavy`) and shared, a frozen :class:`~reading.lens.Lens` of a few
 kB; a step click only indexes into it. It is computed only once a visitor turns the lens on.
 """
 
@@ -16,7 +16,7 @@ import streamlit as st
 
 from model.checkpoint import Checkpoint
 from model.decoded import Decoding
-from model.lens import Lens, LensStep, logit_lens
+from reading.lens import Lens, LensStep, logit_lens
 from ui import heavy, pieces, presentation, url, widgets
 from ui.state import checkpoint_version
 from viz.lens import lens_figure, lens_table_html, lens_table_svg

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Callable, Iterable
 
 from model.tokenizing import Tokenizer
-from model.trace import Trace
+from reading.trace import Trace
 from viz.labels import word_start_note
 
 

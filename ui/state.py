@@ -28,7 +28,7 @@ from model.hf.card import folder_facts
 from model.hf.generation import GenerationDefaults, decoding_cap, forced_eos
 from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
-from model.trace import Trace, trace_pair
+from reading.trace import Trace, trace_pair
 from ui import heavy, url
 from .limits import limits
 from .model_card import card_summary
@@ -365,7 +365,7 @@ def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
 
 
 def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trace, Trace]:
-    """The traced forward pass of ``src`` and the decoder inputs ``tgt_ids`` (:func:`model.trace.trace_pair`), as
+    """The traced forward pass of ``src`` and the decoder inputs ``tgt_ids`` (:func:`reading.trace.trace_pair`), as
     computed and with its pieces as the pages show them (:func:`ui.pieces.shown_trace`): frozen, computed once per
     checkpoint version and sentence through the gate for heavy work (:mod:`ui.heavy`), shared by every session."""
     offsets = tuple(map(tuple, src.offsets))

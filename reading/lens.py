@@ -23,7 +23,9 @@ from typing import Sequence
 
 import torch
 
-from .transformer import Transformer
+from model.transformer import Transformer
+
+from .trace import Trace, trace_pair
 
 #: Pieces per layer a :class:`Lens` keeps (the pages show five).
 TOP_K = 5
@@ -88,29 +90,6 @@ def lens_log_probs(model: Transformer, streams: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(model.next_token_logits(streams).float(), dim=-1)
 
 
-class _Recording:
-    """``model`` as :meth:`Transformer.decode` uses it, with every decoder layer's output appended to ``sink``.
-
-    The decoder's own code runs (its masks, positions and KV cache), so the lens sees exactly the streams the
-    decoding saw; nothing is registered on the model, which other sessions' threads run at the same time (a forward
-    hook would record their passes too)."""
-
-    def __init__(self, model: Transformer, sink: list[torch.Tensor]):
-        self._model = model
-
-        def recorded(layer):
-            def run(*args, **kwargs):
-                out = layer(*args, **kwargs)
-                sink.append(out[0])
-                return out
-            return run
-
-        self.decoder_layers = [recorded(layer) for layer in model.decoder_layers]
-
-    def __getattr__(self, name: str):
-        return getattr(self._model, name)
-
-
 def _step(log_probs: torch.Tensor, token: int, k: int) -> LensStep:
     """One step's record from its lens ``[layers, vocab]``."""
     top_p, top_i = log_probs.exp().topk(min(k, log_probs.size(-1)), dim=-1)
@@ -121,11 +100,35 @@ def _step(log_probs: torch.Tensor, token: int, k: int) -> LensStep:
 
 
 @torch.inference_mode()
+def lens_of(model: Transformer, trace: Trace, start: int, generated: Sequence[int], k: int = TOP_K) -> Lens:
+    """The logit lens read from a trace's decoder streams: step ``s`` (1-based) reads position ``start + s − 2``,
+    where the decoder had read the prefix and ``generated[:s − 1]``.
+
+    Args:
+        trace: a :class:`~reading.trace.Trace` of the decoder inputs ``prefix + generated[:-1]`` (or longer).
+        start: the prefix's length (``<bos>`` plus a decoder-only model's prompt).
+
+    Raises:
+        ValueError: the trace has no decoder streams or is too short for ``generated``.
+    """
+    streams = trace.streams.get("decoder")
+    if streams is None or start < 1:
+        raise ValueError("the lens needs a trace with the decoder's streams and a prefix")
+    if start + len(generated) - 1 > streams.size(1):
+        raise ValueError(f"the trace has {streams.size(1)} decoder positions; the lens needs "
+                         f"{start + len(generated) - 1}")
+    dev = model.device
+    steps = [_step(lens_log_probs(model, streams[1:, start - 1 + s].to(dev)).cpu(), int(token), k)
+             for s, token in enumerate(generated)]
+    return Lens(tuple(steps), final_norm_applies(model), k)
+
+
 def logit_lens(model: Transformer, src_ids: Sequence[int] | None, prefix: Sequence[int], generated: Sequence[int],
                k: int = TOP_K) -> Lens:
-    """The logit lens of a finished decoding, step by step, computed as the decoding was: the encoder once, then
-    one decoder step per token with the KV cache (the prefix first, at once), as :class:`model.decoding.Stepper`
-    runs it, so the last layer's distribution is the one the decoding chose from.
+    """The logit lens of a finished decoding, step by step, read from one traced pass over the decoder inputs
+    ``prefix + generated[:-1]`` (:func:`reading.trace.trace_pair`, :func:`lens_of`). The pass sees every position at
+    once where the decoding ran one step at a time with the KV cache: the same numbers up to float rounding, so the
+    last layer's distribution is the one the decoding chose from (tested to 1e-5).
 
     Args:
         model: an eval-mode :class:`Transformer`.
@@ -149,23 +152,8 @@ def logit_lens(model: Transformer, src_ids: Sequence[int] | None, prefix: Sequen
         raise ValueError("the lens needs the decoder's start (prefix)")
     if len(prefix) + len(generated) - 1 > cfg.max_len:
         raise ValueError(f"{len(prefix) + len(generated) - 1} decoder positions; the model has {cfg.max_len}")
-    dev = model.device
-    memory = memory_mask = None
-    if cfg.is_encoder_decoder:
-        if not src_ids:
-            raise ValueError("an encoder-decoder model needs src_ids")
-        src = torch.tensor([list(src_ids)], device=dev)
-        memory, _ = model.encode(src)
-        memory_mask = model.src_mask(src)
-    sink: list[torch.Tensor] = []
-    recording = _Recording(model, sink)
-    cache = model.new_cache()
-    tokens, steps = list(prefix), []
-    for token in generated:
-        sink.clear()
-        new = torch.tensor([tokens[cache.positions:]], device=dev)
-        Transformer.decode(recording, new, memory, memory_mask, cache=cache, trace=True)
-        streams = torch.stack([x[0, -1] for x in sink])  # [layers, d_model] at the newest position
-        steps.append(_step(lens_log_probs(model, streams), int(token), k))
-        tokens.append(int(token))
-    return Lens(tuple(steps), final_norm_applies(model), k)
+    if cfg.is_encoder_decoder and not src_ids:
+        raise ValueError("an encoder-decoder model needs src_ids")
+    inputs = list(prefix) + [int(t) for t in generated[:-1]]
+    trace = trace_pair(model, None, list(src_ids) if cfg.is_encoder_decoder else None, inputs)
+    return lens_of(model, trace, len(prefix), generated, k)

@@ -26,7 +26,7 @@ from model.decoding import InputError, Stepper, prepare_source
 from model.translate import DEFAULT_CHECKPOINT
 from reading.attribution import METHODS, attribute_step
 from reading.faithfulness import FRACTIONS, MEASURES, faithfulness
-from reading.gradients import BASELINES, DEFAULT_STEPS
+from reading.gradients import BASELINES, DEFAULT_STEPS, TOLERANCE
 
 from .table import print_table
 
@@ -59,30 +59,38 @@ def greedy_steps(ckpt, text: str) -> tuple[list[int], list[int]]:
 
 
 def time_one_step(ckpt, ig: dict, repeats: int) -> list[tuple[str, str]]:
-    """Rows of the speed table for :data:`SENTENCE` at the middle step of its greedy translation; ``ig``: the
-    integrated gradients' ``n_steps`` and ``baseline``."""
+    """Rows of the speed table for :data:`SENTENCE` at the middle step of its greedy translation, the integral
+    refined (``ig``: the integrated gradients' ``n_steps``, ``baseline`` and ``tolerance``) beside one uniform
+    integral of ``n_steps`` points, timed alternately in one run."""
     src, tokens = greedy_steps(ckpt, SENTENCE)
     t = len(tokens) // 2
     args = (ckpt.model, src, tokens[:t], tokens[t])
     attribute_step(*args, n_steps=2)  # imports Captum and warms the allocator
-    times, result = [], None
+    arms = {"refined": ig, "uniform": {**ig, "tolerance": None}}
+    times = {arm: [] for arm in arms}
+    results = {}
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = attribute_step(*args, **ig)
-        times.append(time.perf_counter() - start)
-    grads = result.gradients
+        for arm, kwargs in arms.items():
+            start = time.perf_counter()
+            results[arm] = attribute_step(*args, **kwargs)
+            times[arm].append(time.perf_counter() - start)
+    refined, uniform = results["refined"].gradients, results["uniform"].gradients
+    median = {arm: statistics.median(v) for arm, v in times.items()}
     return [("source tokens (with <eos>)", str(len(src))), ("target prefix tokens", str(t)),
-            ("integration points (n_steps), baseline", f"{ig['n_steps']}, {ig['baseline']}"),
-            ("one step, every method (median s)", f"{statistics.median(times):.2f}"),
-            ("completeness gap of integrated gradients", f"{grads.completeness_gap:.1%}"),
-            ("source share of the prediction", f"{result.source_share:.2f}")]
+            ("baseline, completeness tolerance", f"{ig['baseline']}, {ig['tolerance'] or 'off'}"),
+            ("one step, every method, refined integral (median s)", f"{median['refined']:.2f}"),
+            ("… its points used / gradient evaluations spent", f"{refined.n_steps} / {refined.evaluated}"),
+            ("… its completeness gap", f"{refined.completeness_gap:.1%}"),
+            (f"one step, every method, {ig['n_steps']} uniform points (median s)", f"{median['uniform']:.2f}"),
+            ("… its completeness gap", f"{uniform.completeness_gap:.1%}"),
+            ("source share of the prediction (refined)", f"{results['refined'].source_share:.2f}")]
 
 
 def faithfulness_table(ckpt, n: int, ig: dict, n_random: int, seed: int) -> tuple[list[tuple[str, ...]], dict]:
     """Rows of the faithfulness table over ``n`` sentences, and a summary (sentences, median gap, seconds)."""
     rng = np.random.default_rng(seed)
     aopc = {(measure, m): [] for measure in MEASURES for m in (*METHODS, "random")}
-    gaps, shares, start = [], [], time.perf_counter()
+    gaps, shares, points, start = [], [], [], time.perf_counter()
     for text in english_sentences(n):
         try:
             src, tokens = greedy_steps(ckpt, text)
@@ -94,6 +102,7 @@ def faithfulness_table(ckpt, n: int, ig: dict, n_random: int, seed: int) -> tupl
         for measure, method in aopc:
             aopc[measure, method].append(faith.aopc(measure, method))
         gaps.append(result.gradients.completeness_gap)
+        points.append(result.gradients.n_steps)
         shares.append(result.source_share)
     rows = []
     for method in (*METHODS, "random"):
@@ -101,6 +110,8 @@ def faithfulness_table(ckpt, n: int, ig: dict, n_random: int, seed: int) -> tupl
         beats = "" if method == "random" else f"{np.mean(comp > np.array(aopc['comprehensiveness', 'random'])):.0%}"
         rows.append((method, f"{comp.mean():.3f} ± {sem(comp):.3f}", f"{suff.mean():.3f} ± {sem(suff):.3f}", beats))
     summary = {"sentences": len(gaps), "median gap": float(np.median(gaps)) if gaps else float("nan"),
+               "gap within 1 %": float(np.mean(np.array(gaps) <= 0.01)) if gaps else float("nan"),
+               "median points": float(np.median(points)) if points else float("nan"),
                "mean source share": float(np.mean(shares)) if shares else float("nan"),
                "seconds": time.perf_counter() - start}
     return rows, summary
@@ -115,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--n", type=int, default=300, help="sentences for the faithfulness table (0: none)")
-    p.add_argument("--n-steps", type=int, default=DEFAULT_STEPS, help="integrated gradients' points")
+    p.add_argument("--n-steps", type=int, default=DEFAULT_STEPS, help="integrated gradients' points to start with")
+    p.add_argument("--tolerance", type=float, default=TOLERANCE,
+                   help="completeness gap the integral is refined to (0: one uniform integral of --n-steps points)")
     p.add_argument("--n-random", type=int, default=10, help="random rankings averaged per sentence")
     p.add_argument("--baseline", choices=BASELINES, default="unk", help="integrated gradients' baseline")
     p.add_argument("--repeats", type=int, default=3)
@@ -126,13 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     if not ckpt.config.is_encoder_decoder:
         p.error("the benchmark reads a translator: pass an encoder-decoder checkpoint")
     print(f"One step's attributions, every method ({Path(args.checkpoint).name}, 1 thread)\n")
-    ig = {"n_steps": args.n_steps, "baseline": args.baseline}
+    ig = {"n_steps": args.n_steps, "baseline": args.baseline, "tolerance": args.tolerance or None}
     print_table(time_one_step(ckpt, ig, args.repeats))
     if args.n > 0:
         rows, summary = faithfulness_table(ckpt, args.n, ig, args.n_random, args.seed)
         fractions = " / ".join(f"{f:.0%}" for f in FRACTIONS)
         print(f"\nFaithfulness over {summary['sentences']} sentences, one step each, AOPC over {fractions} of the "
-              f"source ({summary['seconds']:.0f} s; median completeness gap {summary['median gap']:.1%}, mean "
+              f"source ({summary['seconds']:.0f} s; median completeness gap {summary['median gap']:.1%}, within 1 % "
+              f"at {summary['gap within 1 %']:.0%} of the steps, median points {summary['median points']:.0f}; mean "
               f"source share {summary['mean source share']:.2f})\n")
         print_table(rows, header=("method", "comprehensiveness ↑", "sufficiency ↓", "comp. > random"))
     return 0

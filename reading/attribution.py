@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from model.transformer import Transformer
 
 from .attention_scores import AttentionReading, read_attention
-from .gradients import DEFAULT_STEPS, GradientReading, read_gradients
+from .gradients import DEFAULT_STEPS, TOLERANCE, GradientReading, read_gradients
 from .step import Step, TokenScores
 
 METHODS = ("attention", "value_norm", "grad_x_input", "integrated_gradients")
@@ -72,14 +72,16 @@ class StepAttribution:
 
 
 def attribute_step(model: Transformer, src_ids, prefix_ids, token_id: int, *, n_steps: int = DEFAULT_STEPS,
-                   baseline: str = "unk", internal_batch_size: int | None = None) -> StepAttribution:
+                   baseline: str = "unk", internal_batch_size: int | None = None,
+                   tolerance: float | None = TOLERANCE) -> StepAttribution:
     """Read one step by every method.
 
     Args:
         model: an encoder-decoder or decoder-only :class:`~model.transformer.Transformer` in eval mode.
         src_ids: source ids ``(S,)`` (``None`` or empty for a decoder-only model); prefix_ids: the decoder inputs
             ``(T,)``, ``<bos>`` first; token_id: the token chosen after them.
-        n_steps, baseline, internal_batch_size: integrated gradients' (:func:`reading.gradients.read_gradients`).
+        n_steps, baseline, internal_batch_size, tolerance: integrated gradients'
+            (:func:`reading.gradients.read_gradients`).
 
     Raises:
         ValueError: the step does not fit the model (:meth:`Step.check`), a bad baseline or ``n_steps``.
@@ -87,7 +89,7 @@ def attribute_step(model: Transformer, src_ids, prefix_ids, token_id: int, *, n_
     step = Step(tuple(src_ids or ()), tuple(prefix_ids), token_id)
     return StepAttribution(step, read_attention(model, step),
                            read_gradients(model, step, n_steps=n_steps, baseline=baseline,
-                                          internal_batch_size=internal_batch_size))
+                                          internal_batch_size=internal_batch_size, tolerance=tolerance))
 
 
 def source_shares(model: Transformer, src_ids, output_ids, *, bos_id: int | None = None,

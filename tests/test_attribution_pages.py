@@ -164,6 +164,30 @@ def test_what_if_a_word_is_replaced_or_masked(monkeypatch, tmp_path):
 
 
 @needs_en_de
+def test_the_what_if_is_in_the_link_and_comes_back_from_it(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1")
+    at.toggle(key="tr_attr_whatif").set_value(True).run()
+    at.selectbox(key="tr_attr_word").set_value(0).run()
+    at.text_input(key="tr_attr_with").input("Your").run()
+    assert_clean(at)
+    link = {k: at.query_params[k] for k in ("whatif", "whatif_word", "whatif_with")}
+    assert link == {"whatif": "1", "whatif_word": "1", "whatif_with": "Your"}
+
+    again = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1", **link)
+    assert_clean(again)
+    assert again.toggle(key="tr_attr_whatif").value and again.selectbox(key="tr_attr_word").value == 0
+    assert again.text_input(key="tr_attr_with").value == "Your" and "“My” replaced by “Your”" in text_of(again)
+
+    bad = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1", whatif="1", whatif_word="99")
+    assert_clean(bad)
+    assert bad.selectbox(key="tr_attr_word").value == 4  # clamped to the last of the five words, with a note
+    assert any("whatif_word" in i.value for i in bad.info)
+
+    again.toggle(key="tr_attr").set_value(False).run()
+    assert not {"whatif", "whatif_word", "whatif_with"} & set(again.query_params)
+
+
+@needs_en_de
 def test_the_lab_tab_reads_its_own_decoding(monkeypatch, tmp_path):
     at = open_app(monkeypatch, tmp_path, "en-de", "decoding", text=SENTENCE, step="2", attr="1")
     assert_clean(at)

@@ -151,6 +151,7 @@ def toggle(key: str) -> bool:
     if not on:
         for name in (METHOD, LAYER, HEAD, STEPS):
             url.put(name, None)
+        whatif_view.forget_link()
     return on
 
 

@@ -60,7 +60,8 @@ def _forget(session: MutableMapping, params: MutableMapping, keys: tuple[str, ..
 TRANSLATE = PageState("translate", text_key="text_input",
                       model_keys=("tr_layer", "tr_head", "tr_attr_layer", "tr_attr_head"),
                       model_params=("layer", "head", "attr_layer", "attr_head"),
-                      sentence_keys=("step", "tr_attr_line", "tr_attr_word", "tr_attr_with"), sentence_params=("step",))
+                      sentence_keys=("step", "tr_attr_line", "tr_attr_word", "tr_attr_with"),
+                      sentence_params=("step", "whatif_word", "whatif_with"))
 ATTENTION = PageState("attention", text_key="attn_text",
                       model_keys=("attn_kind", "attn_layer", "attn_head", "attn_ablate"),
                       model_params=("kind", "layer", "head", "ablate"),
@@ -69,7 +70,8 @@ ATTENTION = PageState("attention", text_key="attn_text",
 # Face folder may state its own), so they are read again from the link for the next one
 DECODING = PageState("decoding", text_key="dl_text",
                      model_keys=("dl_settings", "dl_w_beam", "dl_w_alpha", "dl_attr_layer", "dl_attr_head"),
-                     sentence_keys=("dl_attr_line", "dl_attr_word", "dl_attr_with"))
+                     sentence_keys=("dl_attr_line", "dl_attr_word", "dl_attr_with"),
+                     sentence_params=("whatif_word", "whatif_with"))
 POSITIONAL = PageState("positional", model_keys=("pe_head",))
 # the live numbers' kind, layer and head (ui.lecture_live) belong to a model; the editable matrices to none
 LECTURE = PageState("lecture", text_key="wl_text", model_keys=("wl_kind", "wl_layer", "wl_head"),

@@ -29,6 +29,18 @@ class Word(NamedTuple):
     positions: tuple[int, ...]
 
 
+#: Link parameters: the toggle, the word (counted from 1) and its replacement (absent: masked with ``<unk>``).
+PARAM, WORD, WITH = "whatif", "whatif_word", "whatif_with"
+#: The replacement box's length (characters).
+MAX_REPLACEMENT = 40
+
+
+def forget_link() -> None:
+    """Take the what-if's parameters out of the link (the what-if or the attribution view closed)."""
+    for name in (PARAM, WORD, WITH):
+        url.put(name, None)
+
+
 def words(text: str, offsets: Sequence[tuple[int, int]]) -> list[Word]:
     """The whitespace-separated words of ``text`` that pieces cover (``offsets``: each piece's character span;
     an ``<eos>``'s empty span covers none)."""
@@ -96,22 +108,31 @@ def top_rows(ckpt: Checkpoint, result: WhatIf) -> list[dict]:
 def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys) -> None:
     """The toggle and, when on, the word picker, the replacement box and what changes (``scores``: the method
     followed, whose strongest word is picked first; ``keys``: the page's
-    :class:`ui.attribution_view.Keys`)."""
+    :class:`ui.attribution_view.Keys`). The link carries all three: ``?whatif=1&whatif_word=N&whatif_with=…``."""
     cfg, tok = ckpt.config, ckpt.tokenizer
-    if not st.toggle("What if… (replace or mask a word)", key=keys.whatif,
-                     help="Change one word of the input and see how this step's next tokens and every head's "
-                          "output change: activation patching in its simplest form."):
+    url.init_widget(keys.whatif, lambda p: url.bool_param(p, PARAM, False, what="what if"))
+    on = st.toggle("What if… (replace or mask a word)", key=keys.whatif,
+                   help="Change one word of the input and see how this step's next tokens and every head's output "
+                        "change: activation patching in its simplest form.")
+    url.put(PARAM, on, False)
+    if not on:
+        forget_link()
         return
     found = words(src.text, src.offsets)
     if not found:
         st.info("The input has no word to change.")
         return
     first = top_word(found, scores, not cfg.is_encoder_decoder)
-    url.init_widget(keys.word, lambda p: (first, None), valid=lambda v: v in range(len(found)))
+    url.init_widget(keys.word, lambda p: url.index_param(p, WORD, len(found), first, what="word"),
+                    valid=lambda v: v in range(len(found)))
+    url.init_widget(keys.replacement, lambda p: url.text_param(p, WITH, "", MAX_REPLACEMENT, what="replacement"))
     c1, c2 = st.columns(2)
     index = c1.selectbox("Word", range(len(found)), key=keys.word,
                          format_func=lambda i: f"{i + 1} · {found[i].text}")
-    replacement = c2.text_input("Replace with", key=keys.replacement, max_chars=40, placeholder="empty: mask (<unk>)")
+    replacement = c2.text_input("Replace with", key=keys.replacement, max_chars=MAX_REPLACEMENT,
+                                placeholder="empty: mask (<unk>)")
+    url.put(WORD, index + 1, first + 1)
+    url.put(WITH, replacement.strip() or None)
     word = found[index]
     try:
         before, after = steps(ckpt, src, inputs, changed_source(ckpt, src, word, replacement))

@@ -214,6 +214,10 @@ def test_viz_shapes():
     assert np.asarray(fig.data[0].z).shape == (6, 4)
     fig = vt.annotated_matrix(np.array([[0.5, -np.inf]]))
     assert list(fig.data[0].text[0]) == ["0.5000", "−∞"]
+    # the largest value darkest, as on the attention heatmap beside it (plotly.js reads the name "Blues" backwards),
+    # and numbers a back row can read
+    (low, *_), (*_, high) = fig.data[0].colorscale[0], fig.data[0].colorscale[-1]
+    assert low == 0 and high == "#08306b" and fig.data[0].textfont.size >= 14
     assert len(vt.dimension_waves(np.zeros((9, 4)), [0, 3, 99]).data) == 2
     assert len(vt.norm_histogram([1, 2], [3]).data) == 2
     html = vt.token_spans_html("a <b>", ["▁", "▁a", "▁<b>"], [5, 6, 7], [(0, 0), (0, 1), (1, 5)])

@@ -13,8 +13,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG, ERROR_BORDER,
-                       FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MUTED, SUBTLE, WHITE, figure, legend_above, escape_html)
+from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CELL_TEXT_PX, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG,
+                       ERROR_BORDER, FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MATRIX_SCALE, MUTED, SUBTLE, WHITE, figure,
+                       legend_above, escape_html)
 
 DIVERGING = "RdBu"
 
@@ -98,8 +99,8 @@ def annotated_matrix(z, title: str = "", row_labels: Sequence[str] | None = None
     cl = list(col_labels) if col_labels is not None else [f"col {j}" for j in range(cols)]
     text = [["−∞" if np.isneginf(v) else ("∞" if np.isposinf(v) else f"{v:.{decimals}f}") for v in r] for r in z]
     shown = np.where(np.isfinite(z), z, np.nan)
-    heatmap = dict(type="heatmap", z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale="Blues",
-                   showscale=False, xgap=2, ygap=2, hoverinfo="skip")
+    heatmap = dict(type="heatmap", z=shown, x=cl, y=rl, text=text, texttemplate="%{text}", colorscale=MATRIX_SCALE,
+                   textfont=dict(size=CELL_TEXT_PX), showscale=False, xgap=2, ygap=2, hoverinfo="skip")
     # column names sit on top: room for them under the title, which they touched with the default margin
     layout = dict(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, height=110 + 42 * rows,
                   margin=dict(l=10, r=10, t=80 if title else 40, b=10), plot_bgcolor=MASKED_BG,

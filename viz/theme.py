@@ -61,6 +61,12 @@ ERROR_BORDER = "#b91c1c"
 #: so that 0.05–0.3 are visible, while one fixed range keeps heads comparable (a uniform head stays pale).
 ATTENTION_SCALE = [[0.0, WHITE], [0.04, "#e3eef8"], [0.12, "#a9cde6"], [0.3, "#4f97c9"], [0.6, BLUE],
                    [1.0, "#0b2f66"]]
+#: Worked examples' number matrices: light (smallest) to dark (largest), linear (the values are any reals, not
+#: weights). Given as stops, not as Plotly's name "Blues": plotly.js reads that name as dark blue → light grey, the
+#: reverse of the attention heatmap beside the matrices, where grey means "masked".
+MATRIX_SCALE = [[0.0, "#f7fbff"], [0.25, "#c6dbef"], [0.5, "#6baed6"], [0.75, "#2171b5"], [1.0, "#08306b"]]
+#: Font size of the numbers written in a matrix's cells (px): readable from the back of a room.
+CELL_TEXT_PX = 14
 #: "r,g,b" of the dark attention blue, for ``rgba(r,g,b,alpha)`` chip shading by weight.
 ATTENTION_RGB = "11,61,128"
 

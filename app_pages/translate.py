@@ -54,7 +54,7 @@ def attention_view(view: StepView, src) -> None:
         st.info("Press **Next** to let the decoder produce its first token.")
         return
     record = view.records[step - 1]
-    c1, c2 = st.columns(2)
+    c1, c2 = st.container(key="tr_layer_head").columns(2)  # side by side on a phone too (ui.responsive)
     layer = c1.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"decoder layer {i + 1}",
                          key="tr_layer")
     head = c2.selectbox("Head", ["mean"] + list(range(cfg.n_heads)), key="tr_head",
@@ -90,12 +90,14 @@ def translate_page() -> None:
     choice and where the model looked, without scrolling: what explains the page comes after the step's numbers.
     """
     left, right = st.columns([1.1, 1], gap="medium")
-    with left:
+    # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (trp_view) right under
+    # the step's numbers (trp_main), before what explains them (trp_notes), instead of after all of the left column
+    with left, st.container(key="trp_main"):
         st.title("Translate")
         # --- input: the box applies on Enter; the presets box follows it --------------------------------------
         typed = state.sentence_box(ckpt, text_key=TRANSLATE.text_key, preset_key="preset")
         state.set_text(typed)
-        src = state.source_for(ckpt, typed)
+        src = state.source_for(ckpt, typed, brief=True)  # a two-line warning: the ten next tokens stay above 720 px
         if src is None:
             about()
             st.stop()
@@ -104,15 +106,18 @@ def translate_page() -> None:
         # number, and each run draws the view of that step. A click's run may overlap the previous one: neither
         # can disturb the other.
         run = state.greedy_run(ckpt, src)
-        output = tok.decode(run.output_ids())
-        # a continuation reads on from its prompt, shown greyed before it
-        widgets.output_box(output, prompt="" if ckpt.config.is_encoder_decoder else src.text)
-
-        # --- step-through: a step button reruns this fragment. A click that arrives during its run interrupts
-        # the run and counts (the buttons move the step relatively, in callbacks: _move_step) ------------------
         total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
         step = state.current_step(total_steps)
         view = StepView.of(run, step)
+        # Only what is generated up to this step, as in the Decoding lab: the whole translation shown before the
+        # first Next told the class the answer before the steps that explain it. Run to end shows it all.
+        output = tok.decode(view.output_ids())
+        # a continuation reads on from its prompt, shown greyed before it
+        widgets.output_box(output, prompt="" if ckpt.config.is_encoder_decoder else src.text,
+                           empty=widgets.BEFORE_FIRST_STEP, more=step < total_steps)
+
+        # --- step-through: a step button reruns this fragment. A click that arrives during its run interrupts
+        # the run and counts (the buttons move the step relatively, in callbacks: _move_step) ------------------
         # From step 1 on the status line heads the list of next tokens and the cache's size goes under it (one line
         # less: at 1280×720 the tenth token stays on the first screen under a long output)
         cache = f"KV cache: {view.cache_nbytes()['total'] / 1024:.1f} KiB"
@@ -132,6 +137,8 @@ def translate_page() -> None:
             st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
                        f"p = {record.prob:.3f} ({how}). Sequence log-probability so far: "
                        f"{logp:.2f} (the sum of log p of each chosen token). {cache}.")
+    with left, st.container(key="trp_notes"):
+        if step:
             st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
             st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
         # Say why, rather than leave the reader to wonder at "own own own own"; under the step's numbers, which
@@ -144,13 +151,16 @@ def translate_page() -> None:
         about()
 
     # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
-    with right:
+    with right, st.container(key="trp_view"):
         url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                         valid=lambda v: v in range(n_layers))
         url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
                         valid=lambda h: h == "mean" or h in range(cfg.n_heads))
+        # The lens's toggle (?lens=1) and table first: on the first screen beside the Next button, so that stepping
+        # with the lens on needs no scrolling (under the attention, it began below a projector's 720 px)
+        lens_view.translate_lens(ckpt, src.ids, run, step)
         attention_view(view, src)
-        lens_view.translate_lens(ckpt, src.ids, run, step)  # a toggle (?lens=1), then what each layer would predict
+    with right, st.container(key="trp_attr"):
         attribution_view.translate_attribution(ckpt, src, run, step)  # a toggle (?attr=1): attention vs attribution
 
 

@@ -12,14 +12,15 @@ from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
 
-ckpt = state.require_checkpoint()
-tok = ckpt.tokenizer
-cfg = ckpt.config
-n_layers = cfg.n_decoder_layers
-open_layer = model_card.opening_layer(ckpt.card, n_layers)
 
 
-def about() -> None:
+def _model(ckpt) -> tuple:
+    """``(tokenizer, config, decoder layers, the layer the page opens on)`` of a loaded checkpoint."""
+    n_layers = ckpt.config.n_decoder_layers
+    return ckpt.tokenizer, ckpt.config, n_layers, model_card.opening_layer(ckpt.card, n_layers)
+
+
+def about(ckpt) -> None:
     """What the page shows and how good the model is: below the step view (at step 0, right under the buttons)."""
     if ckpt.config.arch == "decoder-only":
         st.caption("This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
@@ -36,10 +37,11 @@ def about() -> None:
 
 
 @st.fragment
-def attention_view(view: StepView, src) -> None:
+def attention_view(ckpt, view: StepView, src) -> None:
     """The right column at one step: the source pieces before the first step; from step 1 on, the layer and head
     boxes, the attention of the newest token and the alignment so far. A fragment: a change of layer or head
     reruns only this, not the page, so the click answers sooner."""
+    tok, cfg, n_layers, open_layer = _model(ckpt)
     step = view.step
     if step == 0:
         url.put("layer", st.session_state["tr_layer"] + 1, open_layer + 1)
@@ -89,6 +91,12 @@ def translate_page() -> None:
     tokens; on the right the attention of the current token. At 1280×720 a lecturer clicks Next and sees both, the
     choice and where the model looked, without scrolling: what explains the page comes after the step's numbers.
     """
+    # The model is loaded in here, not before: this fragment then exists in a new session from the first moment of
+    # its first run. A visitor whose worker died is reconnected to another, where that run loads the model for
+    # seconds while the old page is still on screen; a Next clicked then asked for a fragment the session did not
+    # have yet, and Streamlit dropped the click.
+    ckpt = state.require_checkpoint(summary=False)
+    tok, cfg, n_layers, open_layer = _model(ckpt)
     left, right = st.columns([1.1, 1], gap="medium")
     # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (trp_view) right under
     # the step's numbers (trp_main), before what explains them (trp_notes), instead of after all of the left column
@@ -99,8 +107,8 @@ def translate_page() -> None:
         state.set_text(typed)
         src = state.source_for(ckpt, typed, brief=True)  # a two-line warning: the ten next tokens stay above 720 px
         if src is None:
-            about()
-            st.stop()
+            about(ckpt)
+            return
 
         # The decoding is run to its end once (cached, shared, never changed); the session keeps only the step
         # number, and each run draws the view of that step. A click's run may overlap the previous one: neither
@@ -148,7 +156,7 @@ def translate_page() -> None:
             if cfg.is_encoder_decoder:  # what the fix gives: the same greedy decoding, forbidden to loop
                 st.markdown(f"**With the loop guard** (greedy, but a token that would write a phrase {LOOP_TIMES} "
                             f"times in a row is never chosen): {html.escape(state.guarded_translation(ckpt, src))}")
-        about()
+        about(ckpt)
 
     # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
     with right, st.container(key="trp_view"):
@@ -159,9 +167,10 @@ def translate_page() -> None:
         # The lens's toggle (?lens=1) and table first: on the first screen beside the Next button, so that stepping
         # with the lens on needs no scrolling (under the attention, it began below a projector's 720 px)
         lens_view.translate_lens(ckpt, src.ids, run, step)
-        attention_view(view, src)
+        attention_view(ckpt, view, src)
     with right, st.container(key="trp_attr"):
         attribution_view.translate_attribution(ckpt, src, run, step)  # a toggle (?attr=1): attention vs attribution
 
 
 translate_page()
+state.require_checkpoint()  # the sidebar's summary of the model (a fragment cannot write to the sidebar)

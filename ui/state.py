@@ -190,8 +190,9 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
         use_text(presets[0])
 
 
-def require_checkpoint() -> Checkpoint:
-    """The picked checkpoint, loaded, with its summary in the sidebar.
+def require_checkpoint(summary: bool = True) -> Checkpoint:
+    """The picked checkpoint, loaded, with its summary in the sidebar (unless not ``summary``: a fragment cannot
+    write there).
 
     When there is none or it cannot load, a clear message is shown in the page and the script stops there
     (``st.stop``), so a page's code below never runs without a model.
@@ -212,7 +213,8 @@ def require_checkpoint() -> Checkpoint:
                  "The pages explore English → German translators and language models: pick another one in the "
                  "sidebar.")
         st.stop()
-    st.sidebar.caption(card_summary(ckpt))
+    if summary:
+        st.sidebar.caption(card_summary(ckpt))
     return ckpt
 
 

@@ -39,7 +39,11 @@ st.sidebar.markdown("<style>.block-container{padding:3.4rem 3rem 1rem 3rem}"
                     ".ae-topk-row{line-height:1.25}"
                     ".st-key-trp_main{gap:0.6rem}"
                     ".st-key-trp_main h1{font-size:2.4rem;padding-bottom:0.2rem}"
-                    ".st-key-trp_main [data-testid=stAlertContainer]{padding:0.45rem 0.8rem}</style>" + responsive.CSS,
+                    ".st-key-trp_main [data-testid=stAlertContainer]{padding:0.45rem 0.8rem}"
+                    # the logit lens in a column under 560 px (Translate's at 1280 px): four guesses a
+                    # layer, each piece whole, instead of five broken over two lines
+                    "@container (max-width: 560px){.ae-lens tr > :nth-child(7){display:none}}</style>"
+                    + responsive.CSS,
                     unsafe_allow_html=True)
 
 st.sidebar.title("Attention Explorer")

@@ -108,7 +108,10 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
     # The first two columns in em of the table's own font size, so that they hold their numbers in both modes; the
     # pieces' columns as wide as their pieces (a fixed layout cut "▁Konferenz" to "▁Ko…" beside an open sidebar),
     # a piece wider than its share broken onto a second line rather than cut
-    return (f'<div class="ae-lens">{heading}<table style="width:100%;table-layout:auto;border-collapse:separate;'
+    # The wrapper is a size container: in a column too narrow for five guesses a page may hide the last one (a CSS
+    # container query: app.py) rather than break every piece
+    return (f'<div class="ae-lens" style="container-type:inline-size">{heading}<table style="width:100%;'
+            f'table-layout:auto;border-collapse:separate;'
             f'border-spacing:2px;margin:0;font-size:{num_px}px"><colgroup><col style="width:4em">'
             f'<col style="width:5.8em">{"<col>" * k}</colgroup><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{note}</div>')

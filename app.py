@@ -5,7 +5,7 @@ Run with ``make run`` (or ``streamlit run app.py``).
 
 import streamlit as st
 
-from ui import heavy, presentation
+from ui import heavy, presentation, responsive
 from ui.limits import limits
 from ui.state import checkpoint_picker
 
@@ -32,10 +32,19 @@ pages = [
 nav = st.navigation(pages)
 # Less empty space above the title, and the next-token list's rows set closer than the page's 1.6 lines: more of
 # each step fits on a projector (at 1280×720, Translate's ten rows end above the fold even under a three-line
-# output). (Styles go into the sidebar: an element in the page would add a gap above the title.)
+# output and the far-from-training warning: a smaller title, closer elements and a tighter warning on its left).
+# (Styles go into the sidebar: an element in the page would add a gap above the title.)
 st.sidebar.markdown("<style>.block-container{padding:3.4rem 3rem 1rem 3rem}"
                     "[data-testid=stMain] h1{padding-top:0 !important}"
-                    ".ae-topk-row{line-height:1.35}</style>", unsafe_allow_html=True)
+                    ".ae-topk-row{line-height:1.25}"
+                    ".st-key-trp_main{gap:0.6rem}"
+                    ".st-key-trp_main h1{font-size:2.4rem;padding-bottom:0.2rem}"
+                    ".st-key-trp_main [data-testid=stAlertContainer]{padding:0.45rem 0.8rem}"
+                    # the logit lens in a column under 560 px (Translate's at 1280 px): four guesses a
+                    # layer, each piece whole, instead of five broken over two lines
+                    "@container (max-width: 560px){.ae-lens tr > :nth-child(7){display:none}}</style>"
+                    + responsive.CSS,
+                    unsafe_allow_html=True)
 
 st.sidebar.title("Attention Explorer")
 st.sidebar.caption("Transformers we trained ourselves, opened up one token at a time: an English → German "

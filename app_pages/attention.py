@@ -14,7 +14,7 @@ from model.decoding import strip_eos
 from ui import attention_qk
 from ui import attention_reading_tabs as reading
 from ui import attention_views as views
-from ui import model_card, pieces, state, url
+from ui import model_card, pieces, responsive, state, url
 from ui.attention_tabs import ablation_tab, compare_tab, plot
 from ui.figures import shared
 from ui.page_state import ATTENTION
@@ -102,19 +102,20 @@ def attention_page() -> None:
         with tab_heads:
             if head == "all":
                 # two charts a row, so that heads read 1 2 / 3 4; one a row, page-wide, when half a row cannot
-                # label every key of a long sentence
-                per_row = 2 if heatmap_fits(q_labels, k_labels, HALF_PX) else 1
+                # label every key of a long sentence; one a row on a phone, laid out for its width
+                phone = responsive.is_phone()
+                per_row = 2 if not phone and heatmap_fits(q_labels, k_labels, HALF_PX) else 1
+                width = responsive.PHONE_FIGURE_PX if phone else HALF_PX if per_row == 2 else PAGE_PX
                 for h in range(weights.shape[0]):
                     if h % per_row == 0:
                         cols = st.columns(per_row)
                     with cols[h % per_row]:
-                        plot(shared(attention_heatmap, weights[h], q_labels, k_labels, causal=causal,
-                                    width=HALF_PX if per_row == 2 else PAGE_PX,
+                        plot(shared(attention_heatmap, weights[h], q_labels, k_labels, causal=causal, width=width,
                                     title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
             else:
                 w, _ = view.one_head()
-                plot(shared(attention_heatmap, w, q_labels, k_labels, causal=causal, height=620, width=PAGE_PX,
-                            title=view_title(kind, layer, head, words)))
+                plot(shared(attention_heatmap, w, q_labels, k_labels, causal=causal, height=620,
+                            width=responsive.figure_px(PAGE_PX), title=view_title(kind, layer, head, words)))
 
     # --- the reading tabs (ui/attention_reading_tabs.py) ---------------------------------------------------------
     if tab_tokens.open:

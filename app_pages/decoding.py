@@ -185,7 +185,7 @@ def decoding_page() -> None:
 
 
     widgets.output_box(tok.decode(run.output_ids()), where=out_col,
-                       empty=widgets.BEFORE_FIRST_STEP if step == 0 else "(empty output)")
+                       empty=widgets.BEFORE_FIRST_STEP if step == 0 else "(empty output)", more=not run.finished)
     if run.finished:
         ended = run.records and run.records[-1].token_id == cfg.eos_id
         status = "finished (<eos>)" if ended else "length limit reached"

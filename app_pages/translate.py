@@ -12,14 +12,15 @@ from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
 
-ckpt = state.require_checkpoint()
-tok = ckpt.tokenizer
-cfg = ckpt.config
-n_layers = cfg.n_decoder_layers
-open_layer = model_card.opening_layer(ckpt.card, n_layers)
 
 
-def about() -> None:
+def _model(ckpt) -> tuple:
+    """``(tokenizer, config, decoder layers, the layer the page opens on)`` of a loaded checkpoint."""
+    n_layers = ckpt.config.n_decoder_layers
+    return ckpt.tokenizer, ckpt.config, n_layers, model_card.opening_layer(ckpt.card, n_layers)
+
+
+def about(ckpt) -> None:
     """What the page shows and how good the model is: below the step view (at step 0, right under the buttons)."""
     if ckpt.config.arch == "decoder-only":
         st.caption("This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
@@ -36,10 +37,11 @@ def about() -> None:
 
 
 @st.fragment
-def attention_view(view: StepView, src) -> None:
+def attention_view(ckpt, view: StepView, src) -> None:
     """The right column at one step: the source pieces before the first step; from step 1 on, the layer and head
     boxes, the attention of the newest token and the alignment so far. A fragment: a change of layer or head
     reruns only this, not the page, so the click answers sooner."""
+    tok, cfg, n_layers, open_layer = _model(ckpt)
     step = view.step
     if step == 0:
         url.put("layer", st.session_state["tr_layer"] + 1, open_layer + 1)
@@ -54,7 +56,7 @@ def attention_view(view: StepView, src) -> None:
         st.info("Press **Next** to let the decoder produce its first token.")
         return
     record = view.records[step - 1]
-    c1, c2 = st.columns(2)
+    c1, c2 = st.container(key="tr_layer_head").columns(2)  # side by side on a phone too (ui.responsive)
     layer = c1.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"decoder layer {i + 1}",
                          key="tr_layer")
     head = c2.selectbox("Head", ["mean"] + list(range(cfg.n_heads)), key="tr_head",
@@ -89,30 +91,41 @@ def translate_page() -> None:
     tokens; on the right the attention of the current token. At 1280×720 a lecturer clicks Next and sees both, the
     choice and where the model looked, without scrolling: what explains the page comes after the step's numbers.
     """
+    # The model is loaded in here, not before: this fragment then exists in a new session from the first moment of
+    # its first run. A visitor whose worker died is reconnected to another, where that run loads the model for
+    # seconds while the old page is still on screen; a Next clicked then asked for a fragment the session did not
+    # have yet, and Streamlit dropped the click.
+    ckpt = state.require_checkpoint(summary=False)
+    tok, cfg, n_layers, open_layer = _model(ckpt)
     left, right = st.columns([1.1, 1], gap="medium")
-    with left:
+    # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (trp_view) right under
+    # the step's numbers (trp_main), before what explains them (trp_notes), instead of after all of the left column
+    with left, st.container(key="trp_main"):
         st.title("Translate")
         # --- input: the box applies on Enter; the presets box follows it --------------------------------------
         typed = state.sentence_box(ckpt, text_key=TRANSLATE.text_key, preset_key="preset")
         state.set_text(typed)
-        src = state.source_for(ckpt, typed)
+        src = state.source_for(ckpt, typed, brief=True)  # a two-line warning: the ten next tokens stay above 720 px
         if src is None:
-            about()
-            st.stop()
+            about(ckpt)
+            return
 
         # The decoding is run to its end once (cached, shared, never changed); the session keeps only the step
         # number, and each run draws the view of that step. A click's run may overlap the previous one: neither
         # can disturb the other.
         run = state.greedy_run(ckpt, src)
-        output = tok.decode(run.output_ids())
-        # a continuation reads on from its prompt, shown greyed before it
-        widgets.output_box(output, prompt="" if ckpt.config.is_encoder_decoder else src.text)
-
-        # --- step-through: a step button reruns this fragment. A click that arrives during its run interrupts
-        # the run and counts (the buttons move the step relatively, in callbacks: _move_step) ------------------
         total_steps = len(run.records)  # tokens generated until <eos> (or the length limit)
         step = state.current_step(total_steps)
         view = StepView.of(run, step)
+        # Only what is generated up to this step, as in the Decoding lab: the whole translation shown before the
+        # first Next told the class the answer before the steps that explain it. Run to end shows it all.
+        output = tok.decode(view.output_ids())
+        # a continuation reads on from its prompt, shown greyed before it
+        widgets.output_box(output, prompt="" if ckpt.config.is_encoder_decoder else src.text,
+                           empty=widgets.BEFORE_FIRST_STEP, more=step < total_steps)
+
+        # --- step-through: a step button reruns this fragment. A click that arrives during its run interrupts
+        # the run and counts (the buttons move the step relatively, in callbacks: _move_step) ------------------
         # From step 1 on the status line heads the list of next tokens and the cache's size goes under it (one line
         # less: at 1280×720 the tenth token stays on the first screen under a long output)
         cache = f"KV cache: {view.cache_nbytes()['total'] / 1024:.1f} KiB"
@@ -132,6 +145,8 @@ def translate_page() -> None:
             st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
                        f"p = {record.prob:.3f} ({how}). Sequence log-probability so far: "
                        f"{logp:.2f} (the sum of log p of each chosen token). {cache}.")
+    with left, st.container(key="trp_notes"):
+        if step:
             st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
             st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
         # Say why, rather than leave the reader to wonder at "own own own own"; under the step's numbers, which
@@ -141,17 +156,21 @@ def translate_page() -> None:
             if cfg.is_encoder_decoder:  # what the fix gives: the same greedy decoding, forbidden to loop
                 st.markdown(f"**With the loop guard** (greedy, but a token that would write a phrase {LOOP_TIMES} "
                             f"times in a row is never chosen): {html.escape(state.guarded_translation(ckpt, src))}")
-        about()
+        about(ckpt)
 
     # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
-    with right:
+    with right, st.container(key="trp_view"):
         url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                         valid=lambda v: v in range(n_layers))
         url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
                         valid=lambda h: h == "mean" or h in range(cfg.n_heads))
-        attention_view(view, src)
-        lens_view.translate_lens(ckpt, src.ids, run, step)  # a toggle (?lens=1), then what each layer would predict
+        # The lens's toggle (?lens=1) and table first: on the first screen beside the Next button, so that stepping
+        # with the lens on needs no scrolling (under the attention, it began below a projector's 720 px)
+        lens_view.translate_lens(ckpt, src.ids, run, step)
+        attention_view(ckpt, view, src)
+    with right, st.container(key="trp_attr"):
         attribution_view.translate_attribution(ckpt, src, run, step)  # a toggle (?attr=1): attention vs attribution
 
 
 translate_page()
+state.require_checkpoint()  # the sidebar's summary of the model (a fragment cannot write to the sidebar)

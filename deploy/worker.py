@@ -28,9 +28,18 @@ DEMO_ENV = "ATTENTION_EXPLORER_DEMO"
 SECRET_ENV = "STREAMLIT_SERVER_COOKIE_SECRET"
 
 
+#: What a worker imports before Streamlit starts (``python -c``): torch and the model code, 4 s that the first
+#: session's run paid otherwise. That run is also a failed-over visitor's: the old page stays on screen while it
+#: runs, and a Next clicked before it reached the page's fragment was dropped by Streamlit (the fragment did not
+#: exist yet in the new session).
+PRELOAD = "import model.checkpoint, model.decoded, ui.state"
+_STREAMLIT = f"import runpy; {PRELOAD}; runpy.run_module('streamlit', run_name='__main__')"
+
+
 def command(port: int, host: str = "127.0.0.1", app: str = APP) -> list[str]:
-    """The worker's command line, run from the repository root (where ``.streamlit/config.toml`` is read)."""
-    return [sys.executable, "-m", "streamlit", "run", app, "--server.port", str(port), "--server.address", host,
+    """The worker's command line (``streamlit run app`` after :data:`PRELOAD`), run from the repository root (where
+    ``.streamlit/config.toml`` is read)."""
+    return [sys.executable, "-c", _STREAMLIT, "run", app, "--server.port", str(port), "--server.address", host,
             "--server.headless", "true", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
             "--browser.gatherUsageStats", "false"]
 

@@ -77,15 +77,20 @@ class Familiarity:
         """At least :data:`FAR_MIN_SPLIT` words and :data:`FAR_SPLIT_SHARE` of them are cut into pieces."""
         return self.split_count >= FAR_MIN_SPLIT and self.split_share >= FAR_SPLIT_SHARE
 
-    def message(self, what: str = "translation") -> str | None:
+    def message(self, what: str = "translation", brief: bool = False) -> str | None:
         """A plain sentence for the reader when the text is :attr:`far`, naming a few of the cut words; ``None``
-        otherwise. ``what``: what the model writes ("translation", "continuation")."""
+        otherwise. ``what``: what the model writes ("translation", "continuation"). ``brief``: two words named and
+        no explanation, short enough for two lines above a projector's step view."""
         if not self.far:
             return None
         # a word that stands twice is named once with how often: the names add up to the count the sentence gives
         times = self.times or (1,) * len(self.split)
+        named = 2 if brief else 4
         shown = ", ".join(f"“{w}”" + ("" if n == 1 else " twice" if n == 2 else f" {n} times")
-                          for w, n in zip(self.split[:4], times)) + (", …" if len(self.split) > 4 else "")
+                          for w, n in zip(self.split[:named], times)) + (", …" if len(self.split) > named else "")
+        if brief:
+            return (f"Far from what this model has seen: {self.split_count} of its {self.words} words were rare in its "
+                    f"training text ({shown}). Expect a poor {what}.")
         return (f"Far from what this model has seen: {self.split_count} of its {self.words} words "
                 f"({100 * self.split_share:.0f} %) are not whole pieces of its vocabulary ({shown}), a sign that "
                 f"they were rare in its training text. Expect a poor {what}.")

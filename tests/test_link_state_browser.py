@@ -76,6 +76,9 @@ def test_the_ten_next_tokens_stay_on_a_projectors_first_screen(text, present):
         with served_page(ROOT / "test-artifacts" / "streamlit-fold.log", viewport=(1280, 720)) as (url, page):
             page.goto(f"{url}/?text={quote_plus(text)}&step=3" + ("&present=1" if present else ""))
             settled(page, "Step 3 of")
+            # the output box shows what is generated so far: at the last step, all of it
+            page.get_by_role("button", name="Run to end").click()
+            settled(page, "Step (\\d+) of \\1\\b", min_ms=300)
             rows = page.locator(".ae-topk-row")
             assert rows.count() == 10
             last = rows.nth(9).bounding_box()

@@ -19,9 +19,10 @@ from model.checkpoint import Checkpoint
 from reading.qk import QueryKey, query_key
 from reading.trace import Trace
 from ui import attention_views as views
-from ui import url, widgets
+from ui import responsive, url, widgets
 from ui.figures import shared
 from viz.labels import KIND_SHORT, view_title
+from viz.theme import PAGE_PX
 from viz.qk import dimension_order, score_figure, top_dimensions, values_figure, vectors_figure
 
 #: The query box's session key and link parameter, shared with the Tokens & lines tab (both pick a query row).
@@ -84,6 +85,7 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
     if view.words:
         notes.append("This tab works on pieces, whatever the word-level switch says: the query is a piece.")
     rec = record(ckpt, raw, kind, layer, head, qi)
+    width = responsive.figure_px(PAGE_PX)  # laid out for a phone's width there: shrunk, its labels overlapped
     contributions = rec.contributions.numpy()
     mask = rec.mask.numpy()
     order = dimension_order(contributions, mask, sort)
@@ -99,7 +101,7 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
         score_figure, contributions, rec.scores.numpy(), rec.weights.numpy(), k_labels, mask=mask,
         bias=None if rec.bias is None else rec.bias.numpy(),
         unrotated=None if rec.scores_unrotated is None else rec.scores_unrotated.numpy(), order=order, own=own,
-        title=f"How “{q_labels[qi]}” scores every key · {where}"), key="qk_scores")
+        title=f"How “{q_labels[qi]}” scores every key · {where}", width=width), key="qk_scores")
     shown = raw.attention[kind][layer, head, qi].numpy()
     gap = float(np.abs(shown - rec.weights.numpy()).max())
     st.caption(f"A row is a key. Red dimensions raise its score, blue ones lower it; a score is the sum of its row. "
@@ -119,9 +121,10 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
         panels = [("before the rotation", rec.q_raw.numpy(), rec.k_raw.numpy()),
                   ("after the rotation (as scored)", rec.q.numpy(), rec.k.numpy())]
     widgets.show_figure(shared(vectors_figure, panels, q_labels[qi], k_labels, order=order,
-                               title=f"The query and the keys, entry by entry · {where}"), key="qk_vectors")
+                               title=f"The query and the keys, entry by entry · {where}", width=width),
+                        key="qk_vectors")
     widgets.show_figure(shared(values_figure, rec.weighted.numpy(), rec.output.numpy(), k_labels,
-                               title=f"What “{q_labels[qi]}” reads: the values, each times its weight"),
+                               title=f"What “{q_labels[qi]}” reads: the values, each times its weight", width=width),
                         key="qk_values")
     st.caption("Each row is a value vector v_j times its weight w_j; the top row, their sum, is the head's output "
                "for this query, before W^O mixes the heads.")

@@ -190,8 +190,9 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
         use_text(presets[0])
 
 
-def require_checkpoint() -> Checkpoint:
-    """The picked checkpoint, loaded, with its summary in the sidebar.
+def require_checkpoint(summary: bool = True) -> Checkpoint:
+    """The picked checkpoint, loaded, with its summary in the sidebar (unless not ``summary``: a fragment cannot
+    write there).
 
     When there is none or it cannot load, a clear message is shown in the page and the script stops there
     (``st.stop``), so a page's code below never runs without a model.
@@ -212,7 +213,8 @@ def require_checkpoint() -> Checkpoint:
                  "The pages explore English → German translators and language models: pick another one in the "
                  "sidebar.")
         st.stop()
-    st.sidebar.caption(card_summary(ckpt))
+    if summary:
+        st.sidebar.caption(card_summary(ckpt))
     return ckpt
 
 
@@ -313,9 +315,9 @@ def current_step(total: int, key: str = "step") -> int:
     return step
 
 
-def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
+def source_for(ckpt: Checkpoint, text: str, brief: bool = False) -> SourceInput | None:
     """Tokenize ``text`` for the model, showing any problem or note in the page, and a warning when the text is far
-    from what the model has seen (:mod:`model.familiarity`). ``None`` if unusable."""
+    from what the model has seen (:mod:`model.familiarity`; ``brief``: its two-line form). ``None`` if unusable."""
     too_long = limits().too_long(text)
     if too_long:
         st.warning(too_long)
@@ -332,7 +334,7 @@ def source_for(ckpt: Checkpoint, text: str) -> SourceInput | None:
         st.warning("The model cannot read most of this text: its vocabulary has no pieces for these characters, "
                    "which it sees as <unk>. Whatever it writes below is made up, not a translation.")
     elif far := familiarity(ckpt.tokenizer, src.text).message(
-            "translation" if cfg.is_encoder_decoder else "continuation"):
+            "translation" if cfg.is_encoder_decoder else "continuation", brief=brief):
         st.warning(far)
     return src
 

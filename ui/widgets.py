@@ -10,7 +10,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
-from ui import presentation
+from ui import presentation, responsive
+from ui.responsive import STEP_BUTTONS
 from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG, SUBTLE, escape_html
 
 
@@ -19,31 +20,37 @@ from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG, SUBTLE, escape_ht
 OUTPUT_LINES = 3
 
 
-def output_html(text: str, prompt: str = "", empty: str = "(empty output)") -> str:
+def output_html(text: str, prompt: str = "", empty: str = "(empty output)", more: bool = False) -> str:
     """The HTML of :func:`output_box`: ``text`` escaped, ``prompt`` greyed before it, ``empty`` (italic) when
-    there is no text."""
+    there is no text; ``more``: the decoding goes on past this text (a greyed "…" follows it)."""
     # the note for no text is smaller and greyed: it is about the output, not the output
     body = escape_html(text) or f'<i style="font-size:1.1rem;color:{SUBTLE}">{escape_html(empty)}</i>'
+    if more and text:
+        body += f' <span class="ae-output-more" style="color:{FAINT}" title="{escape_html(MORE_TITLE)}">…</span>'
     if prompt:
         body = f'<span style="color:{FAINT}">{escape_html(prompt)}</span> {body}'
     # At most OUTPUT_LINES lines (fewer in presentation mode, ui/presentation.py), scrolled beyond: a long output
-    # pushed the step's numbers below a projector's 720 px
+    # pushed the step's numbers below a projector's 720 px. Scrolled to its end (column-reverse): while stepping,
+    # the newest token is the one to see
     return (f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'
             f'border-left:6px solid {ACCENT};background:{ACCENT_BG};border-radius:4px;margin:0.1rem 0 0.5rem 0">'
-            f'<div class="ae-output-text" style="max-height:{OUTPUT_LINES * 1.35}em;overflow-y:auto">{body}</div>'
+            f'<div class="ae-output-text" style="max-height:{OUTPUT_LINES * 1.35}em;overflow-y:auto;display:flex;'
+            f'flex-direction:column-reverse"><div>{body}</div></div>'
             "</div>")
 
 
 #: What :func:`output_box` says before a step-by-step decoding has taken its first step (``empty=``): what will
 #: happen, not "(empty output)", which read as if the model had produced nothing.
-BEFORE_FIRST_STEP = "Nothing generated yet: press Next for the first token."
+BEFORE_FIRST_STEP = "Nothing generated yet: press Next for the first token, or Run to end for all of them."
+#: The tooltip of the "…" after a decoding's text that goes on (``more=``).
+MORE_TITLE = "More to come: Next generates the next token, Run to end all of them."
 
 
-def output_box(text: str, prompt: str = "", where=None, empty: str = "(empty output)") -> None:
+def output_box(text: str, prompt: str = "", where=None, empty: str = "(empty output)", more: bool = False) -> None:
     """The text a decoding produced, large, in the accent box; ``prompt`` (a language model's input) is shown
     greyed before it. No text reads ``empty``: "(empty output)" for a finished decoding, :data:`BEFORE_FIRST_STEP`
-    for one that has not started."""
-    (where or st).markdown(output_html(text, prompt, empty), unsafe_allow_html=True)
+    for one that has not started. ``more``: the decoding goes on past ``text`` (stepping), shown by a greyed "…"."""
+    (where or st).markdown(output_html(text, prompt, empty, more), unsafe_allow_html=True)
 
 
 # --- the step buttons ---------------------------------------------------------------------------------------
@@ -68,7 +75,8 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
     The buttons move the step in ``on_click`` callbacks, which run before the script: the page (and the buttons'
     enabled state) is then drawn for the new step in the same run.
     """
-    b1, b2, b3, b4 = st.columns([1, 1, 1, 1.35], gap="small")
+    # in a keyed container: on a phone the four stay in one row, Next's label alone (ui.responsive)
+    b1, b2, b3, b4 = st.container(key=f"{STEP_BUTTONS}{key}").columns([1, 1, 1, 1.35], gap="small")
     # Material icons, not emoji: a lecture-room PC may have no emoji font.
     b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_move_step,
               args=(key, None, 0, total))
@@ -88,7 +96,7 @@ def show_figure(fig, where=None, **kwargs):
     when this session is in presentation mode. ``where``: a column or container (default: the page)."""
     kwargs.setdefault("width", "stretch")
     kwargs.setdefault("theme", None)
-    kwargs.setdefault("config", PLOTLY_CONFIG)
+    kwargs.setdefault("config", responsive.plotly_config(PLOTLY_CONFIG))
     if presentation.is_on():
         fig = presentation.enlarged(fig)
     return (where or st).plotly_chart(fig, **kwargs)

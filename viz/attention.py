@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale, unlabel_rgb
 
 from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
-                       GREY, HALF_PX, INK, LINE_EM, MASKED_BG, MIN_READABLE, MONO, MONO_CHAR_EM, NAVY, SUBTLE,
+                       GREY, HALF_PX, INK, LINE_EM, MASKED_BG, MIN_READABLE, MONO, MONO_CHAR_EM, NARROW_PX, NAVY,
+                       SUBTLE,
                        TITLE_STANDOFF, WHITE, LabelPlan, figure, label_plan, tier_px, title as _title, title_chars,
                        title_margin, wrap_title, escape_html)
 
@@ -191,7 +192,8 @@ def attention_heatmap(
         zmax=zmax if zmax is not None else (float(np.nanmax(z)) if np.isfinite(z).any() else 1.0) or 1.0,
         xgap=1,
         ygap=1,
-        colorbar=dict(title=dict(text="weight"), thickness=14),
+        # on a phone's narrow chart the title above the bar ran into its top number: beside the bar there
+        colorbar=dict(title=dict(text="weight", side="right" if width < NARROW_PX else "top"), thickness=14),
     )]
     title = wrap_title(title, title_chars(width)) if title else ""
     top = max(50, title_margin(title, 26, 24)) if title else 20

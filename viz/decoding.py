@@ -5,6 +5,7 @@ top-10 list, an HTML fragment — out; no Streamlit, no model."""
 from __future__ import annotations
 
 import html
+import unicodedata
 from typing import Callable, Sequence
 
 import numpy as np
@@ -14,6 +15,16 @@ from plotly.subplots import make_subplots
 from viz.attention import _short, display_token, plotly_escape
 from viz.theme import (ACCENT, CHIP_BG, DARK_TEXT, FONT, GREY, INK, MIN_READABLE, MONO, STEEL as BLUE, SUBTLE,
                        TITLE_FONT, WHITE, escape_html)
+
+
+#: The top-k list's piece column is at least this wide (ch: characters of the monospace font), wider for a longer
+#: piece.
+TOPK_PIECE_MIN_CH = 16
+
+
+def _mono_width(text: str) -> int:
+    """How many ``ch`` a text takes in a monospace font: a wide (East Asian) character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int | None = 0, title: str = "") -> str:
@@ -33,17 +44,22 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
     """
     if len(tokens) != len(probs):
         raise ValueError("one probability per token is needed")
+    labels = [f"{i + 1}. {display_token(tok)}" for i, tok in enumerate(tokens)]
+    # The piece column as wide as the longest label (monospace: its characters, wide ones twice), so that every bar
+    # starts at one x and no piece is cut: a fixed 9.5em cut "▁Konferenz" to "▁Ko…" beside an open sidebar (a piece
+    # wider than a phone's row goes on over a second line)
+    piece_ch = max([TOPK_PIECE_MIN_CH] + [_mono_width(label) for label in labels]) + 0.5
     rows = []
-    for i, (tok, p) in enumerate(zip(tokens, probs)):
+    for i, (label, p) in enumerate(zip(labels, probs)):
         p = float(p)
         width = 100.0 * min(max(p, 0.0), 1.0)
         colour, weight = (ACCENT, "700") if i == chosen else (BLUE, "400")
         # rank + piece | bar | percentage; the rank keeps pieces that display alike apart
         rows.append(
             f'<div class="ae-topk-row" title="p = {p:.4f}" style="display:flex;align-items:center;gap:8px;'
-            f'margin:2px 0;font-size:1.05rem">'
-            f'<span style="flex:0 0 9.5em;font-family:{MONO};color:{INK};font-weight:{weight};white-space:nowrap;'
-            f'overflow:hidden;text-overflow:ellipsis">{i + 1}. {escape_html(display_token(tok))}</span>'
+            f'margin:1px 0;font-size:1.05rem">'
+            f'<span class="ae-topk-piece" style="flex:0 1 {piece_ch:g}ch;min-width:0;overflow-wrap:anywhere;'
+            f'font-family:{MONO};color:{INK};font-weight:{weight}">{escape_html(label)}</span>'
             f'<span style="flex:1 1 auto;background:{CHIP_BG};border-radius:3px;height:1.05em">'
             f'<span style="display:block;width:{width:.1f}%;height:100%;background:{colour};border-radius:3px">'
             f"</span></span>"

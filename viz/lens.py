@@ -94,8 +94,8 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
                 f'<td data-p="{q:.4f}"{" data-chosen" if chosen else ""} title="{escape_html(piece)}: p = {q:.4f}" '
                 f'style="{cell};{ring}background:{shade};color:{WHITE if q >= WHITE_TEXT_FROM else INK};'
                 f'border-radius:3px;overflow:hidden">'
-                f'<div style="font-family:{MONO};font-size:{piece_px}px;white-space:nowrap;overflow:hidden;'
-                f'text-overflow:ellipsis;font-weight:{700 if chosen else 400}">{escape_html(piece)}</div>'
+                f'<div style="font-family:{MONO};font-size:{piece_px}px;overflow-wrap:anywhere;'
+                f'font-weight:{700 if chosen else 400}">{escape_html(piece)}</div>'
                 f'<div style="white-space:nowrap">{q:.1%}</div></td>')
         rows.append(f'<tr data-layer="{layer}" data-p="{p:.4f}">{"".join(cells)}</tr>')
     heading = (f'<div style="font-weight:600;font-size:1.05rem;margin-bottom:4px">{escape_html(title)}</div>'
@@ -105,8 +105,13 @@ def lens_table_html(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[s
              if first_top is not None else "No layer ranks it first.")
     note = (f'<div class="ae-lens-note" style="font-size:{num_px}px;margin-top:4px">Outlined: “{shown}”, the token '
             f"taken at this step; its probability and rank (#) at each layer beside the layer. {where}</div>")
-    # the columns in em of the table's own font size, so that they hold their numbers in both modes
-    return (f'<div class="ae-lens">{heading}<table style="width:100%;table-layout:fixed;border-collapse:separate;'
+    # The first two columns in em of the table's own font size, so that they hold their numbers in both modes; the
+    # pieces' columns as wide as their pieces (a fixed layout cut "▁Konferenz" to "▁Ko…" beside an open sidebar),
+    # a piece wider than its share broken onto a second line rather than cut
+    # The wrapper is a size container: in a column too narrow for five guesses a page may hide the last one (a CSS
+    # container query: app.py) rather than break every piece
+    return (f'<div class="ae-lens" style="container-type:inline-size">{heading}<table style="width:100%;'
+            f'table-layout:auto;border-collapse:separate;'
             f'border-spacing:2px;margin:0;font-size:{num_px}px"><colgroup><col style="width:4em">'
             f'<col style="width:5.8em">{"<col>" * k}</colgroup><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>{note}</div>')

@@ -17,7 +17,7 @@ from plotly.colors import diverging, make_colorscale, sample_colorscale
 
 from viz.attention import _short, display_token, label_px, plotly_escape, token_yaxis
 from viz.theme import (AXIS_TITLE_FONT, BLUE, ENLARGED, FONT, GRID, INK, LINE_EM, MASKED_BG, MIN_READABLE,
-                       MONO_CHAR_EM, PAGE_PX, SUBTLE, TITLE_STANDOFF, WHITE, ZERO_LINE, figure, title as _title,
+                       MONO_CHAR_EM, NARROW_PX, PAGE_PX, SUBTLE, TITLE_STANDOFF, WHITE, ZERO_LINE, figure, title as _title,
                        title_chars, title_margin, wrap_title)
 
 #: The diverging scale of every signed value here: ColorBrewer's RdBu from blue (negative) to red (positive), as
@@ -198,7 +198,7 @@ def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, m
                          marker=dict(symbol="circle-open", size=11, color=SUBTLE, line=dict(width=2))))
     lo = min([0.0] + [float(np.nanmin(e)) for e in extremes if np.isfinite(e).any()])
     hi = max([0.0] + [float(np.nanmax(e)) for e in extremes if np.isfinite(e).any()])
-    pad = 0.45 * (hi - lo or 1.0)  # room for the numbers beside the bars
+    pad = (0.8 if width < NARROW_PX else 0.45) * (hi - lo or 1.0)  # room for the numbers beside the bars
     left = lo - (pad if lo < 0 else 0.05 * pad)
     masked = [j for j in rows if not seen[j]]
     if masked:  # written from the panel's left edge: from 0 it ran out of the panel
@@ -212,23 +212,29 @@ def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, m
                      hovertemplate="%{customdata}: weight %{x:.4f}<extra></extra>"))
     row = _row_px(n)
     plot_h = row * n
-    domains = _domains([0.6, 0.22, 0.18], 0.035)
+    # A phone's width (under NARROW_PX) gives the bars more of it and the panels shorter titles: laid out as on a
+    # projector, the bars' numbers, ticks and titles were written over each other
+    narrow = width < NARROW_PX
+    shares = (0.36, 0.36, 0.28) if narrow else (0.6, 0.22, 0.18)
+    domains = _domains(shares, 0.09 if narrow else 0.035)
     layout = _layout(title, width, plot_h, _UNDER_PX + _BAR_PX)
     key_axis = dict(autorange="reversed", showgrid=False, zeroline=False)
-    plot_px = _plot_px(width, key_labels) * 0.6
+    plot_px = _plot_px(width, key_labels) * shares[0]
     sorted_note = " (sorted by mean |part|)" if list(order) != list(range(d_k)) else ""
     layout.update(
         bargap=0.25,
         xaxis=dict(_dim_ticks(order, plot_px), domain=domains[0], anchor="y",
                    title=_axis_title("dimension d" + sorted_note)),
         xaxis2=dict(domain=domains[1], anchor="y2", range=[left, hi + pad], gridcolor=GRID, zeroline=True,
-                    zerolinecolor=ZERO_LINE),
-        xaxis3=dict(domain=domains[2], anchor="y3", range=[0, 1.3], tickvals=[0, 0.5, 1], gridcolor=GRID),
+                    zerolinecolor=ZERO_LINE, **(dict(nticks=3) if narrow else {})),
+        xaxis3=dict(domain=domains[2], anchor="y3", range=[0, 1.7 if narrow else 1.3],
+                    tickvals=[0, 1] if narrow else [0, 0.5, 1], gridcolor=GRID),
         yaxis=dict(token_yaxis(labels, MIN_READABLE, "keys"), **key_axis, anchor="x"),
         yaxis2=dict(key_axis, anchor="x2", matches="y", showticklabels=False),
         yaxis3=dict(key_axis, anchor="x3", matches="y", showticklabels=False),
         annotations=[_panel_title(t, d) for t, d in zip(
-            ("each dimension's part of the score", "score q·k/√d_k", "weight"), domains)],
+            ("part per dimension", "score", "weight") if narrow
+            else ("each dimension's part of the score", "score q·k/√d_k", "weight"), domains)],
         legend=dict(orientation="h", x=domains[1][0], xanchor="left", y=-_UNDER_PX / plot_h, yanchor="top",
                     font=dict(size=MIN_READABLE)),
         # the masked keys' rows greyed across every panel (the mask, not a value of 0), one band per run of them

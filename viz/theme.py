@@ -102,6 +102,9 @@ def title(text: str, size: int = 16) -> dict:
 PAGE_PX = 880
 #: Width (px) of a chart in one of two columns at 1280×720.
 HALF_PX = 430
+#: Figures narrower than this (px) are laid out for a phone's screen (360 px of a 390 px one): panels share their
+#: width otherwise, shorter panel titles, a colour bar's title beside it.
+NARROW_PX = 400
 #: Characters of a 16 px title that fit a half-width chart at 1280 px (:data:`HALF_PX`); Plotly never wraps a title.
 TITLE_CHARS = 52
 

@@ -1,0 +1,104 @@
+"""A visitor whose worker dies, in Debian's Chromium behind ``make serve``'s front (two workers and nginx through
+:func:`deploy.serve.serving`): the visitor types a sentence and steps with Next (the link is never typed), the
+worker that holds the session is killed with SIGKILL, and the page comes back on the other worker at the same page,
+sentence and step, restored from the link the page kept current (``?text=…&step=…``), and a Next clicked while that
+new session's first run is still going counts. The killed worker is started again by the supervisor, and new
+visitors reach it again. Skipped where Chromium, nginx or the model is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from test_e2e_browser import (ARTIFACTS, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
+                              new_page, settle, step_of)
+from deploy import DeployError, nginx
+from deploy.procs import healthy
+from deploy.serve import WORKER_HEALTH, serving
+
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+
+SENTENCE = "The cat sat on the mat."
+#: How long the page may take to notice its worker is gone, reconnect and redraw (s).
+RESTORE_S = 90
+#: When the Next is clicked after the new session's first run has started (ms): well before that run has loaded the
+#: model (3.6 s here), after it has drawn the page's fragment (0.2 s with the worker's imports done at its start).
+CLICK_AFTER_MS = 1000
+
+
+@pytest.fixture(scope="module")
+def front():
+    try:
+        nginx.find_nginx()
+    except DeployError as exc:
+        pytest.skip(str(exc))
+    notes: list[str] = []
+    with serving(workers=2, say=notes.append) as running:
+        running.notes = notes
+        yield running
+
+
+def _worker_of(page, cluster):
+    """The worker the page's affinity cookie names (nginx sets it on the page's first answer)."""
+    names = [c["value"] for c in page.context.cookies() if c["name"] == "ae_worker"]
+    assert names, page.context.cookies()
+    return next(w for w in cluster.workers if w.name == names[0])
+
+
+def test_the_page_comes_back_on_another_worker_at_the_same_sentence_and_step(front, new_page):
+    page = new_page((1280, 720))
+    page.goto(front.url + "/")
+    box = page.get_by_label("English sentence")
+    box.wait_for()
+    settle(page)
+    box.fill(SENTENCE)
+    box.press("Enter")
+    page.get_by_text("Step 0 of", exact=False).wait_for()
+    settle(page)
+    for k in (1, 2, 3):
+        click_and_wait_step(page, "Next", k)
+    page.wait_for_url(re.compile(r"step=3"))
+    assert "text=The+cat" in page.url or "text=The%20cat" in page.url, page.url
+    dead = _worker_of(page, front)
+    old_pid = dead.pid
+    os.kill(old_pid, signal.SIGKILL)
+
+    # Streamlit's page reconnects through the front, which hands its websocket to the other worker and moves the
+    # cookie there: a new session, drawn from the link. (The old page stays on screen meanwhile, so what it shows
+    # proves nothing until then.)
+    deadline = time.monotonic() + RESTORE_S
+    while _worker_of(page, front) is dead:
+        assert time.monotonic() < deadline, "the page never reconnected to the other worker"
+        page.wait_for_timeout(100)
+    # A Next clicked while the new session's first run is still going (the other worker has not served this model
+    # yet: it loads it; the old page is on screen meanwhile) counts, as any click during a run does
+    page.locator('[data-testid="stStatusWidget"]').wait_for(state="visible", timeout=RESTORE_S * 1000)
+    page.wait_for_timeout(CLICK_AFTER_MS)
+    page.get_by_role("button", name="Next").click()
+    page.get_by_text(re.compile(r"Step 4 of \d+")).wait_for(timeout=RESTORE_S * 1000)
+    settle(page)
+    # the new session started at step 3 (from the link: the step is no widget the browser could send back)
+    expect(page.get_by_label("English sentence")).to_have_value(SENTENCE)
+    assert "step=4" in page.url and step_of(page)[0] == 4
+    expect(page.locator(".ae-topk")).to_have_count(1)
+    assert_no_traceback(page)
+    page.screenshot(path=str(ARTIFACTS / "failover-restored.png"))
+
+    # the supervisor starts the killed worker again; new visitors (no cookie) reach it again
+    deadline = time.monotonic() + RESTORE_S
+    while not (dead.pid != old_pid and healthy(f"http://127.0.0.1:{dead.port}{WORKER_HEALTH}")):
+        assert time.monotonic() < deadline, f"the killed worker was not restarted: {front.notes}"
+        time.sleep(0.5)
+    reached = set()
+    while dead.name not in reached:
+        assert time.monotonic() < deadline, f"no new visitor reached the restarted worker ({reached})"
+        visitor = new_page((1280, 720))
+        visitor.goto(front.url + "/")
+        visitor.get_by_label("English sentence").wait_for()
+        reached.add(_worker_of(visitor, front).name)
+        visitor.context.close()

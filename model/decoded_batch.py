@@ -20,9 +20,15 @@ from .transformer import Transformer
 
 
 #: A step whose two most probable tokens lie closer than this (in log-probability, nats) is a close call: a
-#: batched pass sums in another order than a solo one (padding, other matrix shapes), about 1e-6 apart, and could
-#: pick the other token. Such a sentence is decoded again alone, so its tokens are always the solo decoding's.
+#: batched pass sums in another order than a solo one (padding, other matrix shapes), about 1e-6 apart in float32,
+#: and could pick the other token. Such a sentence is decoded again alone, so its tokens are always the solo
+#: decoding's. A model computing in a coarser type widens it by as much as its rounding is coarser.
 CLOSE_CALL_NATS = 1e-4
+
+
+def close_call_nats(dtype: torch.dtype) -> float:
+    """:data:`CLOSE_CALL_NATS` for a model computing in ``dtype`` (float16: 0.8 nats, bfloat16: 6.6)."""
+    return CLOSE_CALL_NATS * torch.finfo(dtype).eps / torch.finfo(torch.float32).eps
 
 
 @torch.inference_mode()
@@ -62,6 +68,7 @@ def greedy_decodings(model: Transformer, src_batch: list[list[int]], max_new_tok
     rows = [i for i, cap in enumerate(caps) if cap >= 1]  # the sentences still decoding, in the batch's order
     cross_bytes = [0] * len(src_batch)
     width = memory.size(1)
+    margin = close_call_nats(memory.dtype)
     if len(rows) < len(src_batch):
         index = torch.tensor(rows, dtype=torch.long, device=dev)
         memory, memory_mask = memory.index_select(0, index), memory_mask.index_select(0, index)
@@ -81,7 +88,7 @@ def greedy_decodings(model: Transformer, src_batch: list[list[int]], max_new_tok
             n_src = len(src_batch[i])
             cross_bytes[i] = cross_per_position * n_src
             token = picked[j]
-            if top_lp is not None and top_lp[j][0] - top_lp[j][1] < CLOSE_CALL_NATS:
+            if top_lp is not None and top_lp[j][0] - top_lp[j][1] < margin:
                 close[i] = True
             forced = forced_eos_id is not None and len(records[i]) == caps[i] - 1 and token != forced_eos_id
             if forced:

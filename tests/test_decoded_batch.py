@@ -98,3 +98,27 @@ def test_a_decoder_only_model_is_refused_with_a_reason(make_model):
         greedy_decodings(make_model(arch="decoder-only"), [[5, 6, 2]])
     with pytest.raises(ValueError, match="src_ids"):
         greedy_decodings(make_model(), [[5, 2], []])
+
+
+def test_a_coarser_type_makes_more_close_calls():
+    float32 = decoded_batch.close_call_nats(torch.float32)
+    assert float32 == decoded_batch.CLOSE_CALL_NATS
+    assert float32 < decoded_batch.close_call_nats(torch.float16) < decoded_batch.close_call_nats(torch.bfloat16)
+
+
+def test_the_labs_plain_greedy_decoding_is_the_translate_pages_with_the_rules_pipeline(shipped):
+    from model.sampling import SamplingConfig
+    from ui import decoding_lab as lab
+
+    ckpt, sources = shipped
+    ids, sampling = list(sources[2]), SamplingConfig(temperature=0.7, top_k=5)  # greedy: neither changes a pick
+    alone = solo(ckpt, ids)
+    lab_run = lab.lab_decoding(ckpt.model, ids, sampling, {}, alone.max_new_tokens)
+    assert lab.plain_greedy(sampling, {}, 0) and not lab.plain_greedy(sampling, {2: 7}, 0)
+    for made in (lab.with_pipelines(alone, sampling), lab.with_pipelines(checkpoint_decodings(ckpt, [ids])[0],
+                                                                            sampling)):
+        assert (made.generated, made.suggested, made.forced) == (lab_run.generated, lab_run.suggested, ())
+        for mine, theirs in zip(made.pipelines, lab_run.pipelines):
+            assert mine.token_id == theirs.token_id and torch.equal(mine.keep, theirs.keep)
+            torch.testing.assert_close(mine.final, theirs.final, atol=ATOL, rtol=0)
+            torch.testing.assert_close(mine.probs, theirs.probs, atol=ATOL, rtol=0)

@@ -13,6 +13,9 @@ through one :class:`Gate` per process:
   waits for that one instead of starting a second;
 * **bounded in time**: a visitor who would wait longer than ``max_wait_s`` is told the server is too busy and
   to try again, never left hanging.
+* **batched** where that pays: the first decodings of new sentences that arrive together are collected by
+  :mod:`ui.batcher` and decoded in one pass, which takes one slot like any computation and leaves each decoding in
+  this cache (:meth:`Gate.keep`).
 
 Results are shared by every session, so they must be immutable values (frozen records, tuples, strings).
 :class:`Gate` is plain Python (tested without Streamlit); :func:`shared` is its Streamlit face.

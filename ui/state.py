@@ -357,10 +357,10 @@ def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
     checkpoint version and ids and shared by every run and session (a step: :meth:`ui.decoding_lab.StepView.of`).
     A translator's sentences arriving together are decoded in one batch (:data:`ui.batcher.FIRST_DECODES`, the same
     tokens and records as alone); a decoder-only model's prompt alone, through the gate for heavy work."""
-    key = ("greedy", *checkpoint_version(ckpt), tuple(src.ids))
+    version = checkpoint_version(ckpt)  # stats the folder's files: once per run
+    key = ("greedy", *version, tuple(src.ids))
     if ckpt.config.is_encoder_decoder:
-        return batcher.batched(batcher.FIRST_DECODES, key, (ckpt, tuple(src.ids)), "the translation",
-                               group=checkpoint_version(ckpt))
+        return batcher.batched(batcher.FIRST_DECODES, key, (ckpt, tuple(src.ids)), "the translation", group=version)
     return heavy.shared(key, lambda: decode(new_stepper(ckpt.model, list(src.ids), ckpt.generation)),
                         "the continuation")
 

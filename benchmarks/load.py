@@ -9,6 +9,8 @@ over ``--ramp`` seconds, and is held ``--hold`` seconds) and act every 1.5–4.5
 * **demo**: the same, each visitor with a sentence of its own (every first load decodes a new sentence);
 * **attention**: the Attention page, changing layer, head, attention kind and tab;
 * **lens**: the lecture with the logit lens on (``?lens=1``);
+* **burst**: "everyone type your own sentence now": 100 visitors with sentences of their own arriving within 5 s
+  (its default ``--levels 100 --ramp 5``);
 * **mixed**: a third of the visitors each of lecture, demo and attention.
 
 Each action is timed from the BackMsg sent to its ``script_finished``; a first load from the first request to the
@@ -39,7 +41,7 @@ from urllib.parse import quote_plus
 
 from .app_server import ROOT, ServerError, chromium, healthy, open_page, serve, settled
 from .load_client import STEP_RE, NotLocalError, Outcome, Visitor, local_base
-from .load_scenarios import LECTURE_TEXT, SCENARIOS, behaviour
+from .load_scenarios import LECTURE_TEXT, SCENARIO_DEFAULTS, SCENARIOS, behaviour
 from .load_stats import TABLE_HEADER, ProcessProbe, level_row
 from .table import print_table
 
@@ -266,9 +268,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scenario", default="lecture",
                    help="lecture, demo, attention, lens (the lecture with the logit lens on), mixed, a comma list, "
                         "or all")
-    p.add_argument("--levels", default="1,10,25,50,100,200", help="visitors at each level, cumulative")
+    p.add_argument("--levels", default=None,
+                   help="visitors at each level, cumulative (default 1,10,25,50,100,200; burst: 100)")
     p.add_argument("--hold", type=float, default=60.0, help="seconds each level is held after its ramp")
-    p.add_argument("--ramp", type=float, default=20.0, help="seconds over which a level's new visitors arrive")
+    p.add_argument("--ramp", type=float, default=None,
+                   help="seconds over which a level's new visitors arrive (default 20; burst: 5)")
     p.add_argument("--think", default="1.5,4.5", help="seconds between a visitor's actions: MIN,MAX (uniform)")
     p.add_argument("--actions", type=int, default=None, help="each visitor stops acting after this many")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an action may take before it is an error")
@@ -282,12 +286,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="also write every number to this file")
     args = p.parse_args(argv)
     try:
-        args.levels = [int(n) for n in args.levels.split(",")]
+        args.levels = None if args.levels is None else [int(n) for n in args.levels.split(",")]
         args.think = tuple(float(s) for s in args.think.split(","))
     except ValueError:
         p.error("--levels takes whole numbers (1,10,25), --think MIN,MAX in seconds")
-    if len(args.think) != 2 or not 0 <= args.think[0] <= args.think[1] or args.levels != sorted(args.levels) \
-            or args.levels[0] < 1:
+    if len(args.think) != 2 or not 0 <= args.think[0] <= args.think[1] or \
+            args.levels is not None and (args.levels != sorted(args.levels) or args.levels[0] < 1):
         p.error("--levels must rise from at least 1; --think is MIN,MAX with 0 <= MIN <= MAX")
     names = SCENARIOS + ("mixed",) if args.scenario == "all" else tuple(args.scenario.split(","))
     if bad := [s for s in names if s not in SCENARIOS + ("mixed",)]:
@@ -304,11 +308,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def options(args: argparse.Namespace, scenario: str) -> Options:
+    """The run's :class:`Options` for ``scenario``: the command line's, else the scenario's own levels and ramp
+    (:data:`~benchmarks.load_scenarios.SCENARIO_DEFAULTS`), else 1,10,25,50,100,200 over 20 s."""
+    own = SCENARIO_DEFAULTS.get(scenario, {})
+    levels = args.levels or own.get("levels", [1, 10, 25, 50, 100, 200])
+    ramp_s = args.ramp if args.ramp is not None else own.get("ramp_s", 20.0)
+    return Options(levels, args.hold, ramp_s, args.think, args.actions, args.timeout, args.seed)
+
+
 def measure(args: argparse.Namespace, url: str, scenario: str, check) -> list[Record]:
     pids = [int(p) for p in args.pids.split(",")] if args.pids else None
     probe = ProcessProbe(pids=pids, port=local_base(url)[2])
-    opts = Options(args.levels, args.hold, args.ramp, args.think, args.actions, args.timeout, args.seed)
-    return asyncio.run(run_levels(url, scenario, opts, probe if probe.pids else None, check))
+    return asyncio.run(run_levels(url, scenario, options(args, scenario), probe if probe.pids else None, check))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -335,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         results[scenario] = records
         target = args.url or " ".join(["streamlit run", str(args.app_dir / "app.py"), *args.server_arg,
                                        *(f"{k}={v}" for k, v in app_dir_env(args.app_dir).items())])
-        print(f"\n### {scenario}: {target}, ramp {args.ramp:g} s, hold {args.hold:g} s, think "
+        ramp_s = options(args, scenario).ramp_s
+        print(f"\n### {scenario}: {target}, ramp {ramp_s:g} s, hold {args.hold:g} s, think "
               f"{args.think[0]:g}–{args.think[1]:g} s, {os.cpu_count()} CPUs shared with this client\n")
         rows = [level_row(r, records[i - 1] if i else None) for i, r in enumerate(records)]
         print_table([row for row, _ in rows], TABLE_HEADER)

@@ -4,6 +4,8 @@ page it is shown follows its own clicks only (a session leaking into another wou
 * **lecture**: Translate on the lecturer's sentence, stepping Next to the last step, then Back to step 0, and again
   (the clicks never stop); after each click the page must show ``Step k`` for the k this visitor's clicks reach;
 * **demo**: the same, each visitor with a sentence of its own (:func:`demo_sentences`);
+* **burst**: the demo when a lecturer says "open this link now and type your own sentence": by default 100 visitors
+  with sentences of their own arriving within 5 s (:data:`SCENARIO_DEFAULTS`), every first page a new decoding;
 * **attention**: the Attention page, a random layer, head, attention kind or tab each time; the link the server
   writes back must hold the layer, head and kind this visitor chose;
 * **lens**: the lecture with the logit lens on (``?lens=1``): every step also draws what each decoder layer would
@@ -21,7 +23,9 @@ from viz.labels import KIND_SHORT, KIND_TITLES
 
 from .load_client import Outcome, Visitor
 
-SCENARIOS = ("lecture", "demo", "attention", "lens")
+SCENARIOS = ("lecture", "demo", "attention", "lens", "burst")
+#: A scenario's own visitor levels and ramp (seconds), where the command line gives none.
+SCENARIO_DEFAULTS = {"burst": {"levels": [100], "ramp_s": 5.0}}
 #: What ``mixed`` interleaves.
 MIXED = ("lecture", "demo", "attention")
 LECTURE_TEXT = "My brother lives in Berlin."
@@ -124,4 +128,4 @@ def behaviour(scenario: str, index: int, seed: int) -> StepThrough | AttentionBr
     own = sentences[(index * 37 + seed) % len(sentences)]  # 37 is prime to 400: neighbours get far-apart sentences
     if scenario in ("lecture", "lens"):
         return StepThrough(LECTURE_TEXT, rng, "&lens=1" if scenario == "lens" else "")
-    return StepThrough(own, rng) if scenario == "demo" else AttentionBrowsing(own, rng)
+    return StepThrough(own, rng) if scenario in ("demo", "burst") else AttentionBrowsing(own, rng)

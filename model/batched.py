@@ -1,8 +1,11 @@
-"""Batched greedy decoding with the KV cache: many sentences at once, for evaluation and back-translation.
+"""Batched greedy decoding with the KV cache: many sentences at once, for evaluation, back-translation and a room
+of visitors' first pages.
 
 Sources of any lengths are right-padded and encoded together; each step decodes one token for every open
 sentence, and a sentence's output does not depend on which sentences share its batch (each keeps its own length
-cap, :func:`source_limits`). The one-sentence stepping API the pages use is :class:`~model.decoding.Stepper`.
+cap, :func:`source_limits`). The one-sentence stepping API the pages use is :class:`~model.decoding.Stepper`;
+:func:`model.decoded_batch.greedy_decodings` gives, for many sentences at once, the frozen decodings it would give
+one by one.
 """
 
 from __future__ import annotations
@@ -116,3 +119,4 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
         for i, ids in zip(chunk, decode_batch(model, [prepared[i] for i in chunk])):
             results[i] = tokenizer.decode(ids)
     return results
+

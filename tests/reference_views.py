@@ -53,7 +53,7 @@ def _modules(model: Transformer) -> dict[tuple[str, int], MultiHeadAttention]:
 @torch.inference_mode()
 def layer_inputs(model: Transformer, src_ids: list[int] | None, tgt_ids: list[int]
                  ) -> Mapping[tuple[str, int], LayerInputs]:
-    """Run the traced forward pass of :func:`model.trace.trace_pair` over ``src_ids`` (ignored by a decoder-only
+    """Run the traced forward pass of :func:`reading.trace.trace_pair` over ``src_ids`` (ignored by a decoder-only
     model) and the decoder inputs ``tgt_ids`` (``<bos>`` first), and return what it fed every attention module.
 
     Returns:
@@ -169,7 +169,7 @@ def _decoder_mask(model: Transformer, tgt: torch.Tensor) -> torch.Tensor:
 
 def _module_inputs(model: Transformer, src_ids, tgt_ids, kind: str, layer: int):
     """``(module, x_q, x_kv, mask, positions)`` of the attention module ``kind`` / ``layer`` on this sentence: the
-    layers before it run on the traced path, as :func:`model.trace.trace_pair` runs them (the same numbers)."""
+    layers before it run on the traced path, as :func:`reading.trace.trace_pair` runs them (the same numbers)."""
     dev, cfg = model.device, model.cfg
     memory = memory_mask = None
     if cfg.is_encoder_decoder:

@@ -13,7 +13,7 @@ import pytest
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from benchmarks.app_server import ServerError, serve
-from benchmarks.load import Options, Record, app_dir_env, parse_args, run_levels, server_env
+from benchmarks.load import Options, Record, app_dir_env, options, parse_args, run_levels, server_env
 from benchmarks.load_client import FINISHED, NotLocalError, Outcome, PageView, local_base
 from benchmarks.load_scenarios import StepThrough, demo_sentences
 from benchmarks.load_stats import ProcessProbe, errors_cell, level_row, percentile
@@ -184,7 +184,16 @@ def server():
         pytest.fail(str(exc))
 
 
-@pytest.mark.parametrize("scenario, visitors", [("lecture", 3), ("attention", 2)])
+def test_the_burst_is_a_hundred_visitors_within_five_seconds_unless_told_otherwise():
+    assert (options(parse_args(["--scenario", "burst"]), "burst").levels,
+            options(parse_args(["--scenario", "burst"]), "burst").ramp_s) == ([100], 5.0)
+    told = options(parse_args(["--scenario", "burst", "--levels", "1,10", "--ramp", "2"]), "burst")
+    assert (told.levels, told.ramp_s) == ([1, 10], 2.0)
+    lecture = options(parse_args([]), "lecture")
+    assert (lecture.levels, lecture.ramp_s) == ([1, 10, 25, 50, 100, 200], 20.0)
+
+
+@pytest.mark.parametrize("scenario, visitors", [("lecture", 3), ("attention", 2), ("burst", 4)])
 def test_a_tiny_run_times_every_action_without_an_error(server, scenario, visitors):
     opts = Options([visitors], hold_s=120, ramp_s=0, think_s=(0, 0), actions=2, timeout_s=120)
     probe = ProcessProbe(port=local_base(server)[2])
@@ -192,6 +201,6 @@ def test_a_tiny_run_times_every_action_without_an_error(server, scenario, visito
     outcomes = record.first_loads + record.actions
     assert len(record.first_loads) == visitors and len(record.actions) == 2 * visitors
     assert [o for o in outcomes if o.errors or o.seconds is None] == []  # steps match the clicks: no mismatch
-    if scenario == "lecture":
+    if scenario in ("lecture", "burst"):  # burst: each its own sentence, all first pages at once (batched)
         assert Counter(o.action for o in record.actions) == {"Next": 2 * visitors}
     assert record.server["rss_mb"] > 0 and record.server["cpu_cores"] >= 0

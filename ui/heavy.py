@@ -13,6 +13,9 @@ through one :class:`Gate` per process:
   waits for that one instead of starting a second;
 * **bounded in time**: a visitor who would wait longer than ``max_wait_s`` is told the server is too busy and
   to try again, never left hanging.
+* **batched** where that pays: the first decodings of new sentences that arrive together are collected by
+  :mod:`ui.batcher` and decoded in one pass, which takes one slot like any computation and leaves each decoding in
+  this cache (:meth:`Gate.keep`).
 
 Results are shared by every session, so they must be immutable values (frozen records, tuples, strings).
 :class:`Gate` is plain Python (tested without Streamlit); :func:`shared` is its Streamlit face.
@@ -30,6 +33,8 @@ from typing import Callable, Hashable, TypeVar
 import streamlit as st
 
 T = TypeVar("T")
+#: What :meth:`Gate.lookup` returns for a key whose value it does not hold.
+MISSING = object()
 SLOTS_ENV = "ATTENTION_EXPLORER_HEAVY_SLOTS"
 #: How often a waiting visitor's message is refreshed (s).
 POLL_S = 0.25
@@ -100,9 +105,7 @@ class Gate:
                 self._busy -= 1
                 del self._running[key]
                 if done and keep:
-                    self._results[key] = value
-                    while len(self._results) > self.entries:
-                        self._results.popitem(last=False)
+                    self._store(key, value)
                 self._cond.notify_all()
         return value  # type: ignore[return-value]
 
@@ -176,6 +179,28 @@ class Gate:
         with self._cond:
             return key in self._results
 
+    # --- what a batcher (ui.batcher) computes outside run() -----------------------------------------------
+    def lookup(self, key: Hashable) -> object:
+        """``key``'s cached value (now the most recently used), or :data:`MISSING`."""
+        with self._cond:
+            if key not in self._results:
+                return MISSING
+            self._results.move_to_end(key)
+            return self._results[key]
+
+    def keep(self, key: Hashable, value: object) -> None:
+        """Cache ``value`` for ``key`` as :meth:`run` would have (a value computed in a batch of many keys)."""
+        with self._cond:
+            self._store(key, value)
+
+    def _store(self, key: Hashable, value: object) -> None:
+        """Cache ``value`` as the most recently used, dropping the least recently used beyond ``entries`` (the
+        lock held)."""
+        self._results[key] = value
+        self._results.move_to_end(key)
+        while len(self._results) > self.entries:
+            self._results.popitem(last=False)
+
 
 def _positive_env(name: str, default: int) -> int:
     try:
@@ -213,10 +238,9 @@ def configure_torch() -> int:
 GATE = Gate(_slots_from_env())
 
 
-def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None = None, keep: bool = True) -> T:
-    """:meth:`Gate.run` in a page: while the visitor waits, a line in the page says how many computations are
-    ahead (an empty placeholder otherwise: nothing is drawn when the value is ready). When the server is too busy,
-    a warning says so and the script run stops there (``st.stop``): the rest of the page is not drawn half-way."""
+def notifier() -> Callable[[str | None], None]:
+    """``notify(message)`` for a waiting visitor: the message in a placeholder of the page (drawn at the first
+    message, emptied by ``None``; nothing is drawn when the value is ready at once)."""
     box = None
 
     def notify(message: str | None) -> None:
@@ -229,12 +253,37 @@ def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None
             box = st.empty()
         box.info(message, icon=":material/hourglass_top:")
 
+    return notify
+
+
+def too_busy(exc: TooBusy) -> None:
+    """Tell the visitor the server is too busy for ``exc.what`` and stop the script run there (``st.stop``)."""
+    st.warning(f"The server is too busy to compute {exc.what} right now: {exc.ahead} other "
+               f"computation{'s were' if exc.ahead != 1 else ' was'} still ahead of yours after "
+               f"{exc.waited_s:.0f} s. Please try again in a minute.")
+    st.stop()
+
+
+def derived(key: Hashable, compute: Callable[[], T], gate: Gate | None = None) -> T:
+    """``compute()``'s value for ``key`` from the gate's cache, else computed here, at once, and kept: for a cheap
+    value made from one already shared (no model call), which need not wait in line for a slot. Two visitors
+    asking at once may both compute it; the values are equal and frozen, so either may be kept."""
+    gate = gate or GATE
+    value = gate.lookup(key)
+    if value is MISSING:
+        value = compute()
+        gate.keep(key, value)
+    return value  # type: ignore[return-value]
+
+
+def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None = None, keep: bool = True) -> T:
+    """:meth:`Gate.run` in a page: while the visitor waits, a line in the page says how many computations are
+    ahead (an empty placeholder otherwise: nothing is drawn when the value is ready). When the server is too busy,
+    a warning says so and the script run stops there (``st.stop``): the rest of the page is not drawn half-way."""
+    notify = notifier()
     try:
         return (gate or GATE).run(key, compute, what, notify, keep)
     except TooBusy as exc:
         notify(None)
-        st.warning(f"The server is too busy to compute {exc.what} right now: {exc.ahead} other "
-                   f"computation{'s were' if exc.ahead != 1 else ' was'} still ahead of yours after "
-                   f"{exc.waited_s:.0f} s. Please try again in a minute.")
-        st.stop()
+        too_busy(exc)
         raise  # st.stop raises; this line is for type checkers

@@ -29,7 +29,7 @@ from model.hf.generation import GenerationDefaults, decoding_cap, forced_eos
 from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from reading.trace import Trace, trace_pair
-from ui import heavy, url
+from ui import batcher, heavy, url
 from .limits import limits
 from .model_card import card_summary
 from .page_state import PAGES
@@ -79,7 +79,6 @@ LM_PRESETS = [
     "In the morning, the",
     "Time flies like",
 ]
-
 
 
 def checkpoint_roots() -> list[Path]:
@@ -350,8 +349,6 @@ def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None
                    forced_eos_id=forced_eos(generation), loop_times=loop_times)
 
 
-
-
 def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
     """``(folder, modification time)`` of a loaded checkpoint: a cache key that changes when the files do."""
     return str(ckpt.path), _mtime(Path(ckpt.path))
@@ -359,11 +356,15 @@ def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
 
 def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
     """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), frozen, computed once per
-    checkpoint version and ids through the process's gate for heavy work (:mod:`ui.heavy`) and shared by every run
-    and session (view a step with :meth:`ui.decoding_lab.StepView.of`)."""
-    what = "the translation" if ckpt.config.is_encoder_decoder else "the continuation"
-    return heavy.shared(("greedy", *checkpoint_version(ckpt), tuple(src.ids)),
-                        lambda: decode(new_stepper(ckpt.model, list(src.ids), ckpt.generation)), what)
+    checkpoint version and ids and shared by every run and session (a step: :meth:`ui.decoding_lab.StepView.of`).
+    A translator's sentences arriving together are decoded in one batch (:data:`ui.batcher.FIRST_DECODES`, the same
+    tokens and records as alone); a decoder-only model's prompt alone, through the gate for heavy work."""
+    version = checkpoint_version(ckpt)  # stats the folder's files: once per run
+    key = ("greedy", *version, tuple(src.ids))
+    if ckpt.config.is_encoder_decoder:
+        return batcher.batched(batcher.FIRST_DECODES, key, (ckpt, tuple(src.ids)), "the translation", group=version)
+    return heavy.shared(key, lambda: decode(new_stepper(ckpt.model, list(src.ids), ckpt.generation)),
+                        "the continuation")
 
 
 def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trace, Trace]:

@@ -1,0 +1,124 @@
+"""The batched first decodings (model/decoded_batch.py) against the solo Stepper the pages ran before them.
+
+Sentences of very different lengths share a batch, so the short ones are padded to the long one's length: each
+decoding must still be exactly the solo one's tokens and records (the attention over its own source only, the
+cache bytes of a one-sentence cache), its numbers equal to float rounding.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from model import decoded_batch
+from model.checkpoint import load_checkpoint
+from model.decoded import Decoding, decode
+from model.decoded_batch import checkpoint_decodings, greedy_decodings
+from model.decoding import Stepper, input_limit, prepare_source
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "checkpoints" / "en-de"
+#: One to twenty-odd words: the shortest is padded by most of the longest's length in a batch.
+SENTENCES = ["Hi.", "My brother lives in Berlin.", "The cat sat on the mat.",
+             "The girl who is wearing a red dress is my sister, and she lives in a small house near the river.",
+             "Thank you very much.", "Bobby likes blackberries."]
+ATOL = 1e-4  # a batched sum runs in another order than a solo one: about 1e-6 apart (log-probabilities 1e-5)
+
+
+def assert_same(solo: Decoding, batched: Decoding) -> None:
+    """Every field the pages read: equal, and the tensors' numbers equal to float rounding."""
+    assert batched.prefix == solo.prefix and batched.generated == solo.generated
+    assert (batched.max_new_tokens, batched.eos_id, batched.cross_bytes) == (solo.max_new_tokens, solo.eos_id,
+                                                                              solo.cross_bytes)
+    assert batched.n_steps == solo.n_steps and batched.finished
+    for b, s in zip(batched.records, solo.records):
+        assert (b.token_id, b.cache_bytes, b.top_ids, b.forced, b.banned) == (s.token_id, s.cache_bytes, s.top_ids,
+                                                                             s.forced, s.banned)
+        assert b.prob == pytest.approx(s.prob, abs=ATOL)
+        assert b.top_probs == pytest.approx(s.top_probs, abs=ATOL)
+        for mine, theirs in ((b.log_probs, s.log_probs), (b.cross_attention, s.cross_attention),
+                             (b.self_attention, s.self_attention)):
+            assert mine.shape == theirs.shape and mine.dtype == theirs.dtype and mine.is_inference()
+            torch.testing.assert_close(mine, theirs, atol=ATOL, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    if not (SHIPPED / "model.safetensors").is_file():
+        pytest.skip("the shipped en-de checkpoint is missing")
+    ckpt = load_checkpoint(SHIPPED)
+    cfg = ckpt.config
+    return ckpt, [prepare_source(ckpt.tokenizer, t, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids for t in SENTENCES]
+
+
+def solo(ckpt, ids):
+    from ui.state import new_stepper  # the pages' own stepper: its caps and forced end
+
+    return decode(new_stepper(ckpt.model, list(ids), ckpt.generation))
+
+
+def test_a_batch_of_sentences_of_different_lengths_decodes_each_as_alone(shipped):
+    ckpt, sources = shipped
+    assert len({len(s) for s in sources}) >= 5 and max(map(len, sources)) > 4 * min(map(len, sources))
+    for s, b in zip([solo(ckpt, ids) for ids in sources], checkpoint_decodings(ckpt, sources)):
+        assert_same(s, b)
+
+
+def test_a_decoding_does_not_depend_on_its_batch(shipped):
+    ckpt, sources = shipped
+    alone = checkpoint_decodings(ckpt, sources[1:2])[0]
+    with_long = checkpoint_decodings(ckpt, [sources[3], sources[1]])[1]
+    assert alone.generated == with_long.generated
+    assert_same(solo(ckpt, sources[1]), alone)
+
+
+def test_a_close_call_is_decoded_again_alone(shipped, monkeypatch):
+    ckpt, sources = shipped
+    monkeypatch.setattr(decoded_batch, "CLOSE_CALL_NATS", float("inf"))  # every step a close call
+    for s, b in zip([solo(ckpt, ids) for ids in sources[:3]], checkpoint_decodings(ckpt, sources[:3])):
+        assert b.generated == s.generated
+        for rb, rs in zip(b.records, s.records):  # the solo decoding itself: bit for bit
+            assert torch.equal(rb.log_probs, rs.log_probs) and torch.equal(rb.cross_attention, rs.cross_attention)
+
+
+def test_caps_and_the_forced_end_are_each_sentences_own(make_model, encode_src):
+    model = make_model()
+    sources = [encode_src("the cat sat on the mat"), encode_src("a dog"), encode_src("the dog runs in the park")]
+    caps = [3, 1, 5]
+    for ids, cap, b in zip(sources, caps, greedy_decodings(model, sources, caps, forced_eos_id=2)):
+        s = decode(Stepper(model, ids, max_new_tokens=cap, forced_eos_id=2))
+        assert_same(s, b)
+        assert b.n_steps <= cap and b.generated[-1] == 2  # ends with <eos>, forced at the cap where needed
+
+
+def test_a_decoder_only_model_is_refused_with_a_reason(make_model):
+    with pytest.raises(ValueError, match="decoder-only|prompt"):
+        greedy_decodings(make_model(arch="decoder-only"), [[5, 6, 2]])
+    with pytest.raises(ValueError, match="src_ids"):
+        greedy_decodings(make_model(), [[5, 2], []])
+
+
+def test_a_coarser_type_makes_more_close_calls():
+    float32 = decoded_batch.close_call_nats(torch.float32)
+    assert float32 == decoded_batch.CLOSE_CALL_NATS
+    assert float32 < decoded_batch.close_call_nats(torch.float16) < decoded_batch.close_call_nats(torch.bfloat16)
+
+
+def test_the_labs_plain_greedy_decoding_is_the_translate_pages_with_the_rules_pipeline(shipped):
+    from model.sampling import SamplingConfig
+    from ui import decoding_lab as lab
+
+    ckpt, sources = shipped
+    ids, sampling = list(sources[2]), SamplingConfig(temperature=0.7, top_k=5)  # greedy: neither changes a pick
+    alone = solo(ckpt, ids)
+    lab_run = lab.lab_decoding(ckpt.model, ids, sampling, {}, alone.max_new_tokens)
+    assert lab.plain_greedy(sampling, {}, 0) and not lab.plain_greedy(sampling, {2: 7}, 0)
+    for made in (lab.with_pipelines(alone, sampling), lab.with_pipelines(checkpoint_decodings(ckpt, [ids])[0],
+                                                                            sampling)):
+        assert (made.generated, made.suggested, made.forced) == (lab_run.generated, lab_run.suggested, ())
+        for mine, theirs in zip(made.pipelines, lab_run.pipelines):
+            assert mine.token_id == theirs.token_id and torch.equal(mine.keep, theirs.keep)
+            torch.testing.assert_close(mine.final, theirs.final, atol=ATOL, rtol=0)
+            torch.testing.assert_close(mine.probs, theirs.probs, atol=ATOL, rtol=0)

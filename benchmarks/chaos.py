@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ramp", type=float, default=10.0, help="seconds over which the visitors arrive")
     p.add_argument("--settle", type=float, default=120.0, help="seconds the gates may take to go idle at the end")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one action may take")
-    p.add_argument("--think", type=float, nargs=2, default=(1.0, 4.0), metavar=("MIN", "MAX"),
+    p.add_argument("--think", type=float, nargs=2, default=(2.0, 6.0), metavar=("MIN", "MAX"),
                    help="seconds between one visitor's visits (a double clicker thinks 0.2-1.2 s between clicks)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

@@ -121,3 +121,24 @@ def test_a_shared_lab_decoding_keeps_slim_pipelines(make_model, encode_src):
     dense = pipe.dense()
     assert dense.final.shape == (model.cfg.vocab_size,) and pipe.final_prob(pipe.token_id) > 0
     assert float(dense.final[pipe.token_id]) == pipe.final_prob(pipe.token_id)
+
+
+def test_freed_memory_is_handed_back_where_the_allocator_can():
+    assert isinstance(memory.give_back(), bool)  # True on glibc, False elsewhere: never raises
+
+
+def test_the_gate_stats_on_the_metrics_endpoint_read_back(monkeypatch):
+    from streamlit.runtime.stats import GaugeStat
+
+    from ui import heavy, metrics
+
+    gate = Gate(slots=2, budget=MB)
+    gate.run("k", lambda: np.zeros(1000))
+    monkeypatch.setattr(heavy, "GATE", gate)
+    [stats] = metrics._Provider().get_stats().values()
+    assert all(isinstance(s, GaugeStat) for s in stats)
+    text = "\n".join(s.to_metric_str() for s in stats)
+    read = metrics.read(f"# TYPE {metrics.FAMILY} gauge\n{text}\nsession_events_total 3\n")
+    assert read["slots"] == 2 and read["busy"] == 0 and read["entries"] == 1 and read["budget"] == MB
+    assert read["bytes"] == gate.stats()["bytes"] > 8000 and "figure_bytes" in read
+    assert metrics.publish() is False  # no Streamlit server in a test: nothing to register with

@@ -67,7 +67,7 @@ class Chaos:
         self.rng = random.Random(seed * 100_003 + index)
         sentences = demo_sentences()
         self.sentences = sentences[(index * 37 + seed) % len(sentences):] + sentences
-        self.view_param = ("&attr=1", "&lens=1", "")[index % 3]
+        self.view_param = ("&attr=1", "&lens=1", "", "")[index % 4]
         self.expected, self.total, self.direction, self.acted = 0, None, 1, 0
         self.last_merged, self.last_direction = False, 1
 

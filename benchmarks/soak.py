@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter
 
+from deploy.worker import MALLOC_ARENAS
 from ui.memory import FIGURE_BYTES, GATE_BYTES
 
 from .app_server import ROOT, serve
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         local_base(args.url)
         samples, records, baseline = run(args.url.rstrip("/"))
     else:
-        env = {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl)}
+        env = {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl),
+               "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}  # as make serve's workers
         with serve(ROOT / "test-artifacts" / "streamlit-soak.log", env) as url:
             samples, records, baseline = run(url)
     what = "churn (new sentences every minute, visitors coming and going)" if args.churn else args.scenario

@@ -1,4 +1,5 @@
-"""A lecture hall on one server: ``python -m benchmarks.load [--scenario lecture|demo|attention|lens|mixed|all]``.
+"""A lecture hall on one server: ``python -m benchmarks.load [--scenario lecture|demo|attention|lens|mixed|all]``
+(and ``attribution``).
 
 Simulated visitors (:mod:`benchmarks.load_client`: Streamlit's own websocket protocol, no browsers, so the
 numbers are the server's) arrive in levels (``--levels 1,10,25,50,100,200``; each level adds visitors, spread
@@ -11,6 +12,7 @@ over ``--ramp`` seconds, and is held ``--hold`` seconds) and act every 1.5–4.5
 * **lens**: the lecture with the logit lens on (``?lens=1``);
 * **burst**: "everyone type your own sentence now": 100 visitors with sentences of their own arriving within 5 s
   (its default ``--levels 100 --ramp 5``);
+* **attribution**: the lecture with the attribution view on (``?attr=1``: attention beside gradient attribution);
 * **mixed**: a third of the visitors each of lecture, demo and attention.
 
 Each action is timed from the BackMsg sent to its ``script_finished``; a first load from the first request to the
@@ -266,8 +268,8 @@ def app_dir_env(app_dir: Path, root: Path = ROOT) -> dict[str, str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", default="lecture",
-                   help="lecture, demo, attention, lens (the lecture with the logit lens on), mixed, a comma list, "
-                        "or all")
+                   help="lecture, demo, attention, lens (the lecture with the logit lens on), attribution (with the "
+                        "attribution view on), burst, mixed, a comma list, or all")
     p.add_argument("--levels", default=None,
                    help="visitors at each level, cumulative (default 1,10,25,50,100,200; burst: 100)")
     p.add_argument("--hold", type=float, default=60.0, help="seconds each level is held after its ramp")

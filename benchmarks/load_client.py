@@ -216,6 +216,8 @@ class Outcome:
     seconds: float | None
     errors: list[str] = field(default_factory=list)
     detail: str = ""
+    #: a double click whose two clicks Streamlit merged into one run (one run started, none cut short)
+    merged: bool = False
 
     @property
     def fatal(self) -> bool:
@@ -284,6 +286,65 @@ class Visitor:
         self.view.values[widget.id] = (widget.field or "string_value", option)
         msg = self.view.rerun(fragment_id=widget.fragment_id)
         return await self._run(action, msg, fragment_id=widget.fragment_id)
+
+    async def drain(self, fragment_id: str = "", wait_s: float = 0.01) -> int:
+        """Read what the server sent since the last action ended: the late run a double click's second click
+        started after :meth:`double_click` stopped waiting (a busy server can take that long). Returns the runs
+        that finished meanwhile (0 almost always)."""
+        runs = 0
+        while self._ws is not None:
+            try:
+                raw = await asyncio.wait_for(self._ws.recv(), wait_s)
+            except asyncio.TimeoutError:
+                return runs
+            msg = ForwardMsg()
+            msg.ParseFromString(raw)
+            status = self.view.apply(msg)
+            if status is not None and status != EARLY_FOR_RERUN:
+                runs += 1
+                self.view.end_run(fragment_id)
+                wait_s = 0.01
+            elif status is None:
+                wait_s = self.timeout_s  # inside a run: read it to its end
+        return runs
+
+    async def double_click(self, label: str, gap_s: float = 0.03, settle_s: float = 1.0) -> Outcome:
+        """Click the button ``label`` twice, ``gap_s`` apart, as an impatient visitor does: the second click is
+        sent on the same (not yet redrawn) page. Read until the last run either click started has finished: a
+        run that finishes is followed by up to ``settle_s`` seconds of reading for one the second click starts.
+        ``merged``: one run started for both clicks (Streamlit merges clicks on one button that arrive before
+        their run starts), so the page moved one step, not two."""
+        button = self.view.find(label, "button")
+        if button is None:
+            return Outcome(label, None, ["no widget"], f"no button {label!r}")
+        t0 = time.perf_counter()
+        msg = self.view.rerun(trigger=button, fragment_id=button.fragment_id)
+        try:
+            self.view.begin_run()
+            await self._ws.send(msg.SerializeToString())
+            await asyncio.sleep(gap_s)
+            await self._ws.send(msg.SerializeToString())
+            runs, early, status, shown = 0, 0, None, []
+            while True:
+                try:
+                    status = await asyncio.wait_for(self._read_run(), self.timeout_s if status is None else settle_s)
+                except asyncio.TimeoutError:
+                    if status is None:
+                        return Outcome(f"{label} ×2", None, ["timeout"], f"no script_finished in {self.timeout_s:g} s")
+                    break  # no further run: the last one read was the last
+                if status == EARLY_FOR_RERUN:
+                    early += 1
+                    self.view.begin_run()
+                    continue
+                runs += 1
+                self.view.end_run(button.fragment_id)
+                shown += self.view.exceptions
+                self.view.begin_run()
+        except ConnectionClosed as exc:
+            return Outcome(f"{label} ×2", None, ["disconnect"], str(exc))
+        errors = (["error status"] if status == COMPILE_ERROR else []) + (["exception"] if shown else [])
+        return Outcome(f"{label} ×2", time.perf_counter() - t0 - settle_s, errors,
+                       f"runs={runs} cut short={early}; " + "; ".join(shown)[:300], merged=runs == 1 and not early)
 
     async def _run(self, action: str, msg: BackMsg, fragment_id: str = "", t0: float | None = None) -> Outcome:
         """Send ``msg`` and read until its run finishes; chained runs (``st.rerun``) are read through."""

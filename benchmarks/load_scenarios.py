@@ -10,6 +10,8 @@ page it is shown follows its own clicks only (a session leaking into another wou
   writes back must hold the layer, head and kind this visitor chose;
 * **lens**: the lecture with the logit lens on (``?lens=1``): every step also draws what each decoder layer would
   predict, from the lens computed once for the sentence;
+* **attribution**: the lecture with the attribution view on (``?attr=1``): every step also reads attention beside
+  gradient attribution and its faithfulness, computed once per step and sentence for the room (heavy work);
 * **mixed**: lecture, demo and attention in turn (visitor 0 lecture, 1 demo, 2 attention, 3 lecture…).
 """
 
@@ -23,7 +25,7 @@ from viz.labels import KIND_SHORT, KIND_TITLES
 
 from .load_client import Outcome, Visitor
 
-SCENARIOS = ("lecture", "demo", "attention", "lens", "burst")
+SCENARIOS = ("lecture", "demo", "attention", "lens", "attribution", "burst")
 #: A scenario's own visitor levels and ramp (seconds), where the command line gives none.
 SCENARIO_DEFAULTS = {"burst": {"levels": [100], "ramp_s": 5.0}}
 #: What ``mixed`` interleaves.
@@ -126,6 +128,6 @@ def behaviour(scenario: str, index: int, seed: int) -> StepThrough | AttentionBr
         scenario = MIXED[index % len(MIXED)]
     sentences = demo_sentences()
     own = sentences[(index * 37 + seed) % len(sentences)]  # 37 is prime to 400: neighbours get far-apart sentences
-    if scenario in ("lecture", "lens"):
-        return StepThrough(LECTURE_TEXT, rng, "&lens=1" if scenario == "lens" else "")
+    if scenario in ("lecture", "lens", "attribution"):
+        return StepThrough(LECTURE_TEXT, rng, {"lens": "&lens=1", "attribution": "&attr=1"}.get(scenario, ""))
     return StepThrough(own, rng) if scenario in ("demo", "burst") else AttentionBrowsing(own, rng)

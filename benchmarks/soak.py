@@ -7,31 +7,51 @@ a reconnect), runs one level of :mod:`benchmarks.load` visitors for the whole ti
 to pass, and prints the server's resident memory and CPU over time: the goal is memory within 10 % from the end
 of the ramp to the end of the soak, and back near the start once everyone has left (a visitor who disconnects
 leaves nothing behind). ``--url`` soaks a running server instead (127.0.0.1 only).
+
+``--churn`` soaks with a room that changes (:mod:`benchmarks.soak_churn`): visitors who stay 20–90 s and are
+replaced, new sentences every minute, half of them near the input cap, on Translate (with the lens or the
+attribution view for some) and the Attention page. The table adds what the heavy-work gate and the shared figures
+hold (``/_stcore/metrics``, :mod:`ui.metrics`), and the goal is resident memory under a bound: the memory once the
+model is loaded and warm (before any visitor) plus the caches' byte budgets (:data:`ui.memory.GATE_BYTES` +
+:data:`ui.memory.FIGURE_BYTES`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
+from collections import Counter
+
+from deploy.worker import MALLOC_ARENAS
+from ui.memory import FIGURE_BYTES, GATE_BYTES
 
 from .app_server import ROOT, serve
+from .chaos import gate_stats
 from .load import Options, run_levels
 from .load_client import local_base
 from .load_scenarios import SCENARIOS
-from .load_stats import TABLE_HEADER, ProcessProbe, level_row
+from .load_stats import TABLE_HEADER, ProcessProbe, errors_cell, level_row, summary
+from .soak_churn import run_churn
 from .table import print_table
+
+MIB = 2**20
 
 
 async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: float, ramp_s: float,
-               linger_s: float) -> tuple[list[tuple[float, float, float]], list]:
-    """``(samples, records)``: ``samples`` are ``(minutes since start, RSS MB, server CPU cores)`` every
-    ``every_s`` seconds during the soak and once more ``linger_s`` seconds after every visitor left."""
+               linger_s: float, churn: bool = False) -> tuple[list[tuple], object, float]:
+    """``(samples, what ran, baseline RSS MB)``: ``samples`` are ``(minutes since start, RSS MB, server CPU cores,
+    gate MiB, figure MiB)`` every ``every_s`` seconds during the soak and once more ``linger_s`` seconds after every
+    visitor left; what ran is the level's records, or ``(outcomes, visitors who came)`` with ``churn``."""
     probe = ProcessProbe(port=local_base(url)[2])
-    samples: list[tuple[float, float, float]] = []
+    samples: list[tuple] = []
     start = time.monotonic()
-    opts = Options([visitors], hold_s=minutes * 60 - ramp_s, ramp_s=ramp_s)
+
+    def caches() -> tuple[float, float]:
+        stats = gate_stats(url) or {}
+        return stats.get("bytes", 0) / MIB, stats.get("figure_bytes", 0) / MIB
 
     async def sampler(stop: asyncio.Event) -> None:
         before = probe.sample()
@@ -42,20 +62,52 @@ async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: 
                 pass
             after = probe.sample()
             delta = probe.delta(before, after)
-            samples.append(((after["t"] - start) / 60, delta["rss_mb"], delta["cpu_cores"]))
+            samples.append(((after["t"] - start) / 60, delta["rss_mb"], delta["cpu_cores"],
+                            *await asyncio.to_thread(caches)))
             before = after
 
     stop = asyncio.Event()
-    watching = asyncio.create_task(sampler(stop))
-    records = await run_levels(url, scenario, opts, probe)  # closes every visitor at the end
+    baseline = None
+    if churn:
+        ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s))
+        while baseline is None:  # the warm-up visit is over once the first sentence is in the gate
+            await asyncio.sleep(0.2)
+            if (gate_stats(url) or {}).get("computed"):
+                baseline = probe.sample()["rss_bytes"] / 1e6
+        watching = asyncio.create_task(sampler(stop))
+        records = await ran
+    else:
+        opts = Options([visitors], hold_s=minutes * 60 - ramp_s, ramp_s=ramp_s)
+        watching = asyncio.create_task(sampler(stop))
+        records = await run_levels(url, scenario, opts, probe)  # closes every visitor at the end
     stop.set()
     await watching
     left = probe.sample()
     await asyncio.sleep(linger_s)
     after = probe.sample()
     samples.append(((after["t"] - start) / 60, probe.delta(left, after)["rss_mb"],
-                    probe.delta(left, after)["cpu_cores"]))
-    return samples, records
+                    probe.delta(left, after)["cpu_cores"], *caches()))
+    return samples, records, baseline
+
+
+def churn_report(samples: list[tuple], ran, baseline: float, linger: int) -> None:
+    outcomes, came = ran
+    bound = baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
+    peak = max(s[1] for s in samples)
+    print_table([(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}", f"{g:.1f}", f"{f:.1f}") for m, rss, cpu, g, f in samples[:-1]]
+                + [(f"{samples[-1][0]:.1f} (all left {linger} s ago)", f"{samples[-1][1]:.0f}", f"{samples[-1][2]:.2f}",
+                    f"{samples[-1][3]:.1f}", f"{samples[-1][4]:.1f}")],
+                ("minute", "server RSS MB", "server CPU (cores)", "gate results MiB", "shared figures MiB"))
+    loads = summary([o.seconds for o in outcomes if o.action == "first load" and o.seconds and not o.errors])
+    acts = summary([o.seconds for o in outcomes if o.action != "first load" and o.seconds and not o.errors])
+    print(f"\nbaseline (model loaded, warm, no visitor) {baseline:.0f} MB + caches' budget "
+          f"{(GATE_BYTES + FIGURE_BYTES) / 1e6:.0f} MB = bound {bound:.0f} MB; peak {peak:.0f} MB "
+          f"({'under' if peak <= bound else 'OVER'} the bound); after everyone left: {samples[-1][1]:.0f} MB")
+    print(f"{came} visitors came and went; first load p50 / p95 {loads['p50'] or 0:.2f} / {loads['p95'] or 0:.2f} s, "
+          f"actions p50 / p95 {acts['p50'] or 0:.2f} / {acts['p95'] or 0:.2f} s ({acts['n']}); errors "
+          f"{errors_cell(Counter(e for o in outcomes for e in o.errors))}; load average {os.getloadavg()[0]:.1f}")
+    for line in sorted({f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300] for o in outcomes if o.errors})[:5]:
+        print(f"- {line}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--visitors", type=int, default=50)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--scenario", default="demo", choices=SCENARIOS + ("mixed",))
+    p.add_argument("--churn", action="store_true", help="visitors come and go, new sentences every minute")
     p.add_argument("--every", type=float, default=60.0, help="seconds between memory readings")
     p.add_argument("--ramp", type=float, default=20.0)
     p.add_argument("--ttl", type=int, default=30, help="server.disconnectedSessionTTL of the served app (s)")
@@ -71,22 +124,28 @@ def main(argv: list[str] | None = None) -> int:
     linger = args.ttl + 15  # the TTL, then a moment for the sessions' cleanup
 
     def run(url: str):
-        return asyncio.run(soak(url, args.scenario, args.visitors, args.minutes, args.every, args.ramp, linger))
+        return asyncio.run(soak(url, args.scenario, args.visitors, args.minutes, args.every, args.ramp, linger,
+                                args.churn))
 
     if args.url:
         local_base(args.url)
-        samples, records = run(args.url.rstrip("/"))
+        samples, records, baseline = run(args.url.rstrip("/"))
     else:
-        env = {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl)}
+        env = {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl),
+               "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}  # as make serve's workers
         with serve(ROOT / "test-artifacts" / "streamlit-soak.log", env) as url:
-            samples, records = run(url)
+            samples, records, baseline = run(url)
+    what = "churn (new sentences every minute, visitors coming and going)" if args.churn else args.scenario
+    print(f"\n### soak: {args.visitors} visitors, {what}, {args.minutes:g} min "
+          f"({args.url or 'streamlit run app.py'}, disconnectedSessionTTL {args.ttl} s)\n")
+    if args.churn:
+        churn_report(samples, records, baseline, linger)
+        return 0
     during = samples[:-1]
     ramped = next((s for s in during if s[0] * 60 >= args.ramp), during[0])
     peak = max(s[1] for s in during)
     growth = 100 * (during[-1][1] - ramped[1]) / ramped[1]
-    print(f"\n### soak: {args.visitors} visitors, {args.scenario}, {args.minutes:g} min "
-          f"({args.url or 'streamlit run app.py'}, disconnectedSessionTTL {args.ttl} s)\n")
-    print_table([(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}") for m, rss, cpu in during]
+    print_table([(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}") for m, rss, cpu, *_ in during]
                 + [(f"{samples[-1][0]:.1f} (all left {linger} s ago)", f"{samples[-1][1]:.0f}",
                     f"{samples[-1][2]:.2f}")],
                 ("minute", "server RSS MB", "server CPU (cores)"))

@@ -30,12 +30,14 @@ class Decoding:
     Attributes:
         prefix: the decoder's start (``<bos>``, plus a decoder-only model's prompt).
         generated: every generated token, a final ``<eos>`` included (``[n_steps]``).
-        records: one :class:`StepRecord` per generated token (its distribution ``[vocab]``, attention rows).
+        records: one :class:`StepRecord` per generated token, slimmed (:meth:`StepRecord.slim`: its top tokens,
+            not the ``[vocab]`` row) unless frozen with ``full=True``; its attention rows.
         max_new_tokens: the length limit the decoding ran under.
         eos_id: the model's ``<eos>`` id.
         cross_bytes: bytes of the cross-attention K/V, held from the first step on (0 for a decoder-only model).
         pipelines: a sampled decoding's per-step :class:`~model.sampling.Pipeline` (temperature, top-k, top-p,
-            the pick); ``token_id`` is the token actually taken. Empty for plain greedy decoding.
+            the pick), slimmed the same way (:class:`~model.sampling.SlimPipeline`); ``token_id`` is the token
+            actually taken. Empty for plain greedy decoding.
         suggested: what the rule itself picked at each step (differs from the token where one was forced).
         forced: ``((step, token_id), …)``, 1-based steps, sorted: the tokens a user forced.
     """
@@ -51,9 +53,15 @@ class Decoding:
     forced: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def of(cls, stepper: Stepper, pipelines=(), suggested=(), forced: Mapping[int, int] | None = None) -> "Decoding":
-        """Freeze what ``stepper`` has decoded so far (call it once the stepper is finished)."""
-        return cls(tuple(stepper.prefix), tuple(stepper.generated), tuple(stepper.records), stepper.max_new_tokens,
+    def of(cls, stepper: Stepper, pipelines=(), suggested=(), forced: Mapping[int, int] | None = None,
+           full: bool = False) -> "Decoding":
+        """Freeze what ``stepper`` has decoded so far (call it once the stepper is finished). A shared decoding
+        keeps what the pages show of each step: its records and pipelines are slimmed (no ``[vocab]`` rows)
+        unless ``full``."""
+        records = tuple(stepper.records) if full else tuple(r.slim() for r in stepper.records)
+        if not full:
+            pipelines = [p.slim(r.banned) for p, r in zip(pipelines, stepper.records)]
+        return cls(tuple(stepper.prefix), tuple(stepper.generated), records, stepper.max_new_tokens,
                    stepper.model.cfg.eos_id, stepper.cache.nbytes()["cross"], tuple(pipelines), tuple(suggested),
                    tuple(sorted((int(k), int(v)) for k, v in (forced or {}).items())))
 

@@ -7,6 +7,7 @@ a full recompute of the prefix (tested).
 
 from __future__ import annotations
 
+import dataclasses
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable
@@ -126,7 +127,8 @@ class StepRecord:
     Attributes:
         token_id: the chosen next token.
         prob: its probability under the model (softmax of the logits).
-        log_probs: log-softmax over the whole vocabulary ``[vocab]``.
+        log_probs: log-softmax over the whole vocabulary ``[vocab]``; ``None`` in a :meth:`slim` record, which keeps
+            ``kept`` instead (read a token's value with :meth:`log_prob`).
         cross_attention: the new token's cross-attention ``[layers, heads, src_len]`` (``None`` for decoder-only).
         self_attention: its masked self-attention over the prefix ``[layers, heads, prefix_len]``.
         cache_bytes: bytes in the KV cache after the step.
@@ -134,7 +136,7 @@ class StepRecord:
 
     token_id: int
     prob: float
-    log_probs: torch.Tensor
+    log_probs: torch.Tensor | None
     cross_attention: torch.Tensor | None
     self_attention: torch.Tensor
     cache_bytes: int
@@ -148,13 +150,38 @@ class StepRecord:
     #: The tokens the loop guard kept from the rule at this step (``Stepper``'s ``loop_times``): each would have
     #: written a phrase that many times in a row. ``log_probs`` and ``top_ids`` are still the model's own.
     banned: tuple[int, ...] = ()
+    #: ``((token_id, log p), …)`` of a :meth:`slim` record: the top tokens, the chosen one and the banned ones.
+    kept: tuple[tuple[int, float], ...] = ()
 
     def top(self, k: int = 10) -> tuple[list[int], list[float]]:
-        """The ``k`` most probable next tokens and their probabilities."""
-        if k <= len(self.top_ids):
+        """The ``k`` most probable next tokens and their probabilities (at most :data:`TOP_KEPT` of a slim
+        record)."""
+        if k <= len(self.top_ids) or self.log_probs is None:
             return list(self.top_ids[:k]), list(self.top_probs[:k])
         p, i = self.log_probs.exp().topk(min(k, self.log_probs.numel()))
         return i.tolist(), p.tolist()
+
+    def log_prob(self, token_id: int) -> float:
+        """The model's log-probability of ``token_id`` at this step.
+
+        Raises:
+            KeyError: a slim record that did not keep it (it keeps the top :data:`TOP_KEPT`, the chosen and the
+                banned tokens).
+        """
+        if self.log_probs is not None:
+            return float(self.log_probs[token_id])
+        for t, value in self.kept:
+            if t == token_id:
+                return value
+        raise KeyError(f"token {token_id}'s log-probability was not kept at this step")
+
+    def slim(self) -> "StepRecord":
+        """This record without its ``[vocab]`` row: what a shared decoding keeps (the pages read the top tokens,
+        the chosen one and the banned ones; a 58k-vocabulary row is 232 kB a step)."""
+        if self.log_probs is None:
+            return self
+        ids = list(dict.fromkeys((*self.top_ids, self.token_id, *self.banned)))
+        return dataclasses.replace(self, log_probs=None, kept=tuple(zip(ids, self.log_probs[ids].tolist())))
 
 
 #: How many of a step's most probable tokens a :class:`StepRecord` keeps ready (the Decoding lab lists 15).

@@ -65,6 +65,67 @@ class Pipeline:
     final: torch.Tensor  # renormalised distribution over kept tokens
     token_id: int
 
+    def slim(self, also: tuple[int, ...] = ()) -> "SlimPipeline":
+        """What the pages draw of this choice, without the ``[vocab]`` rows: the :data:`SLIM_KEPT` tokens of
+        highest score, the chosen one and ``also`` (a shared decoding keeps this, not five vocabulary-wide rows a
+        step: 1 MB a step for a 58k vocabulary)."""
+        top = torch.topk(self.logits, min(SLIM_KEPT, self.logits.numel())).indices.tolist()
+        ids = torch.tensor(list(dict.fromkeys([*top, int(self.token_id), *(int(i) for i in also)])))
+        return SlimPipeline(self.logits.numel(), ids, self.logits[ids], self.scaled[ids], self.probs[ids],
+                            self.keep[ids], self.final[ids], int(self.token_id))
+
+    def dense(self) -> "Pipeline":
+        """This pipeline (a :class:`SlimPipeline` rebuilds its rows)."""
+        return self
+
+    def final_prob(self, token_id: int) -> float:
+        """The probability of ``token_id`` after the rule's reshaping."""
+        return float(self.final[token_id])
+
+
+#: Tokens of highest score a :class:`SlimPipeline` keeps (the lab's pipeline view draws 15, plus the chosen one).
+SLIM_KEPT = 16
+
+
+@dataclass(frozen=True, eq=False)
+class SlimPipeline:
+    """A :class:`Pipeline` kept for a few tokens only (:meth:`Pipeline.slim`): ``ids`` ``[n]`` and each stage's
+    values for them ``[n]``. Its ``logits``, ``scaled``, ``probs``, ``keep`` and ``final`` read as ``[vocab]``
+    rows rebuilt on each access: the kept values in place, −∞ scores, 0 probabilities and ``False`` elsewhere
+    (a token that was not kept reads as one the rule removed)."""
+
+    vocab_size: int
+    ids: torch.Tensor
+    kept_logits: torch.Tensor
+    kept_scaled: torch.Tensor
+    kept_probs: torch.Tensor
+    kept_keep: torch.Tensor
+    kept_final: torch.Tensor
+    token_id: int
+
+    def _row(self, values: torch.Tensor, fill) -> torch.Tensor:
+        row = torch.full((self.vocab_size,), fill, dtype=values.dtype)
+        row[self.ids] = values
+        return row
+
+    logits = property(lambda self: self._row(self.kept_logits, float("-inf")))
+    scaled = property(lambda self: self._row(self.kept_scaled, float("-inf")))
+    probs = property(lambda self: self._row(self.kept_probs, 0.0))
+    keep = property(lambda self: self._row(self.kept_keep, False))
+    final = property(lambda self: self._row(self.kept_final, 0.0))
+
+    def slim(self, also: tuple[int, ...] = ()) -> "SlimPipeline":
+        return self
+
+    def dense(self) -> Pipeline:
+        """A :class:`Pipeline` with the rebuilt ``[vocab]`` rows."""
+        return Pipeline(self.logits, self.scaled, self.probs, self.keep, self.final, self.token_id)
+
+    def final_prob(self, token_id: int) -> float:
+        """The probability of ``token_id`` after the rule's reshaping (0 for a token that was not kept)."""
+        hit = (self.ids == int(token_id)).nonzero()
+        return float(self.kept_final[hit[0, 0]]) if hit.numel() else 0.0
+
 
 def top_k_mask(probs: torch.Tensor, k: int) -> torch.Tensor:
     """Bool ``[vocab]``: exactly ``min(k, vocab)`` most probable tokens; ties go to the lower id. ``k=0`` keeps all."""

@@ -155,7 +155,7 @@ def test_a_lab_decoding_replays_the_cli_sampling_and_is_frozen(make_model, encod
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.records[0].token_id = 3  # type: ignore[misc]
     with pytest.raises(RuntimeError, match="[Ii]nference"):  # a shared distribution cannot be written into
-        run.records[0].log_probs.zero_()
+        run.records[0].cross_attention.zero_()
 
 
 def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, encode_src):
@@ -169,7 +169,7 @@ def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, enc
     assert view.generated[:2] == (before.generated[0], 77) and view.forced_at(2) and not view.forced_at(1)
     assert run.forced_map == {2: 77} and run.forced == ((2, 77),)
     assert run.pipelines[1].token_id == 77 and run.suggested[1] == before.generated[1]
-    assert math.isclose(run.records[1].prob, float(run.records[1].log_probs[77].exp()), rel_tol=1e-5)
+    assert math.isclose(run.records[1].prob, math.exp(run.records[1].log_prob(77)), rel_tol=1e-5)
     assert lab.lab_decoding(model, src, SamplingConfig("greedy"), {}, max_new_tokens=8).generated == before.generated
 
 

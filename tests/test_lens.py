@@ -45,8 +45,9 @@ def assert_last_layer_is_the_output(model, src, decoding) -> Lens:
     assert len(lens.steps) == decoding.n_steps
     vocab = model.cfg.vocab_size
     for record, step in zip(decoding.records, lens.steps):
-        own = record.log_probs.double().exp()
-        assert torch.max(torch.abs(distribution(step, -1, vocab) - own)) <= TOL
+        ids = [t for t, _ in record.kept]  # a shared decoding keeps the top tokens, the chosen and the banned ones
+        own = torch.tensor([record.log_prob(t) for t in ids], dtype=torch.float64).exp()
+        assert torch.max(torch.abs(distribution(step, -1, vocab)[ids] - own)) <= TOL
         assert step.token_id == record.token_id
         assert abs(step.chosen_probs[-1] - record.prob) <= TOL
     return lens

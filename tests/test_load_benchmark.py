@@ -204,3 +204,28 @@ def test_a_tiny_run_times_every_action_without_an_error(server, scenario, visito
     if scenario in ("lecture", "burst"):  # burst: each its own sentence, all first pages at once (batched)
         assert Counter(o.action for o in record.actions) == {"Next": 2 * visitors}
     assert record.server["rss_mb"] > 0 and record.server["cpu_cores"] >= 0
+
+
+def test_a_double_click_counts_both_clicks_or_is_merged_and_leaves_no_slot_busy(server):
+    import urllib.request
+
+    from benchmarks.load_client import Visitor
+    from ui.metrics import read
+
+    async def visit():
+        visitor = Visitor(server, 120)
+        opened = await visitor.open("", "text=My+sister+lives+in+Rome.&lens=1")
+        assert not opened.errors and visitor.view.step[0] == 0
+        clicked = await visitor.double_click("Next", gap_s=0.03)
+        late = await visitor.drain(wait_s=0.5)
+        await visitor.close()
+        return clicked, late, visitor.view.step[0]
+
+    clicked, late, step = asyncio.run(visit())
+    assert not clicked.errors and clicked.seconds is not None
+    # merged: Streamlit served both clicks with one run (one step), and a late run is the second click's own (two)
+    # or the fragment rerun it queues for the merged click (one)
+    assert step in ({1, 2} if clicked.merged else {2}), (clicked, late, step)
+    with urllib.request.urlopen(f"{server}/_stcore/metrics", timeout=10) as r:
+        gate = read(r.read().decode())
+    assert gate["busy"] == gate["waiting"] == gate["sharing"] == 0 and gate["computed"] >= 1

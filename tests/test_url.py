@@ -323,3 +323,32 @@ def test_a_new_sentence_takes_an_old_sweep_out_of_the_link():
     at.switch_page("app_pages/translate.py").run()
     at.text_input(key="text_input").input("A dog runs through the snow.").run()
     assert not at.exception and "sweep" not in at.query_params and "step" not in at.query_params
+
+
+# --- hostile links: what a hostile or broken link carries, every parameter of a page at once --------------------
+from benchmarks.chaos_visitors import PAGE_PARAMS, UNKNOWN_NAMES, hostile_query  # noqa: E402
+
+SCRIPT = "<script>alert(1)</script>"
+#: Each run sets every parameter of the page (the list the chaos benchmark sends) and a few unknown names to one.
+HOSTILE = {"script": SCRIPT, "huge": "9" * 400, "negative": "-99999999999999999999", "long": "x" * 10_000}
+
+
+@needs_ckpt
+@pytest.mark.parametrize("value", list(HOSTILE))
+@pytest.mark.parametrize("page", list(PAGE_PARAMS), ids=lambda p: p or "translate")
+def test_every_parameter_of_a_page_hostile_at_once_gives_notes_not_a_traceback(page, value):
+    names = [*PAGE_PARAMS[page], *UNKNOWN_NAMES]
+    at = open_page(page or "translate", {name: HOSTILE[value] for name in names})
+    assert not at.exception, [e.value[:300] for e in at.exception]
+    assert notes_of(at) or at.error, "a hostile link is answered with a note"
+    drawn = [e for e in at.markdown if SCRIPT in str(e.value) and e.proto.allow_html]
+    assert not drawn, "a value from the link drawn as HTML"
+
+
+def test_hostile_queries_name_a_page_and_an_unknown_parameter():
+    import random
+
+    rng = random.Random(1)
+    for _ in range(50):
+        page, query = hostile_query(rng)
+        assert page in PAGE_PARAMS and any(f"{name}=" in query for name in ("foo", "__proto__", "step%5B%5D", "%3Cb%3E"))

@@ -94,7 +94,8 @@ def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> N
     temperature = sampling.temperature if sampling.strategy == "sample" else None
     if record.banned:  # the rule saw −∞ for them; the chart shows what the model gave them, struck through
         ids = torch.tensor(record.banned)
-        own = record.log_probs[ids]
+        own = torch.tensor([record.log_prob(t) for t in record.banned])
+        pipe = pipe.dense()  # a shared decoding keeps a slim pipeline: rebuilt here, for this one chart
         pipe = dataclasses.replace(pipe, logits=pipe.logits.index_put((ids,), own),
                                    scaled=pipe.scaled.index_put((ids,), own / (temperature or 1.0)))
     widgets.show_figure(
@@ -106,14 +107,14 @@ def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> N
     )
     chosen = html.escape(pieces.of_id(tok, record.token_id))
     line = (f"Token **{chosen}**: p = {record.prob:.{DECIMALS}f} under the model (T = 1), "
-            f"{float(pipe.final[record.token_id]):.{DECIMALS}f} after the rule's reshaping.")
+            f"{pipe.final_prob(record.token_id):.{DECIMALS}f} after the rule's reshaping.")
     if forced_here or record.forced:
         picked = html.escape(pieces.of_id(tok, run.suggested[step - 1]))
         line += (f" Forced by you; the rule had picked **{picked}**." if forced_here else
                  f" Forced: {widgets.FORCED_AT_CAP} The rule had picked **{picked}**.")
     if record.banned:
         kept = ", ".join(f"**{html.escape(pieces.of_id(tok, t))}** "
-                         f"(p = {float(record.log_probs[t].exp()):.{DECIMALS}f})" for t in record.banned)
+                         f"(p = {math.exp(record.log_prob(t)):.{DECIMALS}f})" for t in record.banned)
         line += (f" The loop guard kept {kept} from the rule: it would have written a phrase {LOOP_TIMES} times in "
                  "a row.")
     st.caption(line + " The first panel shows the log-probabilities the decoder returns: they differ from the "
@@ -238,9 +239,9 @@ def probabilities_tab(ckpt: Checkpoint, run: lab.StepView, src_tokens: list[str]
     tok = ckpt.tokenizer
     log_p, rows = 0.0, []
     for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines)):
-        log_p += float(rec.log_probs[rec.token_id])
+        log_p += rec.log_prob(rec.token_id)
         rows.append({"step": s + 1, "token": pieces.of_id(tok, rec.token_id),
-                     "p (model)": float(rec.prob), "p (after the rule)": float(pipe.final[rec.token_id]),
+                     "p (model)": float(rec.prob), "p (after the rule)": pipe.final_prob(rec.token_id),
                      "forced": "★" if run.forced_at(s + 1) else "", "cumulative log p": log_p})
     st.markdown(f"**Sequence log-probability so far: {log_p:.3f}** (sum of log p of each token under the model)")
     matrix = run.cross_attention_matrix()

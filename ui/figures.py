@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 import numpy as np
 
+from ui.memory import FIGURE_BYTES, ByteLRU, nbytes
+
 F = TypeVar("F")
-#: Figures kept (least recently drawn dropped first): a few sentences' every view.
-ENTRIES = 512
 
 _lock = threading.Lock()
-_figures: OrderedDict[Hashable, Any] = OrderedDict()
+#: The figures kept, within :data:`ui.memory.FIGURE_BYTES` (least recently drawn dropped first).
+_figures = ByteLRU(FIGURE_BYTES)
 built = 0  # figures built so far in this process (tests read it)
 
 
@@ -59,12 +59,10 @@ def shared(build: Callable[..., F], *args: Any, **kwargs: Any) -> F:
     key = (build.__module__, build.__qualname__, value_key(args), value_key(kwargs))
     with _lock:
         if key in _figures:
-            _figures.move_to_end(key)
-            return _figures[key]
+            return _figures.get(key)
     figure = build(*args, **kwargs)  # outside the lock: two sessions may build the same one once each, no harm
+    size = nbytes(figure)
     with _lock:
         built += 1
-        _figures[key] = figure
-        while len(_figures) > ENTRIES:
-            _figures.popitem(last=False)
+        _figures.put(key, figure, size)
     return figure

@@ -8,7 +8,8 @@ through one :class:`Gate` per process:
 * **bounded**: at most ``slots`` computations run at once (``$ATTENTION_EXPLORER_HEAVY_SLOTS``, default 1:
   torch already spreads one computation over the process's cores); the others wait in line, first come first
   served, and the visitor sees *"Busy: 2 computations ahead of yours"* instead of a silent hang;
-* **computed once**: a result is kept by its key (checkpoint version, sentence, settings) in a bounded cache and
+* **computed once**: a result is kept by its key (checkpoint version, sentence, settings) in a cache bounded in
+  bytes (:data:`ui.memory.GATE_BYTES`, least recently used dropped first) and
   handed to every visitor who asks for it; a visitor who asks while another one's identical computation runs
   waits for that one instead of starting a second;
 * **bounded in time**: a visitor who would wait longer than ``max_wait_s`` is told the server is too busy and
@@ -27,10 +28,11 @@ import itertools
 import os
 import threading
 import time
-from collections import OrderedDict
 from typing import Callable, Hashable, TypeVar
 
 import streamlit as st
+
+from ui.memory import GATE_BYTES, ByteLRU, nbytes
 
 T = TypeVar("T")
 #: What :meth:`Gate.lookup` returns for a key whose value it does not hold.
@@ -54,19 +56,19 @@ class Gate:
 
     Args:
         slots: computations allowed to run at once (≥ 1).
-        entries: results kept (least recently used dropped first).
+        budget: bytes the kept results may hold together (:func:`ui.memory.nbytes` of each; least recently used
+            dropped first; default :data:`ui.memory.GATE_BYTES`).
         max_wait_s: longest wait for a slot, or for another visitor's identical computation, before
             :class:`TooBusy` (seconds).
 
     Thread-safe: Streamlit runs every session's script in a thread of its own.
     """
 
-    def __init__(self, slots: int = 1, entries: int = 256, max_wait_s: float = 90.0):
+    def __init__(self, slots: int = 1, budget: int = GATE_BYTES, max_wait_s: float = 90.0):
         self.slots = max(1, int(slots))
-        self.entries = max(1, int(entries))
         self.max_wait_s = float(max_wait_s)
         self._cond = threading.Condition()
-        self._results: OrderedDict[Hashable, object] = OrderedDict()
+        self._results = ByteLRU(budget)
         self._running: dict[Hashable, bool] = {}  # keys being computed now
         self._line: list[int] = []  # tickets waiting for a slot, in arrival order
         self._sharing = 0  # visitors waiting for another one's identical computation (outside the line)
@@ -95,17 +97,18 @@ class Gate:
         if not computed_here:
             notify(None)  # holds nothing now: an interruption here costs nobody a slot
             return value  # type: ignore[return-value]
-        done = False
+        done, size = False, 0
         try:  # the slot is ours from the line's last lock: only this finally gives it back
             notify(None)
             value = compute()
+            size = nbytes(value) if keep else 0  # measured outside the lock, which every session's run takes
             done = True
         finally:
             with self._cond:
                 self._busy -= 1
                 del self._running[key]
                 if done and keep:
-                    self._store(key, value)
+                    self._results.put(key, value, size)
                 self._cond.notify_all()
         return value  # type: ignore[return-value]
 
@@ -119,8 +122,7 @@ class Gate:
             while True:
                 with self._cond:
                     if key in self._results:
-                        self._results.move_to_end(key)
-                        return self._results[key], False
+                        return self._results.get(key), False
                     waited = time.monotonic() - start
                     if key in self._running:  # single flight: wait for that visitor's computation
                         if ticket is not None:  # out of the line meanwhile: a place held here would block others
@@ -183,23 +185,25 @@ class Gate:
     def lookup(self, key: Hashable) -> object:
         """``key``'s cached value (now the most recently used), or :data:`MISSING`."""
         with self._cond:
-            if key not in self._results:
-                return MISSING
-            self._results.move_to_end(key)
-            return self._results[key]
+            return self._results.get(key) if key in self._results else MISSING
 
     def keep(self, key: Hashable, value: object) -> None:
         """Cache ``value`` for ``key`` as :meth:`run` would have (a value computed in a batch of many keys)."""
+        size = nbytes(value)  # measured outside the lock, which every session's run takes
         with self._cond:
-            self._store(key, value)
+            self._results.put(key, value, size)
 
-    def _store(self, key: Hashable, value: object) -> None:
-        """Cache ``value`` as the most recently used, dropping the least recently used beyond ``entries`` (the
-        lock held)."""
-        self._results[key] = value
-        self._results.move_to_end(key)
-        while len(self._results) > self.entries:
-            self._results.popitem(last=False)
+    def stats(self) -> dict[str, int]:
+        """Where the gate stands now: ``slots``, ``busy`` (slots in use), ``running`` (keys being computed),
+        ``waiting`` (in line for a slot), ``sharing`` (waiting for another visitor's identical computation),
+        ``computed`` (computations started so far), ``entries`` and ``bytes`` kept, ``budget`` (bytes),
+        ``evicted`` (entries dropped to stay within it). With no visitor left, ``busy``, ``running``, ``waiting``
+        and ``sharing`` are 0: anything else is a wedged slot."""
+        with self._cond:
+            return {"slots": self.slots, "busy": self._busy, "running": len(self._running),
+                    "waiting": len(self._line), "sharing": self._sharing, "computed": self.computed,
+                    "entries": len(self._results), "bytes": self._results.total, "budget": self._results.budget,
+                    "evicted": self._results.evicted}
 
 
 def _positive_env(name: str, default: int) -> int:

@@ -122,13 +122,9 @@ def decoding_page() -> None:
 
 
     def lab_run(sampling: SamplingConfig, forced) -> Decoding:
-        """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (shared). Plain
-        greedy on a translator, the first view of a new sentence, is the Translate page's decoding (batched with
-        the sentences other visitors bring at the same moment) with the rule's pipeline added."""
-        if lab.plain_greedy(sampling, forced, loop_times) and cfg.is_encoder_decoder:
-            run = state.greedy_run(ckpt, src)
-            spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
-            return heavy.derived(("lab-greedy", *src_key, spec), lambda: lab.with_pipelines(run, sampling))
+        """The finished, frozen decoding of this sentence under ``sampling`` with ``forced`` tokens (shared). It is
+        decoded here even for plain greedy, which the Translate page decodes too: the lab draws each step's whole
+        pipeline from the step's [vocab] row, which a shared decoding no longer keeps (ui.memory)."""
         return lab_decoding(tuple(src.ids), sampling, forced, limit, loop_times)
 
     def step_controls(step: int, finished: bool, end: int, status: str) -> None:

@@ -107,7 +107,8 @@ def greedy_decodings(model: Transformer, src_batch: list[list[int]], max_new_tok
             rows = [rows[j] for j in keep]
         last = torch.tensor([[tokens[i][-1]] for i in rows], dtype=torch.long, device=dev)
     return [decode(Stepper(model, list(src), max_new_tokens=cap, forced_eos_id=forced_eos_id)) if close[i]
-            else Decoding((cfg.bos_id,), tuple(tokens[i]), tuple(records[i]), cap, cfg.eos_id, cross_bytes[i])
+            else Decoding((cfg.bos_id,), tuple(tokens[i]), tuple(r.slim() for r in records[i]), cap, cfg.eos_id,
+                          cross_bytes[i])
             for i, (src, cap) in enumerate(zip(src_batch, caps))]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 
 pytest.importorskip("streamlit")
@@ -189,12 +190,14 @@ def test_no_slot_in_time_is_too_busy_for_every_waiter():
     assert batcher.request("k", 1) == 1
 
 
-def test_the_gate_keeps_what_a_batch_delivers():
-    gate = Gate(entries=2)
+def test_the_gate_keeps_what_a_batch_delivers_within_its_byte_budget():
+    from ui.memory import nbytes
+
+    gate = Gate(budget=2 * nbytes(np.full(100, 0.0)))  # room for two of the values below
     assert gate.lookup("a") is MISSING
-    for key in "abc":
-        gate.keep(key, key.upper())
-    assert gate.lookup("a") is MISSING and gate.lookup("b") == "B" and gate.run("c", lambda: "never") == "C"
+    for i, key in enumerate("abc"):
+        gate.keep(key, np.full(100, float(i)))
+    assert gate.lookup("a") is MISSING and gate.lookup("b")[0] == 1.0 and gate.run("c", lambda: "never")[0] == 2.0
 
 
 def test_window_and_size_come_from_the_environment(monkeypatch):

@@ -76,24 +76,6 @@ def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfi
     return Decoding.of(stepper, pipelines, suggested, forced)
 
 
-def plain_greedy(sampling: SamplingConfig, forced: Mapping[int, int] | None, loop_times: int) -> bool:
-    """Whether :func:`lab_decoding` under these settings decodes exactly what the Translate page's greedy decoding
-    does (greedy, nothing forced, no loop guard), so that :func:`with_pipelines` can make it from that one."""
-    return sampling.strategy == "greedy" and not forced and not loop_times
-
-
-def with_pipelines(decoding: Decoding, sampling: SamplingConfig) -> Decoding:
-    """A plain greedy ``decoding`` (the Translate page's, decoded alone or in a batch) as :func:`lab_decoding` gives it
-    under the greedy ``sampling`` (:func:`plain_greedy`): the rule's pipeline and pick at each step, made from that
-    step's own distribution, without running the model again."""
-    chooser = Chooser(sampling)
-    pipelines = []
-    for record in decoding.records:
-        chooser(record.log_probs)  # what the Stepper handed the rule: nothing banned without the loop guard
-        pipelines.append(chooser.last)
-    return replace(decoding, pipelines=tuple(pipelines), suggested=tuple(p.token_id for p in pipelines), forced=())
-
-
 @dataclass(frozen=True)
 class StepView:
     """A finished decoding as it stood after its first ``step`` tokens: what the step-through pages draw.

@@ -268,18 +268,6 @@ def too_busy(exc: TooBusy) -> None:
     st.stop()
 
 
-def derived(key: Hashable, compute: Callable[[], T], gate: Gate | None = None) -> T:
-    """``compute()``'s value for ``key`` from the gate's cache, else computed here, at once, and kept: for a cheap
-    value made from one already shared (no model call), which need not wait in line for a slot. Two visitors
-    asking at once may both compute it; the values are equal and frozen, so either may be kept."""
-    gate = gate or GATE
-    value = gate.lookup(key)
-    if value is MISSING:
-        value = compute()
-        gate.keep(key, value)
-    return value  # type: ignore[return-value]
-
-
 def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None = None, keep: bool = True) -> T:
     """:meth:`Gate.run` in a page: while the visitor waits, a line in the page says how many computations are
     ahead (an empty placeholder otherwise: nothing is drawn when the value is ready). When the server is too busy,

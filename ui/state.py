@@ -24,12 +24,12 @@ from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_
 from model.decoded import Decoding, decode
 from model.decoding import InputError, SourceInput, Stepper, input_limit, prepare_source
 from model.familiarity import familiarity
-from model.hf.card import folder_facts
 from model.hf.generation import GenerationDefaults, decoding_cap, forced_eos
 from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from reading.trace import Trace, trace_pair
 from ui import batcher, heavy, url
+from .folders import checkpoint_label, folder_version
 from .limits import limits
 from .model_card import card_summary
 from .page_state import PAGES
@@ -106,48 +106,10 @@ def _load(path: str, mtime: float) -> Checkpoint:  # mtime is part of the cache 
     return ckpt
 
 
-#: Files whose change makes a loaded checkpoint stale: ours, and a Hugging Face folder's (weights, tokenizers).
-VERSION_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "tokenizer.json", "tokenizer_config.json",
-                 "vocab.json", "merges.txt", "source.spm", "target.spm")
-
-
-def _mtime(path: Path) -> float:
-    """The newest modification time of the folder's :data:`VERSION_FILES` that exist (a Marian folder has no
-    ``tokenizer.json``); 0.0 when none does."""
-    times = []
-    for name in VERSION_FILES:
-        try:
-            times.append((path / name).stat().st_mtime)
-        except OSError:
-            continue
-    return max(times, default=0.0)
-
-
-def size_text(n_bytes: int) -> str:
-    """``297_900_000`` → ``"298 MB"``, ``31_400`` → ``"31 kB"`` (decimal units, as download sites write them)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n_bytes >= scale:
-            value = n_bytes / scale
-            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
-    return f"{n_bytes} B"
-
-
-def checkpoint_label(name: str, folder: Path) -> str:
-    """The picker's label: a checkpoint of ours by its name; a Hugging Face folder with its weights' size and where
-    it came from (``"opus-mt-en-de · 298 MB · Hugging Face"``, plus its Hub name when the folder is named
-    otherwise: ``"mt · 298 MB · Hugging Face Helsinki-NLP/opus-mt-en-de"``)."""
-    facts = folder_facts(folder)
-    if facts is None:
-        return name
-    same = facts["source"].rsplit("/", 1)[-1] == name
-    source = "Hugging Face" + ("" if same else f" {facts['source']}")
-    return f"{name} · {size_text(facts['file_bytes'])} · {source}"
-
-
 def load_other(folder: Path) -> tuple[Checkpoint | None, str | None]:
     """Load a second checkpoint (e.g. to compare), cached like the first: ``(checkpoint, None)`` or ``(None, why)``."""
     try:
-        return _load(str(folder), _mtime(Path(folder))), None
+        return _load(str(folder), folder_version(Path(folder))), None
     except CheckpointError as exc:
         return None, str(exc)
 
@@ -202,7 +164,7 @@ def require_checkpoint(summary: bool = True) -> Checkpoint:
                  "(`python -m training.train --out runs/NAME`).")
         st.stop()
     try:
-        ckpt = _load(str(folder), _mtime(Path(folder)))
+        ckpt = _load(str(folder), folder_version(Path(folder)))
     except CheckpointError as exc:
         st.error(f"This checkpoint cannot be loaded: {exc}. Pick another one in the sidebar.")
         st.stop()
@@ -351,7 +313,7 @@ def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None
 
 def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
     """``(folder, modification time)`` of a loaded checkpoint: a cache key that changes when the files do."""
-    return str(ckpt.path), _mtime(Path(ckpt.path))
+    return str(ckpt.path), folder_version(Path(ckpt.path))
 
 
 def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:

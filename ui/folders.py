@@ -1,0 +1,48 @@
+"""A checkpoint folder as the picker shows it: its label, and the version that makes a loaded copy stale.
+
+No Streamlit: :mod:`ui.state` loads and caches the checkpoints, keyed by :func:`folder_version`, and lists them with
+:func:`checkpoint_label`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from model.hf.card import folder_facts
+
+#: Files whose change makes a loaded checkpoint stale: ours, and a Hugging Face folder's (weights, tokenizers).
+VERSION_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "tokenizer.json", "tokenizer_config.json",
+                 "vocab.json", "merges.txt", "source.spm", "target.spm")
+
+
+def folder_version(path: Path) -> float:
+    """The newest modification time of the folder's :data:`VERSION_FILES` that exist (a Marian folder has no
+    ``tokenizer.json``); 0.0 when none does."""
+    times = []
+    for name in VERSION_FILES:
+        try:
+            times.append((path / name).stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
+
+
+def size_text(n_bytes: int) -> str:
+    """``297_900_000`` → ``"298 MB"``, ``31_400`` → ``"31 kB"`` (decimal units, as download sites write them)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= scale:
+            value = n_bytes / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{n_bytes} B"
+
+
+def checkpoint_label(name: str, folder: Path) -> str:
+    """The picker's label: a checkpoint of ours by its name; a Hugging Face folder with its weights' size and where
+    it came from (``"opus-mt-en-de · 298 MB · Hugging Face"``, plus its Hub name when the folder is named
+    otherwise: ``"mt · 298 MB · Hugging Face Helsinki-NLP/opus-mt-en-de"``)."""
+    facts = folder_facts(folder)
+    if facts is None:
+        return name
+    same = facts["source"].rsplit("/", 1)[-1] == name
+    source = "Hugging Face" + ("" if same else f" {facts['source']}")
+    return f"{name} · {size_text(facts['file_bytes'])} · {source}"

@@ -9,11 +9,16 @@ vector-wise scheme (Dettmers et al. 2022, §3.1) without its outlier split:
 so each weight is off by at most ``scale_i / 2``. Rows are output features of a linear map (``(d_out, d_in)``) and
 pieces of an embedding (``(vocab_size, d_model)``), so one large weight spoils only its own row's precision.
 Vectors (biases, LayerNorm gains) stay float16: they are few and some (the gains) are far from zero-mean.
+Named matrices may stay float16 too (``keep``): the tied embedding, which is also the output projection, is the
+largest matrix and the one every logit is read through, so it is where a rounding step costs most. A file that mixes
+int8 and float16 matrices reads back like any other.
 
 The model computes in float32 as before: this saves disk and download, not memory or time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 
@@ -23,14 +28,23 @@ SCALE_SUFFIX = ".int8_scale"
 MIN_COLUMNS = 16
 
 
-def quantize_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def quantize_state(state: dict[str, torch.Tensor], keep: Iterable[str] = ()) -> dict[str, torch.Tensor]:
     """``state`` with every floating 2-D tensor of at least :data:`MIN_COLUMNS` columns as int8 (same name) plus
-    its float32 row scales (``name + SCALE_SUFFIX``); other floating tensors as float16; the rest unchanged."""
+    its float32 row scales (``name + SCALE_SUFFIX``); other floating tensors, and those named in ``keep`` (e.g.
+    ``["embed.weight"]``, ``(vocab_size, d_model)``: 2 bytes a weight instead of 1), as float16; the rest unchanged.
+
+    Raises:
+        ValueError: a name in ``keep`` that is no floating tensor of ``state``.
+    """
+    keep = set(keep)
+    unknown = sorted(n for n in keep if n not in state or not state[n].is_floating_point())
+    if unknown:
+        raise ValueError(f"no floating tensor to keep in float16 named {', '.join(map(repr, unknown))}")
     out: dict[str, torch.Tensor] = {}
     for name, t in state.items():
         if not t.is_floating_point():
             out[name] = t
-        elif t.dim() == 2 and t.shape[1] >= MIN_COLUMNS:
+        elif t.dim() == 2 and t.shape[1] >= MIN_COLUMNS and name not in keep:
             w = t.detach().float()
             scale = w.abs().amax(dim=1) / 127.0
             scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row: any scale is exact

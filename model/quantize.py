@@ -19,6 +19,7 @@ The model computes in float32 as before: this saves disk and download, not memor
 from __future__ import annotations
 
 from collections.abc import Iterable
+from fnmatch import fnmatchcase
 
 import torch
 
@@ -30,16 +31,19 @@ MIN_COLUMNS = 16
 
 def quantize_state(state: dict[str, torch.Tensor], keep: Iterable[str] = ()) -> dict[str, torch.Tensor]:
     """``state`` with every floating 2-D tensor of at least :data:`MIN_COLUMNS` columns as int8 (same name) plus
-    its float32 row scales (``name + SCALE_SUFFIX``); other floating tensors, and those named in ``keep`` (e.g.
-    ``["embed.weight"]``, ``(vocab_size, d_model)``: 2 bytes a weight instead of 1), as float16; the rest unchanged.
+    its float32 row scales (``name + SCALE_SUFFIX``); other floating tensors, and those named in ``keep`` (names or
+    shell patterns, e.g. ``["embed.weight"]``, ``(vocab_size, d_model)``, or ``["*_attn.*"]``: 2 bytes a weight
+    instead of 1), as float16; the rest unchanged.
 
     Raises:
-        ValueError: a name in ``keep`` that is no floating tensor of ``state``.
+        ValueError: a name or pattern in ``keep`` that matches no floating tensor of ``state``.
     """
-    keep = set(keep)
-    unknown = sorted(n for n in keep if n not in state or not state[n].is_floating_point())
+    floating = [n for n, t in state.items() if t.is_floating_point()]
+    kept = {n: [m for m in floating if fnmatchcase(m, n)] for n in keep}
+    unknown = sorted(n for n, matched in kept.items() if not matched)
     if unknown:
         raise ValueError(f"no floating tensor to keep in float16 named {', '.join(map(repr, unknown))}")
+    keep = {m for matched in kept.values() for m in matched}
     out: dict[str, torch.Tensor] = {}
     for name, t in state.items():
         if not t.is_floating_point():

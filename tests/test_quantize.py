@@ -117,6 +117,9 @@ def test_named_matrices_kept_in_float16_make_a_mixed_file_that_loads_and_transla
 def test_keeping_a_tensor_that_is_not_there_is_refused_with_a_message(tmp_path, make_model, tokenizer, capsys):
     with pytest.raises(ValueError, match="no floating tensor to keep in float16 named 'embed'"):
         quantize_state({"w": torch.randn(6, 40)}, keep=["embed"])
+    state = quantize_state({"a.attn.w": torch.randn(6, 40), "b.attn.w": torch.randn(6, 40), "ff.w": torch.randn(6, 40)},
+                           keep=["*.attn.*"])  # a pattern keeps every tensor it matches
+    assert [k for k, t in state.items() if t.dtype == torch.float16] == ["a.attn.w", "b.attn.w"]
     a = save_checkpoint(tmp_path / "a", make_model(seed=1), tokenizer)
     assert average_main([str(tmp_path / "q"), str(a), "--int8", "--keep-fp16", "embedding"]) == 2
     assert "--keep-fp16: no floating tensor to keep in float16 named 'embedding'" in capsys.readouterr().err

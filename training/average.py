@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--int8", action="store_true", help="store the matrices as int8 with a scale per row (a quarter "
                                                           "of float32; measure the loss with training.evaluate --loss)")
     p.add_argument("--keep-fp16", action="append", default=[], metavar="NAME",
-                   help="with --int8: keep this tensor in float16 (repeatable), e.g. embed.weight, the tied "
-                        "embedding and output projection")
+                   help="with --int8: keep this tensor in float16 (repeatable; a shell pattern matches "
+                        "several), e.g. embed.weight, the tied embedding and output projection, or '*_attn.*'")
     args = p.parse_args(argv)
     if args.keep_fp16 and not args.int8:
         p.error("--keep-fp16 goes with --int8")

@@ -222,13 +222,13 @@ def test_empty_text_shows_a_warning(server, new_page):
     expect(page.get_by_role("button", name="Next")).to_be_visible()
     assert_no_traceback(page)
 
-    # news: translated, under a warning that names the words the vocabulary had to cut
-    box.fill("The European Central Bank raised interest rates again on Thursday.")
+    # biochemistry: translated, under a warning that names the words the vocabulary had to cut
+    box.fill("Mitochondrial enzymes catalyse the oxidation of pyruvate.")
     box.press("Enter")
     warning = page.locator('[data-testid="stAlertContentWarning"]', has_text="Far from what this model has seen")
     warning.wait_for()
     settle(page)
-    expect(warning).to_contain_text("“European”")
+    expect(warning).to_contain_text("“Mitochondrial”")
     expect(page.get_by_role("button", name="Next")).to_be_visible()
     box.fill("The cat sat on the mat.")  # a familiar sentence: the warning goes
     box.press("Enter")

@@ -276,15 +276,17 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
 
 def test_a_loop_and_the_loop_guard_on_a_projector(server, new_page):
     """A sentence the translator loops on: the Translate page explains the loop and shows the guarded translation;
-    the Decoding lab's loop guard, switched on by a person, says at step 5 which token it kept from the rule."""
-    looping = "He+was+initially+hospitalised+in+the+James+Paget+Hospital+in+Great+Yarmouth."
+    the Decoding lab's loop guard, switched on by a person, says at step 14 which token it kept from the rule (a
+    third "nur" after "… die nicht nur nur")."""
+    looping = ("No+child+should+ever+have+to+grow+up+in+an+environment+that+is+not+nurturing,+caring,+and+"
+               "educational,+but+they+do.")
     page = new_page(PROJECTOR)
     open_translate(page, server, f"?text={looping}")
     page.get_by_text("With the loop guard").wait_for()
     assert_no_traceback(page)
     shot(page, "translate-loop-guard.png")
-    page.goto(f"{server}/decoding?text={looping}&step=5")
-    page.get_by_text(re.compile(r"Step 5\b")).first.wait_for()
+    page.goto(f"{server}/decoding?text={looping}&step=14")
+    page.get_by_text(re.compile(r"Step 14\b")).first.wait_for()
     settle(page)
     page.get_by_text("Loop guard", exact=True).click()
     page.get_by_text("The loop guard kept", exact=False).wait_for()

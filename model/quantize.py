@@ -9,11 +9,17 @@ vector-wise scheme (Dettmers et al. 2022, §3.1) without its outlier split:
 so each weight is off by at most ``scale_i / 2``. Rows are output features of a linear map (``(d_out, d_in)``) and
 pieces of an embedding (``(vocab_size, d_model)``), so one large weight spoils only its own row's precision.
 Vectors (biases, LayerNorm gains) stay float16: they are few and some (the gains) are far from zero-mean.
+Named matrices may stay float16 too (``keep``): the tied embedding, which is also the output projection, is the
+largest matrix and the one every logit is read through, so it is where a rounding step costs most. A file that mixes
+int8 and float16 matrices reads back like any other.
 
 The model computes in float32 as before: this saves disk and download, not memory or time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
 
 import torch
 
@@ -23,14 +29,26 @@ SCALE_SUFFIX = ".int8_scale"
 MIN_COLUMNS = 16
 
 
-def quantize_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def quantize_state(state: dict[str, torch.Tensor], keep: Iterable[str] = ()) -> dict[str, torch.Tensor]:
     """``state`` with every floating 2-D tensor of at least :data:`MIN_COLUMNS` columns as int8 (same name) plus
-    its float32 row scales (``name + SCALE_SUFFIX``); other floating tensors as float16; the rest unchanged."""
+    its float32 row scales (``name + SCALE_SUFFIX``); other floating tensors, and those named in ``keep`` (names or
+    shell patterns, e.g. ``["embed.weight"]``, ``(vocab_size, d_model)``, or ``["*_attn.*"]``: 2 bytes a weight
+    instead of 1), as float16; the rest unchanged.
+
+    Raises:
+        ValueError: a name or pattern in ``keep`` that matches no floating tensor of ``state``.
+    """
+    floating = [n for n, t in state.items() if t.is_floating_point()]
+    kept = {n: [m for m in floating if fnmatchcase(m, n)] for n in keep}
+    unknown = sorted(n for n, matched in kept.items() if not matched)
+    if unknown:
+        raise ValueError(f"no floating tensor to keep in float16 named {', '.join(map(repr, unknown))}")
+    keep = {m for matched in kept.values() for m in matched}
     out: dict[str, torch.Tensor] = {}
     for name, t in state.items():
         if not t.is_floating_point():
             out[name] = t
-        elif t.dim() == 2 and t.shape[1] >= MIN_COLUMNS:
+        elif t.dim() == 2 and t.shape[1] >= MIN_COLUMNS and name not in keep:
             w = t.detach().float()
             scale = w.abs().amax(dim=1) / 127.0
             scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row: any scale is exact

@@ -301,10 +301,10 @@ def test_unusable_text_gives_a_warning(text, expected):
     [
         ("I love 🍕 and 🎉", "<unk>", False),
         ("Hello\x00\x07 world", "Control characters", False),
-        ("Привет мир", "<unk>", True),
+        ("שלום עולם", "<unk>", True),  # Cyrillic no longer: the 16k vocabulary, learned with news, has most of it
         ("你好世界", "<unk>", True),
     ],
-    ids=["emoji", "control-chars", "cyrillic", "chinese"],
+    ids=["emoji", "control-chars", "hebrew", "chinese"],
 )
 def test_odd_text_translates_with_a_note(text, note, unreadable):
     """Odd text is still stepped through, with a note on what the model cannot read; text made mostly of such

@@ -14,7 +14,7 @@ from test_presentation_browser import in_viewport
 
 pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
 
-CASES = {"en-de": ("My+brother+lives+in+Berlin.", 7 + 1 + 3), "brown-lm": ("She+looked+at+him+and", 1 + 5 + 2)}
+CASES = {"en-de": ("My+brother+lives+in+Berlin.", 6 + 1 + 3), "brown-lm": ("She+looked+at+him+and", 1 + 5 + 2)}
 #: Every column label of the grid: its box and font size, as drawn.
 LABELS_JS = """el => [...el.querySelectorAll('th.ae-attr-col')].map(th => {
     const r = (th.querySelector('div div') || th).getBoundingClientRect();

@@ -381,17 +381,18 @@ def test_sampling_with_a_seed_replays_and_the_link_reproduces_it():
 
 @needs_ckpt
 def test_the_loop_guard_keeps_a_loop_from_the_rule_and_says_which_token():
-    looping = "He was initially hospitalised in the James Paget Hospital in Great Yarmouth."  # "im im im im"
+    looping = ("No child should ever have to grow up in an environment that is not nurturing, caring, and "
+               "educational, but they do.")  # "… die nicht nur nur nur nur …"
     free = page(text=looping, step="999")
     clean(free)
     assert find_loop(TextTokenizer.from_file(CKPT / "tokenizer.json").decode(generated(free)))
-    at = page(text=looping, guard="1", step="5")  # "Er wurde im im": a third "im" would be a loop
+    at = page(text=looping, guard="1", step="14")  # 13 pieces to "… die nicht nur nur": a third "nur" would loop
     clean(at)
     assert at.checkbox(key="dl_w_guard").value and at.query_params["guard"] == "1"
     kept = [c.value for c in at.caption if "The loop guard kept" in c.value]
-    assert len(kept) == 1 and "im" in kept[0] and f"{LOOP_TIMES} times in a row" in kept[0]
-    banned = shown(at).records[4].banned
-    assert banned and shown(at).records[4].token_id not in banned
+    assert len(kept) == 1 and "nur" in kept[0] and f"{LOOP_TIMES} times in a row" in kept[0]
+    banned = shown(at).records[13].banned
+    assert banned and shown(at).records[13].token_id not in banned
     chart = charts(at)[0]  # the pipeline: the banned token stands where the model put it, struck and marked
     row = chart["layout"]["meta"]["token_ids"].index(banned[0])
     assert not chart["layout"]["meta"]["kept"][row] and "<s>" in chart["layout"]["yaxis"]["ticktext"][row]

@@ -222,13 +222,13 @@ def test_empty_text_shows_a_warning(server, new_page):
     expect(page.get_by_role("button", name="Next")).to_be_visible()
     assert_no_traceback(page)
 
-    # news: translated, under a warning that names the words the vocabulary had to cut
-    box.fill("The European Central Bank raised interest rates again on Thursday.")
+    # biochemistry: translated, under a warning that names the words the vocabulary had to cut
+    box.fill("Mitochondrial enzymes catalyse the oxidation of pyruvate.")
     box.press("Enter")
     warning = page.locator('[data-testid="stAlertContentWarning"]', has_text="Far from what this model has seen")
     warning.wait_for()
     settle(page)
-    expect(warning).to_contain_text("“European”")
+    expect(warning).to_contain_text("“Mitochondrial”")
     expect(page.get_by_role("button", name="Next")).to_be_visible()
     box.fill("The cat sat on the mat.")  # a familiar sentence: the warning goes
     box.press("Enter")
@@ -276,16 +276,18 @@ def test_decoding_lab_sample_force_and_beam(server, new_page):
 
 def test_a_loop_and_the_loop_guard_on_a_projector(server, new_page):
     """A sentence the translator loops on: the Translate page explains the loop and shows the guarded translation;
-    the Decoding lab's loop guard, switched on by a person, says at step 5 which token it kept from the rule."""
-    looping = "He+was+initially+hospitalised+in+the+James+Paget+Hospital+in+Great+Yarmouth."
+    the Decoding lab's loop guard, switched on by a person, says at step 14 which token it kept from the rule (a
+    third "nur" after "… die nicht nur nur")."""
+    looping = ("No+child+should+ever+have+to+grow+up+in+an+environment+that+is+not+nurturing,+caring,+and+"
+               "educational,+but+they+do.")
     page = new_page(PROJECTOR)
     open_translate(page, server, f"?text={looping}")
     page.get_by_role("button", name="Run to end").click()  # the note comes with the loop, not before it is written
     page.get_by_text("With the loop guard").wait_for()
     assert_no_traceback(page)
     shot(page, "translate-loop-guard.png")
-    page.goto(f"{server}/decoding?text={looping}&step=5")
-    page.get_by_text(re.compile(r"Step 5\b")).first.wait_for()
+    page.goto(f"{server}/decoding?text={looping}&step=14")
+    page.get_by_text(re.compile(r"Step 14\b")).first.wait_for()
     settle(page)
     page.get_by_text("Loop guard", exact=True).click()
     page.get_by_text("The loop guard kept", exact=False).wait_for()

@@ -17,6 +17,9 @@ from model.familiarity import FAR_MIN_SPLIT, familiarity, word_pieces  # noqa: E
 from training.suite import far_scores, markdown, piece_stats  # noqa: E402
 from ui.state import HARD_PRESETS, LM_PRESETS, PRESETS, preset_label  # noqa: E402
 
+#: Far from the shipped translator's training text: five of its seven words are cut into pieces.
+FAR = "Mitochondrial enzymes catalyse the oxidation of pyruvate."
+#: News was: the shipped vocabulary was learned with news in it, so this sentence has one word cut ("Thursday").
 NEWS = "The European Central Bank raised interest rates again on Thursday."
 
 #: The shipped translator's greedy output for every preset it gets right (checked by a German reader).
@@ -26,7 +29,6 @@ RIGHT = {
     "Thank you very much.": "Vielen Dank.",
     "The weather is nice today.": "Das Wetter ist heute schön.",
     "The cat sat on the mat.": "Die Katze saß auf der Matte.",
-    "Time flies like an arrow.": "Die Zeit fliegt wie ein Pfeil.",
     "The woman gave the man a book.": "Die Frau gab dem Mann ein Buch.",
     "The girl who is wearing a red dress is my sister.": "Das Mädchen, das ein rotes Kleid trägt, ist meine Schwester.",
     "Alice went to the market and bought apples.": "Alice ging auf den Markt und kaufte Äpfel.",
@@ -50,15 +52,16 @@ def test_word_pieces_counts_the_pieces_over_each_word(tokenizer):
     assert word_pieces(tokenizer, "") == word_pieces(tokenizer, " ,.! ") == []
 
 
-def test_a_news_sentence_is_far_and_the_message_names_its_cut_words(shipped):
-    found = familiarity(shipped.tokenizer, NEWS)
+def test_a_far_sentence_is_far_and_the_message_names_its_cut_words(shipped):
+    found = familiarity(shipped.tokenizer, FAR)
     assert found.far and found.split_count >= FAR_MIN_SPLIT and found.split_share >= 0.3
-    assert "European" in found.split and found.words == 10
+    assert "Mitochondrial" in found.split and found.words == 7
     message = found.message()
     assert message.startswith("Far from what this model has seen")
-    assert f"{found.split_count} of its 10 words" in message and "“European”" in message
+    assert f"{found.split_count} of its 7 words" in message and "“Mitochondrial”" in message
     assert message.endswith("Expect a poor translation.")
     assert found.message("continuation").endswith("Expect a poor continuation.")
+    assert not familiarity(shipped.tokenizer, NEWS).far  # its vocabulary was learned with news in it
 
 
 def test_the_cut_words_named_add_up_to_the_count_given(shipped):
@@ -80,10 +83,10 @@ def test_few_or_no_words_are_never_far(shipped):
 
 def test_a_word_opening_a_sentence_counts_only_if_its_lower_case_is_cut(shipped):
     tok = shipped.tokenizer
-    assert len(tok.encode("Time").ids) > 1 and len(tok.encode("time").ids) == 1  # what the rule is about
-    assert "Time" not in familiarity(tok, "Time flies like an arrow.").split
-    assert "Time" not in familiarity(tok, "I wait. Time flies.").split
-    assert "Time" in familiarity(tok, "I said Time again.").split  # inside a sentence a capital is a rare form
+    assert len(tok.encode("Weather").ids) > 1 and len(tok.encode("weather").ids) == 1  # what the rule is about
+    assert "Weather" not in familiarity(tok, "Weather changes fast.").split
+    assert "Weather" not in familiarity(tok, "I wait. Weather changes.").split
+    assert "Weather" in familiarity(tok, "I said Weather again.").split  # inside a sentence a capital is a rare form
 
 
 def test_every_lecture_preset_is_familiar_and_hard_ones_are_labelled(shipped):
@@ -103,17 +106,18 @@ def test_the_shipped_translator_gets_every_preset_right_but_the_hard_ones(shippe
     assert {s: outputs[s] for s in RIGHT} == RIGHT
     # a hard preset that comes out right should join the others, and lose its label
     assert outputs["Bobby likes blackberries."] != "Bobby mag Brombeeren."
+    assert outputs["Time flies like an arrow."] != "Die Zeit fliegt wie ein Pfeil."
 
 
 def test_piece_stats_counts_the_far_sentences(shipped):
-    stats = piece_stats(shipped.tokenizer, [NEWS, "Thank you very much."])
+    stats = piece_stats(shipped.tokenizer, [FAR, "Thank you very much."])
     assert stats["far_rate"] == 0.5
 
 
 def test_far_scores_split_the_chrf_by_the_warning(shipped):
-    sources = [NEWS, "Thank you very much."]
-    refs = [["Die Europäische Zentralbank hob am Donnerstag erneut die Zinsen an."], ["Vielen Dank."]]
-    scores = far_scores(shipped.tokenizer, sources, ["Die Bank.", "Vielen Dank."], refs)
+    sources = [FAR, "Thank you very much."]
+    refs = [["Mitochondriale Enzyme katalysieren die Oxidation von Pyruvat."], ["Vielen Dank."]]
+    scores = far_scores(shipped.tokenizer, sources, ["Die Enzyme.", "Vielen Dank."], refs)
     assert scores["far"] == 1 and scores["rest_chrf"] == 100.0 and scores["far_chrf"] < 30
     none = far_scores(shipped.tokenizer, sources[1:], ["Vielen Dank."], refs[1:])
     assert none == {"far": 0, "far_chrf": None, "rest_chrf": 100.0}
@@ -134,7 +138,7 @@ def test_the_translate_page_warns_about_a_far_sentence_and_not_about_a_preset(mo
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.run()
     assert not at.exception and not any("Far from what" in w.value for w in at.warning)
-    at.text_input(key="text_input").set_value(NEWS).run()
+    at.text_input(key="text_input").set_value(FAR).run()
     assert not at.exception
     assert any(w.value.startswith("Far from what this model has seen") for w in at.warning)
     assert at.selectbox(key="preset").options[-1] == "Bobby likes blackberries.  ·  hard: a rare word"

@@ -78,17 +78,18 @@ def test_the_translate_page_shows_the_translation_the_loop_guard_gives(monkeypat
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.run()
-    # A FLORES sentence on which the shipped translator loops: "Er war im im im im im James Paget-Hospital …" (how
-    # many times depends on the weights; a loop is three or more)
+    # A FLORES sentence on which the shipped translator loops: "… in einer Umgebung, die nicht nur nur nur nur …"
+    # (how many times depends on the weights; a loop is three or more)
     at.text_input(key="text_input").set_value(
-        "He was initially hospitalised in the James Paget Hospital in Great Yarmouth.").run()
+        "No child should ever have to grow up in an environment that is not nurturing, caring, and educational, "
+        "but they do.").run()
     assert not at.exception
     loops = [i.value for i in at.info if "goes round in a loop" in i.value]
-    assert loops and re.search(r"“im” (\d+) times in a row", loops[0])
-    assert int(re.search(r"“im” (\d+) times", loops[0]).group(1)) >= 3
+    assert loops and re.search(r"“nur” (\d+) times in a row", loops[0])
+    assert int(re.search(r"“nur” (\d+) times", loops[0]).group(1)) >= 3
     guarded = [m.value for m in at.markdown if m.value.startswith("**With the loop guard**")]
     assert len(guarded) == 1 and find_loop(guarded[0].split("):", 1)[1]) is None
-    assert "im im im" not in guarded[0]
+    assert "nur nur nur" not in guarded[0]
 
 
 def _ends_in_loop(ids: list[int], times: int, max_tokens: int) -> bool:

@@ -87,3 +87,42 @@ def test_a_checkpoint_with_broken_scales_is_refused_with_a_message(tmp_path, mak
     save_file(state, str(path))
     with pytest.raises(CheckpointError, match="model.safetensors is corrupt or unreadable: int8 tensor 'embed.weight'"):
         load_checkpoint(folder)
+
+
+def test_named_matrices_kept_in_float16_make_a_mixed_file_that_loads_and_translates_like_float32(
+        tmp_path, make_model, tokenizer):
+    model = make_model(seed=3, d_model=64, d_ff=128)
+    a = save_checkpoint(tmp_path / "fp32", model, tokenizer)
+    assert average_main([str(tmp_path / "mixed"), str(a), "--int8", "--keep-fp16", "embed.weight"]) == 0
+    with safe_open(str(tmp_path / "mixed" / "model.safetensors"), "pt") as f:
+        stored = {k: f.get_tensor(k) for k in f.keys()}
+    assert stored["embed.weight"].dtype == torch.float16 and "embed.weight" + SCALE_SUFFIX not in stored
+    assert stored["encoder_layers.0.self_attn.q_proj.weight"].dtype == torch.int8  # the rest is still int8
+    # round trip: the kept matrix comes back as it was stored, the int8 ones within half a step of their row
+    back = read_weights(tmp_path / "mixed" / "model.safetensors")
+    assert torch.equal(back["embed.weight"], stored["embed.weight"])
+    w = model.state_dict()["encoder_layers.0.self_attn.q_proj.weight"]
+    step = w.abs().amax(dim=1, keepdim=True) / 127
+    assert torch.all((back["encoder_layers.0.self_attn.q_proj.weight"] - w).abs() <= step / 2 + 1e-6)
+    ckpt = load_checkpoint(tmp_path / "mixed")
+    assert ckpt.model.embed.weight.dtype == torch.float32 and ckpt.model.generator.weight is ckpt.model.embed.weight
+    torch.testing.assert_close(ckpt.model.embed.weight, model.embed.weight.detach().half().float())
+    with torch.no_grad():
+        ref, got = model(SRC, TGT), ckpt.model(SRC, TGT)
+    assert (got - ref).abs().max() < 0.05 * ref.abs().max()
+    assert torch.equal(got.argmax(-1), ref.argmax(-1))
+    assert load_checkpoint(tmp_path / "mixed").card["int8_kept_fp16"] == ["embed.weight"]
+
+
+def test_keeping_a_tensor_that_is_not_there_is_refused_with_a_message(tmp_path, make_model, tokenizer, capsys):
+    with pytest.raises(ValueError, match="no floating tensor to keep in float16 named 'embed'"):
+        quantize_state({"w": torch.randn(6, 40)}, keep=["embed"])
+    state = quantize_state({"a.attn.w": torch.randn(6, 40), "b.attn.w": torch.randn(6, 40), "ff.w": torch.randn(6, 40)},
+                           keep=["*.attn.*"])  # a pattern keeps every tensor it matches
+    assert [k for k, t in state.items() if t.dtype == torch.float16] == ["a.attn.w", "b.attn.w"]
+    a = save_checkpoint(tmp_path / "a", make_model(seed=1), tokenizer)
+    assert average_main([str(tmp_path / "q"), str(a), "--int8", "--keep-fp16", "embedding"]) == 2
+    assert "--keep-fp16: no floating tensor to keep in float16 named 'embedding'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        average_main([str(tmp_path / "q"), str(a), "--keep-fp16", "embed.weight"])
+    assert "--keep-fp16 goes with --int8" in capsys.readouterr().err

@@ -12,9 +12,9 @@ from test_e2e_browser import ARTIFACTS, PROJECTOR, assert_no_traceback, browser,
 
 pytestmark = pytest.mark.xdist_group("browser")
 
-#: 25 pieces and <eos> for the shipped translator.
+#: 25 pieces and <eos> for the shipped translator (its 16k vocabulary).
 LONG = ("Although+it+was+raining+heavily,+the+children+played+football+in+the+park+until+their+parents+called+them+"
-        "home+now.")
+        "home+for+a+late+dinner.")
 
 #: Each source label's box as drawn (the upright text, not its narrow column), with its text and tier.
 LABEL_BOXES_JS = """() => [...document.querySelectorAll('.ae-align th.ae-align-col')].map(th => {

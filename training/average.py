@@ -2,8 +2,8 @@
 5 checkpoints").
 
 Every floating-point tensor of the output is the element-wise mean of the inputs' (computed in float64, stored in
-float32 unless ``--fp16``, or as int8 matrices with a scale per row with ``--int8``: :mod:`model.quantize`; one input
-is then a conversion); the config and tokenizer come from the first checkpoint, and all inputs must share them
+float32 unless ``--fp16``, or as int8 matrices with a scale per row with ``--int8``, less the matrices named by
+``--keep-fp16`` which stay float16: :mod:`model.quantize`; one input is then a conversion); the config and tokenizer come from the first checkpoint, and all inputs must share them
 exactly, except the options that act only in training (dropout rates, LayerDrop: :data:`WARM_START_KNOBS`), so
 that lanes warm-started from one model with other dropout still make one soup (Wortsman et al. 2022); the card
 lists such differences. The result is an ordinary checkpoint folder, loadable like any other.
@@ -28,13 +28,16 @@ def _architecture(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in WARM_START_KNOBS}
 
 
-def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool = False, int8: bool = False) -> Path:
+def average_checkpoints(
+    folders: list[str | Path], out: str | Path, fp16: bool = False, int8: bool = False, keep_fp16: tuple[str, ...] = (),
+) -> Path:
     """Write the mean of ``folders`` (≥ 1 checkpoint folders) to ``out`` and return it, in float32, float16
-    (``fp16``) or int8 matrices with float32 row scales (``int8``, :func:`model.quantize.quantize_state`).
+    (``fp16``) or int8 matrices with float32 row scales (``int8``, :func:`model.quantize.quantize_state`), where
+    the matrices named in ``keep_fp16`` (e.g. ``("embed.weight",)``) stay float16.
 
     Raises:
-        CheckpointError: no input, an input that does not load, or inputs whose config, tokenizer or tensor
-            names differ.
+        CheckpointError: no input, an input that does not load, inputs whose config, tokenizer or tensor
+            names differ, or a name in ``keep_fp16`` that is no tensor of the model.
     """
     folders = [Path(f) for f in folders]
     if not folders:
@@ -66,7 +69,12 @@ def average_checkpoints(folders: list[str | Path], out: str | Path, fp16: bool =
     card = dict(first.card)
     mean = {k: (v / len(folders)).to(dtype) if v.is_floating_point() else v for k, v in total.items()}
     if int8:
-        mean = quantize_state(mean)
+        try:
+            mean = quantize_state(mean, keep_fp16)
+        except ValueError as exc:
+            raise CheckpointError(f"--keep-fp16: {exc}") from exc
+        if keep_fp16:
+            card["int8_kept_fp16"] = sorted(keep_fp16)
     card["averaged"] = {"checkpoints": [str(f) for f in folders], "count": len(folders)}
     differ = {k: values for k, values in knobs.items() if len(set(map(repr, values))) > 1}
     if differ:  # the config keeps the first input's values; these never act at inference
@@ -82,9 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--fp16", action="store_true", help="store the mean in float16 (half the size)")
     size.add_argument("--int8", action="store_true", help="store the matrices as int8 with a scale per row (a quarter "
                                                           "of float32; measure the loss with training.evaluate --loss)")
+    p.add_argument("--keep-fp16", action="append", default=[], metavar="NAME",
+                   help="with --int8: keep this tensor in float16 (repeatable; a shell pattern matches "
+                        "several), e.g. embed.weight, the tied embedding and output projection, or '*_attn.*'")
     args = p.parse_args(argv)
+    if args.keep_fp16 and not args.int8:
+        p.error("--keep-fp16 goes with --int8")
     try:
-        out = average_checkpoints(args.checkpoints, args.out, args.fp16, args.int8)
+        out = average_checkpoints(args.checkpoints, args.out, args.fp16, args.int8, tuple(args.keep_fp16))
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -167,7 +167,7 @@ def head_masks(labels: Sequence[str], layer_counts: Mapping[str, int], n_heads: 
 
 #: The work one ablation sweep may take on the page, in parameters × positions per scoring × scorings (about half
 #: its floating-point operations): about 3 s on a 2-core CPU, which scores 1.6–2.6e10 of them per CPU-second at
-#: MarianMT's and GPT-2's sizes. The shipped translator (27.9M parameters, 108 heads) sweeps every head of a
+#: MarianMT's and GPT-2's sizes. The shipped translator (31.0M parameters, 108 heads) sweeps every head of a
 #: ten-word sentence within it; a 74M-parameter MarianMT needs twice it for the heads of one kind, so it sweeps one
 #: layer's.
 SWEEP_BUDGET = 1e11

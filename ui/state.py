@@ -49,18 +49,19 @@ PRESETS = [
     "Thank you very much.",
     "The weather is nice today.",
     "The cat sat on the mat.",
-    "Time flies like an arrow.",
     "The woman gave the man a book.",
     "The girl who is wearing a red dress is my sister.",
     "Alice went to the market and bought apples.",
     "He played the piano.",
     "I would like a cup of coffee.",
     "The animal didn't cross the street because it was too tired.",
+    "Time flies like an arrow.",
     "Bobby likes blackberries.",
 ]
 #: Presets kept although the shipped translator gets them wrong, because the mistake teaches: what goes wrong, as
 #: the presets box shows it.
 HARD_PRESETS = {
+    "Time flies like an arrow.": "hard: a made-up word",  # "… wie eine Pfeilung": "Pfeil" and a suffix
     "Bobby likes blackberries.": "hard: a rare word",
 }
 

@@ -3,7 +3,7 @@
 Prints two tables, torch on one thread throughout:
 
 * the time of one step's attributions by every method (:func:`reading.attribution.attribute_step`) for a
-  20-token sentence (median of ``--repeats``), with the integrated gradients' completeness gap;
+  sentence of about 20 tokens (median of ``--repeats``), with the integrated gradients' completeness gap;
 * each method's faithfulness over ``--n`` sentences (the everyday set, then the Ding test pairs): ERASER's
   comprehensiveness and sufficiency, AOPC over 10 / 20 / 50 % of the source, beside seeded random rankings, at one
   step of each greedy translation (drawn with ``--seed``), every method's scores of the mean over layers and heads.
@@ -30,7 +30,7 @@ from reading.gradients import BASELINES, DEFAULT_STEPS, TOLERANCE
 
 from .table import print_table
 
-#: 20 tokens with its <eos> under the shipped en-de tokenizer.
+#: 18 tokens with its <eos> under the shipped en-de tokenizer (16,000 pieces; 20 under the 8,000-piece one before it).
 SENTENCE = "My brother, who lives in Berlin with his two children, visits us every summer."
 ROOT = Path(__file__).resolve().parent.parent
 #: Sources in the order they are read: the everyday set first (161), then the Ding test pairs (1,082).

@@ -144,7 +144,9 @@ class TextTokenizer:
         return (self._tok.id_to_token(token_id) if 0 <= token_id < 2**32 else None) or "<unk>"
 
     def token_to_id(self, token: str) -> int | None:
-        """The id of a vocabulary piece, ``None`` for any other string (a lone surrogate included)."""
+        """The id of a vocabulary piece, ``None`` for any other string. A lone surrogate is read as U+FFFD
+        (:func:`replace_surrogates`): the id of the ``�`` piece where the vocabulary has one (the 16k vocabulary
+        learned with news does), else ``None``."""
         return self._tok.token_to_id(replace_surrogates(token))
 
     def tokens(self, ids: Iterable[int]) -> list[str]:

@@ -55,17 +55,24 @@ def test_the_message_says_what_loops_and_what_to_try():
     assert "far from its training text" in loop.message("translation")
 
 
+def _run_to_end(at) -> None:
+    """Click Translate's *Run to end* (the page shows what is generated so far)."""
+    next(b for b in at.button if b.label == "Run to end").click().run()
+
+
 def test_the_translate_page_explains_a_loop_and_stays_quiet_without_one(monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.run()  # the shipped translator on its first preset: no loop
+    _run_to_end(at)
     assert not at.exception and not any("goes round in a loop" in i.value for i in at.info)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.query_params["ckpt"] = "brown-lm"
     at.run()
     at.text_input(key="text_input").set_value("Bobby likes").run()  # the shipped LM: "to be able to be able …"
+    _run_to_end(at)  # the note comes with the loop, once it is written, not before the first step
     assert not at.exception
     loops = [i.value for i in at.info if "goes round in a loop" in i.value]
     assert loops and "The continuation goes round in a loop" in loops[0] and "Sampling" in loops[0]
@@ -83,6 +90,7 @@ def test_the_translate_page_shows_the_translation_the_loop_guard_gives(monkeypat
     at.text_input(key="text_input").set_value(
         "No child should ever have to grow up in an environment that is not nurturing, caring, and educational, "
         "but they do.").run()
+    _run_to_end(at)
     assert not at.exception
     loops = [i.value for i in at.info if "goes round in a loop" in i.value]
     assert loops and re.search(r"“nur” (\d+) times in a row", loops[0])

@@ -7,9 +7,9 @@ of ``../shared/data/extra/mono``. Each pair is (its English output, the German s
 the English one synthetic, and the English → German model learns to write real German from it. The English side
 starts with a tag (default ``#bt``; Caswell et al. 2019, *Tagged Back-Translation*), so that the model can tell
 synthetic sources from real ones and is not taught to translate their errors; an input a visitor types has no tag.
-The tag is plain text cut by the model's own BPE, so it must be made of pieces the vocabulary has: ``<`` and ``>`` are
-not in the shipped one, and ``<bt>`` would read as ``<unk> bt <unk>``, the piece every emoji a visitor types also
-becomes. A tag with an unknown piece is refused (:func:`check_tag`).
+The tag is plain text cut by the model's own BPE, so it must be made of pieces the vocabulary has: ``<`` and ``>`` were
+not in the 8,000-piece vocabulary (the 16,000-piece one learned with news has them), where ``<bt>`` would read as
+``<unk> bt <unk>``, the piece every emoji a visitor types also becomes. A tag with an unknown piece is refused (:func:`check_tag`).
 
 Sources are sampled (top-k 10, Edunov et al. 2018: sampled or noised synthetic sources teach more than beam search
 ones once there are many of them) or, with ``--strategy beam``, the beam's best (better when there are few). The

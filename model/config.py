@@ -108,6 +108,12 @@ class ModelConfig:
     def is_encoder_decoder(self) -> bool:
         return self.arch == "encoder-decoder"
 
+    @property
+    def decoder_self_kind(self) -> str:
+        """The attention kind of the decoder's masked self-attention: ``decoder`` beside an encoder, ``self`` in a
+        decoder-only model."""
+        return "decoder" if self.is_encoder_decoder else "self"
+
     def attention_layers(self) -> dict[str, int]:
         """Attention kind → number of layers that have it (:data:`ENCODER_DECODER_KINDS` or
         :data:`DECODER_ONLY_KINDS`, in that order); every layer has ``n_heads`` heads."""

@@ -252,7 +252,7 @@ class Stepper:
         cfg = model.cfg
         self.use_cache = use_cache
         masks = head_masks or {}
-        self._self_mask = masks.get("decoder" if cfg.is_encoder_decoder else "self")
+        self._self_mask = masks.get(cfg.decoder_self_kind)
         self._cross_mask = masks.get("cross")
         if cfg.is_encoder_decoder and not src_ids:
             raise ValueError("an encoder-decoder model needs src_ids")

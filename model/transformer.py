@@ -320,7 +320,7 @@ class Transformer(nn.Module):
         kind is ``decoder`` in an encoder-decoder, ``self`` in a decoder-only model).
         """
         trace = trace or recorder is not None
-        self_kind = "decoder" if self.cfg.is_encoder_decoder else "self"
+        self_kind = self.cfg.decoder_self_kind
         offset = cache.positions if cache is not None else 0
         t = tgt.size(1)
         self_mask = self.tgt_mask(tgt, offset)

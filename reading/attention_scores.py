@@ -119,7 +119,7 @@ def read_attention(model: Transformer, step: Step, trace: Trace | None = None) -
     if trace is None:
         trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))
     parts: dict[str, list] = {k: [] for k in ("sw", "pw", "sn", "pn", "sl", "pl")}
-    self_kind = "decoder" if model.cfg.is_encoder_decoder else "self"
+    self_kind = model.cfg.decoder_self_kind
     for i, layer in enumerate(model.decoder_layers):
         _collect(parts, "p", layer.self_attn, trace.module(self_kind, i))
         if layer.cross_attn is not None:

@@ -70,7 +70,7 @@ def read_outputs(model: Transformer, step: Step, k: int = TOP_K) -> StepOutputs:
         raise ValueError(f"k must be at least 1, got {k}")
     trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))
     heads: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
-    self_kind = "decoder" if model.cfg.is_encoder_decoder else "self"
+    self_kind = model.cfg.decoder_self_kind
     for i, layer in enumerate(model.decoder_layers):
         heads["self"].append(_head_outputs(layer.self_attn, trace.module(self_kind, i)))
         if layer.cross_attn is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, overload
+from typing import Mapping, Sequence, overload
 
 import torch
 
@@ -125,7 +125,7 @@ class Trace:
     def kinds(self) -> list[str]:
         return list(self.attention)
 
-    def labels(self, kind: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def labels(self, kind: str) -> tuple[Sequence[str], Sequence[str]]:
         """``(query_labels, key_labels)`` for an attention kind."""
         if kind == "encoder":
             return self.src_tokens, self.src_tokens

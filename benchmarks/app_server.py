@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # playwright is a dev requirement: the app itself never impor
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CHROMIUM") or "/usr/bin/chromium"
 if not Path(CHROMIUM).is_file() and shutil.which("chromium"):
-    CHROMIUM = shutil.which("chromium")
+    CHROMIUM = shutil.which("chromium") or CHROMIUM
 START_TIMEOUT_S = 60
 #: Variables that would make a served app differ from the one ``make run`` starts.
 APP_ENV = ("ATTENTION_EXPLORER_CHECKPOINTS", "ATTENTION_EXPLORER_DEMO")
@@ -38,7 +38,9 @@ SETTLE_TIMEOUT_MS = 120_000  # one script run (model load + decode) on a busy 2-
 SETTLED_JS = """(pattern) => {
   if (document.querySelector('[data-stale="true"]')) return false;
   if (document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')) return false;
-  if (document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningManIcon"]')) return false;
+  if (document.querySelector('[data-testid="stStatusWidget"] [data-testid="stStatusWidgetRunningManIcon"]')) {
+    return false;
+  }
   return !pattern || new RegExp(pattern).test(document.body.innerText);
 }"""
 TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"

@@ -12,12 +12,11 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.table import print_table
 from model.analysis import ablation_sweep
 from model.checkpoint import load_checkpoint
 from model.decoding import Stepper, prepare_source
 from model.translate import DEFAULT_CHECKPOINT
-
-from .table import print_table
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 ROOT = Path(__file__).resolve().parent.parent

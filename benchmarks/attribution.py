@@ -21,14 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.table import print_table
 from model.checkpoint import load_checkpoint
 from model.decoding import InputError, Stepper, prepare_source
 from model.translate import DEFAULT_CHECKPOINT
 from reading.attribution import METHODS, attribute_step
 from reading.faithfulness import FRACTIONS, MEASURES, faithfulness
 from reading.gradients import BASELINES, DEFAULT_STEPS, TOLERANCE
-
-from .table import print_table
 
 #: 18 tokens with its <eos> under the shipped en-de tokenizer (16,000 pieces; 20 under the 8,000-piece one before it).
 SENTENCE = "My brother, who lives in Berlin with his two children, visits us every summer."
@@ -67,7 +66,7 @@ def time_one_step(ckpt, ig: dict, repeats: int) -> list[tuple[str, str]]:
     args = (ckpt.model, src, tokens[:t], tokens[t])
     attribute_step(*args, n_steps=2)  # imports Captum and warms the allocator
     arms = {"refined": ig, "uniform": {**ig, "tolerance": None}}
-    times = {arm: [] for arm in arms}
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
     results = {}
     for _ in range(repeats):
         for arm, kwargs in arms.items():
@@ -89,7 +88,7 @@ def time_one_step(ckpt, ig: dict, repeats: int) -> list[tuple[str, str]]:
 def faithfulness_table(ckpt, n: int, ig: dict, n_random: int, seed: int) -> tuple[list[tuple[str, ...]], dict]:
     """Rows of the faithfulness table over ``n`` sentences, and a summary (sentences, median gap, seconds)."""
     rng = np.random.default_rng(seed)
-    aopc = {(measure, m): [] for measure in MEASURES for m in (*METHODS, "random")}
+    aopc: dict[tuple[str, str], list[float]] = {(measure, m): [] for measure in MEASURES for m in (*METHODS, "random")}
     gaps, shares, points, start = [], [], [], time.perf_counter()
     for text in english_sentences(n):
         try:
@@ -104,7 +103,7 @@ def faithfulness_table(ckpt, n: int, ig: dict, n_random: int, seed: int) -> tupl
         gaps.append(result.gradients.completeness_gap)
         points.append(result.gradients.n_steps)
         shares.append(result.source_share)
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for method in (*METHODS, "random"):
         comp, suff = np.array(aopc["comprehensiveness", method]), np.array(aopc["sufficiency", method])
         beats = "" if method == "random" else f"{np.mean(comp > np.array(aopc['comprehensiveness', 'random'])):.0%}"

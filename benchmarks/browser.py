@@ -33,8 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from .app_server import CHROMIUM, ROOT, ServerError, chromium, serve, settled
-from .table import print_table
+from benchmarks.app_server import CHROMIUM, ROOT, ServerError, chromium, serve, settled
+from benchmarks.table import print_table
 
 GOALS_S = {"page load → first chart": 2.5, "first Next on a sentence": 0.8, "Next": 0.3, "Back": 0.3,
            "layer change": 0.5, "Run to end": None}
@@ -59,7 +59,11 @@ def step_pattern(k: int) -> str:
 
 
 def total_steps(page) -> int:
-    return int(re.search(r"Step \d+ of (\d+)", page.inner_text("body")).group(1))
+    """Raises: RuntimeError: the page shows no "Step k of n"."""
+    found = re.search(r"Step \d+ of (\d+)", page.inner_text("body"))
+    if found is None:
+        raise RuntimeError("the page shows no 'Step k of n'")
+    return int(found.group(1))
 
 
 def open_sentence(page, url: str, text: str, step: int = 0) -> None:
@@ -96,7 +100,7 @@ def measure(url: str, repeats: int, browser) -> dict[str, list[float]]:
         times["Back"].append(timed(page.get_by_role("button", name="Back").click, page,
                                    step_pattern(k - 1)))
 
-        def pick_layer() -> None:
+        def pick_layer(page=page, i=i) -> None:
             page.get_by_label("Layer").first.click()
             options = page.get_by_role("option")
             options.nth(i % options.count()).click()
@@ -120,7 +124,8 @@ def server_rerun_seconds(repeats: int) -> list[float]:
     """Seconds of the Translate page's script run after a Next click, in-process (AppTest), ``repeats`` times."""
     from streamlit.testing.v1 import AppTest
 
-    script = APPTEST_SCRIPT.format(ckpt=str(ROOT / "checkpoints" / "en-de"), page=str(ROOT / "app_pages" / "translate.py"))
+    script = APPTEST_SCRIPT.format(ckpt=str(ROOT / "checkpoints" / "en-de"),
+                                   page=str(ROOT / "app_pages" / "translate.py"))
     times = []
     for i in range(repeats):
         at = AppTest.from_string(script, default_timeout=120)
@@ -137,7 +142,7 @@ def server_rerun_seconds(repeats: int) -> list[float]:
 
 def rows(times: dict[str, list[float]]) -> list[tuple[str, ...]]:
     """Table rows: measure, median s, worst s, goal s, met?"""
-    out = []
+    out: list[tuple[str, ...]] = []
     for name, values in times.items():
         med = statistics.median(values)
         goal = GOALS_S.get(name)

@@ -29,13 +29,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
+from benchmarks.app_server import ROOT, healthy, serve
+from benchmarks.chaos_visitors import KINDS, Chaos, Tally
+from benchmarks.load_client import Visitor
+from benchmarks.load_stats import errors_cell, fmt, summary
+from benchmarks.table import print_table
 from ui.metrics import read as read_metrics
-
-from .app_server import ROOT, healthy, serve
-from .chaos_visitors import KINDS, Chaos, Tally
-from .load_client import Visitor
-from .load_stats import errors_cell, fmt, summary
-from .table import print_table
 
 #: Errors that end a session without being anyone's bug when its worker was killed.
 CUT_OFF = ("disconnect", "timeout", "http")

@@ -20,8 +20,8 @@ import asyncio
 import random
 from urllib.parse import urlencode
 
-from .load_client import Outcome, Visitor
-from .load_scenarios import demo_sentences
+from benchmarks.load_client import Outcome, Visitor
+from benchmarks.load_scenarios import demo_sentences
 
 KINDS = ("double", "double", "double", "double", "sweep", "leaver", "hostile")
 #: Seconds between the two clicks of a double click (under 50 ms: a double click, not two decisions).
@@ -68,7 +68,7 @@ class Chaos:
         sentences = demo_sentences()
         self.sentences = sentences[(index * 37 + seed) % len(sentences):] + sentences
         self.view_param = ("&attr=1", "&lens=1", "", "")[index % 4]
-        self.expected, self.total, self.direction, self.acted = 0, None, 1, 0
+        self.expected, self.total, self.direction, self.acted = 0, 0, 1, 0  # total: the page's steps, once open
         self.target, self.short = 0, False  # the step the clicks lead to; the page one step short of it for now
 
     def sentence(self) -> str:

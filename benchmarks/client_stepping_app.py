@@ -38,13 +38,16 @@ def step_html(step: int) -> str:
     if step == 0:
         return head + tokens_html(source)
     record = view.records[-1]
+    cross, matrix = record.cross_attention, view.cross_attention_matrix()
+    if cross is None or matrix is None:
+        raise ValueError("this benchmark steps an encoder-decoder checkpoint: the model has no cross-attention")
     ids, probs = record.top(10)
     chosen = ids.index(record.token_id) if record.token_id in ids else None
     return (head + top_tokens_html(pieces.of_ids(tok, ids), probs, chosen, title=f"Step {step}: the 10 most "
                                    "probable next tokens")
             + tokens_html(pieces.of_ids(tok, view.generated), current=step - 1)
-            + highlight_tokens_html(source, record.cross_attention[layer].mean(0))
-            + alignment_html(view.cross_attention_matrix()[layer].mean(0), pieces.of_ids(tok, view.generated),
+            + highlight_tokens_html(source, cross[layer].mean(0))
+            + alignment_html(matrix[layer].mean(0), pieces.of_ids(tok, view.generated),
                              source))
 
 

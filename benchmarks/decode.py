@@ -15,14 +15,13 @@ from functools import partial
 
 import torch
 
-from model.checkpoint import load_checkpoint
+from benchmarks.table import print_table
 from corpora.files import dataset_path, read_tsv
 from model.batched import greedy_batch, translate_texts
+from model.checkpoint import load_checkpoint
 from model.decoding import Stepper, prepare_source
 from model.loops import LOOP_TIMES
 from model.translate import DEFAULT_CHECKPOINT
-
-from .table import print_table
 
 SOURCE = "The animal didn't cross the street because it was too tired, said the old man quietly."
 

@@ -22,28 +22,29 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from benchmarks.decode import never_eos, time_generation
+from benchmarks.table import print_table
 from model.analysis import ablation_sweep
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.decoding import Stepper, prepare_source
-from reading.trace import trace_pair
 from model.translate import DEFAULT_CHECKPOINT
-
-from .decode import never_eos, time_generation
-from .table import print_table
+from reading.trace import trace_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCE = "The animal didn't cross the street because it was too tired."
 #: ``Helsinki-NLP/opus-mt-en-de``'s config.json, the sizes and ids that matter for speed.
-OPUS_MT_EN_DE = dict(vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-                     decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
-                     max_position_embeddings=512, activation_function="swish", scale_embedding=True,
-                     pad_token_id=58100, eos_token_id=0, decoder_start_token_id=58100, forced_eos_token_id=0)
+OPUS_MT_EN_DE: dict[str, Any] = dict(
+    vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+    decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, max_position_embeddings=512,
+    activation_function="swish", scale_embedding=True, pad_token_id=58100, eos_token_id=0,
+    decoder_start_token_id=58100, forced_eos_token_id=0)
 #: ``--shape``: the real size, or a tiny one that checks the benchmark itself in seconds (the test suite's).
 #: name → (the MarianConfig's sizes and ids, the SentencePiece vocabulary, the Ding pairs it is learned from).
-SHAPES = {"opus-mt-en-de": (OPUS_MT_EN_DE, 8000, None),
+SHAPES: dict[str, tuple[dict[str, Any], int, int | None]] = {"opus-mt-en-de": (OPUS_MT_EN_DE, 8000, None),
           "tiny": ({**OPUS_MT_EN_DE, "vocab_size": 3001, "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
                     "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
                     "decoder_ffn_dim": 64, "pad_token_id": 3000, "decoder_start_token_id": 3000}, 500, 2000)}

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote_plus
 
-from .app_server import ROOT, ServerError, chromium, healthy, open_page, serve, settled
-from .load_client import STEP_RE, NotLocalError, Outcome, Visitor, local_base
-from .load_scenarios import LECTURE_TEXT, SCENARIO_DEFAULTS, SCENARIOS, behaviour
-from .load_stats import TABLE_HEADER, ProcessProbe, level_row
-from .table import print_table
+from benchmarks.app_server import ROOT, ServerError, chromium, healthy, open_page, serve, settled
+from benchmarks.load_client import STEP_RE, NotLocalError, Outcome, Visitor, local_base
+from benchmarks.load_scenarios import LECTURE_TEXT, SCENARIO_DEFAULTS, SCENARIOS, behaviour
+from benchmarks.load_stats import TABLE_HEADER, ProcessProbe, level_row
+from benchmarks.table import print_table
 
 MAX_ACTIONS = 100_000  # per visitor: the hold time ends a run long before
 MAX_RECONNECTS = 3  # per visitor, after a timeout or a disconnect
@@ -140,7 +140,9 @@ async def run_levels(url: str, scenario: str, opts: Options, probe: ProcessProbe
         await warm.close()
     await asyncio.sleep(1.0)
     records = [Record(n) for n in opts.levels]
-    level, stop, tasks, dones = [0], asyncio.Event(), [], []
+    level, stop = [0], asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    dones: list[asyncio.Event] = []
     before = probe.sample() if probe else None
     for i, n in enumerate(opts.levels):
         level[0] = i
@@ -162,7 +164,7 @@ async def run_levels(url: str, scenario: str, opts: Options, probe: ProcessProbe
             records[i].browser_check = await checking
         records[i].window_s = time.monotonic() - t0
         records[i].client_cpu_cores = (_own_cpu() - c0) / records[i].window_s
-        if probe:
+        if probe is not None and before is not None:
             after = probe.sample()
             records[i].server = probe.delta(before, after)
             before = after
@@ -260,7 +262,7 @@ def app_dir_env(app_dir: Path, root: Path = ROOT) -> dict[str, str]:
     for key in sorted(keys(root) - keys(app_dir)):
         option = config._config_options_template.get(key)
         default = option.default_val if option else None
-        if isinstance(default, (bool, int, float, str)):  # lists and unset options: nothing to put back
+        if option is not None and isinstance(default, (bool, int, float, str)):  # lists, unset: nothing to put back
             env[option.env_var] = str(default).lower() if isinstance(default, bool) else str(default)
     return env
 

@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.typing import Subprotocol
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 STEP_RE = re.compile(r"Step (\d+) of (\d+)")
@@ -159,10 +160,10 @@ class PageView:
                 if len(tabs.options) - 1 == default and tabs.id not in self.values:
                     self.values[tabs.id] = (FIELDS["tabs"], block.tab.label)
             return
-        if delta.WhichOneof("type") != "new_element":
-            return
         element = delta.new_element
-        kind = element.WhichOneof("type")
+        kind = element.WhichOneof("type") if delta.WhichOneof("type") == "new_element" else None
+        if kind is None:  # not a new element, or one of no known type: nothing to read
+            return
         el = getattr(element, kind)
         if kind == "markdown" and (m := STEP_RE.search(el.body)):
             self.step = int(m.group(1)), int(m.group(2))
@@ -250,7 +251,12 @@ class Visitor:
         self.ws_base, self.host, self.port = local_base(base_url)
         self.timeout_s = timeout_s
         self.view = PageView()
-        self._ws = None
+        self._ws: ClientConnection | None = None
+
+    def _socket(self) -> ClientConnection:
+        if self._ws is None:  # an action before open(): say so rather than fail on None
+            raise RuntimeError("the visitor has no websocket: open() a page first")
+        return self._ws
 
     async def open(self, page: str = "", query: str = "") -> Outcome:
         """Load ``/page?query`` as a browser does: the health and host-config requests, the websocket, and the
@@ -260,8 +266,8 @@ class Visitor:
             for path in ("/_stcore/health", "/_stcore/host-config"):
                 if await http_status(self.host, self.port, path, self.timeout_s) != 200:
                     return Outcome("first load", None, ["http"], path)
-            self._ws = await connect(f"{self.ws_base}/_stcore/stream", subprotocols=["streamlit"], max_size=None,
-                                     ping_interval=None, open_timeout=self.timeout_s)
+            self._ws = await connect(f"{self.ws_base}/_stcore/stream", subprotocols=[Subprotocol("streamlit")],
+                                     max_size=None, ping_interval=None, open_timeout=self.timeout_s)
         except (OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI) as exc:
             return Outcome("first load", None, ["http"], f"{type(exc).__name__}: {exc}")
         self.view.query_string = query
@@ -321,9 +327,9 @@ class Visitor:
         msg = self.view.rerun(trigger=button, fragment_id=button.fragment_id)
         try:
             self.view.begin_run()
-            await self._ws.send(msg.SerializeToString())
+            await self._socket().send(msg.SerializeToString())
             await asyncio.sleep(gap_s)
-            await self._ws.send(msg.SerializeToString())
+            await self._socket().send(msg.SerializeToString())
             runs, early, status, shown = 0, 0, None, []
             while True:
                 try:
@@ -367,7 +373,7 @@ class Visitor:
     async def _send_and_read(self, msg: BackMsg) -> int:
         """The status of the last run ``msg`` starts (through up to :data:`MAX_RUNS_PER_ACTION` chained runs)."""
         self.view.begin_run()
-        await self._ws.send(msg.SerializeToString())
+        await self._socket().send(msg.SerializeToString())
         for _ in range(MAX_RUNS_PER_ACTION):
             status = await self._read_run()
             if status != EARLY_FOR_RERUN:
@@ -378,7 +384,7 @@ class Visitor:
     async def _read_run(self) -> int:
         while True:
             msg = ForwardMsg()
-            msg.ParseFromString(await self._ws.recv())
+            msg.ParseFromString(await self._socket().recv())
             status = self.view.apply(msg)
             if status is not None:
                 return status

@@ -19,15 +19,24 @@ from __future__ import annotations
 
 import random
 import re
+from typing import TypedDict
 from urllib.parse import parse_qs, quote_plus
 
+from benchmarks.load_client import Outcome, Visitor
 from viz.labels import KIND_SHORT, KIND_TITLES
 
-from .load_client import Outcome, Visitor
-
 SCENARIOS = ("lecture", "demo", "attention", "lens", "attribution", "burst")
+
+
+class ScenarioDefaults(TypedDict, total=False):
+    """A scenario's own ``levels`` (cumulative visitors) and ``ramp_s`` (seconds per level)."""
+
+    levels: list[int]
+    ramp_s: float
+
+
 #: A scenario's own visitor levels and ramp (seconds), where the command line gives none.
-SCENARIO_DEFAULTS = {"burst": {"levels": [100], "ramp_s": 5.0}}
+SCENARIO_DEFAULTS: dict[str, ScenarioDefaults] = {"burst": {"levels": [100], "ramp_s": 5.0}}
 #: What ``mixed`` interleaves.
 MIXED = ("lecture", "demo", "attention")
 LECTURE_TEXT = "My brother lives in Berlin."
@@ -54,7 +63,8 @@ class StepThrough:
 
     def __init__(self, text: str, rng: random.Random, extra: str = ""):
         self.query = f"text={quote_plus(text)}{extra}"  # extra: more link parameters ("&lens=1")
-        self.expected, self.direction, self.total = 0, 1, None
+        self.expected, self.direction = 0, 1
+        self.total: int | None = None
 
     def opened(self, visitor: Visitor, outcome: Outcome) -> None:
         self.expected, self.direction = 0, 1
@@ -107,9 +117,10 @@ class AttentionBrowsing:
                          "Head": ("head", re.sub(r"\D", "", option) or option.split()[0]),
                          "Attention": ("kind", KIND_OF_LABEL.get(option))}[what]
         in_link = parse_qs(view.query_string).get(param, [None])[0]
-        head = {"mean": "· mean over heads", "all": "· head 1"}.get(wanted, f"· head {wanted}")  # all: head 1 first
+        # all: head 1 first
+        head = {"mean": "· mean over heads", "all": "· head 1"}.get(wanted or "", f"· head {wanted}")
         drawn = {"Layer": f"· layer {wanted} ·", "Head": head,
-                 "Attention": KIND_TITLES.get(wanted, "?")}[what]
+                 "Attention": KIND_TITLES.get(wanted or "", "?")}[what]
         # the heatmaps' titles name kind, layer and head ("Cross-attention (decoder → encoder) · layer 2 · head 3");
         # a tab without them (Head statistics…) leaves only the link to check
         titles = [" ".join(t.replace("<br>", " ").split()) for t in view.titles]  # a long title is wrapped

@@ -153,7 +153,7 @@ def table(runs: list[Path], at_step: int = 0) -> list[tuple[str, ...]]:
     """Rows for :func:`print_table`, with each chrF's difference to the ``base`` run (when it is among them)."""
     rows = [r for r in (summarize(p, at_step) for p in runs) if r]
     base = next((r["chrf"] for r in rows if r["run"] == "base"), None)
-    out = []
+    out: list[tuple[str, ...]] = []
     for r in rows:
         delta = "" if base is None or r["chrf"] is None or r["run"] == "base" else f" ({r['chrf'] - base:+.2f})"
         out.append((r["run"], "–" if not r["parameters"] else f"{r['parameters'] / 1e6:.1f}M", str(r["steps"]),
@@ -165,8 +165,8 @@ def table(runs: list[Path], at_step: int = 0) -> list[tuple[str, ...]]:
     return out
 
 
-HEADER = ("variant", "parameters", "steps", "tokens", "minutes", "tokens/s (last log)", "valid loss (last)", "valid chrF (best, Δ base)",
-          "valid BLEU", "at step")
+HEADER = ("variant", "parameters", "steps", "tokens", "minutes", "tokens/s (last log)", "valid loss (last)",
+          "valid chrF (best, Δ base)", "valid BLEU", "at step")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     if args.print_commands:
         for n in names:
-            print(shlex.join(command(n, root / f"{prefix}{n}", args.minutes, args.steps, args.threads, args.warm, args.real)[1:]))
+            argv = command(n, root / f"{prefix}{n}", args.minutes, args.steps, args.threads, args.warm, args.real)
+            print(shlex.join(argv[1:]))
         return 0
     if args.launch:
         for n in names:

@@ -6,9 +6,9 @@ and the pages. It serves the app as ``make run`` does (:mod:`benchmarks.app_serv
 presentation mode (``?present=1``) at 1280×720 and at 1920×1080 in Debian's Chromium, waits until the page's main
 content is drawn and its script run is over, and saves what the screen shows (the viewport, not the whole page)
 as ``<page>-<width>x<height>.png``. Translate, Attention and the Decoding lab show the lecture preset "My brother
-lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults, and ``lecture-live`` the Worked
-examples' live numbers of the sentence scrolled to Q, K and V, and ``translate-lens`` Translate's logit lens at step
-3, scrolled to its toggle (``translate-attribution``: its attention-vs-attribution view); ``translate-far`` a news
+lives in Berlin." (Translate and the lab at step 3); the other pages show their defaults, and ``lecture-live`` the
+Worked examples' live numbers of the sentence scrolled to Q, K and V, and ``translate-lens`` Translate's logit lens at
+step 3, scrolled to its toggle (``translate-attribution``: its attention-vs-attribution view); ``translate-far`` a news
 sentence at step 3 under the warning that it is far from what the model has seen; ``translate-loop`` the language
 model's greedy loop on "Bobby likes" and the note on it. The Training page shows the runs under ``runs/`` as they
 are at that moment.
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .app_server import CHROMIUM, ROOT, ServerError, chromium, open_page, serve, settled
+from benchmarks.app_server import CHROMIUM, ROOT, ServerError, chromium, open_page, serve, settled
 
 SENTENCE = "text=My+brother+lives+in+Berlin."
 VIEWPORTS = ((1280, 720), (1920, 1080))

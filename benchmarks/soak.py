@@ -25,26 +25,27 @@ import sys
 import time
 from collections import Counter
 
+from benchmarks.app_server import ROOT, serve
+from benchmarks.chaos import gate_stats
+from benchmarks.load import Options, Record, run_levels
+from benchmarks.load_client import Outcome, local_base
+from benchmarks.load_scenarios import SCENARIOS
+from benchmarks.load_stats import TABLE_HEADER, ProcessProbe, errors_cell, level_row, summary
+from benchmarks.soak_churn import run_churn
+from benchmarks.table import print_table
 from deploy.worker import MALLOC_ARENAS
 from ui.memory import FIGURE_BYTES, GATE_BYTES
-
-from .app_server import ROOT, serve
-from .chaos import gate_stats
-from .load import Options, run_levels
-from .load_client import local_base
-from .load_scenarios import SCENARIOS
-from .load_stats import TABLE_HEADER, ProcessProbe, errors_cell, level_row, summary
-from .soak_churn import run_churn
-from .table import print_table
 
 MIB = 2**20
 
 
 async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: float, ramp_s: float,
-               linger_s: float, churn: bool = False) -> tuple[list[tuple], object, float]:
+               linger_s: float, churn: bool = False,
+               ) -> tuple[list[tuple], tuple[list[Outcome], int] | list[Record], float | None]:
     """``(samples, what ran, baseline RSS MB)``: ``samples`` are ``(minutes since start, RSS MB, server CPU cores,
     gate MiB, figure MiB)`` every ``every_s`` seconds during the soak and once more ``linger_s`` seconds after every
-    visitor left; what ran is the level's records, or ``(outcomes, visitors who came)`` with ``churn``."""
+    visitor left; what ran is the level's records, or ``(outcomes, visitors who came)`` with ``churn``; the baseline
+    is measured with ``churn`` only (else ``None``)."""
     probe = ProcessProbe(port=local_base(url)[2])
     samples: list[tuple] = []
     start = time.monotonic()
@@ -67,7 +68,8 @@ async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: 
             before = after
 
     stop = asyncio.Event()
-    baseline = None
+    baseline: float | None = None
+    records: tuple[list[Outcome], int] | list[Record]
     if churn:
         ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s))
         while baseline is None:  # the warm-up visit is over once the first sentence is in the gate

@@ -16,10 +16,9 @@ import random
 import time
 from urllib.parse import quote_plus
 
+from benchmarks.load_client import Outcome, Visitor
+from benchmarks.load_scenarios import AttentionBrowsing, StepThrough, demo_sentences
 from model.decoding import MAX_INPUT_CHARS
-
-from .load_client import Outcome, Visitor
-from .load_scenarios import AttentionBrowsing, StepThrough, demo_sentences
 
 #: New sentences a minute (every visitor of that minute picks one of them).
 PER_MINUTE = 8
@@ -81,7 +80,8 @@ async def run_churn(url: str, visitors: int, minutes: float, ramp_s: float) -> t
     warm = Visitor(url, 180)
     await warm.open("", f"text={quote_plus('My brother lives in Berlin.')}")
     await warm.close()
-    start, stop, outcomes = time.monotonic(), asyncio.Event(), []
+    start, stop = time.monotonic(), asyncio.Event()
+    outcomes: list[Outcome] = []
 
     async def seat(i: int) -> int:
         await asyncio.sleep(ramp_s * i / max(visitors, 1))

@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from .app_server import chromium, open_page, serve, settled
-from .browser import step_pattern, timed
-from .load_stats import ProcessProbe, listening_pids, percentile
-from .table import print_table
+from benchmarks.app_server import chromium, open_page, serve, settled
+from benchmarks.browser import step_pattern, timed
+from benchmarks.load_stats import ProcessProbe, listening_pids, percentile
+from benchmarks.table import print_table
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = "The children play in the garden."
@@ -77,7 +77,7 @@ def in_browser(url: str, browser, clicks: int) -> dict:
 
 
 def row(name: str, r: dict) -> tuple[str, ...]:
-    p50, p95 = statistics.median(r["times"]), percentile(r["times"], 95)
+    p50, p95 = statistics.median(r["times"]), percentile(r["times"], 95) or 0.0  # None only without times
     return (name, f"{p50 * 1000:.0f} / {p95 * 1000:.0f} ms", f"{r['cpu_ms']:.1f} ms", f"{r['load']:.2f} s",
             f"{r['chars']:,}")
 

@@ -25,19 +25,20 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from benchmarks.table import print_table
 from model.baseline import IMPLS, build_model
 from model.config import ModelConfig
+from model.translate import DEFAULT_CHECKPOINT
 from training.batches import Batch, Example, collate, loss_fn
 from training.device import autocast, cpu_has_native_bf16
-from model.translate import DEFAULT_CHECKPOINT
-
-from .table import print_table
 
 IMPL_NAMES = {"ours": "ours", "torch": "torch.nn.Transformer"}
-TINY = dict(vocab_size=64, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, max_len=32)
+TINY: dict[str, Any] = dict(vocab_size=64, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64,
+                            max_len=32)
 LABEL_SMOOTHING = 0.1
 CLIP = 1.0
 N_BATCHES = 4  # distinct synthetic batches, cycled

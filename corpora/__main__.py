@@ -20,12 +20,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from .brown import BROWN_DIR, prepare_brown
-from .ding import DING_PATH, prepare
-from .files import ASSETS_DATA, DataError
-from .extra import EXTRA_CORPORA, extra_train_dir
-from .parallel import DEFAULT_REPEATS, PARALLEL, PREPARED, SHARED_DATA, parse_repeats, prepare_corpora, \
-    prepare_mixture
+from corpora.brown import BROWN_DIR, prepare_brown
+from corpora.ding import DING_PATH, prepare
+from corpora.extra import EXTRA_CORPORA, extra_train_dir
+from corpora.files import ASSETS_DATA, DataError
+from corpora.parallel import (
+    DEFAULT_REPEATS,
+    PARALLEL,
+    PREPARED,
+    SHARED_DATA,
+    parse_repeats,
+    prepare_corpora,
+    prepare_mixture,
+)
 
 
 def corpora_to_prepare(corpus: str, shared: Path = SHARED_DATA) -> tuple[str, ...]:

@@ -20,8 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .files import ASSETS_DATA, DataError, read_text_lines
-from .files import split_of as hash_split
+from corpora.files import ASSETS_DATA, DataError, read_text_lines
+from corpora.files import split_of as hash_split
 
 BROWN_DIR = ASSETS_DATA / "brown"
 SPLITS = ("train", "valid", "test")
@@ -151,7 +151,7 @@ def write_lines_gz(path: Path, lines: list[str]) -> None:
     """Write one text a line, gzip-compressed with a fixed mtime (byte-identical on every rebuild)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-        gz.write("".join(l + "\n" for l in lines).encode("utf-8"))
+        gz.write("".join(line + "\n" for line in lines).encode("utf-8"))
 
 
 def prepare_brown(package: Path | None = None, out_dir: Path = BROWN_DIR) -> dict[str, int]:

@@ -25,8 +25,8 @@ import re
 import unicodedata
 from pathlib import Path
 
-from .files import ASSETS_DATA, DataError, Pair, dataset_path, split_key, write_tsv_gz
-from .files import split_of as hash_split
+from corpora.files import ASSETS_DATA, DataError, Pair, dataset_path, split_key, write_tsv_gz
+from corpora.files import split_of as hash_split
 
 DING_PATH = Path("/usr/share/trans/de-en")
 
@@ -92,7 +92,7 @@ def parse_ding_line(line: str) -> list[tuple[str, str]]:
     de_fields, en_fields = german.split(" | "), english.split(" | ")
     if len(de_fields) != len(en_fields):
         return []
-    return list(zip(en_fields, de_fields))
+    return list(zip(en_fields, de_fields, strict=True))
 
 
 def extract_pairs(lines) -> dict[str, list[Pair]]:
@@ -108,7 +108,10 @@ def extract_pairs(lines) -> dict[str, list[Pair]]:
             en_alts, de_alts = _alternatives(en_field), _alternatives(de_field)
             if not en_alts or not de_alts:
                 continue
-            pairs = list(zip(en_alts, de_alts)) if len(en_alts) == len(de_alts) else [(en_alts[0], de_alts[0])]
+            if len(en_alts) == len(de_alts):
+                pairs = list(zip(en_alts, de_alts, strict=True))
+            else:
+                pairs = [(en_alts[0], de_alts[0])]
             for en, de in pairs:
                 if not (is_clean(en) and is_clean(de)) or (en, de) in seen:
                     continue
@@ -143,7 +146,8 @@ def split_dataset(extracted: dict[str, list[Pair]]) -> dict[str, list[Pair]]:
         splits[name].append(pair)
     for extra in ("phrases", "words"):
         splits[extra] = [
-            p for p in extracted[extra] if split_key(p.src) not in held_out_keys and split_key(p.tgt) not in held_out_keys
+            p for p in extracted[extra]
+            if split_key(p.src) not in held_out_keys and split_key(p.tgt) not in held_out_keys
         ]
     return splits
 
@@ -177,7 +181,7 @@ def prepare(ding_path: Path = DING_PATH, out_dir: Path = ASSETS_DATA) -> dict[st
         raise DataError(f"{ding_path} not found: install it with 'apt-get install trans-de-en'")
     with open(ding_path, encoding="utf-8") as f:
         lines = f.readlines()
-    version = next((l.split("::", 1)[1].strip() for l in lines[:5] if l.startswith("# Version")), "unknown")
+    version = next((line.split("::", 1)[1].strip() for line in lines[:5] if line.startswith("# Version")), "unknown")
     splits = split_dataset(extract_pairs(lines))
     counts = {}
     for name, pairs in splits.items():

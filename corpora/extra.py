@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import DataError, Pair, read_text_lines, read_tsv, split_of
+from corpora.files import DataError, Pair, read_text_lines, read_tsv, split_of
 
 #: The training files of ``extra/train/``, by file stem (the mixture's names for them).
 EXTRA_CORPORA = ("wmt-news-extra", "wmt19-20-extra-refs", "wmt-general-2023-24", "ud-pud", "mlqe-pe", "mucow-wmt19",
@@ -107,7 +107,8 @@ def clean_pairs(pairs: list[Pair], why: Callable[[Pair], str | None] = drop_reas
     """``pairs`` less those ``why`` names a reason for (by default :func:`drop_reason`) and less repeats of an
     identical pair (the extra references repeat one another), order kept."""
     seen: set[Pair] = set()
-    kept, dropped = [], Counter()
+    kept: list[Pair] = []
+    dropped: Counter[str] = Counter()
     for p in pairs:
         reason = why(p) or ("duplicate" if p in seen else None)
         if reason:

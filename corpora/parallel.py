@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import io
 import zipfile
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .extra import EXTRA_CORPORA, FLORES_NAME, GENERAL_DOMAIN, extra_train_dir, read_extra_corpus, read_flores
-from .files import ASSETS_DATA, DataError, Pair, dataset_path, read_text_lines, read_tsv, split_key, split_of, \
-    write_tsv_gz
+from corpora.extra import EXTRA_CORPORA, FLORES_NAME, GENERAL_DOMAIN, extra_train_dir, read_extra_corpus, read_flores
+from corpora.files import (
+    ASSETS_DATA,
+    DataError,
+    Pair,
+    dataset_path,
+    read_text_lines,
+    read_tsv,
+    split_key,
+    split_of,
+    write_tsv_gz,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -133,7 +141,7 @@ def read_aligned(en_path: Path, de_path: Path) -> list[Pair]:
     en, de = list(read_text_lines(en_path)), list(read_text_lines(de_path))
     if len(en) != len(de):
         raise DataError(f"{en_path} has {len(en)} lines but {de_path} has {len(de)}: they must be line-aligned")
-    pairs = [Pair(e.strip(), d.strip()) for e, d in zip(en, de) if e.strip() and d.strip()]
+    pairs = [Pair(e.strip(), d.strip()) for e, d in zip(en, de, strict=True) if e.strip() and d.strip()]
     if not pairs:
         raise DataError(f"{en_path} and {de_path} hold no sentence pairs")
     return pairs
@@ -270,7 +278,7 @@ VALID_PER_CORPUS = 400
 def interleave(groups: list[list[Pair]]) -> list[Pair]:
     """Round-robin over ``groups`` (the first pairs of the result come from every group: the trainer translates
     the first ``--eval-sentences`` valid pairs)."""
-    out = []
+    out: list[Pair] = []
     for i in range(max((len(g) for g in groups), default=0)):
         out.extend(g[i] for g in groups if i < len(g))
     return out

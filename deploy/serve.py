@@ -64,6 +64,9 @@ class Child:
 
     @property
     def pid(self) -> int:
+        """Raises: DeployError: the child was never started."""
+        if self.proc is None:
+            raise DeployError(f"{self.name} was never started")
         return self.proc.pid
 
 
@@ -94,11 +97,14 @@ class Cluster:
             if self._stopping.is_set():
                 return
             for child in self.children:
-                if child.restart_at is None and child.proc.poll() is not None:
+                proc = child.proc
+                if proc is None:  # never started: nothing to watch
+                    continue
+                if child.restart_at is None and proc.poll() is not None:
                     if now - child.started > STABLE_S:
                         child.backoff_s = FIRST_BACKOFF_S
                     child.restart_at = now + child.backoff_s
-                    self.say(f"{child.name} exited with code {child.proc.returncode}; "
+                    self.say(f"{child.name} exited with code {proc.returncode}; "
                              f"restarting in {child.backoff_s:.0f} s (log: {child.log})")
                     child.backoff_s = min(child.backoff_s * 2, MAX_BACKOFF_S)
                 elif child.restart_at is not None and now >= child.restart_at:

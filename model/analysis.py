@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from .decoding import Stepper
-from .transformer import Transformer
+from model.decoding import Stepper
+from model.transformer import Transformer
 
 
 def attention_rollout(weights: torch.Tensor, residual: float = 0.5) -> torch.Tensor:

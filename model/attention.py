@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .recorder import AttentionRecord
+from model.recorder import AttentionRecord
 
 
 @dataclass
@@ -43,19 +43,19 @@ class LayerKV:
 
     def nbytes(self) -> int:
         """Bytes held by K and V together."""
-        if self.k is None:
+        if self.k is None or self.v is None:
             return 0
         return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
 
     def truncate(self, positions: int) -> None:
         """Keep the first ``positions`` rows (used to step back in decoding)."""
-        if self.k is not None:
+        if self.k is not None and self.v is not None:
             self.k = self.k[:, :, :positions]
             self.v = self.v[:, :, :positions]
 
     def select(self, index: torch.Tensor) -> None:
         """Reorder / repeat the batch rows (beam search)."""
-        if self.k is not None:
+        if self.k is not None and self.v is not None:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
 
@@ -118,6 +118,8 @@ class MultiHeadAttention(nn.Module):
     * traced (``trace=True``): the explicit softmax, which also returns the weights ``[batch, heads, q_len, k_len]``.
     """
 
+    slopes: torch.Tensor  # ALiBi's buffer (registered only then): nn.Module types its attributes as Tensor | Module
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, position: str | None = None):
         super().__init__()
         if d_model % n_heads:
@@ -178,26 +180,28 @@ class MultiHeadAttention(nn.Module):
         k_raw = None
         if self.position is not None and positions is None:
             raise ValueError(f"{self.position} attention needs the query positions")
-        if self.position == "rope":
-            q = rope_rotate(q, positions)
-        if cache is not None and static_kv and cache.k is not None:
+        rope_at = positions if self.position == "rope" else None
+        alibi_at = positions if self.position == "alibi" else None
+        if rope_at is not None:
+            q = rope_rotate(q, rope_at)
+        if cache is not None and static_kv and cache.k is not None and cache.v is not None:
             k, v = cache.k, cache.v
         else:
             if x_kv is None:
                 raise ValueError("x_kv is required unless the static cache is filled")
             k, v = self._split(self.k_proj(x_kv)), self._split(self.v_proj(x_kv))
             k_raw = k
-            if self.position == "rope":
-                k = rope_rotate(k, positions)  # rotated once, before caching
+            if rope_at is not None:
+                k = rope_rotate(k, rope_at)  # rotated once, before caching
             if cache is not None:
-                if not static_kv and cache.k is not None:
+                if not static_kv and cache.k is not None and cache.v is not None:
                     k = torch.cat([cache.k, k], dim=2)
                     v = torch.cat([cache.v, v], dim=2)
                 cache.k, cache.v = k, v
 
         bias = None
-        if self.position == "alibi":
-            bias = alibi_bias(self.slopes, positions, torch.arange(k.size(2), device=k.device)).to(q.dtype)
+        if alibi_at is not None:
+            bias = alibi_bias(self.slopes, alibi_at, torch.arange(k.size(2), device=k.device)).to(q.dtype)
         weights = None
         if trace:
             weights = scaled_dot_product_weights(q, k, mask, bias)
@@ -215,7 +219,7 @@ class MultiHeadAttention(nn.Module):
         heads = out
         b, _, t, _ = out.shape
         out = self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
-        if record is not None:
+        if record is not None and weights is not None:  # record needs trace, which sets the weights
             record(AttentionRecord(x_q, x_kv, mask, positions, q_raw, k if k_raw is None else k_raw, q, k, v, bias,
                                    weights, heads, out))
         return out, weights

@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .checkpoint import read_weights
-from .config import ModelConfig
-from .positional import PositionalEncoding
-from .transformer import causal_mask
+from model.checkpoint import read_weights
+from model.config import ModelConfig
+from model.positional import PositionalEncoding
+from model.transformer import causal_mask
 
 IMPLS = ("ours", "torch")
 
@@ -164,7 +164,7 @@ def build_model(cfg: ModelConfig, impl: str = "ours") -> nn.Module:
         ValueError: unknown ``impl``.
     """
     if impl == "ours":
-        from .transformer import Transformer
+        from model.transformer import Transformer
 
         return Transformer(cfg)
     if impl == "torch":

@@ -14,10 +14,10 @@ from typing import Callable
 
 import torch
 
-from .decoding import InputError, default_max_new_tokens, input_limit, prepare_source
-from .loops import GUARD_MAX_TOKENS, ban_loops
-from .tokenizer import TextTokenizer
-from .transformer import Transformer
+from model.decoding import InputError, default_max_new_tokens, input_limit, prepare_source
+from model.loops import GUARD_MAX_TOKENS, ban_loops
+from model.tokenizing import Tokenizer
+from model.transformer import Transformer
 
 
 def source_limits(cfg, src_batch: list[list[int]], max_new_tokens: int | None = None) -> list[int]:
@@ -75,7 +75,8 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
         logits = model.next_token_logits(hidden[:, -1])
         if loop_times:  # a loop closing now lies within the last times × GUARD_MAX_TOKENS tokens
             recent = tokens[:, 1:][:, -loop_times * GUARD_MAX_TOKENS:].tolist()
-            ban_loops(logits, [None if d else seq for seq, d in zip(recent, done.tolist())], loop_times)
+            ban_loops(logits, [None if d else seq for seq, d in zip(recent, done.tolist(), strict=True)],
+                      loop_times)
         nxt = logits.argmax(-1) if pick is None else pick(logits)
         nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
         out.append(nxt)
@@ -95,8 +96,9 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     return result
 
 
-def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], batch_size: int = 64,
-                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch) -> list[str]:
+def translate_texts(model: Transformer, tokenizer: Tokenizer, texts: list[str], batch_size: int = 64,
+                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch,
+                    ) -> list[str]:
     """Translations of ``texts`` (sorted by length internally for speed; order preserved).
 
     ``decode_batch(model, src_batch) -> ids per sentence`` translates one batch of encoder ids: greedy by
@@ -106,17 +108,19 @@ def translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[st
     Texts that are empty or unusable give an empty string rather than an exception.
     """
     cfg = model.cfg
-    prepared = []
-    for t in texts:
+    prepared: dict[int, list[int]] = {}  # the usable texts' ids, by index
+    for i, t in enumerate(texts):
         try:
-            prepared.append(prepare_source(tokenizer, t, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids)
+            ids = prepare_source(tokenizer, t, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids
         except InputError:
-            prepared.append(None)
-    order = sorted((i for i, p in enumerate(prepared) if p), key=lambda i: len(prepared[i]))
+            continue
+        if ids:
+            prepared[i] = ids
+    order = sorted(prepared, key=lambda i: len(prepared[i]))
     results = [""] * len(texts)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        for i, ids in zip(chunk, decode_batch(model, [prepared[i] for i in chunk])):
+        for i, ids in zip(chunk, decode_batch(model, [prepared[i] for i in chunk]), strict=True):
             results[i] = tokenizer.decode(ids)
     return results
 

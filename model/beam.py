@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .batched import encode_batch, source_limits, translate_texts
-from .decoding import decoder_prefix, strip_eos
-from .loops import ban_loops
-from .sampling import SamplingError
-from .tokenizer import TextTokenizer
-from .transformer import Transformer
+from model.batched import encode_batch, source_limits, translate_texts
+from model.decoding import decoder_prefix, strip_eos
+from model.loops import ban_loops
+from model.sampling import SamplingError
+from model.tokenizing import Tokenizer
+from model.transformer import Transformer
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -63,7 +63,7 @@ def check_beam_size(beam_size: int) -> None:
 def _finish(hypotheses: list[Hypothesis], beams: list[list[int]], beam_lp: list[float], beam_size: int,
             alpha: float) -> None:
     """Close a sentence's search: the open ``beams`` fill the free places (unfinished), then rank by score."""
-    for seq, lp in zip(beams, beam_lp):
+    for seq, lp in zip(beams, beam_lp, strict=True):
         if len(hypotheses) >= beam_size:
             break
         hypotheses.append(Hypothesis(tuple(seq), lp, hypothesis_score(lp, len(seq), alpha), False))
@@ -100,10 +100,11 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
     cfg = model.cfg
     dev = model.device
     hyps: list[list[Hypothesis]] = [[] for _ in range(feed.size(0))]  # closed hypotheses per sentence
-    trees: list[list[tuple]] = [[] for _ in hyps]  # the candidates of every step, per sentence (when recorded)
+    # the candidates of every step, per sentence (when recorded)
+    trees: list[list[list[tuple[int, int, float, bool]]]] = [[] for _ in hyps]
 
     def results() -> list[BeamResult]:
-        return [BeamResult(tuple(h), tuple(tuple(s) for s in t)) for h, t in zip(hyps, trees)]
+        return [BeamResult(tuple(h), tuple(tuple(s) for s in t)) for h, t in zip(hyps, trees, strict=True)]
 
     beams: list[list[list[int]]] = [[[]] for _ in hyps]  # open beams per sentence (generated tokens)
     for i, limit in enumerate(limits):
@@ -115,7 +116,9 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
     rows = torch.tensor(active, device=dev)
     feed = feed.index_select(0, rows)
     if memory is not None:
-        memory, memory_mask = memory.index_select(0, rows), memory_mask.index_select(0, rows)
+        memory = memory.index_select(0, rows)
+    if memory_mask is not None:
+        memory_mask = memory_mask.index_select(0, rows)
     row_lp = torch.zeros(len(active), device=dev)  # log P of each row's beam
     width = 1  # rows per open sentence
     cache = model.new_cache()
@@ -129,10 +132,13 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
         total = (row_lp[:, None] + log_probs).reshape(len(active), width * vocab)
         top_lp, top_idx = torch.topk(total, min(2 * beam_size, width * vocab), dim=-1)  # [sentences, 2k]
         still, parent_rows, next_lp, next_tokens = [], [], [], []
-        for j, (i, cand_lp, cand_idx) in enumerate(zip(active, top_lp.tolist(), top_idx.tolist())):
+        for j, (i, cand_lp, cand_idx) in enumerate(zip(active, top_lp.tolist(), top_idx.tolist(), strict=True)):
             closed = hyps[i]
-            step_rec, new_beams, new_lp, parents = [], [], [], []
-            for rank, (lp, idx) in enumerate(zip(cand_lp, cand_idx)):
+            step_rec: list[tuple[int, int, float, bool]] = []
+            new_beams: list[list[int]] = []
+            new_lp: list[float] = []
+            parents: list[int] = []
+            for rank, (lp, idx) in enumerate(zip(cand_lp, cand_idx, strict=True)):
                 if lp == float("-inf"):  # a padding row's candidates come last
                     break
                 parent, token = divmod(idx, vocab)
@@ -230,7 +236,7 @@ def beam_search_batch(model: Transformer, src_batch: list[list[int]], beam_size:
     return _beam_search_rows(model, feed, memory, memory_mask, limits, beam_size, alpha, False, loop_times)
 
 
-def beam_translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], beam: int = 4,
+def beam_translate_texts(model: Transformer, tokenizer: Tokenizer, texts: list[str], beam: int = 4,
                          alpha: float = 0.6, batch_size: int = 32, loop_times: int = 0) -> list[str]:
     """The best beam-search translation of each text (:func:`beam_search_batch`, ``batch_size`` sentences ×
     ``beam`` rows per decoder step); as :func:`~model.batched.translate_texts` otherwise: order preserved, an
@@ -281,7 +287,8 @@ def beam_states(result: BeamResult, alpha: float, eos_id: int) -> tuple[BeamStat
     states = [BeamState(0, (Hypothesis((), 0.0, 0.0, False),), (), ())]
     for t, cands in enumerate(result.steps, start=1):
         prev = states[-1]
-        open_, finished, considered = [], list(prev.finished), []
+        open_: list[Hypothesis] = []
+        finished, considered = list(prev.finished), []
         for parent, token, lp, kept in cands:
             base = prev.open[parent].tokens if parent < len(prev.open) else ()
             considered.append((base, int(token), float(lp), bool(kept)))

@@ -21,17 +21,17 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import ConfigError, ModelConfig
-from .errors import CheckpointError  # callers import it from here
-from .hf.card import hf_card
-from .hf.families import FAMILIES
-from .hf.generation import GenerationDefaults
-from .hf.loader import is_hf_model_dir, load_hf_model
-from .hf.tokenizers import load_hf_tokenizer
-from .quantize import dequantize_state, quantize_state
-from .tokenizer import TextTokenizer
-from .tokenizing import Tokenizer
-from .transformer import Transformer
+from model.config import ConfigError, ModelConfig
+from model.errors import CheckpointError  # callers import it from here
+from model.hf.card import hf_card
+from model.hf.families import FAMILIES
+from model.hf.generation import GenerationDefaults
+from model.hf.loader import is_hf_model_dir, load_hf_model
+from model.hf.tokenizers import load_hf_tokenizer
+from model.quantize import dequantize_state, quantize_state
+from model.tokenizer import TextTokenizer
+from model.tokenizing import Tokenizer
+from model.transformer import Transformer
 
 REQUIRED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
@@ -165,7 +165,8 @@ def checkpoint_arch(folder: str | Path) -> str:
     :data:`~model.hf.families.FAMILIES`). A folder that says neither counts as an encoder-decoder, as every early
     checkpoint was."""
     data = _config(Path(folder))
-    known = FAMILIES.get(data.get("model_type"))
+    model_type = data.get("model_type")
+    known = FAMILIES.get(model_type) if isinstance(model_type, str) else None
     arch = (known.arch if known else None) if "model_type" in data else data.get("arch")
     return arch if arch in ("encoder-decoder", "decoder-only") else "encoder-decoder"
 
@@ -224,7 +225,8 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
     allowed_missing = {"generator.weight"} if cfg.tie_embeddings else set()
     if set(result.missing_keys) - allowed_missing or result.unexpected_keys:
         raise CheckpointError(
-            f"{folder}: weights do not match the config (missing {sorted(set(result.missing_keys) - allowed_missing)[:3]}, "
+            f"{folder}: weights do not match the config "
+            f"(missing {sorted(set(result.missing_keys) - allowed_missing)[:3]}, "
             f"unexpected {result.unexpected_keys[:3]})"
         )
     card = {}

@@ -19,8 +19,8 @@ from typing import Callable, Mapping
 
 import torch
 
-from .decoding import StepRecord, Stepper, greedy_choice, strip_eos
-from .sampling import Pipeline
+from model.decoding import Stepper, StepRecord, greedy_choice, strip_eos
+from model.sampling import Pipeline
 
 
 @dataclass(frozen=True, eq=False)  # tensors inside: compared and hashed by identity
@@ -59,8 +59,8 @@ class Decoding:
         keeps what the pages show of each step: its records and pipelines are slimmed (no ``[vocab]`` rows)
         unless ``full``."""
         records = tuple(stepper.records) if full else tuple(r.slim() for r in stepper.records)
-        if not full:
-            pipelines = [p.slim(r.banned) for p, r in zip(pipelines, stepper.records)]
+        if not full and pipelines:  # a greedy decoding has none; a sampled one has one a step
+            pipelines = [p.slim(r.banned) for p, r in zip(pipelines, stepper.records, strict=True)]
         return cls(tuple(stepper.prefix), tuple(stepper.generated), records, stepper.max_new_tokens,
                    stepper.model.cfg.eos_id, stepper.cache.nbytes()["cross"], tuple(pipelines), tuple(suggested),
                    tuple(sorted((int(k), int(v)) for k, v in (forced or {}).items())))

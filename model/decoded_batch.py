@@ -10,14 +10,15 @@ numbers equal to float rounding.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
-from .batched import encode_batch
-from .decoded import Decoding, decode
-from .decoding import TOP_KEPT, StepRecord, Stepper
-from .hf.generation import decoding_cap, forced_eos
-from .transformer import Transformer
-
+from model.batched import encode_batch
+from model.decoded import Decoding, decode
+from model.decoding import TOP_KEPT, Stepper, StepRecord
+from model.hf.generation import decoding_cap, forced_eos
+from model.transformer import Transformer
 
 #: A step whose two most probable tokens lie closer than this (in log-probability, nats) is a close call: a
 #: batched pass sums in another order than a solo one (padding, other matrix shapes), about 1e-6 apart in float32,
@@ -32,7 +33,8 @@ def close_call_nats(dtype: torch.dtype) -> float:
 
 
 @torch.inference_mode()
-def greedy_decodings(model: Transformer, src_batch: list[list[int]], max_new_tokens: list[int | None] | None = None,
+def greedy_decodings(model: Transformer, src_batch: list[list[int]],
+                     max_new_tokens: Sequence[int | None] | None = None,
                      forced_eos_id: int | None = None) -> list[Decoding]:
     """What ``decode(Stepper(model, src, max_new_tokens=m, forced_eos_id=…))`` gives for each source, traced and
     frozen, computed for all of them in one batched greedy pass with the KV cache.
@@ -109,7 +111,7 @@ def greedy_decodings(model: Transformer, src_batch: list[list[int]], max_new_tok
     return [decode(Stepper(model, list(src), max_new_tokens=cap, forced_eos_id=forced_eos_id)) if close[i]
             else Decoding((cfg.bos_id,), tuple(tokens[i]), tuple(r.slim() for r in records[i]), cap, cfg.eos_id,
                           cross_bytes[i])
-            for i, (src, cap) in enumerate(zip(src_batch, caps))]
+            for i, (src, cap) in enumerate(zip(src_batch, caps, strict=True))]
 
 
 def checkpoint_decodings(ckpt, sources: list[list[int]]) -> list[Decoding]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
-from .loops import loop_completions
-from .tokenizer import TextTokenizer, replace_surrogates
-from .transformer import KVCache, Transformer
+from model.loops import loop_completions
+from model.tokenizer import replace_surrogates
+from model.tokenizing import Tokenizer
+from model.transformer import KVCache, Transformer
 
 #: Hard cap on characters accepted from a user before tokenizing (a 10,000-character paste is refused politely).
 MAX_INPUT_CHARS = 2000
@@ -83,7 +84,7 @@ def clean_user_text(text: str) -> tuple[str, list[str]]:
     return " ".join(text.split()), notes
 
 
-def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: int, unk_id: int) -> SourceInput:
+def prepare_source(tokenizer: Tokenizer, text: str, max_len: int, eos_id: int, unk_id: int) -> SourceInput:
     """Tokenize user text for the encoder (or as a decoder-only prompt), truncating to ``max_len`` tokens.
 
     Raises:
@@ -109,10 +110,10 @@ def prepare_source(tokenizer: TextTokenizer, text: str, max_len: int, eos_id: in
         shown = rest if len(rest) <= 60 else rest[:57].rstrip() + "…"
         words = len(rest.split())
         notes.append(f"The text was cut to the model's limit of {max_len} tokens (the first {keep} pieces): its "
-                     f"last {words} word{'s' if words != 1 else ''}, from “{shown}”, were left out (the model never read "
-                     "them).")
+                     f"last {words} word{'s' if words != 1 else ''}, from “{shown}”, were left out (the model never "
+                     "read them).")
     if unk_id in ids:
-        unknown = sorted({clean[s:e] for i, (s, e) in zip(ids, offsets) if i == unk_id})
+        unknown = sorted({clean[s:e] for i, (s, e) in zip(ids, offsets, strict=True) if i == unk_id})
         notes.append(
             "Characters the model never saw in training are shown as <unk>: " + " ".join(unknown)[:80]
         )
@@ -181,7 +182,8 @@ class StepRecord:
         if self.log_probs is None:
             return self
         ids = list(dict.fromkeys((*self.top_ids, self.token_id, *self.banned)))
-        return dataclasses.replace(self, log_probs=None, kept=tuple(zip(ids, self.log_probs[ids].tolist())))
+        kept = tuple(zip(ids, self.log_probs[ids].tolist(), strict=True))
+        return dataclasses.replace(self, log_probs=None, kept=kept)
 
 
 #: How many of a step's most probable tokens a :class:`StepRecord` keeps ready (the Decoding lab lists 15).
@@ -210,7 +212,7 @@ def decoder_prefix(cfg, src_ids: list[int] | None, prefix_ids: list[int] | None)
     return [cfg.bos_id]
 
 
-def strip_eos(ids: list[int], eos_id: int) -> list[int]:
+def strip_eos(ids: Sequence[int], eos_id: int) -> list[int]:
     """``ids`` without a final ``<eos>`` (the output text, or the decoder's inputs: ``<eos>`` is never fed back)."""
     return list(ids[:-1]) if ids and ids[-1] == eos_id else list(ids)
 
@@ -260,6 +262,8 @@ class Stepper:
         self.max_new_tokens = min(max_new_tokens or cfg.max_len, cfg.max_len - len(self.prefix))
         dev = model.device
         self.src = torch.tensor([src_ids], device=dev) if cfg.is_encoder_decoder else None
+        self.memory: torch.Tensor | None
+        self.memory_mask: torch.Tensor | None
         with torch.inference_mode():
             if self.src is not None:
                 self.memory, _ = model.encode(self.src, head_mask=masks.get("encoder"))
@@ -312,10 +316,10 @@ class Stepper:
         banned = tuple(sorted(loop_completions(self.generated, self.loop_times))) if self.loop_times else ()
         ruled = log_probs.index_fill(0, torch.tensor(banned), float("-inf")) if banned else log_probs
         token = int(choose(ruled))  # drawn even when forced: a sampler's random stream stays the same
-        forced = self.forced_eos_id is not None and len(self.records) == self.max_new_tokens - 1 \
-            and token != self.forced_eos_id
-        if forced:
-            token = self.forced_eos_id
+        forced_eos = self.forced_eos_id
+        forced = forced_eos is not None and len(self.records) == self.max_new_tokens - 1 and token != forced_eos
+        if forced and forced_eos is not None:
+            token = forced_eos
         top_p, top_i = log_probs.exp().topk(min(TOP_KEPT, log_probs.numel()))
         rec = StepRecord(token, float(log_probs[token].exp()), log_probs, cross, self_w, self.cache.nbytes()["total"],
                          tuple(top_i.tolist()), tuple(top_p.tolist()), forced, banned)
@@ -354,4 +358,5 @@ class Stepper:
         """Cross-attention of all generated tokens ``[layers, heads, steps, src_len]``, one row per step."""
         if not self.records or self.records[0].cross_attention is None:
             return None
-        return torch.stack([r.cross_attention for r in self.records], dim=2)
+        # every step of an encoder-decoder model records its cross-attention, none of a decoder-only one's
+        return torch.stack([r.cross_attention for r in self.records if r.cross_attention is not None], dim=2)

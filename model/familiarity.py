@@ -24,7 +24,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
-from . import tokenizing
+from model import tokenizing
 
 #: A sentence with at least this share of its words cut into pieces is far from what the model has seen …
 FAR_SPLIT_SHARE = 0.3
@@ -91,7 +91,8 @@ class Familiarity:
         times = self.times or (1,) * len(self.split)
         named = 2 if brief else 4
         shown = ", ".join(f"“{w}”" + ("" if n == 1 else " twice" if n == 2 else f" {n} times")
-                          for w, n in zip(self.split[:named], times)) + (", …" if len(self.split) > named else "")
+                          for w, n in zip(self.split[:named], times[:named], strict=True))
+        shown += ", …" if len(self.split) > named else ""
         if brief:
             return (f"Far from what this model has seen: {self.split_count} of its {self.words} words were rare in its "
                     f"training text ({shown}). Expect a poor {what}.")
@@ -110,7 +111,7 @@ def familiarity(tokenizer: tokenizing.Tokenizer, text: str) -> Familiarity:
     text = unicodedata.normalize("NFC", text or "")
     openers = {m.end() for m in _SENTENCE_START.finditer(text)}
     starts = [m.start() for m in _WORD.finditer(text)]
-    cut = [w for (w, n), at in zip(counted, starts)
+    cut = [w for (w, n), at in zip(counted, starts, strict=True)
            if n > 1 and not (at in openers and w[:1].isupper() and len(tokenizer.encode(w.lower()).ids) == 1)]
     times = Counter(cut)  # in text order, each word once
     return Familiarity(len(counted), tuple(times), len(cut), tuple(times.values()))

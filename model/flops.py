@@ -6,7 +6,7 @@ The trainer divides :func:`training_flops` per second by the devices' peak to lo
 
 from __future__ import annotations
 
-from .config import ModelConfig
+from model.config import ModelConfig
 
 
 def matmul_weights_per_token(cfg: ModelConfig) -> tuple[int, int]:

@@ -59,6 +59,7 @@ class PositionalEncoding(nn.Module):
     def __init__(self, kind: str, max_len: int, d_model: int, layout: str = "interleaved"):
         super().__init__()
         self.kind = kind
+        self.table: torch.Tensor | None
         if kind == "sinusoidal":
             self.register_buffer("table", sinusoidal_table(max_len, d_model, layout=layout), persistent=False)
         elif kind == "learned":

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .batched import greedy_batch, translate_texts
-from .tokenizer import TextTokenizer
-from .transformer import Transformer
+from model.batched import greedy_batch, translate_texts
+from model.tokenizer import TextTokenizer
+from model.transformer import Transformer
 
 
 class SamplingError(ValueError):

@@ -19,8 +19,8 @@ from typing import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from . import tokenizing
-from .tokenizing import Encoding  # noqa: F401 (importers take it from here too)
+from model import tokenizing
+from model.tokenizing import Encoding  # noqa: F401 (importers take it from here too)
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -121,11 +121,11 @@ class TextTokenizer:
         """Encode ``text`` without special tokens; offsets index into ``text``. Special-token spellings in the text
         are plain characters; a lone surrogate is read as U+FFFD (``<unk>``)."""
         enc = self._tok.encode(replace_surrogates(text), add_special_tokens=False)
-        offsets = [tuple(o) for o in enc.offsets]
+        offsets = [(start, end) for start, end in enc.offsets]
         # The "▁" that Metaspace prepends to the text has no character of its own; when it stays a piece by
         # itself (e.g. before "Ö…"), ``tokenizers`` aligns it with the first character, which then appears in two
         # pieces. Give such a bare marker an empty span instead.
-        for i, (piece, (start, end)) in enumerate(zip(enc.tokens, offsets)):
+        for i, (piece, (start, end)) in enumerate(zip(enc.tokens, offsets, strict=True)):
             if piece == "▁" and not text[start:end].isspace():
                 offsets[i] = (start, start)
         return Encoding(list(enc.ids), list(enc.tokens), offsets)
@@ -167,7 +167,7 @@ def unknown_share(tokenizer: tokenizing.Tokenizer, text: str) -> float:
         return 0.0
     text = unicodedata.normalize("NFC", replace_surrogates(text or ""))
     enc = tokenizer.encode(text)
-    unknown = {i for tid, (s, e) in zip(enc.ids, enc.offsets) if tid == unk_id for i in range(s, e)
+    unknown = {i for tid, (s, e) in zip(enc.ids, enc.offsets, strict=True) if tid == unk_id for i in range(s, e)
                if not text[i].isspace()}
     total = sum(1 for ch in text if not ch.isspace())
     return len(unknown) / total if total else 0.0

@@ -38,12 +38,25 @@ class Tokenizer(Protocol):
             ``<bos>``, GPT-2 no ``<pad>`` and no ``<unk>``). ``eos_id`` always exists.
     """
 
-    kind: str
-    word_start: str
-    pad_id: int | None
-    bos_id: int | None
-    eos_id: int
-    unk_id: int | None
+    # read-only to the protocol (properties), so that a class whose ids are always set (ours: ``bos_id: int``)
+    # still implements it
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def word_start(self) -> str: ...
+
+    @property
+    def pad_id(self) -> int | None: ...
+
+    @property
+    def bos_id(self) -> int | None: ...
+
+    @property
+    def eos_id(self) -> int: ...
+
+    @property
+    def unk_id(self) -> int | None: ...
 
     @property
     def vocab_size(self) -> int:

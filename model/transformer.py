@@ -14,21 +14,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import LayerKV, MultiHeadAttention
-from .config import ModelConfig
-from .positional import PositionalEncoding
-from .recorder import Recorder, sink_of
-
+from model.attention import LayerKV, MultiHeadAttention
+from model.config import ModelConfig
+from model.positional import PositionalEncoding
+from model.recorder import Recorder, sink_of
 
 #: ``ModelConfig.activation`` → function. ``gelu_tanh`` is GPT-2's ``gelu_new``,
 #: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (Hendrycks & Gimpel 2016, §2);
 #: ``silu`` is x·σ(x), Marian's ``swish``.
-ACTIVATION_FUNCTIONS = {
+ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": partial(F.gelu, approximate="tanh"),
@@ -120,7 +120,8 @@ class DecoderLayer(nn.Module):
         """``x``: ``[batch, tgt_len, d_model]``, ``memory``: ``[batch, src_len, d_model]``; ``self_record`` /
         ``cross_record``: the attention modules' callbacks (:class:`~model.recorder.Recorder`).
 
-        Returns ``(x, self_weights [batch, heads, tgt_len, k_len] | None, cross_weights [.., tgt_len, src_len] | None)``.
+        Returns ``(x, self_weights [batch, heads, tgt_len, k_len] | None,
+        cross_weights [.., tgt_len, src_len] | None)``.
         """
         x, w_self = self.res_self(
             x, lambda h: self.self_attn(h, h, self_mask, cache=self_cache, trace=trace, head_mask=self_head_mask,
@@ -157,8 +158,8 @@ class KVCache:
 
     def nbytes(self) -> dict[str, int]:
         """Bytes held: ``{"self": …, "cross": …, "total": …}``."""
-        s = sum(l.nbytes() for l in self.self_attn)
-        c = sum(l.nbytes() for l in self.cross_attn)
+        s = sum(layer.nbytes() for layer in self.self_attn)
+        c = sum(layer.nbytes() for layer in self.cross_attn)
         return {"self": s, "cross": c, "total": s + c}
 
     def truncate(self, positions: int) -> None:
@@ -192,7 +193,8 @@ class Transformer(nn.Module):
     Args:
         cfg: the :class:`~model.config.ModelConfig`.
 
-    Shapes: ``src`` ``[batch, src_len]`` and ``tgt`` ``[batch, tgt_len]`` token ids; ``logits`` ``[batch, tgt_len, vocab]``.
+    Shapes: ``src`` ``[batch, src_len]`` and ``tgt`` ``[batch, tgt_len]`` token ids; ``logits``
+    ``[batch, tgt_len, vocab]``.
     """
 
     def __init__(self, cfg: ModelConfig):

@@ -10,13 +10,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Sequence
 
-from .batched import translate_texts
-from .beam import beam_search, beam_translate_texts, check_beam_size
-from .checkpoint import CheckpointError, load_checkpoint
-from .decoding import InputError, Stepper, decoder_prefix, input_limit, prepare_source, strip_eos
-from .hf.generation import decoding_cap, forced_eos
-from .sampling import Chooser, SamplingConfig, SamplingError
+from model.batched import translate_texts
+from model.beam import beam_search, beam_translate_texts, check_beam_size
+from model.checkpoint import CheckpointError, load_checkpoint
+from model.decoding import InputError, Stepper, decoder_prefix, input_limit, prepare_source, strip_eos
+from model.hf.generation import decoding_cap, forced_eos
+from model.sampling import Chooser, SamplingConfig, SamplingError
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "en-de"
 
@@ -54,7 +55,7 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
     if beam_size:
         result = beam_search(ckpt.model, src.ids, beam_size, length_penalty, max_new_tokens=limit)
         best = result.hypotheses[0]
-        generated = best.tokens
+        generated: Sequence[int] = best.tokens
         extra["beam"] = [{key: ckpt.tokenizer.decode(h.tokens), "log_prob": round(h.log_prob, 4),
                           "score": round(h.score, 4), "finished": h.finished} for h in result.hypotheses]
         probs = None

@@ -19,9 +19,8 @@ import torch
 
 from model.attention import MultiHeadAttention
 from model.transformer import Transformer
-
-from .step import Step, TokenScores, frozen_array
-from .trace import ModuleTrace, Trace, trace_pair
+from reading.step import Step, TokenScores, frozen_array
+from reading.trace import ModuleTrace, Trace, attention_module, trace_pair
 
 
 def transformed_values(module: MultiHeadAttention, x_kv: torch.Tensor) -> torch.Tensor:
@@ -120,10 +119,10 @@ def read_attention(model: Transformer, step: Step, trace: Trace | None = None) -
         trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))
     parts: dict[str, list] = {k: [] for k in ("sw", "pw", "sn", "pn", "sl", "pl")}
     self_kind = model.cfg.decoder_self_kind
-    for i, layer in enumerate(model.decoder_layers):
-        _collect(parts, "p", layer.self_attn, trace.module(self_kind, i))
-        if layer.cross_attn is not None:
-            _collect(parts, "s", layer.cross_attn, trace.module("cross", i))
+    for i in range(len(model.decoder_layers)):
+        _collect(parts, "p", attention_module(model, self_kind, i), trace.module(self_kind, i))
+        if model.cfg.is_encoder_decoder:  # the decoder's layers have cross-attention
+            _collect(parts, "s", attention_module(model, "cross", i), trace.module("cross", i))
     n_layers, n_heads = len(model.decoder_layers), model.cfg.n_heads
     empty = np.zeros((n_layers, n_heads, 0))
     stack = lambda key, fallback: np.stack(parts[key]) if parts[key] else fallback  # noqa: E731

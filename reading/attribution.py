@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from model.transformer import Transformer
-
-from .attention_scores import AttentionReading, read_attention
-from .gradients import DEFAULT_STEPS, TOLERANCE, GradientReading, read_gradients
-from .step import Step, TokenScores
+from reading.attention_scores import AttentionReading, read_attention
+from reading.gradients import DEFAULT_STEPS, TOLERANCE, GradientReading, read_gradients
+from reading.step import Step, TokenScores
 
 METHODS = ("attention", "value_norm", "grad_x_input", "integrated_gradients")
 

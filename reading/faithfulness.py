@@ -30,8 +30,7 @@ import numpy as np
 import torch
 
 from model.transformer import Transformer
-
-from .step import Step, TokenScores, token_log_probs
+from reading.step import Step, TokenScores, token_log_probs
 
 FRACTIONS = (0.1, 0.2, 0.5)
 MEASURES = ("comprehensiveness", "sufficiency")
@@ -143,7 +142,8 @@ def faithfulness(model: Transformer, step: Step, scores: Mapping[str, TokenScore
     counts = tuple(min(len(positions), max(1, round(f * len(positions)))) for f in fractions)
     unk = model.cfg.unk_id if replace_id is None else replace_id
     variants = {ids: 0}
-    plan = []  # (method, fraction index, comprehensiveness variant, sufficiency variant)
+    # (method, fraction index, comprehensiveness variant, sufficiency variant)
+    plan: list[tuple[str, int, int, int]] = []
     for method, orders in rankings.items():
         for order in orders:
             for f, k in enumerate(counts):
@@ -152,8 +152,8 @@ def faithfulness(model: Transformer, step: Step, scores: Mapping[str, TokenScore
                              variants.setdefault(suff, len(variants))))
     probs = _probabilities(model, step, list(variants))
     sums = {name: {m: np.zeros(len(counts)) for m in rankings} for name in MEASURES}
-    for method, f, comp, suff in plan:
-        sums["comprehensiveness"][method][f] += probs[0] - probs[comp]
-        sums["sufficiency"][method][f] += probs[0] - probs[suff]
-    mean = {name: {m: v / len(rankings[m]) for m, v in by.items()} for name, by in sums.items()}
+    for method, f, comp_row, suff_row in plan:
+        sums["comprehensiveness"][method][f] += probs[0] - probs[comp_row]
+        sums["sufficiency"][method][f] += probs[0] - probs[suff_row]
+    mean = {name: {m: tuple((v / len(rankings[m])).tolist()) for m, v in by.items()} for name, by in sums.items()}
     return Faithfulness(tuple(fractions), counts, float(probs[0]), mean["comprehensiveness"], mean["sufficiency"])

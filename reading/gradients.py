@@ -31,8 +31,7 @@ import numpy as np
 import torch
 
 from model.transformer import Transformer
-
-from .step import Step, TokenScores, token_log_probs
+from reading.step import Step, TokenScores, token_log_probs
 
 BASELINES = ("pad", "unk", "zero")
 #: Gauss–Legendre points to start with (``POINTS_PER_STRETCH`` per stretch of the path).
@@ -109,11 +108,11 @@ class _Path:
 
     def __init__(self, forward, inputs: tuple[torch.Tensor, ...], bases: tuple[torch.Tensor, ...]):
         self.forward, self.bases = forward, tuple(b.detach() for b in bases)
-        self.diff = tuple((x - b).detach() for x, b in zip(inputs, bases))
+        self.diff = tuple((x - b).detach() for x, b in zip(inputs, bases, strict=True))
 
     def at(self, alphas) -> tuple[torch.Tensor, ...]:
         """Every side's embeddings at ``alphas``, one batch row each: ``[len(alphas), n, d_model]``."""
-        return tuple(torch.cat([b + float(a) * d for a in alphas]) for b, d in zip(self.bases, self.diff))
+        return tuple(torch.cat([b + float(a) * d for a in alphas]) for b, d in zip(self.bases, self.diff, strict=True))
 
     def values(self, alphas) -> list[float]:
         """``F`` at ``alphas`` (one forward pass, no gradients)."""
@@ -130,9 +129,9 @@ def _first_edges(path: _Path, stretches: int) -> tuple[list[float], dict[float, 
     where = UNIFORM_SHARE * grid + (1 - UNIFORM_SHARE) * (change / change[-1] if change[-1] > 0 else grid)
     inner = [float(np.interp(q, where, grid)) for q in np.linspace(0.0, 1.0, stretches + 1)[1:-1]]
     edges = sorted({0.0, 1.0, *inner})
-    values = dict(zip(grid.tolist(), f.tolist()))
+    values = dict(zip(grid.tolist(), f.tolist(), strict=True))
     missing = [e for e in edges if e not in values]
-    values.update(zip(missing, path.values(missing) if missing else []))
+    values.update(zip(missing, path.values(missing) if missing else [], strict=True))
     return edges, values
 
 
@@ -152,8 +151,8 @@ def _adaptive(path: _Path, n_steps: int, tolerance: float, max_steps: int, batch
     reach ``max_steps``): ``(attributions per side, points used, gradient evaluations spent)``."""
     n = POINTS_PER_STRETCH
     edges, f = _first_edges(path, max(1, n_steps // n))
-    stretches = list(zip(edges[:-1], edges[1:]))
-    parts = dict(zip(stretches, _integrate(path, stretches, n, batch)))
+    stretches = list(zip(edges[:-1], edges[1:], strict=True))
+    parts = dict(zip(stretches, _integrate(path, stretches, n, batch), strict=True))
     change, spent = f[1.0] - f[0.0], n * len(stretches)
     while True:
         miss = {s: sum(float(t.sum()) for t in parts[s]) - (f[s[1]] - f[s[0]]) for s in stretches}
@@ -164,9 +163,9 @@ def _adaptive(path: _Path, n_steps: int, tolerance: float, max_steps: int, batch
         worst = sorted((s for s in stretches if abs(miss[s]) >= SPLIT_SHARE * top), key=lambda s: -abs(miss[s]))
         worst = worst[:max(1, room)]
         mids = [(a + b) / 2 for a, b in worst]
-        f.update(zip(mids, path.values(mids)))
-        halves = [h for (a, b), m in zip(worst, mids) for h in ((a, m), (m, b))]
-        parts.update(zip(halves, _integrate(path, halves, n, batch)))
+        f.update(zip(mids, path.values(mids), strict=True))
+        halves = [h for (a, b), m in zip(worst, mids, strict=True) for h in ((a, m), (m, b))]
+        parts.update(zip(halves, _integrate(path, halves, n, batch), strict=True))
         stretches = sorted(set(stretches) - set(worst) | set(halves))
         spent += n * len(halves)
     sides = len(path.bases)
@@ -217,7 +216,7 @@ def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STE
         else:
             ig, points, spent = _adaptive(path, n_steps, tolerance, max(max_steps, n_steps), internal_batch_size)
         with torch.no_grad():  # both ends in one pass (Captum's own convergence delta would run them again)
-            ends = forward(*(torch.cat([x, b]) for x, b in zip(inputs, bases)))
+            ends = forward(*(torch.cat([x, b]) for x, b in zip(inputs, bases, strict=True)))
     has_source = src is not None
     log_prob, base_log_prob = float(ends[0]), float(ends[1])
     change = log_prob - base_log_prob

@@ -24,8 +24,7 @@ from typing import Sequence
 import torch
 
 from model.transformer import Transformer
-
-from .trace import Trace, trace_pair
+from reading.trace import Trace, trace_pair
 
 #: Pieces per layer a :class:`Lens` keeps (the pages show five).
 TOP_K = 5
@@ -155,5 +154,5 @@ def logit_lens(model: Transformer, src_ids: Sequence[int] | None, prefix: Sequen
     if cfg.is_encoder_decoder and not src_ids:
         raise ValueError("an encoder-decoder model needs src_ids")
     inputs = list(prefix) + [int(t) for t in generated[:-1]]
-    trace = trace_pair(model, None, list(src_ids) if cfg.is_encoder_decoder else None, inputs)
+    trace = trace_pair(model, None, list(src_ids) if cfg.is_encoder_decoder and src_ids else None, inputs)
     return lens_of(model, trace, len(prefix), generated, k)

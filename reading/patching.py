@@ -20,11 +20,10 @@ import numpy as np
 import torch
 
 from model.transformer import Transformer
-
-from .attention_scores import through_output
-from .lens import lens_log_probs
-from .step import Step, frozen_array
-from .trace import ModuleTrace, trace_pair
+from reading.attention_scores import through_output
+from reading.lens import lens_log_probs
+from reading.step import Step, frozen_array
+from reading.trace import ModuleTrace, trace_pair
 
 #: Next tokens listed before and after.
 TOP_K = 10

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from model.transformer import Transformer
-
-from .trace import Trace, attention_module, trace_pair
+from reading.trace import Trace, attention_module, trace_pair
 
 
 @dataclass(frozen=True, eq=False)

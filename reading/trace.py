@@ -17,17 +17,16 @@ The words the pages show for each kind are in ``viz/labels.py``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
-
-import math
+from typing import Mapping, Sequence, overload
 
 import torch
 
 from model.attention import MultiHeadAttention
 from model.recorder import AttentionRecord, Recorder
-from model.tokenizer import TextTokenizer
+from model.tokenizing import Tokenizer
 from model.transformer import Transformer
 
 
@@ -126,7 +125,7 @@ class Trace:
     def kinds(self) -> list[str]:
         return list(self.attention)
 
-    def labels(self, kind: str) -> tuple[list[str], list[str]]:
+    def labels(self, kind: str) -> tuple[Sequence[str], Sequence[str]]:
         """``(query_labels, key_labels)`` for an attention kind."""
         if kind == "encoder":
             return self.src_tokens, self.src_tokens
@@ -161,9 +160,21 @@ def attention_module(model: Transformer, kind: str, layer: int) -> MultiHeadAtte
     if not 0 <= layer < counts[kind]:
         raise ValueError(f"layer {layer} is out of range: {kind} attention has layers 0–{counts[kind] - 1}")
     if kind == "encoder":
-        return model.encoder_layers[layer].self_attn
-    block = model.decoder_layers[layer]
-    return block.cross_attn if kind == "cross" else block.self_attn
+        found = model.encoder_layers[layer].self_attn
+    else:
+        block = model.decoder_layers[layer]
+        found = block.cross_attn if kind == "cross" else block.self_attn
+    if not isinstance(found, MultiHeadAttention):  # nn.ModuleList types its layers as plain modules
+        raise TypeError(f"the {kind} attention of layer {layer} is a {type(found).__name__}, not MultiHeadAttention")
+    return found
+
+
+@overload
+def _cpu(t: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def _cpu(t: None) -> None: ...
 
 
 def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -191,7 +202,7 @@ def module_trace(model: Transformer, kind: str, layer: int, rec: AttentionRecord
 @torch.inference_mode()
 def trace_pair(
     model: Transformer,
-    tokenizer: TextTokenizer | None,
+    tokenizer: Tokenizer | None,
     src_ids: list[int] | None,
     tgt_ids: list[int],
     src_offsets: list[tuple[int, int]] | None = None,
@@ -223,11 +234,11 @@ def trace_pair(
         attention[kind] = torch.stack([modules[(kind, layer)].weights for layer in range(n)])
     tokens = (lambda ids: tokenizer.tokens(ids) if ids else []) if tokenizer is not None else (lambda ids: [])
     return Trace(
-        src_tokens=tokens(src_ids),
-        tgt_tokens=tokens(tgt_ids),
-        src_ids=list(src_ids or []),
-        tgt_ids=list(tgt_ids),
-        src_offsets=list(src_offsets or []),
+        src_tokens=tuple(tokens(src_ids)),
+        tgt_tokens=tuple(tokens(tgt_ids)),
+        src_ids=tuple(src_ids or ()),
+        tgt_ids=tuple(tgt_ids),
+        src_offsets=tuple(src_offsets or ()),
         attention=attention,
         logits=model.logits(out.hidden[0]).float().cpu(),
         modules=modules,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from model.hf.tokenizers import byte_level_text
 from model.tokenizer import replace_surrogates
@@ -47,11 +48,11 @@ def merge_table(tokenizer_json: str) -> MergeTable:
     model = json.loads(tokenizer_json)["model"]
     if model.get("type") != "BPE":
         raise ValueError(f"not a BPE tokenizer: {model.get('type')!r}")
-    merges = []
+    merges: list[tuple[str, str]] = []
     for m in model["merges"]:
         left, right = (m.split(" ", 1) if isinstance(m, str) else m)
         merges.append((left, right))
-    ranks = {}
+    ranks: dict[tuple[str, str], int] = {}
     for r, pair in enumerate(merges):
         ranks.setdefault(pair, r)
     return MergeTable(merges, ranks, dict(model["vocab"]), model.get("unk_token"))
@@ -70,7 +71,7 @@ def replay(word: str, table: MergeTable) -> list[Step]:
     steps = [Step(list(pieces))]
     while len(pieces) > 1:
         best, best_rank = None, None
-        for pair in zip(pieces, pieces[1:]):
+        for pair in pairwise(pieces):
             r = table.ranks.get(pair)
             if r is not None and (best_rank is None or r < best_rank):
                 best, best_rank = pair, r

@@ -76,7 +76,7 @@ def position_signal_norms(model: torch.nn.Module, d_model: int) -> tuple[np.ndar
         return None
     pe = table.detach().double().cpu().numpy()
     scale = math.sqrt(d_model) if getattr(getattr(model, "cfg", None), "scale_embeddings", True) else 1.0
-    emb = model.embed.weight.detach().double().cpu().numpy() * scale
+    emb = model.get_parameter("embed.weight").detach().double().cpu().numpy() * scale
     return np.linalg.norm(emb, axis=1), np.linalg.norm(pe, axis=1)
 
 

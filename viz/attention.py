@@ -14,11 +14,38 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale, unlabel_rgb
 
-from viz.theme import (ACCENT, ACCENT_PALE, ATTENTION_RGB, ATTENTION_SCALE, AXIS_TITLE_FONT, BORDER, CHIP_BG, FONT,
-                       GREY, HALF_PX, INK, LINE_EM, MASKED_BG, MIN_READABLE, MONO, MONO_CHAR_EM, NARROW_PX, NAVY,
-                       SUBTLE,
-                       TITLE_STANDOFF, WHITE, LabelPlan, figure, label_plan, tier_px, title as _title, title_chars,
-                       title_margin, wrap_title, escape_html)
+from viz.theme import (
+    ACCENT,
+    ACCENT_PALE,
+    ATTENTION_RGB,
+    ATTENTION_SCALE,
+    AXIS_TITLE_FONT,
+    BORDER,
+    CHIP_BG,
+    FONT,
+    GREY,
+    HALF_PX,
+    INK,
+    LINE_EM,
+    MASKED_BG,
+    MIN_READABLE,
+    MONO,
+    MONO_CHAR_EM,
+    NARROW_PX,
+    NAVY,
+    SUBTLE,
+    TITLE_STANDOFF,
+    WHITE,
+    LabelPlan,
+    escape_html,
+    figure,
+    label_plan,
+    tier_px,
+    title_chars,
+    title_margin,
+    wrap_title,
+)
+from viz.theme import title as _title
 
 
 def display_token(piece: str) -> str:
@@ -295,17 +322,17 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
         for j, k in enumerate(shown))
     colours = np.array(scale_colours(w), dtype=object).reshape(w.shape)  # one call: per cell was 8x slower
     rows = []
-    for i, (q, row) in enumerate(zip(target_labels, w)):
+    for i, (q, row) in enumerate(zip(target_labels, w, strict=True)):
         q_disp = escape_html(display_token(q))
         newest = i == current
         cells = "".join(
             f'<td data-w="{x:.4f}" title="{q_disp} → {escape_html(k)}: {x:.3f}" '
             f'style="background:{colour};border:0;padding:0;border-radius:2px"></td>'
-            for k, x, colour in zip(shown, np.nan_to_num(row), colours[i]))
+            for k, x, colour in zip(shown, np.nan_to_num(row), colours[i], strict=True))
         mark = f"border-right:4px solid {ACCENT};font-weight:700" if newest else f"border-right:4px solid {WHITE}"
         rows.append(f'<tr style="height:{ALIGN_ROW_PX}px"><th class="ae-align-row" style="{label};text-align:right;'
                     f'padding:0 8px 0 0;{mark}">{q_disp}</th>{cells}</tr>')
-    stops = ", ".join(f"{c} {100 * p:.0f}%" for p, c in ATTENTION_SCALE)
+    stops = ", ".join(f"{c} {100 * float(p):.0f}%" for p, c in ATTENTION_SCALE)
     legend = (f'<div class="ae-align-legend" style="display:flex;flex-wrap:wrap;justify-content:space-between;'
               f'align-items:center;gap:4px 12px;margin-top:6px;font-size:14px;color:{SUBTLE}">'
               f"<span>rows: generated · columns: source</span>"
@@ -336,7 +363,7 @@ def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> 
     places = 2 if peak >= 0.05 else 3
     top = int(np.argmax(w)) if len(w) and round(peak, places) > 0 else -1
     chips = []
-    for i, (tok, weight) in enumerate(zip(tokens, w)):
+    for i, (tok, weight) in enumerate(zip(tokens, w, strict=True)):
         alpha = 0.08 + 0.92 * (weight / peak if peak > 0 else 0.0)
         color = WHITE if alpha > 0.55 else NAVY
         border = f"3px solid {ACCENT}" if i == top else f"1px solid {BORDER}"

@@ -13,12 +13,39 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import (AXIS_TITLE_PX, _as_array, _short, check_labels, display_token, key_plan, labels_depth,
-                           plotly_escape, set_token_xaxes, token_xaxes_into, token_yaxis)
 from viz import theme
-from viz.theme import wrap_title
-from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, BLUE as LINE_COLOR, FONT, GRID, HALF_PX, INK as TEXT_COLOR,
-                       MASKED_BG, MIN_READABLE, MONO, MUTED, PAGE_PX, PALE_BLUE, SUBTLE, WHITE, ZERO_LINE)
+from viz.attention import (
+    AXIS_TITLE_PX,
+    _as_array,
+    _short,
+    check_labels,
+    display_token,
+    key_plan,
+    labels_depth,
+    plotly_escape,
+    set_token_xaxes,
+    token_xaxes_into,
+    token_yaxis,
+)
+from viz.theme import ACCENT as HIGHLIGHT
+from viz.theme import (
+    ATTENTION_SCALE,
+    FONT,
+    GRID,
+    HALF_PX,
+    MASKED_BG,
+    MIN_READABLE,
+    MONO,
+    MUTED,
+    PAGE_PX,
+    PALE_BLUE,
+    SUBTLE,
+    WHITE,
+    ZERO_LINE,
+    wrap_title,
+)
+from viz.theme import BLUE as LINE_COLOR
+from viz.theme import INK as TEXT_COLOR
 
 
 def lines_figure(
@@ -51,7 +78,8 @@ def lines_figure(
     q_disp = [display_token(t) for t in q_labels]
     k_disp = [display_token(t) for t in k_labels]
     rows = [query] if query is not None and 0 <= query < q_len else range(q_len)
-    pairs = [(float(w[i, j]), i, j) for i in rows for j in range(k_len) if np.isfinite(w[i, j]) and w[i, j] >= threshold]
+    pairs = [(float(w[i, j]), i, j) for i in rows for j in range(k_len)
+             if np.isfinite(w[i, j]) and w[i, j] >= threshold]
     pairs.sort()  # weakest first, so that the strong lines are drawn on top
     pairs = pairs[-max_lines:] if max_lines else pairs
     data = [dict(type="scatter", x=[0, 1], y=[i, j], mode="lines", opacity=weight,
@@ -252,7 +280,8 @@ def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") 
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
     )
     fig.update_xaxes(tickvals=x, ticktext=[_short(t) for t in disp], tickangle=-45, automargin=True,
-                     tickfont=dict(family=MONO, size=MIN_READABLE if len(b) <= 24 else 11), title_text="translation tokens")
+                     tickfont=dict(family=MONO, size=MIN_READABLE if len(b) <= 24 else 11),
+                     title_text="translation tokens")
     fig.update_yaxes(title_text="log-probability (nats)", gridcolor=GRID, zerolinecolor=ZERO_LINE, automargin=True)
     return fig
 

@@ -16,8 +16,23 @@ from typing import Sequence
 import numpy as np
 
 from viz.attention import display_token, scale_colours
-from viz.theme import (ACCENT, ATTENTION_SCALE, BLUE, BORDER, GREY, INK, LINE_EM, MIN_READABLE, MONO, MONO_CHAR_EM,
-                       SANS, SUBTLE, WHITE, escape_html, label_plan)
+from viz.theme import (
+    ACCENT,
+    ATTENTION_SCALE,
+    BLUE,
+    BORDER,
+    GREY,
+    INK,
+    LINE_EM,
+    MIN_READABLE,
+    MONO,
+    MONO_CHAR_EM,
+    SANS,
+    SUBTLE,
+    WHITE,
+    escape_html,
+    label_plan,
+)
 
 #: Width (px) of the narrowest place the grids are shown in at 1280×720: the Translate page's right column with
 #: the sidebar open.
@@ -47,7 +62,7 @@ def _column_heads(labels: list[str], groups: list[int], width: float, px: int) -
     style = f"font-family:{MONO};font-size:{px}px;color:{INK};font-weight:400;white-space:nowrap;border:0;" \
             "background:none;padding:0 0 4px 0;overflow:visible"
     cells, last = [], groups[0] if groups else 0
-    for j, (label, group) in enumerate(zip(labels, groups)):
+    for j, (label, group) in enumerate(zip(labels, groups, strict=True)):
         if group != last:
             cells.append('<th style="border:0;background:none"></th>')
             last = group
@@ -111,7 +126,7 @@ def _grid(row_labels: Sequence[str], labels: list[str], groups: list[int], group
 
 
 def _scale_legend(low: str, high: str) -> str:
-    stops = ", ".join(f"{c} {100 * p:.0f}%" for p, c in ATTENTION_SCALE)
+    stops = ", ".join(f"{c} {100 * float(p):.0f}%" for p, c in ATTENTION_SCALE)
     return (f'<span style="display:flex;align-items:center;gap:6px">{escape_html(low)}<span style="width:110px;'
             f'height:12px;border:1px solid {BORDER};background:linear-gradient(to right, {stops})"></span>'
             f"{escape_html(high)}</span>")
@@ -303,9 +318,9 @@ def share_line_svg(step_labels: Sequence[str], shares, title: str = "", width: f
         parts.append(f'<line x1="{left}" x2="{width - right}" y1="{gy:.1f}" y2="{gy:.1f}" stroke="{BORDER}"/>'
                      f'<text x="{left - 6}" y="{gy + px * 0.35:.1f}" text-anchor="end" fill="{SUBTLE}">{v:g}</text>')
     if len(y) > 1:
-        points = " ".join(f"{x:.1f},{v:.1f}" for x, v in zip(xs, ys))
+        points = " ".join(f"{x:.1f},{v:.1f}" for x, v in zip(xs, ys, strict=True))
         parts.append(f'<polyline points="{points}" fill="none" stroke="{BLUE}" stroke-width="2.5"/>')
-    for x, v, share, label in zip(xs, ys, y, shown):
+    for x, v, share, label in zip(xs, ys, y, shown, strict=True):
         parts.append(f'<circle cx="{x:.1f}" cy="{v:.1f}" r="4.5" fill="{BLUE}" data-share="{share:.4f}">'
                      f"<title>{esc(label)}: {share:.3f}</title></circle>"
                      f'<text transform="translate({x + px * 0.35:.1f},{top + plot_h + 6}) rotate(-90)" '

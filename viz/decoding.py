@@ -13,9 +13,22 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from viz.attention import _short, display_token, plotly_escape
-from viz.theme import (ACCENT, CHIP_BG, DARK_TEXT, FONT, GREY, INK, MIN_READABLE, MONO, STEEL as BLUE, SUBTLE,
-                       TITLE_FONT, WHITE, escape_html)
-
+from viz.theme import (
+    ACCENT,
+    CHIP_BG,
+    DARK_TEXT,
+    FONT,
+    GREY,
+    INK,
+    MIN_READABLE,
+    MONO,
+    SUBTLE,
+    TITLE_FONT,
+    WHITE,
+    Font,
+    escape_html,
+)
+from viz.theme import STEEL as BLUE
 
 #: The top-k list's piece column is at least this wide (ch: characters of the monospace font), wider for a longer
 #: piece.
@@ -50,7 +63,7 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
     # wider than a phone's row goes on over a second line)
     piece_ch = max([TOPK_PIECE_MIN_CH] + [_mono_width(label) for label in labels]) + 0.5
     rows = []
-    for i, (label, p) in enumerate(zip(labels, probs)):
+    for i, (label, p) in enumerate(zip(labels, probs, strict=True)):
         p = float(p)
         width = 100.0 * min(max(p, 0.0), 1.0)
         colour, weight = (ACCENT, "700") if i == chosen else (BLUE, "400")
@@ -74,7 +87,7 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
 #: Gap between the pipeline's four panels (fraction of the width): room for each panel's end tick labels.
 PANEL_GAP = 0.07
 #: Token labels in a monospace font (as the attention heatmaps), so that pieces like "▁en" and "en" stay apart.
-TOKEN_FONT = dict(family=MONO, size=MIN_READABLE, color=INK)
+TOKEN_FONT: Font = dict(family=MONO, size=MIN_READABLE, color=INK)
 #: The x range of every probability panel of :func:`pipeline_figure`: 0 to 100 %, with room for a label past the
 #: end of a short bar (a bar long enough holds its label inside).
 PROB_RANGE = (0.0, 1.12)
@@ -103,7 +116,8 @@ def _bar_text_places(values: np.ndarray, texts: Sequence[str], panel_px: float, 
     ``span``: the panel's axis range (default: the values' own, with 5 % to spare)."""
     span = span or (max(float(values.max()), 0.0) - min(float(values.min()), 0.0)) * 1.05 or 1.0
     text_px = [len(t) * 0.55 * FONT["size"] + 8 + spare for t in texts]
-    return ["inside" if abs(v) / span * panel_px >= need else "outside" for v, need in zip(values, text_px)]
+    return ["inside" if abs(v) / span * panel_px >= need else "outside"
+            for v, need in zip(values, text_px, strict=True)]
 
 
 def _struck(label: str, piece: str) -> str:
@@ -171,7 +185,7 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     chosen = rows.index(int(pipeline.token_id))
     pieces = [display_token(id_to_token(i)) for i in rows]
     labels = []
-    for r, (piece, kept) in enumerate(zip(pieces, keep)):
+    for r, (piece, kept) in enumerate(zip(pieces, keep, strict=True)):
         text = plotly_escape(piece)
         text = text if kept else _struck(text, piece)
         text = f"<b>{text}</b>" if r == chosen else text
@@ -183,36 +197,41 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
         subplot_titles=(first, t_text, "softmax, then the<br>top-k / top-p cut" if temperature is not None
                         else "softmax; greedy keeps<br>only the argmax", "renormalised<br>→ pick"),
     )
-    label_px = (max(len(f"{r + 1}. {p}") + 2 * (not k) for r, (p, k) in enumerate(zip(pieces, keep))) * 0.6
+    label_px = (max(len(f"{r + 1}. {p}") + 2 * (not k) for r, (p, k) in enumerate(zip(pieces, keep, strict=True))) * 0.6
                 * MIN_READABLE + 10 + LABEL_STANDOFF)
     panel_px = (PIPELINE_PX - 40 - label_px) * (1 - 3 * PANEL_GAP) / 4
     y = list(range(len(rows)))
     kept_or_grey = [BLUE if k else GREY for k in keep]
     scored = [GREY if b else BLUE for b in barred]  # a banned token's score is the model's, never the rule's
     final_colors = [ACCENT if r == chosen else (BLUE if k else GREY) for r, k in enumerate(keep)]
-    status = ["banned by the loop guard" if b else "kept" if k else "removed by the cut" for k, b in zip(keep, barred)]
+    status = ["banned by the loop guard" if b else "kept" if k else "removed by the cut"
+              for k, b in zip(keep, barred, strict=True)]
     stages = [
         ("logits", logits, scored, [f"{v:.2f}" for v in logits]),
         ("scaled", scaled, scored, [f"{v:.2f}" for v in scaled]),
         ("probs", probs, kept_or_grey, ["banned" if b else f"{v:.1%}" if k else f"{v:.1%} cut"
-                                        for v, k, b in zip(probs, keep, barred)]),
-        ("final", final, final_colors, [f"{v:.1%}" if k or r == chosen else "" for r, (v, k) in enumerate(zip(final, keep))]),
+                                        for v, k, b in zip(probs, keep, barred, strict=True)]),
+        ("final", final, final_colors, [f"{v:.1%}" if k or r == chosen else ""
+                                        for r, (v, k) in enumerate(zip(final, keep, strict=True))]),
     ]
     hover_names = {"logits": scores, "scaled": "greedy" if temperature is None else f"{scores} ÷ T",
                    "probs": "softmax", "final": "renormalised"}
-    for col, (name, values, colors, text) in enumerate(stages, start=1):
+    for col, (name, values, colors, bar_texts) in enumerate(stages, start=1):
         # a probability's text goes inside its bar where the bar holds it: past the end of a 100 % bar it ran
         # off the panel
         prob = col > 2
-        places = _bar_text_places(values, text, panel_px, PROB_RANGE[1] if prob else None, PROB_SPARE if prob else 0)
+        places = _bar_text_places(values, bar_texts, panel_px, PROB_RANGE[1] if prob else None,
+                                  PROB_SPARE if prob else 0)
         fig.add_trace(
             go.Bar(
                 x=values.tolist(), y=y, orientation="h", name=name, marker_color=colors,
                 marker_pattern_shape=["" if k else "/" for k in keep] if name == "probs" else None,
-                text=text, textposition=places, insidetextanchor="start",
-                textfont=dict(color=[WHITE if p == "inside" and c != GREY else DARK_TEXT for p, c in zip(places, colors)]),
+                text=bar_texts, textposition=places, insidetextanchor="start",
+                textfont=dict(color=[WHITE if p == "inside" and c != GREY else DARK_TEXT
+                                     for p, c in zip(places, colors, strict=True)]),
                 cliponaxis=False, constraintext="none" if prob else "both",
-                showlegend=False, customdata=np.array([[p, s] for p, s in zip(pieces, status)], dtype=object),
+                showlegend=False,
+                customdata=np.array([[p, s] for p, s in zip(pieces, status, strict=True)], dtype=object),
                 hovertemplate="%{customdata[0]}: %{x:.4f} (%{customdata[1]})<extra>" + hover_names[name] + "</extra>",
             ),
             row=1, col=col,
@@ -269,7 +288,8 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     steps = [list(s) for s in result.steps]
     # Open beams of a step = kept candidates that are not <eos>, in order (the search's new_beams order).
     parents, seqs, node_xy = [], [], []
-    prev_open, prev_seqs = [(0.0, 0.0)], [()]
+    prev_open = [(0.0, 0.0)]
+    prev_seqs: list[tuple[int, ...]] = [()]
     for t, cands in enumerate(steps):
         open_xy, open_seqs = [], []
         for j, (parent, token, _lp, kept) in enumerate(cands):
@@ -285,7 +305,8 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
         prev_open, prev_seqs = open_xy, open_seqs
     flat = [(t, j, c) for t, cands in enumerate(steps) for j, c in enumerate(cands)]
     best = tuple(int(i) for i in result.hypotheses[0].tokens) if result.hypotheses else ()
-    on_best = [len(seq) <= len(best) and seq == best[: len(seq)] and c[3] for seq, (_, _, c) in zip(seqs, flat)]
+    on_best = [len(seq) <= len(best) and seq == best[: len(seq)] and c[3]
+               for seq, (_, _, c) in zip(seqs, flat, strict=True)]
 
     fig = go.Figure()
 
@@ -338,7 +359,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     width = max(max((len(s) for s in steps), default=1), ranks or 0)
     n_steps = max(len(steps), n_steps or 0)
     # Room right of the last step for the newest labels (token and score, 13 px monospace), in steps.
-    newest = max((len(html.unescape(t)) for t, (tt, _, _) in zip(texts, flat) if tt == last), default=0)
+    newest = max((len(html.unescape(t)) for t, (tt, _, _) in zip(texts, flat, strict=True) if tt == last), default=0)
     label_px = newest * 0.6 * 13 + 16
     right = max(0.5, label_px * (n_steps + 1.2) / max(BEAM_PLOT_PX - label_px, 1.0))
     fig.update_layout(

@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz.attention import _as_array, _short, causal_blank, check_labels, display_token, label_px, plotly_escape
 from viz import theme
-from viz.theme import (ACCENT as HIGHLIGHT, ATTENTION_SCALE, FONT, INK as TEXT_COLOR, LINE_EM, MASKED_BG, MIN_READABLE,
-                       MONO, PAGE_PX, WHITE, label_plan)
+from viz.attention import _as_array, _short, causal_blank, check_labels, display_token, label_px, plotly_escape
+from viz.theme import ACCENT as HIGHLIGHT
+from viz.theme import ATTENTION_SCALE, FONT, LINE_EM, MASKED_BG, MIN_READABLE, MONO, PAGE_PX, WHITE, label_plan
+from viz.theme import INK as TEXT_COLOR
 
 #: Above this many tokens on a side, the grid's small panels carry no tick labels (hover still names the pair).
 GRID_LABEL_LIMIT = 24
@@ -106,7 +107,8 @@ def model_grid_figure(
         margin=dict(l=10, r=10, t=top, b=bottom),
         plot_bgcolor=MASKED_BG if causal else WHITE,
         coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=1.0,
-                       colorbar=dict(title=dict(text="weight"), thickness=12, len=min(1.0, 300 / max(1, n_rows * panel)))),
+                       colorbar=dict(title=dict(text="weight"), thickness=12,
+                                     len=min(1.0, 300 / max(1, n_rows * panel)))),
         annotations=[],
     )
     for r, c, (x0, x1), (y0, y1) in subplot_domains(n_rows, n_cols, h_spacing, v_spacing):
@@ -204,9 +206,10 @@ def model_grid_altair(
     pick = alt.selection_point(name="head_pick", fields=["layer", "head"], on="click", clear="dblclick",
                                value=[{"layer": selected[0] + 1, "head": selected[1] + 1}] if selected else None)
     px = cell or int(max(4, min(18, 520 // max(1, n_heads * bx), 420 // max(1, n_layers * by))))
-    x_axis = alt.Axis(values=[h * bx + k_len / 2 for h in range(n_heads)], labelExpr=f"'head ' + (floor(datum.value / {bx}) + 1)",
-                      title=None, grid=False, ticks=False, domain=False, orient="top", labelFontSize=MIN_READABLE)
-    y_axis = alt.Axis(values=[l * by + q_len / 2 for l in range(n_layers)],
+    x_axis = alt.Axis(values=[h * bx + k_len / 2 for h in range(n_heads)],
+                      labelExpr=f"'head ' + (floor(datum.value / {bx}) + 1)", title=None, grid=False, ticks=False,
+                      domain=False, orient="top", labelFontSize=MIN_READABLE)
+    y_axis = alt.Axis(values=[layer * by + q_len / 2 for layer in range(n_layers)],
                       labelExpr=f"'layer ' + (floor(datum.value / {by}) + 1)", title=None, grid=False, ticks=False,
                       domain=False, labelFontSize=MIN_READABLE)
     return (

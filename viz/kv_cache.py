@@ -11,8 +11,9 @@ from plotly.subplots import make_subplots
 
 from viz.attention import _short, display_token, plotly_escape
 from viz.decoding import TOKEN_FONT
-from viz.theme import ACCENT, FONT, MIN_READABLE, SKY as LIGHT, STEEL as BLUE, TITLE_FONT, WHITE, thinned, tick_plan
-
+from viz.theme import ACCENT, FONT, MIN_READABLE, TITLE_FONT, WHITE, thinned, tick_plan
+from viz.theme import SKY as LIGHT
+from viz.theme import STEEL as BLUE
 
 #: Plot width (px) the KV-cache figure lays its labels out for: the page's width at 1280×720 with the sidebar open,
 #: less the row labels. Presentation mode draws 1.25× larger fonts on a wider page (the sidebar collapsed), so the
@@ -50,7 +51,7 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
         source_tokens: labels of the ``src_len`` source pieces.
     """
     positions, new_rows = max(0, int(positions)), max(0, min(int(new_rows), int(positions)))
-    ylabels = [f"layer {l + 1} {kv}" for l in range(n_layers) for kv in ("K", "V")]
+    ylabels = [f"layer {layer + 1} {kv}" for layer in range(n_layers) for kv in ("K", "V")]
     has_cross = bool(src_len)
     cols = 2 if has_cross else 1
     widths = [max(positions, 1), max(src_len or 0, 1)] if has_cross else [1]
@@ -68,12 +69,13 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
 
     def strip(n, value_of, labels, col, name):
         if n == 0:
-            fig.add_annotation(text="empty: no step taken yet", showarrow=False, xref=f"x{col if col > 1 else ''} domain",
-                               yref="y domain", x=0.5, y=0.5)
+            fig.add_annotation(text="empty: no step taken yet", showarrow=False,
+                               xref=f"x{col if col > 1 else ''} domain", yref="y domain", x=0.5, y=0.5)
             fig.add_trace(go.Heatmap(z=[[None]] * len(ylabels), showscale=False, name=name), row=1, col=col)
             return
         z = np.array([[value_of(p) for p in range(n)] for _ in ylabels], dtype=float)
-        lab = [display_token(t) for t in labels] if labels is not None and len(labels) == n else [str(p) for p in range(n)]
+        lab = ([display_token(t) for t in labels] if labels is not None and len(labels) == n
+               else [str(p) for p in range(n)])
         what = {1: "reused from the cache", 2: "computed at this step", 3: "cross-attention, computed once"}
         hover = np.array([[f"{yl}, position {p} ({plotly_escape(lab[p])}): {what[int(z[r, p])]}" for p in range(n)]
                           for r, yl in enumerate(ylabels)])
@@ -88,7 +90,7 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
                          tickfont=TOKEN_FONT, automargin=True, row=1, col=col)
 
     strip(positions, lambda p: 2.0 if p >= positions - new_rows else 1.0, target_tokens, 1, "self-attention cache")
-    if has_cross:
+    if src_len:  # has_cross, spelled so that the type checker sees an int
         strip(int(src_len), lambda p: 2.0 if cross_new else 3.0, source_tokens, 2, "cross-attention cache")
     for name, color in (("reused from the cache", BLUE), ("computed at this step", ACCENT),
                         ("cross K/V, computed once", LIGHT)):
@@ -117,7 +119,8 @@ def cache_bytes(cfg, positions: int, src_len: int, bytes_per_value: int = 4) -> 
     cross-attention K/V are computed at the first decoding step, then reused).
 
     Args:
-        cfg: a :class:`model.config.ModelConfig` (``n_decoder_layers``, ``n_heads``, ``d_model``, ``is_encoder_decoder``).
+        cfg: a :class:`model.config.ModelConfig` (``n_decoder_layers``, ``n_heads``, ``d_model``,
+            ``is_encoder_decoder``).
         bytes_per_value: 4 for float32, 2 for float16 / bfloat16.
 
     Returns:

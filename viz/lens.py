@@ -18,11 +18,40 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import AXIS_TITLE_PX, COLORBAR_PX, display_token, label_px, plotly_escape, scale_colours
-from viz.attention import set_token_xaxes, labels_depth, token_yaxis
-from viz.theme import (ACCENT, ATTENTION_SCALE, BLUE, CHIP_BG, FONT, INK, MIN_READABLE, MONO, MONO_CHAR_EM, SANS,
-                       SUBTLE, TITLE_STANDOFF, WHITE, LINE_EM, PAGE_PX, label_plan, title as _title, title_chars,
-                       title_margin, wrap_title, escape_html)
+from viz.attention import (
+    AXIS_TITLE_PX,
+    COLORBAR_PX,
+    display_token,
+    label_px,
+    labels_depth,
+    plotly_escape,
+    scale_colours,
+    set_token_xaxes,
+    token_yaxis,
+)
+from viz.theme import (
+    ACCENT,
+    ATTENTION_SCALE,
+    BLUE,
+    CHIP_BG,
+    FONT,
+    INK,
+    LINE_EM,
+    MIN_READABLE,
+    MONO,
+    MONO_CHAR_EM,
+    PAGE_PX,
+    SANS,
+    SUBTLE,
+    TITLE_STANDOFF,
+    WHITE,
+    escape_html,
+    label_plan,
+    title_chars,
+    title_margin,
+    wrap_title,
+)
+from viz.theme import title as _title
 
 #: Shade (probability) from which a cell's text turns white: the scale's blue is dark enough there.
 WHITE_TEXT_FROM = 0.35
@@ -164,7 +193,7 @@ def lens_table_svg(layer_labels: Sequence[str], top_pieces: Sequence[Sequence[st
                      f'<rect x="{SVG_LAYER + 4}" y="{y + 26}" width="{bar}" height="6" rx="3" fill="{CHIP_BG}"/>'
                      f'<rect x="{SVG_LAYER + 4}" y="{y + 26}" width="{bar * p:.1f}" height="6" rx="3" '
                      f'fill="{ACCENT if rank == 1 else BLUE}"/>')
-        for c, (piece, q) in enumerate(zip(shown[layer], top_probs[layer])):
+        for c, (piece, q) in enumerate(zip(shown[layer], top_probs[layer], strict=True)):
             x, q = SVG_LAYER + SVG_PROB + c * col, float(q)
             chosen = chosen_cols[layer] == c
             ink = WHITE if q >= WHITE_TEXT_FROM else INK

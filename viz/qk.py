@@ -16,9 +16,29 @@ import plotly.graph_objects as go
 from plotly.colors import diverging, make_colorscale, sample_colorscale
 
 from viz.attention import _short, display_token, label_px, plotly_escape, token_yaxis
-from viz.theme import (AXIS_TITLE_FONT, BLUE, ENLARGED, FONT, GRID, INK, LINE_EM, MASKED_BG, MIN_READABLE,
-                       MONO_CHAR_EM, NARROW_PX, PAGE_PX, SUBTLE, TITLE_STANDOFF, WHITE, ZERO_LINE, figure, title as _title,
-                       title_chars, title_margin, wrap_title)
+from viz.theme import (
+    AXIS_TITLE_FONT,
+    BLUE,
+    ENLARGED,
+    FONT,
+    GRID,
+    INK,
+    LINE_EM,
+    MASKED_BG,
+    MIN_READABLE,
+    MONO_CHAR_EM,
+    NARROW_PX,
+    PAGE_PX,
+    SUBTLE,
+    TITLE_STANDOFF,
+    WHITE,
+    ZERO_LINE,
+    figure,
+    title_chars,
+    title_margin,
+    wrap_title,
+)
+from viz.theme import title as _title
 
 #: The diverging scale of every signed value here: ColorBrewer's RdBu from blue (negative) to red (positive), as
 #: stops: the name "RdBu" means another scale in plotly.js (blue, grey, red), which draws a figure built without
@@ -177,7 +197,8 @@ def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, m
              hovertemplate="%{customdata}<br>q_d·k_d/√d_k %{z:+.4f}<extra></extra>"),
         dict(type="bar", x=shown_s, y=rows, xaxis="x2", yaxis="y2", orientation="h",
              marker=dict(color=[POSITIVE if v >= 0 else NEGATIVE for v in shown_s]),
-             text=[f"{v:+.2f}" if m else "" for v, m in zip(s, seen)], textposition="outside", cliponaxis=False,
+             text=[f"{v:+.2f}" if m else "" for v, m in zip(s, seen, strict=True)], textposition="outside",
+             cliponaxis=False,
              customdata=labels, hovertemplate="%{customdata}: score %{x:+.4f}<extra></extra>", showlegend=False,
              name="score"),
     ]
@@ -234,7 +255,7 @@ def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, m
         yaxis3=dict(key_axis, anchor="x3", matches="y", showticklabels=False),
         annotations=[_panel_title(t, d) for t, d in zip(
             ("part per dimension", "score", "weight") if narrow
-            else ("each dimension's part of the score", "score q·k/√d_k", "weight"), domains)],
+            else ("each dimension's part of the score", "score q·k/√d_k", "weight"), domains, strict=True)],
         legend=dict(orientation="h", x=domains[1][0], xanchor="left", y=-_UNDER_PX / plot_h, yanchor="top",
                     font=dict(size=MIN_READABLE)),
         # the masked keys' rows greyed across every panel (the mask, not a value of 0), one band per run of them

@@ -13,9 +13,29 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.theme import (ACCENT, BLUE, CELL_BG, CELL_BORDER, CELL_TEXT_PX, CHIP_BORDER, CHIP_COLOURS, EMPTY_BG, ERROR_BG,
-                       ERROR_BORDER, FONT, GRID, HIGHLIGHT_BG, MASKED_BG, MATRIX_SCALE, MUTED, SUBTLE, WHITE, figure,
-                       legend_above, escape_html)
+from viz.theme import (
+    ACCENT,
+    BLUE,
+    CELL_BG,
+    CELL_BORDER,
+    CELL_TEXT_PX,
+    CHIP_BORDER,
+    CHIP_COLOURS,
+    EMPTY_BG,
+    ERROR_BG,
+    ERROR_BORDER,
+    FONT,
+    GRID,
+    HIGHLIGHT_BG,
+    MASKED_BG,
+    MATRIX_SCALE,
+    MUTED,
+    SUBTLE,
+    WHITE,
+    escape_html,
+    figure,
+    legend_above,
+)
 
 DIVERGING = "RdBu"
 
@@ -158,7 +178,7 @@ def token_spans_html(text: str, tokens: Sequence[str], ids: Sequence[int], offse
     dashed with "∅"; ``<unk>`` pieces are red and show the characters they replaced. Safe HTML (escaped).
     """
     chips = []
-    for n, (piece, tid, (s, e)) in enumerate(zip(tokens, ids, offsets)):
+    for n, (piece, tid, (s, e)) in enumerate(zip(tokens, ids, offsets, strict=True)):
         chars = text[s:e]
         bottom = f"{escape_html(piece)} · {int(tid)}"
         if piece == unk:

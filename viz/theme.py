@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 
 def escape_html(text: str) -> str:
@@ -59,8 +59,9 @@ ERROR_BORDER = "#b91c1c"
 
 #: A sequential scale on 0–1 that stays readable on a projector: white → deep blue, rising fast at low weights
 #: so that 0.05–0.3 are visible, while one fixed range keeps heads comparable (a uniform head stays pale).
-ATTENTION_SCALE = [[0.0, WHITE], [0.04, "#e3eef8"], [0.12, "#a9cde6"], [0.3, "#4f97c9"], [0.6, BLUE],
-                   [1.0, "#0b2f66"]]
+#: ``[stop, colour]`` lists, not tuples: plotly's ``sample_colorscale`` reads a tuple as one colour.
+ATTENTION_SCALE: list[list[float | str]] = [[0.0, WHITE], [0.04, "#e3eef8"], [0.12, "#a9cde6"], [0.3, "#4f97c9"],
+                                            [0.6, BLUE], [1.0, "#0b2f66"]]
 #: Worked examples' number matrices: light (smallest) to dark (largest), linear (the values are any reals, not
 #: weights). Given as stops, not as Plotly's name "Blues": plotly.js reads that name as dark blue → light grey, the
 #: reverse of the attention heatmap beside the matrices, where grey means "masked".
@@ -73,17 +74,27 @@ ATTENTION_RGB = "11,61,128"
 # --- fonts ---------------------------------------------------------------------------------------------
 SANS = "Inter, Segoe UI, Helvetica, Arial, sans-serif"
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
+
+
+class Font(TypedDict, total=False):
+    """A Plotly font: ``family``, ``size`` (px), ``color``."""
+
+    family: str
+    size: int
+    color: str
+
+
 #: Plotly layout font of every figure (px).
-FONT = dict(family=SANS, size=15)
+FONT: Font = dict(family=SANS, size=15)
 #: Figure titles (px).
-TITLE_FONT = dict(size=16, color=INK)
+TITLE_FONT: Font = dict(size=16, color=INK)
 #: Axis titles (px); 14 px is the smallest size readable from the back of a lecture room.
-AXIS_TITLE_FONT = dict(size=14, color=MUTED)
+AXIS_TITLE_FONT: Font = dict(size=14, color=MUTED)
 #: Room (px) between an axis' tick labels and its title: Plotly's own default let turned token labels touch the
 #: title ("keys (attended to) →"), so every token axis sets this (with ``automargin``, Plotly keeps it).
 TITLE_STANDOFF = 14
 #: Token pieces as tick labels or node labels (px).
-TOKEN_FONT = dict(family=MONO, size=14, color=INK)
+TOKEN_FONT: Font = dict(family=MONO, size=14, color=INK)
 #: The smallest font any figure uses for labels a class has to read (px).
 MIN_READABLE = 14
 

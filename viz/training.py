@@ -22,7 +22,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.theme import AXIS_LINE, AXIS_ROOM, FONT, INK as TEXT_COLOR, LIGHT_GRID, PLACEHOLDER, SERIES_PALETTE, legend_below
+from viz.theme import AXIS_LINE, AXIS_ROOM, FONT, LIGHT_GRID, PLACEHOLDER, SERIES_PALETTE, legend_below
+from viz.theme import INK as TEXT_COLOR
 
 #: x-axis choices: label shown in the app (and kept in the URL) → axis title.
 X_AXES: dict[str, str] = {
@@ -89,7 +90,7 @@ def _by_step(records: Sequence[dict], key: str) -> dict[int, float]:
     for rec in records or ():
         step = _step(rec)
         value = _number(rec.get(key)) if step is not None else None
-        if value is not None:
+        if step is not None and value is not None:
             out[step] = value
     return out
 
@@ -105,12 +106,14 @@ def run_series(records: Sequence[dict], metric: str, x: str = "step") -> tuple[l
     """
     if x not in X_AXES:
         raise ValueError(f"unknown x axis {x!r} (one of {', '.join(X_AXES)})")
-    points: dict[int, tuple[float | None, float]] = {}
+    points: dict[int, tuple[float, float]] = {}
+    unplaced: dict[int, float] = {}  # step → y of a record without its token count
     for rec in records or ():
         step = _step(rec)
         y = _number(rec.get(metric)) if step is not None else None
-        if y is None:
+        if step is None or y is None:
             continue
+        xv: float | None
         if x == "step":
             xv = float(step)
         elif x == "wall time (minutes)":
@@ -120,18 +123,20 @@ def run_series(records: Sequence[dict], metric: str, x: str = "step") -> tuple[l
             xv = t / 60.0
         else:
             xv = _number(rec.get("tokens_seen"))  # None: interpolated below
-        points[step] = (xv, y)
-    steps = sorted(points)
-    if x == "tokens seen" and any(points[s][0] is None for s in steps):
-        seen = _by_step(records, "tokens_seen")
-        if not seen:  # no log line with a token count: nothing can be placed
-            steps = [s for s in steps if points[s][0] is not None]
+        # the last record of a step wins, placed or not
+        points.pop(step, None)
+        unplaced.pop(step, None)
+        if xv is None:
+            unplaced[step] = y
         else:
-            seen.setdefault(0, 0.0)
-            known = sorted(seen)
-            filled = np.interp([float(s) for s in steps], known, [seen[k] for k in known])
-            points = {s: (points[s][0] if points[s][0] is not None else float(t), points[s][1])
-                      for s, t in zip(steps, filled)}
+            points[step] = (xv, y)
+    seen = _by_step(records, "tokens_seen") if unplaced else {}
+    if seen:  # without a log line with a token count, nothing unplaced can be placed
+        seen.setdefault(0, 0.0)
+        known = sorted(seen)
+        filled = np.interp([float(s) for s in unplaced], known, [seen[k] for k in known])
+        points.update({s: (float(t), y) for (s, y), t in zip(unplaced.items(), filled, strict=True)})
+    steps = sorted(points)
     return [points[s][0] for s in steps], [points[s][1] for s in steps]
 
 
@@ -172,7 +177,8 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
         few = len(xs) < 40
         # a run without points gets one null point: Plotly leaves a trace without data out of the legend
         fig.add_trace(go.Scatter(
-            x=xs or [None], y=ys or [None], name=str(rid) if xs else f"{rid} ({empty_note(records, metric)})",
+            x=xs if xs else [None], y=ys if ys else [None],
+            name=str(rid) if xs else f"{rid} ({empty_note(records, metric)})",
             legendgroup=str(rid),
             mode="lines+markers" if few else "lines",
             line=dict(color=style["color"], dash=style.get("dash", "solid"), width=3),
@@ -224,9 +230,9 @@ def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y
     (any numeric key, e.g. ``{"train loss": "loss", "valid loss": "valid_loss"}``), against the step.
 
     Colours follow :data:`PALETTE` in ``series`` order; with two or more series there is a legend, where a series
-    without points says "no points yet". ``log_y`` takes a log axis only when the values span more than a factor of 10 (a log axis
-    over a narrow range has no readable ticks). ``score``: the series are scores from 0 to 100 (BLEU, chrF),
-    drawn on :func:`score_axis`. Bad records are skipped as in :func:`run_series`.
+    without points says "no points yet". ``log_y`` takes a log axis only when the values span more than a factor of
+    10 (a log axis over a narrow range has no readable ticks). ``score``: the series are scores from 0 to 100 (BLEU,
+    chrF), drawn on :func:`score_axis`. Bad records are skipped as in :func:`run_series`.
     """
     fig = go.Figure()
     values: list[float] = []
@@ -236,7 +242,8 @@ def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y
         values += ys
         color = PALETTE[i % len(PALETTE)]
         fig.add_trace(go.Scatter(
-            x=xs or [None], y=ys or [None], name=label if xs else f"{label} (no points yet)",
+            x=xs if xs else [None], y=ys if ys else [None],
+            name=label if xs else f"{label} (no points yet)",
             mode="lines+markers" if len(xs) < 40 else "lines", line=dict(color=color, width=2.5),
             marker=dict(size=7, color=color),
             hovertemplate=f"<b>{label}</b><br>step %{{x:,.0f}}<br>%{{y:,.4~r}}<extra></extra>",

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import CheckpointError
-from .families import FAMILIES
-from .loader import read_json, weights_path
+from model.errors import CheckpointError
+from model.hf.families import FAMILIES
+from model.hf.loader import read_json, weights_path
 
 COMPUTED_BY = ("Every number on the pages is computed by this project's own Transformer code (model/) with the "
                "folder's weights; the transformers library is not used.")

@@ -8,8 +8,8 @@ the defaults below are copied from ``models/marian/configuration_marian.py`` and
 
 from __future__ import annotations
 
-from ..config import ConfigError, ModelConfig
-from .families import family
+from model.config import ConfigError, ModelConfig
+from model.hf.families import family
 
 #: ``MarianConfig``'s defaults for the keys read here.
 MARIAN_DEFAULTS = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError
+from model.config import ConfigError
 
 
 @dataclass(frozen=True)

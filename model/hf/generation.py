@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..decoding import decoder_prefix, default_max_new_tokens
-from ..errors import CheckpointError
+from model.decoding import decoder_prefix, default_max_new_tokens
+from model.errors import CheckpointError
 
 FILE = "generation_config.json"
 

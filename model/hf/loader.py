@@ -18,13 +18,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from ..errors import CheckpointError
-from ..config import ConfigError, ModelConfig
-from ..transformer import Transformer
-from .config import hf_to_model_config, model_type
-from .generation import FILE as GENERATION_FILE
-from .generation import GenerationDefaults, parse_generation
-from .weights import WeightsError, to_our_state
+from model.config import ConfigError, ModelConfig
+from model.errors import CheckpointError
+from model.hf.config import hf_to_model_config, model_type
+from model.hf.generation import FILE as GENERATION_FILE
+from model.hf.generation import GenerationDefaults, parse_generation
+from model.hf.weights import WeightsError, to_our_state
+from model.transformer import Transformer
 
 #: Weight files, in the order they are looked for (safetensors first: it cannot hold code).
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

@@ -27,8 +27,8 @@ import unicodedata
 from pathlib import Path
 from typing import Iterable
 
-from ..tokenizer import Encoding, replace_surrogates
-from .families import family
+from model.hf.families import family
+from model.tokenizer import Encoding, replace_surrogates
 
 
 def _read_json(path: Path, required: bool = True):
@@ -73,6 +73,9 @@ class _PieceLookup:
 
     def tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.id_to_token(i) for i in ids]
+
+    def encode(self, text: str) -> Encoding:
+        raise NotImplementedError  # each tokenizer cuts text its own way
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(t).ids for t in texts]
@@ -174,7 +177,7 @@ class MarianTextTokenizer(_PieceLookup):
             blobs.append((folder / name).read_bytes())
         vocab = _read_json(folder / "vocab.json")
         config = _read_json(folder / "tokenizer_config.json", required=False)
-        return cls(*blobs, vocab, config if isinstance(config, dict) else {})
+        return cls(blobs[0], blobs[1], vocab, config if isinstance(config, dict) else {})
 
     def to_str(self) -> str:
         """A stable string naming this tokenizer (a digest of its models, vocabulary and settings)."""
@@ -200,7 +203,7 @@ class MarianTextTokenizer(_PieceLookup):
         if rest:
             out = self.source_model.encode(rest, out_type="offset_mapping")
             shift = len(code)
-            for piece, (start, end) in zip(out["pieces"], out["offsets"]):
+            for piece, (start, end) in zip(out["pieces"], out["offsets"], strict=True):
                 ids.append(self._vocab.get(piece, self.unk_id))
                 offsets.append((start + shift, end + shift))
         return Encoding(ids, self.tokens(ids), offsets)
@@ -254,11 +257,11 @@ _TYPED = {shown: ch for ch, shown in _SHOWN.items()}
 _BYTE_MARK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
-def stored_piece(shown: str) -> str:
+def stored_piece(text: str) -> str:
     """:func:`readable_piece` undone: ``"␣the"`` → ``"Ġthe"``, ``"ü"`` → ``"Ã¼"``, ``"<0xF0>"`` → ``"ð"`` (so that a
     piece typed as the pages show it can be looked up)."""
     data = bytearray()
-    for i, part in enumerate(_BYTE_MARK.split(shown)):
+    for i, part in enumerate(_BYTE_MARK.split(text)):
         if i % 2:
             data.append(int(part, 16))
         else:

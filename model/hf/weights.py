@@ -17,8 +17,8 @@ import re
 
 import torch
 
-from ..config import ModelConfig
-from ..positional import sinusoidal_table
+from model.config import ModelConfig
+from model.positional import sinusoidal_table
 
 
 class WeightsError(ValueError):
@@ -142,7 +142,7 @@ def gpt2_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch
         if module == "attn.c_attn":
             tensor = tensor.t() if kind == "weight" else tensor  # [d, 3d] → [3d, d]
             q, k, v = tensor.chunk(3, dim=0)
-            for name, part in zip(("q_proj", "k_proj", "v_proj"), (q, k, v)):
+            for name, part in zip(("q_proj", "k_proj", "v_proj"), (q, k, v), strict=True):
                 out[f"{prefix}.self_attn.{name}.{kind}"] = part
             continue
         if module not in GPT2_BLOCK:

@@ -11,10 +11,9 @@ layer and head above the tabs are shared by all of them and kept in the URL (``?
 import streamlit as st
 
 from model.decoding import strip_eos
-from ui import attention_qk
+from ui import attention_qk, model_card, pieces, responsive, state, url
 from ui import attention_reading_tabs as reading
 from ui import attention_views as views
-from ui import model_card, pieces, responsive, state, url
 from ui.attention_tabs import ablation_tab, compare_tab, plot
 from ui.figures import shared
 from ui.page_state import ATTENTION
@@ -35,8 +34,8 @@ def attention_page() -> None:
     # --- sentence, translation, trace -----------------------------------------------------------------------------
     # A projector shows 1280×720: the first chart must start on the first screen: the title beside the sentence, the
     # translation beside the reading guide (an expander), then one row of controls and the tabs.
-    head, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
-    head.title("Attention")
+    heading, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
+    heading.title("Attention")
     if ATTENTION.text_key not in st.session_state:
         st.session_state[ATTENTION.text_key] = state.current_text(ckpt)
     typed = sentence.text_input(state.input_label(ckpt), key=ATTENTION.text_key)
@@ -61,7 +60,6 @@ def attention_page() -> None:
 
     # --- shared controls: kind, layer, head, word level -------------------------------------------------------------
     kinds = trace.kinds
-    params = st.query_params
     # the Head box wide enough for "mean over heads" at 1280 px
     c1, c2, c3, c4 = st.columns([2.6, 1, 1.3, 1], vertical_alignment="bottom")
     # Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
@@ -144,8 +142,8 @@ def attention_page() -> None:
 
     # --- tokens and export ------------------------------------------------------------------------------------------
     with st.expander("Tokens, ids and export"):
-        st.write("Source:", " ".join(f"{t}({i})" for t, i in zip(trace.src_tokens, trace.src_ids)))
-        st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids)))
+        st.write("Source:", " ".join(f"{t}({i})" for t, i in zip(trace.src_tokens, trace.src_ids, strict=True)))
+        st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids, strict=True)))
         st.download_button(  # the file is made when asked for, not at every click of every visitor
             "Download the attention tensors (.npz)", data=lambda: views.attention_npz(raw_trace),
             file_name="attention.npz",

@@ -8,9 +8,9 @@ from model.decoded import Decoding
 from model.hf.generation import decoding_cap, forced_eos
 from model.loops import LOOP_TIMES
 from model.sampling import SamplingConfig, SamplingError
+from ui import attribution_view, heavy, lens_view, pieces, state, url, widgets
 from ui import decoding_lab as lab
 from ui import decoding_views as views
-from ui import attribution_view, heavy, lens_view, pieces, state, url, widgets
 from ui.page_state import DECODING
 from viz.attention import tokens_html
 

@@ -110,13 +110,13 @@ if x is not None and gamma is not None and beta is not None:
     except ValueError as exc:
         st.warning(str(exc))
     else:
-        rows = [f"token {i}" for i in range(x.shape[0])]
+        tokens = [f"token {i}" for i in range(x.shape[0])]
         a, b = st.columns(2)
         with a:
-            show(np.stack([ln["mean"], ln["var"]], axis=1), "Mean and variance of each row", rows, ["mean", "var"])
+            show(np.stack([ln["mean"], ln["var"]], axis=1), "Mean and variance of each row", tokens, ["mean", "var"])
         with b:
-            show(ln["normalised"], "(x − mean) / √(var + ε): mean 0, variance 1", rows)
-        show(ln["output"], "γ ⊙ normalised + β", rows)
+            show(ln["normalised"], "(x − mean) / √(var + ε): mean 0, variance 1", tokens)
+        show(ln["output"], "γ ⊙ normalised + β", tokens)
         st.caption("Unlike BatchNorm, nothing is shared across tokens or sentences: each row is normalised alone.")
 
 # --- multi-head split ---------------------------------------------------------------------------------

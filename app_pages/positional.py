@@ -5,8 +5,7 @@ import streamlit as st
 
 from teaching import positions
 from teaching.worked import rotation_errors, sinusoidal
-from ui import state
-from ui import url
+from ui import state, url
 from ui.widgets import show_figure, show_table
 from viz.teaching import bar, dimension_waves, matrix_heatmap, norm_histogram
 
@@ -64,8 +63,8 @@ if n_pos < 2 or not 0 <= abs(offset) < n_pos:
     st.warning(f"Pick an offset k with |k| < {n_pos} (the number of positions) to check the property.")
 else:
     checked = [p for p in (0, 1, 2, 7, 20, 50, n_pos - 1 - max(offset, 0)) if 0 <= p < n_pos]
-    rows = rotation_errors(table, offset, sorted(set(checked)))
-    show_table(rows, formats={"max abs error": "{:.2e}"})
+    errors = rotation_errors(table, offset, sorted(set(checked)))
+    show_table(errors, formats={"max abs error": "{:.2e}"})
 
 # --- the loaded checkpoint -------------------------------------------------------------------------------
 st.divider()
@@ -116,7 +115,7 @@ elif kind == "alibi":
     slopes = positions.model_alibi_slopes(model, cfg.n_heads)  # the slopes this model's layers hold
     st.markdown(r"**ALiBi** (Press et al. 2022) adds nothing to the embeddings. Each head $h$ adds "
                 r"$-m_h\,|i-j|$ to its attention scores, with slopes $m_h = 2^{-8(h+1)/H}$.")
-    show_figure(bar([f"head {h}" for h in range(cfg.n_heads)], slopes, "Slopes m_h", "", "m"), **PLOT)
+    show_figure(bar([f"head {h}" for h in range(cfg.n_heads)], slopes.tolist(), "Slopes m_h", "", "m"), **PLOT)
     # heads are counted from 0 here, as in the slopes' formula and chart
     url.init_widget("pe_head", lambda p: url.int_param(p, "head", 0, 0, cfg.n_heads - 1),
                     valid=lambda h: h in range(cfg.n_heads))

@@ -8,9 +8,9 @@ from types import MappingProxyType
 import pandas as pd
 import streamlit as st
 
+from model.tokenizer import TextTokenizer
 from teaching import unigram
 from teaching.bpe_replay import MergeTable, merge_table, own_pieces, piece_lengths, pre_tokenize, replay, segmentations
-from model.tokenizer import TextTokenizer
 from ui import heavy, pieces, state, url
 from ui.limits import limits
 from ui.widgets import show_figure, show_table
@@ -46,8 +46,9 @@ def train_bpe(text: str, vocab_size: int) -> TrainedBPE:
     lines = [line for line in text.splitlines() if line.strip()]
     mine = TextTokenizer.train(lines, vocab_size=vocab_size, min_frequency=1)
     enc = mine.encode(lines[0])
-    return TrainedBPE(merges=tuple(tuple(m) for m in merge_table(mine.to_str()).merges), vocab_size=mine.vocab_size,
-                      first_line=lines[0], first=tuple(zip(enc.tokens, enc.ids, map(tuple, enc.offsets))))
+    return TrainedBPE(merges=tuple((a, b) for a, b in merge_table(mine.to_str()).merges), vocab_size=mine.vocab_size,
+                      first_line=lines[0],
+                      first=tuple(zip(enc.tokens, enc.ids, ((s, e) for s, e in enc.offsets), strict=True)))
 
 
 def trained(text: str, vocab_size: int) -> TrainedBPE:
@@ -81,8 +82,8 @@ elif kind == "byte-bpe":
 else:
     st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. 2016) "
                "cuts the text into pieces from a vocabulary of "
-               f"{tok.vocab_size} learned from the training data. " + pieces.word_note(tok) + " Every page shows pieces "
-               "this way.")
+               f"{tok.vocab_size} learned from the training data. " + pieces.word_note(tok)
+               + " Every page shows pieces this way.")
 
 # --- the text -----------------------------------------------------------------------------------------
 shared = state.current_text(ckpt)
@@ -117,7 +118,7 @@ def show_tokens(text: str) -> None:
     st.caption("Each chip: the characters it covers (␣ = space), then the piece and its id. "
                + ("Pieces of one character that has several bytes all cover that character." if kind == "byte-bpe"
                   else "A dashed ∅ chip is a bare `▁` word-start marker that covers no character of its own."))
-    unk = [text[s:e] for p, (s, e) in zip(enc.tokens, enc.offsets) if p == "<unk>"]
+    unk = [text[s:e] for p, (s, e) in zip(enc.tokens, enc.offsets, strict=True) if p == "<unk>"]
     if unk:
         st.warning(f"{len(unk)} piece(s) are `<unk>` (red): the characters {', '.join(repr(u) for u in unk)} "
                    "never occurred in the training data, so the model cannot tell them apart.")
@@ -128,7 +129,7 @@ def show_tokens(text: str) -> None:
     st.caption("Characters give long sequences over a tiny alphabet; words a huge vocabulary with no answer "
                "for unseen words; BPE pieces sit in between.")
 
-    if kind == "unigram":
+    if table is None:  # a unigram tokenizer: no merges to replay
         show_unigram(text)
         return
     st.subheader("Replay the merges for one word")
@@ -188,7 +189,7 @@ else:
 
 # --- vocabulary ---------------------------------------------------------------------------------------
 st.subheader("The vocabulary")
-if kind == "unigram":
+if table is None:  # a unigram tokenizer
     lengths = piece_lengths(dict.fromkeys(unigram.unigram_pieces(tok)))
 elif kind == "byte-bpe":
     lengths = piece_lengths(table.vocab, specials=(tok.id_to_token(tok.eos_id),), show=show)
@@ -199,7 +200,7 @@ show_figure(bar(counts.index.tolist(), counts.values.tolist(),
                 "Piece length (characters, " + ("␣" if kind == "byte-bpe" else "▁") + " not counted)",
                  "length", "pieces"), **PLOT)
 c1, c2 = st.columns(2)
-if kind == "unigram":
+if table is None:  # a unigram tokenizer
     most, least = unigram.vocab_extremes(tok, 20)
     c1.markdown("**The 20 most probable pieces**")
     show_table(most, c1)
@@ -233,6 +234,6 @@ else:
     st.markdown(f"Learned **{len(mine.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
                 f"(asked for {vocab_size}; all characters seen are always kept).")
     show_table(merges_frame(mine.merges[:20], 0))
-    tokens, ids, offsets = zip(*mine.first) if mine.first else ((), (), ())
+    tokens, ids, offsets = zip(*mine.first, strict=True) if mine.first else ((), (), ())
     st.markdown(token_spans_html(mine.first_line, tokens, ids, offsets), unsafe_allow_html=True)
     st.caption("The first line of the training text, cut by the BPE you just trained. More merges → longer pieces.")

@@ -8,9 +8,8 @@ import streamlit as st
 
 from training import launch as L
 from training import runs as R
-from ui import url
 from ui import run_panels as panels
-from ui import training_form
+from ui import training_form, url
 from ui.heads_forming import show_heads_forming
 from ui.run_view import table_row
 from ui.state import DEFAULT_CHECKPOINT, checkpoint_roots

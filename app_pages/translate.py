@@ -13,7 +13,6 @@ from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
 
 
-
 def _model(ckpt) -> tuple:
     """``(tokenizer, config, decoder layers, the layer the page opens on)`` of a loaded checkpoint."""
     n_layers = ckpt.config.n_decoder_layers
@@ -70,13 +69,13 @@ def attention_view(ckpt, view: StepView, src) -> None:
         st.markdown(f"**Masked self-attention of step {step}** — which earlier pieces the new token looked at")
         row = record.self_attention[layer]
         keys = pieces.of_ids(tok, view.tokens[: row.shape[-1]])
-    weights = row.mean(0) if head == "mean" else row[head]
+    weights = row[head] if isinstance(head, int) else row.mean(0)  # "mean" or a head
     st.markdown(highlight_tokens_html(keys, weights,
                                       caption="Shade = attention weight; outlined = the strongest piece."),
                 unsafe_allow_html=True)
     matrix = view.cross_attention_matrix()
     if matrix is not None:
-        matrix = matrix[layer].mean(0) if head == "mean" else matrix[layer][head]
+        matrix = matrix[layer][head] if isinstance(head, int) else matrix[layer].mean(0)
         # an HTML grid, not a Plotly heatmap: the page loads no Plotly and redraws nothing heavy per click
         st.markdown(alignment_html(matrix, pieces.of_ids(tok, view.generated), pieces.shown(tok, src.tokens),
                                    title="Alignment so far: generated × source pieces"), unsafe_allow_html=True)

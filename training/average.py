@@ -3,10 +3,11 @@
 
 Every floating-point tensor of the output is the element-wise mean of the inputs' (computed in float64, stored in
 float32 unless ``--fp16``, or as int8 matrices with a scale per row with ``--int8``, less the matrices named by
-``--keep-fp16`` which stay float16: :mod:`model.quantize`; one input is then a conversion); the config and tokenizer come from the first checkpoint, and all inputs must share them
-exactly, except the options that act only in training (dropout rates, LayerDrop: :data:`WARM_START_KNOBS`), so
-that lanes warm-started from one model with other dropout still make one soup (Wortsman et al. 2022); the card
-lists such differences. The result is an ordinary checkpoint folder, loadable like any other.
+``--keep-fp16`` which stay float16: :mod:`model.quantize`; one input is then a conversion); the config and
+tokenizer come from the first checkpoint, and all inputs must share them exactly, except the options that act only
+in training (dropout rates, LayerDrop: :data:`WARM_START_KNOBS`), so that lanes warm-started from one model with
+other dropout still make one soup (Wortsman et al. 2022); the card lists such differences. The result is an ordinary
+checkpoint folder, loadable like any other.
 """
 
 from __future__ import annotations
@@ -39,35 +40,35 @@ def average_checkpoints(
         CheckpointError: no input, an input that does not load, inputs whose config, tokenizer or tensor
             names differ, or a name in ``keep_fp16`` that is no tensor of the model.
     """
-    folders = [Path(f) for f in folders]
-    if not folders:
+    paths = [Path(f) for f in folders]
+    if not paths:
         raise CheckpointError("nothing to average: give at least one checkpoint folder")
-    for folder in folders:  # its tensors have other names and its tokenizer is no tokenizer.json of ours
+    for folder in paths:  # its tensors have other names and its tokenizer is no tokenizer.json of ours
         if is_hf_model_dir(folder):
             raise CheckpointError(f"{folder} is a Hugging Face model folder; only checkpoints of this project average")
-    first = load_checkpoint(folders[0])  # validates the first fully (config, tokenizer, weights)
+    first = load_checkpoint(paths[0])  # validates the first fully (config, tokenizer, weights)
     tok_json = first.tokenizer.to_str()
     first_architecture = _architecture(first.config.to_dict())
     total: dict[str, torch.Tensor] = {}
     knobs: dict[str, list] = {}  # training-only knob -> its value in each input
-    for folder in folders:
-        ckpt = first if folder == folders[0] else load_checkpoint(folder)
+    for folder in paths:
+        ckpt = first if folder == paths[0] else load_checkpoint(folder)
         config = ckpt.config.to_dict()
         if _architecture(config) != first_architecture:
-            raise CheckpointError(f"{folder} has another config than {folders[0]}; only the same model averages")
+            raise CheckpointError(f"{folder} has another config than {paths[0]}; only the same model averages")
         for k in WARM_START_KNOBS:
             knobs.setdefault(k, []).append(config.get(k))
         if ckpt.tokenizer.to_str() != tok_json:
-            raise CheckpointError(f"{folder} has another tokenizer than {folders[0]}")
+            raise CheckpointError(f"{folder} has another tokenizer than {paths[0]}")
         state = read_weights(folder / "model.safetensors")
         if total and set(state) != set(total):
-            raise CheckpointError(f"{folder} holds other tensors than {folders[0]}")
+            raise CheckpointError(f"{folder} holds other tensors than {paths[0]}")
         for name, t in state.items():
             t = t.to(torch.float64) if t.is_floating_point() else t
             total[name] = total[name] + t if name in total and t.is_floating_point() else t
     dtype = torch.float16 if fp16 else torch.float32
     card = dict(first.card)
-    mean = {k: (v / len(folders)).to(dtype) if v.is_floating_point() else v for k, v in total.items()}
+    mean = {k: (v / len(paths)).to(dtype) if v.is_floating_point() else v for k, v in total.items()}
     if int8:
         try:
             mean = quantize_state(mean, keep_fp16)
@@ -75,7 +76,7 @@ def average_checkpoints(
             raise CheckpointError(f"--keep-fp16: {exc}") from exc
         if keep_fp16:
             card["int8_kept_fp16"] = sorted(keep_fp16)
-    card["averaged"] = {"checkpoints": [str(f) for f in folders], "count": len(folders)}
+    card["averaged"] = {"checkpoints": [str(f) for f in paths], "count": len(paths)}
     differ = {k: values for k, values in knobs.items() if len(set(map(repr, values))) > 1}
     if differ:  # the config keeps the first input's values; these never act at inference
         card["averaged"]["training_knobs"] = differ

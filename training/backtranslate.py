@@ -9,7 +9,8 @@ starts with a tag (default ``#bt``; Caswell et al. 2019, *Tagged Back-Translatio
 synthetic sources from real ones and is not taught to translate their errors; an input a visitor types has no tag.
 The tag is plain text cut by the model's own BPE, so it must be made of pieces the vocabulary has: ``<`` and ``>`` were
 not in the 8,000-piece vocabulary (the 16,000-piece one learned with news has them), where ``<bt>`` would read as
-``<unk> bt <unk>``, the piece every emoji a visitor types also becomes. A tag with an unknown piece is refused (:func:`check_tag`).
+``<unk> bt <unk>``, the piece every emoji a visitor types also becomes. A tag with an unknown piece is refused
+(:func:`check_tag`).
 
 Sources are sampled (top-k 10, Edunov et al. 2018: sampled or noised synthetic sources teach more than beam search
 ones once there are many of them) or, with ``--strategy beam``, the beam's best (better when there are few). The
@@ -147,7 +148,8 @@ def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = Tru
         for start in range(done, len(sentences), CHUNK):  # whole chunks: a chunk's seed is its index
             german = sentences[start:start + CHUNK]
             english = translate_chunk(ckpt, german, settings, start // CHUNK)
-            f.writelines(f"{' '.join(f'{settings.tag} {en}'.split())}\t{de}\n" for en, de in zip(english, german))
+            f.writelines(f"{' '.join(f'{settings.tag} {en}'.split())}\t{de}\n"
+                         for en, de in zip(english, german, strict=True))
             f.flush()
             bar.update(len(german))
     pairs = [Pair(*line.rstrip("\n").split("\t")) for line in partial.open(encoding="utf-8")]

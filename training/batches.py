@@ -8,14 +8,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import tokenizers
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
 
 from corpora.files import Pair
 from model.config import ModelConfig
 from model.tokenizer import TextTokenizer
-from .config import TrainConfig
+from model.tokenizing import Tokenizer
+from training.config import TrainConfig
 
 
 @dataclass
@@ -52,12 +53,12 @@ class Batch:
     n_pred: int
 
 
-def encode_pairs(tok: TextTokenizer, pairs: list[Pair], cfg: ModelConfig) -> list[Example]:
+def encode_pairs(tok: Tokenizer, pairs: list[Pair], cfg: ModelConfig) -> list[Example]:
     """Tokenize pairs, dropping those that do not fit ``max_len`` (src gets ``<eos>``, tgt ``<bos> … <eos>``)."""
     src = tok.encode_batch([p.src for p in pairs])
     tgt = tok.encode_batch([p.tgt for p in pairs])
     out = []
-    for s, t in zip(src, tgt):
+    for s, t in zip(src, tgt, strict=True):
         if s and t and len(s) + 1 <= cfg.max_len and len(t) + 2 <= cfg.max_len:
             out.append(Example(s + [cfg.eos_id], [cfg.bos_id] + t + [cfg.eos_id]))
     return out
@@ -69,7 +70,7 @@ def pair_sides(pairs: list[Pair]) -> list[str]:
     return [t for p in pairs for t in (p.src, p.tgt) if t]
 
 
-def encode_texts(tok: TextTokenizer, texts: list[str], cfg: ModelConfig) -> list[Example]:
+def encode_texts(tok: Tokenizer, texts: list[str], cfg: ModelConfig) -> list[Example]:
     """Tokenize texts as decoder-only sequences ``Example([], <bos> … <eos>)``, dropping empty ones and those that
     do not fit ``max_len`` (``len(ids) + 2`` tokens)."""
     out = []
@@ -84,7 +85,7 @@ def sequences_per_pair(cfg: ModelConfig) -> int:
     return 1 if cfg.is_encoder_decoder else 2
 
 
-def encode_examples(tok: TextTokenizer, pairs: list[Pair], cfg: ModelConfig) -> list[Example]:
+def encode_examples(tok: Tokenizer, pairs: list[Pair], cfg: ModelConfig) -> list[Example]:
     """The architecture's examples of ``pairs``: source → target pairs for an encoder-decoder
     (:func:`encode_pairs`); for a decoder-only model every side on its own (:func:`pair_sides`,
     :func:`encode_texts`)."""
@@ -97,7 +98,9 @@ def make_batches(examples: list[Example], batch_tokens: int, gen: torch.Generato
     """Indices grouped by similar length so that ``batch × (padded src + padded tgt) ≤ batch_tokens``, shuffled."""
     noise = torch.rand(len(examples), generator=gen).tolist()
     order = sorted(range(len(examples)), key=lambda i: (examples[i].size, noise[i]))
-    batches, cur, cur_max = [], [], 0
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    cur_max = 0
     for i in order:
         ex = examples[i]
         new_max = max(cur_max, len(ex.src) + len(ex.tgt))
@@ -178,7 +181,7 @@ def with_bpe_dropout(tok: TextTokenizer, p: float) -> TextTokenizer:
     for encoding training data only; ``tok`` itself (the one saved in checkpoints) is untouched. ``p`` 0 → ``tok``."""
     if not p:
         return tok
-    copy_ = Tokenizer.from_str(tok.to_str())
+    copy_ = tokenizers.Tokenizer.from_str(tok.to_str())
     copy_.model.dropout = p
     return TextTokenizer(copy_)
 
@@ -250,7 +253,8 @@ class EpochPlan:
         chosen = self.take("sentences") * self.config.sentence_repeat
         sent_batches = make_batches(chosen, max(1, round(self.config.batch_tokens * (1 - share))), gen)
         dict_budget = max(1, round(self.config.batch_tokens * share))
-        sample = self.take("phrases", list(range(min(n_phrases, 2000)))) + self.take("words", list(range(min(n_words, 1000))))
+        sample = (self.take("phrases", list(range(min(n_phrases, 2000))))
+                  + self.take("words", list(range(min(n_words, 1000)))))
         mean_size = sum(len(e.src) + len(e.tgt) for e in sample) / max(len(sample), 1)
         wanted = math.ceil(len(sent_batches) * dict_budget / mean_size * 1.1)  # padding in the buckets: ~10%
         total = n_phrases + n_words

@@ -19,13 +19,13 @@ from tqdm import tqdm
 
 from model.checkpoint import atomic_write_json, save_checkpoint
 from model.config import ModelConfig
-from .batches import encode_examples
-from .checkpoints import keep_evaluation, load_any
-from .config import TrainConfig
-from .data import load_test
-from .device import hardware, resolve_precision
-from .evaluate import perplexity, score, validation_loss
-from .state import TrainerState
+from training.batches import encode_examples
+from training.checkpoints import keep_evaluation, load_any
+from training.config import TrainConfig
+from training.data import load_test
+from training.device import hardware, resolve_precision
+from training.evaluate import perplexity, score, validation_loss
+from training.state import TrainerState
 
 
 def selection_metric(config: TrainConfig, cfg: ModelConfig) -> str:
@@ -41,7 +41,8 @@ def selection_metric(config: TrainConfig, cfg: ModelConfig) -> str:
 
 #: Training options a card lists under ``recipe_extra`` when they are set.
 RECIPE_EXTRA = ("dict_share", "src_word_dropout", "tgt_word_dropout", "activation_dropout", "decoder_layerdrop",
-                "weight_decay", "bpe_dropout", "vocab_from", "tokenizer", "lr_step_offset", "rewarmup", "cooldown_steps")
+                "weight_decay", "bpe_dropout", "vocab_from", "tokenizer", "lr_step_offset", "rewarmup",
+                "cooldown_steps")
 #: Options a card lists under ``recipe``, always.
 RECIPE = ("peak_lr", "warmup", "label_smoothing", "batch_tokens", "dropout", "attention_dropout", "norm_first", "seed",
           "clip")

@@ -361,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"a leg needs {', '.join(needed)} (or give --add-sets)")
     try:
         card = _read_json(args.card, "card")
-        reports = [_read_json(getattr(args, k), f"--{k} report") for k in ("valid", "greedy", "beam")]
-        new = append_leg(card, args.run, args.leg, args.parent, *reports, selected_by=args.selected_by,
+        valid, greedy, beam = (_read_json(getattr(args, k), f"--{k} report") for k in ("valid", "greedy", "beam"))
+        new = append_leg(card, args.run, args.leg, args.parent, valid, greedy, beam, selected_by=args.selected_by,
                          cooldown_from=args.cooldown_from, every=args.every, date=args.date,
                          shipped_label=args.shipped_label, data_note=args.data_note, command=args.command,
                          machine=args.machine, own_valid=args.own_valid)

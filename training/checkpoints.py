@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,21 +15,44 @@ from model.baseline import build_model, load_baseline
 from model.checkpoint import Checkpoint, is_checkpoint_dir, is_own_checkpoint_dir, load_checkpoint, save_checkpoint
 from model.config import ModelConfig
 from model.tokenizer import TextTokenizer
-from .config import TrainConfig
-from .runs import append_probes, probe_record
+from training.config import TrainConfig
+from training.runs import append_probes, probe_record
 
 EVALS_DIR = "evals"
 #: Model options that only act in training, so a warm start (``--init-from``) may change them.
 WARM_START_KNOBS = ("dropout", "attention_dropout", "activation_dropout", "decoder_layerdrop")
 
 
-def load_any(folder: Path, impl: str, device) -> Checkpoint:
-    """A checkpoint of either implementation (``impl`` ``ours`` or ``torch``)."""
+@dataclass
+class Trainable:
+    """A run's checkpoint as training reads it back (``last/``, ``best/``): the model of either implementation (our
+    Transformer or the ``nn.Transformer`` baseline, which a :class:`model.checkpoint.Checkpoint` does not hold), our
+    BPE tokenizer, the model config and the card."""
+
+    model: torch.nn.Module
+    tokenizer: TextTokenizer
+    config: ModelConfig
+    card: dict
+
+
+def own_tokenizer(ckpt: Checkpoint) -> TextTokenizer:
+    """``ckpt``'s tokenizer, which training needs as our own BPE (BPE-dropout copies it, checkpoints save it).
+    Raises ``DataError`` for a checkpoint with another kind (a Hugging Face folder's)."""
+    if not isinstance(ckpt.tokenizer, TextTokenizer):
+        raise DataError(f"{ckpt.path}: its tokenizer is not this project's BPE; a run starts only from a checkpoint "
+                        "of this project")
+    return ckpt.tokenizer
+
+
+def load_any(folder: Path, impl: str, device) -> Trainable:
+    """A checkpoint of either implementation (``impl`` ``ours`` or ``torch``). Raises ``CheckpointError`` when it
+    does not load, ``DataError`` when its tokenizer is not ours."""
     if impl == "ours":
-        return load_checkpoint(folder, device)
+        ckpt = load_checkpoint(folder, device)
+        return Trainable(ckpt.model, own_tokenizer(ckpt), ckpt.config, ckpt.card)
     model = load_baseline(folder, device)
     card = json.loads((folder / "card.json").read_text()) if (folder / "card.json").is_file() else {}
-    return Checkpoint(model, TextTokenizer.from_file(folder / "tokenizer.json"), model.cfg, card, folder)
+    return Trainable(model, TextTokenizer.from_file(folder / "tokenizer.json"), model.cfg, card)
 
 
 def snapshot(model, tok, out: Path, step: int, sentences: list[str] | None = None) -> None:
@@ -82,6 +105,8 @@ def warm_start(config: TrainConfig, device, given=frozenset()) -> tuple[torch.nn
     ``init_card``, the origin for the new card (with the checkpoint card's ``legs`` history, when it has one).
     Raises ``DataError`` when the folder is not a loadable checkpoint of ours.
     """
+    if config.init_from is None:
+        raise DataError("--init-from: no checkpoint named")
     if reason := hf_refusal(config.init_from):
         raise DataError(f"--init-from: {reason}")
     try:
@@ -112,7 +137,7 @@ def warm_start(config: TrainConfig, device, given=frozenset()) -> tuple[torch.nn
         lr_step_offset=schedule_position(card) if config.lr_step_offset is None else config.lr_step_offset,
         **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "d_ff", "pos_encoding", "norm_first", "max_len",
                                         *WARM_START_KNOBS)})
-    return model, ckpt.tokenizer, cfg, config
+    return model, own_tokenizer(ckpt), cfg, config
 
 
 def read_tokenizer(path: str | Path) -> TextTokenizer:

@@ -28,11 +28,11 @@ from pathlib import Path
 
 from corpora.files import DataError
 from model.config import ConfigError
-from .config import TrainConfig, parse_config
-from .distributed import dist_from_env, process_group, setup_device
-from .loop import train_loop
-from .resume import RunBusyError
-from .runs import write_status
+from training.config import TrainConfig, parse_config
+from training.distributed import dist_from_env, process_group, setup_device
+from training.loop import train_loop
+from training.resume import RunBusyError
+from training.runs import write_status
 
 
 def run(config: TrainConfig, given: set[str] | None = None) -> int:

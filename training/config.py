@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
 
 from corpora.files import dataset_path
 from model.baseline import IMPLS
@@ -210,11 +211,11 @@ def defaults() -> dict:
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m training.train``, one option per :class:`TrainConfig` field."""
     p = argparse.ArgumentParser(prog="python -m training.train", description="Train an EN→DE Transformer.")
-    groups = {"run": p}
+    groups: dict[str, argparse._ActionsContainer] = {"run": p}  # the parser holds the "run" options
     for name, f in FIELDS.items():
         meta = f.metadata
         group = groups.get(meta["group"]) or groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
-        kw = {"dest": name, "help": meta["help"] or None}
+        kw: dict[str, Any] = {"dest": name, "help": meta["help"] or None}
         if isinstance(f.default, bool):
             kw["action"] = "store_false" if f.default else "store_true"
         else:

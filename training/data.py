@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from corpora import parallel
 from corpora.brown import brown_path, read_lines
 from corpora.files import Pair, dataset_path, read_tsv
-from corpora import parallel
-from .config import TrainConfig
+from training.config import TrainConfig
 
 
 def monolingual(texts: list[str]) -> list[Pair]:

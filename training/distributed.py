@@ -14,11 +14,12 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
-from .device import pick_device
+from training.device import pick_device
 
 # --- data parallelism (torchrun) ------------------------------------------------------------------
 STOP_REASONS = ("SIGTERM", "SIGINT", "max_minutes")  # why a run stops early, in order of precedence
@@ -57,7 +58,7 @@ class Dist:
             t[1 + STOP_REASONS.index(reason)] = 1
         dist.all_reduce(t)
         total, *flags = t.tolist()
-        return next((r for r, f in zip(STOP_REASONS, flags) if f), None), total
+        return next((r for r, f in zip(STOP_REASONS, flags, strict=True) if f), None), total
 
     def mean(self, value: float) -> float:
         """``value`` averaged over ranks."""
@@ -98,7 +99,10 @@ def dist_from_env(environ=os.environ) -> Dist:
                 world_size=world_size)
 
 
-def shard_batches(batches: list[list[int]], rank: int, world_size: int) -> list[list[int]]:
+T = TypeVar("T")
+
+
+def shard_batches(batches: list[T], rank: int, world_size: int) -> list[T]:
     """Rank ``rank``'s share of an epoch's batches: those at positions ``b`` with ``b % world_size == rank``.
 
     The list is first truncated to a multiple of ``world_size`` (the last ``len % world_size`` batches of the

@@ -28,11 +28,11 @@ from model.beam import check_beam_size
 from model.checkpoint import CheckpointError, load_checkpoint
 from model.sampling import SamplingError
 from model.translate import DEFAULT_CHECKPOINT
-from .batches import collate, encode_examples, loss_fn, make_batches
-from .data import monolingual
-from .device import autocast
-from .metrics import bleu_chrf
-from .suite import SUITE_ALPHA, SUITE_BEAM, main_suite, translate
+from training.batches import collate, encode_examples, loss_fn, make_batches
+from training.data import monolingual
+from training.device import autocast
+from training.metrics import bleu_chrf
+from training.suite import SUITE_ALPHA, SUITE_BEAM, main_suite, translate
 
 #: A translator's default decoding: greedy, the app's own (it steps through it token by token) and the fastest.
 #: Beam search (``--strategy beam``; by default as the suite scores it, :data:`SUITE_BEAM` wide with length penalty
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     decoding = {"strategy": "beam", "beam": args.beam, "alpha": args.alpha} if args.strategy == "beam" else \
         {"strategy": "greedy"}
     seconds = time.perf_counter() - start
-    for pair, hyp in list(zip(pairs, hyps))[: args.show]:
+    for pair, hyp in list(zip(pairs, hyps, strict=True))[: args.show]:
         print(f"SRC {pair.src}\nREF {pair.tgt}\nOUT {hyp}\n")
     scores = bleu_chrf(hyps, [p.tgt for p in pairs])
     if args.loss:

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from model.config import ARCHITECTURES, POS_ENCODINGS, ConfigError, ModelConfig
-from .checkpoints import hf_refusal
-from .config import FIELDS, defaults, flag_of, value_type
-from .runs import runs_root
+from training.checkpoints import hf_refusal
+from training.config import FIELDS, defaults, flag_of, value_type
+from training.runs import runs_root
 
 REPO = Path(__file__).resolve().parent.parent
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -157,8 +157,8 @@ def mixture_errors(mix: str | None, prepared: Path | None = None) -> list[str]:
 
 def with_data_source(form: dict) -> dict:
     """``form`` with the corpus options its ``data`` source stands for: ``--train-tsv`` for an upload, ``--mix`` for
-    the mixture, ``--corpus brown``, or the shipped pairs with phrase and word pairs sampled into every epoch (a preset's own counts
-    kept). Raises ``KeyError`` for a form without ``data``."""
+    the mixture, ``--corpus brown``, or the shipped pairs with phrase and word pairs sampled into every epoch (a
+    preset's own counts kept). Raises ``KeyError`` for a form without ``data``."""
     code = form["data"]
     f = {**form, "corpus": "brown" if code == "brown" else "ding"}
     if code != "tsv":

@@ -21,10 +21,23 @@ import sys
 import time
 from pathlib import Path
 
-from .form import build_command, form_defaults, validate_form
-from .liveness import LIVE_STATES, effective_state, pid_alive, track_child  # noqa: F401  (LIVE_STATES: the page's)
-from .runs import (LOG, folder_problem, has_resume_state, model_summary, read_card, read_config, read_json,
-                   read_metrics, read_status, read_train_args, recently_written, runs_root, safe_folders)
+from training.form import build_command, form_defaults, validate_form
+from training.liveness import LIVE_STATES, effective_state, pid_alive, track_child  # noqa: F401  (LIVE_STATES: the page's)
+from training.runs import (
+    LOG,
+    folder_problem,
+    has_resume_state,
+    model_summary,
+    read_card,
+    read_config,
+    read_json,
+    read_metrics,
+    read_status,
+    read_train_args,
+    recently_written,
+    runs_root,
+    safe_folders,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_ENV = "ATTENTION_EXPLORER_DEMO"
@@ -146,8 +159,8 @@ def launch(form: dict, root: str | Path | None = None, name: str | None = None,
         raise LaunchError("; ".join(errors))
     if name and not safe_name(name):
         raise LaunchError("a run name may hold letters, digits, '.', '_' and '-' only")
-    if active_run(root) is not None:
-        raise LaunchError(f"run {active_run(root).name!r} is still training; stop it first (one run at a time)")
+    if (running := active_run(root)) is not None:
+        raise LaunchError(f"run {running.name!r} is still training; stop it first (one run at a time)")
     name = name or new_run_name(form, root)
     run_dir = root / name
     if run_dir.exists():
@@ -202,7 +215,7 @@ def _finished_all_steps(run_dir: Path) -> bool:
 def stop(run_dir: str | Path) -> bool:
     """Ask a running trainer to stop (SIGTERM to its process group: it saves ``last/`` and exits)."""
     status = read_status(Path(run_dir))
-    if effective_state(status) != "running":
+    if status is None or effective_state(status) != "running":
         return False
     pid = int(status["pid"])
     try:

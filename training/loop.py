@@ -19,19 +19,36 @@ from model.baseline import build_model
 from model.config import ModelConfig
 from model.flops import training_flops
 from model.tokenizer import TextTokenizer
-from .batches import (Batch, EpochPlan, collate, encode_examples, pair_sides, sequences_per_pair, with_bpe_dropout,
-                      word_dropout)
-from .best import evaluate_during_training, save_best, score_best_on_test
-from .checkpoints import load_any, read_tokenizer, snapshot, warm_start
-from .config import TrainConfig
-from .data import load_data
-from .device import default_threads
-from .distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
-from .resume import resolve_config
-from .runs import GERMAN_PROBE_SENTENCES, MetricsLog, now_iso, read_status, snapshot_steps, write_config, write_status, write_train_args
-from .schedule import factor_for_peak, learning_rate, make_optimizer
-from .state import TrainerState, load_resume_state, read_state, save_resume_state
-from .step import TrainStep
+from training.batches import (
+    Batch,
+    EpochPlan,
+    collate,
+    encode_examples,
+    pair_sides,
+    sequences_per_pair,
+    with_bpe_dropout,
+    word_dropout,
+)
+from training.best import evaluate_during_training, save_best, score_best_on_test
+from training.checkpoints import load_any, read_tokenizer, snapshot, warm_start
+from training.config import TrainConfig
+from training.data import load_data
+from training.device import default_threads
+from training.distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
+from training.resume import resolve_config
+from training.runs import (
+    GERMAN_PROBE_SENTENCES,
+    MetricsLog,
+    now_iso,
+    read_status,
+    snapshot_steps,
+    write_config,
+    write_status,
+    write_train_args,
+)
+from training.schedule import factor_for_peak, learning_rate, make_optimizer
+from training.state import TrainerState, load_resume_state, read_state, save_resume_state
+from training.step import TrainStep
 
 #: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
 FINISHED_REASONS = ("max_steps", "max_minutes", "patience")
@@ -41,7 +58,7 @@ def new_model(config: TrainConfig, ctx: Dist, device, sentences, phrases,
               words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
     """A fresh model: the ``--tokenizer`` given, else a BPE vocabulary learned on rank 0 (and sent to the others),
     then random weights. Raises ``DataError`` when ``--tokenizer`` names no readable tokenizer."""
-    tok = None
+    tok: TextTokenizer | None = None
     if ctx.is_main:
         if config.tokenizer:
             tok = read_tokenizer(config.tokenizer)
@@ -49,7 +66,8 @@ def new_model(config: TrainConfig, ctx: Dist, device, sentences, phrases,
             vocab_texts = sentences if config.vocab_from == "sentences" else sentences + phrases + words
             tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=config.vocab_size)
     if ctx.enabled:  # rank 0's vocabulary on every rank
-        tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if ctx.is_main else None)))
+        tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if tok is not None else None)))
+    assert tok is not None, "rank 0 reads or learns the vocabulary, the other ranks receive it"
     c = config
     cfg = ModelConfig(
         arch=c.arch, vocab_size=tok.vocab_size, d_model=c.d_model, n_heads=c.n_heads,
@@ -232,7 +250,8 @@ class Trainer:
         loss = torch.zeros((), device=self.device)
         for batch in batches:
             src = word_dropout(batch.src, config.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
-            tgt_in = word_dropout(batch.tgt_in, config.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id))
+            tgt_in = word_dropout(batch.tgt_in, config.tgt_word_dropout, cfg.unk_id,
+                                  (cfg.pad_id, cfg.bos_id, cfg.eos_id))
             part = self.step_model(src, tgt_in, batch.tgt_out) * (batch.n_pred / max(n_pred, 1))
             part.backward()  # under DDP averaged over ranks
             loss += part.detach()

@@ -34,9 +34,9 @@ from pathlib import Path
 import torch
 
 from model.flops import training_flops
-from .batches import padded_shape
-from .config import flag_of, parse_config
-from .distributed import Dist, setup_device
+from training.batches import padded_shape
+from training.config import flag_of, parse_config
+from training.distributed import Dist, setup_device
 
 #: The last lease's speed on an H100 (batch 48,000 padded tokens), the yardstick of the ratio column.
 BASELINE_TOKENS_S = 290_000.0
@@ -141,7 +141,8 @@ def measure(trainer, name: str, args, batch_tokens: int) -> dict:
     row["syncs_per_step"] = count_syncs(trainer, steps)
     synchronize(device)
     row["warmup_s"] = round(time.perf_counter() - started, 2)
-    n = tokens = flops = 0
+    n = tokens = 0
+    flops = 0.0
     start = time.perf_counter()
     while n < args.min_steps or time.perf_counter() - start < args.seconds:
         t, f, loss = take_step(trainer, *next(steps))
@@ -162,7 +163,8 @@ def measure(trainer, name: str, args, batch_tokens: int) -> dict:
 
 def profile(trainer, path: Path, batch_tokens: int, steps: int = 10) -> None:
     """A torch.profiler trace of ``steps`` base steps (after 3 untimed ones) as text tables in ``path``."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
     trainer.retune(**variant_changes("base", batch_tokens))
     cuda = trainer.device.type == "cuda"
@@ -204,7 +206,8 @@ def table(rows: list[dict]) -> str:
             continue
         out.append(f"{r['variant']:<30} {cell(r, 'steps_per_s', '8.2f')} {cell(r, 'tokens_per_s', '11,.0f')} "
                    f"{cell(r, 'vs_baseline', '6.2f')} {cell(r, 'mfu', '7.2%')} {cell(r, 'peak_bytes', '14,d')} "
-                   f"{cell(r, 'syncs_per_step', '5d')} {cell(r, 'shapes_per_epoch', '6d')} {cell(r, 'lengths_per_epoch', '7d')} "
+                   f"{cell(r, 'syncs_per_step', '5d')} {cell(r, 'shapes_per_epoch', '6d')} "
+                   f"{cell(r, 'lengths_per_epoch', '7d')} "
                    f"{cell(r, 'warmup_s', '7.1f')}")
     return "\n".join(out)
 
@@ -245,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             variant_changes(name, config.batch_tokens)
         except ValueError as exc:
             p.error(str(exc))
-    from .loop import make_trainer  # (the trainer's module, only once the options are known to parse)
+    from training.loop import make_trainer  # (the trainer's module, only once the options are known to parse)
 
     set_up = time.time()
     device = setup_device(config.device, ctx := Dist())
@@ -273,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {report / 'profile.txt'}", flush=True)
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
               "torch": torch.__version__, "baseline_tokens_s": args.baseline_tokens_s, "trainer_args": trainer_args,
-              "set_up_seconds": round(started - set_up, 1), "seconds": round(time.time() - started, 1), "rows": rows, "fastest": fastest(rows),
+              "set_up_seconds": round(started - set_up, 1), "seconds": round(time.time() - started, 1), "rows": rows,
+              "fastest": fastest(rows),
               "fastest_any_batch": fastest(rows, same_batch=False)}
     (report / "probe.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"\n{table(rows)}\n×base: tokens/s over {args.baseline_tokens_s:,.0f} (the last lease, H100: compare on "

@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from corpora.files import DataError
-from .config import RESUME_OVERRIDABLE, TrainConfig, check_args, flag_of
-from .distributed import Dist
-from .liveness import effective_state, trained_folder
-from .runs import TRAIN_ARGS, has_resume_state, read_status, read_train_args, write_train_args
-from .state import read_state
+from training.config import RESUME_OVERRIDABLE, TrainConfig, check_args, flag_of
+from training.distributed import Dist
+from training.liveness import effective_state, trained_folder
+from training.runs import TRAIN_ARGS, has_resume_state, read_status, read_train_args, write_train_args
+from training.state import read_state
 
 
 class RunBusyError(DataError):

@@ -37,12 +37,12 @@ from pathlib import Path
 import torch
 
 from model.checkpoint import atomic_write_json, is_checkpoint_dir
+from model.config import ARCHITECTURES
 from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
 from model.tokenizer import TextTokenizer
-from model.config import ARCHITECTURES
-from reading.trace import Trace, trace_pair
 from model.transformer import Transformer
-from .config import defaults
+from reading.trace import Trace, trace_pair
+from training.config import defaults
 
 STATUS, METRICS, PROBES, TRAIN_ARGS, CONFIG, LOG = (
     "status.json", "metrics.jsonl", "probes.jsonl", "train_args.json", "config.json", "train.log")
@@ -166,7 +166,7 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
             stepper.run_to_end()
             trace = trace_pair(model, tokenizer, src.ids if cfg.is_encoder_decoder else None, stepper.decoder_inputs())
             output = tokenizer.decode(stepper.output_ids())
-            probe = {"source": text}
+            probe: dict[str, object] = {"source": text}
             if cfg.is_encoder_decoder:
                 probe["translation"] = output
             else:
@@ -279,8 +279,8 @@ class Snapshot:
                 continue
             if any(a.dim() != 4 for a in attention.values()):
                 continue
-            trace = Trace(src_tokens=list(rec.get("src_tokens") or []), tgt_tokens=list(rec.get("tgt_tokens") or []),
-                          src_ids=[], tgt_ids=[], attention=attention)
+            trace = Trace(src_tokens=tuple(rec.get("src_tokens") or ()), tgt_tokens=tuple(rec.get("tgt_tokens") or ()),
+                          src_ids=(), tgt_ids=(), attention=attention)
             continues = "continuation" in rec
             out.append(Probe(str(rec.get("source", "?")), str(rec.get("continuation" if continues else "translation",
                                                                         "")), continues, trace))

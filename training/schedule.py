@@ -4,9 +4,11 @@ linear cooldown at the end."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from .config import TrainConfig
+from training.config import TrainConfig
 
 
 def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
@@ -52,7 +54,7 @@ def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0, fused: boo
     ``fused``: torch's single-kernel implementation (CUDA, and CPU since torch 2.4): the same update rule, one
     launch for all parameters instead of a handful per parameter group; it needs floating-point parameters on one
     device kind, else torch raises ``RuntimeError``."""
-    kw = {"lr": 0.0, "betas": (0.9, 0.98), "eps": 1e-9, **({"fused": True} if fused else {})}
+    kw: dict[str, Any] = {"lr": 0.0, "betas": (0.9, 0.98), "eps": 1e-9, **({"fused": True} if fused else {})}
     if not weight_decay:
         return torch.optim.Adam(model.parameters(), **kw)
     params = list(model.parameters())

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .batches import loss_fn
-from .device import autocast, resolve_precision
+from training.batches import loss_fn
+from training.device import autocast, resolve_precision
 
 
 class TrainStep(torch.nn.Module):

@@ -28,7 +28,7 @@ from model.batched import greedy_batch, translate_texts
 from model.beam import beam_translate_texts
 from model.familiarity import familiarity
 from model.loops import GUARD_MAX_TOKENS, LOOP_TIMES, longest_repeat
-from .metrics import corpus_scores
+from training.metrics import corpus_scores
 
 #: The sentences a newcomer and a lecturer type first; the translator's goal is to get them right.
 GOAL_SENTENCES = ("The cat sat on the mat.", "I am hungry.", "Bobby likes blackberries.",
@@ -234,10 +234,10 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
                      f"chrF {row.scores[strategy]['chrf']:6.2f}  ({len(sources)} sentences, "
                      f"{row.seconds[strategy]} s)")
         results.append(asdict(row))
-    goal = {sent: {} for sent in GOAL_SENTENCES}
+    goal: dict[str, dict[str, str]] = {sent: {} for sent in GOAL_SENTENCES}
     for strategy in strategies:
         outs = translate(model, tokenizer, list(GOAL_SENTENCES), strategy, beam, alpha, loop_times)
-        for sent, out in zip(GOAL_SENTENCES, outs):
+        for sent, out in zip(GOAL_SENTENCES, outs, strict=True):
             goal[sent][strategy] = out
     return {"sets": results, "goal": goal,
             "decoding": {"beam": beam, "alpha": alpha, "limit": limit, "loop_times": loop_times}}
@@ -279,7 +279,8 @@ def markdown(report: dict, missing: list[str]) -> str:
             shares = [row["far"][s] for s in strategies]
             cells = [" | ".join("–" if v is None else f"{v:.2f}" for v in (f["far_chrf"], f["rest_chrf"]))
                      for f in shares]
-            lines.append(f"| {row['name']} | {shares[0]['far']:,} of {row['sentences']:,} | " + " | ".join(cells) + " |")
+            lines.append(f"| {row['name']} | {shares[0]['far']:,} of {row['sentences']:,} | "
+                         + " | ".join(cells) + " |")
     clean = all(c["repeating"] == 0 for row in report["sets"] for c in row.get("repeats", {}).values())
     lines.append("\nno output repeats a word twice in a row" if clean else
                  "\nsome outputs repeat a word twice in a row (a count above 0 in the table above)")
@@ -311,9 +312,9 @@ def main_suite(ckpt, args) -> int:
         sets = [s for s in sets if s.name in wanted]
         missing = [m for name, m in missing_by_name.items() if name in wanted]
     if getattr(args, "pieces", False):
-        wanted = set(wanted or PIECE_SETS)
-        print(pieces_table(ckpt.tokenizer, [s for s in sets if s.name in wanted]))
-        for m in (m for name, m in missing_by_name.items() if name in wanted):
+        shown = set(wanted or PIECE_SETS)
+        print(pieces_table(ckpt.tokenizer, [s for s in sets if s.name in shown]))
+        for m in (m for name, m in missing_by_name.items() if name in shown):
             print(f"- missing: {m}")
         return 0
     strategies = ("greedy", "beam") if args.strategy_set == "both" else (args.strategy_set,)

@@ -44,10 +44,10 @@ import torch
 from safetensors.torch import load_file
 
 from model.checkpoint import save_tensors
-from .config import parse_config
-from .probe import DEFAULT_VARIANTS, variant_flags
-from .runs import read_metrics
-from .state import read_state
+from training.config import parse_config
+from training.probe import DEFAULT_VARIANTS, variant_flags
+from training.runs import read_metrics
+from training.state import read_state
 
 #: The largest shard written: under the 16 MiB a file may have to come back from a lent machine.
 SHARD_BYTES = 15 * 2**20
@@ -62,6 +62,7 @@ def train(args: list[str], log: Path, module: str = "training.train") -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     with open(log, "a") as f:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None, "stdout=PIPE gives the process a stdout to read"
         for line in proc.stdout:
             sys.stdout.write(line)
             f.write(line)
@@ -120,7 +121,9 @@ def export(run: Path, dest: Path) -> list[Path]:
     """``run/last``'s weights as float16 shards of < :data:`SHARD_BYTES`, and the run without weights as a tarball."""
     dest.mkdir(parents=True, exist_ok=True)
     tensors = load_file(str(run / "last" / "model.safetensors"))
-    shards, current, size = [], {}, 0
+    shards: list[dict[str, torch.Tensor]] = []
+    current: dict[str, torch.Tensor] = {}
+    size = 0
     for name in sorted(tensors):
         t = tensors[name].to(torch.float16) if tensors[name].is_floating_point() else tensors[name]
         nbytes = t.numel() * t.element_size()

@@ -26,9 +26,10 @@ from corpora.files import DataError
 from model.config import ModelConfig
 from model.errors import CheckpointError
 from model.tokenizer import TextTokenizer
+from model.tokenizing import Tokenizer
 from model.transformer import Transformer
-from .batches import pair_sides
-from .suite import PIECE_SETS, EvalSet, available_sets, piece_stats
+from training.batches import pair_sides
+from training.suite import PIECE_SETS, EvalSet, available_sets, piece_stats
 
 #: Bytes per weight on disk: the shipped file is fp16; int8 would need the loss measured first.
 BYTES = {"fp16": 2, "int8": 1}
@@ -40,7 +41,7 @@ class Candidate:
     a checkpoint) and the size asked for (``None`` for one read; a small text may give fewer pieces)."""
 
     name: str
-    tokenizer: TextTokenizer
+    tokenizer: Tokenizer
     seconds: float = 0.0
     asked: int | None = None
 
@@ -76,7 +77,7 @@ def table(candidates: list[Candidate], sets: list[EvalSet], cfg: ModelConfig | N
         if cfg is not None:
             n = parameters(cfg, c.tokenizer.vocab_size)
             row += [f"{n / 1e6:.1f}"] + [f"{n * b / 1e6:.1f}" for b in BYTES.values()]
-        unknown = pieces = 0
+        unknown = pieces = 0.0
         for s in sets:
             for texts in (s.sources, [refs[0] for refs in s.references]):
                 st = piece_stats(c.tokenizer, texts)
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.save:
         Path(args.save).mkdir(parents=True, exist_ok=True)
         for c in learned:
-            c.tokenizer.save(Path(args.save) / f"bpe-{c.asked}.json")
+            if isinstance(c.tokenizer, TextTokenizer):  # a learned one always is; the protocol has no save
+                c.tokenizer.save(Path(args.save) / f"bpe-{c.asked}.json")
     print(table(first + learned, sets, cfg))
     print("\nsplit: share of words (runs of letters and digits) cut into more than one piece; unknown: share of "
           "pieces that are <unk>; MB = 10^6 bytes of weights, the file adds a few kB")

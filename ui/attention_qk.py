@@ -22,8 +22,8 @@ from ui import attention_views as views
 from ui import responsive, url, widgets
 from ui.figures import shared
 from viz.labels import KIND_SHORT, view_title
-from viz.theme import PAGE_PX
 from viz.qk import dimension_order, score_figure, top_dimensions, values_figure, vectors_figure
+from viz.theme import PAGE_PX
 
 #: The query box's session key and link parameter, shared with the Tokens & lines tab (both pick a query row).
 QUERY_KEY = "attn_query"

@@ -8,6 +8,7 @@ opened in the grid is written to the shared layer / head (session keys ``attn_la
 
 from __future__ import annotations
 
+import functools
 import math
 
 import streamlit as st
@@ -38,8 +39,8 @@ def tokens_tab(view: views.View) -> None:
         st.caption("All heads are selected above, so this tab follows their **mean**; pick one head to follow it.")
     where = view_title(kind, view.layer, shown, view.words, short=True)
     for key, name, n in (("attn_query", "query", len(q_labels)), ("attn_key", "key", len(k_labels))):
-        url.init_widget(key, lambda p, name=name, n=n: url.int_param(p, name, 0, 0, n - 1, what="token number"),
-                        valid=lambda v, n=n: v in range(n))
+        url.init_widget(key, functools.partial(url.int_param, name=name, default=0, lo=0, hi=n - 1,
+                                               what="token number"), valid=range(n).__contains__)
     left, right = st.columns(2)
     with left:
         qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="attn_query",
@@ -47,7 +48,8 @@ def tokens_tab(view: views.View) -> None:
         q_word = q_labels[qi]
         plot(shared(token_bar_figure, w[qi], k_labels, title=f"What “{q_word}” attends to", subtitle=where,
                     mark=qi if kind != "cross" else None, axis_title="keys"))
-        st.markdown(highlight_tokens_html(k_labels, w[qi], caption=f"“{q_word}” over the keys (the strongest outlined)"),
+        st.markdown(highlight_tokens_html(k_labels, w[qi],
+                                          caption=f"“{q_word}” over the keys (the strongest outlined)"),
                     unsafe_allow_html=True)
     with right:
         kj = st.selectbox("Key token (a column)", list(range(len(k_labels))), key="attn_key",
@@ -67,7 +69,8 @@ def tokens_tab(view: views.View) -> None:
     url.put("key", kj, 0)
     url.put("threshold", round(threshold, 4), 0.05)
     url.put("focus", focus, False)
-    st.caption("Queries on the left, keys on the right; a line's opacity is its weight (the same scale for every head).")
+    st.caption("Queries on the left, keys on the right; a line's opacity is its weight (the same scale for every "
+               "head).")
     plot(shared(lines_figure, w, q_labels, k_labels, threshold=threshold, query=qi if focus else None, title=where))
 
 
@@ -116,7 +119,7 @@ def grid_tab(view: views.View) -> None:
                  placeholder="Pick a head to open it large…", on_change=_on_grid_pick, args=(n_heads,),
                  format_func=lambda i: f"layer {i // n_heads + 1} · head {i % n_heads + 1}")
     if picked is not None:
-        plot(shared(attention_heatmap, attn[layer][head], q_labels, k_labels, causal=view.causal, height=560,
+        plot(shared(attention_heatmap, attn[picked], q_labels, k_labels, causal=view.causal, height=560,
                     width=PAGE_PX, title=view_title(view.kind, layer, head, view.words)))
 
 
@@ -132,7 +135,7 @@ def summaries_tab(trace: Trace, view: views.View) -> None:
     st.subheader("Attention rollout")
     self_kinds = [k for k in trace.kinds if k != "cross"]  # rollout chains square maps only
     cols = st.columns(len(self_kinds))
-    for col, k in zip(cols, self_kinds):
+    for col, k in zip(cols, self_kinds, strict=True):
         rollout = attention_rollout(trace.attention[k])  # [n, n]
         r_q, r_k = trace.labels(k)
         if view.words:
@@ -179,7 +182,8 @@ def stats_tab(trace: Trace, view: views.View) -> None:
         st.caption("Cross-attention: *same* and *previous* compare German position i with English position i, "
                    "which is rarely meaningful; *first* is the first English piece, *eos* the source's <eos>.")
     elif view.causal:
-        st.caption("*first* is the weight on <bos>, a common resting place (attention sink) for heads with nothing to do.")
+        st.caption("*first* is the weight on <bos>, a common resting place (attention sink) for heads with nothing "
+                   "to do.")
     names = list(stats)
     url.init_widget("attn_stat", lambda p: url.choice_param(p, "stat", names, names[0], what="statistic"),
                     valid=lambda n: n in names)

@@ -20,6 +20,7 @@ from training.runs import run_checkpoints
 from ui import attention_views as views
 from ui import heavy, pieces, state, url, widgets
 from ui.figures import shared
+from ui.folders import checkpoint_folder
 from ui.limits import limits
 from viz.attention import attention_heatmap, causal_blank
 from viz.attention_views import difference_heatmap, log_prob_figure, sweep_heatmaps
@@ -127,7 +128,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
                    "**red = the head helped** this output, blue = the output got likelier without it.")
         # one kind per row, at the page's width: side by side, the cells were too narrow for their numbers
         figures = sweep_heatmaps(result, {k: KIND_SHORT[k] for k in result})
-        for k, fig in zip(result, figures):
+        for k, fig in zip(result, figures, strict=True):
             plot(fig, key=f"sweep_{k}")
         if len(figures) > 1:
             st.caption("All maps share one colour scale (± the largest drop of any head), so a colour means the "
@@ -139,7 +140,7 @@ def comparable_checkpoints(ckpt: Checkpoint) -> dict[str, Path]:
     """Name → folder of every checkpoint with ``ckpt``'s architecture but another folder: the shipped ones, then
     every run's ``best/``, snapshots and kept evaluations (:func:`training.runs.run_checkpoints`, named
     ``runs/<run>/…``). Only these have the same attention kinds, so a difference map between two of them exists."""
-    here = Path(ckpt.path).resolve()
+    here = checkpoint_folder(ckpt).resolve()
     candidates = dict(state.available_checkpoints())
     candidates.update({f"runs/{name}": path for name, path in run_checkpoints().items()})
     return {name: path for name, path in candidates.items()
@@ -171,7 +172,8 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
     else:
         others = comparable_checkpoints(ckpt)
         if not others:
-            shipped = {n: checkpoint_arch(p) for n, p in state.available_checkpoints().items() if Path(p) != Path(ckpt.path)}
+            shipped = {n: checkpoint_arch(p) for n, p in state.available_checkpoints().items()
+                       if Path(p) != checkpoint_folder(ckpt)}
             other_archs = ", ".join(f"{n} ({a})" for n, a in shipped.items())
             st.info(f"No other {cfg.arch} checkpoint to compare with. "
                     + (f"The other checkpoints ({other_archs}) have a different architecture: their attention kinds "
@@ -181,7 +183,8 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
                       "kept evaluations, listed here by run): start one on the Training page, e.g. the preset "
                       "that continues the shipped translator.")
             if "compare_ckpt" in st.query_params:
-                url.show_notes(f"Ignored `compare_ckpt` (second checkpoint) = “{str(st.query_params['compare_ckpt'])[:30]}” "
+                url.show_notes("Ignored `compare_ckpt` (second checkpoint) = "
+                               f"“{str(st.query_params['compare_ckpt'])[:30]}” "
                                "from the link: no checkpoint of this architecture is available here.")
             return
         url.init_widget("attn_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
@@ -190,7 +193,7 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
         name = st.selectbox("Second checkpoint", list(others), key="attn_cmp_ckpt")
         url.put("compare_ckpt", name, next(iter(others)))
         other, error = state.load_other(others[name])
-        if error:
+        if other is None:
             st.warning(f"That checkpoint cannot be loaded: {error}")
         elif other.tokenizer.to_str() == tok.to_str():
             # Same tokenizer: the second model reads the same source and this translation (teacher forcing),
@@ -212,8 +215,8 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
     if view.words:
         o_attn, o_q, o_k = views.word_level(o_attn, o_q, o_k)
     pick = view.head if isinstance(view.head, int) and view.head < o_attn.shape[1] else "mean"
-    first = view.weights[pick] if pick != "mean" else view.weights.mean(0)
-    second = o_attn[o_layer][pick] if pick != "mean" else o_attn[o_layer].mean(0)
+    first = view.weights[pick] if isinstance(pick, int) else view.weights.mean(0)
+    second = o_attn[o_layer][pick] if isinstance(pick, int) else o_attn[o_layer].mean(0)
     st.caption(f"{KIND_SHORT[kind]} · layer {layer + 1} · {head_name(pick)}{view.unit}. "
                f"Second: {end_sentence(other_name)}")
     left, right = st.columns(2)

@@ -110,7 +110,7 @@ def word_labels(pieces: Sequence[str]) -> list[str]:
     """
     ids = word_ids(list(pieces))
     words: list[list[str]] = [[] for _ in range(max(ids) + 1)] if ids else []
-    for piece, w in zip(pieces, ids):
+    for piece, w in zip(pieces, ids, strict=True):
         words[w].append(piece)
     return ["".join(parts) for parts in words]  # only a word's first piece can carry the mark
 
@@ -206,7 +206,7 @@ def sweep_plan(layer_counts: Mapping[str, int], n_heads: int, n_parameters: int,
     per_scoring = float(n_parameters) * max(n_positions, 1)
     total = n_heads * sum(layer_counts.values())
     what = KIND_SHORT.get(kind, kind).lower()
-    options = [
+    options: list[tuple[str, dict[str, tuple[int, ...]], str | None]] = [
         ("all", {k: tuple(range(n)) for k, n in layer_counts.items()}, None),
         ("kind", {kind: tuple(range(layer_counts.get(kind, 0)))},
          f"the {n_heads * layer_counts.get(kind, 0)} heads of the kind shown above ({what}); pick another kind "
@@ -237,7 +237,7 @@ def stats_frame(stats: Mapping[str, torch.Tensor]) -> pd.DataFrame:
     rows = []
     for layer in range(n_layers):
         for head in range(n_heads):
-            row = {"layer": layer + 1, "head": head + 1}
+            row: dict[str, float] = {"layer": layer + 1, "head": head + 1}
             row.update({n: round(float(stats[n][layer, head]), 4) for n in names})
             rows.append(row)
     return pd.DataFrame(rows, columns=["layer", "head", *names])
@@ -256,5 +256,6 @@ def attention_npz(trace: Trace) -> bytes:
     arrays["src_ids"] = np.array(list(trace.src_ids), dtype=np.int64)
     arrays["tgt_ids"] = np.array(list(trace.tgt_ids), dtype=np.int64)
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
+    # numpy's stub lets any ``**`` name reach its ``allow_pickle: bool``; these names are kinds and token fields
+    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
     return buffer.getvalue()

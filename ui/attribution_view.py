@@ -21,7 +21,7 @@ from model.decoded import Decoding
 from reading.attribution import METHODS, StepAttribution, attribute_step
 from reading.faithfulness import Faithfulness, faithfulness
 from reading.gradients import MAX_STEPS, TOLERANCE
-from ui import heavy, pieces, presentation, url, widgets, whatif_view
+from ui import heavy, pieces, presentation, url, whatif_view, widgets
 from ui.state import checkpoint_version
 from viz.attribution import attribution_html, attribution_svg, share_line_svg
 
@@ -124,7 +124,7 @@ def controls(ckpt: Checkpoint, keys: Keys) -> tuple[str, int | None, int | None,
     url.init_widget(keys.steps, lambda p: url.choice_param(p, STEPS, {str(s): s for s in STEP_CHOICES},
                                                                STEP_CHOICES[0], what="integration points"))
     c1, c2 = st.columns(2)
-    method = c1.selectbox("Method followed", METHODS, key=keys.method, format_func=NAMES.get,
+    method = c1.selectbox("Method followed", METHODS, key=keys.method, format_func=NAMES.__getitem__,
                           help="Its row is marked, and the what-if starts from the source word it ranks highest.")
     n_steps = c2.selectbox("IG points", STEP_CHOICES, key=keys.steps,
                            help="Integration points integrated gradients start with, placed where log p changes "

@@ -39,6 +39,7 @@ to the cache (where the interrupted visitor's next run finds it) and to the othe
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -48,14 +49,16 @@ from typing import Callable, Generic, Hashable, Sequence, TypeVar
 
 import streamlit as st
 
+from model.checkpoint import Checkpoint
+from model.decoded import Decoding
 from model.decoded_batch import checkpoint_decodings
-
-from . import heavy
-from .heavy import MISSING, POLL_S, TooBusy
+from ui import heavy
+from ui.heavy import MISSING, POLL_S, TooBusy
 
 log = logging.getLogger(__name__)
-I = TypeVar("I")
-V = TypeVar("V")
+# named for what they stand for (a lone ``I`` reads like ``1`` and ``l``)
+ItemT = TypeVar("ItemT")
+ValueT = TypeVar("ValueT")
 #: Default collection window (ms) and batch size: sixteen sentences decode in about a fifth of what sixteen solo
 #: decodings cost on this 2-core machine; more gain little and make every visitor of the batch wait for its longest.
 WINDOW_MS, MAX_BATCH = 20.0, 16
@@ -67,9 +70,9 @@ class BatchFailed(RuntimeError):
 
 
 @dataclass(eq=False)
-class _Request:
+class _Request(Generic[ItemT]):
     key: Hashable
-    item: object
+    item: ItemT
     group: Hashable
     arrived: float
     started: bool = False
@@ -87,7 +90,7 @@ def _env_number(name: str, default: float, least: float) -> float:
 
 
 @dataclass
-class Batcher(Generic[I, V]):
+class Batcher(Generic[ItemT, ValueT]):
     """Collect concurrent requests and compute them in batches (see the module's docstring).
 
     Args:
@@ -100,12 +103,12 @@ class Batcher(Generic[I, V]):
         lookup: ``lookup(key)``: a value already computed, or :data:`~ui.heavy.MISSING`.
     """
 
-    compute_batch: Callable[[list[I]], Sequence[V]]
+    compute_batch: Callable[[list[ItemT]], Sequence[ValueT]]
     window_ms: float = WINDOW_MS
     max_batch: int = MAX_BATCH
     max_wait_s: float = 90.0
-    run: Callable[[Callable[[], Sequence[V]], int], Sequence[V]] = lambda thunk, size: thunk()
-    deliver: Callable[[Hashable, V], None] = lambda key, value: None
+    run: Callable[[Callable[[], Sequence[ValueT]], int], Sequence[ValueT]] = lambda thunk, size: thunk()
+    deliver: Callable[[Hashable, ValueT], None] = lambda key, value: None
     lookup: Callable[[Hashable], object] = lambda key: MISSING
     batches: int = 0  # batches computed (for tests and the load benchmark)
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -114,15 +117,15 @@ class Batcher(Generic[I, V]):
     _worker: threading.Thread | None = field(default=None, repr=False)
 
     @classmethod
-    def from_env(cls, compute_batch: Callable[[list[I]], Sequence[V]], **kwargs) -> "Batcher[I, V]":
+    def from_env(cls, compute_batch: Callable[[list[ItemT]], Sequence[ValueT]], **kwargs) -> "Batcher[ItemT, ValueT]":
         """A batcher with the window and size of :data:`WINDOW_ENV` and :data:`MAX_BATCH_ENV` (else the defaults);
         ``max_batch`` 1 turns batching off (each request alone, through the same path)."""
         return cls(compute_batch, _env_number(WINDOW_ENV, WINDOW_MS, 0.0),
                    int(_env_number(MAX_BATCH_ENV, MAX_BATCH, 1)), **kwargs)
 
     # --- what a page asks ---------------------------------------------------------------------------------
-    def request(self, key: Hashable, item: I, what: str = "the computation", group: Hashable = None,
-                notify: Callable[[str | None], None] = lambda message: None) -> V:
+    def request(self, key: Hashable, item: ItemT, what: str = "the computation", group: Hashable = None,
+                notify: Callable[[str | None], None] = lambda message: None) -> ValueT:
         """The value for ``key``: from ``lookup``, from a request for it already waiting or being computed, or
         computed from ``item`` in the next batch of ``group``.
 
@@ -181,7 +184,7 @@ class Batcher(Generic[I, V]):
             self._worker = threading.Thread(target=self._work, name="batcher", daemon=True)
             self._worker.start()
 
-    def _take(self) -> list[_Request]:
+    def _take(self) -> list[_Request[ItemT]]:
         """Wait (under the lock) for a batch: the oldest request's group, once it has waited the window or
         ``max_batch`` of its group wait."""
         while True:
@@ -202,12 +205,13 @@ class Batcher(Generic[I, V]):
         while True:
             with self._cond:
                 batch = self._take()
-            error, values = None, ()
+            error: BaseException | None = None
+            values: Sequence[ValueT] = ()
             try:
-                values = self.run(lambda: self.compute_batch([r.item for r in batch]), len(batch))
+                values = self.run(functools.partial(self.compute_batch, [r.item for r in batch]), len(batch))
                 if len(values) != len(batch):
                     raise ValueError(f"{len(values)} values for a batch of {len(batch)}")
-                for r, value in zip(batch, values):
+                for r, value in zip(batch, values, strict=True):
                     self.deliver(r.key, value)
             except BaseException as exc:  # every waiter of the batch must hear of it; the worker goes on
                 error = exc
@@ -223,7 +227,7 @@ class Batcher(Generic[I, V]):
                 self._cond.notify_all()
 
 
-def batched(batcher: Batcher[I, V], key: Hashable, item: I, what: str, group: Hashable = None) -> V:
+def batched(batcher: Batcher[ItemT, ValueT], key: Hashable, item: ItemT, what: str, group: Hashable = None) -> ValueT:
     """:meth:`Batcher.request` in a page, as :func:`ui.heavy.shared` is the gate's: a line in the page while the
     visitor waits; when the server is too busy, or the batch failed, a message says so and the script run stops
     there (``st.stop``) instead of drawing the rest of the page half-way or a traceback."""
@@ -244,7 +248,7 @@ def batched(batcher: Batcher[I, V], key: Hashable, item: I, what: str, group: Ha
 #: The first decodings of new sentences (``(checkpoint, source ids)`` → :class:`~model.decoded.Decoding`), batched
 #: per checkpoint when they arrive together: a batch holds the process's gate for heavy work (the one it has then:
 #: a test may put in a fresh one) and leaves its decodings in the gate's cache, where every later run finds them.
-FIRST_DECODES = Batcher.from_env(
+FIRST_DECODES: Batcher[tuple[Checkpoint, tuple[int, ...]], Decoding] = Batcher.from_env(
     lambda requests: checkpoint_decodings(requests[0][0], [list(ids) for _, ids in requests]),
     run=lambda thunk, size: heavy.GATE.run(object(), thunk, f"{size} translations at once", keep=False),
     deliver=lambda key, value: heavy.GATE.keep(key, value), lookup=lambda key: heavy.GATE.lookup(key))

@@ -20,9 +20,9 @@ from typing import Mapping
 import torch
 
 from model.decoded import Decoding
-from model.decoding import StepRecord, Stepper, strip_eos
+from model.decoding import Stepper, StepRecord, strip_eos
 from model.hf.generation import GenerationDefaults
-from model.sampling import Chooser, Pipeline, SamplingConfig, SamplingError
+from model.sampling import Chooser, Pipeline, SamplingConfig
 from model.tokenizing import Tokenizer
 from model.transformer import Transformer
 from ui import url
@@ -71,8 +71,10 @@ def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfi
             return picked if at is None else at
 
         stepper.step(choose)
-        suggested.append(chooser.last.token_id)
-        pipelines.append(chooser.last if at is None else replace(chooser.last, token_id=at))
+        last = chooser.last
+        assert last is not None, "the step has just called the chooser"
+        suggested.append(last.token_id)
+        pipelines.append(last if at is None else replace(last, token_id=at))
     return Decoding.of(stepper, pipelines, suggested, forced)
 
 
@@ -144,7 +146,7 @@ class StepView:
         """Cross-attention of the generated tokens ``[layers, heads, step, src_len]`` (``None`` without any)."""
         if not self.records or self.records[0].cross_attention is None:
             return None
-        return torch.stack([r.cross_attention for r in self.records], dim=2)
+        return torch.stack([r.cross_attention for r in self.records if r.cross_attention is not None], dim=2)
 
 
 def forced_after(forced: Mapping[int, int], step: int, token_id: int) -> dict[int, int]:
@@ -214,14 +216,19 @@ def compare_cache(model: Transformer, src_ids: list[int], tokens: list[int], rep
     if n == 0:
         raise ValueError("at least one step is needed")
 
-    def run(use_cache: bool):
+    def run(use_cache: bool) -> tuple[float, torch.Tensor]:
         stepper = Stepper(model, src_ids, max_new_tokens=n, use_cache=use_cache)
         start = time.perf_counter()
         for t in tokens:
-            stepper.step(lambda lp, t=t: t)
-        return (time.perf_counter() - start) * 1000 / n, torch.stack([r.log_probs for r in stepper.records])
 
-    best = {}
+            def choose(log_probs: torch.Tensor, t: int = t) -> int:
+                return t
+
+            stepper.step(choose)
+        ms = (time.perf_counter() - start) * 1000 / n
+        return ms, torch.stack([r.log_probs for r in stepper.records if r.log_probs is not None])
+
+    best: dict[bool, tuple[float, torch.Tensor]] = {}
     for use_cache in (True, False) * max(1, repeats):
         ms, lp = run(use_cache)
         best[use_cache] = (min(ms, best[use_cache][0]) if use_cache in best else ms, lp)

@@ -32,7 +32,6 @@ from viz.attention import alignment_html
 from viz.decoding import beam_tree_figure, pipeline_figure
 from viz.kv_cache import cache_bytes, kv_cache_figure
 
-
 #: Candidates a step shows: the bars of its chart and the list a token is forced from are the same most probable ones.
 TOP_CANDIDATES = 15
 #: Decimals of every probability and log-probability in the lab's tables, as in its captions and force list.
@@ -130,7 +129,7 @@ def force_controls(tok, record, step: int, on_force: Callable[[int, str, int | N
     ss = st.session_state
     st.markdown(f"**Force a different token at step {step}**")
     ids, probs = record.top(TOP_CANDIDATES)
-    labels = {i: lab.candidate_label(pieces.of_id(tok, i), p, DECIMALS) for i, p in zip(ids, probs)}
+    labels = {i: lab.candidate_label(pieces.of_id(tok, i), p, DECIMALS) for i, p in zip(ids, probs, strict=True)}
     # Streamlit keeps a select box's choice as its label and matches it against the next run's labels. The list
     # belongs to this step and these candidates: a key of their own makes a new box for a new list (preselecting
     # the runner-up), so a label of an earlier step is never taken for a choice in this one.
@@ -217,16 +216,16 @@ def branches_view(ckpt: Checkpoint, branches: Sequence[dict], results: Sequence[
           "translation": tok.decode([t for t in ids if t != cfg.eos_id]),
           "log P": float(sum(math.log(max(p, 1e-12)) for p in probs)),
           "tokens": len(ids)}
-         for name, forced, (ids, probs) in zip(names, branches, results)],
+         for name, forced, (ids, probs) in zip(names, branches, results, strict=True)],
     )
     shown = [0, *range(1, len(branches))[-3:]]  # "as decoded" + the last three
-    for col, i in zip(st.columns(len(shown)), shown):
+    for col, i in zip(st.columns(len(shown)), shown, strict=True):
         ids, probs = results[i]
         col.markdown(f"**{names[i]}**")
         lab_table(
             [{"step": s + 1, "token": pieces.of_id(tok, t), "p": float(p),
               "forced": "★" if branches[i].get(s + 1) == t else ""}
-             for s, (t, p) in enumerate(zip(ids, probs))],
+             for s, (t, p) in enumerate(zip(ids, probs, strict=True))],
             col, height=min(400, 38 + 35 * len(ids)),
         )
     st.caption("Per-step probabilities under the model (T = 1); ★ = forced. Every branch is decoded to the end "
@@ -238,7 +237,7 @@ def probabilities_tab(ckpt: Checkpoint, run: lab.StepView, src_tokens: list[str]
     cross-attention so far (last decoder layer, mean over heads) as an alignment grid."""
     tok = ckpt.tokenizer
     log_p, rows = 0.0, []
-    for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines)):
+    for s, (rec, pipe) in enumerate(zip(run.records, run.pipelines, strict=True)):
         log_p += rec.log_prob(rec.token_id)
         rows.append({"step": s + 1, "token": pieces.of_id(tok, rec.token_id),
                      "p (model)": float(rec.prob), "p (after the rule)": pipe.final_prob(rec.token_id),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from model.checkpoint import Checkpoint
 from model.hf.card import folder_facts
 
 #: Files whose change makes a loaded checkpoint stale: ours, and a Hugging Face folder's (weights, tokenizers).
@@ -25,6 +26,14 @@ def folder_version(path: Path) -> float:
         except OSError:
             continue
     return max(times, default=0.0)
+
+
+def checkpoint_folder(ckpt: Checkpoint) -> Path:
+    """The folder ``ckpt`` was loaded from (every checkpoint the pages show has one). Raises ``ValueError`` for a
+    checkpoint built in memory, which has none."""
+    if ckpt.path is None:
+        raise ValueError("this checkpoint was built in memory: it has no folder")
+    return Path(ckpt.path)
 
 
 def size_text(n_bytes: int) -> str:

@@ -110,7 +110,7 @@ class Gate:
                 if done and keep:
                     self._results.put(key, value, size)
                 self._cond.notify_all()
-        return value  # type: ignore[return-value]
+        return value
 
     def _take_turn(self, key: Hashable, what: str, notify: Callable[[str | None], None]) -> tuple[object, bool]:
         """Wait for ``key``'s value or a slot: ``(value, False)`` from the cache or a shared computation, or

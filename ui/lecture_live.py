@@ -139,7 +139,7 @@ def _cut_steps(h: live.LiveHead, q_pieces, k_pieces) -> None:
         show_matrix(m["x_kv"], f"memory: {c.n_features} of {h.d_model} features", kl, features, inputs[1])
     for row in (("w_q", "w_k", "w_v"), ("q", "k", "v")):
         cols = st.columns(3)
-        for where, name in zip(cols, row):
+        for where, name in zip(cols, row, strict=True):
             letter = name[-1].upper()
             if name.startswith("w"):
                 title, rows = f"W<sup>{letter}</sup>: {c.n_cols} of {h.d_k} columns", features
@@ -165,8 +165,8 @@ def _why_different(h: live.LiveHead, c: live.Cut, q_pieces, k_pieces) -> str:
         full, shown = live.score_split(h, c.n_cols, int(i), int(j))
         root, root_cut = math.sqrt(h.d_k), math.sqrt(c.n_cols)
         reasons.append(
-            f"A score adds one product per column of the head: for `{q_pieces[i]}` → `{k_pieces[j]}` the model adds {h.d_k}, "
-            f"q·k = {full:.4f}, of which the {c.n_cols} columns shown give {shown:.4f} and the other "
+            f"A score adds one product per column of the head: for `{q_pieces[i]}` → `{k_pieces[j]}` the model adds "
+            f"{h.d_k}, q·k = {full:.4f}, of which the {c.n_cols} columns shown give {shown:.4f} and the other "
             f"{h.d_k - c.n_cols} give {full - shown:.4f}. The model divides by √{h.d_k} = {root:.4g} "
             f"({full / root:.4f}), the steps above by √{c.n_cols} = {root_cut:.4g} ({shown / root_cut:.4f}): each "
             "divides by the root of the number of products it adds, which keeps the spread of its scores alike "

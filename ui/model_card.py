@@ -5,6 +5,7 @@ translator is, and the layer the attention views open on. Pure functions of a :c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeGuard
 
 from model.checkpoint import Checkpoint
 from viz.labels import parameters_text
@@ -59,7 +60,7 @@ def training_time(card: Mapping, fmt: str = ".0f") -> str | None:
     """How long the card's model trained, each machine's minutes under its own name: ``"8 GPU-minutes"``, or for a
     GPU run continued on the CPU (the card's ``cpu_minutes``) ``"8 GPU-minutes and 89 CPU-minutes"``; ``None``
     when the card gives no minutes. ``fmt`` formats the numbers."""
-    def number(value) -> bool:
+    def number(value) -> TypeGuard[int | float]:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 
     minutes = (card.get("total") or {}).get("train_minutes", card.get("train_minutes"))

@@ -7,8 +7,9 @@ each. :data:`CSS` changes, on a phone only:
 
 - Translate: its keyed groups (``trp_main``, ``trp_view``, ``trp_attr``, ``trp_notes``: ``app_pages/translate.py``)
   are laid out in that order, the step's view right under its numbers, what explains them last;
-- the step buttons (:func:`ui.widgets.step_buttons`, keyed :data:`STEP_BUTTONS`) stay in one row, Reset, Back and Run to end as icons (their
-  labels stay for screen readers and tests), and Translate's Layer and Head boxes stay side by side;
+- the step buttons (:func:`ui.widgets.step_buttons`, keyed :data:`STEP_BUTTONS`) stay in one row, Reset, Back and
+  Run to end as icons (their labels stay for screen readers and tests), and Translate's Layer and Head boxes stay
+  side by side;
 - titles are smaller, the page's side padding too.
 
 Nothing here runs Python per visitor: the app adds the style once per run (``app.py``).
@@ -36,7 +37,8 @@ CSS = (
     f"<style>@media (max-width: {PHONE_PX - 0.02}px) {{"
     # the columns give their groups to the row, which lays them out one under the other in TRANSLATE_ORDER
     f"{_TRANSLATE} {{flex-direction: column; flex-wrap: nowrap;}}"
-    f'{_TRANSLATE} > [data-testid="stColumn"], {_TRANSLATE} > [data-testid="stColumn"] > [data-testid="stVerticalBlock"]'
+    f'{_TRANSLATE} > [data-testid="stColumn"], '
+    f'{_TRANSLATE} > [data-testid="stColumn"] > [data-testid="stVerticalBlock"]'
     " {display: contents;}"
     + "".join(f'{_TRANSLATE} [data-testid="stLayoutWrapper"]:has(> .st-key-{key}) {{order: {i + 1}; width: 100%;}}'
               for i, key in enumerate(TRANSLATE_ORDER))

@@ -157,5 +157,5 @@ def compare_runs(root: Path, chosen: list[str], x: str) -> None:
     metrics = list(VT.METRICS)
     for i in range(0, len(metrics), 2):
         cols = st.columns(2)
-        for col, metric in zip(cols, metrics[i:i + 2]):
+        for col, metric in zip(cols, metrics[i:i + 2], strict=False):
             show_figure(figs[metric], where=col, key=f"cmp_{metric}")

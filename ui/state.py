@@ -29,11 +29,11 @@ from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from reading.trace import Trace, trace_pair
 from ui import batcher, heavy, url
-from .folders import checkpoint_label, folder_version
-from .limits import limits
-from .model_card import card_summary
-from .page_state import PAGES
-from .pieces import shown_trace
+from ui.folders import checkpoint_folder, checkpoint_label, folder_version
+from ui.limits import limits
+from ui.model_card import card_summary
+from ui.page_state import PAGES
+from ui.pieces import shown_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
@@ -127,7 +127,7 @@ def checkpoint_picker() -> Path | None:
         st.sidebar.warning(note)
     labels = {n: checkpoint_label(n, options[n]) for n in names}  # the values stay names: ?ckpt= links hold them
     name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name",
-                                format_func=labels.get, on_change=_on_checkpoint_change, args=(options,))
+                                format_func=labels.__getitem__, on_change=_on_checkpoint_change, args=(options,))
     url.put("ckpt", name, names[0])  # the default checkpoint stays out of the link, also after switching back
     return options[name]
 
@@ -143,7 +143,7 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
     ss = st.session_state
     for page in PAGES:
         page.forget_model(ss, st.query_params)
-    folder = options.get(ss.get("ckpt_name"))
+    folder = options.get(ss.get("ckpt_name", ""))
     text = ss.get("text")
     if folder is None or text is None:
         return
@@ -314,7 +314,7 @@ def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None
 
 def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
     """``(folder, modification time)`` of a loaded checkpoint: a cache key that changes when the files do."""
-    return str(ckpt.path), folder_version(Path(ckpt.path))
+    return str(ckpt.path), folder_version(checkpoint_folder(ckpt))
 
 
 def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
@@ -334,7 +334,7 @@ def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trac
     """The traced forward pass of ``src`` and the decoder inputs ``tgt_ids`` (:func:`reading.trace.trace_pair`), as
     computed and with its pieces as the pages show them (:func:`ui.pieces.shown_trace`): frozen, computed once per
     checkpoint version and sentence through the gate for heavy work (:mod:`ui.heavy`), shared by every session."""
-    offsets = tuple(map(tuple, src.offsets))
+    offsets = tuple((start, end) for start, end in src.offsets)
 
     def compute() -> tuple[Trace, Trace]:
         raw = trace_pair(ckpt.model, ckpt.tokenizer, list(src.ids), list(tgt_ids), list(offsets))

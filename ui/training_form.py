@@ -8,12 +8,12 @@ from pathlib import Path
 
 import streamlit as st
 
+from corpora.extra import EXTRA_CORPORA
+from corpora.files import DataError
+from corpora.parallel import BACKTRANSLATED, DEFAULT_REPEATS, parse_repeats, prepared_corpora
 from model.config import ARCHITECTURES, POS_ENCODINGS
 from training import form as TF
 from training import launch as L
-from corpora.files import DataError
-from corpora.extra import EXTRA_CORPORA
-from corpora.parallel import BACKTRANSLATED, DEFAULT_REPEATS, parse_repeats, prepared_corpora
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from ui.limits import limits
 from ui.run_view import ARCH_LABELS, DATA_LABELS
@@ -92,13 +92,13 @@ def mixture_fields(p: dict, preset: str) -> str:
                                              "0 leaves it out."))
 
         chosen = {c: share(col, c, label) for col, (c, label) in zip(st.columns(len(MIXTURE_LABELS)),
-                                                                     MIXTURE_LABELS.items())}
+                                                                     MIXTURE_LABELS.items(), strict=True)}
         # every general-domain file too (a preset may weigh them: the form must not drop a share it does not show)
         st.caption("General-domain pairs (news, Wikipedia, software documentation; `python -m corpora prepare "
                    "extra`), by file, and the back-translated pairs (`python -m training.backtranslate`):")
         files = (*EXTRA_CORPORA, BACKTRANSLATED)
         for row in range(0, len(files), 5):
-            chosen |= {c: share(col, c, c) for col, c in zip(st.columns(5), files[row:row + 5])}
+            chosen |= {c: share(col, c, c) for col, c in zip(st.columns(5), files[row:row + 5], strict=False)}
         missing = [MIXTURE_LABELS.get(c, c) for c, n in chosen.items()
                    if c not in ready and (c in MIXTURE_LABELS or n > 0)]
         if missing:

@@ -14,7 +14,7 @@ reload or a shared link restores the same view.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar, overload
 
 import numpy as np
 
@@ -104,18 +104,25 @@ def float_param(params: Params, name: str, default: float, lo: float, hi: float,
         if not math.isfinite(value):
             raise ValueError(raw)
     except (TypeError, ValueError, OverflowError):
-        return default, f"Ignored {what} = “{_quote(raw)}” from the link (not a finite number); showing {_fmt(default)}."
+        return default, (f"Ignored {what} = “{_quote(raw)}” from the link (not a finite number); "
+                         f"showing {_fmt(default)}.")
     return _clamped(value, lo, hi, what, _fmt)
 
 
-def choice_param(params: Params, name: str, choices: Sequence[str] | Mapping[str, T], default: T,
-                 what: str | None = None) -> Parsed[T]:
+@overload
+def choice_param(params: Params, name: str, choices: Mapping[str, T], default: T,
+                 what: str | None = None) -> Parsed[T]: ...
+@overload
+def choice_param(params: Params, name: str, choices: Sequence[str], default: str,
+                 what: str | None = None) -> Parsed[str]: ...
+def choice_param(params: Params, name: str, choices: Sequence[str] | Mapping[str, Any], default: Any,
+                 what: str | None = None) -> Parsed[Any]:
     """``?name=`` as one of ``choices`` (exact, else case-insensitive). A mapping maps the URL spelling to the
     value (``{"1": 0, "2": 1}``). Unknown → ``default`` with a note that lists (a few of) the choices."""
     raw = _raw(params, name)
     if raw is None:
         return default, None
-    table = dict(choices) if isinstance(choices, Mapping) else {str(c): c for c in choices}
+    table: dict[str, Any] = dict(choices) if isinstance(choices, Mapping) else {str(c): c for c in choices}
     if raw in table:
         return table[raw], None
     folded = {k.lower(): v for k, v in table.items()}
@@ -178,12 +185,16 @@ def int_list_param(params: Params, name: str, default: Sequence[int], lo: int, h
     raw = _raw(params, name)
     if raw is None:
         return list(default), None
-    kept, bad = [], []
+    kept: list[int] = []
+    bad: list[str] = []
     for part in (p.strip() for p in raw.split(",")):
         if not part:
             continue
         value, note = int_param({name: part}, name, lo, lo, hi)
-        (bad if note else kept).append(part if note else value)
+        if note:
+            bad.append(part)
+        else:
+            kept.append(value)
     kept = sorted(set(kept))
     if len(kept) > max_items:
         bad.append(f"{len(kept) - max_items} more")
@@ -231,7 +242,8 @@ def matrix_param(params: Params, name: str, default: np.ndarray, what: str | Non
         rows = [[float(cell) for cell in row.split(",")] for row in raw.split(";")]
         matrix = np.array(rows, dtype=float)
     except (TypeError, ValueError, OverflowError):
-        return default, f"Ignored {what} = “{_quote(raw)}” from the link (not a matrix of numbers); showing the example."
+        return default, (f"Ignored {what} = “{_quote(raw)}” from the link (not a matrix of numbers); "
+                         "showing the example.")
     if matrix.shape != default.shape or not np.isfinite(matrix).all():
         return default, (f"Ignored {what} from the link: it needs {default.shape[0]}×{default.shape[1]} finite "
                          "numbers; showing the example.")

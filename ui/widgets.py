@@ -5,7 +5,7 @@ Streamlit glue only: what is drawn comes from :mod:`viz`; what a step is comes f
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 import streamlit as st
@@ -13,7 +13,6 @@ import streamlit as st
 from ui import presentation, responsive
 from ui.responsive import STEP_BUTTONS
 from viz.theme import ACCENT, ACCENT_BG, FAINT, PLOTLY_CONFIG, SUBTLE, escape_html
-
 
 # --- the output box -----------------------------------------------------------------------------------------
 #: Lines of output the output box shows before it scrolls.
@@ -121,7 +120,8 @@ def table_html(data: pd.DataFrame | Sequence[Mapping[str, Any]], formats: Mappin
     HTML-escaped, the index left out. ``formats``: column → ``str.format`` spec (e.g. ``{"error": "{:.2e}"}``);
     other floats get 6 significant digits. ``height`` (px): scroll vertically beyond it (``None``: every row)."""
     frame = pd.DataFrame(data)
-    formatters = {c: str(f).format for c, f in (formats or {}).items() if c in frame.columns}
+    formatters: dict[Any, Callable[[Any], str]] = {c: str(f).format for c, f in (formats or {}).items()
+                                                  if c in frame.columns}
     for column in frame.columns:
         formatters.setdefault(column, _fmt)
     body = frame.to_html(index=False, escape=True, border=0, classes="ae-table", formatters=formatters, na_rep="")

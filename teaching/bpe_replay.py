@@ -12,6 +12,7 @@ its bytes (``"ĠMÃ¼ller"`` is " Müller"; :func:`~model.hf.tokenizers.readable
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -25,9 +26,9 @@ UNK = "<unk>"
 class MergeTable:
     """``merges``: ``[(left, right)]`` in rank order; ``ranks``: pair → rank; ``vocab``: piece → id."""
 
-    merges: list[tuple[str, str]]
-    ranks: dict[tuple[str, str], int] = field(repr=False)
-    vocab: dict[str, int] = field(repr=False)
+    merges: Sequence[tuple[str, str]]
+    ranks: Mapping[tuple[str, str], int] = field(repr=False)
+    vocab: Mapping[str, int] = field(repr=False)
     unk: str | None = UNK
 
 
@@ -106,7 +107,7 @@ def encode_by_replay(backend, text: str, table: MergeTable) -> list[str]:
     return [p for w in pre_tokenize(backend, text) for p in replay(w, table)[-1].pieces]
 
 
-def piece_lengths(vocab: dict[str, int], specials=("<pad>", "<bos>", "<eos>", "<unk>"), show=None) -> list[int]:
+def piece_lengths(vocab: Iterable[str], specials=("<pad>", "<bos>", "<eos>", "<unk>"), show=None) -> list[int]:
     """Length in characters of every vocabulary piece (the ``▁`` marker not counted; specials skipped).
 
     ``show`` maps a piece to the text counted (e.g. :func:`~model.hf.tokenizers.readable_piece` for byte-level

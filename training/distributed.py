@@ -163,7 +163,7 @@ def peak_tflops_for(device_name: str) -> float | None:
 
 
 def model_flops_utilization(flops_per_s: float, peak_tflops: float | None) -> float | None:
-    """Model FLOPs utilization: achieved training FLOP/s (:func:`model.flops.training_flops` per second, all ranks
+    """Model FLOPs utilization: achieved training FLOP/s (:func:`training.flops.training_flops` per second, all ranks
     together) ÷ the peak of all devices together, ``peak_tflops`` in TFLOP/s; ``None`` when the peak is unknown.
     An estimate, not a measurement: it ignores attention-score FLOPs and padding."""
     if not peak_tflops:

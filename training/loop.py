@@ -17,7 +17,6 @@ from tqdm import tqdm
 from corpora.files import DataError
 from model.baseline import build_model
 from model.config import ModelConfig
-from model.flops import training_flops
 from model.tokenizer import TextTokenizer
 from training.batches import (
     Batch,
@@ -35,6 +34,7 @@ from training.config import TrainConfig
 from training.data import load_data
 from training.device import default_threads
 from training.distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
+from training.flops import training_flops
 from training.resume import resolve_config
 from training.runs import (
     GERMAN_PROBE_SENTENCES,

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import torch
 
-from model.flops import training_flops
 from training.batches import padded_shape
 from training.config import flag_of, parse_config
 from training.distributed import Dist, setup_device
+from training.flops import training_flops
 
 #: The last lease's speed on an H100 (batch 48,000 padded tokens), the yardstick of the ratio column.
 BASELINE_TOKENS_S = 290_000.0

@@ -1,4 +1,4 @@
-"""FLOPs per token of a Transformer, a fact of its architecture (as nanoGPT's ``estimate_mfu`` sits with its model).
+"""FLOPs per token of a Transformer, counted from its config: what the trainer's model FLOPs utilization divides by.
 
 The trainer divides :func:`training_flops` per second by the devices' peak to log a model FLOPs utilization
 (:func:`training.distributed.model_flops_utilization`).

@@ -17,12 +17,14 @@ st.title("Worked examples")
 st.caption("Small matrices you can edit; every intermediate is shown with 4 decimals. Rows are tokens.")
 
 
-def editor(label: str, default: np.ndarray, key: str, param: str, prefix: str = "d", title: str = "",
+def editor(label: str, default: np.ndarray, param: str, prefix: str = "d", title: str = "",
            row_prefix: str = "t") -> np.ndarray | None:
     """An editable matrix under its heading (``**label**`` and ``title``), rows named ``{row_prefix}0, …`` and
-    columns ``{prefix}0, …``; kept in the link as ``?param=1,0;0,1`` when it differs from ``default``. ``None``
+    columns ``{prefix}0, …``; kept in the link as ``?param=1,0;0,1`` when it differs from ``default`` and in the session under
+    ``LECTURE.matrix.sub(param)``. ``None``
     (with a warning) when a cell is empty or not a number."""
-    base = f"{key}_from_link"  # what the editor starts from: the link's matrix (first visit) or the example
+    key = LECTURE.matrix.sub(param)
+    base = LECTURE.matrix.sub(param, "from_link")  # what the editor starts from: the link's matrix (first visit) or the example
     if base not in st.session_state:
         st.session_state[base], note = url.matrix_param(st.query_params, param, default, what=f"matrix {label}")
         url.show_notes(note)
@@ -46,22 +48,22 @@ st.header("Scaled dot-product attention")
 st.latex(r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V")
 if lecture_live.live_mode():
     # The editors are not drawn: their matrices are read from the link again when they are (the link keeps edits).
-    for name in ("wx_q", "wx_k", "wx_v"):
-        st.session_state.pop(f"{name}_from_link", None)
-    lecture_live.live_section(LECTURE.text_key)
+    for name in ("q", "k", "v"):
+        st.session_state.pop(LECTURE.matrix.sub(name, "from_link"), None)
+    lecture_live.live_section(LECTURE.text_box)
 else:
-    url.init_widget("wx_scale", lambda p: url.bool_param(p, "scaled", True))
-    url.init_widget("wx_causal", lambda p: url.bool_param(p, "causal", False))
+    url.init_widget("we_scale", lambda p: url.bool_param(p, "scaled", True))
+    url.init_widget("we_causal", lambda p: url.bool_param(p, "causal", False))
     c1, c2, c3 = st.columns(3)
     with c1:
-        q = editor("Q", worked.REF_Q, "wx_q", "q", title="queries, one row per token", row_prefix="q")
+        q = editor("Q", worked.REF_Q, "q", title="queries, one row per token", row_prefix="q")
     with c2:
-        k = editor("K", worked.REF_K, "wx_k", "k", title="keys, one row per token", row_prefix="k")
+        k = editor("K", worked.REF_K, "k", title="keys, one row per token", row_prefix="k")
     with c3:
-        v = editor("V", worked.REF_V, "wx_v", "v", title="values, one row per token", row_prefix="v")
+        v = editor("V", worked.REF_V, "v", title="values, one row per token", row_prefix="v")
     o1, o2 = st.columns(2)
-    scale = o1.checkbox("Divide by √d_k", key="wx_scale")
-    causal = o2.checkbox("Causal mask (decoder self-attention)", key="wx_causal")
+    scale = o1.checkbox("Divide by √d_k", key="we_scale")
+    causal = o2.checkbox("Causal mask (decoder self-attention)", key="we_causal")
     url.put("scaled", scale, True)
     url.put("causal", causal, False)
     if q is not None and k is not None and v is not None:
@@ -94,16 +96,16 @@ x_default = np.array([[1.0, 2.0, 3.0, 4.0], [2.0, -1.0, 0.5, 0.0], [10.0, 10.0, 
 # below, the numbers a lecture reads out.
 x_edit, x_show = st.columns(2)
 with x_edit:
-    x = editor("X", x_default, "wx_ln_x", "x", title="one row per token, one column per feature", row_prefix="token ")
+    x = editor("X", x_default, "x", title="one row per token, one column per feature", row_prefix="token ")
 if x is not None:
     with x_show:
         show(x, "X: the input, one row per token", [f"token {i}" for i in range(x.shape[0])],
              [f"d{j}" for j in range(x.shape[1])])
 g1, g2 = st.columns(2)
 with g1:
-    gamma = editor("γ", np.ones((1, 4)), "wx_ln_g", "gamma", title="scale, one per feature", row_prefix="γ")
+    gamma = editor("γ", np.ones((1, 4)), "gamma", title="scale, one per feature", row_prefix="γ")
 with g2:
-    beta = editor("β", np.zeros((1, 4)), "wx_ln_b", "beta", title="shift, one per feature", row_prefix="β")
+    beta = editor("β", np.zeros((1, 4)), "beta", title="shift, one per feature", row_prefix="β")
 if x is not None and gamma is not None and beta is not None:
     try:
         ln = worked.layer_norm_steps(x, gamma, beta)
@@ -121,9 +123,9 @@ if x is not None and gamma is not None and beta is not None:
 
 # --- multi-head split ---------------------------------------------------------------------------------
 st.header("Multi-head: split and concatenate")
-url.init_widget("wx_heads", lambda p: url.choice_param(p, "heads", {"1": 1, "2": 2, "4": 4}, 2,
+url.init_widget("we_heads", lambda p: url.choice_param(p, "heads", {"1": 1, "2": 2, "4": 4}, 2,
                                                          what="1, 2 or 4"))
-heads = st.radio("Heads (d_model = 4)", [1, 2, 4], horizontal=True, key="wx_heads")
+heads = st.radio("Heads (d_model = 4)", [1, 2, 4], horizontal=True, key="we_heads")
 url.put("heads", heads, 2)
 xm = np.arange(12, dtype=float).reshape(3, 4)
 split = worked.split_heads(xm, heads)
@@ -151,7 +153,7 @@ def _scaling(seed: int) -> list[dict]:
 st.header("Why divide by √d_k?")
 seed, note = url.int_param(st.query_params, "seed", 0, 0, 2**31 - 1)  # only the link sets it
 url.show_notes(note)
-url.put("seed", seed, 0)
+LECTURE.seed.put(seed, 0)
 rows = _scaling(seed)
 st.markdown("Let the entries of q and k be independent with mean 0 and variance 1. Each product qᵢkᵢ then has "
             "variance 1, so the score q·k, a sum of d_k of them, has **variance d_k and standard deviation √d_k**: "

@@ -87,8 +87,8 @@ else:
 # --- the text -----------------------------------------------------------------------------------------
 shared = state.current_text(ckpt)
 caps = limits()  # the one place for input caps (ui/limits.py), the hosted demo's shorter ones included
-url.init_widget("tok_text", lambda p: url.text_param(p, "tok_text", shared, caps.max_chars))
-text = st.text_area("Text", key="tok_text", height=80)
+url.init_widget("tk_text", lambda p: url.text_param(p, "tok_text", shared, caps.max_chars))
+text = st.text_area("Text", key="tk_text", height=80)
 too_long = url.put_text("tok_text", text, shared)  # the shared sentence is in the link already
 if too_long:
     st.caption(too_long)
@@ -96,16 +96,16 @@ if too_long:
 
 def pick_word(label: str, words: list[str]) -> int:
     """The word box (its number kept in ``?word=``): the index of the chosen word."""
-    url.init_widget("tok_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
+    url.init_widget("tk_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
                     valid=lambda i: i in range(len(words)))
     ss = st.session_state
-    if ss.get("tok_word_of") not in (None, words):
+    if ss.get("tk_word_of") not in (None, words):
         # A new text: the box's value (a word number) may be unchanged while its label ("2: ▁word") is not. A
         # keyed selectbox keeps its identity when its options change, and the browser goes on showing the label
         # it last drew until the script sets the value, so set it (to itself) to send the new label.
-        ss["tok_word"] = ss["tok_word"]
-    ss["tok_word_of"] = words
-    choice = st.selectbox(label, range(len(words)), format_func=lambda i: f"{i}: {show(words[i])}", key="tok_word")
+        ss["tk_word"] = ss["tk_word"]
+    ss["tk_word_of"] = words
+    choice = st.selectbox(label, range(len(words)), format_func=lambda i: f"{i}: {show(words[i])}", key="tk_word")
     url.put("word", choice, 0)
     return choice
 
@@ -214,14 +214,14 @@ else:
 
 # --- live trainer ---------------------------------------------------------------------------------------
 st.subheader("Train your own BPE")
-url.init_widget("bpe_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT,
+url.init_widget("tk_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT,
                                                             caps.train_text_chars, what="training text"))
-url.init_widget("bpe_vocab", lambda p: url.int_param(p, "vocab", 120, 30, 2000, what="vocabulary size"))
-train_text = st.text_area("Training text (one sentence per line)", key="bpe_train_text", height=140)
+url.init_widget("tk_vocab", lambda p: url.int_param(p, "vocab", 120, 30, 2000, what="vocabulary size"))
+train_text = st.text_area("Training text (one sentence per line)", key="tk_train_text", height=140)
 too_long = url.put_text("train_text", train_text, DEFAULT_TRAIN_TEXT)
 if too_long:
     st.caption(too_long)
-vocab_size = st.slider("Vocabulary size (specials and single characters included)", 30, 2000, key="bpe_vocab")
+vocab_size = st.slider("Vocabulary size (specials and single characters included)", 30, 2000, key="tk_vocab")
 url.put("vocab", vocab_size, 120)
 if not train_text.strip():
     st.warning("Paste some text to train on.")

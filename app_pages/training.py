@@ -12,6 +12,7 @@ from ui import url
 from ui import run_panels as panels
 from ui import training_form
 from ui.heads_forming import show_heads_forming
+from ui.page_state import TRAINING
 from ui.run_view import table_row
 from ui.state import DEFAULT_CHECKPOINT, checkpoint_roots
 from ui.widgets import show_figure, show_table
@@ -29,7 +30,7 @@ legs = card.get("legs")
 if isinstance(legs, list) and legs:
     with st.expander("How the shipped translator was trained: its scores along the way"):
         labels = card.get("legs_labels")
-        show_figure(VT.legs_figure(legs, labels=labels if isinstance(labels, dict) else None), key="legs")
+        show_figure(VT.legs_figure(legs, labels=labels if isinstance(labels, dict) else None), key="tn_chart_legs")
         # The card says what its points are (which valid set, which legs), so a new lineage needs no new page text.
         st.caption(str(card.get("legs_note") or "chrF of greedy translations after each training leg.")
                    + " Every run behind each point: the model card, checkpoints/en-de/README.md.")
@@ -73,19 +74,19 @@ runs_table()
 
 
 def _picked(key: str) -> None:
-    st.session_state["train_watch"] = st.session_state[key]
+    st.session_state["tn_watch"] = st.session_state[key]
 
 
-# "train_watch" is the run to watch: the person's last pick (kept across pages) or the run just launched. The
+# "tn_watch" is the run to watch: the person's last pick (kept across pages) or the run just launched. The
 # picker's key names that run, so a new one (a launch, a deleted run) gets a new picker showing it. A keyed
 # selectbox ignores a new index (after a launch it stayed on the previous run), and writing the new run into its
 # key from here races with the polling fragments, whose requests carry the value the browser had before.
-wanted = st.session_state.get("train_watch")
+wanted = st.session_state.get("tn_watch")
 wanted = wanted if wanted in names else names[0]
-pick_key = f"train_pick_{wanted}"
+pick_key = TRAINING.watch.sub("pick", wanted)
 watched = st.selectbox("Watch run", names, index=names.index(wanted), key=pick_key, on_change=_picked,
                        args=(pick_key,))
-st.session_state["train_watch"] = watched
+st.session_state["tn_watch"] = watched
 run_dir = root / watched
 
 
@@ -116,7 +117,7 @@ c1, c2 = st.columns([3, 2])
 
 
 def _compare_touched() -> None:
-    st.session_state["compare_touched"] = True
+    st.session_state[TRAINING.compare.sub("touched")] = True
 
 
 # Preselect the two most recent ended runs until the person picks: also when a run ends while the page is open.
@@ -124,24 +125,25 @@ def _compare_touched() -> None:
 # into the link only when it differs from the default, and a preselection is nobody's choice. A default counts only
 # when the widget is drawn anew, so a stale preselection (a run has ended since) is dropped first.
 preselected = ended[:2]
-chosen_by_person = st.session_state.get("compare_touched") or "compare" in st.query_params
-if not chosen_by_person and st.session_state.get("compare") != preselected:
-    st.session_state.pop("compare", None)
+RUNS_KEY = TRAINING.compare.sub("runs")
+chosen_by_person = st.session_state.get(TRAINING.compare.sub("touched")) or "compare" in st.query_params
+if not chosen_by_person and st.session_state.get(RUNS_KEY) != preselected:
+    st.session_state.pop(RUNS_KEY, None)
 if chosen_by_person:  # a link's runs (unknown ones dropped with a note), or the person's own choice
-    url.init_widget("compare", lambda p: url.choices_param(p, "compare", names, what="runs to overlay"),
-                    valid=lambda chosen: set(chosen) <= set(names))
+    TRAINING.compare.init(lambda p: url.choices_param(p, "compare", names, what="runs to overlay"), member="runs",
+                          valid=lambda chosen: set(chosen) <= set(names))
 compared = c1.multiselect(
-    "Runs to overlay", names, default=None if chosen_by_person else preselected, key="compare",
+    "Runs to overlay", names, default=None if chosen_by_person else preselected, key=RUNS_KEY,
     on_change=_compare_touched, max_selections=len(VT.PALETTE),
     help="One colour per run, the same on every chart. Preselected: the two most recent runs that have ended; "
          "any other choice is kept in the page address, so a reload or a shared link shows the same runs.")
-url.put("compare", compared, None if chosen_by_person else preselected)
+TRAINING.compare.put(compared, None if chosen_by_person else preselected, member="runs")
 x_axes = list(VT.X_AXES)
-url.init_widget("compare_x", lambda p: url.choice_param(p, "compare_x", x_axes, x_axes[0], what="x axis"))
-x_axis = c2.radio("x axis", x_axes, key="compare_x", horizontal=True,
+TRAINING.compare.init(lambda p: url.choice_param(p, "compare_x", x_axes, x_axes[0], what="x axis"), member="x")
+x_axis = c2.radio("x axis", x_axes, key="tn_compare_x", horizontal=True,
                   help="Steps compare schedules; tokens seen compares runs with different batch sizes; wall time "
                        "compares what each run got for the same time budget.")
-url.put("compare_x", x_axis, x_axes[0])
+TRAINING.compare.put(x_axis, x_axes[0], member="x")
 states = {r["name"]: r["state"] for r in runs}
 
 

@@ -32,7 +32,7 @@ from ui import batcher, heavy, url
 from .folders import checkpoint_label, folder_version
 from .limits import limits
 from .model_card import card_summary
-from .page_state import PAGES
+from .page_state import APP, PAGES, TRANSLATE, Field, forget
 from .pieces import shown_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def checkpoint_picker() -> Path | None:
     if note:
         st.sidebar.warning(note)
     labels = {n: checkpoint_label(n, options[n]) for n in names}  # the values stay names: ?ckpt= links hold them
-    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name",
+    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="app_ckpt",
                                 format_func=labels.get, on_change=_on_checkpoint_change, args=(options,))
     url.put("ckpt", name, names[0])  # the default checkpoint stays out of the link, also after switching back
     return options[name]
@@ -141,10 +141,9 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
     (a sentence to translate, a prompt to continue) is replaced by the new model's default preset; a text the user
     typed is kept."""
     ss = st.session_state
-    for page in PAGES:
-        page.forget_model(ss, st.query_params)
-    folder = options.get(ss.get("ckpt_name"))
-    text = ss.get("text")
+    forget("model", ss, st.query_params)
+    folder = options.get(ss.get(APP.ckpt.key))
+    text = ss.get(APP.sentence.key)
     if folder is None or text is None:
         return
     presets = presets_for_arch(checkpoint_arch(folder))
@@ -159,7 +158,7 @@ def require_checkpoint(summary: bool = True) -> Checkpoint:
     When there is none or it cannot load, a clear message is shown in the page and the script stops there
     (``st.stop``), so a page's code below never runs without a model.
     """
-    folder = st.session_state.get("_ckpt_path")
+    folder = st.session_state.get("app_ckpt_path")
     if folder is None:
         st.error("No model is available. Put a checkpoint folder under `checkpoints/` or train one "
                  "(`python -m training.train --out runs/NAME`).")
@@ -199,26 +198,26 @@ def input_label(ckpt: Checkpoint) -> str:
 def current_text(ckpt: Checkpoint) -> str:
     """The sentence shared by the pages (``?text=``, at most :func:`ui.limits.limits`' ``max_chars`` characters, else
     the first preset for ``ckpt``)."""
-    if "text" not in st.session_state:
+    if "app_text" not in st.session_state:
         text, note = url.text_param(st.query_params, "text", presets_for(ckpt)[0], limits().max_chars)
-        st.session_state["text"] = text
+        st.session_state["app_text"] = text
         url.show_notes(note)
-    return st.session_state["text"]
+    return st.session_state["app_text"]
 
 
 def use_text(text: str) -> None:
     """Make ``text`` the shared sentence from a callback (before any widget is drawn): every page's text box shows
     it and what belonged to the old sentence is forgotten (the decoding starts again at step 0)."""
-    st.session_state["text"] = text
+    st.session_state[APP.sentence.key] = text
+    forget("sentence", st.session_state, st.query_params)
     for page in PAGES:
-        page.forget_sentence(st.session_state, st.query_params)
         page.show_sentence(st.session_state, text)
 
 
 def default_text() -> str:
     """The sentence a link without ``?text=`` shows: the first lecture preset for the picked checkpoint's kind of
     model (:func:`current_text` reads the link with it)."""
-    folder = st.session_state.get("_ckpt_path")
+    folder = st.session_state.get("app_ckpt_path")
     return presets_for_arch(checkpoint_arch(Path(folder)))[0] if folder is not None else PRESETS[0]
 
 
@@ -226,10 +225,9 @@ def set_text(text: str) -> None:
     """The page's text box holds ``text``: share it with the other pages and put it in the link (a new text starts
     at step 0). The default sentence is left out of the link, as every default is; a text too long for the link is
     left out too, with a caption saying so."""
-    if text != st.session_state.get("text"):  # a new sentence: no page keeps its step or sweep, nor the link
-        st.session_state["text"] = text
-        for page in PAGES:
-            page.forget_sentence(st.session_state, st.query_params)
+    if text != st.session_state.get("app_text"):  # a new sentence: no page keeps its step or sweep, nor the link
+        st.session_state[APP.sentence.key] = text
+        forget("sentence", st.session_state, st.query_params)
     note = url.put_text("text", text, default_text())
     if note:
         st.caption(note)
@@ -240,13 +238,15 @@ def own_text_label(ckpt: Checkpoint) -> str:
     return "— your own prompt —" if ckpt.config.arch == "decoder-only" else "— your own sentence —"
 
 
-def sentence_box(ckpt: Checkpoint, text_key: str, preset_key: str) -> str:
-    """The "Lecture presets" selectbox beside a one-line text box (Enter applies it). Returns the typed text.
+def sentence_box(ckpt: Checkpoint, box: Field) -> str:
+    """The "Lecture presets" selectbox beside a one-line text box (Enter applies it), the page's ``box`` (its key;
+    the presets box's: ``box.sub("preset")``). Returns the typed text.
 
     The selectbox follows the box: it shows the preset the box holds, or :func:`own_text_label` once the user
     has typed a text of their own.
     """
     ss = st.session_state
+    text_key, preset_key = box.key, box.sub("preset")
     presets = presets_for(ckpt)
     if text_key not in ss:
         ss[text_key] = current_text(ckpt)
@@ -263,7 +263,7 @@ def sentence_box(ckpt: Checkpoint, text_key: str, preset_key: str) -> str:
     return col_text.text_input(input_label(ckpt), key=text_key)
 
 
-def current_step(total: int, key: str = "step") -> int:
+def current_step(total: int, key: str = TRANSLATE.step.key) -> int:
     """The decoding step shown, within ``[0, total]``: ``st.session_state[key]``, first read from ``?step=``
     (clamped, with a note). The step is written back into the link (step 0 is left out)."""
     ss = st.session_state

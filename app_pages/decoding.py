@@ -178,7 +178,8 @@ def decoding_page() -> None:
         forced = lab.forced_after(ss["dl_forced"], at_step, int(token_id))
         ss["dl_forced"] = forced
         if forced not in ss["dl_forced_branches"]:
-            ss["dl_forced_branches"] = (*ss["dl_forced_branches"], forced)  # a new tuple: a run reading the old one is undisturbed
+            # a new tuple: a run reading the old one is undisturbed
+            ss["dl_forced_branches"] = (*ss["dl_forced_branches"], forced)
         ss["dl_step"] = at_step
 
 

@@ -20,11 +20,12 @@ st.caption("Small matrices you can edit; every intermediate is shown with 4 deci
 def editor(label: str, default: np.ndarray, param: str, prefix: str = "d", title: str = "",
            row_prefix: str = "t") -> np.ndarray | None:
     """An editable matrix under its heading (``**label**`` and ``title``), rows named ``{row_prefix}0, …`` and
-    columns ``{prefix}0, …``; kept in the link as ``?param=1,0;0,1`` when it differs from ``default`` and in the session under
-    ``LECTURE.matrix.sub(param)``. ``None``
+    columns ``{prefix}0, …``; kept in the link as ``?param=1,0;0,1`` when it differs from ``default``, and in the
+    session under ``LECTURE.matrix.sub(param)``. ``None``
     (with a warning) when a cell is empty or not a number."""
     key = LECTURE.matrix.sub(param)
-    base = LECTURE.matrix.sub(param, "from_link")  # what the editor starts from: the link's matrix (first visit) or the example
+    # what the editor starts from: the link's matrix (first visit) or the example
+    base = LECTURE.matrix.sub(param, "from_link")
     if base not in st.session_state:
         st.session_state[base], note = url.matrix_param(st.query_params, param, default, what=f"matrix {label}")
         url.show_notes(note)

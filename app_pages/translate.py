@@ -98,8 +98,9 @@ def translate_page() -> None:
     ckpt = state.require_checkpoint(summary=False)
     tok, cfg, n_layers, open_layer = _model(ckpt)
     left, right = st.columns([1.1, 1], gap="medium")
-    # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (tr_box_view) right under
-    # the step's numbers (tr_box_main), before what explains them (tr_box_notes), instead of after all of the left column
+    # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (tr_box_view) right
+    # under the step's numbers (tr_box_main), before what explains them (tr_box_notes), instead of after all of the
+    # left column
     with left, st.container(key="tr_box_main"):
         st.title("Translate")
         # --- input: the box applies on Enter; the presets box follows it --------------------------------------

@@ -40,7 +40,7 @@ def _constants(tree: ast.Module) -> dict[str, str]:
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
         target, value = node.targets[0], node.value
-        pairs = (zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+        pairs = (zip(target.elts, value.elts, strict=False) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
                  else [(target, value)])
         for t, v in pairs:
             if isinstance(t, ast.Name) and isinstance(v, ast.Constant) and isinstance(v.value, str):

@@ -218,7 +218,8 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
                f"Second: {end_sentence(other_name)}")
     left, right = st.columns(2)
     with left:
-        plot(shared(attention_heatmap, first, view.q_labels, view.k_labels, causal=causal, title="First"), key="at_chart_cmp_a")
+        plot(shared(attention_heatmap, first, view.q_labels, view.k_labels, causal=causal, title="First"),
+             key="at_chart_cmp_a")
     with right:
         plot(shared(attention_heatmap, second, o_q, o_k, causal=causal, title="Second"), key="at_chart_cmp_b")
     if tuple(first.shape) == tuple(second.shape):

@@ -159,10 +159,10 @@ def _attribution(prefix: str) -> Field:
     """The attribution view's keys on a page (:class:`ui.attribution_view.Keys`), its what-if's
     (:mod:`ui.whatif_view`) among them: its layer and head belong to a model, its line over the steps and the
     what-if's word and replacement to a sentence."""
-    return Field(f"{prefix}attr", "attr", family=True, members=(state("method", "attr_method"), state("steps", "attr_steps"),
-                  state("layer", "attr_layer", "model"), state("head", "attr_head", "model"),
-                  state("line", None, "sentence"), state("whatif", "whatif"),
-                  state("word", "whatif_word", "sentence"), state("with", "whatif_with", "sentence")))
+    return Field(f"{prefix}attr", "attr", family=True, members=(
+        state("method", "attr_method"), state("steps", "attr_steps"), state("layer", "attr_layer", "model"),
+        state("head", "attr_head", "model"), state("line", None, "sentence"), state("whatif", "whatif"),
+        state("word", "whatif_word", "sentence"), state("with", "whatif_with", "sentence")))
 
 
 @dataclass(frozen=True)

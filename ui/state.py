@@ -29,10 +29,10 @@ from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from reading.trace import Trace, trace_pair
 from ui import batcher, heavy, url
+from ui.page_state import APP, PAGES, TRANSLATE, Field, forget
 from .folders import checkpoint_label, folder_version
 from .limits import limits
 from .model_card import card_summary
-from .page_state import APP, PAGES, TRANSLATE, Field, forget
 from .pieces import shown_trace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -826,12 +826,12 @@ def test_delete_asks_to_confirm(tmp_path, monkeypatch):
 def test_open_in_explorer_lists_the_copy_in_the_sidebar(finished, tmp_path, monkeypatch):
     """"Open in explorer" copied best/ after the sidebar's picker had been drawn, so the copy showed only after a
     reload. The whole app (app.py draws the picker, then the page) with a temporary checkpoint folder."""
-    import ui.state as S
+    import ui.checkpoints as C
 
     root, _ = finished
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    monkeypatch.setattr(S, "CHECKPOINT_ROOTS", [ckpts])
+    monkeypatch.setattr(C, "CHECKPOINT_ROOTS", [ckpts])
     real_export = L.export_best
     monkeypatch.setattr(L, "export_best", lambda run_dir, _root, name=None: real_export(run_dir, ckpts, name))
     monkeypatch.setenv(R.RUNS_ENV, str(root))

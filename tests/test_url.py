@@ -247,7 +247,7 @@ CONTROLS = {
                            ("slider", "dl_w_alpha", 1.0)]),
     "positional": ({}, [("number_input", "pe_d_model", 32), ("number_input", "pe_length", 20),
                         ("number_input", "pe_offset", -3), ("multiselect", "pe_dims", [0, 2, 7])]),
-    "tokenization": ({}, [("text_area", "tok_text", "Hello there, general Kenobi."), ("selectbox", "tk_word", 1),
+    "tokenization": ({}, [("text_area", "tk_text", "Hello there, general Kenobi."), ("selectbox", "tk_word", 1),
                           ("text_area", "tk_train_text", "a cat\na hat\na bat"), ("slider", "tk_vocab", 50)]),
     "lecture": ({}, [("checkbox", "we_scale", False), ("checkbox", "we_causal", True), ("radio", "we_heads", 4)]),
 }

@@ -39,6 +39,8 @@ class Field:
         members: a family's named members, each a :class:`Field` whose ``key`` is the suffix
             (``Field("layer", "attr_layer", ("model",))`` in the family ``tr_attr``: the key ``tr_attr_layer``),
             with its own link parameter and events.
+        keep_link: an event forgets the key but leaves its link parameter, so that the value is read from the
+            link again (a setting whose default belongs to a model).
     """
 
     key: str
@@ -47,6 +49,7 @@ class Field:
     family: bool = False
     element: bool = False
     members: tuple["Field", ...] = ()
+    keep_link: bool = False
 
     def sub(self, *parts: Any) -> str:
         """The key of one member of a family: ``TRANSLATE.attr.sub("layer")`` → ``"tr_attr_layer"``.
@@ -91,13 +94,13 @@ class Field:
         if event in self.forget_on:
             for key in [k for k in list(session) if isinstance(k, str) and self.owns(k)]:
                 session.pop(key, None)
-            for name in self.link_params():
+            for name in () if self.keep_link else self.link_params():
                 params.pop(name, None)
             return
         for m in self.members:
             if event in m.forget_on:
                 session.pop(self.sub(m.key), None)
-                if m.param:
+                if m.param and not m.keep_link:
                     params.pop(m.param, None)
 
 
@@ -140,6 +143,7 @@ class PageState:
 
     @property
     def text(self) -> Field | None:
+        """The page's text box that shows the shared sentence (its field ``text_box``), or ``None``."""
         return getattr(self, "text_box", None)
 
     def forget(self, event: Event, session: MutableMapping, params: MutableMapping) -> None:
@@ -227,7 +231,8 @@ class Decoding(PageState):
     # one widget a setting (dl_w_beam, …); a model forgets the beam's (see the class)
     w: Field = family("dl_w", state("strategy", "strategy"), state("temperature", "temperature"),
                       state("top_k", "top_k"), state("top_p", "top_p"), state("seed", "seed"),
-                      state("beam", "beam", "model"), state("alpha", "alpha", "model"), state("guard", "guard"))
+                      Field("beam", "beam", ("model",), keep_link=True),
+                      Field("alpha", "alpha", ("model",), keep_link=True), state("guard", "guard"))
     forced: Field = Field("dl_forced", "forced", family=True)  # the forced tokens, and every set tried (…_branches)
     src_key: Field = state("dl_src_key")  # the sentence and model the step and forced tokens belong to
     step: Field = state("dl_step", "step")

@@ -39,9 +39,9 @@ nav = st.navigation(pages)
 st.sidebar.markdown("<style>.block-container{padding:3.4rem 3rem 1rem 3rem}"
                     "[data-testid=stMain] h1{padding-top:0 !important}"
                     ".ae-topk-row{line-height:1.25}"
-                    ".st-key-trp_main{gap:0.6rem}"
-                    ".st-key-trp_main h1{font-size:2.4rem;padding-bottom:0.2rem}"
-                    ".st-key-trp_main [data-testid=stAlertContainer]{padding:0.45rem 0.8rem}"
+                    ".st-key-tr_box_main{gap:0.6rem}"
+                    ".st-key-tr_box_main h1{font-size:2.4rem;padding-bottom:0.2rem}"
+                    ".st-key-tr_box_main [data-testid=stAlertContainer]{padding:0.45rem 0.8rem}"
                     # the logit lens in a column under 560 px (Translate's at 1280 px): four guesses a
                     # layer, each piece whole, instead of five broken over two lines
                     "@container (max-width: 560px){.ae-lens tr > :nth-child(7){display:none}}</style>"
@@ -51,7 +51,7 @@ st.sidebar.markdown("<style>.block-container{padding:3.4rem 3rem 1rem 3rem}"
 st.sidebar.title("Attention Explorer")
 st.sidebar.caption("Transformers we trained ourselves, opened up one token at a time: an English → German "
                    "translator and an English language model.")
-st.session_state["_ckpt_path"] = checkpoint_picker()
+st.session_state["app_ckpt_path"] = checkpoint_picker()
 presentation.sidebar_toggle()
 if (caps := limits()).demo:
     st.sidebar.info(f"Hosted demo: inputs are capped at {caps.max_chars} characters and training is switched off.")

@@ -36,9 +36,9 @@ def attention_page() -> None:
     # translation beside the reading guide (an expander), then one row of controls and the tabs.
     heading, sentence = st.columns([1, 2.6], vertical_alignment="bottom")
     heading.title("Attention")
-    if ATTENTION.text_key not in st.session_state:
-        st.session_state[ATTENTION.text_key] = state.current_text(ckpt)
-    typed = sentence.text_input(state.input_label(ckpt), key=ATTENTION.text_key)
+    if ATTENTION.text_box.key not in st.session_state:
+        st.session_state[ATTENTION.text_box.key] = state.current_text(ckpt)
+    typed = sentence.text_input(state.input_label(ckpt), key=ATTENTION.text_box.key)
     state.set_text(typed)
     src = state.source_for(ckpt, typed)
     if src is None:
@@ -63,20 +63,20 @@ def attention_page() -> None:
     # the Head box wide enough for "mean over heads" at 1280 px
     c1, c2, c3, c4 = st.columns([2.6, 1, 1.3, 1], vertical_alignment="bottom")
     # Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
-    url.init_widget("attn_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
+    url.init_widget("at_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
                     valid=lambda k: k in kinds)
-    kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="attn_kind")
+    kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="at_kind")
     n_layers = trace.attention[kind].shape[0]
     open_layer = model_card.opening_layer(ckpt.card, n_layers)  # the card may name one that shows more than the last
-    url.init_widget("attn_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
+    url.init_widget("at_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                     valid=lambda v: v in range(n_layers))
-    url.init_widget("attn_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
+    url.init_widget("at_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
                     valid=lambda h: h in ("all", "mean") or h in range(cfg.n_heads))
-    url.init_widget("attn_words", lambda p: url.bool_param(p, "words", False, what="word level"))
-    layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="attn_layer")
-    head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="attn_head",
+    url.init_widget("at_words", lambda p: url.bool_param(p, "words", False, what="word level"))
+    layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="at_layer")
+    head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="at_head",
                         format_func=head_name)
-    words = c4.toggle("Word level", key="attn_words",
+    words = c4.toggle("Word level", key="at_words",
                       help="Merge pieces into words: sum over a word's key pieces, mean over its query pieces "
                            "(rows still sum to 1).")
     url.put("kind", kind, kinds[-1])  # defaults stay out of the link: it says only what differs from a visit
@@ -90,10 +90,10 @@ def attention_page() -> None:
     guide.info(kind_note(kind, len(q_labels), len(k_labels), translation=cfg.is_encoder_decoder))
 
     # the open tab is kept in the link like every other choice (ui/url.py: a bad ?tab= is noted), and only it runs
-    url.init_widget("tab", lambda p: url.choice_param(p, "tab", TABS, TABS[0]), valid=lambda t: t in TABS)
+    ATTENTION.tab.init(lambda p: url.choice_param(p, "tab", TABS, TABS[0]), valid=lambda t: t in TABS)
     tab_heads, tab_tokens, tab_qk, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
-        TABS, key="tab", on_change="rerun")
-    url.put("tab", st.session_state["tab"], TABS[0])
+        TABS, key=ATTENTION.tab.key, on_change="rerun")
+    ATTENTION.tab.put(st.session_state[ATTENTION.tab.key], TABS[0])
 
     # --- Heads ------------------------------------------------------------------------------------------------------
     if tab_heads.open:
@@ -109,7 +109,7 @@ def attention_page() -> None:
                         cols = st.columns(per_row)
                     with cols[h % per_row]:
                         plot(shared(attention_heatmap, weights[h], q_labels, k_labels, causal=causal, width=width,
-                                    title=view_title(kind, layer, h, words)), key=f"hm_{kind}_{layer}_{h}")
+                                    title=view_title(kind, layer, h, words)), key=f"at_chart_hm_{kind}_{layer}_{h}")
             else:
                 w, _ = view.one_head()
                 plot(shared(attention_heatmap, w, q_labels, k_labels, causal=causal, height=620,
@@ -147,7 +147,7 @@ def attention_page() -> None:
         st.download_button(  # the file is made when asked for, not at every click of every visitor
             "Download the attention tensors (.npz)", data=lambda: views.attention_npz(raw_trace),
             file_name="attention.npz",
-            mime="application/octet-stream", key="attn_export", on_click="ignore", icon=":material/download:",
+            mime="application/octet-stream", key="at_export_trace", on_click="ignore", icon=":material/download:",
             help="One float32 array [layers, heads, queries, keys] per kind (" + ", ".join(kinds) + ") plus the tokens "
                  "and ids; load with numpy.load. Piece level, whatever the word-level switch says.",
         )

@@ -61,14 +61,14 @@ def decoding_page() -> None:
         forced, forced_note = url.forced_param(st.query_params, "forced", cfg.vocab_size, cfg.max_len - 1)
         ss["dl_settings"] = settings
         ss["dl_forced"] = forced
-        ss["dl_branches"] = (forced,) if forced else ()
+        ss["dl_forced_branches"] = (forced,) if forced else ()
         url.show_notes(*notes, forced_note)
     for name, value in ss["dl_settings"].items():  # (re)create the widgets' state, e.g. after visiting another page
         ss.setdefault(f"dl_w_{name}", value)
 
     # --- sentence -------------------------------------------------------------------------------------------------
     with sentence:
-        typed = state.sentence_box(ckpt, text_key=DECODING.text_key, preset_key="dl_preset")
+        typed = state.sentence_box(ckpt, DECODING.text_box)
     state.set_text(typed)
     out_col, steps_col = st.columns(2)
     controls, main = st.columns([1, 2.7], gap="medium")
@@ -115,7 +115,7 @@ def decoding_page() -> None:
     version = state.checkpoint_version(ckpt)
     src_key = (*version, tuple(src.ids))
     if ss.get("dl_src_key") not in (None, src_key):  # a new sentence (or model): start over
-        ss["dl_step"], ss["dl_forced"], ss["dl_branches"] = 0, {}, ()
+        ss["dl_step"], ss["dl_forced"], ss["dl_forced_branches"] = 0, {}, ()
         sync_url()
     ss["dl_src_key"] = src_key
     limit = decoding_cap(cfg, list(src.ids), ckpt.generation)  # as the Translate page's greedy decoding
@@ -177,13 +177,14 @@ def decoding_page() -> None:
             token_id = chosen
         forced = lab.forced_after(ss["dl_forced"], at_step, int(token_id))
         ss["dl_forced"] = forced
-        if forced not in ss["dl_branches"]:
-            ss["dl_branches"] = (*ss["dl_branches"], forced)  # a new tuple: a run reading the old one is undisturbed
+        if forced not in ss["dl_forced_branches"]:
+            # a new tuple: a run reading the old one is undisturbed
+            ss["dl_forced_branches"] = (*ss["dl_forced_branches"], forced)
         ss["dl_step"] = at_step
 
 
     def _clear_forced() -> None:
-        ss["dl_forced"], ss["dl_branches"] = {}, ()
+        ss["dl_forced"], ss["dl_forced_branches"] = {}, ()
 
 
     widgets.output_box(tok.decode(run.output_ids()), where=out_col,
@@ -213,9 +214,9 @@ def decoding_page() -> None:
         generated_box.button("Clear forced tokens and branches", icon=":material/delete_sweep:", on_click=_clear_forced)
 
     # --- branches ---------------------------------------------------------------------------------------------
-    if ss["dl_branches"]:
+    if ss["dl_forced_branches"]:
         st.subheader("Branches")
-        branches = [{}] + [b for b in ss["dl_branches"] if b]
+        branches = [{}] + [b for b in ss["dl_forced_branches"] if b]
         views.branches_view(ckpt, branches, [lab_run(sampling, forced).tokens_and_probs() for forced in branches])
 
     if step == 0:

@@ -68,45 +68,19 @@ kind = tok.kind  # "bpe" (ours), "byte-bpe" (GPT-2) or "unigram" (MarianMT): a u
 show = tok.display  # how a piece is written on this page, as on every page (ui.pieces)
 table = None if kind == "unigram" else _merges(*state.checkpoint_version(ckpt), tok.to_str())
 
-st.title("Tokenization")
-if kind == "unigram":
-    st.caption("The model never sees letters or words: a SentencePiece unigram language-model tokenizer (Kudo 2018) "
-               f"cuts the text into pieces from a vocabulary of {tok.vocab_size}, each piece with a learned "
-               "probability; of all ways to cut a word it takes the most probable. " + pieces.word_note(tok))
-elif kind == "byte-bpe":
-    st.caption("The model never sees letters or words: a byte-level byte-pair-encoding (BPE) tokenizer (Radford et "
-               "al. 2019; BPE: Sennrich et al. 2016) cuts the text's UTF-8 bytes into pieces from a vocabulary of "
-               f"{tok.vocab_size}, so no text is unknown. It stores a space as `Ġ`, glued to the word after it; "
-               "every page writes it `␣`, and a byte that is only part of a character (an emoji is four) as "
-               "`<0xF0>`.")
-else:
-    st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. 2016) "
-               "cuts the text into pieces from a vocabulary of "
-               f"{tok.vocab_size} learned from the training data. " + pieces.word_note(tok)
-               + " Every page shows pieces this way.")
-
-# --- the text -----------------------------------------------------------------------------------------
-shared = state.current_text(ckpt)
-caps = limits()  # the one place for input caps (ui/limits.py), the hosted demo's shorter ones included
-url.init_widget("tok_text", lambda p: url.text_param(p, "tok_text", shared, caps.max_chars))
-text = st.text_area("Text", key="tok_text", height=80)
-too_long = url.put_text("tok_text", text, shared)  # the shared sentence is in the link already
-if too_long:
-    st.caption(too_long)
-
 
 def pick_word(label: str, words: list[str]) -> int:
     """The word box (its number kept in ``?word=``): the index of the chosen word."""
-    url.init_widget("tok_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
+    url.init_widget("tk_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
                     valid=lambda i: i in range(len(words)))
     ss = st.session_state
-    if ss.get("tok_word_of") not in (None, words):
+    if ss.get("tk_word_of") not in (None, words):
         # A new text: the box's value (a word number) may be unchanged while its label ("2: ▁word") is not. A
         # keyed selectbox keeps its identity when its options change, and the browser goes on showing the label
         # it last drew until the script sets the value, so set it (to itself) to send the new label.
-        ss["tok_word"] = ss["tok_word"]
-    ss["tok_word_of"] = words
-    choice = st.selectbox(label, range(len(words)), format_func=lambda i: f"{i}: {show(words[i])}", key="tok_word")
+        ss["tk_word"] = ss["tk_word"]
+    ss["tk_word_of"] = words
+    choice = st.selectbox(label, range(len(words)), format_func=lambda i: f"{i}: {show(words[i])}", key="tk_word")
     url.put("word", choice, 0)
     return choice
 
@@ -180,60 +154,95 @@ def show_unigram(text: str) -> None:
                "product. BPE instead replays its learned merges in order and never weighs alternatives.")
 
 
-if not text.strip():
-    st.warning("Type some text to tokenize.")
-elif too_long := caps.too_long(text):
-    st.warning(too_long)
-else:
-    show_tokens(text)
+@st.fragment
+def tokenization_page() -> None:
+    """The page below the sidebar, as a fragment: a text, a word or a vocabulary size reruns this, not the app
+    around it (the navigation, the sidebar's picker and summary)."""
+    st.title("Tokenization")
+    if table is None:  # a unigram tokenizer: no merges to replay
+        st.caption("The model never sees letters or words: a SentencePiece unigram language-model tokenizer "
+                   f"(Kudo 2018) cuts the text into pieces from a vocabulary of {tok.vocab_size}, each piece with a "
+                   "learned probability; of all ways to cut a word it takes the most probable. "
+                   + pieces.word_note(tok))
+    elif kind == "byte-bpe":
+        st.caption("The model never sees letters or words: a byte-level byte-pair-encoding (BPE) tokenizer "
+                   "(Radford et al. 2019; BPE: Sennrich et al. 2016) cuts the text's UTF-8 bytes into pieces from a "
+                   f"vocabulary of {tok.vocab_size}, so no text is unknown. It stores a space as `Ġ`, glued to the "
+                   "word after it; every page writes it `␣`, and a byte that is only part of a character (an emoji is "
+                   "four) as `<0xF0>`.")
+    else:
+        st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. "
+                   "2016) cuts the text into pieces from a vocabulary of "
+                   f"{tok.vocab_size} learned from the training data. " + pieces.word_note(tok)
+                   + " Every page shows pieces this way.")
 
-# --- vocabulary ---------------------------------------------------------------------------------------
-st.subheader("The vocabulary")
-if table is None:  # a unigram tokenizer
-    lengths = piece_lengths(dict.fromkeys(unigram.unigram_pieces(tok)))
-elif kind == "byte-bpe":
-    lengths = piece_lengths(table.vocab, specials=(tok.id_to_token(tok.eos_id),), show=show)
-else:
-    lengths = piece_lengths(table.vocab)
-counts = pd.Series(lengths).value_counts().sort_index()
-show_figure(bar(counts.index.tolist(), counts.values.tolist(),
-                "Piece length (characters, " + ("␣" if kind == "byte-bpe" else "▁") + " not counted)",
-                 "length", "pieces"), **PLOT)
-c1, c2 = st.columns(2)
-if table is None:  # a unigram tokenizer
-    most, least = unigram.vocab_extremes(tok, 20)
-    c1.markdown("**The 20 most probable pieces**")
-    show_table(most, c1)
-    c2.markdown("**The 20 least probable pieces**")
-    show_table(least, c2)
-else:
-    c1.markdown("**First 20 merges** (the most frequent pairs)")
-    show_table(merges_frame(table.merges[:20], 0, show), c1)
-    c2.markdown("**Last 20 merges**")
-    start = max(0, len(table.merges) - 20)
-    show_table(merges_frame(table.merges[start:], start, show), c2)
+    # --- the text -----------------------------------------------------------------------------------------
+    shared = state.current_text(ckpt)
+    caps = limits()  # the one place for input caps (ui/limits.py), the hosted demo's shorter ones included
+    url.init_widget("tk_text", lambda p: url.text_param(p, "tok_text", shared, caps.max_chars))
+    text = st.text_area("Text", key="tk_text", height=80)
+    too_long = url.put_text("tok_text", text, shared)  # the shared sentence is in the link already
+    if too_long:
+        st.caption(too_long)
 
-# --- live trainer ---------------------------------------------------------------------------------------
-st.subheader("Train your own BPE")
-url.init_widget("bpe_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT,
-                                                            caps.train_text_chars, what="training text"))
-url.init_widget("bpe_vocab", lambda p: url.int_param(p, "vocab", 120, 30, 2000, what="vocabulary size"))
-train_text = st.text_area("Training text (one sentence per line)", key="bpe_train_text", height=140)
-too_long = url.put_text("train_text", train_text, DEFAULT_TRAIN_TEXT)
-if too_long:
-    st.caption(too_long)
-vocab_size = st.slider("Vocabulary size (specials and single characters included)", 30, 2000, key="bpe_vocab")
-url.put("vocab", vocab_size, 120)
-if not train_text.strip():
-    st.warning("Paste some text to train on.")
-else:
-    if len(train_text) > caps.train_text_chars:
-        st.warning(f"Only the first {caps.train_text_chars:,} characters are used.")
-        train_text = train_text[:caps.train_text_chars]
-    mine = trained(train_text, vocab_size)
-    st.markdown(f"Learned **{len(mine.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
-                f"(asked for {vocab_size}; all characters seen are always kept).")
-    show_table(merges_frame(mine.merges[:20], 0))
-    tokens, ids, offsets = zip(*mine.first, strict=True) if mine.first else ((), (), ())
-    st.markdown(token_spans_html(mine.first_line, tokens, ids, offsets), unsafe_allow_html=True)
-    st.caption("The first line of the training text, cut by the BPE you just trained. More merges → longer pieces.")
+
+    if not text.strip():
+        st.warning("Type some text to tokenize.")
+    elif too_long := caps.too_long(text):
+        st.warning(too_long)
+    else:
+        show_tokens(text)
+
+    # --- vocabulary ---------------------------------------------------------------------------------------
+    st.subheader("The vocabulary")
+    if table is None:  # a unigram tokenizer: no merges to replay
+        lengths = piece_lengths(dict.fromkeys(unigram.unigram_pieces(tok)))
+    elif kind == "byte-bpe":
+        lengths = piece_lengths(table.vocab, specials=(tok.id_to_token(tok.eos_id),), show=show)
+    else:
+        lengths = piece_lengths(table.vocab)
+    counts = pd.Series(lengths).value_counts().sort_index()
+    show_figure(bar(counts.index.tolist(), counts.values.tolist(),
+                    "Piece length (characters, " + ("␣" if kind == "byte-bpe" else "▁") + " not counted)",
+                     "length", "pieces"), **PLOT)
+    c1, c2 = st.columns(2)
+    if table is None:  # a unigram tokenizer: no merges to replay
+        most, least = unigram.vocab_extremes(tok, 20)
+        c1.markdown("**The 20 most probable pieces**")
+        show_table(most, c1)
+        c2.markdown("**The 20 least probable pieces**")
+        show_table(least, c2)
+    else:
+        c1.markdown("**First 20 merges** (the most frequent pairs)")
+        show_table(merges_frame(table.merges[:20], 0, show), c1)
+        c2.markdown("**Last 20 merges**")
+        start = max(0, len(table.merges) - 20)
+        show_table(merges_frame(table.merges[start:], start, show), c2)
+
+    # --- live trainer ---------------------------------------------------------------------------------------
+    st.subheader("Train your own BPE")
+    url.init_widget("tk_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT,
+                                                                caps.train_text_chars, what="training text"))
+    url.init_widget("tk_vocab", lambda p: url.int_param(p, "vocab", 120, 30, 2000, what="vocabulary size"))
+    train_text = st.text_area("Training text (one sentence per line)", key="tk_train_text", height=140)
+    too_long = url.put_text("train_text", train_text, DEFAULT_TRAIN_TEXT)
+    if too_long:
+        st.caption(too_long)
+    vocab_size = st.slider("Vocabulary size (specials and single characters included)", 30, 2000, key="tk_vocab")
+    url.put("vocab", vocab_size, 120)
+    if not train_text.strip():
+        st.warning("Paste some text to train on.")
+    else:
+        if len(train_text) > caps.train_text_chars:
+            st.warning(f"Only the first {caps.train_text_chars:,} characters are used.")
+            train_text = train_text[:caps.train_text_chars]
+        mine = trained(train_text, vocab_size)
+        st.markdown(f"Learned **{len(mine.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
+                    f"(asked for {vocab_size}; all characters seen are always kept).")
+        show_table(merges_frame(mine.merges[:20], 0))
+        tokens, ids, offsets = zip(*mine.first, strict=True) if mine.first else ((), (), ())
+        st.markdown(token_spans_html(mine.first_line, tokens, ids, offsets), unsafe_allow_html=True)
+        st.caption("The first line of the training text, cut by the BPE you just trained. More merges → longer pieces.")
+
+
+tokenization_page()

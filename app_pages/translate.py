@@ -55,7 +55,7 @@ def attention_view(ckpt, view: StepView, src) -> None:
         st.info("Press **Next** to let the decoder produce its first token.")
         return
     record = view.records[step - 1]
-    c1, c2 = st.container(key="tr_layer_head").columns(2)  # side by side on a phone too (ui.responsive)
+    c1, c2 = st.container(key="tr_box_layer_head").columns(2)  # side by side on a phone too (ui.responsive)
     layer = c1.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"decoder layer {i + 1}",
                          key="tr_layer")
     head = c2.selectbox("Head", ["mean"] + list(range(cfg.n_heads)), key="tr_head",
@@ -97,12 +97,13 @@ def translate_page() -> None:
     ckpt = state.require_checkpoint(summary=False)
     tok, cfg, n_layers, open_layer = _model(ckpt)
     left, right = st.columns([1.1, 1], gap="medium")
-    # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (trp_view) right under
-    # the step's numbers (trp_main), before what explains them (trp_notes), instead of after all of the left column
-    with left, st.container(key="trp_main"):
+    # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (tr_box_view) right
+    # under the step's numbers (tr_box_main), before what explains them (tr_box_notes), instead of after all of the
+    # left column
+    with left, st.container(key="tr_box_main"):
         st.title("Translate")
         # --- input: the box applies on Enter; the presets box follows it --------------------------------------
-        typed = state.sentence_box(ckpt, text_key=TRANSLATE.text_key, preset_key="preset")
+        typed = state.sentence_box(ckpt, TRANSLATE.text_box)
         state.set_text(typed)
         src = state.source_for(ckpt, typed, brief=True)  # a two-line warning: the ten next tokens stay above 720 px
         if src is None:
@@ -128,7 +129,7 @@ def translate_page() -> None:
         # From step 1 on the status line heads the list of next tokens and the cache's size goes under it (one line
         # less: at 1280×720 the tenth token stays on the first screen under a long output)
         cache = f"KV cache: {view.cache_nbytes()['total'] / 1024:.1f} KiB"
-        widgets.step_buttons("step", step, total_steps, at_end=step >= total_steps,
+        widgets.step_buttons(TRANSLATE.step.key, step, total_steps, at_end=step >= total_steps,
                              status=f"**Step {step} of {total_steps}** · "
                                     + ("the 10 most probable next tokens" if step else cache))
         if step:
@@ -144,7 +145,7 @@ def translate_page() -> None:
             st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
                        f"p = {record.prob:.3f} ({how}). Sequence log-probability so far: "
                        f"{logp:.2f} (the sum of log p of each chosen token). {cache}.")
-    with left, st.container(key="trp_notes"):
+    with left, st.container(key="tr_box_notes"):
         if step:
             st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
             st.markdown(tokens_html(pieces.of_ids(tok, view.generated), current=step - 1), unsafe_allow_html=True)
@@ -158,7 +159,7 @@ def translate_page() -> None:
         about(ckpt)
 
     # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
-    with right, st.container(key="trp_view"):
+    with right, st.container(key="tr_box_view"):
         url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
                         valid=lambda v: v in range(n_layers))
         url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
@@ -167,7 +168,7 @@ def translate_page() -> None:
         # with the lens on needs no scrolling (under the attention, it began below a projector's 720 px)
         lens_view.translate_lens(ckpt, src.ids, run, step)
         attention_view(ckpt, view, src)
-    with right, st.container(key="trp_attr"):
+    with right, st.container(key="tr_box_attr"):
         attribution_view.translate_attribution(ckpt, src, run, step)  # a toggle (?attr=1): attention vs attribution
 
 

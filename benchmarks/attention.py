@@ -46,7 +46,7 @@ def time_grid_render(repeats: int) -> float:
     at.query_params["text"] = SENTENCE
     at.run()
     at.switch_page("app_pages/attention.py").run()
-    at.session_state["tab"] = "Model grid"
+    at.session_state["at_tab"] = "Model grid"
     at.run()  # warm: model and translation cached
     if at.exception:
         raise RuntimeError(at.exception[0].message)

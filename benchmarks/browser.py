@@ -115,7 +115,7 @@ def measure(url: str, repeats: int, browser) -> dict[str, list[float]]:
 APPTEST_SCRIPT = """
 import pathlib, runpy
 import streamlit as st
-st.session_state["_ckpt_path"] = pathlib.Path({ckpt!r})
+st.session_state["app_ckpt_path"] = pathlib.Path({ckpt!r})
 runpy.run_path({page!r}, run_name="__main__")
 """
 

@@ -22,23 +22,17 @@ from urllib.parse import urlencode
 
 from benchmarks.load_client import Outcome, Visitor
 from benchmarks.load_scenarios import demo_sentences
+from ui.page_state import APP, PAGES
 
 KINDS = ("double", "double", "double", "double", "sweep", "leaver", "hostile")
 #: Seconds between the two clicks of a double click (under 50 ms: a double click, not two decisions).
 GAP_S = 0.03
 #: The link parameters each page reads (``docs/url-parameters.md``), hostile values for every one.
-PAGE_PARAMS = {
-    "": ["text", "step", "layer", "head", "lens", "attr", "attr_method", "attr_layer", "attr_head", "attr_steps",
-         "ckpt"],
-    "attention": ["text", "tab", "kind", "layer", "head", "words", "query", "key", "threshold", "focus", "grid",
-                  "stat", "ablate", "sweep", "compare", "compare_text", "compare_ckpt"],
-    "decoding": ["text", "strategy", "temperature", "top_k", "top_p", "seed", "beam", "alpha", "step", "forced",
-                 "guard", "lens", "attr"],
-    "positional": ["d_model", "length", "offset", "dims"],
-    "tokenization": ["tok_text", "word", "vocab", "train_text"],
-    "lecture": ["scaled", "causal", "heads", "seed", "q", "k", "v", "x", "gamma", "beta"],
-    "training": ["run", "compare"],
-}
+#: Each page's link parameters, as the pages declare them (ui.page_state), with the shared ones (the sentence, the
+#: checkpoint, presentation mode); the page's path ("" for Translate, the default page) → names.
+PAGE_PARAMS = {("" if page.page == "translate" else page.page):
+               list(dict.fromkeys(n for p in (APP, page) for f in p.fields() for n in f.link_params()))
+               for page in PAGES if page is not APP}
 HOSTILE_VALUES = ("<script>alert(1)</script>", "-99999999999999999999", "9" * 400, "1e309", "-1", "nan",
                   "x" * 10_000, "</div><img src=x onerror=alert(1)>", "\u202e\u0000", "")
 UNKNOWN_NAMES = ("foo", "__proto__", "step[]", "<b>")

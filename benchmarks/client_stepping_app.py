@@ -19,7 +19,7 @@ from viz.decoding import top_tokens_html
 
 heavy.configure_torch()
 folder = state.available_checkpoints()[state.DEFAULT_CHECKPOINT]
-st.session_state["_ckpt_path"] = folder
+st.session_state["app_ckpt_path"] = folder
 ckpt = state.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 text = st.query_params.get("text", state.PRESETS[0])

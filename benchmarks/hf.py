@@ -137,10 +137,10 @@ def page_times(root: Path, name: str, repeats: int) -> tuple[float, float]:
     (found through ``$ATTENTION_EXPLORER_CHECKPOINTS``); the first render loads the model."""
     from streamlit.testing.v1 import AppTest
 
-    from ui import state
+    from ui import checkpoints
 
-    os.environ[state.CHECKPOINTS_ENV] = str(root)
-    state._load.clear()
+    os.environ[checkpoints.CHECKPOINTS_ENV] = str(root)
+    checkpoints._load.clear()
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params["ckpt"] = name
     at.query_params["text"] = SENTENCE

@@ -55,7 +55,7 @@ SHOTS = (
     Shot("attention", f"attention?{SENTENCE}", ('[data-testid="stPlotlyChart"]:has-text("head 1")',)),
     # inside one head: why "Bruder" (about to write "lebt") looks at "lives", with the model's own numbers
     Shot("attention-qk", f"attention?{SENTENCE}&kind=cross&head=1&query=2&tab=Query+%C2%B7+key",
-         ('[data-testid="stPlotlyChart"]:has-text("scores every key")',), scroll=".st-key-attn_query"),
+         ('[data-testid="stPlotlyChart"]:has-text("scores every key")',), scroll=".st-key-at_token_query"),
     Shot("decoding", f"decoding?{SENTENCE}&step=3", ('[data-testid="stPlotlyChart"]:has-text("to the next token")',),
          r"Step 3"),
     Shot("positional", "positional", ('[data-testid="stPlotlyChart"]:has-text("PE [")',)),

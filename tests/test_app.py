@@ -142,13 +142,13 @@ def test_sidebar_is_drawn_on_every_run():
     at = make_app()
     for _ in range(2):
         assert at.sidebar.title[0].value == "Attention Explorer"
-        assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+        assert at.sidebar.selectbox(key="app_ckpt").value == "en-de"
         assert any("d_model" in c.value for c in at.sidebar.caption)  # the model card line
         button(at, "Next").click().run()
     at.switch_page(ATTENTION_PAGE).run()
-    assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+    assert at.sidebar.selectbox(key="app_ckpt").value == "en-de"
     at.run()
-    assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+    assert at.sidebar.selectbox(key="app_ckpt").value == "en-de"
 
 
 def test_the_served_app_watches_no_files_and_make_dev_polls_only_its_own():
@@ -170,11 +170,11 @@ def test_the_served_app_watches_no_files_and_make_dev_polls_only_its_own():
 def test_translate_page_renders_default_preset():
     at = make_app()
     assert_clean(at)
-    assert at.session_state["text"] == PRESETS[0] == "My brother lives in Berlin."
-    assert at.text_input(key="text_input").value == PRESETS[0]
-    assert at.selectbox(key="preset").value == PRESETS[0]
+    assert at.session_state["app_text"] == PRESETS[0] == "My brother lives in Berlin."
+    assert at.text_input(key="tr_text").value == PRESETS[0]
+    assert at.selectbox(key="tr_text_preset").value == PRESETS[0]
     assert [b.label for b in at.button] == ["Reset", "Back", "Next", "Run to end"]
-    assert at.session_state["step"] == 0
+    assert at.session_state["tr_step"] == 0
     step, total = step_line(at)
     assert step == 0 and 1 <= total <= CFG.max_len - 1
     # The translation box and the two chip rows are there; no chart before the first step.
@@ -183,14 +183,14 @@ def test_translate_page_renders_default_preset():
     assert any("Next" in i.value for i in at.info)
     assert button(at, "Reset").proto.disabled and button(at, "Back").proto.disabled
     assert not button(at, "Next").proto.disabled
-    assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+    assert at.sidebar.selectbox(key="app_ckpt").value == "en-de"
 
 
 def test_step_buttons_move_through_the_decoding():
     at = make_app()
     button(at, "Next").click().run()
     assert_clean(at)
-    assert at.session_state["step"] == 1
+    assert at.session_state["tr_step"] == 1
     assert step_line(at)[0] == 1
     assert at.query_params["step"] == "1"
     # The buttons are drawn for the new step in the same run (Back is usable right away).
@@ -207,28 +207,28 @@ def test_step_buttons_move_through_the_decoding():
 
     button(at, "Back").click().run()
     assert_clean(at)
-    assert at.session_state["step"] == 0 and n_charts(at) == n_alignments(at) == 0
+    assert at.session_state["tr_step"] == 0 and n_charts(at) == n_alignments(at) == 0
 
     button(at, "Run to end").click().run()
     assert_clean(at)
     step, total = step_line(at)
-    assert at.session_state["step"] == step == total >= 1
+    assert at.session_state["tr_step"] == step == total >= 1
     assert button(at, "Next").proto.disabled and button(at, "Run to end").proto.disabled
     assert alignment_z(at).shape[0] == total
     last = chip_markdown(at)
 
     button(at, "Back").click().run()
-    assert at.session_state["step"] == total - 1
+    assert at.session_state["tr_step"] == total - 1
     if total > 1:
         assert chip_markdown(at) != last
     button(at, "Next").click().run()
     assert_clean(at)
-    assert at.session_state["step"] == total
+    assert at.session_state["tr_step"] == total
     assert chip_markdown(at) == last  # Back then Next shows exactly the same step
 
     button(at, "Reset").click().run()
     assert_clean(at)
-    assert at.session_state["step"] == 0 and step_line(at) == (0, total)
+    assert at.session_state["tr_step"] == 0 and step_line(at) == (0, total)
     assert n_charts(at) == n_alignments(at) == 0
 
 
@@ -248,14 +248,14 @@ def test_preset_changes_text_and_resets_step():
     at = make_app()
     button(at, "Next").click().run()
     button(at, "Next").click().run()
-    assert at.session_state["step"] == 2
+    assert at.session_state["tr_step"] == 2
     other = PRESETS[1]  # not the default, so the link must carry it
-    at.selectbox(key="preset").select(other).run()
+    at.selectbox(key="tr_text_preset").select(other).run()
     assert_clean(at)
-    assert at.text_input(key="text_input").value == other
-    assert at.session_state["text"] == other
+    assert at.text_input(key="tr_text").value == other
+    assert at.session_state["app_text"] == other
     assert at.query_params["text"] == other
-    assert at.session_state["step"] == 0 and step_line(at)[0] == 0
+    assert at.session_state["tr_step"] == 0 and step_line(at)[0] == 0
     assert "step" not in at.query_params  # the URL agrees with the page (a reload shows step 0)
 
 
@@ -263,15 +263,15 @@ def test_new_text_resets_step_in_state_and_url():
     at = make_app()
     button(at, "Next").click().run()
     button(at, "Next").click().run()
-    at.text_input(key="text_input").set_value("Time flies like an arrow.").run()
+    at.text_input(key="tr_text").set_value("Time flies like an arrow.").run()
     assert_clean(at)
-    assert at.session_state["step"] == 0
+    assert at.session_state["tr_step"] == 0
     assert "step" not in at.query_params
     # A reload of that URL shows the same view.
     again = make_app(**dict(at.query_params))
     assert_clean(again)
-    assert again.session_state["text"] == "Time flies like an arrow."
-    assert again.session_state["step"] == 0
+    assert again.session_state["app_text"] == "Time flies like an arrow."
+    assert again.session_state["tr_step"] == 0
 
 
 # --- bad input -----------------------------------------------------------------------------------------
@@ -286,12 +286,12 @@ def test_new_text_resets_step_in_state_and_url():
 )
 def test_unusable_text_gives_a_warning(text, expected):
     at = make_app()
-    at.text_input(key="text_input").set_value(text).run()
+    at.text_input(key="tr_text").set_value(text).run()
     assert_clean(at)
     assert len(at.warning) == 1 and expected in at.warning[0].value
     assert n_charts(at) == n_alignments(at) == 0 and len(at.button) == 0  # the page stops after the message
     # …and recovers as soon as the text is usable again.
-    at.text_input(key="text_input").set_value("The cat sat on the mat.").run()
+    at.text_input(key="tr_text").set_value("The cat sat on the mat.").run()
     assert_clean(at)
     assert not at.warning and len(at.button) == 4
 
@@ -310,14 +310,14 @@ def test_odd_text_translates_with_a_note(text, note, unreadable):
     """Odd text is still stepped through, with a note on what the model cannot read; text made mostly of such
     characters also gets a warning that the output is made up."""
     at = make_app()
-    at.text_input(key="text_input").set_value(text).run()
+    at.text_input(key="tr_text").set_value(text).run()
     assert_clean(at)
     assert [("cannot read most" in w.value) for w in at.warning] == ([True] if unreadable else [])
     assert any(note in i.value for i in at.info), [i.value for i in at.info]
     assert len(at.button) == 4
     button(at, "Next").click().run()
     assert_clean(at)
-    assert at.session_state["step"] == 1 and n_alignments(at) == 1
+    assert at.session_state["tr_step"] == 1 and n_alignments(at) == 1
     assert any(note in i.value for i in at.info)
 
 
@@ -336,7 +336,7 @@ def _long_text() -> str:
 def test_long_text_is_truncated_with_a_note():
     text = _long_text()
     at = make_app()
-    at.text_input(key="text_input").set_value(text).run()
+    at.text_input(key="tr_text").set_value(text).run()
     assert_clean(at)
     assert not at.warning
     assert any(f"limit of {CFG.max_len} tokens" in i.value for i in at.info), [i.value for i in at.info]
@@ -364,16 +364,16 @@ def test_the_truncation_note_says_which_words_were_never_read():
 def test_query_params_open_a_given_sentence_and_step():
     at = make_app(text="The cat sat on the mat.", step="2")
     assert_clean(at)
-    assert at.session_state["text"] == "The cat sat on the mat."
-    assert at.text_input(key="text_input").value == "The cat sat on the mat."
-    assert at.selectbox(key="preset").value == "The cat sat on the mat."
-    assert at.session_state["step"] == 2 and step_line(at)[0] == 2
+    assert at.session_state["app_text"] == "The cat sat on the mat."
+    assert at.text_input(key="tr_text").value == "The cat sat on the mat."
+    assert at.selectbox(key="tr_text_preset").value == "The cat sat on the mat."
+    assert at.session_state["tr_step"] == 2 and step_line(at)[0] == 2
     assert n_alignments(at) == 1
     assert alignment_z(at).shape[0] == 2
 
     # Same view as reaching step 2 with the buttons.
     by_hand = make_app()
-    by_hand.selectbox(key="preset").select("The cat sat on the mat.").run()
+    by_hand.selectbox(key="tr_text_preset").select("The cat sat on the mat.").run()
     button(by_hand, "Next").click().run()
     button(by_hand, "Next").click().run()
     assert chip_markdown(by_hand) == chip_markdown(at)
@@ -382,8 +382,8 @@ def test_query_params_open_a_given_sentence_and_step():
 def test_query_param_text_that_is_not_a_preset():
     at = make_app(text="你好世界", step="1")
     assert_clean(at)
-    assert at.text_input(key="text_input").value == "你好世界"
-    assert at.selectbox(key="preset").value == "— your own sentence —"
+    assert at.text_input(key="tr_text").value == "你好世界"
+    assert at.selectbox(key="tr_text_preset").value == "— your own sentence —"
     assert any("<unk>" in i.value for i in at.info)
 
 
@@ -410,18 +410,18 @@ def test_garbage_query_params_never_raise(query):
     assert not at.error, [e.value for e in at.error]
     if "ckpt" in query and query["ckpt"] != "en-de":
         assert any("Ignored `ckpt` (checkpoint)" in w.value for w in at.sidebar.warning)
-        assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+        assert at.sidebar.selectbox(key="app_ckpt").value == "en-de"
     if query.get("step") in ("abc", "-5", "1.5"):
-        assert at.session_state["step"] == 0
+        assert at.session_state["tr_step"] == 0
     if query.get("step") == "99999":
         step, total = step_line(at)
-        assert at.session_state["step"] == step == total
+        assert at.session_state["tr_step"] == step == total
         assert at.query_params["step"] == str(total)
     at.switch_page(ATTENTION_PAGE).run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     if query.get("kind") == "nonsense":
-        assert at.radio(key="attn_kind").value == "cross"  # falls back to the last kind
+        assert at.radio(key="at_kind").value == "cross"  # falls back to the last kind
 
 
 # --- Attention page ------------------------------------------------------------------------------------
@@ -436,11 +436,11 @@ def attention_page() -> AppTest:
 def test_attention_page_defaults(attention_page):
     at = attention_page
     assert at.title[0].value == "Attention"
-    assert at.text_input(key="attn_text").value == PRESETS[0]
-    radio = at.radio(key="attn_kind")
+    assert at.text_input(key="at_text").value == PRESETS[0]
+    radio = at.radio(key="at_kind")
     assert radio.options == ["Encoder self", "Decoder self (masked)", "Cross (decoder → encoder)"]
     assert radio.value == "cross"
-    assert at.selectbox(key="attn_head").value == "all"
+    assert at.selectbox(key="at_head").value == "all"
     assert n_charts(at) == CFG.n_heads
     assert "kind" not in at.query_params  # the default stays out of the link
 
@@ -449,11 +449,11 @@ def test_attention_page_defaults(attention_page):
                                                  ("cross", "n_decoder_layers")])
 def test_attention_kinds_layers_and_heads(attention_page, kind, n_layers_attr):
     at = attention_page
-    at.radio(key="attn_kind").set_value(kind).run()
+    at.radio(key="at_kind").set_value(kind).run()
     assert_clean(at)
     assert at.query_params.get("kind", "cross") == kind  # cross, the default, is left out
     n_layers = getattr(CFG, n_layers_attr)
-    layer_box = at.selectbox(key="attn_layer")
+    layer_box = at.selectbox(key="at_layer")
     assert layer_box.options == [f"layer {i + 1}" for i in range(n_layers)]
     opened = opening_layer(CARD, n_layers)
     assert layer_box.value == opened
@@ -472,15 +472,15 @@ def test_attention_kinds_layers_and_heads(attention_page, kind, n_layers_attr):
     else:
         assert not np.isnan(first).any()
 
-    at.selectbox(key="attn_layer").select(0).run()
+    at.selectbox(key="at_layer").select(0).run()
     assert_clean(at)
     assert chart_titles(at) == [f"{title} · layer 1 · head {h + 1}" for h in range(CFG.n_heads)]
 
-    at.selectbox(key="attn_head").select("mean").run()
+    at.selectbox(key="at_head").select("mean").run()
     assert_clean(at)
     assert n_charts(at) == 1 and chart_titles(at) == [f"{title} · layer 1 · mean over heads"]
 
-    at.selectbox(key="attn_head").select(CFG.n_heads - 1).run()
+    at.selectbox(key="at_head").select(CFG.n_heads - 1).run()
     assert_clean(at)
     assert n_charts(at) == 1 and chart_titles(at) == [f"{title} · layer 1 · head {CFG.n_heads}"]
     assert heat_z(at, 0).shape == (rows, cols)
@@ -490,22 +490,22 @@ def test_attention_kind_from_query_param():
     at = make_app(kind="encoder")
     at.switch_page(ATTENTION_PAGE).run()
     assert_clean(at)
-    assert at.radio(key="attn_kind").value == "encoder"
+    assert at.radio(key="at_kind").value == "encoder"
 
 
 def test_attention_page_text_input(attention_page):
     at = attention_page
-    at.text_input(key="attn_text").set_value("").run()
+    at.text_input(key="at_text").set_value("").run()
     assert_clean(at)
     assert len(at.warning) == 1 and "empty" in at.warning[0].value and n_charts(at) == 0
-    at.text_input(key="attn_text").set_value("I love 🍕").run()
+    at.text_input(key="at_text").set_value("I love 🍕").run()
     assert_clean(at)
     assert any("<unk>" in i.value for i in at.info) and n_charts(at) == CFG.n_heads
     # The sentence is shared with the Translate page.
     at.switch_page(TRANSLATE_PAGE).run()
     assert_clean(at)
-    assert at.text_input(key="text_input").value == "I love 🍕"
-    assert at.session_state["step"] == 0
+    assert at.text_input(key="tr_text").value == "I love 🍕"
+    assert at.session_state["tr_step"] == 0
 
 
 def test_step_survives_a_page_round_trip():
@@ -517,7 +517,7 @@ def test_step_survives_a_page_round_trip():
     assert_clean(at)
     at.switch_page(TRANSLATE_PAGE).run()
     assert_clean(at)
-    assert at.session_state["step"] == 2 and chip_markdown(at) == before
+    assert at.session_state["tr_step"] == 2 and chip_markdown(at) == before
 
 
 # --- corrupt and missing checkpoints -------------------------------------------------------------------
@@ -581,7 +581,7 @@ def test_corrupt_checkpoint_shows_a_readable_error(extra_root, corruption):
     CORRUPTIONS[corruption](_copy_checkpoint(extra_root / name))
     at = make_app(ckpt=name)
     assert not at.exception, [e.value for e in at.exception]
-    assert at.sidebar.selectbox(key="ckpt_name").value == name
+    assert at.sidebar.selectbox(key="app_ckpt").value == name
     assert len(at.error) == 1
     msg = at.error[0].value
     assert msg.startswith("This checkpoint cannot be loaded:") and name in msg and "Pick another one" in msg
@@ -602,7 +602,7 @@ def test_sidebar_lists_extra_checkpoints_and_recovers(extra_root):
 
     at = make_app()
     assert_clean(at)
-    box = at.sidebar.selectbox(key="ckpt_name")
+    box = at.sidebar.selectbox(key="app_ckpt")
     assert box.options[0] == "en-de"
     # (a Hugging Face folder downloaded beside ours is listed too, labelled with its size and source)
     shipped = [checkpoint_label(d.name, d) for d in (ROOT / "checkpoints").iterdir() if is_checkpoint_dir(d)]
@@ -614,15 +614,15 @@ def test_sidebar_lists_extra_checkpoints_and_recovers(extra_root):
     assert len(at.error) == 1 and "model.safetensors" in at.error[0].value
     assert at.query_params["ckpt"] == "broken"
 
-    at.sidebar.selectbox(key="ckpt_name").select("copy-of-en-de").run()
+    at.sidebar.selectbox(key="app_ckpt").select("copy-of-en-de").run()
     assert_clean(at)
     assert at.query_params["ckpt"] == "copy-of-en-de" and len(at.button) == 4
 
-    at.sidebar.selectbox(key="ckpt_name").select("bad-card").run()  # an unreadable card is not fatal
+    at.sidebar.selectbox(key="app_ckpt").select("bad-card").run()  # an unreadable card is not fatal
     assert_clean(at)
     assert len(at.button) == 4
 
-    at.sidebar.selectbox(key="ckpt_name").select("en-de").run()
+    at.sidebar.selectbox(key="app_ckpt").select("en-de").run()
     assert_clean(at)
     button(at, "Next").click().run()
     assert_clean(at)
@@ -634,7 +634,7 @@ def test_checkpoint_that_disappears(extra_root):
     folder = _copy_checkpoint(extra_root / "ephemeral")
     at = make_app(ckpt="ephemeral")
     assert_clean(at)
-    assert at.sidebar.selectbox(key="ckpt_name").value == "ephemeral"
+    assert at.sidebar.selectbox(key="app_ckpt").value == "ephemeral"
     shutil.rmtree(folder)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -649,15 +649,15 @@ def banner(at: AppTest) -> str:
 
 def test_typing_an_own_sentence_turns_the_presets_box_neutral():
     at = make_app()
-    at.selectbox(key="preset").select("The cat sat on the mat.").run()
-    assert at.text_input(key="text_input").value == "The cat sat on the mat."
-    at.text_input(key="text_input").input("I like my bike.").run()
+    at.selectbox(key="tr_text_preset").select("The cat sat on the mat.").run()
+    assert at.text_input(key="tr_text").value == "The cat sat on the mat."
+    at.text_input(key="tr_text").input("I like my bike.").run()
     assert_clean(at)
-    assert at.selectbox(key="preset").value == "— your own sentence —"
-    assert at.session_state["text"] == "I like my bike." and at.query_params["text"] == "I like my bike."
-    at.selectbox(key="preset").select("Time flies like an arrow.").run()  # a preset again fills the box
-    assert at.text_input(key="text_input").value == "Time flies like an arrow."
-    assert at.selectbox(key="preset").value == "Time flies like an arrow."
+    assert at.selectbox(key="tr_text_preset").value == "— your own sentence —"
+    assert at.session_state["app_text"] == "I like my bike." and at.query_params["text"] == "I like my bike."
+    at.selectbox(key="tr_text_preset").select("Time flies like an arrow.").run()  # a preset again fills the box
+    assert at.text_input(key="tr_text").value == "Time flies like an arrow."
+    assert at.selectbox(key="tr_text_preset").value == "Time flies like an arrow."
 
 
 @pytest.mark.skipif(not (ROOT / "checkpoints" / "brown-lm" / "model.safetensors").is_file(),
@@ -666,23 +666,23 @@ def test_switching_models_gives_each_model_a_text_it_can_use():
     """A translator's preset handed to the language model gave '(empty output)' at 'Step 1 of 1': a preset of the
     other kind of model is replaced by the new model's default; a sentence the user typed is kept."""
     at = make_app(text="The cat sat on the mat.", step="3")
-    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    at.sidebar.selectbox(key="app_ckpt").select("brown-lm").run()
     assert_clean(at)
-    assert at.session_state["text"] == LM_PRESETS[0] == at.text_input(key="text_input").value
-    assert at.selectbox(key="preset").value == LM_PRESETS[0]
+    assert at.session_state["app_text"] == LM_PRESETS[0] == at.text_input(key="tr_text").value
+    assert at.selectbox(key="tr_text_preset").value == LM_PRESETS[0]
     assert "text" not in at.query_params  # the new model's default sentence: left out of the link
     step, total = step_line(at)
     assert step == 0 and total > 1 and "(empty output)" not in banner(at)
 
-    at.sidebar.selectbox(key="ckpt_name").select("en-de").run()
+    at.sidebar.selectbox(key="app_ckpt").select("en-de").run()
     assert_clean(at)
-    assert at.text_input(key="text_input").value == PRESETS[0] and "(empty output)" not in banner(at)
+    assert at.text_input(key="tr_text").value == PRESETS[0] and "(empty output)" not in banner(at)
 
-    at.text_input(key="text_input").input("I like my bike.").run()
-    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    at.text_input(key="tr_text").input("I like my bike.").run()
+    at.sidebar.selectbox(key="app_ckpt").select("brown-lm").run()
     assert_clean(at)
-    assert at.text_input(key="text_input").value == "I like my bike."
-    assert at.selectbox(key="preset").value == "— your own prompt —"
+    assert at.text_input(key="tr_text").value == "I like my bike."
+    assert at.selectbox(key="tr_text_preset").value == "— your own prompt —"
 
 
 def test_a_card_may_name_the_layer_the_pages_open_on():
@@ -705,7 +705,7 @@ def test_the_translate_page_opens_on_the_cards_layer_and_keeps_it_out_of_the_lin
     assert at.query_params["layer"] == str(other + 1)
 
 
-@pytest.mark.parametrize("page, key", [("translate", "tr_layer"), ("attention", "attn_layer")])
+@pytest.mark.parametrize("page, key", [("translate", "tr_layer"), ("attention", "at_layer")])
 @pytest.mark.parametrize("picked", [None, 0], ids=["default-layer", "picked-layer"])
 def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_head(page, key, picked):
     """A layer index kept from en-de (its default, the last, or one the user picked) is not brown-lm's default and may
@@ -719,10 +719,10 @@ def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_hea
     assert at.session_state[key] == opening_layer(CARD, CFG.n_decoder_layers)  # en-de's
     if picked is not None:
         at.selectbox(key=key).select(picked).run()
-        head_key = "tr_head" if page == "translate" else "attn_head"
+        head_key = "tr_head" if page == "translate" else "at_head"
         at.selectbox(key=head_key).select(1).run()
         assert at.query_params["layer"] == "1" and at.query_params["head"] == "2"
-    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    at.sidebar.selectbox(key="app_ckpt").select("brown-lm").run()
     assert_clean(at)
     if page == "translate":
         button(at, "Next").click().run()  # the layer box is drawn from step 1 on
@@ -731,17 +731,17 @@ def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_hea
     if page == "translate":
         assert at.session_state["tr_head"] == "mean"
     else:
-        assert at.session_state["attn_head"] == "all" and at.session_state["attn_kind"] == "self"
+        assert at.session_state["at_head"] == "all" and at.session_state["at_kind"] == "self"
 
 
 def test_a_long_text_stays_out_of_the_link_with_a_caption():
     long_text = "The cat sat on the mat. " * 30  # 720 characters: fine for the model, too long for a link
     at = make_app()
-    at.text_input(key="text_input").input(long_text).run()
+    at.text_input(key="tr_text").input(long_text).run()
     assert_clean(at)
     assert "text" not in at.query_params
     assert any("more than the 500 a link keeps" in c.value for c in at.caption)
-    at.text_input(key="text_input").input("Short again.").run()
+    at.text_input(key="tr_text").input("Short again.").run()
     assert at.query_params["text"] == "Short again." and not any("a link keeps" in c.value for c in at.caption)
 
 
@@ -771,7 +771,7 @@ def test_one_switch_turns_on_the_hosted_demo_for_every_page(monkeypatch):
     caps = limits()
     assert caps.demo and caps.max_chars == DEMO_MAX_CHARS and not caps.training
     text = "The cat sat on the mat. " * 20  # 480 characters: fine on a lecture-room server, too long in the demo
-    for page, box in (("translate", "text_input"), ("attention", "attn_text"), ("decoding", "dl_text")):
+    for page, box in (("translate", "tr_text"), ("attention", "at_text"), ("decoding", "dl_text")):
         at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
         at.switch_page(f"{PAGES}/{page}.py").run()
         at.text_input(key=box).input(text.strip()).run()

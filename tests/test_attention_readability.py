@@ -263,7 +263,7 @@ def test_every_masked_map_of_the_decoder_only_model_has_no_line_through_it(monke
     at.switch_page("app_pages/attention.py").run()
     seen = 0
     for tab in ("Heads", "Summaries"):
-        at.session_state["tab"] = tab
+        at.session_state["at_tab"] = tab
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         for chart in at.get("plotly_chart"):

@@ -338,7 +338,7 @@ def open_page(tab: str | None = None, **query: str):
 
 
 def show(at, tab: str):
-    at.session_state["tab"] = tab  # what a click on the tab does (bound to ?tab=)
+    at.session_state["at_tab"] = tab  # what a click on the tab does (bound to ?tab=)
     at.run()
     assert_clean(at)
     return at
@@ -379,9 +379,9 @@ def test_every_tab_renders(cfg):
     show(at, "Tokens & lines")
     figs = charts(at)
     assert [f["data"][0]["type"] for f in figs] == ["bar", "bar", "scatter"]
-    assert at.selectbox(key="attn_query").value == 0 and at.selectbox(key="attn_key").value == 0
-    at.selectbox(key="attn_query").select(1).run()
-    at.toggle(key="attn_lines_focus").set_value(True).run()
+    assert at.selectbox(key="at_token_query").value == 0 and at.selectbox(key="at_token_key").value == 0
+    at.selectbox(key="at_token_query").select(1).run()
+    at.toggle(key="at_token_focus").set_value(True).run()
     assert_clean(at)
     lines = [t for t in charts(at)[2]["data"] if t.get("mode") == "lines"]
     assert lines and all(t["meta"][0] == 1 for t in lines)
@@ -389,12 +389,12 @@ def test_every_tab_renders(cfg):
     show(at, "Model grid")
     (grid,) = charts(at)
     assert sum(t["type"] == "heatmap" for t in grid["data"]) == L_cross * cfg.n_heads
-    at.radio(key="attn_grid_style").set_value("Altair (click a head to open it)").run()
+    at.radio(key="at_grid_style").set_value("Altair (click a head to open it)").run()
     assert_clean(at)
     assert "head_pick" in at.get("vega_lite_chart")[0].proto.spec
-    at.selectbox(key="attn_grid_open").select(cfg.n_heads + 1).run()  # layer 2, head 2
+    at.selectbox(key="at_grid_open").select(cfg.n_heads + 1).run()  # layer 2, head 2
     assert_clean(at)
-    assert at.selectbox(key="attn_layer").value == 1 and at.selectbox(key="attn_head").value == 1
+    assert at.selectbox(key="at_layer").value == 1 and at.selectbox(key="at_head").value == 1
     assert charts(at)[-1]["layout"]["title"]["text"].endswith("layer 2 · head 2")
     assert at.query_params["layer"] == "2" and at.query_params["head"] == "2"
 
@@ -411,10 +411,10 @@ def test_every_tab_renders(cfg):
     table = at.dataframe[0].value
     assert len(table) == L_cross * cfg.n_heads
     assert list(table.columns) == ["layer", "head", "entropy", "same", "previous", "first", "eos", "max"]
-    at.selectbox(key="attn_stat").select("max").run()
+    at.selectbox(key="at_stat").select("max").run()
     assert_clean(at)
     assert z_of(charts(at)[0]["data"][0]).shape == (L_cross, cfg.n_heads)
-    at.radio(key="attn_kind").set_value("decoder").run()  # no <eos> among the decoder's keys
+    at.radio(key="at_kind").set_value("decoder").run()  # no <eos> among the decoder's keys
     assert_clean(at)
     assert "eos" not in at.dataframe[0].value.columns
 
@@ -427,7 +427,7 @@ def test_every_tab_renders(cfg):
 def test_ablating_a_head_changes_the_total_and_the_sweep_draws_heatmaps(cfg):
     at = open_page("Ablation")
     before = len(charts(at))
-    at.button(key="attn_sweep").click().run()
+    at.button(key="at_sweep").click().run()
     assert_clean(at)
     sweeps = charts(at)[before:]
     assert len(sweeps) == 3
@@ -447,7 +447,7 @@ def test_ablating_a_head_changes_the_total_and_the_sweep_draws_heatmaps(cfg):
     layer, head = np.unravel_index(np.abs(drop).argmax(), drop.shape)
     label = f"{kind} L{layer + 1} H{head + 1}"
     base = float(at.metric[0].value)
-    at.multiselect(key="attn_ablate").select(label).run()
+    at.multiselect(key="at_ablate").select(label).run()
     assert_clean(at)
     removed = float(at.metric[1].value)
     assert removed != pytest.approx(base, abs=1e-3)
@@ -463,15 +463,15 @@ def test_word_level_toggle_merges_pieces_into_words(cfg):
     pieces = source_pieces(text)
     n_words = max(word_ids(pieces)) + 1
     at = open_page(kind="encoder", head="1", text=text)
-    assert at.radio(key="attn_kind").value == "encoder" and at.selectbox(key="attn_head").value == 0
+    assert at.radio(key="at_kind").value == "encoder" and at.selectbox(key="at_head").value == 0
     assert z_of(charts(at)[0]["data"][0]).shape == (len(pieces), len(pieces))
-    at.toggle(key="attn_words").set_value(True).run()
+    at.toggle(key="at_words").set_value(True).run()
     assert_clean(at)
     z = z_of(charts(at)[0]["data"][0])
     assert z.shape == (n_words, n_words) and n_words < len(pieces)
     assert np.allclose(z.sum(axis=1), 1.0, atol=1e-4)
     assert charts(at)[0]["layout"]["title"]["text"].endswith("· words")
-    at.radio(key="attn_kind").set_value("cross").run()
+    at.radio(key="at_kind").set_value("cross").run()
     assert_clean(at)
     assert z_of(charts(at)[0]["data"][0]).shape[1] == n_words
     show(at, "Model grid")
@@ -495,8 +495,8 @@ def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cf
     opened = opening_layer(json.loads((DEFAULT_CKPT / "card.json").read_text(encoding="utf-8")),
                            cfg.n_decoder_layers) + 1  # the layer the card opens the page on, else the last
     layer = {"last": cfg.n_decoder_layers, "opened": opened}.get(layer, layer)
-    assert at.selectbox(key="attn_layer").value == layer - 1
-    assert at.selectbox(key="attn_head").value == "all"
+    assert at.selectbox(key="at_layer").value == layer - 1
+    assert at.selectbox(key="at_head").value == "all"
     # the corrected value replaces the garbage in the link, or takes it out where it is the default
     assert at.query_params.get("layer", str(opened)) == str(layer) and "head" not in at.query_params
     assert len(charts(at)) == cfg.n_heads
@@ -505,17 +505,17 @@ def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cf
 @needs_model
 def test_layer_and_head_from_the_url_are_shared_by_the_tabs(cfg):
     at = open_page(layer="1", head="2", kind="decoder")
-    assert at.selectbox(key="attn_layer").value == 0 and at.selectbox(key="attn_head").value == 1
+    assert at.selectbox(key="at_layer").value == 0 and at.selectbox(key="at_head").value == 1
     assert [f["layout"]["title"]["text"] for f in charts(at)] == ["Decoder masked self-attention · layer 1 · head 2"]
     show(at, "Model grid")
     grid = charts(at)[0]
     assert grid["layout"]["shapes"][0]["xref"] == "x2 domain"  # layer 1, head 2 is outlined
-    assert at.selectbox(key="attn_grid_open").value == 1
-    at.selectbox(key="attn_head").select("mean").run()
+    assert at.selectbox(key="at_grid_open").value == 1
+    at.selectbox(key="at_head").select("mean").run()
     assert_clean(at)
-    assert at.query_params["head"] == "mean" and at.selectbox(key="attn_grid_open").value is None
+    assert at.query_params["head"] == "mean" and at.selectbox(key="at_grid_open").value is None
     again = open_page(**dict(at.query_params))
-    assert again.selectbox(key="attn_head").value == "mean" and again.radio(key="attn_kind").value == "decoder"
+    assert again.selectbox(key="at_head").value == "mean" and again.radio(key="at_kind").value == "decoder"
 
 
 # --- Compare ---------------------------------------------------------------------------------------------------
@@ -532,8 +532,8 @@ def test_difference_heatmap_is_second_minus_first_and_refuses_other_shapes():
 
 def test_compare_another_sentence_shows_both_and_explains_shapes():
     at = open_page("Compare", text="Bobby likes blackberries.")
-    assert at.radio(key="attn_cmp_mode").value == "another sentence"
-    at.text_input(key="attn_cmp_text").set_value("Time flies like an arrow.").run()
+    assert at.radio(key="at_cmp_mode").value == "another sentence"
+    at.text_input(key="at_cmp_text").set_value("Time flies like an arrow.").run()
     assert_clean(at)
     assert len(charts(at)) >= 2
     # Different sentences tokenize to different lengths here: no difference map, and the page says why.
@@ -547,9 +547,9 @@ def test_compare_the_same_model_as_a_second_checkpoint_gives_a_zero_difference(t
     shutil.copytree(DEFAULT_CKPT, extra / "en-de-copy")
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(extra))
     at = open_page("Compare")
-    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    at.radio(key="at_cmp_mode").set_value("another checkpoint").run()
     assert_clean(at)
-    assert at.selectbox(key="attn_cmp_ckpt").value == "en-de-copy"
+    assert at.selectbox(key="at_cmp_ckpt").value == "en-de-copy"
     specs = charts(at)
     assert len(specs) == 3  # first, second, difference
     diff = z_of(specs[2]["data"][0])
@@ -565,7 +565,7 @@ def test_compare_with_a_corrupt_checkpoint_warns(tmp_path, monkeypatch):
     (bad / "model.safetensors").write_bytes(b"not a safetensors file")
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(extra))
     at = open_page("Compare")
-    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    at.radio(key="at_cmp_mode").set_value("another checkpoint").run()
     assert not at.exception
     assert any("cannot be loaded" in w.value for w in at.warning)
 
@@ -575,9 +575,9 @@ def test_compare_with_only_another_architecture_says_plainly_why_not(tmp_path, m
     instead of offering brown-lm and then warning that it cannot be compared."""
     monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(tmp_path / "no-runs"))
     at = open_page("Compare")
-    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    at.radio(key="at_cmp_mode").set_value("another checkpoint").run()
     assert_clean(at)
-    assert not [s for s in at.selectbox if s.key == "attn_cmp_ckpt"]
+    assert not [s for s in at.selectbox if s.key == "at_cmp_ckpt"]
     text = " ".join(i.value for i in at.info)
     assert "No other encoder-decoder checkpoint" in text and "brown-lm (decoder-only)" in text
     assert "Training page" in text
@@ -593,9 +593,9 @@ def test_compare_offers_a_runs_checkpoints_of_the_same_architecture(tmp_path, mo
     (runs / "r1" / "checkpoints" / "step-200").mkdir()  # still being written: not listed
     monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(runs))
     at = open_page("Compare")
-    at.radio(key="attn_cmp_mode").set_value("another checkpoint").run()
+    at.radio(key="at_cmp_mode").set_value("another checkpoint").run()
     assert_clean(at)
-    box = at.selectbox(key="attn_cmp_ckpt")
+    box = at.selectbox(key="at_cmp_ckpt")
     assert box.options == ["runs/r1/best", "runs/r1/checkpoints/step-100", "runs/r1/evals/step-3",
                            "runs/r1/evals/step-20"]
     assert len(charts(at)) == 3  # first, second, difference (the same weights: zero)

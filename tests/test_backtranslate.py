@@ -234,8 +234,8 @@ def test_the_training_page_shows_the_presets_direction(monkeypatch):
     at.switch_page("app_pages/training.py").run()
     assert not at.exception
     preset = "German → English, for back-translation (GPU minutes, CPU hours)"
-    at.selectbox(key="train_preset").select(preset).run()
-    assert at.checkbox(key=f"f_rev_{preset}").value is True
+    at.selectbox(key="tn_form_preset").select(preset).run()
+    assert at.checkbox(key=f"tn_form_rev_{preset}").value is True
 
 
 def test_synthetic_pairs_that_run_on_stop_short_or_loop_are_dropped():

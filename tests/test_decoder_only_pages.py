@@ -52,21 +52,21 @@ def test_page_renders_with_a_decoder_only_checkpoint(monkeypatch, lm_root, page)
 
 def test_attention_tabs_with_a_decoder_only_checkpoint(monkeypatch, lm_root):
     at = open_page(monkeypatch, lm_root, "attention")
-    assert at.radio(key="attn_kind").options == ["Self (masked)"]
+    assert at.radio(key="at_kind").options == ["Self (masked)"]
     for tab in ATTENTION_TABS:
-        at.session_state["tab"] = tab
+        at.session_state["at_tab"] = tab
         at.run()
         assert not at.exception, (tab, at.exception[0].message)
 
 
-@pytest.mark.parametrize("page, preset_key, text_key", [("translate", "preset", "text_input"),
-                                                         ("decoding", "dl_preset", None)])
+@pytest.mark.parametrize("page, preset_key, text_key", [("translate", "tr_text_preset", "tr_text"),
+                                                         ("decoding", "dl_text_preset", None)])
 def test_a_language_model_gets_prompts_to_continue(monkeypatch, lm_root, page, preset_key, text_key):
     """Finished sentences make a sentence-level LM stop at once: its presets are openings, its box a prompt."""
     from ui.state import LM_PRESETS
     at = open_page(monkeypatch, lm_root, page)
     assert at.selectbox(key=preset_key).options[1:] == LM_PRESETS
-    assert at.session_state["text"] == LM_PRESETS[0]
+    assert at.session_state["app_text"] == LM_PRESETS[0]
     box = at.text_input(key=text_key or "dl_text")
     assert box.label.startswith("English prompt") and box.value == LM_PRESETS[0]
     if page == "translate":

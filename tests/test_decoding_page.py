@@ -249,7 +249,7 @@ needs_ckpt = pytest.mark.skipif(not (CKPT / "model.safetensors").is_file(), reas
 WRAPPER = f"""
 import pathlib, runpy
 import streamlit as st
-st.session_state["_ckpt_path"] = pathlib.Path({str(CKPT)!r})
+st.session_state["app_ckpt_path"] = pathlib.Path({str(CKPT)!r})
 runpy.run_path({str(PAGE)!r}, run_name="__main__")
 """
 

@@ -118,7 +118,7 @@ def page(ckpt: Path, **query: str):
     if not (ckpt / "model.safetensors").is_file():
         pytest.skip(f"{ckpt.name} is missing")
     wrapper = (f"import pathlib, runpy\nimport streamlit as st\n"
-               f"st.session_state['_ckpt_path'] = pathlib.Path({str(ckpt)!r})\n"
+               f"st.session_state['app_ckpt_path'] = pathlib.Path({str(ckpt)!r})\n"
                f"runpy.run_path({str(PAGE)!r}, run_name='__main__')\n")
     at = st_testing.AppTest.from_string(wrapper, default_timeout=TIMEOUT)
     for key, value in query.items():

@@ -138,7 +138,7 @@ def test_the_translate_page_warns_about_a_far_sentence_and_not_about_a_preset(mo
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.run()
     assert not at.exception and not any("Far from what" in w.value for w in at.warning)
-    at.text_input(key="text_input").set_value(FAR).run()
+    at.text_input(key="tr_text").set_value(FAR).run()
     assert not at.exception
     assert any(w.value.startswith("Far from what this model has seen") for w in at.warning)
-    assert at.selectbox(key="preset").options[-1] == "Bobby likes blackberries.  ·  hard: a rare word"
+    assert at.selectbox(key="tr_text_preset").options[-1] == "Bobby likes blackberries.  ·  hard: a rare word"

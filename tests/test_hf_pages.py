@@ -111,7 +111,7 @@ def test_the_folders_are_found_and_read_as_their_architecture(hf_root):
 def test_the_picker_shows_size_and_source_and_keeps_the_folder_name(monkeypatch, hf_root):
     at = open_app(monkeypatch, hf_root.path, MARIAN, "translate")
     assert_clean(at)
-    box = at.sidebar.selectbox(key="ckpt_name")
+    box = at.sidebar.selectbox(key="app_ckpt")
     assert box.value == MARIAN and at.query_params["ckpt"] == MARIAN
     labels = {o for o in box.options if o.startswith(("opus", "gpt2"))}
     assert re.fullmatch(r"opus-mt-tiny · \d+ kB · Hugging Face tiny/opus-mt-en-de", next(iter(
@@ -123,10 +123,10 @@ def test_the_picker_shows_size_and_source_and_keeps_the_folder_name(monkeypatch,
     assert "licence cc-by-4.0" in summary and "run by this project's Transformer code" in summary
     captions = " ".join(c.value for c in at.caption)
     assert "BLEU" not in captions and "opus-mt-en-de's weights (Hugging Face)" in captions  # no measured scores
-    at.sidebar.selectbox(key="ckpt_name").select(GPT2).run()
+    at.sidebar.selectbox(key="app_ckpt").select(GPT2).run()
     assert_clean(at)
     assert at.query_params["ckpt"] == GPT2
-    assert at.text_input(key="text_input").label.startswith("English prompt")  # the LM presets
+    assert at.text_input(key="tr_text").label.startswith("English prompt")  # the LM presets
 
 
 def test_the_card_is_synthesised_from_the_folder(hf_root):
@@ -185,18 +185,18 @@ def check_positional(at, hf_root, name: str) -> None:
 def test_every_attention_tab_and_the_sweep(monkeypatch, hf_root, name):
     at = open_app(monkeypatch, hf_root.path, name, "attention")
     for tab in ATTENTION_TABS:
-        at.session_state["tab"] = tab
+        at.session_state["at_tab"] = tab
         at.run()
         assert_clean(at)
         if tab == "Tokens & lines":
             assert RAW_GPT2_MARK not in shown_pieces(at)
         if tab == "Ablation":
-            sweep = at.button(key="attn_sweep")
+            sweep = at.button(key="at_sweep")
             assert sweep.label == "Sweep all heads" and not any("too slow" in i.value for i in at.info)
             sweep.click().run()
             assert_clean(at)
             assert len([c for c in charts(at) if "drop" in json.dumps(c)]) >= (3 if name == MARIAN else 1)
-    at.toggle(key="attn_words").set_value(True).run()  # word level: GPT-2's ␣ opens a word as ▁ does
+    at.toggle(key="at_words").set_value(True).run()  # word level: GPT-2's ␣ opens a word as ▁ does
     assert_clean(at)
     labels = " ".join(charts(at)[0]["layout"]["yaxis"].get("ticktext", [])) if charts(at) else ""
     assert RAW_GPT2_MARK not in labels
@@ -228,7 +228,7 @@ def test_a_big_model_sweeps_one_layer_and_says_so(monkeypatch, hf_root):
     at = open_app(monkeypatch, hf_root.path, MARIAN, "attention", tab="Ablation", kind="decoder", layer="2")
     assert_clean(at)
     assert any("too slow here" in i.value for i in at.info)
-    sweep = at.button(key="attn_sweep")
+    sweep = at.button(key="at_sweep")
     assert sweep.label == "Sweep this layer's heads"
     sweep.click().run()
     assert_clean(at)
@@ -302,7 +302,7 @@ def test_a_broken_folder_gives_a_clear_error_not_a_traceback(monkeypatch, hf_roo
         load_checkpoint(tmp_path / name)
     at = open_app(monkeypatch, tmp_path, name, "attention")
     assert not at.exception
-    assert at.sidebar.selectbox(key="ckpt_name").value == name
+    assert at.sidebar.selectbox(key="app_ckpt").value == name
     assert len(at.error) == 1 and "cannot be loaded" in at.error[0].value and says in at.error[0].value
 
 

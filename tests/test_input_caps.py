@@ -56,7 +56,7 @@ def test_the_tokenization_page_keeps_no_caps_of_its_own():
 def test_the_hosted_demo_caps_the_tokenization_text(monkeypatch):
     monkeypatch.setenv("ATTENTION_EXPLORER_DEMO", "1")
     at = open_page("tokenization")
-    at.text_area(key="tok_text").set_value("word " * 100).run()  # 500 characters: over the demo's 300
+    at.text_area(key="tk_text").set_value("word " * 100).run()  # 500 characters: over the demo's 300
     assert not at.exception
     assert any(f"up to {DEMO_MAX_CHARS}" in w.value for w in at.warning), [w.value for w in at.warning]
     at = open_page("tokenization", {"train_text": "a cat\n" * 1000})

@@ -236,37 +236,37 @@ def test_the_live_numbers_of_the_shipped_translator_and_their_link(monkeypatch):
     assert_live_page(at, 64, causal=False)
     assert "X** = LayerNorm(the token embeddings" in " ".join(str(m.value) for m in at.markdown)
     assert dict(at.query_params) == {"numbers": "live"}  # the defaults stay out of the link
-    at.radio(key="wl_kind").set_value("cross").run()
-    at.selectbox(key="wl_layer").set_value(2).run()
-    at.selectbox(key="wl_head").set_value(4).run()
+    at.radio(key="we_kind").set_value("cross").run()
+    at.selectbox(key="we_layer").set_value(2).run()
+    at.selectbox(key="we_head").set_value(4).run()
     assert_live_page(at, 64, causal=False)
     assert "memory" in " ".join(str(m.value) for m in at.markdown)
     link = dict(at.query_params)
     assert link == {"numbers": "live", "kind": "cross", "layer": "3", "head": "5"}
     again = open_lecture(monkeypatch, **link)
-    assert (again.radio(key="wl_kind").value, again.selectbox(key="wl_layer").value,
-            again.selectbox(key="wl_head").value) == ("cross", 2, 4)
+    assert (again.radio(key="we_kind").value, again.selectbox(key="we_layer").value,
+            again.selectbox(key="we_head").value) == ("cross", 2, 4)
     assert dict(again.query_params) == link
 
 
 @needs_ckpt
 def test_leaving_the_live_numbers_takes_their_choices_out_of_the_link(monkeypatch):
     at = open_lecture(monkeypatch, numbers="live", kind="cross", layer="3", head="5")
-    at.radio(key="wx_numbers").set_value("example").run()
+    at.radio(key="we_numbers").set_value("example").run()
     assert not at.exception and not {"numbers", "kind", "layer", "head"} & set(at.query_params)
-    at.radio(key="wx_numbers").set_value("live").run()  # back again: the link and the controls agree
+    at.radio(key="we_numbers").set_value("live").run()  # back again: the link and the controls agree
     link = dict(at.query_params)
-    assert (at.radio(key="wl_kind").value, at.selectbox(key="wl_layer").value + 1,
-            at.selectbox(key="wl_head").value + 1) == (link.get("kind", "encoder"), int(link.get("layer", 1)),
+    assert (at.radio(key="we_kind").value, at.selectbox(key="we_layer").value + 1,
+            at.selectbox(key="we_head").value + 1) == (link.get("kind", "encoder"), int(link.get("layer", 1)),
                                                        int(link.get("head", 1)))
 
 
 @needs_ckpt
 def test_the_language_models_live_numbers_and_a_checkpoint_switch(monkeypatch):
     at = open_lecture(monkeypatch, numbers="live", kind="decoder", layer="5", head="6")
-    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
-    assert at.radio(key="wl_kind").options == ["Self (masked)"]
-    assert (at.selectbox(key="wl_layer").value, at.selectbox(key="wl_head").value) == (0, 0)
+    at.sidebar.selectbox(key="app_ckpt").select("brown-lm").run()
+    assert at.radio(key="we_kind").options == ["Self (masked)"]
+    assert (at.selectbox(key="we_layer").value, at.selectbox(key="we_head").value) == (0, 0)
     assert_live_page(at, 48, causal=True)
     assert not {"kind", "layer", "head"} & set(at.query_params)
     at = open_lecture(monkeypatch, ckpt="brown-lm", numbers="live", layer="4", head="4", present="1")
@@ -279,21 +279,21 @@ def test_bad_link_values_are_noted_and_the_page_still_draws(monkeypatch):
     notes = " ".join(str(e.value) for e in (*at.info, *at.warning))
     for name in ("`kind`", "`layer`", "`head`"):
         assert name in notes, (name, notes)
-    assert (at.selectbox(key="wl_layer").value, at.selectbox(key="wl_head").value) == (5, 0)
+    assert (at.selectbox(key="we_layer").value, at.selectbox(key="we_head").value) == (5, 0)
     assert_live_page(at, 64, causal=False)
     at = open_lecture(monkeypatch, numbers="live", text="")
     assert not at.error and "empty" in " ".join(str(w.value) for w in at.warning)
     assert any(t.startswith("E") for t in chart_titles(at))  # the page's other sections are still drawn
     at = open_lecture(monkeypatch, numbers="everything")
-    assert "`numbers`" in " ".join(str(e.value) for e in at.info) and at.radio(key="wx_numbers").value == "example"
+    assert "`numbers`" in " ".join(str(e.value) for e in at.info) and at.radio(key="we_numbers").value == "example"
 
 
 @needs_ckpt
 def test_the_editable_matrices_survive_a_visit_to_the_live_numbers(monkeypatch):
     at = open_lecture(monkeypatch, q="1,0,0;0,1,0;0,0,1")
-    at.radio(key="wx_numbers").set_value("live").run()
+    at.radio(key="we_numbers").set_value("live").run()
     assert at.query_params["q"] == "1,0,0;0,1,0;0,0,1"
-    at.radio(key="wx_numbers").set_value("example").run()
+    at.radio(key="we_numbers").set_value("example").run()
     assert not at.exception and at.query_params["q"] == "1,0,0;0,1,0;0,0,1" and "numbers" not in at.query_params
     (scores,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
                  if json.loads(c.proto.spec)["layout"]["title"]["text"] == "1. Scores QKᵀ"]

@@ -71,7 +71,7 @@ def test_the_translate_page_explains_a_loop_and_stays_quiet_without_one(monkeypa
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.query_params["ckpt"] = "brown-lm"
     at.run()
-    at.text_input(key="text_input").set_value("Bobby likes").run()  # the shipped LM: "to be able to be able …"
+    at.text_input(key="tr_text").set_value("Bobby likes").run()  # the shipped LM: "to be able to be able …"
     _run_to_end(at)  # the note comes with the loop, once it is written, not before the first step
     assert not at.exception
     loops = [i.value for i in at.info if "goes round in a loop" in i.value]
@@ -87,7 +87,7 @@ def test_the_translate_page_shows_the_translation_the_loop_guard_gives(monkeypat
     at.run()
     # A FLORES sentence on which the shipped translator loops: "… in einer Umgebung, die nicht nur nur nur nur …"
     # (how many times depends on the weights; a loop is three or more)
-    at.text_input(key="text_input").set_value(
+    at.text_input(key="tr_text").set_value(
         "No child should ever have to grow up in an environment that is not nurturing, caring, and educational, "
         "but they do.").run()
     _run_to_end(at)

@@ -99,7 +99,7 @@ def test_a_checkpoint_in_the_link_is_a_name_from_the_list(raw, monkeypatch):
     notes = " ".join(w.value for w in at.sidebar.warning)
     assert "Ignored `ckpt` (checkpoint)" in notes and "it is one of: en-de" in notes, notes
     assert "\x00" not in notes and "\x1b" not in notes
-    assert at.sidebar.selectbox(key="ckpt_name").value == "en-de"
+    assert at.sidebar.selectbox(key="app_ckpt").value == "en-de"
 
 
 @needs_ckpt
@@ -115,7 +115,7 @@ def test_the_sidebar_lists_no_checkpoint_linked_from_outside(tmp_path, monkeypat
     at.query_params["ckpt"] = "linked"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "linked" not in at.sidebar.selectbox(key="ckpt_name").options
+    assert "linked" not in at.sidebar.selectbox(key="app_ckpt").options
 
 
 @needs_ckpt

@@ -63,7 +63,7 @@ def qk_weights(at: AppTest) -> np.ndarray:
 def check_weights_are_the_heatmap_row(at: AppTest, query: int) -> None:
     row = heatmap_row(at, query)
     show(at, TAB)
-    at.selectbox(key="attn_query").select(query).run()
+    at.selectbox(key="at_token_query").select(query).run()
     assert_clean(at)
     assert len(charts(at)) == 3  # the scores, the vectors, the weighted values
     np.testing.assert_allclose(qk_weights(at), row, atol=1e-6)
@@ -89,25 +89,25 @@ def test_the_translator_weights_are_the_heatmap_row(kind, query):
 @needs_models
 def test_the_language_model_weights_are_the_heatmap_row():
     at = open_attention(ckpt="brown-lm", layer="2", head="1")
-    assert at.radio(key="attn_kind").value == "self"
+    assert at.radio(key="at_kind").value == "self"
     check_weights_are_the_heatmap_row(at, 3)
 
 
 @needs_models
 def test_query_and_sort_live_in_the_link_and_a_bad_value_gets_a_note():
     at = open_attention(tab=TAB, query="2", sort="1", head="3")
-    assert at.selectbox(key="attn_query").value == 2 and at.toggle(key="attn_qk_sort").value is True
+    assert at.selectbox(key="at_token_query").value == 2 and at.toggle(key="at_qk_sort").value is True
     score = charts(at)[0]
     assert "sorted" in score["layout"]["xaxis"]["title"]["text"]
-    at.toggle(key="attn_qk_sort").set_value(False).run()
+    at.toggle(key="at_qk_sort").set_value(False).run()
     assert "sort" not in at.query_params and charts(at)[0]["layout"]["xaxis"]["ticktext"][:2] == ["0", "8"]
     show(at, "Tokens & lines")  # the same query row in the other tab that picks one
-    assert at.selectbox(key="attn_query").value == 2
+    assert at.selectbox(key="at_token_query").value == 2
     bad = open_attention(tab=TAB, query="many")
-    assert any("`query`" in i.value for i in bad.info) and bad.selectbox(key="attn_query").value == 0
+    assert any("`query`" in i.value for i in bad.info) and bad.selectbox(key="at_token_query").value == 0
     far = open_attention(tab=TAB, query="999")
     assert any("outside" in i.value for i in far.info)
-    assert far.selectbox(key="attn_query").value == len(far.selectbox(key="attn_query").options) - 1
+    assert far.selectbox(key="at_token_query").value == len(far.selectbox(key="at_token_query").options) - 1
     mean = open_attention(tab=TAB, head="mean")
     assert any("this tab shows head 1" in c.value for c in mean.caption)
     assert "head 1" in charts(mean)[0]["layout"]["title"]["text"]
@@ -125,8 +125,8 @@ def test_bad_query_and_sort_values_get_a_note_never_a_traceback(bad):
 @needs_models
 def test_the_tab_s_controls_are_in_the_link_and_a_fresh_session_restores_them():
     at = open_url_page("attention", {"tab": TAB})
-    controls = [("radio", "attn_kind", "decoder"), ("selectbox", "attn_head", 3), ("selectbox", "attn_query", 4),
-                ("toggle", "attn_qk_sort", True)]
+    controls = [("radio", "at_kind", "decoder"), ("selectbox", "at_head", 3), ("selectbox", "at_token_query", 4),
+                ("toggle", "at_qk_sort", True)]
     for kind, key, value in controls:
         getattr(at, kind)(key=key).set_value(value).run()
         assert_clean(at)

@@ -63,8 +63,8 @@ def test_the_app_opens_on_it(monkeypatch):
     at.query_params["ckpt"] = "brown-lm"
     at.run()
     assert not at.exception, at.exception[0].message
-    assert at.sidebar.selectbox(key="ckpt_name").value == "brown-lm"
-    assert at.text_input(key="text_input").value == LM_PRESETS[0]
+    assert at.sidebar.selectbox(key="app_ckpt").value == "brown-lm"
+    assert at.text_input(key="tr_text").value == LM_PRESETS[0]
     banner = [m.value for m in at.markdown if "border-left:6px" in m.value]
     assert len(banner) == 1 and LM_PRESETS[0] in banner[0]  # the continuation follows its greyed prompt
     pieces = [m.value for m in at.markdown if "bos&gt;" in m.value]  # step 0: what the decoder is fed

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not (CKPT / "model.safetensors").is_file(), reas
 WRAPPER = """
 import pathlib, runpy
 import streamlit as st
-st.session_state["_ckpt_path"] = pathlib.Path({ckpt!r})
+st.session_state["app_ckpt_path"] = pathlib.Path({ckpt!r})
 replay = st.session_state.get("_replay")
 if replay:
     del st.session_state["_replay"]
@@ -41,7 +41,7 @@ if replay:
         callback(*args)
 runpy.run_path({page!r}, run_name="__main__")
 """
-PAGES = {"translate": ("step", "Next"), "decoding": ("dl_step", "Next")}
+PAGES = {"translate": ("tr_step", "Next"), "decoding": ("dl_step", "Next")}
 
 
 @pytest.fixture(autouse=True)

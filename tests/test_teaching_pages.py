@@ -279,13 +279,13 @@ def test_tokenization_page():
     at = _app("app_pages/tokenization.py")
     assert not at.warning
     assert any("Final:" in str(c.value) for c in at.caption)
-    at.selectbox(key="tok_word").set_value(2).run()
+    at.selectbox(key="tk_word").set_value(2).run()
     assert not at.exception
-    at.text_area(key="tok_text").set_value("").run()
+    at.text_area(key="tk_text").set_value("").run()
     assert not at.exception and "Type some text" in _warnings(at)
-    at.text_area(key="bpe_train_text").set_value("   ").run()
+    at.text_area(key="tk_train_text").set_value("   ").run()
     assert not at.exception and "Paste some text" in _warnings(at)
-    at.text_area(key="tok_text").set_value("I 🙂 it").run()
+    at.text_area(key="tk_text").set_value("I 🙂 it").run()
     assert not at.exception and "<unk>" in _warnings(at)
 
 
@@ -294,9 +294,9 @@ def test_tokenization_word_box_shows_the_new_word_after_the_text_changes():
     """The Word box keeps its number when the text changes, but its label ("2: ▁word") changes: the browser must be
     sent the new label, or it goes on showing the old word while the replay below shows the new one."""
     at = _app("app_pages/tokenization.py", tok_text="Bobby likes blackberries.")
-    at.selectbox(key="tok_word").set_value(2).run()
-    at.text_area(key="tok_text").set_value("Alice went to the market.").run()
-    box = at.selectbox(key="tok_word")
+    at.selectbox(key="tk_word").set_value(2).run()
+    at.text_area(key="tk_text").set_value("Alice went to the market.").run()
+    box = at.selectbox(key="tk_word")
     assert box.value == 2 and list(box.options)[2] == "2: ▁to"
     # what the browser is told to show (without set_value it keeps its own, old label)
     assert box.proto.set_value and box.proto.raw_value == "2: ▁to"
@@ -310,7 +310,7 @@ def test_tokenization_page_vocab_extremes(vocab, expect):
     assert not at.warning
     if expect:
         assert f"showing {expect}" in _notes(at)
-    assert at.slider(key="bpe_vocab").value == int(expect or (vocab if vocab.isdigit() else 120))
+    assert at.slider(key="tk_vocab").value == int(expect or (vocab if vocab.isdigit() else 120))
 
 
 @needs_ckpt
@@ -323,8 +323,8 @@ def test_lecture_page():
     for name, what in (("Q", "queries"), ("K", "keys"), ("V", "values"), ("X", "one row per token")):
         assert any(h.startswith(f"**{name}** — {what}") for h in headings), (name, headings)
     at = _app("app_pages/lecture.py", causal="1", scaled="0", seed="zz")
-    assert at.checkbox(key="wx_causal").value and not at.checkbox(key="wx_scale").value
-    at.radio(key="wx_heads").set_value(4).run()
+    assert at.checkbox(key="we_causal").value and not at.checkbox(key="we_scale").value
+    at.radio(key="we_heads").set_value(4).run()
     assert not at.exception
 
 
@@ -392,7 +392,7 @@ def test_positional_page_for_other_encodings(kind, tmp_path, monkeypatch):
     save_checkpoint(tmp_path / f"tiny-{kind}", Transformer(cfg).eval(), tok)
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(tmp_path))
     at = _app("app_pages/positional.py", ckpt=f"tiny-{kind}")
-    assert at.sidebar.selectbox(key="ckpt_name").value == f"tiny-{kind}"
+    assert at.sidebar.selectbox(key="app_ckpt").value == f"tiny-{kind}"
     assert any(f"**{kind}**" in str(m.value) for m in at.markdown)
     assert not at.warning and not at.error
 

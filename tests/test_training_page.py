@@ -321,7 +321,7 @@ def page(monkeypatch, root: Path, demo: bool = False) -> AppTest:
 def test_page_empty_root(tmp_path, monkeypatch):
     at = page(monkeypatch, tmp_path)
     assert any("No runs yet" in i.value for i in at.info)
-    assert len(at.button) >= 1 and at.selectbox(key="train_preset").value == "2-minute CPU demo"
+    assert len(at.button) >= 1 and at.selectbox(key="tn_form_preset").value == "2-minute CPU demo"
 
 
 def test_page_shows_the_shipped_translators_legs(tmp_path, monkeypatch):
@@ -338,9 +338,9 @@ def test_page_shows_the_shipped_translators_legs(tmp_path, monkeypatch):
 
 def test_page_invalid_form_shows_error(tmp_path, monkeypatch):
     at = page(monkeypatch, tmp_path)
-    preset = at.selectbox(key="train_preset").value
-    at.number_input(key=f"f_d_model_{preset}").set_value(30)
-    at.number_input(key=f"f_heads_{preset}").set_value(4)
+    preset = at.selectbox(key="tn_form_preset").value
+    at.number_input(key=f"tn_form_d_model_{preset}").set_value(30)
+    at.number_input(key=f"tn_form_heads_{preset}").set_value(4)
     at.button[0].click().run()
     assert not at.exception
     assert any("divisible" in e.value for e in at.error), [e.value for e in at.error]
@@ -356,9 +356,9 @@ def test_page_form_launches_a_decoder_only_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(L, "launch", fake_launch)
     at = page(monkeypatch, tmp_path)
-    preset = at.selectbox(key="train_preset").value
-    assert at.selectbox(key=f"f_arch_{preset}").value == "encoder-decoder"
-    at.selectbox(key=f"f_arch_{preset}").set_value("decoder-only")
+    preset = at.selectbox(key="tn_form_preset").value
+    assert at.selectbox(key=f"tn_form_arch_{preset}").value == "encoder-decoder"
+    at.selectbox(key=f"tn_form_arch_{preset}").set_value("decoder-only")
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     (form,) = launched
@@ -373,14 +373,14 @@ def test_page_form_brown_corpus(tmp_path, monkeypatch):
     monkeypatch.setattr(L, "launch", lambda form, root, name=None, train_tsv_bytes=None:
                         launched.append(form) or Path(root) / "lm-run")
     at = page(monkeypatch, tmp_path)
-    preset = at.selectbox(key="train_preset").value
-    at.radio(key=f"f_data_{preset}").set_value("brown")
+    preset = at.selectbox(key="tn_form_preset").value
+    at.radio(key=f"tn_form_data_{preset}").set_value("brown")
     at.button[0].click().run()
     assert not at.exception and not launched
     assert any("English only" in e.value for e in at.error)
-    at.selectbox(key="train_preset").set_value("2-minute CPU demo, language model").run()
-    lm = at.selectbox(key="train_preset").value
-    assert at.radio(key=f"f_data_{lm}").value == "brown"
+    at.selectbox(key="tn_form_preset").set_value("2-minute CPU demo, language model").run()
+    lm = at.selectbox(key="tn_form_preset").value
+    assert at.radio(key=f"tn_form_data_{lm}").value == "brown"
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert launched[-1]["data"] == "brown" and any("--corpus brown" in s.value for s in at.success)
@@ -396,17 +396,17 @@ def test_page_form_mixture_shares(tmp_path, monkeypatch):
     monkeypatch.setattr(L, "launch", lambda form, root, name=None, train_tsv_bytes=None:
                         launched.append(form) or Path(root) / "mix-run")
     at = page(monkeypatch, tmp_path)
-    at.selectbox(key="train_preset").set_value("real sentence pairs (Tatoeba + Multi30K + BConTrasT + Ding)").run()
-    preset = at.selectbox(key="train_preset").value
-    assert at.radio(key=f"f_data_{preset}").value == "mixture"
-    assert at.number_input(key=f"f_mix_multi30k_{preset}").value == 2
+    at.selectbox(key="tn_form_preset").set_value("real sentence pairs (Tatoeba + Multi30K + BConTrasT + Ding)").run()
+    preset = at.selectbox(key="tn_form_preset").value
+    assert at.radio(key=f"tn_form_data_{preset}").value == "mixture"
+    assert at.number_input(key=f"tn_form_mix_multi30k_{preset}").value == 2
     assert any("Not prepared yet" in c.value for c in at.caption)
     at.button[0].click().run()
     assert not at.exception and not launched
     assert any("python -m corpora prepare all" in e.value for e in at.error), [e.value for e in at.error]
     for corpus in ("tatoeba", "multi30k", "bcontrast"):
-        at.number_input(key=f"f_mix_{corpus}_{preset}").set_value(0)
-    at.number_input(key=f"f_mix_ding_{preset}").set_value(3)
+        at.number_input(key=f"tn_form_mix_{corpus}_{preset}").set_value(0)
+    at.number_input(key=f"tn_form_mix_ding_{preset}").set_value(3)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert launched[-1]["mix"] == "tatoeba=0,multi30k=0,bcontrast=0,ding=3"
@@ -422,12 +422,12 @@ def test_the_form_keeps_a_presets_general_domain_shares(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "PREPARED", tmp_path / "prepared")
     at = page(monkeypatch, tmp_path)
     name = next(n for n in TF.PRESETS if "wmt-news-extra" in (TF.preset_form(n).get("mix") or ""))
-    at.selectbox(key="train_preset").set_value(name).run()
-    preset = at.selectbox(key="train_preset").value
+    at.selectbox(key="tn_form_preset").set_value(name).run()
+    preset = at.selectbox(key="tn_form_preset").value
     wanted = parallel.parse_repeats(TF.preset_form(name)["mix"], parallel.DEFAULT_REPEATS)
     assert any(wanted.get(c) for c in EXTRA_CORPORA)
     for corpus, n in wanted.items():
-        assert at.number_input(key=f"f_mix_{corpus}_{preset}").value == n, corpus
+        assert at.number_input(key=f"tn_form_mix_{corpus}_{preset}").value == n, corpus
 
 
 def test_page_demo_hides_form(tmp_path, monkeypatch):
@@ -503,8 +503,8 @@ def compare_charts(at: AppTest) -> dict[str, dict]:
     out = {}
     for chart in at.get("plotly_chart"):
         key = chart.proto.id.rsplit("-", 1)[-1]
-        if key.startswith("cmp_"):
-            out[key[4:]] = json.loads(chart.proto.spec)
+        if key.startswith("tn_chart_cmp_"):
+            out[key[len("tn_chart_cmp_"):]] = json.loads(chart.proto.spec)
     return out
 
 
@@ -518,7 +518,7 @@ def three_runs(tmp_path):
 
 def test_compare_two_runs_overlays_their_curves(three_runs, monkeypatch):
     at = page(monkeypatch, three_runs)
-    assert at.multiselect(key="compare").value == ["newest", "older"]  # the two most recent that have ended
+    assert at.multiselect(key="tn_compare_runs").value == ["newest", "older"]  # the two most recent that have ended
     charts = compare_charts(at)
     assert list(charts) == ["loss", "valid_loss", "valid_bleu", "valid_chrf", "tokens_per_s", "lr"]
     for metric, spec in charts.items():
@@ -529,17 +529,17 @@ def test_compare_two_runs_overlays_their_curves(three_runs, monkeypatch):
     assert len(colours) == 2  # one colour per run, the same on every chart
     assert charts["loss"]["data"][1]["x"] == [50, 100, 150] and charts["valid_loss"]["data"][1]["x"] == [100]
 
-    at.multiselect(key="compare").set_value(["oldest", "newest", "older"]).run()
-    at.radio(key="compare_x").set_value("tokens seen").run()
+    at.multiselect(key="tn_compare_runs").set_value(["oldest", "newest", "older"]).run()
+    at.radio(key="tn_compare_x").set_value("tokens seen").run()
     assert not at.exception
     charts = compare_charts(at)
     assert [t["name"] for t in charts["valid_bleu"]["data"]] == ["oldest", "newest", "older"]
     assert charts["valid_bleu"]["data"][0]["x"] == [130_000, 260_000]  # evaluation lines: tokens of their step
     assert "tokens seen" in charts["loss"]["layout"]["xaxis"]["title"]["text"]
-    at.radio(key="compare_x").set_value("wall time (minutes)").run()
+    at.radio(key="tn_compare_x").set_value("wall time (minutes)").run()
     assert compare_charts(at)["loss"]["data"][0]["x"] == pytest.approx([50 * 0.5 / 60 * k for k in (1, 2, 3, 4)])
 
-    at.multiselect(key="compare").set_value([]).run()
+    at.multiselect(key="tn_compare_runs").set_value([]).run()
     assert not at.exception and compare_charts(at) == {}
     assert any("Pick runs" in c.value for c in at.caption)
 
@@ -547,14 +547,14 @@ def test_compare_two_runs_overlays_their_curves(three_runs, monkeypatch):
 def test_a_run_that_ends_while_the_page_is_open_is_preselected(tmp_path, monkeypatch):
     run = fake_run(tmp_path, "watched", age=10, state="running", pid=os.getpid())
     at = page(monkeypatch, tmp_path)
-    assert at.multiselect(key="compare").value == []  # nothing has ended yet
+    assert at.multiselect(key="tn_compare_runs").value == []  # nothing has ended yet
     status = json.loads((run / "status.json").read_text())
     (run / "status.json").write_text(json.dumps({**status, "state": "finished"}))
     at.run()
-    assert not at.exception and at.multiselect(key="compare").value == ["watched"]
-    at.multiselect(key="compare").set_value([]).run()  # a person's choice, even an empty one, is kept
+    assert not at.exception and at.multiselect(key="tn_compare_runs").value == ["watched"]
+    at.multiselect(key="tn_compare_runs").set_value([]).run()  # a person's choice, even an empty one, is kept
     at.run()
-    assert at.multiselect(key="compare").value == []
+    assert at.multiselect(key="tn_compare_runs").value == []
 
 
 def test_compare_selection_comes_from_the_url(three_runs, monkeypatch):
@@ -564,8 +564,8 @@ def test_compare_selection_comes_from_the_url(three_runs, monkeypatch):
     at.query_params["compare_x"] = "tokens seen"
     at.run()
     assert not at.exception, at.exception
-    assert at.multiselect(key="compare").value == ["oldest"]  # an unknown run id in the URL is dropped
-    assert at.radio(key="compare_x").value == "tokens seen"
+    assert at.multiselect(key="tn_compare_runs").value == ["oldest"]  # an unknown run id in the URL is dropped
+    assert at.radio(key="tn_compare_x").value == "tokens seen"
     assert [t["name"] for t in compare_charts(at)["loss"]["data"]] == ["oldest"]
 
 
@@ -578,7 +578,7 @@ def test_compare_run_vanished_after_listing(three_runs, monkeypatch):
 
     monkeypatch.setattr(L, "list_runs", listing_then_gone)
     at = page(monkeypatch, three_runs)
-    assert at.multiselect(key="compare").value == ["ghost", "newest"]
+    assert at.multiselect(key="tn_compare_runs").value == ["ghost", "newest"]
     assert any("`ghost` is no longer there" in i.value for i in at.info), [i.value for i in at.info]
     charts = compare_charts(at)
     assert charts and all([t["name"] for t in c["data"]] == ["newest"] for c in charts.values())
@@ -593,7 +593,7 @@ def test_compare_tolerates_runs_being_written(tmp_path, monkeypatch):
     (tmp_path / "nometrics").mkdir()
     at = page(monkeypatch, tmp_path)
     assert at.table[0].value.set_index("name")["state"]["writing"] == "running"
-    at.multiselect(key="compare").set_value(["writing", "fresh", "garbage", "nometrics"]).run()
+    at.multiselect(key="tn_compare_runs").set_value(["writing", "fresh", "garbage", "nometrics"]).run()
     assert not at.exception, at.exception
     infos = " ".join(i.value for i in at.info)
     assert "`fresh` has no metrics yet" in infos and "`nometrics` has no metrics yet" in infos
@@ -666,13 +666,13 @@ def test_page_shows_a_decoder_only_run(tmp_path, monkeypatch):
     assert "Loss" in titles and "Validation perplexity (exp of the loss)" in titles
     assert "Validation BLEU / chrF" not in titles
     # heads forming: the probe's continuation and its masked self-attention
-    assert at.selectbox(key="hf_kind").options == [KIND_SHORT["self"]]
+    assert at.selectbox(key="tn_hf_kind").options == [KIND_SHORT["self"]]
     assert any(m.value.startswith("Continuation at step 200: The cat sat.") for m in at.markdown)
     assert any(t == "layer 1 · head 2" for t in titles)
     snap_slider(at).set_value(0).run()
     assert not at.exception and any("Continuation at step 0" in m.value for m in at.markdown)
     # compare: the language model's BLEU / chrF are "not measured", its losses plot
-    assert at.multiselect(key="compare").value == ["lm", "translator"]
+    assert at.multiselect(key="tn_compare_runs").value == ["lm", "translator"]
     charts = compare_charts(at)
     assert charts["valid_loss"]["data"][0]["x"] == [100, 200]
     for metric in ("valid_bleu", "valid_chrf"):
@@ -826,12 +826,12 @@ def test_delete_asks_to_confirm(tmp_path, monkeypatch):
 def test_open_in_explorer_lists_the_copy_in_the_sidebar(finished, tmp_path, monkeypatch):
     """"Open in explorer" copied best/ after the sidebar's picker had been drawn, so the copy showed only after a
     reload. The whole app (app.py draws the picker, then the page) with a temporary checkpoint folder."""
-    import ui.state as S
+    import ui.checkpoints as C
 
     root, _ = finished
     ckpts = tmp_path / "checkpoints"
     ckpts.mkdir()
-    monkeypatch.setattr(S, "CHECKPOINT_ROOTS", [ckpts])
+    monkeypatch.setattr(C, "CHECKPOINT_ROOTS", [ckpts])
     real_export = L.export_best
     monkeypatch.setattr(L, "export_best", lambda run_dir, _root, name=None: real_export(run_dir, ckpts, name))
     monkeypatch.setenv(R.RUNS_ENV, str(root))
@@ -844,7 +844,7 @@ def test_open_in_explorer_lists_the_copy_in_the_sidebar(finished, tmp_path, monk
     next(b for b in at.button if b.label == "Open in explorer").click().run()
     assert not at.exception, at.exception
     assert (ckpts / "tiny" / "config.json").is_file()
-    assert "tiny" in at.sidebar.selectbox(key="ckpt_name").options
+    assert "tiny" in at.sidebar.selectbox(key="app_ckpt").options
     assert any("checkpoints/tiny" in s.value for s in at.success)
 
 
@@ -852,18 +852,18 @@ def test_the_preselected_runs_stay_out_of_the_link(three_runs, monkeypatch):
     """Any click on the Training page wrote the preselected runs into the link (``?compare=newest&compare=older``),
     though they were nobody's choice: a link says only what a person chose."""
     at = page(monkeypatch, three_runs)
-    assert at.multiselect(key="compare").value == ["newest", "older"]
-    at.radio(key="compare_x").set_value("tokens seen").run()
-    assert not at.exception and at.multiselect(key="compare").value == ["newest", "older"]
+    assert at.multiselect(key="tn_compare_runs").value == ["newest", "older"]
+    at.radio(key="tn_compare_x").set_value("tokens seen").run()
+    assert not at.exception and at.multiselect(key="tn_compare_runs").value == ["newest", "older"]
     assert "compare" not in at.query_params and at.query_params["compare_x"] == "tokens seen"
     assert not any("Session State API" in w.value for w in at.warning)
-    at.multiselect(key="compare").set_value(["oldest"]).run()  # a person's choice goes into the link
+    at.multiselect(key="tn_compare_runs").set_value(["oldest"]).run()  # a person's choice goes into the link
     assert at.query_params["compare"] == "oldest"
     monkeypatch.setenv(R.RUNS_ENV, str(three_runs))
     again = AppTest.from_file(str(PAGE), default_timeout=60)
     again.query_params["compare"] = "oldest,no-such-run"  # a link: its runs come back, an unknown one noted
     again.run()
-    assert again.multiselect(key="compare").value == ["oldest"]
+    assert again.multiselect(key="tn_compare_runs").value == ["oldest"]
     assert any("no-such-run" in i.value for i in again.info)
 
 

@@ -188,15 +188,15 @@ def test_a_visit_without_parameters_writes_no_default_into_the_link(query, writt
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert dict(at.query_params) == written
-    default = at.text_input(key="text_input").value
-    at.text_input(key="text_input").input("The cat sat on the mat.").run()
+    default = at.text_input(key="tr_text").value
+    at.text_input(key="tr_text").input("The cat sat on the mat.").run()
     assert at.query_params["text"] == "The cat sat on the mat."
-    at.text_input(key="text_input").input(default).run()
+    at.text_input(key="tr_text").input(default).run()
     assert dict(at.query_params) == written
     again = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     for key, value in written.items():
         again.query_params[key] = value
-    assert again.run().text_input(key="text_input").value == default  # the link still shows the same sentence
+    assert again.run().text_input(key="tr_text").value == default  # the link still shows the same sentence
 
 
 @needs_ckpt
@@ -230,16 +230,16 @@ CONTROLS = {
                               [("selectbox", "tr_attr_method", "attention"), ("selectbox", "tr_attr_layer", 1),
                                ("selectbox", "tr_attr_head", 2), ("selectbox", "tr_attr_steps", 64)]),
     "attention-tokens": ({"tab": "Tokens & lines"},
-                         [("radio", "attn_kind", "encoder"), ("selectbox", "attn_layer", 0),
-                          ("selectbox", "attn_head", 2), ("toggle", "attn_words", True), ("selectbox", "attn_query", 2),
-                          ("selectbox", "attn_key", 1), ("slider", "attn_line_threshold", 0.2),
-                          ("toggle", "attn_lines_focus", True)]),
-    "attention-grid": ({"tab": "Model grid"}, [("radio", "attn_grid_style", "Altair (click a head to open it)")]),
-    "attention-stats": ({"tab": "Head statistics"}, [("selectbox", "attn_stat", "max")]),
-    "attention-ablation": ({"tab": "Ablation"}, [("multiselect", "attn_ablate", ["encoder L2 H3", "cross L1 H1"])]),
-    "attention-compare": ({"tab": "Compare"}, [("text_input", "attn_cmp_text", "Time flies like an arrow.")]),
-    "attention-compare-checkpoint": ({"tab": "Compare"}, [("radio", "attn_cmp_mode", "another checkpoint"),
-                                                          ("selectbox", "attn_cmp_ckpt", "runs/r1/best")]),
+                         [("radio", "at_kind", "encoder"), ("selectbox", "at_layer", 0),
+                          ("selectbox", "at_head", 2), ("toggle", "at_words", True), ("selectbox", "at_token_query", 2),
+                          ("selectbox", "at_token_key", 1), ("slider", "at_token_threshold", 0.2),
+                          ("toggle", "at_token_focus", True)]),
+    "attention-grid": ({"tab": "Model grid"}, [("radio", "at_grid_style", "Altair (click a head to open it)")]),
+    "attention-stats": ({"tab": "Head statistics"}, [("selectbox", "at_stat", "max")]),
+    "attention-ablation": ({"tab": "Ablation"}, [("multiselect", "at_ablate", ["encoder L2 H3", "cross L1 H1"])]),
+    "attention-compare": ({"tab": "Compare"}, [("text_input", "at_cmp_text", "Time flies like an arrow.")]),
+    "attention-compare-checkpoint": ({"tab": "Compare"}, [("radio", "at_cmp_mode", "another checkpoint"),
+                                                          ("selectbox", "at_cmp_ckpt", "runs/r1/best")]),
     "decoding": ({"step": "3"}, [("radio", "dl_w_strategy", "sample"), ("slider", "dl_w_temperature", 0.7),
                                  ("number_input", "dl_w_top_k", 40), ("slider", "dl_w_top_p", 0.9),
                                  ("number_input", "dl_w_seed", 3)]),
@@ -247,9 +247,9 @@ CONTROLS = {
                            ("slider", "dl_w_alpha", 1.0)]),
     "positional": ({}, [("number_input", "pe_d_model", 32), ("number_input", "pe_length", 20),
                         ("number_input", "pe_offset", -3), ("multiselect", "pe_dims", [0, 2, 7])]),
-    "tokenization": ({}, [("text_area", "tok_text", "Hello there, general Kenobi."), ("selectbox", "tok_word", 1),
-                          ("text_area", "bpe_train_text", "a cat\na hat\na bat"), ("slider", "bpe_vocab", 50)]),
-    "lecture": ({}, [("checkbox", "wx_scale", False), ("checkbox", "wx_causal", True), ("radio", "wx_heads", 4)]),
+    "tokenization": ({}, [("text_area", "tk_text", "Hello there, general Kenobi."), ("selectbox", "tk_word", 1),
+                          ("text_area", "tk_train_text", "a cat\na hat\na bat"), ("slider", "tk_vocab", 50)]),
+    "lecture": ({}, [("checkbox", "we_scale", False), ("checkbox", "we_causal", True), ("radio", "we_heads", 4)]),
 }
 
 
@@ -293,25 +293,10 @@ def test_a_first_visit_of_any_page_writes_no_default_into_the_link(page):
 def test_switching_back_to_the_default_checkpoint_takes_it_out_of_the_link():
     """Switching to brown-lm and back wrote ``?ckpt=en-de``, a parameter equal to its default."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90).run()
-    at.sidebar.selectbox(key="ckpt_name").select("brown-lm").run()
+    at.sidebar.selectbox(key="app_ckpt").select("brown-lm").run()
     assert at.query_params["ckpt"] == "brown-lm"
-    at.sidebar.selectbox(key="ckpt_name").select("en-de").run()
+    at.sidebar.selectbox(key="app_ckpt").select("en-de").run()
     assert not at.exception and "ckpt" not in at.query_params
-
-
-def test_every_key_a_page_state_names_is_one_its_page_uses():
-    """The checkpoint picker and the sentence boxes reset pages through ui.page_state.PAGES only: a key listed there
-    that its page no longer uses would silently reset nothing."""
-    from ui.page_state import PAGES
-
-    sources = {p.stem: p.read_text(encoding="utf-8") for p in (ROOT / "app_pages").glob("*.py")}
-    glue = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "ui").glob("*.py") if p.name != "page_state.py")
-    for page in PAGES:
-        used = sources[page.page] + glue
-        if page.text_key:  # the page names its text box through its state object
-            assert "text_key" in sources[page.page], page.page
-        for name in (*page.model_keys, *page.sentence_keys, *page.model_params, *page.sentence_params):
-            assert f'"{name}"' in used, (page.page, name)
 
 
 @needs_ckpt
@@ -321,7 +306,7 @@ def test_a_new_sentence_takes_an_old_sweep_out_of_the_link():
     at = open_page("attention", {"tab": "Ablation", "sweep": "1", "text": "The cat sat on the mat."})
     assert not at.exception and at.query_params.get("sweep") == "1"
     at.switch_page("app_pages/translate.py").run()
-    at.text_input(key="text_input").input("A dog runs through the snow.").run()
+    at.text_input(key="tr_text").input("A dog runs through the snow.").run()
     assert not at.exception and "sweep" not in at.query_params and "step" not in at.query_params
 
 

@@ -26,8 +26,8 @@ from viz.qk import dimension_order, score_figure, top_dimensions, values_figure,
 from viz.theme import PAGE_PX
 
 #: The query box's session key and link parameter, shared with the Tokens & lines tab (both pick a query row).
-QUERY_KEY = "attn_query"
-SORT_KEY = "attn_qk_sort"
+QUERY_KEY = "at_token_query"
+SORT_KEY = "at_qk_sort"
 
 
 def record(ckpt: Checkpoint, raw: Trace, kind: str, layer: int, head: int, query: int) -> QueryKey:
@@ -101,7 +101,7 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
         score_figure, contributions, rec.scores.numpy(), rec.weights.numpy(), k_labels, mask=mask,
         bias=None if rec.bias is None else rec.bias.numpy(),
         unrotated=None if rec.scores_unrotated is None else rec.scores_unrotated.numpy(), order=order, own=own,
-        title=f"How “{q_labels[qi]}” scores every key · {where}", width=width), key="qk_scores")
+        title=f"How “{q_labels[qi]}” scores every key · {where}", width=width), key="at_chart_qk_scores")
     shown = raw.attention[kind][layer, head, qi].numpy()
     gap = float(np.abs(shown - rec.weights.numpy()).max())
     st.caption(f"A row is a key. Red dimensions raise its score, blue ones lower it; a score is the sum of its row. "
@@ -122,15 +122,15 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
                   ("after the rotation (as scored)", rec.q.numpy(), rec.k.numpy())]
     widgets.show_figure(shared(vectors_figure, panels, q_labels[qi], k_labels, order=order,
                                title=f"The query and the keys, entry by entry · {where}", width=width),
-                        key="qk_vectors")
+                        key="at_chart_qk_vectors")
     widgets.show_figure(shared(values_figure, rec.weighted.numpy(), rec.output.numpy(), k_labels,
                                title=f"What “{q_labels[qi]}” reads: the values, each times its weight", width=width),
-                        key="qk_values")
+                        key="at_chart_qk_values")
     st.caption("Each row is a value vector v_j times its weight w_j; the top row, their sum, is the head's output "
                "for this query, before W^O mixes the heads.")
     st.download_button(
         "Download these numbers (.npz)", data=lambda: record_npz(rec, q_labels[qi], k_labels),
         file_name=f"qk-{kind}-layer{layer + 1}-head{head + 1}-query{qi}.npz", mime="application/octet-stream",
-        key="qk_export", on_click="ignore", icon=":material/download:",
+        key="at_export_qk", on_click="ignore", icon=":material/download:",
         help="q, k (before and after any rotation), q ⊙ k, the scores, mask, logits, weights, v, the weighted values "
              "and the output, as float32 arrays with the tokens; load with numpy.load.")

@@ -38,12 +38,12 @@ def tokens_tab(view: views.View) -> None:
     if view.head == "all":
         st.caption("All heads are selected above, so this tab follows their **mean**; pick one head to follow it.")
     where = view_title(kind, view.layer, shown, view.words, short=True)
-    for key, name, n in (("attn_query", "query", len(q_labels)), ("attn_key", "key", len(k_labels))):
+    for key, name, n in (("at_token_query", "query", len(q_labels)), ("at_token_key", "key", len(k_labels))):
         url.init_widget(key, functools.partial(url.int_param, name=name, default=0, lo=0, hi=n - 1,
                                                what="token number"), valid=range(n).__contains__)
     left, right = st.columns(2)
     with left:
-        qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="attn_query",
+        qi = st.selectbox("Query token (a row)", list(range(len(q_labels))), key="at_token_query",
                           format_func=lambda i: f"{i}: {q_labels[i]}")
         q_word = q_labels[qi]
         plot(shared(token_bar_figure, w[qi], k_labels, title=f"What “{q_word}” attends to", subtitle=where,
@@ -52,7 +52,7 @@ def tokens_tab(view: views.View) -> None:
                                           caption=f"“{q_word}” over the keys (the strongest outlined)"),
                     unsafe_allow_html=True)
     with right:
-        kj = st.selectbox("Key token (a column)", list(range(len(k_labels))), key="attn_key",
+        kj = st.selectbox("Key token (a column)", list(range(len(k_labels))), key="at_token_key",
                           format_func=lambda i: f"{i}: {k_labels[i]}")
         k_word = k_labels[kj]
         plot(shared(token_bar_figure, w[:, kj], q_labels, title=f"Who attends to “{k_word}”", subtitle=where,
@@ -61,10 +61,10 @@ def tokens_tab(view: views.View) -> None:
                                           "(a column does not sum to 1)"), unsafe_allow_html=True)
     st.subheader("Lines")
     s1, s2 = st.columns([2, 1], vertical_alignment="bottom")
-    url.init_widget("attn_line_threshold", lambda p: url.float_param(p, "threshold", 0.05, 0.0, 0.5))
-    url.init_widget("attn_lines_focus", lambda p: url.bool_param(p, "focus", False))
-    threshold = s1.slider("Hide lines below this weight", 0.0, 0.5, step=0.01, key="attn_line_threshold")
-    focus = s2.toggle("Only the picked query", key="attn_lines_focus")
+    url.init_widget("at_token_threshold", lambda p: url.float_param(p, "threshold", 0.05, 0.0, 0.5))
+    url.init_widget("at_token_focus", lambda p: url.bool_param(p, "focus", False))
+    threshold = s1.slider("Hide lines below this weight", 0.0, 0.5, step=0.01, key="at_token_threshold")
+    focus = s2.toggle("Only the picked query", key="at_token_focus")
     url.put("query", qi, 0)
     url.put("key", kj, 0)
     url.put("threshold", round(threshold, 4), 0.05)
@@ -75,19 +75,19 @@ def tokens_tab(view: views.View) -> None:
 
 
 def _open_head(layer: int, head: int) -> None:
-    st.session_state["attn_layer"], st.session_state["attn_head"] = layer, head
+    st.session_state["at_layer"], st.session_state["at_head"] = layer, head
 
 
 def _on_grid_pick(n_heads: int) -> None:
     """The grid's "open a head" selectbox → the shared layer / head."""
-    idx = st.session_state.get("attn_grid_open")
+    idx = st.session_state.get("at_grid_open")
     if idx is not None:
         _open_head(*divmod(int(idx), n_heads))
 
 
 def _on_grid_click() -> None:
     """A click on the Altair grid → the shared layer / head."""
-    chart_state = st.session_state.get("attn_grid_alt") or {}
+    chart_state = st.session_state.get("at_grid_alt") or {}
     picked = views.grid_pick(chart_state.get("selection", {}))
     if picked is not None:
         _open_head(*picked)
@@ -99,9 +99,9 @@ def grid_tab(view: views.View) -> None:
     attn, q_labels, k_labels, layer, head = view.attn, view.q_labels, view.k_labels, view.layer, view.head
     n_layers, n_heads = attn.shape[0], attn.shape[1]
     picked = (layer, head) if isinstance(head, int) else None
-    url.init_widget("attn_grid_style", lambda p: url.choice_param(p, "grid", GRID_STYLES, GRID_STYLES["plotly"],
+    url.init_widget("at_grid_style", lambda p: url.choice_param(p, "grid", GRID_STYLES, GRID_STYLES["plotly"],
                                                                   what="grid style"))
-    style = st.radio("Grid", list(GRID_STYLES.values()), horizontal=True, key="attn_grid_style",
+    style = st.radio("Grid", list(GRID_STYLES.values()), horizontal=True, key="at_grid_style",
                      help="The Altair grid answers a click on a head by opening it below (and in the other tabs).")
     url.put("grid", next(k for k, v in GRID_STYLES.items() if v == style), "plotly")
     title = f"{KIND_TITLES[view.kind]} · every layer × head{view.unit}"
@@ -113,9 +113,9 @@ def grid_tab(view: views.View) -> None:
         plot(shared(model_grid_figure, attn, q_labels, k_labels, causal=view.causal, title=title, highlight=picked))
     else:
         widgets.show_altair(shared(model_grid_altair, attn, q_labels, k_labels, causal=view.causal, selected=picked),
-                            on_select=_on_grid_click, selection_mode="head_pick", key="attn_grid_alt", theme=None)
-    st.session_state["attn_grid_open"] = None if picked is None else picked[0] * n_heads + picked[1]
-    st.selectbox("Open a head", list(range(n_layers * n_heads)), index=None, key="attn_grid_open",
+                            on_select=_on_grid_click, selection_mode="head_pick", key="at_grid_alt", theme=None)
+    st.session_state["at_grid_open"] = None if picked is None else picked[0] * n_heads + picked[1]
+    st.selectbox("Open a head", list(range(n_layers * n_heads)), index=None, key="at_grid_open",
                  placeholder="Pick a head to open it large…", on_change=_on_grid_pick, args=(n_heads,),
                  format_func=lambda i: f"layer {i // n_heads + 1} · head {i % n_heads + 1}")
     if picked is not None:
@@ -175,7 +175,7 @@ def stats_tab(trace: Trace, view: views.View) -> None:
     stats = head_statistics(trace.attention[kind], eos_index=eos_index)
     st.caption(stats_caption(kind) + ("" if presentation.is_on() else " Click a column header to sort."))
     widgets.show_table(
-        views.stats_frame(stats), key="attn_stats_table", formats={n: "{:.3f}" for n in stats},
+        views.stats_frame(stats), key="at_chart_stats", formats={n: "{:.3f}" for n in stats},
         column_config={n: st.column_config.NumberColumn(n, help=views.STAT_HELP.get(n)) for n in stats},
     )
     if kind == "cross":
@@ -185,9 +185,9 @@ def stats_tab(trace: Trace, view: views.View) -> None:
         st.caption("*first* is the weight on <bos>, a common resting place (attention sink) for heads with nothing "
                    "to do.")
     names = list(stats)
-    url.init_widget("attn_stat", lambda p: url.choice_param(p, "stat", names, names[0], what="statistic"),
+    url.init_widget("at_stat", lambda p: url.choice_param(p, "stat", names, names[0], what="statistic"),
                     valid=lambda n: n in names)
-    stat = st.selectbox("Statistic", names, key="attn_stat", format_func=lambda n: f"{n}: {views.STAT_HELP.get(n, '')}")
+    stat = st.selectbox("Statistic", names, key="at_stat", format_func=lambda n: f"{n}: {views.STAT_HELP.get(n, '')}")
     url.put("stat", stat, names[0])
     k_len = trace.attention[kind].shape[-1]
     plot(shared(head_stat_heatmap, stats[stat], stat, zmin=0.0, zmax=math.log(k_len) if stat == "entropy" else 1.0,

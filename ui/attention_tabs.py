@@ -72,9 +72,9 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
                "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
     counts = cfg.attention_layers()
     options = views.head_options(counts, cfg.n_heads)
-    url.init_widget("attn_ablate", lambda p: url.choices_param(p, "ablate", options, what="heads switched off"),
+    url.init_widget("at_ablate", lambda p: url.choices_param(p, "ablate", options, what="heads switched off"),
                     valid=lambda v: set(v) <= set(options))
-    chosen = st.multiselect("Heads to switch off", options, key="attn_ablate", placeholder="e.g. cross L2 H3")
+    chosen = st.multiselect("Heads to switch off", options, key="at_ablate", placeholder="e.g. cross L2 H3")
     url.put("ablate", sorted(chosen, key=options.index), [])
     heads = tuple(sorted(chosen, key=options.index))
     src_key, tgt_key = tuple(src.ids), tuple(all_ids)
@@ -106,9 +106,9 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
 
     st.subheader("Every head, one at a time")
     sweep_key = (ckpt_path, ckpt_mtime, src_key, tgt_key)
-    if "_attn_sweep_for" not in st.session_state:  # a link with ?sweep=1 shows the sweep again
+    if "at_sweep_for" not in st.session_state:  # a link with ?sweep=1 shows the sweep again
         wanted, note = url.bool_param(st.query_params, "sweep", False)
-        st.session_state["_attn_sweep_for"] = sweep_key if wanted else None
+        st.session_state["at_sweep_for"] = sweep_key if wanted else None
         url.show_notes(note)
     positions = len(all_ids) + (len(src.ids) if cfg.is_encoder_decoder else 0)
     plan = views.sweep_plan(counts, cfg.n_heads, ckpt.model.num_parameters(), positions, view.kind, view.layer,
@@ -116,10 +116,10 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
     if plan.note:
         st.info(plan.note)
     label = {"all": "Sweep all heads", "kind": "Sweep this kind's heads", "layer": "Sweep this layer's heads"}
-    if st.button(label.get(plan.scope, "Sweep all heads"), key="attn_sweep", disabled=not plan.scorings,
+    if st.button(label.get(plan.scope, "Sweep all heads"), key="at_sweep", disabled=not plan.scorings,
                  help=f"{plan.scorings} scorings of the translation, one per head"):
-        st.session_state["_attn_sweep_for"] = sweep_key
-    swept = st.session_state.get("_attn_sweep_for") == sweep_key
+        st.session_state["at_sweep_for"] = sweep_key
+    swept = st.session_state.get("at_sweep_for") == sweep_key
     url.put("sweep", swept, False)
     if swept and plan.scorings:
         layers = tuple((k, tuple(v)) for k, v in plan.layers.items())
@@ -129,7 +129,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         # one kind per row, at the page's width: side by side, the cells were too narrow for their numbers
         figures = sweep_heatmaps(result, {k: KIND_SHORT[k] for k in result})
         for k, fig in zip(result, figures, strict=True):
-            plot(fig, key=f"sweep_{k}")
+            plot(fig, key=f"at_chart_sweep_{k}")
         if len(figures) > 1:
             st.caption("All maps share one colour scale (± the largest drop of any head), so a colour means the "
                        "same drop in each.")
@@ -151,16 +151,16 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
     """The current view beside the same view of a second sentence or a second checkpoint, and their difference."""
     tok, cfg = ckpt.tokenizer, ckpt.config
     modes = {"sentence": "another sentence", "checkpoint": "another checkpoint"}
-    url.init_widget("attn_cmp_mode", lambda p: url.choice_param(p, "compare", modes, modes["sentence"],
+    url.init_widget("at_cmp_mode", lambda p: url.choice_param(p, "compare", modes, modes["sentence"],
                                                                 what="comparison"))
-    mode = st.radio("Compare with", list(modes.values()), horizontal=True, key="attn_cmp_mode")
+    mode = st.radio("Compare with", list(modes.values()), horizontal=True, key="at_cmp_mode")
     url.put("compare", next(k for k, v in modes.items() if v == mode), "sentence")
     other_trace, other_name = None, ""
     if mode == "another sentence":
         default = next(p for p in state.presets_for(ckpt) if p != src.text)
-        url.init_widget("attn_cmp_text", lambda p: url.text_param(p, "compare_text", default, limits().max_chars,
+        url.init_widget("at_cmp_text", lambda p: url.text_param(p, "compare_text", default, limits().max_chars,
                                                                   what="second sentence"))
-        other_text = st.text_input("Second sentence", key="attn_cmp_text")
+        other_text = st.text_input("Second sentence", key="at_cmp_text")
         too_long = url.put_text("compare_text", other_text, default)
         if too_long:
             st.caption(too_long)
@@ -187,10 +187,10 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
                                f"“{str(st.query_params['compare_ckpt'])[:30]}” "
                                "from the link: no checkpoint of this architecture is available here.")
             return
-        url.init_widget("attn_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
+        url.init_widget("at_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
                                                                     next(iter(others)), what="second checkpoint"),
                         valid=lambda n: n in others)
-        name = st.selectbox("Second checkpoint", list(others), key="attn_cmp_ckpt")
+        name = st.selectbox("Second checkpoint", list(others), key="at_cmp_ckpt")
         url.put("compare_ckpt", name, next(iter(others)))
         other, error = state.load_other(others[name])
         if other is None:
@@ -221,14 +221,15 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
                f"Second: {end_sentence(other_name)}")
     left, right = st.columns(2)
     with left:
-        plot(shared(attention_heatmap, first, view.q_labels, view.k_labels, causal=causal, title="First"), key="cmp_a")
+        plot(shared(attention_heatmap, first, view.q_labels, view.k_labels, causal=causal, title="First"),
+             key="at_chart_cmp_a")
     with right:
-        plot(shared(attention_heatmap, second, o_q, o_k, causal=causal, title="Second"), key="cmp_b")
+        plot(shared(attention_heatmap, second, o_q, o_k, causal=causal, title="Second"), key="at_chart_cmp_b")
     if tuple(first.shape) == tuple(second.shape):
         a = causal_blank(first.numpy()) if causal else first
         b = causal_blank(second.numpy()) if causal else second
         plot(shared(difference_heatmap, a, b, view.q_labels, view.k_labels, title="Difference (second − first)"),
-             key="cmp_d")
+             key="at_chart_cmp_d")
     else:
         st.info(f"The two maps have different shapes ({tuple(first.shape)} vs {tuple(second.shape)}), so "
                 "there is no cell-by-cell difference: compare their patterns side by side.")

@@ -22,6 +22,7 @@ from reading.attribution import METHODS, StepAttribution, attribute_step
 from reading.faithfulness import Faithfulness, faithfulness
 from reading.gradients import MAX_STEPS, TOLERANCE
 from ui import heavy, pieces, presentation, url, whatif_view, widgets
+from ui.page_state import DECODING, TRANSLATE, Field
 from ui.state import checkpoint_version
 from viz.attribution import attribution_html, attribution_svg, share_line_svg
 
@@ -47,7 +48,7 @@ FAITHFUL_NOTE = ("**Faithfulness** (ERASER, DeYoung et al. 2020): mask with `<un
 
 
 class Keys(NamedTuple):
-    """One page's session keys of the view (written out: ``ui.page_state`` names some of them)."""
+    """One page's session keys of the view, derived from its declared family (:mod:`ui.page_state`)."""
 
     toggle: str
     method: str
@@ -63,12 +64,15 @@ class Keys(NamedTuple):
     replacement: str
 
 
-TRANSLATE_KEYS = Keys("tr_attr", "tr_attr_method", "tr_attr_layer", "tr_attr_head", "tr_attr_steps", "tr_attr_line",
-                      "tr_attr_line_button", "tr_attr_export", "tr_attr_svg", "tr_attr_whatif", "tr_attr_word",
-                      "tr_attr_with")
-LAB_KEYS = Keys("dl_attr", "dl_attr_method", "dl_attr_layer", "dl_attr_head", "dl_attr_steps", "dl_attr_line",
-                "dl_attr_line_button", "dl_attr_export", "dl_attr_svg", "dl_attr_whatif", "dl_attr_word",
-                "dl_attr_with")
+    @classmethod
+    def of(cls, attr: Field) -> "Keys":
+        """The keys a page's declared family (``TRANSLATE.attr``: ``tr_attr``, ``tr_attr_method``, …) derives."""
+        return cls(attr.key, *(attr.sub(name) for name in ("method", "layer", "head", "steps", "line", "line_button",
+                                                          "export", "svg", "whatif", "word", "with")))
+
+
+TRANSLATE_KEYS = Keys.of(TRANSLATE.attr)
+LAB_KEYS = Keys.of(DECODING.attr)
 
 
 class StepInputs(NamedTuple):

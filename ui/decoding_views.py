@@ -102,7 +102,7 @@ def step_chart(tok, run: lab.StepView, step: int, sampling: SamplingConfig) -> N
                         temperature=temperature, forced=forced_here, scores="log p", banned=record.banned,
                         title=f"Step {step}: from log-probabilities to the next token "
                               f"({'forced' if forced_here else sampling.strategy})"),
-        key="dl_pipeline",
+        key="dl_chart_pipeline",
     )
     chosen = html.escape(pieces.of_id(tok, record.token_id))
     line = (f"Token **{chosen}**: p = {record.prob:.{DECIMALS}f} under the model (T = 1), "
@@ -173,7 +173,7 @@ def beam_view(ckpt: Checkpoint, result, states, step: int, width: int, alpha: fl
     shown = BeamResult((best,) if best and best.tokens else (), result.steps[:step])
     fig = beam_tree_figure(shown, pieces.namer(tok), cfg.eos_id, title=f"Beam search tree after step {step}",
                            n_steps=n_total, ranks=2 * width)  # the axes of the whole search: it grows in place
-    widgets.show_figure(fig, where=main, key="dl_beam_tree")
+    widgets.show_figure(fig, where=main, key="dl_chart_beam_tree")
     main.caption("x = step, y = rank; grey = pruned, orange = best so far.")
     if step == 0:
         main.info(f"Press **Next**: every open beam (now only <bos>) proposes its continuations; the {2 * width} best "
@@ -280,11 +280,11 @@ def kv_cache_tab(ckpt: Checkpoint, run: lab.StepView, step: int, src_ids: list[i
                         src_len=src_len,
                         target_tokens=pieces.of_ids(tok, run.tokens[:positions]), source_tokens=src_tokens,
                         cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
-        key="dl_kv",
+        key="dl_chart_kv",
     )
     st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
                 "the whole prefix every step without it.")
-    if st.button(f"Measure both over these {step} steps", icon=":material/timer:", key="dl_measure"):
+    if st.button(f"Measure both over these {step} steps", icon=":material/timer:", key="dl_cache_measure"):
         # in the gate for heavy work: no other computation of this server runs during the timing (nor is slowed by
         # it); measured afresh at each click, never shared
         timing = heavy.shared(("kv-timing", cmp_key), lambda: lab.compare_cache(ckpt.model, src_ids,

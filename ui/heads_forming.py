@@ -37,13 +37,13 @@ def _heads_forming(run_dir: Path) -> None:
     # its value, so it stayed on the snapshot that was newest when the page was drawn. Each newest step gets its own
     # slider (its key), starting at the pin or the newest; the script never writes a slider's state, which would
     # race with the other fragments' requests (they carry the value the browser had).
-    pin = st.session_state.get("hf_pin")
+    pin = st.session_state.get("tn_hf_pin")
     start = pin[1] if pin and pin[0] == run_dir.name and pin[1] in steps else steps[-1]
-    key = f"hf_step_{run_dir.name}_{steps[-1]}"
+    key = f"tn_hf_step_{run_dir.name}_{steps[-1]}"
 
     def pinned() -> None:
         chosen = st.session_state[key]
-        st.session_state["hf_pin"] = None if chosen == steps[-1] else (run_dir.name, chosen)
+        st.session_state["tn_hf_pin"] = None if chosen == steps[-1] else (run_dir.name, chosen)
 
     snap_step = (st.select_slider("snapshot step", steps, value=start, key=key, on_change=pinned)
                  if len(steps) > 1 else steps[0])
@@ -51,12 +51,12 @@ def _heads_forming(run_dir: Path) -> None:
     if not probes:
         return
     c1, c2 = st.columns(2)
-    src_i = c1.selectbox("probe sentence", range(len(probes)), format_func=lambda i: probes[i].source, key="hf_src")
+    src_i = c1.selectbox("probe sentence", range(len(probes)), format_func=lambda i: probes[i].source, key="tn_hf_src")
     probe = probes[src_i]
     trace = probe.trace
     if not trace.kinds:
         return
-    kind = c2.selectbox("attention", trace.kinds, key="hf_kind", format_func=lambda k: KIND_SHORT.get(k, k))
+    kind = c2.selectbox("attention", trace.kinds, key="tn_hf_kind", format_func=lambda k: KIND_SHORT.get(k, k))
     if probe.continues:  # a decoder-only run continues the probe sentence
         st.markdown(f"Continuation at step {snap_step}: {probe.source} **{probe.output}**")
     else:
@@ -74,4 +74,4 @@ def _heads_forming(run_dir: Path) -> None:
                 cols = st.columns(2)
             fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
                                     causal=kind in CAUSAL_KINDS, width=HALF_PX)
-            show_figure(fig, where=cols[hi % 2], key=f"hf_{kind}_{li}_{hi}")
+            show_figure(fig, where=cols[hi % 2], key=f"tn_chart_hf_{kind}_{li}_{hi}")

@@ -16,6 +16,7 @@ import streamlit as st
 from model.decoding import strip_eos
 from teaching import live, worked
 from ui import figures, heavy, state, url
+from ui.page_state import LECTURE, Field
 from ui.widgets import show_figure
 from viz.attention import attention_heatmap, plotly_escape
 from viz.labels import KIND_SHORT, head_name, view_title
@@ -24,9 +25,9 @@ from viz.theme import HALF_PX
 
 #: The mode picker's choices: the link's spelling (``?numbers=``) → the label.
 MODES = {"example": "Editable example", "live": "Live numbers from the model"}
-MODE_KEY = "wx_numbers"
+MODE_KEY = LECTURE.numbers.key
 #: Session keys of the live mode's controls (forgotten when another checkpoint is picked: ``ui.page_state``).
-KIND_KEY, LAYER_KEY, HEAD_KEY = "wl_kind", "wl_layer", "wl_head"
+KIND_KEY, LAYER_KEY, HEAD_KEY = LECTURE.kind.key, LECTURE.layer.key, LECTURE.head.key
 #: The link's parameters of the live mode's controls.
 LIVE_PARAMS = ("kind", "layer", "head")
 
@@ -76,20 +77,20 @@ def chart_labels(labels) -> list[str]:
     return out
 
 
-def live_section(text_key: str) -> None:
+def live_section(box: Field) -> None:
     """The live mode: the sentence box, the kind, layer and head, and the numbers of that head (a fragment: a
-    control reruns it alone). ``text_key``: the page's text box (``ui.page_state``). Without a model it says so."""
-    folder = st.session_state.get("_ckpt_path")
+    control reruns it alone). ``box``: the page's text box (``ui.page_state``). Without a model it says so."""
+    folder = st.session_state.get("app_ckpt_path")
     ckpt, why = (None, "no checkpoint was found") if folder is None else state.load_other(folder)
     if ckpt is None:
         st.warning(f"No live numbers: {why}. Pick a checkpoint in the sidebar, or use the editable example.")
         return
-    _live(ckpt, text_key)
+    _live(ckpt, box)
 
 
 @st.fragment
-def _live(ckpt, text_key: str) -> None:
-    typed = state.sentence_box(ckpt, text_key, "wl_preset")
+def _live(ckpt, box: Field) -> None:
+    typed = state.sentence_box(ckpt, box)
     state.set_text(typed)
     src = state.source_for(ckpt, typed)
     if src is None:
@@ -203,7 +204,7 @@ def _full_width(h: live.LiveHead, raw_trace, q_pieces, k_pieces) -> None:
     st.download_button(  # made when asked for, not at every click
         "Download this head's numbers (.npz)", data=lambda: live.npz_bytes(h, q_pieces, k_pieces),
         file_name=f"{h.kind}-layer{h.layer + 1}-head{h.head + 1}.npz", mime="application/octet-stream",
-        key="wl_export", on_click="ignore", icon=":material/download:",
+        key="we_export", on_click="ignore", icon=":material/download:",
         help="Every row and column, float64: X (and the memory), this head's W^Q, W^K, W^V, biases and rows of W^O, "
              "Q, K, V, the weights and the output, with the tokens; load with numpy.load.")
     st.caption("Every chart's camera button (top right, on hover) saves it as SVG.")

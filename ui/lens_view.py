@@ -18,6 +18,7 @@ from model.checkpoint import Checkpoint
 from model.decoded import Decoding
 from reading.lens import Lens, LensStep, logit_lens
 from ui import heavy, pieces, presentation, url, widgets
+from ui.page_state import DECODING, TRANSLATE, Field
 from ui.state import checkpoint_version
 from viz.lens import lens_figure, lens_table_html, lens_table_svg
 
@@ -35,11 +36,12 @@ def shared_lens(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding) ->
                         "the logit lens")
 
 
-def toggle(key: str) -> bool:
-    """The "Logit lens" toggle (session key ``key``), seeded from ``?lens=`` and written back (off is left out)."""
-    url.init_widget(key, lambda p: url.bool_param(p, PARAM, False, what="logit lens"))
-    on = st.toggle(LABEL, key=key, help=HELP)
-    url.put(PARAM, on, False)
+def toggle(lens: Field) -> bool:
+    """The "Logit lens" toggle (the page's declared ``lens``, e.g. ``TRANSLATE.lens``), seeded from ``?lens=`` and
+    written back (off is left out)."""
+    lens.init(lambda p: url.bool_param(p, PARAM, False, what="logit lens"))
+    on = st.toggle(LABEL, key=lens.key, help=HELP)
+    lens.put(on, False)
     return on
 
 
@@ -118,7 +120,7 @@ def download(ckpt: Checkpoint, lens: Lens, key: str, where=None) -> None:
 @st.fragment
 def translate_lens(ckpt: Checkpoint, src_ids: Sequence[int], run: Decoding, step: int) -> None:
     """The Translate page's toggle and, when on, the lens of ``step`` (a fragment: the toggle reruns only this)."""
-    if not toggle("tr_lens"):
+    if not toggle(TRANSLATE.lens):
         return
     if step == 0:
         st.caption("Press **Next**: the lens shows what each decoder layer would predict at that step.")
@@ -127,17 +129,17 @@ def translate_lens(ckpt: Checkpoint, src_ids: Sequence[int], run: Decoding, step
     st.markdown(step_html(ckpt, lens.steps[step - 1], step), unsafe_allow_html=True)
     st.caption(readout_line(ckpt, lens))
     npz, svg = st.columns(2)
-    download(ckpt, lens, "tr_lens_export", npz)
+    download(ckpt, lens, TRANSLATE.lens.sub("export"), npz)
     svg.download_button(  # the page draws no chart whose camera button would save a picture
         "Download this step (.svg)", data=lambda: step_svg(ckpt, lens.steps[step - 1], step),
-        file_name=f"logit-lens-step{step}.svg", mime="image/svg+xml", key="tr_lens_svg", on_click="ignore",
+        file_name=f"logit-lens-step{step}.svg", mime="image/svg+xml", key=TRANSLATE.lens.sub("svg"), on_click="ignore",
         icon=":material/download:", help="The table above as an SVG picture.")
 
 
 def lab_lens(ckpt: Checkpoint, src_ids: Sequence[int], full: Decoding, step: int) -> None:
     """The Decoding lab's tab: the toggle and, when on, the lens of ``step`` of the lab's decoding (sampled or
     forced tokens included) and every step so far as a heatmap (its camera button saves SVG)."""
-    if not toggle("dl_lens"):
+    if not toggle(DECODING.lens):
         st.caption(HELP + " Turn it on to compute it for this decoding.")
         return
     lens = shared_lens(ckpt, src_ids, full)
@@ -145,7 +147,7 @@ def lab_lens(ckpt: Checkpoint, src_ids: Sequence[int], full: Decoding, step: int
     table, notes = st.columns([1, 1], gap="medium")
     table.markdown(step_html(ckpt, lens.steps[step - 1], step), unsafe_allow_html=True)
     notes.caption(readout_line(ckpt, lens))
-    download(ckpt, lens, "dl_lens_export", notes)
+    download(ckpt, lens, DECODING.lens.sub("export"), notes)
     so_far = lens.steps[:step]
     widgets.show_figure(
         lens_figure(np.array([s.chosen_probs for s in so_far]).T,
@@ -153,4 +155,4 @@ def lab_lens(ckpt: Checkpoint, src_ids: Sequence[int], full: Decoding, step: int
                     [f"{i + 1} {pieces.of_id(tok, s.token_id)}" for i, s in enumerate(so_far)],
                     layer_labels(lens.n_layers),
                     title="Every step so far: p(token taken) at each layer; text = the layer's top guess"),
-        key="dl_lens_map")
+        key="dl_chart_lens_map")

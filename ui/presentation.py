@@ -16,10 +16,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui import url
+from ui.page_state import APP
 from viz.theme import BORDER, CHIP_BG, INK, MIN_READABLE
 
-KEY = "presentation"  #: session-state key of the toggle
-PARAM = "present"  #: query parameter
+KEY = APP.present.key  #: session-state key of the toggle
+PARAM = "present"  #: query parameter (declared with it)
 #: Smallest font of any axis tick label or axis title in presentation mode (px).
 MIN_TICK = max(16, MIN_READABLE)
 SCALE = 1.25  #: fonts of figures grow by this factor (and to at least MIN_TICK)

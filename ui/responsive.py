@@ -5,8 +5,9 @@ Streamlit stacks columns on a narrow screen, one under the other, so a page buil
 1,400 px below the Next button, and rows of small controls (the four step buttons, Layer and Head) took a line
 each. :data:`CSS` changes, on a phone only:
 
-- Translate: its keyed groups (``trp_main``, ``trp_view``, ``trp_attr``, ``trp_notes``: ``app_pages/translate.py``)
-  are laid out in that order, the step's view right under its numbers, what explains them last;
+- Translate: its keyed groups (``tr_box_main``, ``tr_box_view``, ``tr_box_attr``, ``tr_box_notes``:
+  ``app_pages/translate.py``) are laid out in that order, the step's view right under its numbers, what explains
+  them last;
 - the step buttons (:func:`ui.widgets.step_buttons`, keyed :data:`STEP_BUTTONS`) stay in one row, Reset, Back and
   Run to end as icons (their labels stay for screen readers and tests), and Translate's Layer and Head boxes stay
   side by side;
@@ -17,13 +18,14 @@ Nothing here runs Python per visitor: the app adds the style once per run (``app
 
 from __future__ import annotations
 
+# the key prefix of the step buttons' container (ui.widgets.step_buttons), which a phone keeps in a row
+from ui.page_state import STEP_BUTTONS
+
 #: Screens narrower than this (CSS px) get the phone layout: Streamlit stacks columns below 640 px.
 PHONE_PX = 640
 
-#: The key prefix of the step buttons' container (:func:`ui.widgets.step_buttons`), which a phone keeps in a row.
-STEP_BUTTONS = "ae_steps_"
 #: The Translate page's groups, in the order a phone shows them.
-TRANSLATE_ORDER = ("trp_main", "trp_view", "trp_attr", "trp_notes")
+TRANSLATE_ORDER = ("tr_box_main", "tr_box_view", "tr_box_attr", "tr_box_notes")
 
 _COLUMNS_OF = ('[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] > [data-testid="stVerticalBlock"] '
                '> [data-testid="stLayoutWrapper"] > .st-key-{key})')
@@ -43,10 +45,10 @@ CSS = (
     + "".join(f'{_TRANSLATE} [data-testid="stLayoutWrapper"]:has(> .st-key-{key}) {{order: {i + 1}; width: 100%;}}'
               for i, key in enumerate(TRANSLATE_ORDER))
     # rows of small controls stay rows
-    + f"{_ROW.format(prefix=STEP_BUTTONS)}, {_ROW.format(prefix='tr_layer_head')}"
+    + f"{_ROW.format(prefix=STEP_BUTTONS)}, {_ROW.format(prefix='tr_box_layer_head')}"
     " {flex-wrap: nowrap !important; gap: 0.5rem;}"
     f'{_ROW.format(prefix=STEP_BUTTONS)} > [data-testid="stColumn"], '
-    f'{_ROW.format(prefix="tr_layer_head")} > [data-testid="stColumn"] {{min-width: 0 !important; width: auto; '
+    f'{_ROW.format(prefix="tr_box_layer_head")} > [data-testid="stColumn"] {{min-width: 0 !important; width: auto; '
     "flex: 1 1 0 !important;}"
     f'{_ROW.format(prefix=STEP_BUTTONS)} > [data-testid="stColumn"]:not(:nth-child(3)) button '
     f'[data-testid="stMarkdownContainer"] {{{_VISUALLY_HIDDEN}}}'

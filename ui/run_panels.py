@@ -69,11 +69,11 @@ def _export(run_dir: Path) -> None:
     came after the picker had been drawn, and it appeared only after a reload."""
     try:
         dest = L.export_best(run_dir, checkpoint_roots()[0])
-        st.session_state["train_exported"] = (
+        st.session_state["tn_exported"] = (
             "success", f"Copied best/ to `checkpoints/{dest.name}`: pick “{dest.name}” in the sidebar's checkpoint "
                        "list to open it on the other pages.")
     except (L.LaunchError, OSError) as exc:
-        st.session_state["train_exported"] = ("error", str(exc))
+        st.session_state["tn_exported"] = ("error", str(exc))
 
 
 def run_controls(run_dir: Path, root: Path, state: str) -> None:
@@ -103,27 +103,27 @@ def run_controls(run_dir: Path, root: Path, state: str) -> None:
                    "of an older trainer still going, so Delete is off.")
     cannot_delete = state in ("running", "starting") or no_status
     if c3.button("Delete", disabled=cannot_delete, help="Asks to confirm, then removes the run's folder"):
-        st.session_state["train_delete"] = watched
+        st.session_state["tn_delete"] = watched
     has_best = (run_dir / "best" / "config.json").is_file()
     c4.button("Open in explorer", disabled=not has_best, on_click=_export, args=(run_dir,),
               help="Copies best/ to checkpoints/<run name>, where the sidebar's checkpoint picker lists it")
     # One click removed a run with all its checkpoints: the click only asks, a second button does it.
-    if st.session_state.get("train_delete") == watched and not cannot_delete:
+    if st.session_state.get("tn_delete") == watched and not cannot_delete:
         st.warning(f"Delete run `{watched}`: its folder with every checkpoint, curve and attention snapshot? "
                    "This cannot be undone.")
         d1, d2, _ = st.columns([1, 1, 4])
         if d1.button("Confirm delete", type="primary"):
             try:
                 L.delete(run_dir)
-                for key in ("train_delete", "train_watch"):
+                for key in ("tn_delete", "tn_watch"):
                     st.session_state.pop(key, None)
                 st.rerun()
             except L.LaunchError as exc:
                 st.error(str(exc))
         if d2.button("Cancel"):
-            st.session_state.pop("train_delete", None)
+            st.session_state.pop("tn_delete", None)
             st.rerun()
-    exported = st.session_state.pop("train_exported", None)
+    exported = st.session_state.pop("tn_exported", None)
     if exported:
         (st.success if exported[0] == "success" else st.error)(exported[1])
     st.caption("“Open in explorer” copies the run's best/ checkpoint into `checkpoints/<run name>`, so the "
@@ -158,4 +158,4 @@ def compare_runs(root: Path, chosen: list[str], x: str) -> None:
     for i in range(0, len(metrics), 2):
         cols = st.columns(2)
         for col, metric in zip(cols, metrics[i:i + 2], strict=False):
-            show_figure(figs[metric], where=col, key=f"cmp_{metric}")
+            show_figure(figs[metric], where=col, key=f"tn_chart_cmp_{metric}")

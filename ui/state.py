@@ -1,7 +1,7 @@
-"""Streamlit glue shared by the pages: the checkpoint picker, cached loading, and the current sentence.
+"""Streamlit glue shared by the pages: the checkpoint picker, the current sentence, and its decoding and trace.
 
-The model is loaded once per process and checkpoint version (``st.cache_resource`` keyed by path and
-modification time) and only used under ``torch.inference_mode()``; pages never mutate it. The sentence and
+Loading a checkpoint (once per process and folder version) is :mod:`ui.checkpoints`, whose names are also
+reachable from here (``state.require_checkpoint``), as the pages have always called them. The sentence and
 the decoding step live in ``st.session_state`` and in the URL query parameters (``?ckpt=…&text=…&step=…``,
 read and written through :mod:`ui.url`), so a reload or a shared link shows the same view.
 
@@ -14,13 +14,11 @@ token ids), frozen (:class:`model.decoded.Decoding`), cached and shared by every
 
 from __future__ import annotations
 
-import gc
-import os
 from pathlib import Path
 
 import streamlit as st
 
-from model.checkpoint import Checkpoint, CheckpointError, checkpoint_arch, list_checkpoints, load_checkpoint
+from model.checkpoint import Checkpoint, checkpoint_arch
 from model.decoded import Decoding, decode
 from model.decoding import InputError, SourceInput, Stepper, input_limit, prepare_source
 from model.familiarity import familiarity
@@ -29,17 +27,21 @@ from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from reading.trace import Trace, trace_pair
 from ui import batcher, heavy, url
-from ui.folders import checkpoint_folder, checkpoint_label, folder_version
+from ui.checkpoints import (  # noqa: F401  (the pages call them through ui.state)
+    CHECKPOINT_ROOTS,
+    CHECKPOINTS_ENV,
+    DEFAULT_CHECKPOINT,
+    ROOT,
+    available_checkpoints,
+    checkpoint_roots,
+    checkpoint_version,
+    load_other,
+    require_checkpoint,
+)
+from ui.folders import checkpoint_label
 from ui.limits import limits
-from ui.model_card import card_summary
-from ui.page_state import PAGES
+from ui.page_state import APP, PAGES, TRANSLATE, Field, forget
 from ui.pieces import shown_trace
-
-ROOT = Path(__file__).resolve().parent.parent
-CHECKPOINT_ROOTS = [ROOT / "checkpoints"]
-DEFAULT_CHECKPOINT = "en-de"
-#: Extra folders (``os.pathsep``-separated) whose checkpoint subfolders are listed after those of ``checkpoints/``.
-CHECKPOINTS_ENV = "ATTENTION_EXPLORER_CHECKPOINTS"
 
 #: Sentences to translate, every page's default first. The shipped translator gets each of them right (greedy; the
 #: test of the presets holds its outputs) except those in :data:`HARD_PRESETS`, which come last.
@@ -82,39 +84,6 @@ LM_PRESETS = [
 ]
 
 
-def checkpoint_roots() -> list[Path]:
-    """``checkpoints/`` then the folders in ``$ATTENTION_EXPLORER_CHECKPOINTS`` (read at every call)."""
-    extra = os.environ.get(CHECKPOINTS_ENV, "")
-    return CHECKPOINT_ROOTS + [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
-
-
-def available_checkpoints() -> dict[str, Path]:
-    """Display name → folder, for every checkpoint folder under the :func:`checkpoint_roots` (first name wins)."""
-    found: dict[str, Path] = {}
-    for root in checkpoint_roots():
-        for path in url.safe_folders(root, list_checkpoints(root)):  # no link out of the root, no odd name
-            found.setdefault(path.name, path)
-    return found
-
-
-@st.cache_resource(show_spinner="Loading the model…", max_entries=4)
-def _load(path: str, mtime: float) -> Checkpoint:  # mtime is part of the cache key
-    ckpt = load_checkpoint(path)
-    # Everything alive now (torch, the libraries, this model) lives as long as the process: moved out of the
-    # collector's sight, a full collection no longer walks it, and the collections that a room of visitors'
-    # script runs trigger stay cheap for every session sharing the interpreter lock.
-    gc.freeze()
-    return ckpt
-
-
-def load_other(folder: Path) -> tuple[Checkpoint | None, str | None]:
-    """Load a second checkpoint (e.g. to compare), cached like the first: ``(checkpoint, None)`` or ``(None, why)``."""
-    try:
-        return _load(str(folder), folder_version(Path(folder))), None
-    except CheckpointError as exc:
-        return None, str(exc)
-
-
 def checkpoint_picker() -> Path | None:
     """Sidebar selectbox of checkpoints; the choice is kept in ``?ckpt=``. Returns the folder or ``None``."""
     options = available_checkpoints()
@@ -126,7 +95,7 @@ def checkpoint_picker() -> Path | None:
     if note:
         st.sidebar.warning(note)
     labels = {n: checkpoint_label(n, options[n]) for n in names}  # the values stay names: ?ckpt= links hold them
-    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="ckpt_name",
+    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="app_ckpt",
                                 format_func=labels.__getitem__, on_change=_on_checkpoint_change, args=(options,))
     url.put("ckpt", name, names[0])  # the default checkpoint stays out of the link, also after switching back
     return options[name]
@@ -141,43 +110,14 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
     (a sentence to translate, a prompt to continue) is replaced by the new model's default preset; a text the user
     typed is kept."""
     ss = st.session_state
-    for page in PAGES:
-        page.forget_model(ss, st.query_params)
-    folder = options.get(ss.get("ckpt_name", ""))
-    text = ss.get("text")
+    forget("model", ss, st.query_params)
+    folder = options.get(ss.get(APP.ckpt.key, ""))
+    text = ss.get(APP.sentence.key)
     if folder is None or text is None:
         return
     presets = presets_for_arch(checkpoint_arch(folder))
     if text not in presets and text in PRESETS + LM_PRESETS:
         use_text(presets[0])
-
-
-def require_checkpoint(summary: bool = True) -> Checkpoint:
-    """The picked checkpoint, loaded, with its summary in the sidebar (unless not ``summary``: a fragment cannot
-    write there).
-
-    When there is none or it cannot load, a clear message is shown in the page and the script stops there
-    (``st.stop``), so a page's code below never runs without a model.
-    """
-    folder = st.session_state.get("_ckpt_path")
-    if folder is None:
-        st.error("No model is available. Put a checkpoint folder under `checkpoints/` or train one "
-                 "(`python -m training.train --out runs/NAME`).")
-        st.stop()
-    try:
-        ckpt = _load(str(folder), folder_version(Path(folder)))
-    except CheckpointError as exc:
-        st.error(f"This checkpoint cannot be loaded: {exc}. Pick another one in the sidebar.")
-        st.stop()
-    if (ckpt.card or {}).get("direction") == "de-en":  # every page reads English and writes German
-        st.error("This checkpoint translates German → English: it is a back-translation model "
-                 "(`python -m training.train --reverse`), which makes synthetic pairs for an English → German one. "
-                 "The pages explore English → German translators and language models: pick another one in the "
-                 "sidebar.")
-        st.stop()
-    if summary:
-        st.sidebar.caption(card_summary(ckpt))
-    return ckpt
 
 
 # --- the sentence being explored --------------------------------------------------------------------
@@ -199,26 +139,26 @@ def input_label(ckpt: Checkpoint) -> str:
 def current_text(ckpt: Checkpoint) -> str:
     """The sentence shared by the pages (``?text=``, at most :func:`ui.limits.limits`' ``max_chars`` characters, else
     the first preset for ``ckpt``)."""
-    if "text" not in st.session_state:
+    if "app_text" not in st.session_state:
         text, note = url.text_param(st.query_params, "text", presets_for(ckpt)[0], limits().max_chars)
-        st.session_state["text"] = text
+        st.session_state["app_text"] = text
         url.show_notes(note)
-    return st.session_state["text"]
+    return st.session_state["app_text"]
 
 
 def use_text(text: str) -> None:
     """Make ``text`` the shared sentence from a callback (before any widget is drawn): every page's text box shows
     it and what belonged to the old sentence is forgotten (the decoding starts again at step 0)."""
-    st.session_state["text"] = text
+    st.session_state[APP.sentence.key] = text
+    forget("sentence", st.session_state, st.query_params)
     for page in PAGES:
-        page.forget_sentence(st.session_state, st.query_params)
         page.show_sentence(st.session_state, text)
 
 
 def default_text() -> str:
     """The sentence a link without ``?text=`` shows: the first lecture preset for the picked checkpoint's kind of
     model (:func:`current_text` reads the link with it)."""
-    folder = st.session_state.get("_ckpt_path")
+    folder = st.session_state.get("app_ckpt_path")
     return presets_for_arch(checkpoint_arch(Path(folder)))[0] if folder is not None else PRESETS[0]
 
 
@@ -226,10 +166,9 @@ def set_text(text: str) -> None:
     """The page's text box holds ``text``: share it with the other pages and put it in the link (a new text starts
     at step 0). The default sentence is left out of the link, as every default is; a text too long for the link is
     left out too, with a caption saying so."""
-    if text != st.session_state.get("text"):  # a new sentence: no page keeps its step or sweep, nor the link
-        st.session_state["text"] = text
-        for page in PAGES:
-            page.forget_sentence(st.session_state, st.query_params)
+    if text != st.session_state.get("app_text"):  # a new sentence: no page keeps its step or sweep, nor the link
+        st.session_state[APP.sentence.key] = text
+        forget("sentence", st.session_state, st.query_params)
     note = url.put_text("text", text, default_text())
     if note:
         st.caption(note)
@@ -240,13 +179,15 @@ def own_text_label(ckpt: Checkpoint) -> str:
     return "— your own prompt —" if ckpt.config.arch == "decoder-only" else "— your own sentence —"
 
 
-def sentence_box(ckpt: Checkpoint, text_key: str, preset_key: str) -> str:
-    """The "Lecture presets" selectbox beside a one-line text box (Enter applies it). Returns the typed text.
+def sentence_box(ckpt: Checkpoint, box: Field) -> str:
+    """The "Lecture presets" selectbox beside a one-line text box (Enter applies it), the page's ``box`` (its key;
+    the presets box's: ``box.sub("preset")``). Returns the typed text.
 
     The selectbox follows the box: it shows the preset the box holds, or :func:`own_text_label` once the user
     has typed a text of their own.
     """
     ss = st.session_state
+    text_key, preset_key = box.key, box.sub("preset")
     presets = presets_for(ckpt)
     if text_key not in ss:
         ss[text_key] = current_text(ckpt)
@@ -263,7 +204,7 @@ def sentence_box(ckpt: Checkpoint, text_key: str, preset_key: str) -> str:
     return col_text.text_input(input_label(ckpt), key=text_key)
 
 
-def current_step(total: int, key: str = "step") -> int:
+def current_step(total: int, key: str = TRANSLATE.step.key) -> int:
     """The decoding step shown, within ``[0, total]``: ``st.session_state[key]``, first read from ``?step=``
     (clamped, with a note). The step is written back into the link (step 0 is left out)."""
     ss = st.session_state
@@ -310,11 +251,6 @@ def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None
     the stepper's loop guard (0 = none)."""
     return Stepper(model, src_ids, max_new_tokens=decoding_cap(model.cfg, src_ids, generation),
                    forced_eos_id=forced_eos(generation), loop_times=loop_times)
-
-
-def checkpoint_version(ckpt: Checkpoint) -> tuple[str, float]:
-    """``(folder, modification time)`` of a loaded checkpoint: a cache key that changes when the files do."""
-    return str(ckpt.path), folder_version(checkpoint_folder(ckpt))
 
 
 def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:

@@ -16,6 +16,7 @@ from training import form as TF
 from training import launch as L
 from training.config import PRECISIONS, SELECT, VOCAB_SOURCES
 from ui.limits import limits
+from ui.page_state import TRAINING
 from ui.run_view import ARCH_LABELS, DATA_LABELS
 
 
@@ -23,7 +24,7 @@ def recipe_fields(p: dict, preset: str) -> dict:
     """The low-resource recipe's knobs (regularisation, dictionary share, model selection, warm start), inside the
     launch form; returns them as form keys."""
     with st.expander("Low-resource recipe: regularisation, dictionary, selection, warm start"):
-        k = lambda name: f"f_{name}_{preset}"  # noqa: E731  (one key per preset, so a preset change refills)
+        k = lambda name: TRAINING.form.sub(name, preset)  # noqa: E731  (one key per preset, so a preset change refills)
         c1, c2, c3, c4 = st.columns(4)
         att = c1.number_input("attention dropout", 0.0, 0.99, float(p["attention_dropout"]), step=0.05, key=k("adrop"))
         act = c2.number_input("FFN activation dropout", 0.0, 0.99, float(p["activation_dropout"] or p["dropout"]),
@@ -87,7 +88,7 @@ def mixture_fields(p: dict, preset: str) -> str:
         ready = prepared_corpora()
 
         def share(col, corpus: str, label: str) -> int:
-            return int(col.number_input(label, 0, 20, int(shares.get(corpus, 0)), key=f"f_mix_{corpus}_{preset}",
+            return int(col.number_input(label, 0, 20, int(shares.get(corpus, 0)), key=f"tn_form_mix_{corpus}_{preset}",
                                         help="How many times this corpus's pairs are repeated in every epoch; "
                                              "0 leaves it out."))
 
@@ -112,49 +113,49 @@ def mixture_fields(p: dict, preset: str) -> str:
 def launch_form(root: Path) -> None:
     """The launch form (a preset fills it); on submit, validate it and start ``python -m training.train`` in a new
     folder under ``root``, or say why nothing was started. Never raises for bad input."""
-    preset = st.selectbox("Preset", list(TF.PRESETS), key="train_preset",
+    preset = st.selectbox("Preset", list(TF.PRESETS), key="tn_form_preset",
                           help="Fills the form; the 2-minute demos train a tiny model on 3,000 sentences (pairs).")
     p = TF.preset_form(preset)
-    with st.form("launch"):
+    with st.form(TRAINING.form.sub("launch")):
         arch = st.selectbox(
-            "architecture", ARCHITECTURES, ARCHITECTURES.index(p["arch"]), key=f"f_arch_{preset}",
+            "architecture", ARCHITECTURES, ARCHITECTURES.index(p["arch"]), key=f"tn_form_arch_{preset}",
             format_func=lambda a: ARCH_LABELS.get(a, a),
             help="A decoder-only model learns to continue text: each side of every training pair (English and "
                  "German) is one text. It is evaluated by loss and perplexity; BLEU does not apply.")
         c1, c2, c3, c4 = st.columns(4)
-        d_model = c1.number_input("d_model", 8, 1024, p["d_model"], step=8, key=f"f_d_model_{preset}")
-        n_heads = c2.number_input("heads", 1, 32, p["n_heads"], key=f"f_heads_{preset}")
-        layers = c3.number_input("layers (enc = dec)", 1, 12, p["layers"], key=f"f_layers_{preset}",
+        d_model = c1.number_input("d_model", 8, 1024, p["d_model"], step=8, key=f"tn_form_d_model_{preset}")
+        n_heads = c2.number_input("heads", 1, 32, p["n_heads"], key=f"tn_form_heads_{preset}")
+        layers = c3.number_input("layers (enc = dec)", 1, 12, p["layers"], key=f"tn_form_layers_{preset}",
                                  help="Encoder and decoder layers each; a decoder-only model has this many layers.")
-        d_ff = c4.number_input("d_ff", 8, 8192, p["d_ff"], step=64, key=f"f_dff_{preset}")
+        d_ff = c4.number_input("d_ff", 8, 8192, p["d_ff"], step=64, key=f"tn_form_dff_{preset}")
         c1, c2, c3, c4 = st.columns(4)
-        dropout = c1.number_input("dropout", 0.0, 0.99, float(p["dropout"]), step=0.05, key=f"f_drop_{preset}")
+        dropout = c1.number_input("dropout", 0.0, 0.99, float(p["dropout"]), step=0.05, key=f"tn_form_drop_{preset}")
         pos = c2.selectbox("positional encoding", POS_ENCODINGS, POS_ENCODINGS.index(p["pos_encoding"]),
-                           key=f"f_pos_{preset}")
+                           key=f"tn_form_pos_{preset}")
         norm = c3.radio("layer norm", ["post-LN (paper)", "pre-LN"], index=int(p["norm_first"]),
-                        key=f"f_norm_{preset}")
+                        key=f"tn_form_norm_{preset}")
         smoothing = c4.number_input("label smoothing", 0.0, 0.99, float(p["label_smoothing"]), step=0.05,
-                                    key=f"f_ls_{preset}")
+                                    key=f"tn_form_ls_{preset}")
         c1, c2, c3, c4 = st.columns(4)
-        warmup = c1.number_input("warmup steps", 0, 100_000, p["warmup"], key=f"f_warm_{preset}")
+        warmup = c1.number_input("warmup steps", 0, 100_000, p["warmup"], key=f"tn_form_warm_{preset}")
         peak_lr = c2.number_input("peak learning rate", 1e-6, 1.0, float(p["peak_lr"]), format="%.5f",
-                                  key=f"f_lr_{preset}")
-        batch = c3.number_input("batch tokens", 100, 100_000, p["batch_tokens"], step=100, key=f"f_bt_{preset}")
-        seed = c4.number_input("seed", 0, 1_000_000, p["seed"], key=f"f_seed_{preset}")
+                                  key=f"tn_form_lr_{preset}")
+        batch = c3.number_input("batch tokens", 100, 100_000, p["batch_tokens"], step=100, key=f"tn_form_bt_{preset}")
+        seed = c4.number_input("seed", 0, 1_000_000, p["seed"], key=f"tn_form_seed_{preset}")
         c1, c2, c3, c4 = st.columns(4)
-        max_steps = c1.number_input("max steps", 1, 10_000_000, p["max_steps"], key=f"f_steps_{preset}")
+        max_steps = c1.number_input("max steps", 1, 10_000_000, p["max_steps"], key=f"tn_form_steps_{preset}")
         max_minutes = c2.number_input("max minutes (0 = no limit)", 0.0, 10_000.0, float(p["max_minutes"]),
-                                      key=f"f_min_{preset}")
-        device = c3.selectbox("device", TF.DEVICES, key=f"f_dev_{preset}")
-        name = c4.text_input("run name (optional)", key=f"f_name_{preset}")
+                                      key=f"tn_form_min_{preset}")
+        device = c3.selectbox("device", TF.DEVICES, key=f"tn_form_dev_{preset}")
+        name = c4.text_input("run name (optional)", key=f"tn_form_name_{preset}")
         data = st.radio("training data", TF.DATA_SOURCES, index=TF.DATA_SOURCES.index(p["data"]), horizontal=True,
-                        key=f"f_data_{preset}", format_func=lambda d: DATA_LABELS.get(d, d),
+                        key=f"tn_form_data_{preset}", format_func=lambda d: DATA_LABELS.get(d, d),
                         help="Ding dictionary pairs (a decoder-only model trains on both sides of each as texts), "
                              "the real sentence pairs (Tatoeba, Multi30K, BConTrasT, Ding) mixed with the shares "
                              "below, your own TSV, or the Brown corpus's English sentences for a decoder-only "
                              "language model.")
         reverse = st.checkbox("German → English: every pair turned round (a back-translation model)",
-                              value=bool(p.get("reverse")), key=f"f_rev_{preset}",
+                              value=bool(p.get("reverse")), key=f"tn_form_rev_{preset}",
                               help="Trains the model that makes synthetic pairs of German text for an English → "
                                    "German one (python -m training.backtranslate; docs/training.md). The pages "
                                    "explore English → German models only.")
@@ -163,7 +164,7 @@ def launch_form(root: Path) -> None:
         upload_mb = limits().upload_mb
         upload = st.file_uploader(f"your own data: source<TAB>target per line (.tsv, up to {upload_mb} MB; a "
                                   "decoder-only model trains on both columns)", type=["tsv", "txt"],
-                                  key=f"f_up_{preset}", max_upload_size=upload_mb)
+                                  key=f"tn_form_up_{preset}", max_upload_size=upload_mb)
         submitted = st.form_submit_button("Start training", type="primary")
     if not submitted:
         return
@@ -187,5 +188,5 @@ def launch_form(root: Path) -> None:
     except (L.LaunchError, OSError) as exc:
         st.error(f"Nothing was started: {exc}")
         return
-    st.session_state["train_watch"] = run_dir.name
+    st.session_state["tn_watch"] = run_dir.name
     st.success(f"Started run `{run_dir.name}`. The command: `{' '.join(TF.build_command(form, run_dir)[1:])}`")

@@ -129,7 +129,8 @@ def lecture_page() -> None:
             tokens = [f"token {i}" for i in range(x.shape[0])]
             a, b = st.columns(2)
             with a:
-                show(np.stack([ln["mean"], ln["var"]], axis=1), "Mean and variance of each row", tokens, ["mean", "var"])
+                show(np.stack([ln["mean"], ln["var"]], axis=1), "Mean and variance of each row", tokens,
+                     ["mean", "var"])
             with b:
                 show(ln["normalised"], "(x − mean) / √(var + ε): mean 0, variance 1", tokens)
             show(ln["output"], "γ ⊙ normalised + β", tokens)

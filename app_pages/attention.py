@@ -11,7 +11,7 @@ layer and head above the tabs are shared by all of them and kept in the URL (``?
 import streamlit as st
 
 from model.decoding import strip_eos
-from ui import attention_qk, model_card, pieces, responsive, state, url
+from ui import attention_qk, checkpoints, model_card, pieces, responsive, state, url
 from ui import attention_reading_tabs as reading
 from ui import attention_views as views
 from ui.attention_tabs import ablation_tab, compare_tab, plot
@@ -21,7 +21,7 @@ from viz.attention import attention_heatmap, heatmap_fits
 from viz.labels import KIND_SHORT, head_name, kind_note, view_title
 from viz.theme import HALF_PX, PAGE_PX
 
-ckpt = state.require_checkpoint()
+ckpt = checkpoints.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 
 TABS = ["Heads", "Tokens & lines", "Query · key", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]

@@ -8,13 +8,13 @@ from model.decoded import Decoding
 from model.hf.generation import decoding_cap, forced_eos
 from model.loops import LOOP_TIMES
 from model.sampling import SamplingConfig, SamplingError
-from ui import attribution_view, heavy, lens_view, pieces, state, url, widgets
+from ui import attribution_view, checkpoints, heavy, lens_view, pieces, state, url, widgets
 from ui import decoding_lab as lab
 from ui import decoding_views as views
 from ui.page_state import DECODING
 from viz.attention import tokens_html
 
-ckpt = state.require_checkpoint()
+ckpt = checkpoints.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 ss = st.session_state
 
@@ -26,7 +26,7 @@ def lab_decoding(src_ids: tuple, sampling: SamplingConfig, forced: dict, max_new
     """The finished, frozen decoding of ``src_ids`` under ``sampling`` with ``forced`` tokens (computed once)."""
     spec = (sampling.strategy, sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
     forced_key = tuple(sorted(forced.items()))
-    return heavy.shared(("lab", *state.checkpoint_version(ckpt), src_ids, spec, forced_key, max_new, loop_times),
+    return heavy.shared(("lab", *checkpoints.checkpoint_version(ckpt), src_ids, spec, forced_key, max_new, loop_times),
                         lambda: lab.lab_decoding(ckpt.model, list(src_ids), sampling, dict(forced), max_new,
                                                  forced_eos(ckpt.generation), loop_times),
                         "this decoding")
@@ -38,7 +38,7 @@ def beam_run(src_ids: tuple, width: int, alpha: float, max_new: int, loop_times:
         result = beam_search(ckpt.model, list(src_ids), width, alpha, max_new_tokens=max_new, loop_times=loop_times)
         return result, beam_states(result, alpha, cfg.eos_id)
 
-    return heavy.shared(("beam", *state.checkpoint_version(ckpt), src_ids, width, alpha, max_new, loop_times),
+    return heavy.shared(("beam", *checkpoints.checkpoint_version(ckpt), src_ids, width, alpha, max_new, loop_times),
                         compute, "the beam search")
 
 
@@ -112,7 +112,7 @@ def decoding_page() -> None:
         src = state.source_for(ckpt, typed)
     if src is None:
         st.stop()
-    version = state.checkpoint_version(ckpt)
+    version = checkpoints.checkpoint_version(ckpt)
     src_key = (*version, tuple(src.ids))
     if ss.get("dl_src_key") not in (None, src_key):  # a new sentence (or model): start over
         ss["dl_step"], ss["dl_forced"], ss["dl_forced_branches"] = 0, {}, ()

@@ -5,7 +5,7 @@ import streamlit as st
 
 from teaching import positions
 from teaching.worked import rotation_errors, sinusoidal
-from ui import state, url
+from ui import checkpoints, url
 from ui.widgets import show_figure, show_table
 from viz.teaching import bar, dimension_waves, matrix_heatmap, norm_histogram
 
@@ -74,7 +74,7 @@ def positional_page() -> None:
     # --- the loaded checkpoint -------------------------------------------------------------------------------
     st.divider()
     st.subheader("In the loaded model")
-    ckpt = state.require_checkpoint(summary=False)  # the sidebar's summary: below, outside the fragment
+    ckpt = checkpoints.require_checkpoint(summary=False)  # the sidebar's summary: below, outside the fragment
     cfg, model = ckpt.config, ckpt.model
     kind = cfg.pos_encoding
     st.markdown(f"This checkpoint uses **{kind}** positions (d_model {cfg.d_model}, max_len {cfg.max_len}, "
@@ -136,4 +136,4 @@ def positional_page() -> None:
 
 
 positional_page()
-state.require_checkpoint()  # the sidebar's summary of the model (a fragment cannot write to the sidebar)
+checkpoints.require_checkpoint()  # the sidebar's summary of the model (a fragment cannot write to the sidebar)

@@ -11,7 +11,7 @@ import streamlit as st
 from model.tokenizer import TextTokenizer
 from teaching import unigram
 from teaching.bpe_replay import MergeTable, merge_table, own_pieces, piece_lengths, pre_tokenize, replay, segmentations
-from ui import heavy, pieces, state, url
+from ui import checkpoints, heavy, pieces, state, url
 from ui.limits import limits
 from ui.widgets import show_figure, show_table
 from viz.teaching import bar, cell_html, pieces_html, token_spans_html
@@ -62,11 +62,11 @@ def merges_frame(merges, start: int, show=str) -> pd.DataFrame:
                          for i, (a, b) in enumerate(merges)])
 
 
-ckpt = state.require_checkpoint()
+ckpt = checkpoints.require_checkpoint()
 tok = ckpt.tokenizer
 kind = tok.kind  # "bpe" (ours), "byte-bpe" (GPT-2) or "unigram" (MarianMT): a unigram model has no merges to replay
 show = tok.display  # how a piece is written on this page, as on every page (ui.pieces)
-table = None if kind == "unigram" else _merges(*state.checkpoint_version(ckpt), tok.to_str())
+table = None if kind == "unigram" else _merges(*checkpoints.checkpoint_version(ckpt), tok.to_str())
 
 
 def pick_word(label: str, words: list[str]) -> int:

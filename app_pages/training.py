@@ -10,10 +10,10 @@ from training import launch as L
 from training import runs as R
 from ui import run_panels as panels
 from ui import training_form, url
+from ui.checkpoints import DEFAULT_CHECKPOINT, checkpoint_roots
 from ui.heads_forming import show_heads_forming
 from ui.page_state import TRAINING
 from ui.run_view import table_row
-from ui.state import DEFAULT_CHECKPOINT, checkpoint_roots
 from ui.widgets import show_figure, show_table
 from viz import training as VT
 

@@ -6,7 +6,7 @@ import math
 import streamlit as st
 
 from model.loops import LOOP_TIMES, find_loop
-from ui import attribution_view, lens_view, model_card, pieces, state, url, widgets
+from ui import attribution_view, checkpoints, lens_view, model_card, pieces, state, url, widgets
 from ui.decoding_lab import StepView
 from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
@@ -94,7 +94,7 @@ def translate_page() -> None:
     # its first run. A visitor whose worker died is reconnected to another, where that run loads the model for
     # seconds while the old page is still on screen; a Next clicked then asked for a fragment the session did not
     # have yet, and Streamlit dropped the click.
-    ckpt = state.require_checkpoint(summary=False)
+    ckpt = checkpoints.require_checkpoint(summary=False)
     tok, cfg, n_layers, open_layer = _model(ckpt)
     left, right = st.columns([1.1, 1], gap="medium")
     # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (tr_box_view) right
@@ -173,4 +173,4 @@ def translate_page() -> None:
 
 
 translate_page()
-state.require_checkpoint()  # the sidebar's summary of the model (a fragment cannot write to the sidebar)
+checkpoints.require_checkpoint()  # the sidebar's summary of the model (a fragment cannot write to the sidebar)

@@ -12,15 +12,15 @@ import html
 
 import streamlit as st
 
-from ui import heavy, pieces, state
+from ui import checkpoints, heavy, pieces, state
 from ui.decoding_lab import StepView
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
 
 heavy.configure_torch()
-folder = state.available_checkpoints()[state.DEFAULT_CHECKPOINT]
+folder = checkpoints.available_checkpoints()[checkpoints.DEFAULT_CHECKPOINT]
 st.session_state["app_ckpt_path"] = folder
-ckpt = state.require_checkpoint()
+ckpt = checkpoints.require_checkpoint()
 tok, cfg = ckpt.tokenizer, ckpt.config
 text = st.query_params.get("text", state.PRESETS[0])
 src = state.source_for(ckpt, text)

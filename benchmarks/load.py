@@ -187,8 +187,9 @@ def browser_check(app_dir: Path):
     (:func:`ui.state.new_stepper`, as ``tests/test_many_visitors.py`` does) on ``app_dir``'s default checkpoint."""
     from model.checkpoint import load_checkpoint
     from model.decoding import input_limit, prepare_source
+    from ui.checkpoints import DEFAULT_CHECKPOINT
     from ui.pieces import of_ids
-    from ui.state import DEFAULT_CHECKPOINT, new_stepper
+    from ui.state import new_stepper
     from viz.attention import display_token
 
     ckpt = load_checkpoint(app_dir / "checkpoints" / DEFAULT_CHECKPOINT)

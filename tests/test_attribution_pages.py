@@ -11,7 +11,6 @@ import re
 
 import numpy as np
 import pytest
-
 from test_hf_pages import GPT2, MARIAN, assert_clean, hf_root, open_app  # noqa: F401
 
 from model.checkpoint import load_checkpoint
@@ -20,7 +19,8 @@ from model.decoding import input_limit, prepare_source
 from reading.attribution import attribute_step
 from reading.faithfulness import faithfulness
 from ui import attribution_view, heavy
-from ui.state import ROOT, new_stepper
+from ui.checkpoints import ROOT
+from ui.state import new_stepper
 
 EN_DE = ROOT / "checkpoints" / "en-de" / "model.safetensors"
 BROWN = ROOT / "checkpoints" / "brown-lm" / "model.safetensors"

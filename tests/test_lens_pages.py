@@ -11,7 +11,6 @@ import re
 
 import numpy as np
 import pytest
-
 from test_attention_views import charts, z_of
 from test_hf_pages import GPT2, MARIAN, assert_clean, hf_root, next_step, open_app  # noqa: F401
 
@@ -20,7 +19,8 @@ from model.decoded import decode
 from model.decoding import input_limit, prepare_source
 from reading.lens import logit_lens
 from ui import heavy, lens_view
-from ui.state import ROOT, new_stepper
+from ui.checkpoints import ROOT
+from ui.state import new_stepper
 
 SHIPPED = [name for name in ("en-de", "brown-lm") if (ROOT / "checkpoints" / name / "model.safetensors").is_file()]
 NAMES = SHIPPED + [MARIAN, GPT2]

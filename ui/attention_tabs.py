@@ -18,7 +18,7 @@ from model.decoding import strip_eos
 from model.hf.generation import decoding_cap
 from training.runs import run_checkpoints
 from ui import attention_views as views
-from ui import heavy, pieces, state, url, widgets
+from ui import checkpoints, heavy, pieces, state, url, widgets
 from ui.figures import shared
 from ui.folders import checkpoint_folder
 from ui.limits import limits
@@ -39,7 +39,7 @@ def _log_probs(ckpt: Checkpoint, src_ids: tuple, tgt_ids: tuple, heads: tuple) -
         masks = views.head_masks(heads, ckpt.config.attention_layers(), ckpt.config.n_heads)
         return tuple(sequence_log_probs(ckpt.model, list(src_ids) or None, list(tgt_ids), masks).tolist())
 
-    return heavy.shared(("log_probs", *state.checkpoint_version(ckpt), src_ids, tgt_ids, heads), compute,
+    return heavy.shared(("log_probs", *checkpoints.checkpoint_version(ckpt), src_ids, tgt_ids, heads), compute,
                         "the scores of this translation")
 
 
@@ -48,7 +48,7 @@ def _greedy_without(ckpt: Checkpoint, src_ids: tuple, heads: tuple, max_new: int
         masks = views.head_masks(heads, ckpt.config.attention_layers(), ckpt.config.n_heads)
         return tuple(greedy_with_head_masks(ckpt.model, list(src_ids) or None, masks, max_new_tokens=max_new))
 
-    return heavy.shared(("without", *state.checkpoint_version(ckpt), src_ids, heads, max_new), compute,
+    return heavy.shared(("without", *checkpoints.checkpoint_version(ckpt), src_ids, heads, max_new), compute,
                         "the translation without those heads")
 
 
@@ -57,7 +57,7 @@ def _sweep(ckpt: Checkpoint, src_ids: tuple, tgt_ids: tuple, layers: tuple) -> M
         swept = ablation_sweep(ckpt.model, list(src_ids) or None, list(tgt_ids), {k: list(v) for k, v in layers})
         return MappingProxyType({k: tuple(map(tuple, v.tolist())) for k, v in swept.items()})
 
-    return heavy.shared(("sweep", *state.checkpoint_version(ckpt), src_ids, tgt_ids, layers), compute,
+    return heavy.shared(("sweep", *checkpoints.checkpoint_version(ckpt), src_ids, tgt_ids, layers), compute,
                         "the sweep of every head")
 
 
@@ -67,7 +67,7 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
     a model too big to sweep on this CPU (:func:`ui.attention_views.sweep_plan`) the heads of ``view``'s kind or
     layer, saying so."""
     tok, cfg = ckpt.tokenizer, ckpt.config
-    ckpt_path, ckpt_mtime = state.checkpoint_version(ckpt)
+    ckpt_path, ckpt_mtime = checkpoints.checkpoint_version(ckpt)
     st.caption("Switch heads off (their output is zeroed before W^O) and score **the translation above** again "
                "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
     counts = cfg.attention_layers()
@@ -141,7 +141,7 @@ def comparable_checkpoints(ckpt: Checkpoint) -> dict[str, Path]:
     every run's ``best/``, snapshots and kept evaluations (:func:`training.runs.run_checkpoints`, named
     ``runs/<run>/…``). Only these have the same attention kinds, so a difference map between two of them exists."""
     here = checkpoint_folder(ckpt).resolve()
-    candidates = dict(state.available_checkpoints())
+    candidates = dict(checkpoints.available_checkpoints())
     candidates.update({f"runs/{name}": path for name, path in run_checkpoints().items()})
     return {name: path for name, path in candidates.items()
             if Path(path).resolve() != here and checkpoint_arch(path) == ckpt.config.arch}
@@ -172,7 +172,7 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
     else:
         others = comparable_checkpoints(ckpt)
         if not others:
-            shipped = {n: checkpoint_arch(p) for n, p in state.available_checkpoints().items()
+            shipped = {n: checkpoint_arch(p) for n, p in checkpoints.available_checkpoints().items()
                        if Path(p) != checkpoint_folder(ckpt)}
             other_archs = ", ".join(f"{n} ({a})" for n, a in shipped.items())
             st.info(f"No other {cfg.arch} checkpoint to compare with. "
@@ -192,7 +192,7 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
                         valid=lambda n: n in others)
         name = st.selectbox("Second checkpoint", list(others), key="at_cmp_ckpt")
         url.put("compare_ckpt", name, next(iter(others)))
-        other, error = state.load_other(others[name])
+        other, error = checkpoints.load_other(others[name])
         if other is None:
             st.warning(f"That checkpoint cannot be loaded: {error}")
         elif other.tokenizer.to_str() == tok.to_str():

@@ -22,8 +22,8 @@ from reading.attribution import METHODS, StepAttribution, attribute_step
 from reading.faithfulness import Faithfulness, faithfulness
 from reading.gradients import MAX_STEPS, TOLERANCE
 from ui import heavy, pieces, presentation, url, whatif_view, widgets
+from ui.checkpoints import checkpoint_version
 from ui.page_state import DECODING, TRANSLATE, Field
-from ui.state import checkpoint_version
 from viz.attribution import attribution_html, attribution_svg, share_line_svg
 
 #: The link's parameters: ``?attr=1`` opens the view; the method followed, the attention methods' layer and head

@@ -15,7 +15,7 @@ import streamlit as st
 
 from model.decoding import strip_eos
 from teaching import live, worked
-from ui import figures, heavy, state, url
+from ui import checkpoints, figures, heavy, state, url
 from ui.page_state import LECTURE, Field
 from ui.widgets import show_figure
 from viz.attention import attention_heatmap, plotly_escape
@@ -81,7 +81,7 @@ def live_section(box: Field) -> None:
     """The live mode: the sentence box, the kind, layer and head, and the numbers of that head (a fragment: a
     control reruns it alone). ``box``: the page's text box (``ui.page_state``). Without a model it says so."""
     folder = st.session_state.get("app_ckpt_path")
-    ckpt, why = (None, "no checkpoint was found") if folder is None else state.load_other(folder)
+    ckpt, why = (None, "no checkpoint was found") if folder is None else checkpoints.load_other(folder)
     if ckpt is None:
         st.warning(f"No live numbers: {why}. Pick a checkpoint in the sidebar, or use the editable example.")
         return
@@ -113,7 +113,7 @@ def _live(ckpt, box: Field) -> None:
 
     tgt_inputs = strip_eos(state.full_translation(ckpt, src)[0], cfg.eos_id)  # as the Attention page's trace has them
     raw_trace, trace = state.traced(ckpt, src, tgt_inputs)
-    numbers = heavy.shared(("live head", *state.checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_inputs), kind,
+    numbers = heavy.shared(("live head", *checkpoints.checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_inputs), kind,
                             layer, head),
                            lambda: live.live_head(model, raw_trace, kind, layer, head), "this head's numbers")
     q_pieces, k_pieces = trace.labels(kind)

@@ -18,8 +18,8 @@ from model.checkpoint import Checkpoint
 from model.decoded import Decoding
 from reading.lens import Lens, LensStep, logit_lens
 from ui import heavy, pieces, presentation, url, widgets
+from ui.checkpoints import checkpoint_version
 from ui.page_state import DECODING, TRANSLATE, Field
-from ui.state import checkpoint_version
 from viz.lens import lens_figure, lens_table_html, lens_table_svg
 
 #: The link's parameter: ``?lens=1`` opens the lens on both pages.

@@ -11,8 +11,8 @@ import streamlit as st
 
 from training import launch as L
 from training import runs as R
+from ui.checkpoints import checkpoint_roots
 from ui.run_view import progress, when
-from ui.state import checkpoint_roots
 from ui.widgets import show_figure
 from viz import training as VT
 

@@ -27,16 +27,10 @@ from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from reading.trace import Trace, trace_pair
 from ui import batcher, heavy, url
-from ui.checkpoints import (  # noqa: F401  (the pages call them through ui.state)
-    CHECKPOINT_ROOTS,
-    CHECKPOINTS_ENV,
+from ui.checkpoints import (
     DEFAULT_CHECKPOINT,
-    ROOT,
     available_checkpoints,
-    checkpoint_roots,
     checkpoint_version,
-    load_other,
-    require_checkpoint,
 )
 from ui.folders import checkpoint_label
 from ui.limits import limits

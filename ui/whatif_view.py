@@ -17,7 +17,7 @@ from model.decoding import InputError, input_limit, lm_prompt, prepare_source
 from reading.patching import WhatIf, masked, what_if
 from reading.step import Step, TokenScores
 from ui import heavy, pieces, presentation, url, widgets
-from ui.state import checkpoint_version
+from ui.checkpoints import checkpoint_version
 from viz.attribution import head_change_html
 
 

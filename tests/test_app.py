@@ -37,9 +37,9 @@ if not (DEFAULT_CKPT / "model.safetensors").is_file():  # pragma: no cover - a c
 from model.checkpoint import is_checkpoint_dir, load_checkpoint  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.decoding import MAX_INPUT_CHARS, input_limit, prepare_source  # noqa: E402
-from viz.labels import KIND_TITLES  # noqa: E402
-from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS, checkpoint_label  # noqa: E402
 from ui.model_card import opening_layer  # noqa: E402
+from ui.state import CHECKPOINTS_ENV, LM_PRESETS, PRESETS, checkpoint_label  # noqa: E402
+from viz.labels import KIND_TITLES  # noqa: E402
 
 CFG = ModelConfig.from_json(DEFAULT_CKPT / "config.json")
 #: The shipped translator's card: it may name the layer the pages open on (``open_layer``).

@@ -604,6 +604,7 @@ def test_compare_offers_a_runs_checkpoints_of_the_same_architecture(tmp_path, mo
 def test_the_quality_line_counts_minutes_on_the_machine_the_card_names():
     """A GPU-trained card's minutes are GPU-minutes: calling them CPU-minutes would undersell a CPU by ~100×."""
     from types import SimpleNamespace
+
     from ui.model_card import minutes_unit, quality_line
 
     card = {"test": {"split": "Multi30K test2016", "bleu": 38.0, "chrf": 64.0}, "everyday": {"chrf": 79.0},

@@ -7,12 +7,10 @@ Screenshots go to ``test-artifacts/attribution-*.png``.
 from __future__ import annotations
 
 import pytest
-
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, assert_no_traceback, browser, expect, new_page,  # noqa: F401
-                              server, settle)
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, settle
 from test_presentation_browser import in_viewport
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
 CASES = {"en-de": ("My+brother+lives+in+Berlin.", 6 + 1 + 3), "brown-lm": ("She+looked+at+him+and", 1 + 5 + 2)}
 #: Every column label of the grid: its box and font size, as drawn.

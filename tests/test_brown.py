@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from corpora import brown
-from corpora.files import DataError
 from corpora.__main__ import main as data_main
+from corpora.files import DataError
 
 SHIPPED = brown.BROWN_DIR
 

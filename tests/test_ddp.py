@@ -17,15 +17,15 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 
-from training import train
 from model.baseline import build_model
+from model.checkpoint import load_checkpoint
 from model.flops import matmul_weights_per_token, training_flops
+from training import train
 from training.batches import EpochPlan, collate, encode_pairs, loss_fn
 from training.config import parse_config
 from training.data import load_data
-from training.schedule import factor_for_peak, noam_lr
-from model.checkpoint import load_checkpoint
 from training.distributed import Dist, dist_from_env, model_flops_utilization, peak_tflops_for, shard_batches
+from training.schedule import factor_for_peak, noam_lr
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="this torch build has no torch.distributed with gloo")

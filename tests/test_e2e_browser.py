@@ -1,8 +1,5 @@
 """End-to-end tests in a real browser: the app served by ``streamlit run``, driven with Playwright + Chromium.
 
-Uses Debian's Chromium (``/usr/bin/chromium``, or ``$CHROMIUM``) — never ``playwright install``, which
-downloads. When it (or the ``playwright`` package) is missing, the module is skipped with a message.
-
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look:
 ``translate-step3.png`` and ``attention.png`` at 1600×1000, ``projector-run-to-end.png`` at 1280×720.
 ``training-finished.png``: a language-model run launched from the Training page and watched to its end (its
@@ -13,144 +10,47 @@ As in ``test_app.py``, nothing asserts particular German words: the model is a p
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from browser_helpers import (
+    BROWSER_GROUP,
+    DESKTOP,
+    PROJECTOR,
+    RUN_TIMEOUT_MS,
+    assert_no_traceback,
+    click_and_wait_step,
+    expect,
+    expect_step_view,
+    open_translate,
+    serve_app,
+    settle,
+    shot,
+    step_of,
+    sync_api,
+)
 
-from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve
-
-#: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
-#: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
-pytestmark = pytest.mark.xdist_group("browser")
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-
-if not Path(CHROMIUM).is_file():
-    pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium); browser tests skipped",
-                allow_module_level=True)
-if not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file():  # pragma: no cover
-    pytest.skip("checkpoints/en-de is missing", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-expect = sync_api.expect
-#: Playwright's assertions wait 5 s by default; on a 2-core machine running the other tests beside these, a page's
-#: first chart (Plotly's JavaScript loads on first use) can take longer to appear.
-expect.set_options(timeout=30_000)
-
-RUN_TIMEOUT_MS = 60_000  # one script run (model load + decode) on a busy 2-core machine
-DESKTOP = (1600, 1000)
-PROJECTOR = (1280, 720)
-
-
-# --- the server and the browser -------------------------------------------------------------------------
-def _serve(env_overrides: dict[str, str], log_name: str):
-    """The app on a free port (:func:`benchmarks.app_server.serve`). Yields the base URL."""
-    try:
-        with serve(ARTIFACTS / log_name, env_overrides) as url:
-            yield url
-    except ServerError as exc:
-        pytest.fail(str(exc))
+pytestmark = BROWSER_GROUP
 
 
 @pytest.fixture(scope="module")
-def server():
-    """The app as ``make run`` starts it. Yields the base URL."""
-    yield from _serve({}, "streamlit-server.log")
+def first_visit_server():
+    """An app no one has visited yet (the shared ``server`` has served other modules' tests). Yields the base URL."""
+    yield from serve_app({}, "streamlit-first-visit-server.log")
 
 
 @pytest.fixture(scope="module")
 def training_server(tmp_path_factory):
     """The app with its runs folder in a temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root)``."""
     runs = tmp_path_factory.mktemp("browser-runs")
-    for url in _serve({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-training-server.log"):
+    for url in serve_app({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-training-server.log"):
         yield url, runs
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def new_page(browser):
-    """``new_page(viewport) -> Page``; every page opened is closed after the test."""
-    pages = []
-
-    def factory(viewport=DESKTOP):
-        pages.append(open_page(browser, viewport, RUN_TIMEOUT_MS))
-        return pages[-1]
-
-    yield factory
-    for page in pages:
-        page.context.close()
-
-
-# --- helpers -------------------------------------------------------------------------------------------
-def settle(page, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
-    """Wait until Streamlit has finished the current script run (the "Running…" status widget is gone)."""
-    page.wait_for_timeout(250)  # a click's rerun takes a moment to start
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout_ms)
-    page.wait_for_timeout(200)
-
-
-def assert_no_traceback(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0
-    body = page.inner_text("body")
-    assert "Traceback" not in body, body[:2000]
-
-
-def expect_step_view(page) -> None:
-    """A step of the Translate view is drawn: the next-token list and the alignment map (both HTML: the page loads
-    no Plotly)."""
-    expect(page.locator(".ae-topk")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
-    expect(page.locator(".ae-align").filter(has_text="Alignment so far")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
-    expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(0)
-
-
-def open_translate(page, url: str, query: str = "") -> None:
-    page.goto(f"{url}/{query}")
-    page.get_by_text(re.compile(r"Step \d+ of \d+")).wait_for()
-    settle(page)
-
-
-def step_of(page) -> tuple[int, int]:
-    text = page.get_by_text(re.compile(r"Step \d+ of \d+")).inner_text()
-    m = re.search(r"Step (\d+) of (\d+)", text)
-    return int(m.group(1)), int(m.group(2))
-
-
-def click_and_wait_step(page, label: str, expected_step: int | None = None) -> None:
-    page.get_by_role("button", name=label).click()
-    if expected_step is not None:
-        page.get_by_text(re.compile(rf"Step {expected_step} of \d+")).wait_for()
-    settle(page)
-
-
-def shot(page, name: str) -> Path:
-    """A full-page screenshot. Streamlit scrolls inside its main container, not the document, so a plain
-    ``full_page=True`` stops at the viewport: the viewport is stretched to the content height for the shot."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / name
-    viewport = page.viewport_size
-    height = page.evaluate(
-        "() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']"
-        ".map(id => document.querySelector(`[data-testid=\"${id}\"]`))"
-        ".filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)"
-    )
-    page.set_viewport_size({"width": viewport["width"], "height": max(viewport["height"], min(int(height), 8000))})
-    page.wait_for_timeout(700)  # Plotly re-lays out on resize
-    page.screenshot(path=str(path), full_page=True)
-    page.set_viewport_size(viewport)
-    assert path.stat().st_size > 10_000
-    return path
-
-
-# --- tests (the first one must be the server's first visit) ----------------------------------------------
-def test_deep_link_as_first_visit_shows_the_full_app(server, new_page):
+# --- tests ----------------------------------------------------------------------------------
+def test_deep_link_as_first_visit_shows_the_full_app(first_visit_server, new_page):
     """A fresh server whose first visitor opens /attention directly still runs app.py (sidebar, model)."""
     page = new_page()
-    page.goto(f"{server}/attention?text=The+cat+sat+on+the+mat.")
+    page.goto(f"{first_visit_server}/attention?text=The+cat+sat+on+the+mat.")
     page.get_by_text("Hover a cell for the pair").wait_for()
     settle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')

@@ -22,6 +22,7 @@ import torch
 transformers = pytest.importorskip("transformers")  # a dev dependency: the reference implementation
 
 from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: E402
+
 from model.batched import greedy_batch  # noqa: E402
 from model.beam import beam_search  # noqa: E402
 from model.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
@@ -39,7 +40,7 @@ SOURCES = [[5, 9, 14, 20, 31, 0], [7, 8, 0], [33, 34, 35, 36, 0], [60, 3, 61, 0]
 PROMPTS = [[100, 5, 6, 7, 8, 9], [100, 50, 61, 72, 83, 94]]
 
 
-def _load(folder: Path, reference) -> SimpleNamespace:
+def load_folder(folder: Path, reference) -> SimpleNamespace:
     model, cfg, info = load_hf_model(folder)
     return SimpleNamespace(folder=folder, reference=reference, model=model, cfg=cfg, info=info)
 
@@ -47,13 +48,13 @@ def _load(folder: Path, reference) -> SimpleNamespace:
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     folder = tmp_path_factory.mktemp("opus-mt-tiny")
-    return _load(folder, write_tiny_marian_model(folder))
+    return load_folder(folder, write_tiny_marian_model(folder))
 
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpt2-tiny")
-    return _load(folder, write_tiny_gpt2_model(folder))
+    return load_folder(folder, write_tiny_gpt2_model(folder))
 
 
 def _padded(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

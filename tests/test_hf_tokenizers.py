@@ -14,11 +14,17 @@ import shutil
 import warnings
 
 import pytest
-
 from hf_fixtures import TOKENIZER_LINES, write_tiny_gpt2_tokenizer, write_tiny_marian_tokenizer
+
 from model.decoding import prepare_source
-from model.hf.tokenizers import (BYTE_TO_CHAR, GPT2TextTokenizer, MarianTextTokenizer, byte_level_text,
-                                 load_hf_tokenizer, readable_piece)
+from model.hf.tokenizers import (
+    BYTE_TO_CHAR,
+    GPT2TextTokenizer,
+    MarianTextTokenizer,
+    byte_level_text,
+    load_hf_tokenizer,
+    readable_piece,
+)
 from model.tokenizer import unknown_share
 
 transformers = pytest.importorskip("transformers")

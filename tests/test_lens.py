@@ -19,8 +19,8 @@ import torch
 
 from model.decoded import decode
 from model.decoding import Stepper
-from reading.lens import TOP_K, Lens, final_norm_applies, logit_lens
 from model.sampling import SamplingConfig
+from reading.lens import TOP_K, Lens, final_norm_applies, logit_lens
 from ui import decoding_lab as lab
 from viz.lens import lens_figure, lens_table_html, lens_table_svg
 

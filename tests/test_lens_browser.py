@@ -7,13 +7,11 @@ heatmap of every step so far. Screenshots go to ``test-artifacts/lens-*.png``.
 from __future__ import annotations
 
 import pytest
-
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, _serve, assert_no_traceback, browser, expect,  # noqa: F401
-                              new_page, settle)
-from test_hf_pages import MARIAN, hf_root  # noqa: F401
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, serve_app, settle
+from test_hf_pages import MARIAN
 from test_presentation_browser import in_viewport
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
 CASES = {"en-de": ("My+brother+lives+in+Berlin.", 6), "brown-lm": ("She+looked+at+him+and", 4), MARIAN: ("The+cat", 2)}
 #: Font sizes (px) of every text of the lens table, as drawn.
@@ -30,7 +28,7 @@ def layout(page) -> tuple[float, float, float]:
 @pytest.fixture(scope="module")
 def server(hf_root):
     """The app with the shipped models and the tiny Hugging Face folders."""
-    yield from _serve({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-lens-server.log")
+    yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-lens-server.log")
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_teaching_pages import _app
+
 from viz.training import SCORE_MIN_TOP, compare_figure, run_figure, score_axis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +76,7 @@ def _fake_run(root: Path, name: str) -> None:
 def test_the_runs_table_wraps_instead_of_cutting_off_its_columns(tmp_path, monkeypatch):
     """At 1280 px the runs table's data grid cut off its last columns (started, updated) behind a scroll bar."""
     from streamlit.testing.v1 import AppTest
+
     from training import launch as L
     from training import runs as R
 

@@ -12,12 +12,20 @@ import json
 import re
 
 import pytest
+from browser_helpers import (
+    ARTIFACTS,
+    PROJECTOR,
+    ROOT,
+    assert_no_traceback,
+    click_and_wait_step,
+    expect,
+    open_translate,
+    settle,
+)
 
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, ROOT, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
-                              new_page, open_translate, server, settle)
 from model.config import ModelConfig
-from ui.presentation import MIN_TICK
 from ui.model_card import opening_layer
+from ui.presentation import MIN_TICK
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.

@@ -35,13 +35,13 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from model.analysis import attention_rollout, head_statistics, sequence_log_probs
-from teaching.bpe_replay import merge_table, pre_tokenize, replay, segmentations
 from model.batched import translate_texts
 from model.checkpoint import Checkpoint, load_checkpoint
 from model.decoding import MAX_INPUT_CHARS, InputError, Stepper, clean_user_text, input_limit, prepare_source
 from model.tokenizer import MOSTLY_UNKNOWN, TextTokenizer, replace_surrogates, unknown_share
-from reading.trace import trace_pair
 from model.translate import translate_json
+from reading.trace import trace_pair
+from teaching.bpe_replay import merge_table, pre_tokenize, replay, segmentations
 from ui import attention_views as uav
 from ui import decoding_lab as lab
 from ui import url

@@ -7,8 +7,7 @@ Chromium; skipped where it or the model is missing).
 from __future__ import annotations
 
 import pytest
-
-from test_e2e_browser import ARTIFACTS, PROJECTOR, assert_no_traceback, browser, new_page, open_translate, server  # noqa: F401
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, open_translate
 
 pytestmark = pytest.mark.xdist_group("browser")
 

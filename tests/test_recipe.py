@@ -10,18 +10,25 @@ from dataclasses import replace
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_train_cli import run_main
 
-from training import average, train
-from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
-from training.checkpoints import warm_start
-from training.config import TrainConfig, check_args, parse_config
-from training.best import best_card
-from training.device import AUTO_PRECISION_ENV, autocast, cpu_has_native_bf16, default_threads, hardware, resolve_precision
-from training.schedule import factor_for_peak, learning_rate, make_optimizer
-from training.state import TrainerState
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
-from test_train_cli import run_main
+from training import average, train
+from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
+from training.best import best_card
+from training.checkpoints import warm_start
+from training.config import TrainConfig, check_args, parse_config
+from training.device import (
+    AUTO_PRECISION_ENV,
+    autocast,
+    cpu_has_native_bf16,
+    default_threads,
+    hardware,
+    resolve_precision,
+)
+from training.schedule import factor_for_peak, learning_rate, make_optimizer
+from training.state import TrainerState
 
 TINY = ["--limit-train", "200", "--eval-every", "4", "--eval-sentences", "8", "--d-model", "32", "--n-heads", "2",
         "--d-ff", "64", "--vocab-size", "400", "--warmup", "4", "--log-every", "2", "--no-progress", "--threads", "1",

@@ -19,13 +19,20 @@ import re
 from urllib.parse import quote_plus
 
 import pytest
-
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
-                              open_translate, new_page, server, settle, step_of)
+from browser_helpers import (
+    ARTIFACTS,
+    PROJECTOR,
+    assert_no_traceback,
+    click_and_wait_step,
+    expect,
+    open_translate,
+    settle,
+)
 from test_presentation_browser import CHART_TEXTS_JS, in_viewport, overlapping
+
 from ui.widgets import BEFORE_FIRST_STEP
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
 #: Nine words, eight of them cut into pieces by the shipped translator's vocabulary: the far-from-training warning.
 FAR = "The+quarterly+earnings+exceeded+analysts+expectations+despite+inflationary+headwinds."

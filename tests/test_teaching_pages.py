@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from teaching import worked
-from teaching.bpe_replay import encode_by_replay, merge_table, piece_lengths, pre_tokenize, replay, segmentations
 from model.positional import sinusoidal_table
 from model.tokenizer import TextTokenizer
+from teaching import worked
+from teaching.bpe_replay import encode_by_replay, merge_table, piece_lengths, pre_tokenize, replay, segmentations
 from viz import teaching as vt
 from viz import theme
 

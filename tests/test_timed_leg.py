@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import load_file
 
 from model.checkpoint import load_checkpoint
+from tests.test_train_cli import TINY, run_main
 from training import timed_leg, train
 from training.runs import has_resume_state
-from tests.test_train_cli import TINY, run_main
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,13 @@ import torch
 from safetensors.torch import load_file
 
 from corpora.files import read_tsv
+from model import translate
+from model.checkpoint import load_checkpoint
 from training import evaluate, train
 from training.batches import encode_examples
 from training.best import recipe_extra
 from training.config import TrainConfig, build_parser, given_options
 from training.loop import Trainer
-from model import translate
-from model.checkpoint import load_checkpoint
 from training.schedule import cooldown_factor, factor_for_peak, noam_lr
 from training.state import TrainerState
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from model.checkpoint import load_checkpoint
 from training import form as TF
 from training import launch as L
 from training import runs as R
-from model.checkpoint import load_checkpoint
 from training.config import FIELDS, build_parser, value_type
 from ui.run_view import progress
 from viz.labels import KIND_SHORT
@@ -630,9 +630,9 @@ def fake_lm_run(root: Path, name: str, *, age: float) -> Path:
     import torch
 
     from model.config import ModelConfig
-    from training.runs import probe_record
     from model.tokenizer import TextTokenizer
     from model.transformer import Transformer
+    from training.runs import probe_record
 
     run = fake_run(root, name, age=age, evals=())
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

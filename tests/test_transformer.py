@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from model.batched import greedy_batch, translate_texts
 from model.decoding import Stepper
-from reading.trace import trace_pair
 from model.transformer import KVCache, Transformer, causal_mask
+from reading.trace import trace_pair
 
 ATOL = 1e-5
 VARIANTS = [

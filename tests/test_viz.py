@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from viz.attention import (alignment_html, attention_heatmap, display_token, highlight_tokens_html, scale_colours,
-                           tokens_html)
+from viz.attention import (
+    alignment_html,
+    attention_heatmap,
+    display_token,
+    highlight_tokens_html,
+    scale_colours,
+    tokens_html,
+)
 from viz.decoding import top_tokens_html
 
 

@@ -122,7 +122,8 @@ def test_lines_opacity_is_the_weight_and_weak_lines_are_omitted():
     focused = [t for t in lines_figure(w, ["▁a", "▁b"], ["▁x", "▁y", "z"], threshold=0.0, query=1).data
                if t.mode == "lines"]
     assert {tuple(t.meta) for t in focused} == {(1, 0), (1, 1), (1, 2)}
-    capped = [t for t in lines_figure(w, ["a", "b"], ["x", "y", "z"], threshold=0.0, max_lines=2).data if t.mode == "lines"]
+    capped = [t for t in lines_figure(w, ["a", "b"], ["x", "y", "z"], threshold=0.0, max_lines=2).data
+              if t.mode == "lines"]
     assert sorted(t.opacity for t in capped) == pytest.approx([0.7, 0.8])
 
 
@@ -259,7 +260,8 @@ def test_npz_export_round_trip(make_model, tokenizer, encode_src, encode_tgt):
     for kind, w in trace.attention.items():
         assert data[kind].shape == tuple(w.shape) and data[kind].dtype == np.float32
         assert np.allclose(data[kind], w.numpy())
-    assert data["src_tokens"].tolist() == list(trace.src_tokens) and data["tgt_tokens"].tolist() == list(trace.tgt_tokens)
+    assert data["src_tokens"].tolist() == list(trace.src_tokens)
+    assert data["tgt_tokens"].tolist() == list(trace.tgt_tokens)
     assert data["src_ids"].tolist() == src and data["tgt_ids"].tolist() == tgt
     lm = make_model(arch="decoder-only")
     lm_data = np.load(io.BytesIO(views.attention_npz(trace_pair(lm, tokenizer, None, tgt))))
@@ -310,7 +312,8 @@ def test_greedy_with_masks_follows_the_ablated_model(make_model, encode_src):
 
 # --- the page (AppTest) -------------------------------------------------------------------------------------------
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
-needs_model = pytest.mark.skipif(not (DEFAULT_CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
+needs_model = pytest.mark.skipif(not (DEFAULT_CKPT / "model.safetensors").is_file(),
+                                 reason="checkpoints/en-de is missing")
 TABS = ["Heads", "Tokens & lines", "Query · key", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 
 
@@ -432,7 +435,7 @@ def test_ablating_a_head_changes_the_total_and_the_sweep_draws_heatmaps(cfg):
     sweeps = charts(at)[before:]
     assert len(sweeps) == 3
     drops = {}
-    for fig, kind in zip(sweeps, ("encoder", "decoder", "cross")):
+    for fig, kind in zip(sweeps, ("encoder", "decoder", "cross"), strict=True):
         hm = fig["data"][0]
         assert hm["type"] == "heatmap" and hm["zmid"] == 0  # diverging, centred at 0
         drops[kind] = z_of(hm)
@@ -482,7 +485,8 @@ def test_word_level_toggle_merges_pieces_into_words(cfg):
 @needs_model
 @pytest.mark.parametrize("query, layer", [({"layer": "abc", "head": "99"}, "opened"),
                                           ({"layer": "-1", "head": "mean!"}, 1),  # clamped into 1…n
-                                          ({"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"}, "last")])
+                                          ({"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"},
+                                           "last")])
 def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cfg, query, layer):
     query = dict(query)
     tab = query.pop("tab", None)

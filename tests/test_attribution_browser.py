@@ -38,7 +38,7 @@ def test_the_grid_labels_every_piece_readably(server, new_page, name, present):
     assert min(label["size"] for label in labels) >= 14
     for tier in {label["tier"] for label in labels}:  # neighbours in one tier never overlap
         boxes = sorted((label["x"], label["x"] + label["w"]) for label in labels if label["tier"] == tier)
-        assert all(a[1] <= b[0] + 0.5 for a, b in zip(boxes, boxes[1:])), boxes
+        assert all(a[1] <= b[0] + 0.5 for a, b in zip(boxes, boxes[1:], strict=False)), boxes
     box, width = grid.bounding_box(), page.viewport_size["width"]
     assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, box
     expect(page.locator("text=comprehensiveness ↑").first).to_be_visible()

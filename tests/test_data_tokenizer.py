@@ -248,7 +248,7 @@ def test_offsets_slice_the_text_to_the_piece(tokenizer, text):
     assert len(enc.ids) == len(enc.tokens) == len(enc.offsets) > 1
     assert 3 not in enc.ids  # every character was seen in training
     prev_end = 0
-    for piece, (start, end) in zip(enc.tokens, enc.offsets):
+    for piece, (start, end) in zip(enc.tokens, enc.offsets, strict=True):
         assert prev_end <= start <= end <= len(text)  # in order, never overlapping
         assert start < end or piece == "▁"  # only a bare word-start marker may have an empty span
         assert text[start:end].strip() == piece.replace("▁", "")

@@ -149,7 +149,7 @@ def test_a_lab_decoding_replays_the_cli_sampling_and_is_frozen(make_model, encod
     assert run.tokens_and_probs()[0] == reference.generated  # same seed, same tokens as model.translate
     again = lab.lab_decoding(model, src, cfg, max_new_tokens=12)  # a pure function of its arguments
     assert again.generated == run.generated
-    assert all(torch.equal(a.final, b.final) for a, b in zip(again.pipelines, run.pipelines))
+    assert all(torch.equal(a.final, b.final) for a, b in zip(again.pipelines, run.pipelines, strict=True))
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.generated = ()  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -199,7 +199,7 @@ def test_a_step_view_is_the_run_as_it_stood_at_that_step(make_model, encode_src)
     for k in range(0, full.n_steps + 1):
         stepper, chooser = Stepper(model, src, max_new_tokens=8), Chooser(cfg)
         for step in range(1, k + 1):
-            stepper.step(lambda lp, step=step: chooser(lp) if step != 2 else (chooser(lp), 77)[1])
+            stepper.step(lambda lp, step=step, chooser=chooser: chooser(lp) if step != 2 else (chooser(lp), 77)[1])
         view = lab.StepView.of(full, k)
         assert view.generated == tuple(stepper.generated) and view.step == k
         assert view.finished == stepper.finished
@@ -458,7 +458,9 @@ def test_beam_search_steps_through_the_tree():
     at = page(strategy="beam", beam="2", alpha="0.6")
     clean(at)
     assert at.session_state["dl_step"] == 0 and "Press **Next**" in at.info[0].value
-    nodes = lambda: len(next(t for t in charts(at)[0]["data"] if t.get("name") == "candidates")["x"])
+    def nodes() -> int:
+        return len(next(t for t in charts(at)[0]["data"] if t.get("name") == "candidates")["x"])
+
     assert nodes() == 0
     button(at, "Next").click().run()
     clean(at)

@@ -119,7 +119,7 @@ def test_marian_logits_and_every_attention_weight_equal_transformers(marian):
     for ours, theirs in [(enc_w, ref.encoder_attentions), (out.self_weights, ref.decoder_attentions),
                          (out.cross_weights, ref.cross_attentions)]:
         assert len(ours) == len(theirs) == 2
-        for w_ours, w_theirs in zip(ours, theirs):  # [batch, heads, q_len, k_len], every layer and head
+        for w_ours, w_theirs in zip(ours, theirs, strict=True):  # [batch, heads, q_len, k_len], every layer and head
             assert w_ours.shape == w_theirs.shape
             _close(w_ours, w_theirs)
 
@@ -214,7 +214,7 @@ def test_gpt2_logits_and_every_attention_weight_equal_transformers(gpt2):
         _close(gpt2.model.logits(out.hidden), ref.logits)
         _close(gpt2.model(None, ids), ref.logits)
     assert len(out.self_weights) == len(ref.attentions) == 2
-    for ours, theirs in zip(out.self_weights, ref.attentions):
+    for ours, theirs in zip(out.self_weights, ref.attentions, strict=True):
         _close(ours, theirs)
 
 

@@ -135,7 +135,7 @@ def test_marian_offsets_index_the_original_text(marian, text):
     tok, _, _, _ = marian
     enc = tok.encode(text)
     ends = [0]
-    for piece, (s, e) in zip(enc.tokens, enc.offsets):
+    for piece, (s, e) in zip(enc.tokens, enc.offsets, strict=True):
         assert ends[-1] <= s <= e <= len(text)  # in order, never overlapping
         ends.append(e)
         if s < e and piece not in ("<unk>", ">>de<<") and text[s:e].isascii() and text[s:e].isprintable():

@@ -1,7 +1,8 @@
 """The logit lens in Debian's Chromium at 1280×720, presentation mode, on en-de, brown-lm and a tiny Hugging Face
-MarianMT folder: on Translate the table is drawn under the step view (which still starts on the first screen and does not
-move when the lens is turned off), a row per decoder layer, no text under 14 px and nothing wider than the screen; in the Decoding lab its tab draws the
-heatmap of every step so far. Screenshots go to ``test-artifacts/lens-*.png``.
+MarianMT folder: on Translate the table is drawn under the step view (which still starts on the first screen and does
+not move when the lens is turned off), a row per decoder layer, no text under 14 px and nothing wider than the
+screen; in the Decoding lab its tab draws the heatmap of every step so far.
+Screenshots go to ``test-artifacts/lens-*.png``.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def test_the_lens_on_translate_and_in_the_lab(server, new_page, name):
     expect(lens).to_have_count(0)
     settle(page)
     assert "lens=" not in page.url
-    assert max(abs(a - b) for a, b in zip(layout(page), top_list)) < 1
+    assert max(abs(a - b) for a, b in zip(layout(page), top_list, strict=True)) < 1
 
     page.goto(f"{server}/decoding?ckpt={name}&text={text}&step=2&lens=1&present=1")
     page.get_by_text("Decoding lab", exact=True).first.wait_for()

@@ -27,7 +27,8 @@ from teaching import live
 
 ROOT = Path(__file__).resolve().parent.parent
 EN_DE, BROWN = ROOT / "checkpoints" / "en-de", ROOT / "checkpoints" / "brown-lm"
-needs_ckpt = pytest.mark.skipif(not (EN_DE / "model.safetensors").is_file() or not (BROWN / "model.safetensors").is_file(),
+needs_ckpt = pytest.mark.skipif(not (EN_DE / "model.safetensors").is_file()
+                                or not (BROWN / "model.safetensors").is_file(),
                                 reason="the shipped checkpoints are missing")
 ATOL = 1e-6
 
@@ -194,7 +195,8 @@ def chart_titles(at) -> list[str]:
 
 def largest_difference(at) -> float:
     """The page's own comparison with the Attention page's heatmap, from its caption."""
-    (match,) = [m for c in at.caption if (m := re.search(r"differs from these weights by at most ([0-9.e+-]+)", c.value))]
+    found = (re.search(r"differs from these weights by at most ([0-9.e+-]+)", c.value) for c in at.caption)
+    (match,) = [m for m in found if m]
     return float(match.group(1))
 
 

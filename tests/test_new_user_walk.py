@@ -52,7 +52,7 @@ def test_the_worked_example_shows_x_as_large_as_its_steps():
     at = _app("app_pages/lecture.py")
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     titles = [c["layout"]["title"]["text"] for c in charts]
-    x = next(c for c, t in zip(charts, titles) if t.startswith("X"))
+    x = next(c for c, t in zip(charts, titles, strict=True) if t.startswith("X"))
     assert titles.index(x["layout"]["title"]["text"]) < next(i for i, t in enumerate(titles) if t.startswith("Mean"))
     heatmap = x["data"][0]
     assert heatmap["text"][1][2] == "0.5000" and heatmap["y"] == ["token 0", "token 1", "token 2"]

@@ -92,7 +92,7 @@ def assert_lens_equals_the_stepped_decoding(model, src) -> None:
     lens = logit_lens(model, src, decoding.prefix, decoding.generated, k=5)
     stepped = ref.lens_stepwise(model, src, decoding.prefix, decoding.generated)
     assert len(lens.steps) == len(stepped) == len(decoding.generated) > 0
-    for step, log_probs in zip(lens.steps, stepped):
+    for step, log_probs in zip(lens.steps, stepped, strict=True):
         chosen = log_probs[:, step.token_id].exp()
         assert torch.allclose(torch.tensor(step.chosen_probs), chosen.float(), atol=1e-5)
         top_p = log_probs.exp().topk(5, dim=-1).values

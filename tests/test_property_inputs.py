@@ -342,7 +342,7 @@ def check_steps(ckpt: Checkpoint, src, n_steps: int) -> Stepper:
     on.run_to_end()
     off.run_to_end()
     assert 1 <= len(on.records) <= n_steps and [r.token_id for r in on.records] == [r.token_id for r in off.records]
-    for a, b in zip(on.records, off.records):
+    for a, b in zip(on.records, off.records, strict=True):
         assert torch.isfinite(a.log_probs).all()
         assert float(a.log_probs.exp().sum()) == pytest.approx(1.0, abs=1e-3)
         assert torch.allclose(a.log_probs, b.log_probs, atol=1e-3), "KV cache on/off disagree"
@@ -389,7 +389,7 @@ def test_language_model_steps_on_any_prompt(brown, text):
 def test_translate_texts_keeps_order_and_blanks_bad_lines(tiny, texts):
     out = translate_texts(tiny.model, tiny.tokenizer, texts)
     assert len(out) == len(texts) and all(isinstance(o, str) for o in out)
-    for text, o in zip(texts, out):
+    for text, o in zip(texts, out, strict=True):
         utf8(o)
         try:
             prepared(tiny, text)
@@ -464,7 +464,7 @@ def test_merge_replay_ends_where_the_tokenizer_ends(ende, ende_table, text):
     pieces = []
     for word in pre_tokenize(tok.backend, text):
         steps = replay(word, ende_table)
-        assert all(len(b.pieces) < len(a.pieces) for a, b in zip(steps, steps[1:]))
+        assert all(len(b.pieces) < len(a.pieces) for a, b in zip(steps, steps[1:], strict=False))
         utf8(pieces_html(steps[-1].pieces) + "".join(cell_html(p) for p in steps[-1].pieces))
         pieces += steps[-1].pieces
     assert pieces == enc.tokens
@@ -517,9 +517,9 @@ def test_ui_parsers_and_text_helpers_take_any_string(ende, raw):
     settings_out, notes = lab.settings_from_link({k: raw for k in keys}, 8000)
     lab.sampling_config(settings_out)  # always valid for the widgets
     assert all(isinstance(n, str) for n in notes)
-    for value, note in (url.int_param({"n": raw}, "n", 5, 0, 100), url.float_param({"x": raw}, "x", 0.5, 0.0, 1.0),
-                        url.bool_param({"b": raw}, "b", True), url.int_list_param({"d": raw}, "d", [], 0, 63),
-                        url.text_param({"t": raw}, "t", "", 100), url.matrix_param({"m": raw}, "m", np.eye(2))):
+    for _value, note in (url.int_param({"n": raw}, "n", 5, 0, 100), url.float_param({"x": raw}, "x", 0.5, 0.0, 1.0),
+                         url.bool_param({"b": raw}, "b", True), url.int_list_param({"d": raw}, "d", [], 0, 63),
+                         url.text_param({"t": raw}, "t", "", 100), url.matrix_param({"m": raw}, "m", np.eye(2))):
         assert note is None or isinstance(note, str)
     assert 0 <= url.int_param({"n": raw}, "n", 5, 0, 100)[0] <= 100
     piece = lab.resolve_piece(ende.tokenizer, raw)

@@ -292,7 +292,8 @@ def test_a_warm_start_carries_the_lineage_legs_into_its_card(make_model, tokeniz
     assert card["legs"] == legs and "legs" not in card["init_from"]
     assert card["total"]["tokens_seen"] == 50 and card["init_from"]["checkpoint"] == str(start)
     plain = save_checkpoint(tmp_path / "plain", make_model(), tokenizer, {"step": 7})
-    model, _, _, config = warm_start(TrainConfig(out=str(tmp_path / "next2"), init_from=str(plain)), torch.device("cpu"))
+    model, _, _, config = warm_start(TrainConfig(out=str(tmp_path / "next2"), init_from=str(plain)),
+                                     torch.device("cpu"))
     assert "legs" not in best_card(model, config, torch.device("cpu"), state, {}, 60.0, 1, "valid chrf")
 
 
@@ -356,7 +357,7 @@ def test_the_form_passes_the_recipe_to_the_trainer(tmp_path, monkeypatch):
     form = launch_form.preset_form("continue the shipped translator (hours)")
     assert launch_form.validate_form(form) == []
     cmd = launch_form.build_command(form, "runs/x")
-    flags = dict(zip(cmd, cmd[1:]))
+    flags = dict(zip(cmd, cmd[1:], strict=False))
     assert flags["--init-from"] == "checkpoints/en-de" and flags["--dict-share"] == "0.05"
     assert flags["--mix"] == "tatoeba=1,multi30k=4,bcontrast=1,ding=4" and flags["--cooldown-steps"] == "3000"
     args, _ = parse_config(cmd[3:])  # the trainer understands every flag the form writes

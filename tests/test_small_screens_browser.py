@@ -68,7 +68,8 @@ def test_next_the_ten_tokens_and_the_lens_toggle_fit_1280x720_under_the_warning(
     page.locator(".ae-lens").wait_for()
     for k in (19, 20):  # late in a long output: the output box is at its fullest
         click_and_wait_step(page, "Next", k)
-    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed", "true" if present else "false")
+    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed",
+                                                                        "true" if present else "false")
     in_viewport(page, page.get_by_role("button", name="Next"), "the Next button")
     rows = page.locator(".ae-topk-row")
     expect(rows).to_have_count(10)
@@ -137,7 +138,7 @@ def test_translate_on_a_phone(server, phone_page):
     rows = _boxes(page.locator(".ae-topk-row"))
     assert all(r["x"] >= 0 and r["x"] + r["width"] <= PHONE[0] + 1 for r in rows), rows
     labels = [dict(text=t, **b) for t, b in zip(page.locator(".ae-topk-piece").all_inner_texts(),
-                                                _boxes(page.locator(".ae-topk-piece")))]
+                                                _boxes(page.locator(".ae-topk-piece")), strict=True)]
     assert overlapping([dict(b, w=b["width"], h=b["height"]) for b in labels]) == []
     assert page.evaluate(CUT_JS) == []
     assert_no_traceback(page)

@@ -84,7 +84,7 @@ def test_scaling_demo_shows_the_expectation_not_one_noisy_draw():
         assert r["score_std"] == pytest.approx(math.sqrt(r["d_k"]), rel=1e-12)  # exact
         assert r["score_std_sampled"] == pytest.approx(math.sqrt(r["d_k"]), rel=0.02)  # and the draws agree
     max_raw = [r["max_raw"] for r in rows]
-    assert all(b > a for a, b in zip(max_raw, max_raw[1:])), max_raw  # saturates monotonically…
+    assert all(b > a for a, b in zip(max_raw, max_raw[1:], strict=False)), max_raw  # saturates monotonically…
     assert max_raw[0] < 0.3 and max_raw[-1] > 0.95  # …from near the scaled value to one key taking everything
     # scaled: the spread is 1 at every d_k, so the largest weight stays put (far from 1)
     assert all(0.25 < r["max_scaled"] < 0.35 for r in rows), [r["max_scaled"] for r in rows]
@@ -157,7 +157,8 @@ def test_replay_equals_tokenizers_on_training_words(ckpt_tokenizer):
             words += 1
             steps = replay(w, table)
             assert "".join(steps[0].pieces) == w or "<unk>" in steps[0].pieces
-            assert all(len(b.pieces) < len(a.pieces) for a, b in zip(steps, steps[1:]))  # every step merges
+            # every step merges
+            assert all(len(b.pieces) < len(a.pieces) for a, b in zip(steps, steps[1:], strict=False))
             assert [s_.rank for s_ in steps[1:]] == sorted(s_.rank for s_ in steps[1:])  # ranks only increase
     assert words > 1000
 

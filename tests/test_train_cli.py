@@ -341,7 +341,8 @@ def test_train_errors_exit_2(tmp_path):
 def test_noam_lr_peaks_at_warmup(d_model, warmup):
     lrs = [noam_lr(s, d_model, warmup) for s in range(1, 4 * warmup)]
     assert max(range(len(lrs)), key=lrs.__getitem__) + 1 == warmup
-    assert noam_lr(warmup - 1, d_model, warmup) < noam_lr(warmup, d_model, warmup) > noam_lr(warmup + 1, d_model, warmup)
+    peak = noam_lr(warmup, d_model, warmup)
+    assert noam_lr(warmup - 1, d_model, warmup) < peak > noam_lr(warmup + 1, d_model, warmup)
     # Paper eq. (3): linear warmup, then inverse square root.
     assert noam_lr(1, d_model, warmup) == pytest.approx(d_model**-0.5 * warmup**-1.5)
     assert noam_lr(4 * warmup, d_model, warmup) == pytest.approx(d_model**-0.5 * (4 * warmup) ** -0.5)
@@ -401,7 +402,7 @@ def test_translate_input_file_with_beam_search_matches_sentence_by_sentence(best
     assert rc == 0, err
     got = out.split("\n")[:-1]
     assert len(got) == 4 and got[1] == ""
-    for line, text in zip(lines, got):
+    for line, text in zip(lines, got, strict=True):
         if line:  # the batched search gives what the one-sentence search gives
             assert text == run_main(translate.main, ["--checkpoint", best, line, *beam])[1].rstrip("\n")
     rc, _, err = run_main(translate.main, ["--checkpoint", best, "--input", path, "--strategy", "beam", "--beam", "0"])

@@ -1,5 +1,6 @@
-"""The Training page: ``training/form.py`` and ``training/launch.py`` (form validation, the CLI it builds, real tiny runs started as
-subprocesses, the one-run lock, stop, kill -9, delete, garbage tolerance) and ``app_pages/training.py`` via AppTest.
+"""The Training page: ``training/form.py`` and ``training/launch.py`` (form validation, the CLI it builds, real tiny
+runs started as subprocesses, the one-run lock, stop, kill -9, delete, garbage tolerance) and
+``app_pages/training.py`` via AppTest.
 
 Every run goes into a temporary runs root; nothing touches ``runs/``.
 """

@@ -17,7 +17,8 @@ from reading.trace import trace_pair
 ATOL = 1e-5
 VARIANTS = [
     dict(arch=arch, norm_first=nf, pos_encoding=pos)
-    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True), ("sinusoidal", "learned", "rope", "alibi"))
+    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True),
+                                           ("sinusoidal", "learned", "rope", "alibi"))
 ]
 VARIANT_IDS = [f"{v['arch']}-{'preLN' if v['norm_first'] else 'postLN'}-{v['pos_encoding']}" for v in VARIANTS]
 
@@ -67,7 +68,7 @@ def test_stepper_cached_equals_uncached(make_model, variant):
     plain.run_to_end(_non_special)
     assert len(cached.records) == len(plain.records) == 8
     assert cached.tokens == plain.tokens
-    for a, b in zip(cached.records, plain.records):
+    for a, b in zip(cached.records, plain.records, strict=True):
         assert a.token_id == b.token_id
         torch.testing.assert_close(a.log_probs, b.log_probs, atol=ATOL, rtol=0)
         torch.testing.assert_close(a.self_attention, b.self_attention, atol=ATOL, rtol=0)
@@ -141,7 +142,7 @@ def test_greedy_batch_is_independent_of_batch_composition(make_model):
     together = greedy_batch(model, srcs, max_new_tokens=10)
     alone = [greedy_batch(model, [s], max_new_tokens=10)[0] for s in srcs]
     assert together == alone
-    for s, ids in zip(srcs, together):  # and the same as the Stepper's greedy run
+    for s, ids in zip(srcs, together, strict=True):  # and the same as the Stepper's greedy run
         st = Stepper(model, s, max_new_tokens=10)
         st.run_to_end()
         assert st.output_ids() == ids
@@ -232,7 +233,7 @@ def test_tiny_model_overfits_and_greedy_reproduces_targets(make_model, tokenizer
 
     expected = [t[1:-1] for t in tgts]  # without <bos> and <eos>
     assert greedy_batch(model, srcs) == expected
-    for s, exp in zip(srcs, expected):
+    for s, exp in zip(srcs, expected, strict=True):
         st = Stepper(model, s)
         st.run_to_end()
         assert st.finished and st.generated[-1] == model.cfg.eos_id

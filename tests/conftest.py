@@ -238,3 +238,29 @@ def step_ids(encode_src, encode_tgt):
     """``(src, prefix, token)``: "The house is big." and the first three German inputs, the fourth next."""
     tgt = encode_tgt("Das Haus ist groß.")
     return encode_src("The house is big."), tgt[:3], tgt[3]
+
+
+# --- the Training page's tests ------------------------------------------------------------------------------------
+@pytest.fixture
+def training_page_env(monkeypatch):
+    """No demo limits and one thread for every trainer the Training page's tests launch."""
+    from training import launch
+
+    monkeypatch.delenv(launch.DEMO_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory):
+    """``(runs_root, run_dir)``: a real tiny run, launched through :func:`training.launch.launch` and waited for;
+    shared by the Training page's test modules (none writes into it)."""
+    from training_page_helpers import TINY, wait_for
+
+    from training import form, launch, runs
+
+    root = tmp_path_factory.mktemp("runs")
+    os.environ.pop(launch.DEMO_ENV, None)
+    run = launch.launch({**form.preset_form("2-minute CPU demo"), **TINY}, root, name="tiny")
+    assert wait_for(lambda: (runs.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), \
+        runs.log_tail(run)
+    return root, run

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_training_page import wait_for
+from training_page_helpers import wait_for
 
 from benchmarks.app_server import CHROMIUM, ServerError, served_page, settled
 

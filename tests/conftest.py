@@ -264,3 +264,14 @@ def finished(tmp_path_factory):
     assert wait_for(lambda: (runs.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), \
         runs.log_tail(run)
     return root, run
+
+
+@pytest.fixture
+def app_at_repo_root(monkeypatch):
+    """The app-level AppTest modules run from the repository root without extra checkpoints (unless a test adds them)
+    and without the hosted demo's limits."""
+    from ui.state import CHECKPOINTS_ENV
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv(CHECKPOINTS_ENV, raising=False)
+    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)

@@ -275,3 +275,29 @@ def app_at_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv(CHECKPOINTS_ENV, raising=False)
     monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
+
+
+# --- checkpoints for the property-based tests ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ende():
+    """The shipped translator, ``checkpoints/en-de``, as a :class:`model.checkpoint.Checkpoint`."""
+    from model.checkpoint import load_checkpoint
+
+    return load_checkpoint(ROOT / "checkpoints" / "en-de")
+
+
+@pytest.fixture(scope="module")
+def brown():
+    """The shipped language model, ``checkpoints/brown-lm``, as a :class:`model.checkpoint.Checkpoint`."""
+    from model.checkpoint import load_checkpoint
+
+    return load_checkpoint(ROOT / "checkpoints" / "brown-lm")
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer, make_model):
+    """The conftest fixtures as a checkpoint: a random 2+2-layer model (max_len 64) and the 400-piece tokenizer."""
+    from model.checkpoint import Checkpoint
+
+    model = make_model(seed=0)
+    return Checkpoint(model, tokenizer, model.cfg)

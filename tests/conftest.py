@@ -301,3 +301,26 @@ def tiny(tokenizer, make_model):
 
     model = make_model(seed=0)
     return Checkpoint(model, tokenizer, model.cfg)
+
+
+# --- the training CLI's tiny runs ------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """Run ``straight`` (12 steps) and ``resumed`` (6 steps, then ``--resume --max-steps 12``), in-process; shared by
+    test_train_cli.py and test_train_resume.py (their tests copy a run before changing it)."""
+    import json
+
+    from train_helpers import TINY, run_main
+
+    from training import train
+
+    root = tmp_path_factory.mktemp("runs")
+    torch.manual_seed(0)
+    straight = run_main(train.main, ["--out", root / "straight", "--max-steps", "12", *TINY])
+    first_half = run_main(train.main, ["--out", root / "resumed", "--max-steps", "6", *TINY])
+    half_state = json.loads((root / "resumed" / "last" / "trainer_state.json").read_text())
+    torch.manual_seed(123)  # the resumed run must not depend on the state of the process it runs in
+    second_half = run_main(train.main, ["--out", root / "resumed", "--resume", "--max-steps", "12",
+                                        "--no-progress", "--threads", "1"])
+    return {"root": root, "straight": straight, "first_half": first_half, "second_half": second_half,
+            "half_state": half_state}

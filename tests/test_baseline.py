@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from test_train_cli import TINY, run_main
+from train_helpers import TINY, run_main
 
 from model.baseline import TorchBaseline, build_model, load_baseline
 from model.batched import greedy_batch

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_train_cli import run_main
+from train_helpers import run_main
 
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from streamlit.testing.v1 import AppTest
 from test_ddp import TINY as DDP_TINY
 from test_ddp import torchrun
-from test_train_cli import TINY, run_main
+from train_helpers import TINY, run_main
 
 from corpora.files import Pair
 from model.checkpoint import load_checkpoint

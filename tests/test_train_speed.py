@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
+from train_helpers import TINY, run_main
 
-from tests.test_train_cli import TINY, run_main
 from training import probe
 from training.batches import Example, padded_shape
 from training.config import parse_config

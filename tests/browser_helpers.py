@@ -110,3 +110,10 @@ def shot(page, name: str) -> Path:
     return path
 
 
+def pick(page, label: str, option: str) -> None:
+    """Choose ``option`` in the Streamlit selectbox labelled ``label`` as a person does: open it, click the item."""
+    box = page.get_by_role("combobox", name=label, exact=True)
+    expect(box).to_have_count(1, timeout=RUN_TIMEOUT_MS)  # a box redrawn for other options replaces the old one
+    box.click()
+    page.get_by_role("option", name=option, exact=True).click()
+    settle(page)

@@ -36,7 +36,6 @@ CARD = json.loads((DEFAULT_CKPT / "card.json").read_text(encoding="utf-8"))
 STEP_RE = re.compile(r"\*\*Step (\d+) of (\d+)\*\*")
 
 
-
 def make_app(**query: str) -> AppTest:
     """A fresh app session, started with ``query`` as URL query parameters, after its first run."""
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)

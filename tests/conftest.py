@@ -159,7 +159,6 @@ def encode_tgt(tokenizer):
     return lambda text: [1] + tokenizer.encode(text).ids + [2]
 
 
-
 # --- the browser tests' app and Chromium ----------------------------------------------------------------------------
 # One app and one Chromium for every browser test module: xdist's loadgroup runs them all on one worker, and starting
 # the app (and loading its model on the first visit) again for each module cost seconds a module. Every test opens its

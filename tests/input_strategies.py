@@ -154,7 +154,6 @@ def mix(common: st.SearchStrategy[str], rare: st.SearchStrategy[str], every: int
 ANY_STR = mix(USER_TEXT, SURROGATE_TEXT, 5)
 
 
-
 def utf8(text: str) -> bytes:
     """``text`` as UTF-8 (fails on a lone surrogate: what Streamlit and a UTF-8 terminal would do)."""
     return text.encode("utf-8")

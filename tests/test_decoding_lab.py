@@ -21,7 +21,6 @@ from viz.kv_cache import cache_bytes, kv_cache_figure
 torch.set_num_threads(1)
 
 
-
 def _piece(i: int) -> str:
     return f"▁t{i}"
 
@@ -209,7 +208,6 @@ def test_two_sessions_step_one_shared_decoding_independently(make_model, encode_
         assert bob.generated == tokens[:step] and alice.generated == tokens[:alice.step]
     assert shared.generated == tokens and shared.records == records and shared.n_steps == len(tokens)
     assert not any(hasattr(shared, name) for name in ("step", "back", "goto", "reset", "set_forced"))
-
 
 
 def test_compare_cache_gives_the_same_log_probs(make_model, encode_src):

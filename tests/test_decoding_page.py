@@ -246,6 +246,7 @@ def test_beam_search_steps_through_the_tree():
     at = page(strategy="beam", beam="2", alpha="0.6")
     clean(at)
     assert at.session_state["dl_step"] == 0 and "Press **Next**" in at.info[0].value
+
     def nodes() -> int:
         return len(next(t for t in charts(at)[0]["data"] if t.get("name") == "candidates")["x"])
 

@@ -3,7 +3,7 @@
 A lecturer clicks Next in front of a class at 1280×720: the output, the step buttons, the 10 most probable next
 tokens and the cross-attention of the current token must be on screen together, without scrolling; in
 presentation mode the charts' axis labels are at least 14 px as drawn, and the sidebar is collapsed. Same server,
-browser and helpers as ``test_e2e_browser.py`` (Debian's Chromium; skipped where it or the model is missing).
+browser and helpers as ``browser_helpers.py`` (Debian's Chromium; skipped where it or the model is missing).
 """
 
 from __future__ import annotations

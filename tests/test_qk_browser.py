@@ -2,7 +2,7 @@
 language model and the tiny Hugging Face MarianMT folder: its three charts are drawn within the screen's width,
 every key label and dimension number is written without running into its neighbour, at 14 px or more (the
 presentation mode's minimum there), and the page shows no traceback. Screenshots go to ``test-artifacts/``.
-Same server helpers as ``test_e2e_browser.py`` (skipped where Chromium or the models are missing).
+Same server helpers as ``browser_helpers.py`` (skipped where Chromium or the models are missing).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What only a browser can see of the readability walk: the Translate alignment's upright source labels, as laid out
 by Chromium at 1280×720, stand apart and whole for a 26-piece source. Figure-level checks of the same rule are in
-``test_attention_readability.py``; same server, browser and helpers as ``test_e2e_browser.py`` (Debian's
+``test_attention_readability.py``; same server, browser and helpers as ``browser_helpers.py`` (Debian's
 Chromium; skipped where it or the model is missing).
 """
 

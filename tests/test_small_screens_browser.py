@@ -1,6 +1,6 @@
 """What a new user saw on small screens, in Debian's Chromium: Translate at 1280×720 with the far-from-training
 warning and the logit lens (the sidebar open, and in presentation mode), Translate before its first step, and
-Translate and Attention on a 390×844 phone. Same server, browser and helpers as ``test_e2e_browser.py``.
+Translate and Attention on a 390×844 phone. Same server, browser and helpers as ``browser_helpers.py``.
 
 - 1280×720: the Next button, the step's ten next tokens and the lens toggle are on the first screen under the
   warning, even late in a long output; no piece of the next tokens or of the lens is cut ("▁Ko…").

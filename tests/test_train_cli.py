@@ -36,6 +36,7 @@ def test_a_finished_run_gives_back_the_signal_handlers_and_its_trainer(tmp_path)
     assert {s: signal.getsignal(s) for s in before} == before
     assert live_trainers() == alive
 
+
 def test_tiny_training_run(runs):
     rc, out, err = runs["straight"]
     assert rc == 0, err
@@ -123,7 +124,6 @@ def test_translate_input_file(best, tmp_path):
     assert len(out.splitlines()) == 3
 
 
-
 def test_translate_input_file_with_beam_search_matches_sentence_by_sentence(best, tmp_path):
     lines = ["The house is big.", "", "Good morning.", "Where is the station?"]
     path = tmp_path / "in.txt"
@@ -138,6 +138,7 @@ def test_translate_input_file_with_beam_search_matches_sentence_by_sentence(best
             assert text == run_main(translate.main, ["--checkpoint", best, line, *beam])[1].rstrip("\n")
     rc, _, err = run_main(translate.main, ["--checkpoint", best, "--input", path, "--strategy", "beam", "--beam", "0"])
     assert rc == 2 and "beam size" in err
+
 
 def test_translate_errors(best, tmp_path):
     rc, out, err = run_main(translate.main, ["--checkpoint", tmp_path / "no-such-checkpoint", "Hello."])
@@ -203,6 +204,7 @@ def test_evaluate_cli_beam_search(best):
     assert scores["greedy"] == scores["beam"]  # beam 1 is greedy
     rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--strategy", "beam", "--beam", "17"])
     assert rc == 2 and out == "" and "beam size" in err
+
 
 def test_evaluate_errors(best, tmp_path):
     rc, out, err = run_main(evaluate.main, ["--checkpoint", tmp_path / "nope"])

@@ -106,7 +106,6 @@ def test_kill_9_is_failed_and_checkpoint_loads(tmp_path):
     assert not run.exists()
 
 
-
 def test_page_empty_root(tmp_path, monkeypatch):
     at = page(monkeypatch, tmp_path)
     assert any("No runs yet" in i.value for i in at.info)

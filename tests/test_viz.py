@@ -162,6 +162,7 @@ def test_long_titles_are_wrapped_not_cut_off():
     title = "Decoder masked self-attention · layer 1 · head 2"
     assert wrap_title(title) == title
 
+
 def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
     """Read from the back of the room: its ticks were 11 px and its strip titles 13 px; a long sentence's labels
     ran into each other."""

@@ -34,6 +34,7 @@ def wait_for(pred, timeout=180.0, every=0.25):
         time.sleep(every)
     return False
 
+
 # --- the page --------------------------------------------------------------------------------------------
 def page(monkeypatch, root: Path, demo: bool = False) -> AppTest:
     monkeypatch.setenv(R.RUNS_ENV, str(root))
@@ -43,6 +44,7 @@ def page(monkeypatch, root: Path, demo: bool = False) -> AppTest:
     at.run()
     assert not at.exception, at.exception
     return at
+
 
 # --- compare runs (fake run folders: no training) ---------------------------------------------------------
 def run_picker(at: AppTest):

@@ -304,7 +304,7 @@ def tiny(tokenizer, make_model):
 
 # --- the training CLI's tiny runs ------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory):
+def cli_runs(tmp_path_factory):
     """Run ``straight`` (12 steps) and ``resumed`` (6 steps, then ``--resume --max-steps 12``), in-process; shared by
     test_train_cli.py and test_train_resume.py (their tests copy a run before changing it)."""
     import json

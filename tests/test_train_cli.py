@@ -37,10 +37,10 @@ def test_a_finished_run_gives_back_the_signal_handlers_and_its_trainer(tmp_path)
     assert live_trainers() == alive
 
 
-def test_tiny_training_run(runs):
-    rc, out, err = runs["straight"]
+def test_tiny_training_run(cli_runs):
+    rc, out, err = cli_runs["straight"]
     assert rc == 0, err
-    folder = runs["root"] / "straight"
+    folder = cli_runs["root"] / "straight"
     assert "stopped at step 12 (max_steps)" in out
     for name in ("best", "last"):
         ckpt = load_checkpoint(folder / name)
@@ -91,9 +91,9 @@ def test_factor_for_peak_gives_requested_peak(peak):
 
 # --- translate / evaluate CLIs --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def best(runs):
-    assert runs["straight"][0] == 0
-    return runs["root"] / "straight" / "best"
+def best(cli_runs):
+    assert cli_runs["straight"][0] == 0
+    return cli_runs["root"] / "straight" / "best"
 
 
 def test_translate_text(best):

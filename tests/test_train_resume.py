@@ -18,12 +18,12 @@ from training.schedule import cooldown_factor, factor_for_peak, noam_lr
 from training.state import TrainerState
 
 
-def test_resume_is_exact(runs):
+def test_resume_is_exact(cli_runs):
     for key in ("first_half", "second_half"):
-        rc, _, err = runs[key]
+        rc, _, err = cli_runs[key]
         assert rc == 0, err
-    assert runs["half_state"]["step"] == 6
-    straight, resumed = runs["root"] / "straight", runs["root"] / "resumed"
+    assert cli_runs["half_state"]["step"] == 6
+    straight, resumed = cli_runs["root"] / "straight", cli_runs["root"] / "resumed"
     a = load_file(str(straight / "last" / "model.safetensors"))
     b = load_file(str(resumed / "last" / "model.safetensors"))
     assert a.keys() == b.keys()
@@ -59,7 +59,7 @@ NEWER_OPTIONS = ("cooldown_steps", "tokenizer", "lr_step_offset", "rewarmup", "s
 
 
 @pytest.mark.parametrize("state_keys", [STATE_KEYS_BEFORE, STATE_KEYS_BEFORE_SELECT], ids=["today", "before-select"])
-def test_a_run_folder_written_by_the_earlier_trainer_resumes_exactly(runs, tmp_path, state_keys):
+def test_a_run_folder_written_by_the_earlier_trainer_resumes_exactly(cli_runs, tmp_path, state_keys):
     """A run folder in the files the trainer wrote before (``train_args.json`` without newer options, plus a key this
     trainer does not know; ``trainer_state.json`` without ``world_size`` or the ``--select`` fields) resumes, and
     ends where the run trained straight through ends, bit for bit. The unknown key is named on stderr, ignored and
@@ -77,7 +77,7 @@ def test_a_run_folder_written_by_the_earlier_trainer_resumes_exactly(runs, tmp_p
     assert "a_future_option" in err and "warning" in err and "resuming" in out
     rewritten = json.loads((folder / "train_args.json").read_text())
     assert rewritten["a_future_option"] == 3 and rewritten["cooldown_steps"] == 0 and rewritten["max_steps"] == 12
-    straight = runs["root"] / "straight" / "last"
+    straight = cli_runs["root"] / "straight" / "last"
     for name in ("model.safetensors", "optimizer.safetensors"):
         a, b = load_file(str(straight / name)), load_file(str(folder / "last" / name))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
@@ -117,14 +117,14 @@ def test_the_trainer_state_counts_steps_and_keeps_the_best_evaluation():
     assert TrainerState.from_dict(chrf.to_dict()) == chrf
 
 
-def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(runs, tmp_path):
+def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(cli_runs, tmp_path):
     """``--resume`` (or a fresh run) into a folder whose status names another live trainer would interleave two
     processes' checkpoints and metrics: it is refused with a clear message, and status.json stays the live one's."""
     import shutil
     import subprocess
     import sys
     folder = tmp_path / "busy"
-    shutil.copytree(runs["root"] / "resumed", folder)
+    shutil.copytree(cli_runs["root"] / "resumed", folder)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         status = {"state": "running", "pid": live.pid, "step": 6}
@@ -151,13 +151,13 @@ def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(r
     assert rc == 0, err
 
 
-def test_a_bare_resume_trains_with_the_runs_saved_threads(runs, tmp_path, monkeypatch):
+def test_a_bare_resume_trains_with_the_runs_saved_threads(cli_runs, tmp_path, monkeypatch):
     """A run started with ``--threads 1`` and resumed with a bare ``--resume`` keeps one thread: the thread count
     was set before the saved options were read, so a resumed one-thread run took every core and, next to another
     run, slowed to a tenth of its speed (OpenMP threads fighting for the cores)."""
     import shutil
     folder = tmp_path / "threads"
-    shutil.copytree(runs["root"] / "resumed", folder)
+    shutil.copytree(cli_runs["root"] / "resumed", folder)
     saved = json.loads((folder / "train_args.json").read_text())
     (folder / "train_args.json").write_text(json.dumps({**saved, "threads": 1}))
     monkeypatch.setattr("training.loop.default_threads", lambda world_size=1: 2)  # what an unset --threads takes
@@ -178,12 +178,12 @@ def test_given_options_names_only_what_was_typed():
         "out", "max_steps", "test_at_end"}
 
 
-def test_resume_without_limits_keeps_the_saved_ones(runs, tmp_path):
+def test_resume_without_limits_keeps_the_saved_ones(cli_runs, tmp_path):
     """A bare ``--resume`` keeps the run's own --max-steps (12, not the CLI default) and its settings; typed
     options still override."""
     import shutil
     folder = tmp_path / "again"
-    shutil.copytree(runs["root"] / "resumed", folder)
+    shutil.copytree(cli_runs["root"] / "resumed", folder)
     rc, out, err = run_main(train.main, ["--out", folder, "--resume"])
     assert rc == 0, err
     assert f"resuming {folder} at step 12: this leg stops at step 12 (--max-steps 12 kept from the saved run" in out
@@ -196,12 +196,12 @@ def test_resume_without_limits_keeps_the_saved_ones(runs, tmp_path):
     assert json.loads((folder / "last" / "trainer_state.json").read_text())["step"] == 14
 
 
-def test_a_resume_names_the_time_limit_it_keeps(runs, tmp_path):
+def test_a_resume_names_the_time_limit_it_keeps(cli_runs, tmp_path):
     """A copy resumed with a larger ``--max-steps`` keeps the earlier leg's ``--max-minutes``: the first line says
     so, instead of the leg stopping on the clock long before its steps without a word."""
     import shutil
     folder = tmp_path / "clock"
-    shutil.copytree(runs["root"] / "resumed", folder)
+    shutil.copytree(cli_runs["root"] / "resumed", folder)
     saved = json.loads((folder / "train_args.json").read_text())
     (folder / "train_args.json").write_text(json.dumps({**saved, "max_minutes": 32.0}))
     rc, out, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "13"])
@@ -215,12 +215,12 @@ def test_a_resume_names_the_time_limit_it_keeps(runs, tmp_path):
                                    "whichever comes first")
 
 
-def test_a_resumed_copy_cools_down_to_its_max_steps(runs, tmp_path):
+def test_a_resumed_copy_cools_down_to_its_max_steps(cli_runs, tmp_path):
     """``--resume --max-steps 15 --cooldown-steps 3`` on a copy of a 12-step run: steps 13–15 take the schedule's
     rate times 3/3, 2/3, 1/3 (logged at every step here), and the option is saved for a bare resume."""
     import shutil
     folder = tmp_path / "cool"
-    shutil.copytree(runs["root"] / "resumed", folder)
+    shutil.copytree(cli_runs["root"] / "resumed", folder)
     saved = json.loads((folder / "train_args.json").read_text())
     (folder / "train_args.json").write_text(json.dumps({**saved, "log_every": 1}))
     rc, _, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "15", "--cooldown-steps", "3"])

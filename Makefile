@@ -53,7 +53,7 @@ test: setup-dev chromium nginx
 data: setup
 	$(PY) -m corpora prepare ding
 
-# The next GPU lease (docs/training.md, "The H100 run, its CPU leg, and the next lease"): the corpora, the run to
+# The next GPU lease (docs/training.md, "The next lease (prepared)"): the corpora, the run to
 # continue in int8, and a working tree the lent machine can be sent (at most 64 MiB with what the call carries): the
 # shipped weights are moved aside for the call and put back by lease-restore. Needs ../shared/data (and Debian's
 # trans-de-en for the Ding sentences, installed when missing and we may).

@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -157,3 +158,168 @@ def encode_tgt(tokenizer):
     """``encode_tgt(text) -> ids``: decoder ids ``<bos> … <eos>`` of ``text`` (as in training)."""
     return lambda text: [1] + tokenizer.encode(text).ids + [2]
 
+
+# --- the browser tests' app and Chromium ----------------------------------------------------------------------------
+# One app and one Chromium for every browser test module: xdist's loadgroup runs them all on one worker, and starting
+# the app (and loading its model on the first visit) again for each module cost seconds a module. Every test opens its
+# own browser context, so no test sees another's session. browser_helpers is imported inside the fixtures: importing
+# it skips when Chromium or playwright is missing, which must skip the test, not every test of the suite.
+@pytest.fixture(scope="session")
+def server():
+    """The app as ``make run`` starts it, shared by the browser tests. Yields the base URL."""
+    from browser_helpers import serve_app
+
+    yield from serve_app({}, "streamlit-server.log")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium under Playwright, shared by the browser tests."""
+    import browser_helpers  # noqa: F401 (skips without Chromium or playwright)
+
+    from benchmarks.app_server import chromium
+
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def new_page(browser):
+    """``new_page(viewport) -> Page``; every page opened is closed after the test."""
+    from browser_helpers import DESKTOP, RUN_TIMEOUT_MS
+
+    from benchmarks.app_server import open_page
+
+    pages = []
+
+    def factory(viewport=DESKTOP):
+        pages.append(open_page(browser, viewport, RUN_TIMEOUT_MS))
+        return pages[-1]
+
+    yield factory
+    for page in pages:
+        page.context.close()
+
+
+# --- tiny Hugging Face folders ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def hf_root(tmp_path_factory):
+    """A folder with ``opus-mt-tiny`` and ``gpt2-tiny`` (as ``huggingface-cli download`` writes them, built offline
+    by ``tests/hf_fixtures.py``): ``hf_root.path``, and the reference ``transformers`` models as
+    ``hf_root.reference[name]``. Shared by every module (no test writes into it); skips without ``transformers``."""
+    pytest.importorskip("transformers", reason="transformers (a dev dependency) is not installed")
+    from hf_fixtures import write_hf_root
+
+    path, reference = write_hf_root(tmp_path_factory.mktemp("hf-models"))
+    return SimpleNamespace(path=path, reference=reference)
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory):
+    """The tiny MarianMT and GPT-2 of ``tests/hf_fixtures.py`` loaded as our models: ``hf_models.marian``,
+    ``hf_models.gpt2``. Skips without ``transformers``."""
+    pytest.importorskip("transformers")
+    from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
+
+    from model.hf.loader import load_hf_model
+
+    folders = {}
+    for name, write in (("marian", write_tiny_marian_model), ("gpt2", write_tiny_gpt2_model)):
+        folder = tmp_path_factory.mktemp(name)
+        write(folder)
+        folders[name] = load_hf_model(folder)[0]
+    return SimpleNamespace(**folders)
+
+
+# --- one translation step of the tiny model ------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def step_ids(encode_src, encode_tgt):
+    """``(src, prefix, token)``: "The house is big." and the first three German inputs, the fourth next."""
+    tgt = encode_tgt("Das Haus ist groß.")
+    return encode_src("The house is big."), tgt[:3], tgt[3]
+
+
+# --- the Training page's tests ------------------------------------------------------------------------------------
+@pytest.fixture
+def training_page_env(monkeypatch):
+    """No demo limits and one thread for every trainer the Training page's tests launch."""
+    from training import launch
+
+    monkeypatch.delenv(launch.DEMO_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory):
+    """``(runs_root, run_dir)``: a real tiny run, launched through :func:`training.launch.launch` and waited for;
+    shared by the Training page's test modules (none writes into it)."""
+    from training_page_helpers import TINY, wait_for
+
+    from training import form, launch, runs
+
+    root = tmp_path_factory.mktemp("runs")
+    os.environ.pop(launch.DEMO_ENV, None)
+    run = launch.launch({**form.preset_form("2-minute CPU demo"), **TINY}, root, name="tiny")
+    assert wait_for(lambda: (runs.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), \
+        runs.log_tail(run)
+    return root, run
+
+
+@pytest.fixture
+def app_at_repo_root(monkeypatch):
+    """The app-level AppTest modules run from the repository root without extra checkpoints (unless a test adds them)
+    and without the hosted demo's limits."""
+    from ui.checkpoints import CHECKPOINTS_ENV
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv(CHECKPOINTS_ENV, raising=False)
+    monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
+
+
+# --- checkpoints for the property-based tests ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ende():
+    """The shipped translator, ``checkpoints/en-de``, as a :class:`model.checkpoint.Checkpoint`."""
+    from model.checkpoint import load_checkpoint
+
+    return load_checkpoint(ROOT / "checkpoints" / "en-de")
+
+
+@pytest.fixture(scope="module")
+def brown():
+    """The shipped language model, ``checkpoints/brown-lm``, as a :class:`model.checkpoint.Checkpoint`."""
+    from model.checkpoint import load_checkpoint
+
+    return load_checkpoint(ROOT / "checkpoints" / "brown-lm")
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer, make_model):
+    """The conftest fixtures as a checkpoint: a random 2+2-layer model (max_len 64) and the 400-piece tokenizer."""
+    from model.checkpoint import Checkpoint
+
+    model = make_model(seed=0)
+    return Checkpoint(model, tokenizer, model.cfg)
+
+
+# --- the training CLI's tiny runs ------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cli_runs(tmp_path_factory):
+    """Run ``straight`` (12 steps) and ``resumed`` (6 steps, then ``--resume --max-steps 12``), in-process; shared by
+    test_train_cli.py and test_train_resume.py (their tests copy a run before changing it)."""
+    import json
+
+    from train_helpers import TINY, run_main
+
+    from training import train
+
+    root = tmp_path_factory.mktemp("runs")
+    torch.manual_seed(0)
+    straight = run_main(train.main, ["--out", root / "straight", "--max-steps", "12", *TINY])
+    first_half = run_main(train.main, ["--out", root / "resumed", "--max-steps", "6", *TINY])
+    half_state = json.loads((root / "resumed" / "last" / "trainer_state.json").read_text())
+    torch.manual_seed(123)  # the resumed run must not depend on the state of the process it runs in
+    second_half = run_main(train.main, ["--out", root / "resumed", "--resume", "--max-steps", "12",
+                                        "--no-progress", "--threads", "1"])
+    return {"root": root, "straight": straight, "first_half": first_half, "second_half": second_half,
+            "half_state": half_state}

@@ -181,3 +181,19 @@ def write_tiny_gpt2_model(folder: _Path, vocab_size: int = 101, eos_id: int | No
     model = tiny_gpt2(vocab_size, eos_id, seed, **overrides)
     model.save_pretrained(folder, safe_serialization=True)
     return model
+
+
+#: The folder names of the two tiny models under a checkpoints root.
+MARIAN, GPT2 = "opus-mt-tiny", "gpt2-tiny"
+
+
+def write_hf_root(root: _Path):
+    """Tiny ``opus-mt-tiny`` (MarianMT) and ``gpt2-tiny`` folders under ``root``, as ``huggingface-cli download``
+    writes them. Returns ``(root, {name: the reference transformers model})``."""
+    marian_tok = write_tiny_marian_tokenizer(root / MARIAN)
+    marian = write_tiny_marian_model(root / MARIAN, vocab_size=marian_tok["vocab_size"], pad_id=marian_tok["pad_id"],
+                                     eos_id=marian_tok["eos_id"])
+    gpt2_tok = write_tiny_gpt2_tokenizer(root / GPT2)
+    gpt2 = write_tiny_gpt2_model(root / GPT2, vocab_size=gpt2_tok["vocab_size"], eos_id=gpt2_tok["eos_id"])
+    (root / MARIAN / "README.md").write_text("---\nlanguage: [en, de]\nlicense: cc-by-4.0\n---\n# opus-mt-tiny\n")
+    return root, {MARIAN: marian, GPT2: gpt2}

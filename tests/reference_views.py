@@ -16,7 +16,6 @@ from types import MappingProxyType
 from typing import Mapping
 
 import torch
-
 from torch import nn
 
 from model.attention import MultiHeadAttention, alibi_bias, rope_rotate, scaled_dot_product_weights

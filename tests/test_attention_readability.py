@@ -20,13 +20,11 @@ import numpy as np
 import pytest
 import torch
 
-from viz.attention import (ALIGN_PX, ALIGN_ROW_HEAD_EM, alignment_html, attention_heatmap, causal_blank,
-                           heatmap_fits)
+from viz.attention import ALIGN_PX, ALIGN_ROW_HEAD_EM, alignment_html, attention_heatmap, causal_blank, heatmap_fits
 from viz.attention_views import difference_heatmap, head_stat_heatmap, sweep_heatmaps, token_bar_figure
 from viz.grid import model_grid_figure
 from viz.labels import KIND_TITLES, view_title
-from viz.theme import (HALF_PX, LINE_EM, MASKED_BG, PAGE_PX, SMALL_TOKEN, TITLE_CHARS, TITLE_STANDOFF,
-                       title_chars)
+from viz.theme import HALF_PX, LINE_EM, MASKED_BG, PAGE_PX, SMALL_TOKEN, TITLE_CHARS, TITLE_STANDOFF, title_chars
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +65,7 @@ def assert_ticks_apart(axis, plot_px: float, n_cells: int) -> None:
     size = axis.tickfont.size
     angle = axis.tickangle or 0
     cell = plot_px / n_cells
-    for a, b, ta, tb in zip(values, values[1:], texts, texts[1:]):
+    for a, b, ta, tb in zip(values, values[1:], texts, texts[1:], strict=False):
         if angle == 0:
             need = (len(ta) + len(tb)) / 2 * 0.6 * size
         else:
@@ -101,7 +99,8 @@ def test_masked_cells_are_one_grey_with_no_line_through_the_bos_row():
 def label_tiers(fig) -> list:
     """The x axes that write token labels: ``xaxis`` and the tiers that overlay it."""
     layout = fig.layout
-    return [layout[n] for n in sorted(layout) if n.startswith("xaxis") and (n == "xaxis" or layout[n].overlaying == "x")]
+    return [layout[n] for n in sorted(layout)
+            if n.startswith("xaxis") and (n == "xaxis" or layout[n].overlaying == "x")]
 
 
 def assert_every_key_labelled(fig, plot_px: float, n: int) -> None:
@@ -189,7 +188,7 @@ def test_summaries_rows_are_a_line_tall_with_only_a_title_between_layers():
     domains = [fig.layout[f"yaxis{2 * r + 1 if r else ''}"].domain for r in range(layers)]
     for d in domains:
         assert (d[1] - d[0]) * plot_h / n >= LINE_EM * 14
-    for upper, lower in zip(domains, domains[1:]):
+    for upper, lower in zip(domains, domains[1:], strict=False):
         assert (upper[0] - lower[1]) * plot_h <= 40
 
 

@@ -14,21 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from reading.trace import trace_pair
 from reading.attention_scores import read_attention, weighted_values
 from reading.attribution import METHODS, attribute_step, source_shares
 from reading.faithfulness import faithfulness, maskable
 from reading.gradients import read_gradients
 from reading.step import Step, token_log_probs
+from reading.trace import trace_pair
 
 VARIANTS = [(pe, nf) for pe in ("sinusoidal", "learned", "rope", "alibi") for nf in (False, True)]
-
-
-@pytest.fixture(scope="module")
-def step_ids(encode_src, encode_tgt):
-    """``(src, prefix, token)``: "The house is big." and the first three German inputs, the fourth next."""
-    tgt = encode_tgt("Das Haus ist groß.")
-    return encode_src("The house is big."), tgt[:3], tgt[3]
 
 
 def make_step(model, step_ids) -> Step:
@@ -306,6 +299,7 @@ def test_hugging_face_models_are_read_too(tmp_path, family):
     run through our modules, so every method and the faithfulness measures read them."""
     pytest.importorskip("transformers")
     from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
+
     from model.hf.loader import load_hf_model
 
     (write_tiny_marian_model if family == "marian" else write_tiny_gpt2_model)(tmp_path)

@@ -7,12 +7,10 @@ Screenshots go to ``test-artifacts/attribution-*.png``.
 from __future__ import annotations
 
 import pytest
-
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, assert_no_traceback, browser, expect, new_page,  # noqa: F401
-                              server, settle)
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, settle
 from test_presentation_browser import in_viewport
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
 CASES = {"en-de": ("My+brother+lives+in+Berlin.", 6 + 1 + 3), "brown-lm": ("She+looked+at+him+and", 1 + 5 + 2)}
 #: Every column label of the grid: its box and font size, as drawn.
@@ -40,7 +38,7 @@ def test_the_grid_labels_every_piece_readably(server, new_page, name, present):
     assert min(label["size"] for label in labels) >= 14
     for tier in {label["tier"] for label in labels}:  # neighbours in one tier never overlap
         boxes = sorted((label["x"], label["x"] + label["w"]) for label in labels if label["tier"] == tier)
-        assert all(a[1] <= b[0] + 0.5 for a, b in zip(boxes, boxes[1:])), boxes
+        assert all(a[1] <= b[0] + 0.5 for a, b in zip(boxes, boxes[1:], strict=False)), boxes
     box, width = grid.bounding_box(), page.viewport_size["width"]
     assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, box
     expect(page.locator("text=comprehensiveness ↑").first).to_be_visible()

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from test_hf_pages import GPT2, MARIAN, assert_clean, hf_root, open_app  # noqa: F401
+from test_hf_pages import GPT2, MARIAN, assert_clean, open_app
 
 from model.checkpoint import load_checkpoint
 from model.decoded import decode

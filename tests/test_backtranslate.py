@@ -16,7 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from test_train_cli import TINY, run_main  # noqa: E402
+from train_helpers import TINY, run_main  # noqa: E402
 
 from corpora import parallel  # noqa: E402
 from corpora.extra import MAX_CHARS  # noqa: E402

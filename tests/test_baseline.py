@@ -7,12 +7,11 @@ import json
 
 import pytest
 import torch
+from train_helpers import TINY, run_main
 
-from training import train
 from model.baseline import TorchBaseline, build_model, load_baseline
 from model.batched import greedy_batch
-
-from test_train_cli import TINY, run_main
+from training import train
 
 
 def test_forward_shapes_and_padding_do_not_leak(make_config, encode_src, encode_tgt):

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from ui.batcher import MAX_BATCH_ENV, WINDOW_ENV, BatchFailed, Batcher  # noqa: E402
+from ui.batcher import MAX_BATCH_ENV, WINDOW_ENV, Batcher, BatchFailed  # noqa: E402
 from ui.heavy import MISSING, Gate, TooBusy  # noqa: E402
 
 JOIN_S = 30

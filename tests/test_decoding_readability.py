@@ -79,7 +79,8 @@ def test_a_wide_beams_newest_labels_stand_apart_from_its_scores():
     result = SimpleNamespace(steps=steps, hypotheses=[SimpleNamespace(tokens=[100 + 16 * t for t in range(4)])])
     fig = beam_tree_figure(result, lambda i: f"▁werde{i}", eos_id=2, n_steps=total, ranks=2 * width)
     nodes = next(t for t in fig.data if t.name == "candidates")
-    newest = [(text, place) for text, place, x in zip(nodes.text, nodes.textposition, nodes.x) if x == steps_so_far]
+    newest = [(text, place) for text, place, x in zip(nodes.text, nodes.textposition, nodes.x, strict=True)
+              if x == steps_so_far]
     assert len(newest) == 2 * width
     for text, place in newest:
         assert "<br>" not in text and place == "middle right"

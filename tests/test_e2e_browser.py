@@ -1,8 +1,5 @@
 """End-to-end tests in a real browser: the app served by ``streamlit run``, driven with Playwright + Chromium.
 
-Uses Debian's Chromium (``/usr/bin/chromium``, or ``$CHROMIUM``) — never ``playwright install``, which
-downloads. When it (or the ``playwright`` package) is missing, the module is skipped with a message.
-
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look:
 ``translate-step3.png`` and ``attention.png`` at 1600×1000, ``projector-run-to-end.png`` at 1280×720.
 ``training-finished.png``: a language-model run launched from the Training page and watched to its end (its
@@ -13,144 +10,47 @@ As in ``test_app.py``, nothing asserts particular German words: the model is a p
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from browser_helpers import (
+    BROWSER_GROUP,
+    DESKTOP,
+    PROJECTOR,
+    RUN_TIMEOUT_MS,
+    assert_no_traceback,
+    click_and_wait_step,
+    expect,
+    expect_step_view,
+    open_translate,
+    pick,
+    serve_app,
+    settle,
+    shot,
+    step_of,
+)
 
-from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve
-
-#: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
-#: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
-pytestmark = pytest.mark.xdist_group("browser")
-
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-
-if not Path(CHROMIUM).is_file():
-    pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium); browser tests skipped",
-                allow_module_level=True)
-if not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file():  # pragma: no cover
-    pytest.skip("checkpoints/en-de is missing", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-expect = sync_api.expect
-#: Playwright's assertions wait 5 s by default; on a 2-core machine running the other tests beside these, a page's
-#: first chart (Plotly's JavaScript loads on first use) can take longer to appear.
-expect.set_options(timeout=30_000)
-
-RUN_TIMEOUT_MS = 60_000  # one script run (model load + decode) on a busy 2-core machine
-DESKTOP = (1600, 1000)
-PROJECTOR = (1280, 720)
-
-
-# --- the server and the browser -------------------------------------------------------------------------
-def _serve(env_overrides: dict[str, str], log_name: str):
-    """The app on a free port (:func:`benchmarks.app_server.serve`). Yields the base URL."""
-    try:
-        with serve(ARTIFACTS / log_name, env_overrides) as url:
-            yield url
-    except ServerError as exc:
-        pytest.fail(str(exc))
+pytestmark = BROWSER_GROUP
 
 
 @pytest.fixture(scope="module")
-def server():
-    """The app as ``make run`` starts it. Yields the base URL."""
-    yield from _serve({}, "streamlit-server.log")
+def first_visit_server():
+    """An app no one has visited yet (the shared ``server`` has served other modules' tests). Yields the base URL."""
+    yield from serve_app({}, "streamlit-first-visit-server.log")
 
 
 @pytest.fixture(scope="module")
 def training_server(tmp_path_factory):
     """The app with its runs folder in a temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root)``."""
     runs = tmp_path_factory.mktemp("browser-runs")
-    for url in _serve({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-training-server.log"):
+    for url in serve_app({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-training-server.log"):
         yield url, runs
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def new_page(browser):
-    """``new_page(viewport) -> Page``; every page opened is closed after the test."""
-    pages = []
-
-    def factory(viewport=DESKTOP):
-        pages.append(open_page(browser, viewport, RUN_TIMEOUT_MS))
-        return pages[-1]
-
-    yield factory
-    for page in pages:
-        page.context.close()
-
-
-# --- helpers -------------------------------------------------------------------------------------------
-def settle(page, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
-    """Wait until Streamlit has finished the current script run (the "Running…" status widget is gone)."""
-    page.wait_for_timeout(250)  # a click's rerun takes a moment to start
-    page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=timeout_ms)
-    page.wait_for_timeout(200)
-
-
-def assert_no_traceback(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0
-    body = page.inner_text("body")
-    assert "Traceback" not in body, body[:2000]
-
-
-def expect_step_view(page) -> None:
-    """A step of the Translate view is drawn: the next-token list and the alignment map (both HTML: the page loads
-    no Plotly)."""
-    expect(page.locator(".ae-topk")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
-    expect(page.locator(".ae-align").filter(has_text="Alignment so far")).to_have_count(1, timeout=RUN_TIMEOUT_MS)
-    expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(0)
-
-
-def open_translate(page, url: str, query: str = "") -> None:
-    page.goto(f"{url}/{query}")
-    page.get_by_text(re.compile(r"Step \d+ of \d+")).wait_for()
-    settle(page)
-
-
-def step_of(page) -> tuple[int, int]:
-    text = page.get_by_text(re.compile(r"Step \d+ of \d+")).inner_text()
-    m = re.search(r"Step (\d+) of (\d+)", text)
-    return int(m.group(1)), int(m.group(2))
-
-
-def click_and_wait_step(page, label: str, expected_step: int | None = None) -> None:
-    page.get_by_role("button", name=label).click()
-    if expected_step is not None:
-        page.get_by_text(re.compile(rf"Step {expected_step} of \d+")).wait_for()
-    settle(page)
-
-
-def shot(page, name: str) -> Path:
-    """A full-page screenshot. Streamlit scrolls inside its main container, not the document, so a plain
-    ``full_page=True`` stops at the viewport: the viewport is stretched to the content height for the shot."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / name
-    viewport = page.viewport_size
-    height = page.evaluate(
-        "() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']"
-        ".map(id => document.querySelector(`[data-testid=\"${id}\"]`))"
-        ".filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)"
-    )
-    page.set_viewport_size({"width": viewport["width"], "height": max(viewport["height"], min(int(height), 8000))})
-    page.wait_for_timeout(700)  # Plotly re-lays out on resize
-    page.screenshot(path=str(path), full_page=True)
-    page.set_viewport_size(viewport)
-    assert path.stat().st_size > 10_000
-    return path
-
-
-# --- tests (the first one must be the server's first visit) ----------------------------------------------
-def test_deep_link_as_first_visit_shows_the_full_app(server, new_page):
+# --- tests ----------------------------------------------------------------------------------
+def test_deep_link_as_first_visit_shows_the_full_app(first_visit_server, new_page):
     """A fresh server whose first visitor opens /attention directly still runs app.py (sidebar, model)."""
     page = new_page()
-    page.goto(f"{server}/attention?text=The+cat+sat+on+the+mat.")
+    page.goto(f"{first_visit_server}/attention?text=The+cat+sat+on+the+mat.")
     page.get_by_text("Hover a cell for the pair").wait_for()
     settle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
@@ -298,15 +198,6 @@ def test_a_loop_and_the_loop_guard_on_a_projector(server, new_page):
     shot(page, "decoding-loop-guard.png")
 
 
-def pick(page, label: str, option: str) -> None:
-    """Choose ``option`` in the Streamlit selectbox labelled ``label`` as a person does: open it, click the item."""
-    box = page.get_by_role("combobox", name=label, exact=True)
-    expect(box).to_have_count(1, timeout=RUN_TIMEOUT_MS)  # a box redrawn for other options replaces the old one
-    box.click()
-    page.get_by_role("option", name=option, exact=True).click()
-    settle(page)
-
-
 def test_a_student_switches_to_the_language_model_and_steps_through_a_prompt(server, new_page):
     page = new_page(DESKTOP)
     open_translate(page, server)
@@ -375,128 +266,3 @@ def test_training_page_launches_and_watches_a_language_model_run(training_server
     expect(page.get_by_text("Heads forming").first).to_be_visible()
     page.wait_for_timeout(500)
     shot(page, "training-finished.png")
-
-
-# --- lecture-ready -------------------------------------------------------------------------------------------
-def _shown_step(page, lab: bool) -> int:
-    """The step the page shows: "Step N of M" on Translate, "Step N · …" in the Decoding lab."""
-    pattern = r"Step (\d+) ·" if lab else r"Step (\d+) of \d+"
-    return int(re.search(pattern, page.get_by_text(re.compile(pattern)).first.inner_text()).group(1))
-
-
-STEP_IN_LINK_JS = "(k) => new RegExp('[?&]step=' + k + '(&|$)').test(window.location.search)"
-
-
-@pytest.mark.parametrize("path", ["", "decoding"], ids=["translate", "decoding-lab"])
-def test_a_burst_of_next_clicks_counts_every_click_and_never_crashes(server, new_page, path):
-    """Six clicks on Next, twice, each 0.3 s after the previous one reached the server: each click's script run
-    starts while the previous one may still be running (Streamlit's fast reruns). Before, runs stepping one shared
-    Stepper crashed ("Expected tensor for argument #1 'indices' … got torch.FloatTensor", buttons gone) and clicks
-    were lost (6 clicks, step 2)."""
-    page = new_page(DESKTOP)
-    lab = path == "decoding"
-    for burst in range(2):
-        page.goto(f"{server}/{path}?text=The+cat+sat+on+the+mat.")
-        page.get_by_text(re.compile(r"Step 0 ·" if lab else r"Step 0 of \d+")).first.wait_for()
-        settle(page)
-        last = 6 if lab else min(6, step_of(page)[1])
-        next_button = page.get_by_role("button", name="Next")
-        for k in range(1, 7):
-            # force: as a person clicks, without waiting for the page to look settled (the busy test machine
-            # keeps Playwright's "stable" check waiting while Plotly draws)
-            next_button.click(force=True)
-            # Two clicks on one button that reach the server before a script run has taken the first are merged
-            # into one by Streamlit (its rerun requests coalesce), which a loaded machine makes likely at 0.3 s.
-            # So the next click waits until this one's run has moved the link's step (its callback has run),
-            # not until that run is over: it still lands in a running script, the case that crashed.
-            page.wait_for_function(STEP_IN_LINK_JS, arg=min(k, last), timeout=RUN_TIMEOUT_MS)
-            page.wait_for_timeout(300)
-        settle(page)
-        page.wait_for_timeout(1000)
-        settle(page)
-        exceptions = page.locator('[data-testid="stException"]')
-        assert exceptions.count() == 0, (burst, exceptions.first.inner_text())
-        expect(page.get_by_role("button", name="Back")).to_be_visible()
-        expected = last
-        try:  # the last click's run may still be finishing on a loaded machine; a lost click never arrives
-            page.wait_for_url(re.compile(rf"[?&]step={expected}(&|$)"), timeout=10_000)
-        except sync_api.TimeoutError:
-            pass
-        assert _shown_step(page, lab) == expected, burst
-        assert f"step={expected}" in page.url
-        assert_no_traceback(page)
-    shot(page, f"burst-{'lab' if lab else 'translate'}.png")
-
-
-def test_enter_in_the_sentence_box_applies_the_sentence(server, new_page):
-    """The sentence box is one line: Enter translates what was typed (a text area added a newline instead), and
-    the presets box then says the sentence is the user's own."""
-    page = new_page(DESKTOP)
-    open_translate(page, server, "?text=The+cat+sat+on+the+mat.")
-    expect(page.get_by_role("combobox", name="Lecture presets")).to_have_value("The cat sat on the mat.")
-    box = page.get_by_label("English sentence")
-    box.fill("I like my bike.")
-    box.press("Enter")
-    page.wait_for_url(re.compile(r"text=I\+like\+my\+bike"))
-    settle(page)
-    expect(box).to_have_value("I like my bike.")  # no newline
-    expect(page.get_by_role("combobox", name="Lecture presets")).to_have_value("— your own sentence —")
-    assert step_of(page)[0] == 0
-    assert_no_traceback(page)
-    shot(page, "translate-own-sentence.png")
-
-
-def _selectbox_value(page, label: str) -> str:
-    """The option a Streamlit selectbox shows."""
-    return page.get_by_role("combobox", name=label, exact=True).input_value()
-
-
-def _reopen(page, new_page, wait_text: str | re.Pattern):
-    """The page's current link opened in a fresh browser context (no session, no cookies)."""
-    link = page.url
-    other = new_page(DESKTOP)
-    other.goto(link)
-    other.get_by_text(wait_text).first.wait_for()
-    settle(other)
-    return other, link
-
-
-def test_a_link_restores_the_translate_and_attention_views(server, new_page):
-    """Every control that changes the drawing is in the link: a fresh browser context on that link shows the same
-    view (Translate: sentence, step, layer, head; Attention: kind, layer, head, word level, tab, query and key)."""
-    page = new_page(DESKTOP)
-    open_translate(page, server, "?text=The+cat+sat+on+the+mat.")
-    for k in (1, 2):
-        click_and_wait_step(page, "Next", k)
-    pick(page, "Layer", "decoder layer 1")
-    pick(page, "Head", "head 2")
-    shown = (step_of(page), _selectbox_value(page, "Layer"), _selectbox_value(page, "Head"))
-    assert shown[1:] == ("decoder layer 1", "head 2")
-    page.wait_for_url(re.compile(r"[?&]head=2(&|$)"))  # the rerun writes the link after drawing the box
-    other, link = _reopen(page, new_page, re.compile(r"Step \d+ of \d+"))
-    assert (step_of(other), _selectbox_value(other, "Layer"), _selectbox_value(other, "Head")) == shown, link
-    expect(other.get_by_label("English sentence")).to_have_value("The cat sat on the mat.")
-    assert_no_traceback(other)
-
-    page.goto(f"{server}/attention?text=The+cat+sat+on+the+mat.&tab=Tokens+%26+lines")
-    page.get_by_text("Query token (a row)").wait_for()
-    settle(page)
-    page.get_by_role("radio", name="Encoder self").check(force=True)
-    settle(page)
-    pick(page, "Layer", "layer 2")
-    pick(page, "Head", "head 3")
-    page.get_by_text("Word level").click()
-    settle(page)
-    pick(page, "Query token (a row)", "2: ▁sat")
-    pick(page, "Key token (a column)", "1: ▁cat")
-    labels = ("Layer", "Head", "Query token (a row)", "Key token (a column)")
-    shown = [_selectbox_value(page, label) for label in labels]
-    assert shown == ["layer 2", "head 3", "2: ▁sat", "1: ▁cat"]
-    page.wait_for_url(re.compile(r"[?&]key=1(&|$)"))  # under load the link is written a moment after the box shows
-    other, link = _reopen(page, new_page, "Query token (a row)")
-    assert [_selectbox_value(other, label) for label in labels] == shown, link
-    expect(other.get_by_role("radio", name="Encoder self")).to_be_checked()
-    expect(other.get_by_role("switch", name="Word level")).to_be_checked()
-    expect(other.get_by_role("tab", name="Tokens & lines")).to_have_attribute("aria-selected", "true")
-    assert_no_traceback(other)
-    shot(other, "attention-from-link.png")

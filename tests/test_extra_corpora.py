@@ -7,25 +7,36 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_parallel_corpora import english_in, write_lines
 
 from corpora import __main__ as cli
-from corpora.extra import (DEFAULT_VALID, EXTRA_CORPORA, FLORES, MAX_CHARS, clean_pairs, read_extra, split_extra)
+from corpora.extra import DEFAULT_VALID, EXTRA_CORPORA, FLORES, MAX_CHARS, clean_pairs, read_extra, split_extra
 from corpora.files import DataError, Pair, read_tsv, split_key
-from corpora.parallel import (evaluation_keys, evaluation_sets, mixture_pairs, parse_repeats, prepare_corpora,
-                              prepared_corpora, prepared_path)
+from corpora.parallel import (
+    evaluation_keys,
+    evaluation_sets,
+    mixture_pairs,
+    parse_repeats,
+    prepare_corpora,
+    prepared_corpora,
+    prepared_path,
+)
 from training.suite import available_sets, markdown, piece_stats, repeat_check
-
-from test_parallel_corpora import english_in, write_lines
 
 FLORES_EN = "Scientists announced a new diabetes test on Monday."
 
 
 @pytest.fixture
 def shared(tmp_path):
+    """A shared data folder (:func:`write_shared`)."""
+    return write_shared(tmp_path)
+
+
+def write_shared(tmp_path):
     """A shared data folder with two general-domain files (news with a held-out sentence and two references of it,
     a FLORES sentence, a paragraph, a misaligned pair, an untranslated string, a duplicate) and FLORES devtest."""
     held_out = english_in(DEFAULT_VALID)
-    news = [f"The market fell sharply.\tDer Markt fiel stark.\tnewstest2017",
+    news = ["The market fell sharply.\tDer Markt fiel stark.\tnewstest2017",
             f"{held_out}\tDer Minister sprach.\tnewstest2019",
             f"{held_out}\tDie Ministerin sprach.\tnt19-HQp",
             f"{FLORES_EN}\tWissenschaftler kündigten am Montag einen neuen Diabetestest an.\tnewstest2015",

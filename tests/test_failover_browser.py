@@ -14,14 +14,13 @@ import signal
 import time
 
 import pytest
+from browser_helpers import ARTIFACTS, assert_no_traceback, click_and_wait_step, expect, settle, step_of
 
-from test_e2e_browser import (ARTIFACTS, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
-                              new_page, settle, step_of)
 from deploy import DeployError, nginx
 from deploy.procs import healthy
 from deploy.serve import WORKER_HEALTH, serving
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
 SENTENCE = "The cat sat on the mat."
 #: How long the page may take to notice its worker is gone, reconnect and redraw (s).

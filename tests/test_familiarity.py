@@ -102,7 +102,7 @@ def test_every_lecture_preset_is_familiar_and_hard_ones_are_labelled(shipped):
 
 def test_the_shipped_translator_gets_every_preset_right_but_the_hard_ones(shipped):
     assert set(RIGHT) | set(HARD_PRESETS) == set(PRESETS)
-    outputs = dict(zip(PRESETS, translate_texts(shipped.model, shipped.tokenizer, PRESETS)))
+    outputs = dict(zip(PRESETS, translate_texts(shipped.model, shipped.tokenizer, PRESETS), strict=True))
     assert {s: outputs[s] for s in RIGHT} == RIGHT
     # a hard preset that comes out right should join the others, and lose its label
     assert outputs["Bobby likes blackberries."] != "Bobby mag Brombeeren."

@@ -22,6 +22,7 @@ import torch
 transformers = pytest.importorskip("transformers")  # a dev dependency: the reference implementation
 
 from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: E402
+
 from model.batched import greedy_batch  # noqa: E402
 from model.beam import beam_search  # noqa: E402
 from model.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
@@ -39,7 +40,7 @@ SOURCES = [[5, 9, 14, 20, 31, 0], [7, 8, 0], [33, 34, 35, 36, 0], [60, 3, 61, 0]
 PROMPTS = [[100, 5, 6, 7, 8, 9], [100, 50, 61, 72, 83, 94]]
 
 
-def _load(folder: Path, reference) -> SimpleNamespace:
+def load_folder(folder: Path, reference) -> SimpleNamespace:
     model, cfg, info = load_hf_model(folder)
     return SimpleNamespace(folder=folder, reference=reference, model=model, cfg=cfg, info=info)
 
@@ -47,13 +48,13 @@ def _load(folder: Path, reference) -> SimpleNamespace:
 @pytest.fixture(scope="module")
 def marian(tmp_path_factory):
     folder = tmp_path_factory.mktemp("opus-mt-tiny")
-    return _load(folder, write_tiny_marian_model(folder))
+    return load_folder(folder, write_tiny_marian_model(folder))
 
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpt2-tiny")
-    return _load(folder, write_tiny_gpt2_model(folder))
+    return load_folder(folder, write_tiny_gpt2_model(folder))
 
 
 def _padded(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +119,7 @@ def test_marian_logits_and_every_attention_weight_equal_transformers(marian):
     for ours, theirs in [(enc_w, ref.encoder_attentions), (out.self_weights, ref.decoder_attentions),
                          (out.cross_weights, ref.cross_attentions)]:
         assert len(ours) == len(theirs) == 2
-        for w_ours, w_theirs in zip(ours, theirs):  # [batch, heads, q_len, k_len], every layer and head
+        for w_ours, w_theirs in zip(ours, theirs, strict=True):  # [batch, heads, q_len, k_len], every layer and head
             assert w_ours.shape == w_theirs.shape
             _close(w_ours, w_theirs)
 
@@ -213,7 +214,7 @@ def test_gpt2_logits_and_every_attention_weight_equal_transformers(gpt2):
         _close(gpt2.model.logits(out.hidden), ref.logits)
         _close(gpt2.model(None, ids), ref.logits)
     assert len(out.self_weights) == len(ref.attentions) == 2
-    for ours, theirs in zip(out.self_weights, ref.attentions):
+    for ours, theirs in zip(out.self_weights, ref.attentions, strict=True):
         _close(ours, theirs)
 
 

@@ -11,7 +11,8 @@ import pytest
 from model import checkpoint
 from model.checkpoint import checkpoint_arch
 from model.config import ConfigError
-from model.hf import config as hf_config, weights
+from model.hf import config as hf_config
+from model.hf import weights
 from model.hf.card import hf_card
 from model.hf.families import FAMILIES, family
 from model.hf.tokenizers import BY_KIND

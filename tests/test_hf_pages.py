@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,43 +21,32 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a dev dependency: builds the folders, and the reference
 
-from hf_fixtures import (write_tiny_gpt2_model, write_tiny_gpt2_tokenizer, write_tiny_marian_model,  # noqa: E402
-                         write_tiny_marian_tokenizer)
+from hf_fixtures import GPT2, MARIAN  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from test_attention_views import charts, z_of  # noqa: E402
 
-from model.checkpoint import CheckpointError, checkpoint_arch, is_checkpoint_dir, list_checkpoints  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
+from model.checkpoint import (  # noqa: E402
+    CheckpointError,
+    checkpoint_arch,
+    is_checkpoint_dir,
+    list_checkpoints,
+    load_checkpoint,  # noqa: E402
+)
 from model.config import ModelConfig  # noqa: E402
 from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source  # noqa: E402
 from model.positional import sinusoidal_table  # noqa: E402
+from training.card import parameters as card_parameters  # noqa: E402
 from ui import attention_views as views  # noqa: E402
 from ui import decoding_lab as lab  # noqa: E402
 from ui import pieces  # noqa: E402
-from training.card import parameters as card_parameters  # noqa: E402
 from ui.state import PRESETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-MARIAN, GPT2 = "opus-mt-tiny", "gpt2-tiny"
 PAGES = ["translate", "attention", "decoding", "positional", "tokenization", "lecture", "training"]
 ATTENTION_TABS = ["Heads", "Tokens & lines", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 #: Each model's word-start mark as the pages show it, and GPT-2's stored mark, which must never reach a page.
 MARK = {MARIAN: "▁", GPT2: "␣"}
 RAW_GPT2_MARK = "Ġ"
-
-
-@pytest.fixture(scope="module")
-def hf_root(tmp_path_factory):
-    """A folder with ``opus-mt-tiny`` and ``gpt2-tiny`` (as ``huggingface-cli download`` writes them); the reference
-    ``transformers`` models as ``hf_root.reference``."""
-    root = tmp_path_factory.mktemp("hf-models")
-    marian_tok = write_tiny_marian_tokenizer(root / MARIAN)
-    marian = write_tiny_marian_model(root / MARIAN, vocab_size=marian_tok["vocab_size"], pad_id=marian_tok["pad_id"],
-                                     eos_id=marian_tok["eos_id"])
-    gpt2_tok = write_tiny_gpt2_tokenizer(root / GPT2)
-    gpt2 = write_tiny_gpt2_model(root / GPT2, vocab_size=gpt2_tok["vocab_size"], eos_id=gpt2_tok["eos_id"])
-    (root / MARIAN / "README.md").write_text("---\nlanguage: [en, de]\nlicense: cc-by-4.0\n---\n# opus-mt-tiny\n")
-    return SimpleNamespace(path=root, reference={MARIAN: marian, GPT2: gpt2})
 
 
 def open_app(monkeypatch, root: Path, name: str, page: str | None = None, **query: str) -> AppTest:

@@ -14,11 +14,17 @@ import shutil
 import warnings
 
 import pytest
-
 from hf_fixtures import TOKENIZER_LINES, write_tiny_gpt2_tokenizer, write_tiny_marian_tokenizer
+
 from model.decoding import prepare_source
-from model.hf.tokenizers import (BYTE_TO_CHAR, GPT2TextTokenizer, MarianTextTokenizer, byte_level_text,
-                                 load_hf_tokenizer, readable_piece)
+from model.hf.tokenizers import (
+    BYTE_TO_CHAR,
+    GPT2TextTokenizer,
+    MarianTextTokenizer,
+    byte_level_text,
+    load_hf_tokenizer,
+    readable_piece,
+)
 from model.tokenizer import unknown_share
 
 transformers = pytest.importorskip("transformers")
@@ -129,7 +135,7 @@ def test_marian_offsets_index_the_original_text(marian, text):
     tok, _, _, _ = marian
     enc = tok.encode(text)
     ends = [0]
-    for piece, (s, e) in zip(enc.tokens, enc.offsets):
+    for piece, (s, e) in zip(enc.tokens, enc.offsets, strict=True):
         assert ends[-1] <= s <= e <= len(text)  # in order, never overlapping
         ends.append(e)
         if s < e and piece not in ("<unk>", ">>de<<") and text[s:e].isascii() and text[s:e].isprintable():

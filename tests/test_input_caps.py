@@ -12,8 +12,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from ui import heavy  # noqa: E402
-from ui.limits import (DEMO_MAX_CHARS, DEMO_TRAIN_TEXT_CHARS, TRAIN_TEXT_CHARS, UPLOAD_MB,  # noqa: E402
-                       limits)
+from ui.limits import DEMO_MAX_CHARS, DEMO_TRAIN_TEXT_CHARS, TRAIN_TEXT_CHARS, UPLOAD_MB, limits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZATION = ROOT / "app_pages" / "tokenization.py"

@@ -19,8 +19,8 @@ import torch
 
 from model.decoded import decode
 from model.decoding import Stepper
-from reading.lens import TOP_K, Lens, final_norm_applies, logit_lens
 from model.sampling import SamplingConfig
+from reading.lens import TOP_K, Lens, final_norm_applies, logit_lens
 from ui import decoding_lab as lab
 from viz.lens import lens_figure, lens_table_html, lens_table_svg
 
@@ -44,7 +44,7 @@ def assert_last_layer_is_the_output(model, src, decoding) -> Lens:
     lens = full_lens(model, src, decoding)
     assert len(lens.steps) == decoding.n_steps
     vocab = model.cfg.vocab_size
-    for record, step in zip(decoding.records, lens.steps):
+    for record, step in zip(decoding.records, lens.steps, strict=True):
         ids = [t for t, _ in record.kept]  # a shared decoding keeps the top tokens, the chosen and the banned ones
         own = torch.tensor([record.log_prob(t) for t in ids], dtype=torch.float64).exp()
         assert torch.max(torch.abs(distribution(step, -1, vocab)[ids] - own)) <= TOL
@@ -74,7 +74,7 @@ def test_every_layer_is_the_model_cut_after_it_and_the_last_is_its_output(make_m
     assert lens.final_norm is norm_first is final_norm_applies(model)
     for layers in (1, 2):
         replay = Stepper(truncated(model, layers), src, max_new_tokens=6)  # the cut model, fed the same tokens
-        for step, token in zip(lens.steps, decoding.generated):
+        for step, token in zip(lens.steps, decoding.generated, strict=True):
             record = replay.step(lambda _log_probs, t=token: t)
             got = distribution(step, layers - 1, model.cfg.vocab_size)
             assert torch.max(torch.abs(got - record.log_probs.double().exp())) <= TOL

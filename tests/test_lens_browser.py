@@ -1,19 +1,18 @@
 """The logit lens in Debian's Chromium at 1280×720, presentation mode, on en-de, brown-lm and a tiny Hugging Face
-MarianMT folder: on Translate the table is drawn under the step view (which still starts on the first screen and does not
-move when the lens is turned off), a row per decoder layer, no text under 14 px and nothing wider than the screen; in the Decoding lab its tab draws the
-heatmap of every step so far. Screenshots go to ``test-artifacts/lens-*.png``.
+MarianMT folder: on Translate the table is drawn under the step view (which still starts on the first screen and does
+not move when the lens is turned off), a row per decoder layer, no text under 14 px and nothing wider than the
+screen; in the Decoding lab its tab draws the heatmap of every step so far.
+Screenshots go to ``test-artifacts/lens-*.png``.
 """
 
 from __future__ import annotations
 
 import pytest
-
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, _serve, assert_no_traceback, browser, expect,  # noqa: F401
-                              new_page, settle)
-from test_hf_pages import MARIAN, hf_root  # noqa: F401
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, serve_app, settle
+from test_hf_pages import MARIAN
 from test_presentation_browser import in_viewport
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
 CASES = {"en-de": ("My+brother+lives+in+Berlin.", 6), "brown-lm": ("She+looked+at+him+and", 4), MARIAN: ("The+cat", 2)}
 #: Font sizes (px) of every text of the lens table, as drawn.
@@ -30,7 +29,7 @@ def layout(page) -> tuple[float, float, float]:
 @pytest.fixture(scope="module")
 def server(hf_root):
     """The app with the shipped models and the tiny Hugging Face folders."""
-    yield from _serve({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-lens-server.log")
+    yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-lens-server.log")
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -56,7 +55,7 @@ def test_the_lens_on_translate_and_in_the_lab(server, new_page, name):
     expect(lens).to_have_count(0)
     settle(page)
     assert "lens=" not in page.url
-    assert max(abs(a - b) for a, b in zip(layout(page), top_list)) < 1
+    assert max(abs(a - b) for a, b in zip(layout(page), top_list, strict=True)) < 1
 
     page.goto(f"{server}/decoding?ckpt={name}&text={text}&step=2&lens=1&present=1")
     page.get_by_text("Decoding lab", exact=True).first.wait_for()

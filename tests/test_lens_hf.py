@@ -14,11 +14,25 @@ import torch
 
 pytest.importorskip("transformers")  # a dev dependency: the reference implementation
 
-from test_hf_equivalence import PROMPTS, SOURCES, gpt2, marian  # noqa: E402,F401
+from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: E402
+from test_hf_equivalence import PROMPTS, SOURCES, load_folder  # noqa: E402
 from test_lens import assert_last_layer_is_the_output, distribution  # noqa: E402
 
 from model.decoded import decode  # noqa: E402
 from model.decoding import Stepper  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("opus-mt-tiny")
+    return load_folder(folder, write_tiny_marian_model(folder))
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2-tiny")
+    return load_folder(folder, write_tiny_gpt2_model(folder))
+
 
 #: ``transformers`` and our modules round differently: the HF equivalence tests compare logits at 1e-5.
 REFERENCE_TOL = 1e-5

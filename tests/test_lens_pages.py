@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 from test_attention_views import charts, z_of
-from test_hf_pages import GPT2, MARIAN, assert_clean, hf_root, next_step, open_app  # noqa: F401
+from test_hf_pages import GPT2, MARIAN, assert_clean, next_step, open_app
 
 from model.checkpoint import load_checkpoint
 from model.decoded import decode

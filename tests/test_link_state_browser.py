@@ -12,10 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
+from training_page_helpers import wait_for
 
 from benchmarks.app_server import CHROMIUM, ServerError, served_page, settled
-
-from test_training_page import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 if not Path(CHROMIUM).is_file():

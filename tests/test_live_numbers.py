@@ -27,7 +27,8 @@ from teaching import live
 
 ROOT = Path(__file__).resolve().parent.parent
 EN_DE, BROWN = ROOT / "checkpoints" / "en-de", ROOT / "checkpoints" / "brown-lm"
-needs_ckpt = pytest.mark.skipif(not (EN_DE / "model.safetensors").is_file() or not (BROWN / "model.safetensors").is_file(),
+needs_ckpt = pytest.mark.skipif(not (EN_DE / "model.safetensors").is_file()
+                                or not (BROWN / "model.safetensors").is_file(),
                                 reason="the shipped checkpoints are missing")
 ATOL = 1e-6
 
@@ -160,29 +161,10 @@ def test_the_shipped_models_weights_are_the_attention_pages():
         assert_weights_are_the_traces(ckpt.model, ckpt.tokenizer, src, tgt, heads=(0, ckpt.config.n_heads - 1))
 
 
-def write_hf_folders(root: Path) -> Path:
-    """Tiny ``opus-mt-tiny`` (MarianMT) and ``gpt2-tiny`` folders under ``root``, as a Hugging Face download writes
-    them (``tests/hf_fixtures.py``); returns ``root``."""
-    from hf_fixtures import (write_tiny_gpt2_model, write_tiny_gpt2_tokenizer, write_tiny_marian_model,
-                             write_tiny_marian_tokenizer)
-    marian = write_tiny_marian_tokenizer(root / "opus-mt-tiny")
-    write_tiny_marian_model(root / "opus-mt-tiny", vocab_size=marian["vocab_size"], pad_id=marian["pad_id"],
-                            eos_id=marian["eos_id"])
-    gpt2 = write_tiny_gpt2_tokenizer(root / "gpt2-tiny")
-    write_tiny_gpt2_model(root / "gpt2-tiny", vocab_size=gpt2["vocab_size"], eos_id=gpt2["eos_id"])
-    return root
-
-
-@pytest.fixture(scope="module")
-def hf_root(tmp_path_factory):
-    pytest.importorskip("transformers")
-    return write_hf_folders(tmp_path_factory.mktemp("hf-live"))
-
-
 @pytest.mark.parametrize("name", ["opus-mt-tiny", "gpt2-tiny"])
 def test_hugging_face_weights_are_the_attention_pages(hf_root, name):
     """Marian is post-LN and starts its decoder from <pad>; GPT-2's fused c_attn was split on loading."""
-    ckpt = load_checkpoint(hf_root / name)
+    ckpt = load_checkpoint(hf_root.path / name)
     cfg = ckpt.config
     ids = ckpt.tokenizer.encode("The cat sat on the mat.").ids
     start = cfg.pad_id if cfg.is_encoder_decoder else cfg.bos_id
@@ -213,7 +195,8 @@ def chart_titles(at) -> list[str]:
 
 def largest_difference(at) -> float:
     """The page's own comparison with the Attention page's heatmap, from its caption."""
-    (match,) = [m for c in at.caption if (m := re.search(r"differs from these weights by at most ([0-9.e+-]+)", c.value))]
+    found = (re.search(r"differs from these weights by at most ([0-9.e+-]+)", c.value) for c in at.caption)
+    (match,) = [m for m in found if m]
     return float(match.group(1))
 
 
@@ -298,13 +281,14 @@ def test_the_editable_matrices_survive_a_visit_to_the_live_numbers(monkeypatch):
     (scores,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
                  if json.loads(c.proto.spec)["layout"]["title"]["text"] == "1. Scores QKᵀ"]
     from test_attention_views import z_of
+
     from teaching.worked import REF_K
     np.testing.assert_allclose(z_of(scores["data"][0]), REF_K.T)  # Q = I: the scores are Kᵀ
 
 
 @pytest.mark.parametrize("name, causal", [("opus-mt-tiny", False), ("gpt2-tiny", True)])
 def test_the_live_numbers_of_hugging_face_folders(monkeypatch, hf_root, name, causal):
-    at = open_lecture(monkeypatch, hf_root, ckpt=name, numbers="live")
+    at = open_lecture(monkeypatch, hf_root.path, ckpt=name, numbers="live")
     assert_live_page(at, 4, causal=causal)  # d_model 16, 4 heads: d_k = 4, shown whole
     specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
     assert "Ġ" not in specs and "\\u0120" not in specs  # GPT-2's stored space mark never reaches a chart

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve, settled
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (tests/test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (tests/browser_helpers.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -31,8 +31,8 @@ PROJECTOR = (1280, 720)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The app, with a tiny MarianMT and GPT-2 folder offered beside the shipped models."""
-    from test_live_numbers import write_hf_folders
-    root = write_hf_folders(tmp_path_factory.mktemp("hf-live-browser"))
+    from hf_fixtures import write_hf_root
+    root, _ = write_hf_root(tmp_path_factory.mktemp("hf-live-browser"))
     try:
         with serve(ARTIFACTS / "streamlit-live-numbers.log", {"ATTENTION_EXPLORER_CHECKPOINTS": str(root)}) as url:
             yield url

@@ -85,7 +85,7 @@ def test_eight_visitors_stepping_at_once_each_see_only_their_own_state(server):
                 page.get_by_role("button", name="Next").click(no_wait_after=True)
             for page in pages:
                 page.get_by_text(re.compile(rf"Step {k} of \d+")).wait_for()
-        for page, (name, text), total in zip(pages, VISITORS, totals):
+        for page, (name, text), total in zip(pages, VISITORS, totals, strict=True):
             page.wait_for_timeout(300)
             assert shown_step(page) == (ROUNDS, total), (name, text, page.url)
             assert page.get_by_label(re.compile("sentence|prompt", re.I)).first.input_value() == text, (name, text)

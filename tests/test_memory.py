@@ -103,7 +103,7 @@ def test_a_shared_decoding_of_a_long_sentence_is_small(make_model, encode_src):
     assert kept < decoding.n_steps * 4096 and kept < rows / 3
     full = nbytes(stepper.records)  # the stepper itself keeps the rows, for the lens and the tests
     assert full - attention > rows
-    for shared, own in zip(decoding.records, stepper.records):
+    for shared, own in zip(decoding.records, stepper.records, strict=True):
         assert shared.log_probs is None and len(shared.kept) >= min(TOP_KEPT, vocab)
         assert shared.log_prob(own.token_id) == pytest.approx(float(own.log_probs[own.token_id]))
         assert shared.top(10) == own.top(10)

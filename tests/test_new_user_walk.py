@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from test_teaching_pages import _app
+
 from viz.training import SCORE_MIN_TOP, compare_figure, run_figure, score_axis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def test_the_worked_example_shows_x_as_large_as_its_steps():
     at = _app("app_pages/lecture.py")
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     titles = [c["layout"]["title"]["text"] for c in charts]
-    x = next(c for c, t in zip(charts, titles) if t.startswith("X"))
+    x = next(c for c, t in zip(charts, titles, strict=True) if t.startswith("X"))
     assert titles.index(x["layout"]["title"]["text"]) < next(i for i, t in enumerate(titles) if t.startswith("Mean"))
     heatmap = x["data"][0]
     assert heatmap["text"][1][2] == "0.5000" and heatmap["y"] == ["token 0", "token 1", "token 2"]
@@ -76,6 +76,7 @@ def _fake_run(root: Path, name: str) -> None:
 def test_the_runs_table_wraps_instead_of_cutting_off_its_columns(tmp_path, monkeypatch):
     """At 1280 px the runs table's data grid cut off its last columns (started, updated) behind a scroll bar."""
     from streamlit.testing.v1 import AppTest
+
     from training import launch as L
     from training import runs as R
 

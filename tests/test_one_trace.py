@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
 import reference_views as ref
+import torch
+from test_qk import CONFIGS
+
 from model.decoded import decode
 from model.decoding import Stepper
 from reading.attention_scores import read_attention
@@ -24,7 +25,6 @@ from reading.qk import query_key
 from reading.step import Step
 from reading.trace import trace_pair
 from teaching.live import live_head
-from test_qk import CONFIGS, hf_models  # noqa: F401 (the tiny MarianMT and GPT-2 fixture)
 
 ATOL = 1e-6
 QK_FIELDS = ("q_raw", "k_raw", "q", "k", "products", "scores", "scores_unrotated", "bias", "mask", "logits", "weights",
@@ -92,7 +92,7 @@ def assert_lens_equals_the_stepped_decoding(model, src) -> None:
     lens = logit_lens(model, src, decoding.prefix, decoding.generated, k=5)
     stepped = ref.lens_stepwise(model, src, decoding.prefix, decoding.generated)
     assert len(lens.steps) == len(stepped) == len(decoding.generated) > 0
-    for step, log_probs in zip(lens.steps, stepped):
+    for step, log_probs in zip(lens.steps, stepped, strict=True):
         chosen = log_probs[:, step.token_id].exp()
         assert torch.allclose(torch.tensor(step.chosen_probs), chosen.float(), atol=1e-5)
         top_p = log_probs.exp().topk(5, dim=-1).values

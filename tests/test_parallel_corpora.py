@@ -11,11 +11,22 @@ from pathlib import Path
 import pytest
 
 from corpora import __main__ as cli
-from corpora.files import DataError, Pair, read_tsv, split_key
-from corpora.files import bucket_of
-from corpora.parallel import (TATOEBA_TEST, TATOEBA_VALID, evaluation_keys, evaluation_sets, interleave,
-                              prepare_corpora, prepare_corpus, prepare_mixture, prepared_path, read_bcontrast, read_multi30k,
-                              read_tatoeba, split_tatoeba)
+from corpora.files import DataError, Pair, bucket_of, read_tsv, split_key
+from corpora.parallel import (
+    TATOEBA_TEST,
+    TATOEBA_VALID,
+    evaluation_keys,
+    evaluation_sets,
+    interleave,
+    prepare_corpora,
+    prepare_corpus,
+    prepare_mixture,
+    prepared_path,
+    read_bcontrast,
+    read_multi30k,
+    read_tatoeba,
+    split_tatoeba,
+)
 from training.metrics import corpus_scores
 from training.suite import grouped, longest_repeat
 

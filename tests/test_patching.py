@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from test_attribution import step_ids  # noqa: F401  ("The house is big." and the first German inputs)
-
 from reading.patching import masked, read_outputs, what_if
 from reading.step import Step, token_log_probs
 

@@ -3,7 +3,7 @@
 A lecturer clicks Next in front of a class at 1280×720: the output, the step buttons, the 10 most probable next
 tokens and the cross-attention of the current token must be on screen together, without scrolling; in
 presentation mode the charts' axis labels are at least 14 px as drawn, and the sidebar is collapsed. Same server,
-browser and helpers as ``test_e2e_browser.py`` (Debian's Chromium; skipped where it or the model is missing).
+browser and helpers as ``browser_helpers.py`` (Debian's Chromium; skipped where it or the model is missing).
 """
 
 from __future__ import annotations
@@ -12,12 +12,20 @@ import json
 import re
 
 import pytest
+from browser_helpers import (
+    ARTIFACTS,
+    PROJECTOR,
+    ROOT,
+    assert_no_traceback,
+    click_and_wait_step,
+    expect,
+    open_translate,
+    settle,
+)
 
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, ROOT, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
-                              new_page, open_translate, server, settle)
 from model.config import ModelConfig
-from ui.presentation import MIN_TICK
 from ui.model_card import opening_layer
+from ui.presentation import MIN_TICK
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.

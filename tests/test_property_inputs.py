@@ -19,217 +19,38 @@ for whole translations.
 
 from __future__ import annotations
 
-import io
 import json
-import string
-import tempfile
 import unicodedata
 from dataclasses import asdict
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
+from input_strategies import (
+    ANY_STR,
+    ASCII_WORDS,
+    SPECIAL_TEXT,
+    UNREADABLE,
+    USER_TEXT,
+    assert_input_error,
+    examples,
+    joined,
+    mix,
+    prepared,
+    source_or_none,
+    string_of,
+    utf8,
+)
 
-from model.analysis import attention_rollout, head_statistics, sequence_log_probs
-from teaching.bpe_replay import merge_table, pre_tokenize, replay, segmentations
 from model.batched import translate_texts
-from model.checkpoint import Checkpoint, load_checkpoint
-from model.decoding import MAX_INPUT_CHARS, InputError, Stepper, clean_user_text, input_limit, prepare_source
-from model.tokenizer import MOSTLY_UNKNOWN, TextTokenizer, replace_surrogates, unknown_share
-from reading.trace import trace_pair
+from model.checkpoint import Checkpoint
+from model.decoding import MAX_INPUT_CHARS, InputError, Stepper, input_limit
+from model.tokenizer import MOSTLY_UNKNOWN, replace_surrogates, unknown_share
 from model.translate import translate_json
-from ui import attention_views as uav
-from ui import decoding_lab as lab
-from ui import url
-from viz.attention import attention_heatmap, display_token, highlight_tokens_html, plotly_escape, tokens_html
-from viz.attention_views import lines_figure
+from teaching.bpe_replay import pre_tokenize
+from viz.attention import highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
-from viz.teaching import cell_html, pieces_html, token_spans_html
-
-ROOT = Path(__file__).resolve().parent.parent
-
-# Hypothesis keeps caches (constants found in the code, Unicode tables) under .hypothesis/ even without an example
-# database; keep them out of the repository.
-set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "attention-explorer-hypothesis")
-
-settings.register_profile(
-    "attention-explorer",
-    database=None,  # no .hypothesis example database in the repository
-    deadline=None,  # one shared CPU core: timings vary, correctness does not
-    derandomize=True,  # the same examples on every run (CI is deterministic)
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-)
-PROFILE = settings.get_profile("attention-explorer")
-
-
-def examples(n: int) -> settings:
-    """The project profile with ``n`` examples."""
-    return settings(PROFILE, max_examples=n)
-
-
-# --- strategies ----------------------------------------------------------------------------------------------
-def string_of(parts: st.SearchStrategy[str], min_size: int = 0, max_size: int = 20) -> st.SearchStrategy[str]:
-    """Strings of ``parts`` (single characters, or sequences such as a ZWJ emoji, which ``st.text`` refuses)."""
-    return st.lists(parts, min_size=min_size, max_size=max_size).map("".join)
-
-
-def chars(*ranges: tuple[int, int]) -> st.SearchStrategy[str]:
-    return st.one_of([st.integers(a, b).map(chr) for a, b in ranges])
-
-
-WHITESPACE = (" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2003\u2007\u200a\u2028\u2029\u202f\u205f"
-              "\u3000")
-#: Our special tokens as a user might type them (and near misses).
-SPECIAL_SPELLINGS = ["<pad>", "<bos>", "<eos>", "<unk>", "<PAD>", "< eos >", "<<eos>>", "<eos", "eos>", "</s>", "<s>",
-                     "<mask>", "▁", "▁<eos>"]
-LATIN = string_of(st.sampled_from(string.ascii_letters + "äöüßÄÖÜéè'"), min_size=1, max_size=12)
-WORDS = st.lists(LATIN, min_size=1, max_size=8).map(" ".join)
-#: Words both shipped vocabularies read without <unk> (brown-lm has no umlauts).
-ASCII_WORDS = st.lists(string_of(st.sampled_from(string.ascii_letters), min_size=1, max_size=12), min_size=1,
-                       max_size=8).map(" ".join)
-#: Every character of a piece of the shipped translator's vocabulary: its 16k BPE, learned with web text, holds a
-#: few Cyrillic, Arabic and CJK letters and emoji, which the "unreadable" strategies below leave out.
-KNOWN_CHARS = frozenset("".join(json.loads((ROOT / "checkpoints" / "en-de" / "tokenizer.json").read_text(
-    encoding="utf-8"))["model"]["vocab"]))
-
-
-def unknown_only(parts: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    """``parts`` without those that hold a character of :data:`KNOWN_CHARS`."""
-    return parts.filter(lambda part: KNOWN_CHARS.isdisjoint(part))
-
-
-#: Emoji: code points, and sequences (ZWJ families, flags, skin tones, variation selectors) that are one picture.
-EMOJI_ALL_UNK = unknown_only(st.one_of(chars((0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F680, 0x1F6FF),
-                                             (0x1F900, 0x1F9FF), (0x2600, 0x26FF)),
-                                       st.sampled_from(["👩‍👩‍👧", "🇩🇪", "👍🏽", "❤️", "🏳️‍🌈"])))
-EMOJI = st.one_of(EMOJI_ALL_UNK, st.just("1️⃣"))  # a keycap: the digit is readable, the rest is not
-ARABIC = unknown_only(chars((0x0621, 0x064A), (0x0660, 0x0669)))
-HEBREW = chars((0x05D0, 0x05EA))
-BIDI = st.sampled_from("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u061c")
-#: Scripts absent from both shipped vocabularies: every character is ``<unk>``.
-UNREADABLE = st.one_of(EMOJI_ALL_UNK, ARABIC, HEBREW, unknown_only(chars((0x4E00, 0x9FFF), (0x0410, 0x044F),
-                                                                (0x0905, 0x0939), (0x3041, 0x3096), (0xAC00, 0xD7A3))))
-COMBINING = st.characters(categories=["Mn", "Mc", "Me"])
-CONTROL = st.characters(categories=["Cc", "Cf"])  # NUL, ESC, DEL, …; zero-width joiners, BOM, bidi overrides
-PUNCTUATION = st.characters(categories=["Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk"])
-SURROGATE = st.characters(categories=["Cs"])
-
-
-def joined(parts: st.SearchStrategy[str], max_size: int = 8) -> st.SearchStrategy[str]:
-    """Fragments joined by a space, nothing or another whitespace character."""
-    return st.builds(lambda items, sep: sep.join(items), st.lists(parts, min_size=1, max_size=max_size),
-                     st.sampled_from([" ", "", "  ", "\t", "\n", "\u3000"]))
-
-
-FRAGMENT = st.one_of(
-    WORDS,
-    string_of(EMOJI, min_size=1, max_size=6),
-    string_of(st.one_of(ARABIC, HEBREW, BIDI), min_size=1, max_size=10),
-    st.builds(lambda base, marks: base + marks, LATIN, string_of(COMBINING, min_size=1, max_size=6)),
-    string_of(st.one_of(CONTROL, st.sampled_from("ab .")), min_size=1, max_size=10),
-    string_of(PUNCTUATION, min_size=1, max_size=10),
-    st.sampled_from(SPECIAL_SPELLINGS),
-    st.text(max_size=20),
-)
-
-
-def repeated(unit: str, n: int) -> str:
-    """``unit`` repeated to exactly ``n`` characters (``"x"`` for an empty unit)."""
-    unit = unit or "x"
-    return (unit * (n // len(unit) + 1))[:n]
-
-
-#: Classes of text a visitor can type, at most a few hundred characters each (no lone surrogates: they cannot
-#: arrive through a browser or a URL).
-SHORT_CLASSES = [
-    st.just(""),
-    string_of(st.sampled_from(WHITESPACE), min_size=1, max_size=40),  # whitespace only
-    string_of(EMOJI, min_size=1, max_size=30),  # emoji only
-    joined(string_of(st.one_of(ARABIC, HEBREW), min_size=1, max_size=8)),  # right-to-left
-    joined(string_of(st.one_of(ARABIC, HEBREW, BIDI, LATIN), min_size=1, max_size=8)),  # bidi mixed with Latin
-    string_of(COMBINING, min_size=1, max_size=20),  # combining marks with nothing to combine with
-    joined(st.builds(lambda base, marks: base + marks, LATIN, string_of(COMBINING, min_size=1, max_size=8))),
-    string_of(st.one_of(CONTROL, st.sampled_from("\x00\x1b\x7f"), LATIN), min_size=1, max_size=40),  # control chars
-    joined(FRAGMENT),  # mixed scripts
-    st.builds(repeated, LATIN, st.integers(30, 300)),  # a long word
-    string_of(PUNCTUATION, min_size=1, max_size=40),  # punctuation only
-    joined(string_of(UNREADABLE, min_size=1, max_size=8)),  # only <unk> characters
-    joined(st.one_of(st.sampled_from(SPECIAL_SPELLINGS), WORDS)),  # special-token spellings
-    joined(st.sampled_from(SPECIAL_SPELLINGS[:4])),  # nothing but special-token spellings
-    st.text(max_size=100),  # anything hypothesis likes (all of Unicode but surrogates)
-    WORDS,
-]
-SHORT_TEXT = st.one_of(SHORT_CLASSES)
-#: Every class of a visitor's text, the long ones included (very long words; around the 2,000-character limit;
-#: 10,000 and 12,000 characters).
-USER_TEXT = st.one_of(
-    *SHORT_CLASSES,
-    st.builds(repeated, LATIN, st.integers(1000, 3000)),  # one very long word
-    st.builds(repeated, FRAGMENT, st.sampled_from([MAX_INPUT_CHARS, MAX_INPUT_CHARS + 1, 10_000, 12_000])),
-    st.builds(repeated, FRAGMENT, st.integers(1000, 2500)),
-)
-SPECIAL_TEXT = joined(st.one_of(st.sampled_from(SPECIAL_SPELLINGS[:4]), WORDS))
-SURROGATE_TEXT = st.builds(lambda a, s, b: a + s + b, st.one_of(WORDS, st.just("")),
-                           string_of(SURROGATE, min_size=1, max_size=3), st.one_of(WORDS, st.just("")))
-
-
-def mix(common: st.SearchStrategy[str], rare: st.SearchStrategy[str], every: int) -> st.SearchStrategy[str]:
-    """``rare`` for one example in ``every``, else ``common`` (``st.one_of`` flattens, so a nested class would be
-    drawn as one branch among ~20 and might never come up in a few dozen examples)."""
-    return st.integers(0, every - 1).flatmap(lambda i: rare if i == 0 else common)
-
-
-#: What a Python caller can pass: a visitor's text, or (one in five) one with lone surrogates in it.
-ANY_STR = mix(USER_TEXT, SURROGATE_TEXT, 5)
-
-
-# --- models ----------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ende() -> Checkpoint:
-    return load_checkpoint(ROOT / "checkpoints" / "en-de")
-
-
-@pytest.fixture(scope="module")
-def brown() -> Checkpoint:
-    return load_checkpoint(ROOT / "checkpoints" / "brown-lm")
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer, make_model) -> Checkpoint:
-    """The conftest fixtures as a checkpoint: a random 2+2-layer model (max_len 64) and the 400-piece tokenizer."""
-    model = make_model(seed=0)
-    return Checkpoint(model, tokenizer, model.cfg)
-
-
-def utf8(text: str) -> bytes:
-    """``text`` as UTF-8 (fails on a lone surrogate: what Streamlit and a UTF-8 terminal would do)."""
-    return text.encode("utf-8")
-
-
-def prepared(ckpt: Checkpoint, text: str):
-    cfg = ckpt.config
-    return prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
-
-
-def assert_input_error(exc: InputError, text: str) -> None:
-    """An InputError is a ValueError with a message for the page, for one of the two documented reasons."""
-    assert isinstance(exc, ValueError) and str(exc).strip()
-    utf8(str(exc))
-    assert len(text) > MAX_INPUT_CHARS or not clean_user_text(text)[0]
-
-
-def source_or_none(ckpt: Checkpoint, text: str):
-    """The prepared source, or ``None`` after checking that the InputError raised instead is a clear one."""
-    try:
-        return prepared(ckpt, text)
-    except InputError as exc:
-        assert_input_error(exc, text)
-        return None
 
 
 # --- tokenizer -------------------------------------------------------------------------------------------------
@@ -342,7 +163,7 @@ def check_steps(ckpt: Checkpoint, src, n_steps: int) -> Stepper:
     on.run_to_end()
     off.run_to_end()
     assert 1 <= len(on.records) <= n_steps and [r.token_id for r in on.records] == [r.token_id for r in off.records]
-    for a, b in zip(on.records, off.records):
+    for a, b in zip(on.records, off.records, strict=True):
         assert torch.isfinite(a.log_probs).all()
         assert float(a.log_probs.exp().sum()) == pytest.approx(1.0, abs=1e-3)
         assert torch.allclose(a.log_probs, b.log_probs, atol=1e-3), "KV cache on/off disagree"
@@ -389,7 +210,7 @@ def test_language_model_steps_on_any_prompt(brown, text):
 def test_translate_texts_keeps_order_and_blanks_bad_lines(tiny, texts):
     out = translate_texts(tiny.model, tiny.tokenizer, texts)
     assert len(out) == len(texts) and all(isinstance(o, str) for o in out)
-    for text, o in zip(texts, out):
+    for text, o in zip(texts, out, strict=True):
         utf8(o)
         try:
             prepared(tiny, text)
@@ -410,122 +231,3 @@ def test_translate_json_is_printable_json(tiny, text, beam):
     n_src = len(result["src_ids"])
     assert result["attention_shapes"]["encoder"][2:] == [n_src, n_src]
     assert result["attention_shapes"]["cross"][3] == n_src
-
-
-# --- the Attention page's data -----------------------------------------------------------------------------------
-@examples(20)
-@given(text=SHORT_TEXT)
-def test_trace_and_attention_helpers(ende, text):
-    src = source_or_none(ende, text)
-    if src is None:
-        return
-    model, tok, cfg = ende.model, ende.tokenizer, ende.config
-    stepper = Stepper(model, src.ids, max_new_tokens=2)
-    stepper.run_to_end()
-    tgt = stepper.decoder_inputs()
-    trace = trace_pair(model, tok, src.ids, tgt, src.offsets)
-    n_src, n_tgt = len(src.ids), len(tgt)
-    assert trace.attention["encoder"].shape[2:] == (n_src, n_src)
-    assert trace.attention["cross"].shape[2:] == (n_tgt, n_src)
-    for kind in ("encoder", "decoder", "cross"):
-        q_labels, k_labels = trace.labels(kind)
-        merged, q_words, k_words = uav.word_level(trace.attention[kind], q_labels, k_labels)
-        assert merged.shape[-2:] == (len(q_words), len(k_words))
-        assert torch.allclose(merged.sum(-1), torch.ones(()), atol=1e-3)
-        stats = head_statistics(trace.attention[kind], eos_index=n_src - 1 if kind != "decoder" else None)
-        assert len(uav.stats_frame(stats)) == cfg.n_heads * cfg.n_decoder_layers
-    rollout = attention_rollout(trace.attention["encoder"])
-    assert torch.allclose(rollout.sum(-1), torch.ones(n_src), atol=1e-3)
-    with np.load(io.BytesIO(uav.attention_npz(trace)), allow_pickle=False) as npz:
-        assert list(npz["src_tokens"]) == src.tokens and list(npz["src_ids"]) == src.ids
-    mask = uav.head_masks(["cross L1 H1"], cfg.attention_layers(), cfg.n_heads)
-    assert torch.isfinite(sequence_log_probs(model, src.ids, tgt + [cfg.eos_id], mask)).all()
-    cross = trace.attention["cross"][-1, 0]
-    attention_heatmap(cross, trace.tgt_tokens, trace.src_tokens, title=text[:40])
-    lines_figure(trace.attention["encoder"][0, 0], src.tokens, src.tokens, query=0)
-    utf8(token_spans_html(src.text, src.tokens[:-1], src.ids[:-1], src.offsets[:-1]))
-
-
-# --- the Tokenization page's helpers -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ende_table(ende):
-    return merge_table(ende.tokenizer.to_str())
-
-
-@examples(100)
-@given(text=SHORT_TEXT)
-def test_merge_replay_ends_where_the_tokenizer_ends(ende, ende_table, text):
-    """What the page does with the text box: pieces with spans, words, and the replay of every word's merges."""
-    tok = ende.tokenizer
-    enc = tok.encode(text)
-    utf8(token_spans_html(text, enc.tokens, enc.ids, enc.offsets))
-    seg = segmentations(text, enc.tokens)
-    assert seg["pieces"] == enc.tokens
-    pieces = []
-    for word in pre_tokenize(tok.backend, text):
-        steps = replay(word, ende_table)
-        assert all(len(b.pieces) < len(a.pieces) for a, b in zip(steps, steps[1:]))
-        utf8(pieces_html(steps[-1].pieces) + "".join(cell_html(p) for p in steps[-1].pieces))
-        pieces += steps[-1].pieces
-    assert pieces == enc.tokens
-
-
-@examples(25)
-@given(train_text=st.lists(SHORT_TEXT, min_size=1, max_size=6).map("\n".join), vocab=st.integers(30, 300))
-def test_live_bpe_trainer_on_any_text(train_text, vocab):
-    """The page's "Train your own BPE" on pasted text (the page asks for text when it is blank)."""
-    if not train_text.strip():
-        return
-    lines = [line for line in train_text.splitlines() if line.strip()]
-    mine = TextTokenizer.train(lines, vocab_size=vocab, min_frequency=1)
-    table = merge_table(mine.to_str())
-    assert len(table.vocab) == mine.vocab_size
-    first = next(line for line in train_text.splitlines() if line.strip())
-    enc = mine.encode(first)
-    assert all(0 <= s <= e <= len(first) for s, e in enc.offsets)
-    utf8(token_spans_html(first, enc.tokens, enc.ids, enc.offsets))
-
-
-# --- ui/ parsers and viz text helpers -----------------------------------------------------------------------------
-NUMBERISH = st.one_of(
-    st.integers(-10**6, 10**6).map(str),
-    st.floats(allow_nan=True, allow_infinity=True).map(str),
-    st.sampled_from(["", " ", "nan", "inf", "-inf", "1e400", "9" * 5000, "١٢", "1_0", "0x10", "3:1234,5:88", "all",
-                     "MEAN", "cross L2 H3", "encoder L1 H1", "self L9 H9", "1:2:3", ",,,", "2:-1", "\x00"]),
-)
-URL_VALUE = st.one_of(NUMBERISH, SHORT_TEXT)
-
-
-@examples(200)
-@given(raw=URL_VALUE)
-def test_ui_parsers_and_text_helpers_take_any_string(ende, raw):
-    """The URL and text-box parsers of ui/ and the label helpers of viz/ on any string: a value or None, never
-    an exception."""
-    layer, _ = url.index_param({"layer": raw}, "layer", 3, 2)
-    assert 0 <= layer < 3
-    head, _ = url.head_param({"head": raw}, "head", 4, "all")
-    assert head in ("all", "mean") or 0 <= head < 4
-    label = uav.parse_head_label(raw)
-    masks = uav.head_masks([raw], {"encoder": 3, "decoder": 3, "cross": 3}, 4)
-    assert label is not None or not masks
-    pick = uav.grid_pick({"head_pick": [{"layer": raw, "head": raw}]})
-    assert pick is None or pick[0] == pick[1]
-    forced, note = url.forced_param({"forced": raw}, "forced", 8000, 127)
-    assert all(1 <= s <= 127 and 0 <= t < 8000 for s, t in forced.items())
-    assert url.forced_param({"forced": url.format_forced(forced)}, "forced", 8000, 127) == (forced, None)
-    keys = ("strategy", "temperature", "top_k", "top_p", "seed", "beam", "alpha")
-    settings_out, notes = lab.settings_from_link({k: raw for k in keys}, 8000)
-    lab.sampling_config(settings_out)  # always valid for the widgets
-    assert all(isinstance(n, str) for n in notes)
-    for value, note in (url.int_param({"n": raw}, "n", 5, 0, 100), url.float_param({"x": raw}, "x", 0.5, 0.0, 1.0),
-                        url.bool_param({"b": raw}, "b", True), url.int_list_param({"d": raw}, "d", [], 0, 63),
-                        url.text_param({"t": raw}, "t", "", 100), url.matrix_param({"m": raw}, "m", np.eye(2))):
-        assert note is None or isinstance(note, str)
-    assert 0 <= url.int_param({"n": raw}, "n", 5, 0, 100)[0] <= 100
-    piece = lab.resolve_piece(ende.tokenizer, raw)
-    assert piece is None or 0 <= piece < ende.tokenizer.vocab_size
-    text, message = url.text_param({"t": raw}, "t", "", 100)
-    assert len(text) <= 100 and (message is None) == (len(raw) <= 100)
-    utf8(display_token(raw) + plotly_escape(raw) + cell_html(raw) + pieces_html([raw]) + tokens_html([raw], 0))
-    assert "<" not in plotly_escape(raw) and "<" not in cell_html(raw)
-    assert uav.word_labels([raw, "<eos>"])[-1] == "<eos>"

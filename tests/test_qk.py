@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -176,20 +175,6 @@ def test_the_record_is_frozen_and_its_tensors_immutable(make_model, encode_src, 
 
 
 # --- the Hugging Face fixtures --------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def hf_models(tmp_path_factory):
-    pytest.importorskip("transformers")
-    from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
-    from model.hf.loader import load_hf_model
-
-    folders = {}
-    for name, write in (("marian", write_tiny_marian_model), ("gpt2", write_tiny_gpt2_model)):
-        folder = tmp_path_factory.mktemp(name)
-        write(folder)
-        folders[name] = load_hf_model(folder)[0]
-    return SimpleNamespace(**folders)
-
-
 def test_marian_and_gpt2_heads_equal_their_traces(hf_models):
     marian, gpt2 = hf_models.marian, hf_models.gpt2
     src = [5, 9, 14, 20, 31, 0]  # Marian: </s> = 0 ends the source; the decoder starts from <pad>

@@ -2,7 +2,7 @@
 language model and the tiny Hugging Face MarianMT folder: its three charts are drawn within the screen's width,
 every key label and dimension number is written without running into its neighbour, at 14 px or more (the
 presentation mode's minimum there), and the page shows no traceback. Screenshots go to ``test-artifacts/``.
-Same server helpers as ``test_e2e_browser.py`` (skipped where Chromium or the models are missing).
+Same server helpers as ``browser_helpers.py`` (skipped where Chromium or the models are missing).
 """
 
 from __future__ import annotations
@@ -10,20 +10,12 @@ from __future__ import annotations
 from urllib.parse import quote_plus
 
 import pytest
-
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, _serve, assert_no_traceback, browser, new_page,  # noqa: F401
-                              settle)
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, serve_app, settle
 from test_presentation_browser import overlapping
+
 from ui.presentation import MIN_TICK
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (see test_e2e_browser.py)
-
-try:  # the tiny folders of test_hf_pages.py
-    from test_hf_pages import hf_root  # noqa: F401
-except pytest.skip.Exception:
-    @pytest.fixture(scope="module")
-    def hf_root():
-        pytest.skip("transformers is not installed")
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (see browser_helpers.py)
 
 #: Texts of one SVG selector inside a chart: content, box (px, as drawn) and computed font size.
 TEXTS_JS = """(root, selector) => [...root.querySelectorAll(selector)].filter(t => t.textContent.trim())
@@ -35,7 +27,7 @@ TEXTS_JS = """(root, selector) => [...root.querySelectorAll(selector)].filter(t 
 @pytest.fixture(scope="module")
 def qk_server(hf_root):
     """The app with the tiny Hugging Face folders beside the shipped models. Yields the base URL."""
-    yield from _serve({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-qk-server.log")
+    yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-qk-server.log")
 
 
 @pytest.mark.parametrize("ckpt, kind, present", [

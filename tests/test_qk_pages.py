@@ -185,15 +185,6 @@ def test_alibi_shows_the_bias_and_its_slope(monkeypatch, positions_root):
     assert any("plus ALiBi's" in m.value and "gives the logit" in m.value for m in at.markdown)
 
 
-# --- the Hugging Face fixtures ---------------------------------------------------------------------------------------
-try:  # the tiny folders of test_hf_pages.py (a module fixture: built once for this module)
-    from test_hf_pages import hf_root  # noqa: E402,F401
-except pytest.skip.Exception:  # no transformers: those tests skip, as there
-    @pytest.fixture(scope="module")
-    def hf_root():
-        pytest.skip("transformers is not installed")
-
-
 @pytest.mark.parametrize("name", ["opus-mt-tiny", "gpt2-tiny"])
 def test_hugging_face_models_weights_are_the_heatmap_row(monkeypatch, name, hf_root):
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(hf_root.path))

@@ -1,14 +1,13 @@
 """What only a browser can see of the readability walk: the Translate alignment's upright source labels, as laid out
 by Chromium at 1280×720, stand apart and whole for a 26-piece source. Figure-level checks of the same rule are in
-``test_attention_readability.py``; same server, browser and helpers as ``test_e2e_browser.py`` (Debian's
+``test_attention_readability.py``; same server, browser and helpers as ``browser_helpers.py`` (Debian's
 Chromium; skipped where it or the model is missing).
 """
 
 from __future__ import annotations
 
 import pytest
-
-from test_e2e_browser import ARTIFACTS, PROJECTOR, assert_no_traceback, browser, new_page, open_translate, server  # noqa: F401
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, open_translate
 
 pytestmark = pytest.mark.xdist_group("browser")
 

@@ -133,7 +133,7 @@ def test_batched_beam_search_equals_the_single_sentence_search(make_model, encod
     _push_eos(monkeypatch, model, *push)
     srcs = [encode_src(t) for t in BATCH_TEXTS]
     batched = beam_search_batch(model, srcs, beam_size, alpha)
-    for src, got in zip(srcs, batched):
+    for src, got in zip(srcs, batched, strict=True):
         want = beam_search(model, src, beam_size, alpha, max_new_tokens=default_max_new_tokens(model.cfg, len(src)))
         assert [h.tokens for h in got.hypotheses] == [h.tokens for h in want.hypotheses]
         assert [h.finished for h in got.hypotheses] == [h.finished for h in want.hypotheses]

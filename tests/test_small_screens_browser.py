@@ -1,6 +1,6 @@
 """What a new user saw on small screens, in Debian's Chromium: Translate at 1280×720 with the far-from-training
 warning and the logit lens (the sidebar open, and in presentation mode), Translate before its first step, and
-Translate and Attention on a 390×844 phone. Same server, browser and helpers as ``test_e2e_browser.py``.
+Translate and Attention on a 390×844 phone. Same server, browser and helpers as ``browser_helpers.py``.
 
 - 1280×720: the Next button, the step's ten next tokens and the lens toggle are on the first screen under the
   warning, even late in a long output; no piece of the next tokens or of the lens is cut ("▁Ko…").
@@ -19,13 +19,20 @@ import re
 from urllib.parse import quote_plus
 
 import pytest
-
-from test_e2e_browser import (ARTIFACTS, PROJECTOR, assert_no_traceback, browser, click_and_wait_step, expect,  # noqa: F401
-                              open_translate, new_page, server, settle, step_of)
+from browser_helpers import (
+    ARTIFACTS,
+    PROJECTOR,
+    assert_no_traceback,
+    click_and_wait_step,
+    expect,
+    open_translate,
+    settle,
+)
 from test_presentation_browser import CHART_TEXTS_JS, in_viewport, overlapping
+
 from ui.widgets import BEFORE_FIRST_STEP
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
 #: Nine words, eight of them cut into pieces by the shipped translator's vocabulary: the far-from-training warning.
 FAR = "The+quarterly+earnings+exceeded+analysts+expectations+despite+inflationary+headwinds."
@@ -61,7 +68,8 @@ def test_next_the_ten_tokens_and_the_lens_toggle_fit_1280x720_under_the_warning(
     page.locator(".ae-lens").wait_for()
     for k in (19, 20):  # late in a long output: the output box is at its fullest
         click_and_wait_step(page, "Next", k)
-    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed", "true" if present else "false")
+    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed",
+                                                                        "true" if present else "false")
     in_viewport(page, page.get_by_role("button", name="Next"), "the Next button")
     rows = page.locator(".ae-topk-row")
     expect(rows).to_have_count(10)
@@ -130,7 +138,7 @@ def test_translate_on_a_phone(server, phone_page):
     rows = _boxes(page.locator(".ae-topk-row"))
     assert all(r["x"] >= 0 and r["x"] + r["width"] <= PHONE[0] + 1 for r in rows), rows
     labels = [dict(text=t, **b) for t, b in zip(page.locator(".ae-topk-piece").all_inner_texts(),
-                                                _boxes(page.locator(".ae-topk-piece")))]
+                                                _boxes(page.locator(".ae-topk-piece")), strict=True)]
     assert overlapping([dict(b, w=b["width"], h=b["height"]) for b in labels]) == []
     assert page.evaluate(CUT_JS) == []
     assert_no_traceback(page)

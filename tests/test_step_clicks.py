@@ -8,7 +8,7 @@ fast reruns), and a click can arrive before the previous run has drawn the butto
 - each button carried the step it leads to (``args=(step + 1,)``), so two clicks handled with the callbacks of one
   drawing both went to the same step (six clicks ended at step 2).
 
-The browser test ``tests/test_e2e_browser.py::test_a_burst_of_next_clicks_counts_every_click_and_never_crashes``
+The browser test ``tests/test_lecture_browser.py::test_a_burst_of_next_clicks_counts_every_click_and_never_crashes``
 clicks for real; these tests pin both causes down without timing.
 """
 

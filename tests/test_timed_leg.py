@@ -9,11 +9,11 @@ import tarfile
 import pytest
 import torch
 from safetensors.torch import load_file
+from train_helpers import TINY, run_main
 
 from model.checkpoint import load_checkpoint
 from training import timed_leg, train
 from training.runs import has_resume_state
-from tests.test_train_cli import TINY, run_main
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from hf_fixtures import TOKENIZER_LINES, write_tiny_gpt2_tokenizer, write_tiny_marian_tokenizer
+
 from model.hf.tokenizers import GPT2TextTokenizer, MarianTextTokenizer, load_hf_tokenizer
 from model.tokenizer import TextTokenizer
 from model.tokenizing import KINDS, Encoding, Tokenizer

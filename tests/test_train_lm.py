@@ -15,18 +15,18 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 from streamlit.testing.v1 import AppTest
+from test_ddp import TINY as DDP_TINY
+from test_ddp import torchrun
+from train_helpers import TINY, run_main
 
+from corpora.files import Pair
+from model.checkpoint import load_checkpoint
 from training import train
 from training.batches import EpochPlan, collate, encode_examples, sequences_per_pair
 from training.config import TrainConfig
 from training.data import monolingual
 from training.evaluate import validation_loss
-from model.checkpoint import load_checkpoint
-from corpora.files import Pair
 from training.runs import LM_PROBE_PROMPTS, read_status, snapshot_steps
-
-from test_ddp import TINY as DDP_TINY, torchrun
-from test_train_cli import TINY, run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 LM = ["--arch", "decoder-only", *TINY]

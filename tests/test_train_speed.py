@@ -7,13 +7,13 @@ import json
 
 import pytest
 import torch
+from train_helpers import TINY, run_main
 
 from training import probe
 from training.batches import Example, padded_shape
 from training.config import parse_config
 from training.distributed import Dist
 from training.loop import make_trainer
-from tests.test_train_cli import TINY, run_main
 
 # Dropout off: its masks are drawn per element, so a padded batch (more elements) or a compiled step (its own
 # random stream) would draw other ones, and the losses would differ for that reason alone.

@@ -14,15 +14,14 @@ import re
 from pathlib import Path
 
 import pytest
+from training_page_helpers import wait_for
 
 from benchmarks.app_server import CHROMIUM, ServerError, served_page
 from training import form as TF
 from training import launch as L
 from training import runs as R
 
-from test_training_page import wait_for
-
-pytestmark = pytest.mark.xdist_group("browser")  # one browser test at a time (see test_e2e_browser.py)
+pytestmark = pytest.mark.xdist_group("browser")  # one browser test at a time (see browser_helpers.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"

@@ -1,5 +1,5 @@
 """The Transformer: cached decoding == full recompute, causality, padding invariance, overfitting a few pairs,
-the Stepper API (back / goto / reset) and the KV-cache size."""
+masks, embeddings and suppressed ids. The Stepper API and the KV cache: ``test_stepper.py``."""
 
 from __future__ import annotations
 
@@ -11,18 +11,19 @@ import torch.nn.functional as F
 
 from model.batched import greedy_batch, translate_texts
 from model.decoding import Stepper
+from model.transformer import Transformer, causal_mask
 from reading.trace import trace_pair
-from model.transformer import KVCache, Transformer, causal_mask
 
 ATOL = 1e-5
 VARIANTS = [
     dict(arch=arch, norm_first=nf, pos_encoding=pos)
-    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True), ("sinusoidal", "learned", "rope", "alibi"))
+    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True),
+                                           ("sinusoidal", "learned", "rope", "alibi"))
 ]
 VARIANT_IDS = [f"{v['arch']}-{'preLN' if v['norm_first'] else 'postLN'}-{v['pos_encoding']}" for v in VARIANTS]
 
 
-def _random_ids(n: int, vocab: int, gen_seed: int) -> torch.Tensor:
+def random_ids(n: int, vocab: int, gen_seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(gen_seed)
     return torch.randint(4, vocab, (n,), generator=g)  # ids ≥ 4: no special token
 
@@ -30,12 +31,12 @@ def _random_ids(n: int, vocab: int, gen_seed: int) -> torch.Tensor:
 def _src_and_memory(model: Transformer, src_len: int = 6):
     if not model.cfg.is_encoder_decoder:
         return None, None, None
-    src = _random_ids(src_len, model.cfg.vocab_size, 11)[None]
+    src = random_ids(src_len, model.cfg.vocab_size, 11)[None]
     memory, _ = model.encode(src)
     return src, memory, model.src_mask(src)
 
 
-def _non_special(log_probs: torch.Tensor) -> int:
+def non_special(log_probs: torch.Tensor) -> int:
     """Greedy among ordinary tokens, so that a random model keeps decoding instead of stopping at <eos>."""
     return int(torch.argmax(log_probs[4:])) + 4
 
@@ -44,7 +45,7 @@ def _non_special(log_probs: torch.Tensor) -> int:
 def test_cached_decode_equals_full_recompute(make_model, variant):
     model = make_model(**variant)
     src, memory, memory_mask = _src_and_memory(model)
-    tgt = torch.cat([torch.tensor([model.cfg.bos_id]), _random_ids(9, model.cfg.vocab_size, 12)])[None]
+    tgt = torch.cat([torch.tensor([model.cfg.bos_id]), random_ids(9, model.cfg.vocab_size, 12)])[None]
     with torch.no_grad():
         teacher_forced = model(src, tgt)  # [1, 10, vocab], all positions at once
         cache = model.new_cache()
@@ -59,15 +60,15 @@ def test_cached_decode_equals_full_recompute(make_model, variant):
 @pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
 def test_stepper_cached_equals_uncached(make_model, variant):
     model = make_model(**variant)
-    src = _random_ids(7, model.cfg.vocab_size, 13).tolist() + [model.cfg.eos_id]
+    src = random_ids(7, model.cfg.vocab_size, 13).tolist() + [model.cfg.eos_id]
     kw = dict(src_ids=src) if model.cfg.is_encoder_decoder else dict(prefix_ids=[model.cfg.bos_id, 5, 6])
     cached = Stepper(model, max_new_tokens=8, use_cache=True, **kw)
     plain = Stepper(model, max_new_tokens=8, use_cache=False, **kw)
-    cached.run_to_end(_non_special)
-    plain.run_to_end(_non_special)
+    cached.run_to_end(non_special)
+    plain.run_to_end(non_special)
     assert len(cached.records) == len(plain.records) == 8
     assert cached.tokens == plain.tokens
-    for a, b in zip(cached.records, plain.records):
+    for a, b in zip(cached.records, plain.records, strict=True):
         assert a.token_id == b.token_id
         torch.testing.assert_close(a.log_probs, b.log_probs, atol=ATOL, rtol=0)
         torch.testing.assert_close(a.self_attention, b.self_attention, atol=ATOL, rtol=0)
@@ -93,7 +94,7 @@ def test_stepper_cached_equals_uncached(make_model, variant):
 def test_future_target_tokens_do_not_change_earlier_logits(make_model, variant):
     model = make_model(**variant)
     src, _, _ = _src_and_memory(model)
-    tgt = torch.cat([torch.tensor([model.cfg.bos_id]), _random_ids(8, model.cfg.vocab_size, 14)])[None]
+    tgt = torch.cat([torch.tensor([model.cfg.bos_id]), random_ids(8, model.cfg.vocab_size, 14)])[None]
     with torch.no_grad():
         base = model(src, tgt)
         for j in (1, 4, 8):
@@ -109,10 +110,10 @@ def test_future_target_tokens_do_not_change_earlier_logits(make_model, variant):
 def test_padding_does_not_change_results(make_model, variant):
     model = make_model(**variant)
     pad, bos, vocab = model.cfg.pad_id, model.cfg.bos_id, model.cfg.vocab_size
-    short_src = _random_ids(4, vocab, 15).tolist() + [2]
-    long_src = _random_ids(9, vocab, 16).tolist() + [2]
-    short_tgt = [bos] + _random_ids(3, vocab, 17).tolist()
-    long_tgt = [bos] + _random_ids(7, vocab, 18).tolist()
+    short_src = random_ids(4, vocab, 15).tolist() + [2]
+    long_src = random_ids(9, vocab, 16).tolist() + [2]
+    short_tgt = [bos] + random_ids(3, vocab, 17).tolist()
+    long_tgt = [bos] + random_ids(7, vocab, 18).tolist()
 
     def padded(rows):
         width = max(map(len, rows))
@@ -137,11 +138,11 @@ def test_padding_does_not_change_results(make_model, variant):
 def test_greedy_batch_is_independent_of_batch_composition(make_model):
     model = make_model()
     vocab = model.cfg.vocab_size
-    srcs = [_random_ids(n, vocab, 20 + n).tolist() + [2] for n in (3, 8, 5)]
+    srcs = [random_ids(n, vocab, 20 + n).tolist() + [2] for n in (3, 8, 5)]
     together = greedy_batch(model, srcs, max_new_tokens=10)
     alone = [greedy_batch(model, [s], max_new_tokens=10)[0] for s in srcs]
     assert together == alone
-    for s, ids in zip(srcs, together):  # and the same as the Stepper's greedy run
+    for s, ids in zip(srcs, together, strict=True):  # and the same as the Stepper's greedy run
         st = Stepper(model, s, max_new_tokens=10)
         st.run_to_end()
         assert st.output_ids() == ids
@@ -149,8 +150,8 @@ def test_greedy_batch_is_independent_of_batch_composition(make_model):
 
 def test_traced_model_equals_fast_model(make_model):
     model = make_model()
-    src = _random_ids(6, model.cfg.vocab_size, 30)[None]
-    tgt = torch.cat([torch.tensor([1]), _random_ids(5, model.cfg.vocab_size, 31)])[None]
+    src = random_ids(6, model.cfg.vocab_size, 30)[None]
+    tgt = torch.cat([torch.tensor([1]), random_ids(5, model.cfg.vocab_size, 31)])[None]
     with torch.no_grad():
         mem_fast, w_none = model.encode(src)
         mem_traced, enc_w = model.encode(src, trace=True)
@@ -187,7 +188,7 @@ def test_trace_pair_shapes_and_logits(make_model, tokenizer, encode_src, encode_
 
 def test_model_head_mask_ablation_changes_output_only_when_zero(make_model):
     model = make_model()
-    src = _random_ids(6, model.cfg.vocab_size, 32)[None]
+    src = random_ids(6, model.cfg.vocab_size, 32)[None]
     with torch.no_grad():
         base, _ = model.encode(src)
         same, _ = model.encode(src, head_mask=torch.ones(2, 4))
@@ -232,105 +233,12 @@ def test_tiny_model_overfits_and_greedy_reproduces_targets(make_model, tokenizer
 
     expected = [t[1:-1] for t in tgts]  # without <bos> and <eos>
     assert greedy_batch(model, srcs) == expected
-    for s, exp in zip(srcs, expected):
+    for s, exp in zip(srcs, expected, strict=True):
         st = Stepper(model, s)
         st.run_to_end()
         assert st.finished and st.generated[-1] == model.cfg.eos_id
         assert st.output_ids() == exp
     assert translate_texts(model, tokenizer, [en for en, _ in chosen]) == [de for _, de in chosen]
-
-
-# --- Stepper API --------------------------------------------------------------------------------------------------
-def test_stepper_back_step_goto_reset(make_model):
-    model = make_model()
-    src = _random_ids(6, model.cfg.vocab_size, 40).tolist() + [2]
-    st = Stepper(model, src, max_new_tokens=10)
-    reference = Stepper(model, src, max_new_tokens=10)
-    reference.run_to_end(_non_special)
-    assert len(reference.records) == 10
-
-    for _ in range(5):
-        st.step(_non_special)
-    st.back()
-    assert len(st.records) == 4 and st.tokens == reference.tokens[:5]
-    assert st.cache.positions == 4
-    redo = st.step(_non_special)
-    assert redo.token_id == reference.records[4].token_id
-    torch.testing.assert_close(redo.log_probs, reference.records[4].log_probs, atol=ATOL, rtol=0)
-    torch.testing.assert_close(redo.cross_attention, reference.records[4].cross_attention, atol=ATOL, rtol=0)
-
-    # back to the very start, then forward again
-    for _ in range(5):
-        st.back()
-    assert st.records == [] and st.tokens == [model.cfg.bos_id] and st.cache.positions == 0
-    st.back()  # no-op when nothing to undo
-    assert st.tokens == [model.cfg.bos_id]
-    first = st.step(_non_special)
-    torch.testing.assert_close(first.log_probs, reference.records[0].log_probs, atol=ATOL, rtol=0)
-
-    st.goto(7, _non_special)
-    assert len(st.records) == 7 and st.tokens == reference.tokens[:8]
-    torch.testing.assert_close(st.records[-1].log_probs, reference.records[6].log_probs, atol=ATOL, rtol=0)
-    st.goto(2, _non_special)
-    assert len(st.records) == 2 and st.tokens == reference.tokens[:3] and st.cache.positions == 2
-    st.goto(50, _non_special)  # stops at max_new_tokens
-    assert len(st.records) == 10 and st.finished and st.step(_non_special) is None
-    assert st.tokens == reference.tokens
-
-    st.reset()
-    assert st.records == [] and st.tokens == [model.cfg.bos_id] and st.generated == []
-    assert st.cache.positions == 0 and st.cache.nbytes()["total"] == 0 and not st.finished
-
-
-def test_stepper_stops_at_eos_and_output_ids_drop_it(make_model):
-    model = make_model()
-    st = Stepper(model, [5, 6, 2], max_new_tokens=10)
-    choices = iter([7, 8, model.cfg.eos_id])
-    st.run_to_end(lambda lp: next(choices))
-    assert st.generated == [7, 8, model.cfg.eos_id]
-    assert st.output_ids() == [7, 8] and st.finished
-
-
-def test_stepper_max_new_tokens_capped_by_max_len(make_model):
-    model = make_model(max_len=12)
-    st = Stepper(model, [5, 6, 2], prefix_ids=[1, 9, 9])
-    assert st.max_new_tokens == 12 - 3
-    st.run_to_end(_non_special)
-    assert len(st.tokens) == 12  # never more positions than the model has
-
-
-# --- KV cache size ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
-def test_kv_cache_nbytes(make_model, arch):
-    model = make_model(arch=arch)
-    cfg = model.cfg
-    layers, heads, d_k = cfg.n_decoder_layers, cfg.n_heads, cfg.d_k
-    src = [5, 6, 7, 8, 2]
-    st = Stepper(model, src if arch == "encoder-decoder" else None, max_new_tokens=20)
-    for n in range(1, 7):
-        rec = st.step(_non_special)
-        sizes = st.cache.nbytes()
-        assert sizes["self"] == layers * heads * d_k * n * 2 * 4
-        expected_cross = layers * heads * d_k * len(src) * 2 * 4 if arch == "encoder-decoder" else 0
-        assert sizes["cross"] == expected_cross
-        assert sizes["total"] == sizes["self"] + sizes["cross"] == rec.cache_bytes
-    st.back()
-    assert st.cache.nbytes()["self"] == layers * heads * d_k * 5 * 2 * 4
-
-
-def test_kv_cache_select_reorders_rows(make_model):
-    model = make_model()
-    src = torch.tensor([[5, 6, 7, 2], [8, 9, 10, 2]])
-    with torch.no_grad():
-        memory, _ = model.encode(src)
-        cache = model.new_cache()
-        model.decode(torch.tensor([[1], [1]]), memory, model.src_mask(src), cache=cache)
-        k_before = cache.self_attn[0].k.clone()
-        cross_before = cache.cross_attn[0].k.clone()
-        cache.select(torch.tensor([1, 1, 0]))
-    assert torch.equal(cache.self_attn[0].k, k_before[[1, 1, 0]])
-    assert torch.equal(cache.cross_attn[0].k, cross_before[[1, 1, 0]])
-    assert isinstance(cache, KVCache) and cache.positions == 1
 
 
 def test_causal_mask_with_offset():
@@ -373,8 +281,8 @@ def test_a_decoder_only_stepper_continues_the_prompt_it_is_given_as_src_ids(make
     assert decoder_prefix(cfg, prompt, [cfg.bos_id, 9]) == [cfg.bos_id, 9]
     a = Stepper(model, prompt, max_new_tokens=4)
     b = Stepper(model, None, prefix_ids=lm_prompt(cfg, prompt), max_new_tokens=4)
-    a.run_to_end(_non_special)
-    b.run_to_end(_non_special)
+    a.run_to_end(non_special)
+    b.run_to_end(non_special)
     assert a.tokens[:4] == [cfg.bos_id, 5, 6, 7] and a.tokens == b.tokens
     beam = beam_search(model, prompt, beam_size=2, max_new_tokens=3)
     beam_b = beam_search(model, None, beam_size=2, max_new_tokens=3, prefix_ids=lm_prompt(cfg, prompt))
@@ -403,7 +311,7 @@ def test_a_start_token_equal_to_pad_is_not_masked(make_model, arch):
     model = make_model(arch=arch)
     as_pad = make_model(arch=arch, bos_id=model.cfg.pad_id)
     src, memory, memory_mask = _src_and_memory(model)
-    body = _random_ids(5, model.cfg.vocab_size, 13)
+    body = random_ids(5, model.cfg.vocab_size, 13)
     with torch.no_grad():
         as_pad.embed.weight[model.cfg.pad_id] = model.embed.weight[model.cfg.bos_id]
         plain = model.decode(torch.cat([torch.tensor([model.cfg.bos_id]), body])[None], memory, memory_mask,

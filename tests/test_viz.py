@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from viz.attention import (alignment_html, attention_heatmap, display_token, highlight_tokens_html, scale_colours,
-                           tokens_html)
+from viz.attention import (
+    alignment_html,
+    attention_heatmap,
+    display_token,
+    highlight_tokens_html,
+    scale_colours,
+    tokens_html,
+)
 from viz.decoding import top_tokens_html
 
 
@@ -124,9 +130,9 @@ def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
     places, texts, xs = list(nodes.textposition), list(nodes.text), list(nodes.x)
     for k in range(len(xs) - 4):
         assert places[k] != places[k + 4]  # the same rank one step later sits on the other side
-    older = [t for t, x in zip(texts, xs) if x < 30]
+    older = [t for t, x in zip(texts, xs, strict=True) if x < 30]
     assert all("<br>" not in t and len(t) <= 8 for t in older)
-    newest = [(t, p) for t, p, x in zip(texts, places, xs) if x == 30]
+    newest = [(t, p) for t, p, x in zip(texts, places, xs, strict=True) if x == 30]
     assert newest and all("<br>" not in t and p == "middle right" and t.split()[-1].lstrip("-")[0].isdigit()
                           for t, p in newest)
     assert nodes.textfont.size >= 13
@@ -139,11 +145,12 @@ def test_pipeline_panels_keep_their_axis_labels_apart():
     from viz.decoding import pipeline_figure
     logits = torch.linspace(-15, 0, 20)
     probs = torch.softmax(logits, -1)
-    pipe = SimpleNamespace(logits=logits, scaled=logits, probs=probs, final=probs, keep=torch.ones(20, dtype=torch.bool),
+    pipe = SimpleNamespace(logits=logits, scaled=logits, probs=probs, final=probs,
+                           keep=torch.ones(20, dtype=torch.bool),
                            token_id=19)
     fig = pipeline_figure(pipe, lambda i: f"▁t{i}", top=15, temperature=1.0)
     domains = [fig.layout[f"xaxis{'' if i == 1 else i}"].domain for i in range(1, 5)]
-    assert all(b[0] - a[1] >= 0.06 for a, b in zip(domains, domains[1:]))
+    assert all(b[0] - a[1] >= 0.06 for a, b in zip(domains, domains[1:], strict=False))
     assert fig.layout.xaxis.nticks <= 3 and fig.layout.xaxis2.nticks <= 3
     assert fig.layout.xaxis.tickfont.size >= 14 and all(a.font.size >= 14 for a in fig.layout.annotations)
 
@@ -152,7 +159,9 @@ def test_long_titles_are_wrapped_not_cut_off():
     from viz.theme import wrap_title
     assert wrap_title("Cross-attention so far (last decoder layer, mean over heads)").split("<br>") == [
         "Cross-attention so far", "(last decoder layer, mean over heads)"]
-    assert wrap_title("Decoder masked self-attention · layer 1 · head 2") == "Decoder masked self-attention · layer 1 · head 2"
+    title = "Decoder masked self-attention · layer 1 · head 2"
+    assert wrap_title(title) == title
+
 
 def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
     """Read from the back of the room: its ticks were 11 px and its strip titles 13 px; a long sentence's labels
@@ -175,7 +184,7 @@ def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
         kept = list(axis.tickvals)
         assert axis.tickangle == -90 and kept[-1] == n - 1  # upright, thinned, the newest position kept
         cell = KV_PLOT_PX * (axis.domain[1] - axis.domain[0]) / n
-        assert min(b - a for a, b in zip(kept, kept[1:])) * cell >= 1.3 * MIN_READABLE
+        assert min(b - a for a, b in zip(kept, kept[1:], strict=False)) * cell >= 1.3 * MIN_READABLE
     assert kv_tick_plan(["ab"] * 3, 300) == (0, 1) and kv_tick_plan(["▁abcdefg"] * 60, 300)[0] == -90
     with pytest.raises(ValueError):
         kv_tick_plan(["a"], 0)

@@ -4,6 +4,7 @@ of the weights they would make. Small fixtures of this suite's own: nothing from
 from __future__ import annotations
 
 import pytest
+from test_extra_corpora import write_shared
 
 from corpora.parallel import prepare_corpora
 from model.baseline import build_model
@@ -11,10 +12,14 @@ from model.checkpoint import save_checkpoint
 from training import vocab
 from training.suite import EvalSet
 
-from test_extra_corpora import shared  # noqa: F401 (the fixture: two general-domain files and FLORES)
-
 NEWS = ["The central bank raised interest rates again on Thursday.", "Parliament debated the budget for hours.",
         "The minister announced new measures against inflation.", "Markets fell sharply after the announcement."]
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """Two general-domain files and FLORES, as test_extra_corpora.py's tests have them."""
+    return write_shared(tmp_path)
 
 
 def test_the_weights_counted_are_the_models_and_grow_by_one_embedding_row_per_piece(make_config):

@@ -21,7 +21,7 @@ from model.decoded import Decoding
 from reading.attribution import METHODS, StepAttribution, attribute_step
 from reading.faithfulness import Faithfulness, faithfulness
 from reading.gradients import MAX_STEPS, TOLERANCE
-from ui import heavy, pieces, presentation, url, widgets, whatif_view
+from ui import heavy, pieces, presentation, url, whatif_view, widgets
 from ui.state import checkpoint_version
 from viz.attribution import attribution_html, attribution_svg, share_line_svg
 
@@ -293,7 +293,7 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         "Download the grid (.svg)", data=lambda: attribution_svg(*grid, title=title),
         file_name=f"attribution-step{step}.svg", mime="image/svg+xml", key=keys.svg, on_click="ignore",
         icon=":material/download:", help="The methods × pieces grid above as an SVG picture.")
-    whatif_view.section(ckpt, src, inputs, reading.scores(method, layer, head), keys)
+    whatif_view.section(ckpt, src, inputs, reading.scores(method, layer, head), keys, reading)
 
 
 @st.fragment

@@ -317,7 +317,6 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
     except ValueError as exc:
         st.warning(f"This step cannot be attributed: {exc}.")
         return
-    prefetch_after(ckpt, src.ids, decoding, step, n_steps, layer, head)
     src_shares, pre, negative = share_matrices(reading, layer, head)
     title = f"Step {step}: what “{pieces.of_id(tok, inputs.token_id)}” owes each piece"
     grid = ([NAMES[m] for m in METHODS], pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder else [], src_shares,
@@ -361,6 +360,9 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         file_name=f"attribution-step{step}.svg", mime="image/svg+xml", key=keys.svg, on_click="ignore",
         icon=":material/download:", help="The methods × pieces grid above as an SVG picture.")
     whatif_view.section(ckpt, src, inputs, reading.scores(method, layer, head), keys, reading)
+    # Last, once this visitor's own computations are done: a prefetch that took the free slot a moment before their
+    # faithfulness or what-if asked for it would make them wait for a whole later step's attribution
+    prefetch_after(ckpt, src.ids, decoding, step, n_steps, layer, head)
 
 
 @st.fragment

@@ -57,6 +57,8 @@ class Recorder:
     """The records of one traced pass; create one per call.
 
     Attributes:
+        modules: record every attention module (the traced path, explicit softmax); ``False``: the streams alone,
+            on the fast path the decoding takes (the logit lens reads nothing else).
         attention: ``(kind, layer) → AttentionRecord`` (kinds as :mod:`model.config` names them: ``encoder``,
             ``decoder``, ``cross``, or ``self`` for a decoder-only model; layers 0-based). A module run twice in one
             recorder (a cached decoding step after step) keeps its last record.
@@ -65,6 +67,7 @@ class Recorder:
             LayerNorm. A second pass through the same recorder appends after the first: call :meth:`clear` between.
     """
 
+    modules: bool = True
     attention: dict[tuple[str, int], AttentionRecord] = field(default_factory=dict)
     streams: dict[str, list[torch.Tensor]] = field(default_factory=dict)
 
@@ -84,5 +87,5 @@ class Recorder:
 
 
 def sink_of(recorder: Recorder | None, kind: str, layer: int) -> Callable[[AttentionRecord], None] | None:
-    """``recorder.sink(kind, layer)``, or ``None`` without a recorder."""
-    return None if recorder is None else recorder.sink(kind, layer)
+    """``recorder.sink(kind, layer)``, or ``None`` without a recorder or with one of the streams alone."""
+    return None if recorder is None or not recorder.modules else recorder.sink(kind, layer)

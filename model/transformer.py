@@ -162,9 +162,10 @@ class Transformer(nn.Module):
         ``weights`` is a list (one per layer) of ``[batch, heads, src_len, src_len]`` when traced, else empty.
         ``head_mask``: ``[layers, heads]`` multipliers (0 ablates a head). ``token_embeddings``: see
         :meth:`embed_tokens`. ``recorder``: takes the traced path and receives every module's record and the stream
-        entering each layer and leaving the last (:mod:`model.recorder`).
+        entering each layer and leaving the last (:mod:`model.recorder`; one of the streams alone keeps the fast
+        path).
         """
-        trace = trace or recorder is not None
+        trace = trace or (recorder is not None and recorder.modules)
         mask = self.src_mask(src)
         x = self.embed_tokens(src, token_embeddings=token_embeddings)
         positions = torch.arange(src.size(1), device=src.device)
@@ -204,7 +205,7 @@ class Transformer(nn.Module):
         ``[batch, tgt_len, d_model]``: see :meth:`embed_tokens`. ``recorder``: as in :meth:`encode` (the self-attention
         kind is ``decoder`` in an encoder-decoder, ``self`` in a decoder-only model).
         """
-        trace = trace or recorder is not None
+        trace = trace or (recorder is not None and recorder.modules)
         self_kind = self.cfg.decoder_self_kind
         offset = cache.positions if cache is not None else 0
         t = tgt.size(1)
@@ -212,7 +213,7 @@ class Transformer(nn.Module):
         x = self.embed_tokens(tgt, offset, token_embeddings)
         positions = torch.arange(offset, offset + t, device=tgt.device)
         out = DecoderOutput(x, [], [])
-        skip = self.layers_to_drop(cache is None and not trace)
+        skip = self.layers_to_drop(cache is None and not trace and recorder is None)
         if recorder is not None:
             recorder.stream("decoder", x)
         for i, layer in enumerate(self.decoder_layers):

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from model.transformer import Transformer
 from reading.attention_scores import AttentionReading, read_attention
 from reading.gradients import DEFAULT_STEPS, TOLERANCE, GradientReading, read_gradients
+from reading.patching import LastQuery, last_query
 from reading.step import Step, TokenScores
+from reading.trace import trace_pair
 
 METHODS = ("attention", "value_norm", "grad_x_input", "integrated_gradients")
 
@@ -35,11 +37,15 @@ class StepAttribution:
         step: the :class:`~reading.step.Step` read.
         attention: weights and value norms of every layer and head (:class:`AttentionReading`).
         gradients: gradient × input and integrated gradients (:class:`GradientReading`).
+        last: the step's next tokens and each head's output at the last query, from the same trace as
+            ``attention`` (:class:`reading.patching.LastQuery`, a few kB): what a what-if of this step reads of it
+            as it is (:func:`reading.patching.what_if`), so that it need not trace the step again.
     """
 
     step: Step
     attention: AttentionReading
     gradients: GradientReading
+    last: LastQuery | None = None
 
     def scores(self, method: str, layer: int | None = None, head: int | None = None) -> TokenScores:
         """One method's :class:`TokenScores`. ``layer`` / ``head`` choose the attention methods' layer and head
@@ -86,9 +92,12 @@ def attribute_step(model: Transformer, src_ids, prefix_ids, token_id: int, *, n_
         ValueError: the step does not fit the model (:meth:`Step.check`), a bad baseline or ``n_steps``.
     """
     step = Step(tuple(src_ids or ()), tuple(prefix_ids), token_id)
-    return StepAttribution(step, read_attention(model, step),
+    step.check(model)
+    trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))  # read twice below
+    return StepAttribution(step, read_attention(model, step, trace),
                            read_gradients(model, step, n_steps=n_steps, baseline=baseline,
-                                          internal_batch_size=internal_batch_size, tolerance=tolerance))
+                                          internal_batch_size=internal_batch_size, tolerance=tolerance),
+                           last_query(model, step, trace))
 
 
 def source_shares(model: Transformer, src_ids, output_ids, *, bos_id: int | None = None,

@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from model.transformer import Transformer
-from reading.trace import Trace, trace_pair
+from reading.trace import Trace, streams_pair
 
 #: Pieces per layer a :class:`Lens` keeps (the pages show five).
 TOP_K = 5
@@ -110,7 +110,13 @@ def lens_of(model: Transformer, trace: Trace, start: int, generated: Sequence[in
     Raises:
         ValueError: the trace has no decoder streams or is too short for ``generated``.
     """
-    streams = trace.streams.get("decoder")
+    return _lens_of_streams(model, trace.streams.get("decoder"), start, generated, k)
+
+
+@torch.inference_mode()
+def _lens_of_streams(model: Transformer, streams: torch.Tensor | None, start: int, generated: Sequence[int],
+                     k: int) -> Lens:
+    """:func:`lens_of` from the decoder's streams ``[layers + 1, positions, d_model]``."""
     if streams is None or start < 1:
         raise ValueError("the lens needs a trace with the decoder's streams and a prefix")
     if start + len(generated) - 1 > streams.size(1):
@@ -125,9 +131,10 @@ def lens_of(model: Transformer, trace: Trace, start: int, generated: Sequence[in
 def logit_lens(model: Transformer, src_ids: Sequence[int] | None, prefix: Sequence[int], generated: Sequence[int],
                k: int = TOP_K) -> Lens:
     """The logit lens of a finished decoding, step by step, read from one traced pass over the decoder inputs
-    ``prefix + generated[:-1]`` (:func:`reading.trace.trace_pair`, :func:`lens_of`). The pass sees every position at
-    once where the decoding ran one step at a time with the KV cache: the same numbers up to float rounding, so the
-    last layer's distribution is the one the decoding chose from (tested to 1e-5).
+    ``prefix + generated[:-1]`` that records the residual streams alone (:func:`reading.trace.streams_pair`: the
+    attention modules on the fast path, nothing of them kept). The pass sees every position at once where the decoding
+    ran one step at a time with the KV cache: the same numbers up to float rounding, so the last layer's distribution
+    is the one the decoding chose from (tested to 1e-5).
 
     Args:
         model: an eval-mode :class:`Transformer`.
@@ -154,5 +161,5 @@ def logit_lens(model: Transformer, src_ids: Sequence[int] | None, prefix: Sequen
     if cfg.is_encoder_decoder and not src_ids:
         raise ValueError("an encoder-decoder model needs src_ids")
     inputs = list(prefix) + [int(t) for t in generated[:-1]]
-    trace = trace_pair(model, None, list(src_ids) if cfg.is_encoder_decoder and src_ids else None, inputs)
-    return lens_of(model, trace, len(prefix), generated, k)
+    streams = streams_pair(model, list(src_ids) if cfg.is_encoder_decoder and src_ids else None, inputs)
+    return _lens_of_streams(model, streams.get("decoder"), len(prefix), generated, k)

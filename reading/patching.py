@@ -23,7 +23,7 @@ from model.transformer import Transformer
 from reading.attention_scores import through_output
 from reading.lens import lens_log_probs
 from reading.step import Step, frozen_array
-from reading.trace import ModuleTrace, trace_pair
+from reading.trace import Trace, trace_pair
 
 #: Next tokens listed before and after.
 TOP_K = 10
@@ -57,9 +57,78 @@ class StepOutputs(_FrozenArrays):
     cross_heads: np.ndarray
 
 
+def _frozen32(values) -> np.ndarray:
+    """A float32 copy that refuses writes (the trace's own precision: ``Wᴼ`` applied to it later gives what it
+    gives applied to the trace)."""
+    arr = np.array(values, dtype=np.float32)
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True)
+class LastQuery:
+    """What :func:`what_if` reads of a step as it is, taken from the step's trace: small (for ``en-de`` 18 kB against
+    the 220 kB of its :class:`StepOutputs`), so that it can be kept beside the step's attribution, which traces the
+    same step (:attr:`reading.attribution.StepAttribution.last`), and a what-if need not trace it again.
+
+    Attributes:
+        top_ids / top_probs / token_prob: as in :class:`StepOutputs`.
+        self_heads / cross_heads: ``(layers, heads, d_k)`` each head's ``Σ_j α_j v_j`` at the last query, before
+            Wᴼ (float32; ``(layers, heads, 0)`` cross for a decoder-only model).
+    """
+
+    top_ids: tuple[int, ...]
+    top_probs: tuple[float, ...]
+    token_prob: float
+    self_heads: np.ndarray
+    cross_heads: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "self_heads", _frozen32(self.self_heads))
+        object.__setattr__(self, "cross_heads", _frozen32(self.cross_heads))
+
+    @property
+    def k(self) -> int:
+        return len(self.top_ids)
+
+    @torch.inference_mode()
+    def outputs(self, model: Transformer) -> StepOutputs:
+        """The :class:`StepOutputs` of the step: each head's vector through its rows of ``model``'s Wᴼ (no forward
+        pass)."""
+        def through(heads: np.ndarray, modules) -> np.ndarray:
+            if not heads.shape[-1]:
+                return np.zeros((len(model.decoder_layers), model.cfg.n_heads, 0))
+            out = [_head_outputs(module, torch.from_numpy(heads[i].copy())) for i, module in enumerate(modules)]
+            return torch.stack(out).float().cpu().numpy()
+
+        return StepOutputs(self.top_ids, self.top_probs, self.token_prob,
+                           through(self.self_heads, [layer.self_attn for layer in model.decoder_layers]),
+                           through(self.cross_heads, [layer.cross_attn for layer in model.decoder_layers]))
+
+
 @torch.inference_mode()
+def last_query(model: Transformer, step: Step, trace: Trace, k: int = TOP_K) -> LastQuery:
+    """The :class:`LastQuery` of ``step`` read from ``trace``, its trace (:func:`reading.trace.trace_pair` of its
+    source and prefix ids; not checked).
+
+    Raises:
+        ValueError: ``k < 1``.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    self_kind, n_layers = model.cfg.decoder_self_kind, len(model.decoder_layers)
+    last = lambda kind: [trace.module(kind, i).heads[:, -1] for i in range(n_layers)]  # noqa: E731
+    cross = (torch.stack(last("cross")).numpy() if model.cfg.is_encoder_decoder
+             else np.zeros((n_layers, model.cfg.n_heads, 0)))
+    probs = lens_log_probs(model, trace.streams["decoder"][-1, -1].to(model.device)).exp().cpu()
+    top = torch.topk(probs, min(k, probs.numel()))
+    return LastQuery(tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
+                     float(probs[step.token_id]), torch.stack(last(self_kind)).numpy(), cross)
+
+
 def read_outputs(model: Transformer, step: Step, k: int = TOP_K) -> StepOutputs:
-    """The next-token distribution's top ``k`` and every decoder head's output at the last prefix position.
+    """The next-token distribution's top ``k`` and every decoder head's output at the last prefix position (one
+    traced pass).
 
     Raises:
         ValueError: the step does not fit the model (:meth:`Step.check`), or ``k < 1``.
@@ -68,24 +137,12 @@ def read_outputs(model: Transformer, step: Step, k: int = TOP_K) -> StepOutputs:
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))
-    heads: dict[str, list[torch.Tensor]] = {"self": [], "cross": []}
-    self_kind = model.cfg.decoder_self_kind
-    for i, layer in enumerate(model.decoder_layers):
-        heads["self"].append(_head_outputs(layer.self_attn, trace.module(self_kind, i)))
-        if layer.cross_attn is not None:
-            heads["cross"].append(_head_outputs(layer.cross_attn, trace.module("cross", i)))
-    probs = lens_log_probs(model, trace.streams["decoder"][-1, -1].to(model.device)).exp().cpu()
-    top = torch.topk(probs, min(k, probs.numel()))
-    n_layers, n_heads = len(model.decoder_layers), model.cfg.n_heads
-    stack = lambda key: (torch.stack(heads[key]).float().cpu().numpy() if heads[key]  # noqa: E731
-                         else np.zeros((n_layers, n_heads, 0)))
-    return StepOutputs(tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
-                       float(probs[step.token_id]), stack("self"), stack("cross"))
+    return last_query(model, step, trace, k).outputs(model)
 
 
-def _head_outputs(module, m: ModuleTrace) -> torch.Tensor:
-    """``o^h = Σ_j α_j f^h(x_j)`` of every head at the last query: ``[heads, d_model]``."""
-    return through_output(module, m.heads[:, -1:].to(module.out_proj.weight.device))[:, 0]
+def _head_outputs(module, heads: torch.Tensor) -> torch.Tensor:
+    """``o^h = Σ_j α_j f^h(x_j)`` of every head from its ``Σ_j α_j v_j`` ``[heads, d_k]``: ``[heads, d_model]``."""
+    return through_output(module, heads[:, None].to(module.out_proj.weight.device))[:, 0]
 
 
 @dataclass(frozen=True)
@@ -104,13 +161,24 @@ class WhatIf(_FrozenArrays):
     cross_change: np.ndarray
 
 
-def what_if(model: Transformer, step: Step, changed: Step, k: int = TOP_K) -> WhatIf:
+def what_if(model: Transformer, step: Step, changed: Step, k: int = TOP_K, last: LastQuery | None = None) -> WhatIf:
     """``step`` beside ``changed`` (the same step with other source or prefix ids; lengths may differ).
 
+    Args:
+        last: ``step``'s :class:`LastQuery` when the caller has it (its attribution's
+            :attr:`~reading.attribution.StepAttribution.last`): ``step`` is then not traced again.
+
     Raises:
-        ValueError: either step does not fit the model, or ``k < 1``.
+        ValueError: either step does not fit the model, ``k < 1``, or ``last`` kept another number of tokens.
     """
-    before, after = read_outputs(model, step, k), read_outputs(model, changed, k)
+    if last is None:
+        before = read_outputs(model, step, k)
+    else:
+        step.check(model)
+        if last.k != min(k, model.cfg.vocab_size):
+            raise ValueError(f"the step's last query kept {last.k} next tokens, the what-if lists {k}")
+        before = last.outputs(model)
+    after = read_outputs(model, changed, k)
     change = lambda a, b: (np.linalg.norm(a - b, axis=-1) if a.shape[-1]  # noqa: E731
                            else np.zeros((a.shape[0], 0)))
     return WhatIf(before, after, change(after.self_heads, before.self_heads),

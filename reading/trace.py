@@ -244,3 +244,29 @@ def trace_pair(
         modules=modules,
         streams={side: torch.stack([x[0] for x in xs]).float().cpu() for side, xs in recorder.streams.items()},
     )
+
+
+@torch.inference_mode()
+def streams_pair(model: Transformer, src_ids: list[int] | None, tgt_ids: list[int]) -> Mapping[str, torch.Tensor]:
+    """The residual streams of a source and a target prefix alone, as :attr:`Trace.streams` holds them
+    (``"encoder"`` / ``"decoder"`` → ``[layers + 1, seq, d_model]``, CPU float32), from one pass on the fast path the
+    decoding takes, recording no attention module (what the logit lens reads, and nothing else).
+
+    Raises:
+        ValueError: as :func:`trace_pair`.
+    """
+    if not tgt_ids:
+        raise ValueError("the decoder needs at least one input id (<bos>)")
+    dev = model.device
+    tgt = torch.tensor([list(tgt_ids)], device=dev)
+    recorder = Recorder(modules=False)
+    if model.cfg.is_encoder_decoder:
+        if not src_ids:
+            raise ValueError("an encoder-decoder pass needs src_ids")
+        src = torch.tensor([list(src_ids)], device=dev)
+        memory, _ = model.encode(src, recorder=recorder)
+        model.decode(tgt, memory, model.src_mask(src), recorder=recorder)
+    else:
+        model.decode(tgt, recorder=recorder)
+    return MappingProxyType({side: torch.stack([x[0] for x in xs]).float().cpu()
+                             for side, xs in recorder.streams.items()})

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 import numpy as np
 import pytest
-from test_hf_pages import GPT2, MARIAN, assert_clean, open_app
+from test_hf_pages import GPT2, MARIAN, assert_clean, next_step, open_app
 
 from model.checkpoint import load_checkpoint
 from model.decoded import decode
 from model.decoding import input_limit, prepare_source
 from reading.attribution import attribute_step
 from reading.faithfulness import faithfulness
-from ui import attribution_view, heavy
-from ui.checkpoints import ROOT
+from ui import attribution_view, heavy, prefetch
+from ui.checkpoints import ROOT, checkpoint_version
 from ui.state import new_stepper
 
 EN_DE = ROOT / "checkpoints" / "en-de" / "model.safetensors"
@@ -82,6 +83,31 @@ def test_translate_at_step_3_shows_every_method_and_the_models_faithfulness(monk
     at.toggle(key="tr_attr").set_value(False).run()  # closed: the view and its parameters leave the page and link
     assert_clean(at)
     assert not grids(at) and "attr" not in at.query_params and "attr_layer" not in at.query_params
+
+
+@needs_en_de
+def test_the_next_steps_are_prefetched_and_a_next_finds_them_ready(monkeypatch, tmp_path):
+    at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1")
+    assert_clean(at)
+    deadline = time.monotonic() + 300  # two steps' attribution in the background, on a busy machine
+    while not prefetch.PREFETCH.idle():
+        assert time.monotonic() < deadline, "the prefetch never finished"
+        time.sleep(0.05)
+    ckpt = load_checkpoint(ROOT / "checkpoints" / "en-de")
+    cfg = ckpt.config
+    src = prepare_source(ckpt.tokenizer, SENTENCE, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids
+    run = decode(new_stepper(ckpt.model, src, ckpt.generation))
+    version, n_steps = checkpoint_version(ckpt), attribution_view.STEP_CHOICES[0]
+    for t in (4, 5):  # AHEAD steps after the one shown, each with the faithfulness the view draws
+        inputs = attribution_view.step_inputs(ckpt, src, run, t)
+        assert heavy.GATE.cached(attribution_view.attribution_key(version, inputs, n_steps))
+        assert heavy.GATE.cached(attribution_view.faithfulness_key(version, inputs, n_steps, None, None))
+    assert not heavy.GATE.cached(attribution_view.attribution_key(
+        version, attribution_view.step_inputs(ckpt, src, run, 6), n_steps))
+    computed = heavy.GATE.computed
+    next_step(at)
+    assert "Step 4: what" in grids(at)[0]
+    assert heavy.GATE.computed == computed  # Next found its step's attribution and faithfulness ready
 
 
 @needs_en_de

@@ -62,6 +62,32 @@ def truncated(model, layers: int):
 
 
 @pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_the_lens_records_the_streams_alone_and_they_are_the_traces(make_model, encode_src, arch, monkeypatch):
+    from reading import lens as lens_module
+    from reading.trace import trace_pair
+
+    model = make_model(arch=arch, n_decoder_layers=3)
+    src = encode_src("The house is big.")
+    src_ids = src if arch == "encoder-decoder" else None
+    tgt = [model.cfg.bos_id] + (list(src[:3]) if src_ids is None else [5, 6, 7])
+    got, traced = lens_module.streams_pair(model, src_ids, tgt), trace_pair(model, None, src_ids, tgt).streams
+    assert set(got) == set(traced) and all(torch.allclose(got[s], traced[s], atol=1e-5) for s in got)
+    recorders = []
+    real = lens_module.streams_pair
+    monkeypatch.setattr(lens_module, "streams_pair", lambda *a: recorders.append(a) or real(*a))
+    decoding = decode(Stepper(model, src, max_new_tokens=4))
+    logit_lens(model, src, decoding.prefix, decoding.generated)
+    assert len(recorders) == 1  # one pass, of the streams alone
+    from model.recorder import Recorder
+
+    recorder = Recorder(modules=False)
+    with torch.inference_mode():
+        model.decode(torch.tensor([tgt]), recorder=recorder) if src_ids is None else model.decode(
+            torch.tensor([tgt]), model.encode(torch.tensor([src_ids]), recorder=recorder)[0], recorder=recorder)
+    assert not recorder.attention and len(recorder.streams["decoder"]) == 4  # no module recorded; 3 layers + input
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
 @pytest.mark.parametrize("norm_first", [True, False], ids=["pre-LN", "post-LN"])
 def test_every_layer_is_the_model_cut_after_it_and_the_last_is_its_output(make_model, encode_src, arch, norm_first):
     model = make_model(arch=arch, norm_first=norm_first, n_decoder_layers=3, logits_bias=not norm_first)

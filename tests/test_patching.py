@@ -74,3 +74,26 @@ def test_a_replacement_may_change_the_length_and_the_model_is_left_as_it_was(mak
         result.self_change[0, 0] = 1.0  # shared results refuse writes
     with pytest.raises(ValueError):
         read_outputs(model, step, k=0)
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_the_attributions_last_query_stands_in_for_tracing_the_step_again(make_model, step_ids, arch, monkeypatch):
+    from reading import attribution, patching
+
+    model = make_model(arch=arch)
+    step = step_of(model, step_ids)
+    reading = attribution.attribute_step(model, step.src_ids, step.prefix_ids, step.token_id, n_steps=4)
+    changed = Step(step.src_ids, step.prefix_ids[:-1] + (model.cfg.unk_id,), step.token_id)
+    traced = what_if(model, step, changed)
+    passes = []
+    real = patching.trace_pair
+    monkeypatch.setattr(patching, "trace_pair", lambda *a, **k: passes.append(a[3]) or real(*a, **k))
+    given = what_if(model, step, changed, last=reading.last)
+    assert passes == [list(changed.prefix_ids)]  # only the changed step is traced
+    for name in ("self_heads", "cross_heads"):
+        np.testing.assert_allclose(getattr(given.before, name), getattr(traced.before, name), atol=1e-6)
+    assert given.before.top_ids == traced.before.top_ids and given.before.token_prob == traced.before.token_prob
+    np.testing.assert_allclose(given.self_change, traced.self_change, atol=1e-6)
+    assert reading.last.self_heads.nbytes * 8 <= traced.before.self_heads.nbytes  # kept small beside the reading
+    with pytest.raises(ValueError, match="kept 10 next tokens"):
+        what_if(model, step, changed, k=3, last=reading.last)

@@ -6,12 +6,15 @@ A step's attribution (:func:`reading.attribution.attribute_step`: four methods, 
 computed once per (checkpoint version, source ids, prefix, token, integration points, baseline) through the gate
 for heavy work (:mod:`ui.heavy`) and shared by every visitor; the layer and head of the attention methods only pick
 from it, so switching them recomputes nothing but the faithfulness of their ranking (a few batched forward passes).
+When a step is shown, the next :data:`AHEAD` steps' attribution and faithfulness are prefetched in the background
+(:mod:`ui.prefetch`, at the gate's lowest priority), so that a room stepping through the lecturer's sentence finds
+each next step ready instead of waiting for the first visitor who opens it.
 """
 
 from __future__ import annotations
 
 import io
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import streamlit as st
@@ -21,7 +24,7 @@ from model.decoded import Decoding
 from reading.attribution import METHODS, StepAttribution, attribute_step
 from reading.faithfulness import Faithfulness, faithfulness
 from reading.gradients import MAX_STEPS, TOLERANCE
-from ui import heavy, pieces, presentation, url, whatif_view, widgets
+from ui import heavy, pieces, prefetch, presentation, url, whatif_view, widgets
 from ui.checkpoints import checkpoint_version
 from ui.page_state import DECODING, TRANSLATE, Field
 from viz.attribution import attribution_html, attribution_svg, share_line_svg
@@ -40,6 +43,9 @@ DEFAULT_METHOD = "integrated_gradients"
 #: Integration points offered: the default, and more where the gap is large (each costs proportionally more).
 STEP_CHOICES = (24, 64, 128)
 BASELINE = "unk"
+#: Steps after the one shown whose attribution (and faithfulness at the visitor's layer and head) is prefetched: two,
+#: so that a visitor stepping ahead of the room still finds the next step started.
+AHEAD = 2
 FAITHFUL_NOTE = ("**Faithfulness** (ERASER, DeYoung et al. 2020): mask with `<unk>` the source pieces a method ranks "
                  "highest (its top 10 %, 20 %, 50 %). *Comprehensiveness* is how much p(token) drops when they are "
                  "masked (higher: the method found what the prediction needed); *sufficiency* how much it drops when "
@@ -89,30 +95,90 @@ def step_inputs(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, st
     return StepInputs(src, decoding.tokens[:len(decoding.prefix) + step - 1], decoding.generated[step - 1])
 
 
+def attribution_key(version: tuple, inputs: StepInputs, n_steps: int) -> tuple:
+    """The gate's key of a step's attribution (``version``: :func:`ui.state.checkpoint_version`)."""
+    return ("attr", *version, *inputs, n_steps, BASELINE)
+
+
+def faithfulness_key(version: tuple, inputs: StepInputs, n_steps: int, layer: int | None, head: int | None) -> tuple:
+    """The gate's key of a step's faithfulness at ``layer`` / ``head``."""
+    return ("faithful", *version, *inputs, n_steps, BASELINE, layer, head)
+
+
+def _attribute(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
+    return attribute_step(ckpt.model, inputs.src_ids or None, inputs.prefix, inputs.token_id, n_steps=n_steps,
+                          baseline=BASELINE)
+
+
+def _faithfulness(ckpt: Checkpoint, reading: StepAttribution, layer: int | None, head: int | None) -> Faithfulness:
+    return faithfulness(ckpt.model, reading.step, reading.all_scores(layer, head))
+
+
 def shared_attribution(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
     """Every method's reading of one step, computed once per checkpoint version, step and settings, shared.
 
     Raises:
         ValueError: the step does not fit the model (:func:`reading.attribution.attribute_step`).
     """
-    key = ("attr", *checkpoint_version(ckpt), *inputs, n_steps, BASELINE)
-    return heavy.shared(key, lambda: attribute_step(ckpt.model, inputs.src_ids or None, inputs.prefix,
-                                                    inputs.token_id, n_steps=n_steps, baseline=BASELINE),
-                        "the attribution of this step")
+    return heavy.shared(attribution_key(checkpoint_version(ckpt), inputs, n_steps),
+                        lambda: _attribute(ckpt, inputs, n_steps), "the attribution of this step")
 
 
 def shared_faithfulness(ckpt: Checkpoint, inputs: StepInputs, n_steps: int, reading: StepAttribution,
                         layer: int | None, head: int | None) -> Faithfulness:
     """Comprehensiveness and sufficiency of every method's ranking (the attention methods at ``layer`` / ``head``),
     shared. Raises ``ValueError`` when no piece may be masked (a source that is only ``<eos>``)."""
-    key = ("faithful", *checkpoint_version(ckpt), *inputs, n_steps, BASELINE, layer, head)
-    return heavy.shared(key, lambda: faithfulness(ckpt.model, reading.step, reading.all_scores(layer, head)),
-                        "the faithfulness of each method")
+    return heavy.shared(faithfulness_key(checkpoint_version(ckpt), inputs, n_steps, layer, head),
+                        lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of each method")
+
+
+def prefetch_after(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int, n_steps: int,
+                   layer: int | None, head: int | None) -> bool:
+    """Ask the prefetcher (:data:`ui.prefetch.PREFETCH`) for the attribution and the faithfulness (at ``layer`` /
+    ``head``) of the :data:`AHEAD` steps after ``step`` (0: the first ones) of ``decoding``, computed in the
+    background at the gate's lowest priority. Returns whether a job was queued (none after the last step, or with
+    prefetch off). A step that cannot be attributed is left to the visitor's own request, which says why."""
+    later = [step_inputs(ckpt, src_ids, decoding, t)
+             for t in range(step + 1, min(step + AHEAD, len(decoding.generated)) + 1)]
+    if not later:
+        return False
+    version = checkpoint_version(ckpt)  # stats the folder's files: here, in the visitor's run, not in the worker
+
+    def attribution(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
+        def task(gate: heavy.Gate) -> None:
+            try:
+                gate.prefetch(attribution_key(version, inputs, n_steps), lambda: _attribute(ckpt, inputs, n_steps),
+                              "the attribution of a later step")
+            except ValueError:  # a step the view cannot read (it says why when a visitor opens it)
+                pass
+        return task
+
+    def faithful(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
+        def task(gate: heavy.Gate) -> None:
+            reading = gate.lookup(attribution_key(version, inputs, n_steps))
+            if isinstance(reading, StepAttribution):  # else a visitor is computing it now: theirs to finish
+                try:
+                    gate.prefetch(faithfulness_key(version, inputs, n_steps, layer, head),
+                                  lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of a later step")
+                except ValueError:  # no piece to mask: the view says so when a visitor opens the step
+                    pass
+        return task
+
+    tasks = [make(inputs) for inputs in later for make in (attribution, faithful)]
+    return prefetch.PREFETCH.ask(("attr", *version, later[0], n_steps, layer, head), tasks,
+                                 alive=prefetch.session_alive())
 
 
 def _index(choice: int | str) -> int | None:
     """A layer or head box's value (``"mean"`` or 0-based) as ``reading`` takes it."""
     return None if choice == "mean" else int(choice)
+
+
+def _settings(keys: Keys) -> tuple[int, int | None, int | None]:
+    """``(n_steps, layer, head)`` as this session last chose them (the defaults before the controls are drawn)."""
+    state = st.session_state
+    return (int(state.get(keys.steps, STEP_CHOICES[0])), _index(state.get(keys.layer, "mean")),
+            _index(state.get(keys.head, "mean")))
 
 
 def controls(ckpt: Checkpoint, keys: Keys) -> tuple[str, int | None, int | None, int]:
@@ -297,7 +363,10 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         "Download the grid (.svg)", data=lambda: attribution_svg(*grid, title=title),
         file_name=f"attribution-step{step}.svg", mime="image/svg+xml", key=keys.svg, on_click="ignore",
         icon=":material/download:", help="The methods × pieces grid above as an SVG picture.")
-    whatif_view.section(ckpt, src, inputs, reading.scores(method, layer, head), keys)
+    whatif_view.section(ckpt, src, inputs, reading.scores(method, layer, head), keys, reading)
+    # Last, once this visitor's own computations are done: a prefetch that took the free slot a moment before their
+    # faithfulness or what-if asked for it would make them wait for a whole later step's attribution
+    prefetch_after(ckpt, src.ids, decoding, step, n_steps, layer, head)
 
 
 @st.fragment
@@ -307,6 +376,7 @@ def translate_attribution(ckpt: Checkpoint, src, run: Decoding, step: int) -> No
         return
     if step == 0:
         st.caption("Press **Next**: the view shows, for that step, what the token taken owes each piece.")
+        prefetch_after(ckpt, src.ids, run, 0, *_settings(TRANSLATE_KEYS))
         return
     step_view(ckpt, src, run, step, TRANSLATE_KEYS)
 

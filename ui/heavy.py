@@ -17,6 +17,9 @@ through one :class:`Gate` per process:
 * **batched** where that pays: the first decodings of new sentences that arrive together are collected by
   :mod:`ui.batcher` and decoded in one pass, which takes one slot like any computation and leaves each decoding in
   this cache (:meth:`Gate.keep`).
+* **ahead of time**, in the background: :meth:`Gate.prefetch` computes a value nobody waits for yet (the next
+  step's attribution, :mod:`ui.prefetch`) through the same slots and cache, only while no visitor waits in line:
+  a visitor's request always takes a free slot before it.
 
 Results are shared by every session, so they must be immutable values (frozen records, tuples, strings).
 :class:`Gate` is plain Python (tested without Streamlit); :func:`shared` is its Streamlit face.
@@ -72,9 +75,11 @@ class Gate:
         self._running: dict[Hashable, bool] = {}  # keys being computed now
         self._line: list[int] = []  # tickets waiting for a slot, in arrival order
         self._sharing = 0  # visitors waiting for another one's identical computation (outside the line)
+        self._background: list[int] = []  # prefetches waiting for a slot that no visitor wants, in arrival order
         self._busy = 0  # slots in use
         self._tickets = itertools.count()
-        self.computed = 0  # computations started (for tests and the load benchmark's sanity checks)
+        self.computed = 0  # visitors' computations started (for tests and the load benchmark's sanity checks)
+        self.prefetched = 0  # prefetches started (apart: a prefetch must not change what a visitor's run counts)
 
     # --- what a page asks ---------------------------------------------------------------------------------
     def run(self, key: Hashable, compute: Callable[[], T], what: str = "the computation",
@@ -97,7 +102,29 @@ class Gate:
         if not computed_here:
             notify(None)  # holds nothing now: an interruption here costs nobody a slot
             return value  # type: ignore[return-value]
-        done, size = False, 0
+        return self._compute(key, compute, notify, keep)
+
+    def prefetch(self, key: Hashable, compute: Callable[[], object], what: str = "a prefetch") -> bool:
+        """Compute ``key``'s value ahead of any visitor's request and keep it, at the lowest priority: a slot is
+        taken only while no visitor waits in line for one (a visitor who arrives meanwhile goes first; one already
+        computing is never interrupted). Nothing is done when the value is kept or being computed already.
+        A visitor who asks for ``key`` while it is prefetched waits for that computation, as for another visitor's.
+
+        Returns whether ``compute`` ran here. Whatever it raises is raised (nothing is kept); the slot is given
+        back on every way out.
+
+        Raises:
+            TooBusy: no slot free of visitors within ``max_wait_s`` (the prefetch is dropped).
+        """
+        if not self._take_background_turn(key, what):
+            return False
+        self._compute(key, compute, lambda message: None, True)
+        return True
+
+    def _compute(self, key: Hashable, compute: Callable[[], T], notify: Callable[[str | None], None],
+                 keep: bool) -> T:
+        """``compute()`` in the slot :meth:`_take_turn` or :meth:`_take_background_turn` took for ``key``."""
+        done, size, value = False, 0, None
         try:  # the slot is ours from the line's last lock: only this finally gives it back
             notify(None)
             value = compute()
@@ -111,6 +138,36 @@ class Gate:
                     self._results.put(key, value, size)
                 self._cond.notify_all()
         return value
+
+    def _take_background_turn(self, key: Hashable, what: str) -> bool:
+        """Wait for a slot no visitor is waiting for: ``True`` with it taken and ``key`` marked running (the caller
+        must give both back), ``False`` when ``key`` is kept or being computed meanwhile (nothing to do)."""
+        start = time.monotonic()
+        ticket = None
+        try:
+            with self._cond:
+                while True:
+                    if key in self._results or key in self._running:
+                        return False
+                    if ticket is None:
+                        ticket = next(self._tickets)
+                        self._background.append(ticket)
+                    if self._busy < self.slots and not self._line and self._background[0] == ticket:
+                        self._background.remove(ticket)
+                        ticket = None
+                        self._busy += 1
+                        self._running[key] = True
+                        self.prefetched += 1
+                        return True
+                    waited = time.monotonic() - start
+                    if waited > self.max_wait_s:
+                        raise TooBusy(what, len(self._line) + self._busy, waited)
+                    self._cond.wait(POLL_S)
+        finally:  # computing, dropped or too busy: the place among the prefetches is given back
+            if ticket is not None:
+                with self._cond:
+                    self._background.remove(ticket)
+                    self._cond.notify_all()
 
     def _take_turn(self, key: Hashable, what: str, notify: Callable[[str | None], None]) -> tuple[object, bool]:
         """Wait for ``key``'s value or a slot: ``(value, False)`` from the cache or a shared computation, or
@@ -196,12 +253,14 @@ class Gate:
     def stats(self) -> dict[str, int]:
         """Where the gate stands now: ``slots``, ``busy`` (slots in use), ``running`` (keys being computed),
         ``waiting`` (in line for a slot), ``sharing`` (waiting for another visitor's identical computation),
-        ``computed`` (computations started so far), ``entries`` and ``bytes`` kept, ``budget`` (bytes),
+        ``computed`` (visitors' computations started so far), ``background`` (prefetches waiting for a slot),
+        ``prefetched`` (prefetches started so far), ``entries`` and ``bytes`` kept, ``budget`` (bytes),
         ``evicted`` (entries dropped to stay within it). With no visitor left, ``busy``, ``running``, ``waiting``
-        and ``sharing`` are 0: anything else is a wedged slot."""
+        and ``sharing`` are 0 once the last prefetch is done: anything else is a wedged slot."""
         with self._cond:
             return {"slots": self.slots, "busy": self._busy, "running": len(self._running),
                     "waiting": len(self._line), "sharing": self._sharing, "computed": self.computed,
+                    "background": len(self._background), "prefetched": self.prefetched,
                     "entries": len(self._results), "bytes": self._results.total, "budget": self._results.budget,
                     "evicted": self._results.evicted}
 

@@ -2,7 +2,9 @@
 for a language model, of the prompt), replace it or mask it with ``<unk>``, and see how the step's ten most probable
 next tokens and every head's output change (:func:`reading.patching.what_if`; no hooks, the ids go in as they are).
 
-Computed once per (checkpoint version, step, changed ids) through the gate for heavy work and shared.
+Computed once per (checkpoint version, step, changed ids) through the gate for heavy work and shared; the step as it
+is comes from its attribution's trace (:attr:`reading.attribution.StepAttribution.last`), so a what-if traces only
+the changed step.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import streamlit as st
 
 from model.checkpoint import Checkpoint
 from model.decoding import InputError, input_limit, lm_prompt, prepare_source
-from reading.patching import WhatIf, masked, what_if
+from reading.attribution import StepAttribution
+from reading.patching import LastQuery, WhatIf, masked, what_if
 from reading.step import Step, TokenScores
 from ui import heavy, pieces, presentation, url, widgets
 from ui.checkpoints import checkpoint_version
@@ -90,11 +93,12 @@ def steps(ckpt: Checkpoint, src, inputs, new_src: tuple[int, ...]) -> tuple[Step
             Step((), tuple(lm_prompt(cfg, list(new_src))) + tuple(written), inputs.token_id))
 
 
-def shared_what_if(ckpt: Checkpoint, before: Step, after: Step) -> WhatIf:
-    """:func:`reading.patching.what_if` of the two steps, computed once and shared. Raises ``ValueError`` when the
-    changed step does not fit the model (longer than its ``max_len``)."""
+def shared_what_if(ckpt: Checkpoint, before: Step, after: Step, last: LastQuery | None = None) -> WhatIf:
+    """:func:`reading.patching.what_if` of the two steps, computed once and shared (``last``: ``before``'s
+    :class:`~reading.patching.LastQuery` from its attribution, which saves tracing it again). Raises ``ValueError``
+    when the changed step does not fit the model (longer than its ``max_len``)."""
     key = ("whatif", *checkpoint_version(ckpt), before, after)
-    return heavy.shared(key, lambda: what_if(ckpt.model, before, after), "the what-if")
+    return heavy.shared(key, lambda: what_if(ckpt.model, before, after, last=last), "the what-if")
 
 
 def top_rows(ckpt: Checkpoint, result: WhatIf) -> list[dict]:
@@ -105,10 +109,11 @@ def top_rows(ckpt: Checkpoint, result: WhatIf) -> list[dict]:
              "what if": pieces.of_id(tok, a.top_ids[i]), "p ": a.top_probs[i]} for i in range(len(b.top_ids))]
 
 
-def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys) -> None:
+def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys, reading: StepAttribution | None = None) -> None:
     """The toggle and, when on, the word picker, the replacement box and what changes (``scores``: the method
     followed, whose strongest word is picked first; ``keys``: the page's
-    :class:`ui.attribution_view.Keys`). The link carries all three: ``?whatif=1&whatif_word=N&whatif_with=…``."""
+    :class:`ui.attribution_view.Keys`; ``reading``: the step's attribution, whose trace of the step as it is the
+    what-if reuses). The link carries all three: ``?whatif=1&whatif_word=N&whatif_with=…``."""
     cfg, tok = ckpt.config, ckpt.tokenizer
     url.init_widget(keys.whatif, lambda p: url.bool_param(p, PARAM, False, what="what if"))
     on = st.toggle("What if… (replace or mask a word)", key=keys.whatif,
@@ -136,7 +141,8 @@ def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys) -> None:
     word = found[index]
     try:
         before, after = steps(ckpt, src, inputs, changed_source(ckpt, src, word, replacement))
-        result = shared_what_if(ckpt, before, after)
+        last = reading.last if reading is not None and reading.step == before else None
+        result = shared_what_if(ckpt, before, after, last)
     except (InputError, ValueError) as exc:
         st.warning(f"Cannot read the changed input: {exc}")
         return

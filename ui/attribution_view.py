@@ -20,7 +20,8 @@ from model.checkpoint import Checkpoint
 from model.decoded import Decoding
 from reading.attribution import METHODS, StepAttribution, attribute_step
 from reading.faithfulness import Faithfulness, faithfulness
-from reading.gradients import MAX_STEPS, TOLERANCE
+from reading.gradients import MAX_STEPS, TOLERANCE, pass_rows
+from reading.step import Step
 from ui import heavy, pieces, presentation, url, widgets, whatif_view
 from ui.state import checkpoint_version
 from viz.attribution import attribution_html, attribution_svg, share_line_svg
@@ -92,8 +93,11 @@ def shared_attribution(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> St
         ValueError: the step does not fit the model (:func:`reading.attribution.attribute_step`).
     """
     key = ("attr", *checkpoint_version(ckpt), *inputs, n_steps, BASELINE)
+    # a long sentence's points in passes of a bounded size: all at once, one step's reading took 683 MB while it ran
+    rows = pass_rows(Step(tuple(inputs.src_ids or ()), tuple(inputs.prefix), inputs.token_id))
     return heavy.shared(key, lambda: attribute_step(ckpt.model, inputs.src_ids or None, inputs.prefix,
-                                                    inputs.token_id, n_steps=n_steps, baseline=BASELINE),
+                                                    inputs.token_id, n_steps=n_steps, baseline=BASELINE,
+                                                    internal_batch_size=rows),
                         "the attribution of this step")
 
 

@@ -69,11 +69,13 @@ async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: 
     stop = asyncio.Event()
     baseline = None
     if churn:
-        ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s))
-        while baseline is None:  # the warm-up visit is over once the first sentence is in the gate
+        def settled() -> None:  # the model loaded and warm, the warm-up visit gone and its memory handed back
+            nonlocal baseline
+            baseline = probe.sample()["rss_bytes"] / 1e6
+
+        ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s, settled))
+        while baseline is None:
             await asyncio.sleep(0.2)
-            if (gate_stats(url) or {}).get("computed"):
-                baseline = probe.sample()["rss_bytes"] / 1e6
         watching = asyncio.create_task(sampler(stop))
         records = await ran
     else:

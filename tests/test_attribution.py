@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from reading.trace import trace_pair
+import reading.faithfulness as faithfulness_module
 from reading.attention_scores import read_attention, weighted_values
 from reading.attribution import METHODS, attribute_step, source_shares
-import reading.faithfulness as faithfulness_module
 from reading.faithfulness import BATCH_TOKENS, batch_rows, faithfulness, maskable
 from reading.gradients import PASS_TOKENS, pass_rows, read_gradients
 from reading.step import Step, token_log_probs
+from reading.trace import trace_pair
 
 VARIANTS = [(pe, nf) for pe in ("sinusoidal", "learned", "rope", "alibi") for nf in (False, True)]
 

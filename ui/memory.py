@@ -17,6 +17,11 @@ The budgets, in bytes (a visitor's own session state is not in them: Streamlit d
 
 The model itself (``st.cache_resource``, four checkpoints at most, ``ui.state.load``) and the small per-page
 caches (``st.cache_data`` with a handful of entries) are bounded by count: their entries are few and of known size.
+
+What work in flight uses is not in these budgets, only kept small where it was large: the gate runs one heavy
+computation at a time (a step's attribution of a 128-piece sentence peaks 93 MB above its start, in passes of
+:data:`reading.gradients.PASS_TOKENS`; a batch of eight first decodings 53 MB), and each session's page run draws its
+figures (the Attention page's first run on such a sentence: 7–9 MB of Plotly JSON, ~50 MB while it is drawn).
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ def greedy_decodings(model: Transformer, src_batch: list[list[int]], max_new_tok
     the shared decodings hold no ``[vocab]`` row), ``cross_attention [layers, heads, src_len]`` (this source's own
     length, not the batch's padded one), ``self_attention [layers, heads, prefix_len]``, the KV cache bytes a
     one-sentence cache holds after the step, the :data:`~model.decoding.TOP_KEPT` most probable tokens. The tokens
-    are the solo decoding's: a sentence with a close call (:data:`CLOSE_CALL_NATS`) is decoded again alone; the numbers agree
-    with a solo decoding's to float rounding (about 1e-6). A sentence leaves the batch when it ends.
+    are the solo decoding's: a sentence with a close call (:data:`CLOSE_CALL_NATS`) is decoded again alone; the
+    numbers agree with a solo decoding's to float rounding (about 1e-6). A sentence leaves the batch when it ends.
 
     Args:
         src_batch: encoder ids per sentence (``<eos>`` included), any lengths.

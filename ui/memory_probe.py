@@ -22,6 +22,8 @@ from typing import Any
 
 PROBE_ENV = "ATTENTION_EXPLORER_MEMORY_PROBE"
 TRACE_ENV = "ATTENTION_EXPLORER_TRACEMALLOC"
+#: Set: each line also runs a full garbage collection and says what it freed (whether cycles hold memory).
+GC_ENV = "ATTENTION_EXPLORER_MEMORY_PROBE_GC"
 #: Seconds between two lines.
 EVERY_S = 10.0
 _started = False
@@ -100,6 +102,11 @@ def sample(top: int = 15) -> dict[str, Any]:
         line.update(_streamlit())
     except Exception as e:  # a diagnostic never takes the server down
         line["streamlit_error"] = repr(e)
+    if os.environ.get(GC_ENV):
+        import gc
+
+        before, collected = malloc_info().get("in_use", 0), gc.collect()
+        line["gc"] = {"collected": collected, "freed": before - malloc_info().get("in_use", 0)}
     import tracemalloc
 
     if tracemalloc.is_tracing():

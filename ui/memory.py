@@ -219,8 +219,8 @@ def tidy() -> int:
 
 def keep_giving_back(every_s: float = GIVE_BACK_S) -> bool:
     """Start, once per process, a daemon thread that calls :func:`tidy` every ``every_s`` seconds (a full
-    collection of the app's unfrozen heap and a trim: well under 0.1 s). Returns whether the thread runs (False off
-    glibc)."""
+    collection walks only what was made after the model's load, which ``ui.state.load`` freezes, and a trim takes
+    milliseconds). Returns whether the thread runs (False off glibc)."""
     global _thread
     with _giving_back:
         if _thread is None and give_back():

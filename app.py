@@ -5,13 +5,14 @@ Run with ``make run`` (or ``streamlit run app.py``).
 
 import streamlit as st
 
-from ui import heavy, memory, metrics, presentation, responsive
+from ui import heavy, memory, memory_probe, metrics, presentation, responsive
 from ui.limits import limits
 from ui.state import checkpoint_picker
 
 heavy.configure_torch()  # one torch thread per computation: a server's cores belong to all its visitors
 metrics.publish()  # the gate's state on /_stcore/metrics, for the load benchmark and a watchdog
 memory.keep_giving_back()  # freed memory back to the system: visitors leave, caches drop entries
+memory_probe.start_if_asked()  # where the memory goes, only when a soak sets its environment switch
 
 # Presentation mode is read first (from this session's toggle, or ?present=1 on a first visit): the sidebar
 # starts collapsed in it. A later call with another state collapses or opens it when the toggle changes.

@@ -13,7 +13,11 @@ replaced, new sentences every minute, half of them near the input cap, on Transl
 attribution view for some) and the Attention page. The table adds what the heavy-work gate and the shared figures
 hold (``/_stcore/metrics``, :mod:`ui.metrics`), and the goal is resident memory under a bound: the memory once the
 model is loaded and warm (before any visitor) plus the caches' byte budgets (:data:`ui.memory.GATE_BYTES` +
-:data:`ui.memory.FIGURE_BYTES`).
+:data:`ui.memory.FIGURE_BYTES`), read once the warm-up visit has left and the server's trim has run.
+
+Where the memory goes, line by line: ``ATTENTION_EXPLORER_MEMORY_PROBE=/tmp/probe.jsonl python -m benchmarks.soak
+--churn`` makes the served app write what its allocator holds in use and free, the caches' own counts and its
+sessions' state every 10 s (:mod:`ui.memory_probe`).
 """
 
 from __future__ import annotations
@@ -71,11 +75,13 @@ async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: 
     baseline: float | None = None
     records: tuple[list[Outcome], int] | list[Record]
     if churn:
-        ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s))
-        while baseline is None:  # the warm-up visit is over once the first sentence is in the gate
+        def settled() -> None:  # the model loaded and warm, the warm-up visit gone and its memory handed back
+            nonlocal baseline
+            baseline = probe.sample()["rss_bytes"] / 1e6
+
+        ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s, settled))
+        while baseline is None:
             await asyncio.sleep(0.2)
-            if (gate_stats(url) or {}).get("computed"):
-                baseline = probe.sample()["rss_bytes"] / 1e6
         watching = asyncio.create_task(sampler(stop))
         records = await ran
     else:

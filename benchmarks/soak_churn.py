@@ -14,16 +14,22 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import Callable
 from urllib.parse import quote_plus
 
 from benchmarks.load_client import Outcome, Visitor
 from benchmarks.load_scenarios import AttentionBrowsing, StepThrough, demo_sentences
 from model.decoding import MAX_INPUT_CHARS
+from ui.memory import GIVE_BACK_S
 
 #: New sentences a minute (every visitor of that minute picks one of them).
 PER_MINUTE = 8
 #: Characters of a long sentence: just under the input cap.
 LONG_CHARS = MAX_INPUT_CHARS - 20
+#: Seconds between the warm-up visit's departure and the first seat: one period of the server's trim
+#: (:data:`ui.memory.GIVE_BACK_S`) and a moment, so that the baseline holds the model and the warm-up's sentence,
+#: not what its page run used for a moment.
+SETTLE_S = GIVE_BACK_S + 5
 
 
 def churn_sentence(minute: int, k: int) -> str:
@@ -75,11 +81,16 @@ async def churn_visitor(index: int, url: str, start: float, stop: asyncio.Event,
     return came
 
 
-async def run_churn(url: str, visitors: int, minutes: float, ramp_s: float) -> tuple[list[Outcome], int]:
-    """``visitors`` seats of :func:`churn_visitor` for ``minutes``: ``(outcomes, visitors who came)``."""
+async def run_churn(url: str, visitors: int, minutes: float, ramp_s: float,
+                    settled: Callable[[], None] = lambda: None) -> tuple[list[Outcome], int]:
+    """``visitors`` seats of :func:`churn_visitor` for ``minutes``: ``(outcomes, visitors who came)``. ``settled()``
+    is called once the warm-up visit has left and the server has had :data:`SETTLE_S` to hand its transient memory
+    back, before the first seat opens (where the soak reads its baseline)."""
     warm = Visitor(url, 180)
     await warm.open("", f"text={quote_plus('My brother lives in Berlin.')}")
     await warm.close()
+    await asyncio.sleep(SETTLE_S)
+    settled()
     start, stop = time.monotonic(), asyncio.Event()
     outcomes: list[Outcome] = []
 

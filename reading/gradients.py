@@ -48,6 +48,11 @@ SPLIT_SHARE = 0.5
 GRID = 12
 #: Share of the first stretches placed uniformly rather than by the change of ``F`` (no stretch of length zero).
 UNIFORM_SHARE = 0.3
+#: Token positions (points of the path × the step's source and prefix tokens) one forward and backward pass of
+#: the integral carries when a caller bounds it with :func:`pass_rows`. What a pass keeps for its backward pass grows
+#: with them: ~0.18 MB a position on the shipped translator, so that a step of a 128-piece sentence read with every
+#: point in one pass (24 rows) took 683 MB while it ran, and 512 positions (2 rows of that step) keep it near 100 MB.
+PASS_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -136,13 +141,33 @@ def _first_edges(path: _Path, stretches: int) -> tuple[list[float], dict[float, 
 
 
 def _integrate(path: _Path, stretches: list[tuple[float, float]], n: int, batch: int | None) -> list[tuple]:
-    """Integrated gradients over each stretch ``(a, b)``: one Captum call, a batch row per stretch."""
+    """Integrated gradients over each stretch ``(a, b)``, a batch row per stretch: one Captum call when ``batch`` is
+    ``None`` or holds a row of every stretch, else one call per ``batch`` stretches (Captum never carries fewer rows
+    in a pass than its call has stretches, so a bound below that is kept by calling it on fewer)."""
     from captum.attr import IntegratedGradients
 
-    attributions = IntegratedGradients(path.forward).attribute(
-        path.at([b for _, b in stretches]), baselines=path.at([a for a, _ in stretches]), n_steps=n,
-        internal_batch_size=batch)
-    return [tuple(a[j:j + 1].detach() for a in attributions) for j in range(len(stretches))]
+    ig = IntegratedGradients(path.forward)
+    per_call = len(stretches) if batch is None else max(1, min(len(stretches), batch))
+    out: list[tuple] = []
+    for start in range(0, len(stretches), per_call):
+        part = stretches[start:start + per_call]
+        attributions = ig.attribute(path.at([b for _, b in part]), baselines=path.at([a for a, _ in part]),
+                                    n_steps=n, internal_batch_size=None if batch is None else max(batch, len(part)))
+        out.extend(tuple(a[j:j + 1].detach() for a in attributions) for j in range(len(part)))
+    return out
+
+
+def pass_rows(step: Step, tokens: int = PASS_TOKENS) -> int:
+    """Points of the path that one forward and backward pass may carry for ``step`` (its source and prefix tokens)
+    so that the pass holds at most ``tokens`` token positions: ``internal_batch_size`` for :func:`read_gradients`,
+    at least 1 (≥ 1).
+
+    Raises:
+        ValueError: ``tokens`` < 1.
+    """
+    if tokens < 1:
+        raise ValueError(f"tokens must be at least 1, got {tokens}")
+    return max(1, tokens // max(1, len(step.src_ids) + len(step.prefix_ids)))
 
 
 def _adaptive(path: _Path, n_steps: int, tolerance: float, max_steps: int, batch: int | None
@@ -188,7 +213,7 @@ def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STE
             or ALiBi every position's input is then exactly zero, where LayerNorm divides by √ε, and the path starts
             on a cliff (completeness gaps of 100 % and more on the test models).
         internal_batch_size: points evaluated in one forward/backward pass; ``None`` = all ``n_steps`` at once
-            (fastest; memory grows with it).
+            (memory grows with it: a server bounds it with :func:`pass_rows`).
 
     Gradients flow only to detached copies of the embeddings: the model's parameters get no ``.grad`` and their
     ``requires_grad`` flags are left as they are (not switched off and back: the model is shared, and another

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+import reading.faithfulness as faithfulness_module
 from reading.attention_scores import read_attention, weighted_values
 from reading.attribution import METHODS, attribute_step, source_shares
-from reading.faithfulness import faithfulness, maskable
-from reading.gradients import read_gradients
+from reading.faithfulness import BATCH_TOKENS, batch_rows, faithfulness, maskable
+from reading.gradients import PASS_TOKENS, pass_rows, read_gradients
 from reading.step import Step, token_log_probs
 from reading.trace import trace_pair
 
@@ -87,6 +88,36 @@ def test_the_gap_of_a_relu_model_is_quadrature_error(make_model, step_ids):
     whole = read_gradients(model, step, n_steps=12)
     batched = read_gradients(model, step, n_steps=12, internal_batch_size=5)
     np.testing.assert_allclose(batched.integrated_gradients.source, whole.integrated_gradients.source, atol=1e-5)
+    # fewer points a pass than the integral has stretches: the stretches are read a few at a time, same numbers
+    one = read_gradients(model, step, n_steps=12, internal_batch_size=1)
+    np.testing.assert_allclose(one.integrated_gradients.source, whole.integrated_gradients.source, atol=1e-5)
+    np.testing.assert_allclose(one.integrated_gradients.prefix, whole.integrated_gradients.prefix, atol=1e-5)
+    assert (one.n_steps, one.evaluated) == (whole.n_steps, whole.evaluated)
+
+
+def test_a_pass_of_the_integral_is_bounded_in_token_positions():
+    long = Step(tuple(range(128)), tuple(range(64)), 5)  # a sentence at the input cap, 63 tokens written
+    assert pass_rows(long) == 2 and pass_rows(long) * 192 <= PASS_TOKENS
+    assert pass_rows(Step((1, 2, 3), (0,), 5)) == PASS_TOKENS // 4  # a short step: every point of a call at once
+    assert pass_rows(long, tokens=100) == 1  # a step longer than the bound still moves, a point at a time
+    with pytest.raises(ValueError, match="at least 1"):
+        pass_rows(long, tokens=0)
+
+
+def test_faithfulness_passes_are_bounded_in_token_positions(make_model, step_ids, monkeypatch):
+    """A long step's masked variants go through the model a few at a time, with the same probabilities."""
+    long = Step(tuple(range(128)), tuple(range(64)), 5)
+    assert batch_rows(long) * 192 <= BATCH_TOKENS and batch_rows(Step((1, 2), (0,), 5)) == 64
+    model = make_model()
+    step = make_step(model, step_ids)
+    scores = {"a": np.arange(len(step.src_ids), dtype=float)}
+    whole = faithfulness(model, step, scores)
+    monkeypatch.setattr(faithfulness_module, "BATCH_TOKENS", len(step.src_ids) + len(step.prefix_ids))  # 1 row
+    assert batch_rows(step) == 1
+    one = faithfulness(model, step, scores)
+    for measure in ("comprehensiveness", "sufficiency"):
+        for method, values in getattr(whole, measure).items():
+            np.testing.assert_allclose(getattr(one, measure)[method], values, atol=1e-6)
 
 
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope"])

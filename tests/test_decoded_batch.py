@@ -106,3 +106,31 @@ def test_a_coarser_type_makes_more_close_calls():
     float32 = decoded_batch.close_call_nats(torch.float32)
     assert float32 == decoded_batch.CLOSE_CALL_NATS
     assert float32 < decoded_batch.close_call_nats(torch.float16) < decoded_batch.close_call_nats(torch.bfloat16)
+
+
+def test_no_vocabulary_row_outlives_its_step(make_model, monkeypatch):
+    """Each step's record is slimmed (:meth:`StepRecord.slim`) before the next step runs, not at the batch's end:
+    a ``[vocab]`` row a step kept to the end was 130 MB for sixteen sentences at the length cap."""
+    model = make_model()
+    counts = {"made": 0, "slimmed": 0, "steps": 0}
+    real, real_slim, real_decode = decoded_batch.StepRecord, decoded_batch.StepRecord.slim, model.decode
+
+    def record(*args, **kwargs):
+        counts["made"] += 1
+        return real(*args, **kwargs)
+
+    def slim(self):
+        counts["slimmed"] += self.log_probs is not None
+        return real_slim(self)
+
+    def decode_step(*args, **kwargs):
+        assert counts["slimmed"] == counts["made"], "a record of an earlier step still holds its [vocab] row"
+        counts["steps"] += 1
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(decoded_batch, "StepRecord", record)
+    monkeypatch.setattr(real, "slim", slim)
+    monkeypatch.setattr(model, "decode", decode_step)
+    decodings = greedy_decodings(model, [[5, 6, 7, 2], [8, 9, 2]], [6, 6])
+    assert counts["steps"] >= 2 and counts["made"] == sum(d.n_steps for d in decodings) == counts["slimmed"]
+    assert all(r.log_probs is None and r.kept for d in decodings for r in d.records)

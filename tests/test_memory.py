@@ -3,6 +3,7 @@ a decoding kept for sharing holds what the pages show, not a vocabulary-wide row
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass
 
@@ -142,3 +143,29 @@ def test_the_gate_stats_on_the_metrics_endpoint_read_back(monkeypatch):
     assert read["slots"] == 2 and read["busy"] == 0 and read["entries"] == 1 and read["budget"] == MB
     assert read["bytes"] == gate.stats()["bytes"] > 8000 and "figure_bytes" in read
     assert isinstance(metrics.publish(), bool)  # registered where a Streamlit runtime exists (an AppTest's too)
+
+
+def test_tidy_frees_what_only_reference_cycles_hold():
+    """A stopped page run's traceback keeps its frames, and their arrays, in cycles: tidy() frees them."""
+    import weakref
+
+    class Holder:
+        pass
+
+    def stopped_run():
+        figure = Holder()
+        figure.z = np.zeros(1_000_000)
+        try:
+            raise RuntimeError("stopped")
+        except RuntimeError as exc:
+            figure.why = exc  # the exception's traceback holds this frame, whose locals hold the figure: a cycle
+        return weakref.ref(figure)
+
+    gc.disable()  # no automatic collection in between: only tidy() may free it
+    try:
+        alive = stopped_run()
+        assert alive() is not None
+        assert memory.tidy() > 0
+        assert alive() is None
+    finally:
+        gc.enable()

@@ -23,7 +23,8 @@ from model.checkpoint import Checkpoint
 from model.decoded import Decoding
 from reading.attribution import METHODS, StepAttribution, attribute_step
 from reading.faithfulness import Faithfulness, faithfulness
-from reading.gradients import MAX_STEPS, TOLERANCE
+from reading.gradients import MAX_STEPS, TOLERANCE, pass_rows
+from reading.step import Step
 from ui import heavy, pieces, prefetch, presentation, url, whatif_view, widgets
 from ui.checkpoints import checkpoint_version
 from ui.page_state import DECODING, TRANSLATE, Field
@@ -106,8 +107,10 @@ def faithfulness_key(version: tuple, inputs: StepInputs, n_steps: int, layer: in
 
 
 def _attribute(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
+    # a long sentence's points in passes of a bounded size: all at once, one step's reading took 683 MB while it ran
+    rows = pass_rows(Step(tuple(inputs.src_ids or ()), tuple(inputs.prefix), inputs.token_id))
     return attribute_step(ckpt.model, inputs.src_ids or None, inputs.prefix, inputs.token_id, n_steps=n_steps,
-                          baseline=BASELINE)
+                          baseline=BASELINE, internal_batch_size=rows)
 
 
 def _faithfulness(ckpt: Checkpoint, reading: StepAttribution, layer: int | None, head: int | None) -> Faithfulness:

@@ -17,11 +17,17 @@ The budgets, in bytes (a visitor's own session state is not in them: Streamlit d
 
 The model itself (``st.cache_resource``, four checkpoints at most, ``ui.state.load``) and the small per-page
 caches (``st.cache_data`` with a handful of entries) are bounded by count: their entries are few and of known size.
+
+What work in flight uses is not in these budgets, only kept small where it was large: the gate runs one heavy
+computation at a time (a step's attribution of a 128-piece sentence peaks 93 MB above its start, in passes of
+:data:`reading.gradients.PASS_TOKENS`; a batch of eight first decodings 53 MB), and each session's page run draws its
+figures (the Attention page's first run on such a sentence: 7–9 MB of Plotly JSON, ~50 MB while it is drawn).
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import sys
 import threading
 from collections import OrderedDict
@@ -197,16 +203,31 @@ def give_back() -> bool:
         return False
 
 
+def tidy() -> int:
+    """Collect the process's cyclic garbage (``gc.collect()``), then :func:`give_back`; returns the objects
+    collected.
+
+    A page run that Streamlit interrupts or stops (a click during a run, ``st.stop``) ends in an exception whose
+    traceback holds that run's frames, and so its figures, JSON and arrays, in reference cycles that only a full
+    collection frees; the app turns off Streamlit's collection after every run (``runner.postScriptGC``: it cost a
+    click most of its time), so without this they wait for Python's own rare full collections. In a churned soak
+    a full collection every 15 s freed 13–48 MB each time."""
+    collected = gc.collect()
+    give_back()
+    return collected
+
+
 def keep_giving_back(every_s: float = GIVE_BACK_S) -> bool:
-    """Start, once per process, a daemon thread that calls :func:`give_back` every ``every_s`` seconds (a trim
-    takes milliseconds). Returns whether the thread runs (False off glibc)."""
+    """Start, once per process, a daemon thread that calls :func:`tidy` every ``every_s`` seconds (a full
+    collection walks only what was made after the model's load, which ``ui.state.load`` freezes, and a trim takes
+    milliseconds). Returns whether the thread runs (False off glibc)."""
     global _thread
     with _giving_back:
         if _thread is None and give_back():
             def loop() -> None:
                 while True:
                     threading.Event().wait(every_s)
-                    give_back()
+                    tidy()
 
             _thread = threading.Thread(target=loop, name="give-back-memory", daemon=True)
             _thread.start()

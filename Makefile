@@ -6,7 +6,7 @@ PORT ?= 8501
 # `make serve`: app processes behind nginx, one per CPU unless WORKERS says otherwise
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: run dev serve test setup setup-dev chromium nginx data lease-ready lease-restore bench clean
+.PHONY: run dev serve test lint setup setup-dev chromium nginx data lease-ready lease-restore bench clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,8 +47,13 @@ dev: setup
 serve: setup nginx
 	$(PY) -m deploy.serve --workers $(WORKERS) --port $(PORT)
 
-test: setup-dev chromium nginx
+# Lint and types first (seconds, and a minute for mypy's first look at the tree), then every test
+test: setup-dev chromium nginx lint
 	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+
+lint: setup-dev
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 data: setup
 	$(PY) -m corpora prepare ding
@@ -67,11 +72,11 @@ lease-ready: setup
 	$(PY) -m corpora prepare all
 	$(PY) -m corpora prepare mixture --repeat $(LEASE_MIX) --to data/gpu
 	rm -f data/prepared/mixture.train.tsv.gz data/prepared/mixture.valid.tsv.gz
-	[ -d runs/gpu-news ] || $(PY) -m training.timed_leg --join $(LEASE_EXPORT) --into runs/gpu-news
-	[ -d runs/gpu-news-int8 ] || $(PY) -m training.average --int8 runs/gpu-news-int8 runs/gpu-news/last
+	[ -d runs/gpu-news ] || $(PY) -m tools.timed_leg --join $(LEASE_EXPORT) --into runs/gpu-news
+	[ -d runs/gpu-news-int8 ] || $(PY) -m tools.average --int8 runs/gpu-news-int8 runs/gpu-news/last
 	mkdir -p runs/aside/en-de runs/aside/brown-lm
 	for f in $(LEASE_ASIDE); do [ ! -f $$f ] || mv $$f runs/aside/$$(basename $$(dirname $$f))/; done
-	$(PY) -m training.lease_size --carry data/prepared data/gpu/mixture.valid.tsv.gz runs/gpu-news-int8
+	$(PY) -m tools.lease_size --carry data/prepared data/gpu/mixture.valid.tsv.gz runs/gpu-news-int8
 
 lease-restore:
 	git checkout -- $(LEASE_ASIDE)

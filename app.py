@@ -5,7 +5,8 @@ Run with ``make run`` (or ``streamlit run app.py``).
 
 import streamlit as st
 
-from ui import heavy, memory, memory_probe, metrics, presentation, responsive
+from serving import heavy, memory, memory_probe, metrics
+from ui import presentation, responsive
 from ui.limits import limits
 from ui.state import checkpoint_picker
 
@@ -24,13 +25,16 @@ st.set_page_config(page_title="Attention Explorer", page_icon="🔭", layout="wi
 # multipage mode runs a deep link (/attention, /translate) as that page script alone, without this file,
 # until some visit to "/" has called st.navigation (no sidebar picker, "No model is available").
 pages = [
-    st.Page("app_pages/translate.py", title="Translate", icon=":material/translate:", default=True),
-    st.Page("app_pages/attention.py", title="Attention", icon=":material/grid_on:"),
-    st.Page("app_pages/decoding.py", title="Decoding lab", icon=":material/casino:"),
-    st.Page("app_pages/positional.py", title="Positional encoding", icon=":material/waves:"),
-    st.Page("app_pages/tokenization.py", title="Tokenization", icon=":material/content_cut:"),
-    st.Page("app_pages/lecture.py", title="Worked examples", icon=":material/calculate:"),
-    st.Page("app_pages/training.py", title="Training", icon=":material/model_training:"),
+    st.Page("app_pages/translate/translate.py", url_path="translate", title="Translate", icon=":material/translate:",
+            default=True),
+    st.Page("app_pages/attention/attention.py", url_path="attention", title="Attention", icon=":material/grid_on:"),
+    st.Page("app_pages/decoding/decoding.py", url_path="decoding", title="Decoding lab", icon=":material/casino:"),
+    st.Page("app_pages/positional/positional.py", url_path="positional", title="Positional encoding",
+            icon=":material/waves:"),
+    st.Page("app_pages/tokenization/tokenization.py", url_path="tokenization", title="Tokenization",
+            icon=":material/content_cut:"),
+    st.Page("app_pages/lecture/lecture.py", url_path="lecture", title="Worked examples", icon=":material/calculate:"),
+    st.Page("app_pages/training/training.py", url_path="training", title="Training", icon=":material/model_training:"),
 ]
 nav = st.navigation(pages)
 # Less empty space above the title, and the next-token list's rows set closer than the page's 1.6 lines: more of

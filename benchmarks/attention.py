@@ -13,17 +13,17 @@ import time
 from pathlib import Path
 
 from benchmarks.table import print_table
-from model.analysis import ablation_sweep
+from decoding.stepping import Stepper, prepare_source
+from decoding.translate import DEFAULT_CHECKPOINT
 from model.checkpoint import load_checkpoint
-from model.decoding import Stepper, prepare_source
-from model.translate import DEFAULT_CHECKPOINT
+from reading.analysis import ablation_sweep
 
 SENTENCE = "The animal didn't cross the street because it was too tired."
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def time_sweep(checkpoint: str, repeats: int) -> tuple[int, int, float]:
-    """``(source tokens, heads, median seconds)`` of :func:`model.analysis.ablation_sweep`."""
+    """``(source tokens, heads, median seconds)`` of :func:`reading.analysis.ablation_sweep`."""
     ckpt = load_checkpoint(checkpoint)
     cfg = ckpt.config
     src = prepare_source(ckpt.tokenizer, SENTENCE, cfg.max_len, cfg.eos_id, cfg.unk_id)
@@ -45,7 +45,7 @@ def time_grid_render(repeats: int) -> float:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.query_params["text"] = SENTENCE
     at.run()
-    at.switch_page("app_pages/attention.py").run()
+    at.switch_page("app_pages/attention/attention.py").run()
     at.session_state["at_tab"] = "Model grid"
     at.run()  # warm: model and translation cached
     if at.exception:

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from benchmarks.table import print_table
+from decoding.stepping import InputError, Stepper, prepare_source
+from decoding.translate import DEFAULT_CHECKPOINT
 from model.checkpoint import load_checkpoint
-from model.decoding import InputError, Stepper, prepare_source
-from model.translate import DEFAULT_CHECKPOINT
 from reading.attribution import METHODS, attribute_step
 from reading.faithfulness import FRACTIONS, MEASURES, faithfulness
 from reading.gradients import BASELINES, DEFAULT_STEPS, TOLERANCE

@@ -125,7 +125,7 @@ def server_rerun_seconds(repeats: int) -> list[float]:
     from streamlit.testing.v1 import AppTest
 
     script = APPTEST_SCRIPT.format(ckpt=str(ROOT / "checkpoints" / "en-de"),
-                                   page=str(ROOT / "app_pages" / "translate.py"))
+                                   page=str(ROOT / "app_pages" / "translate" / "translate.py"))
     times = []
     for i in range(repeats):
         at = AppTest.from_string(script, default_timeout=120)

@@ -6,7 +6,7 @@ clicks during heavy work (Translate with the attribution view or the logit lens 
 Attention page's ablation sweep), visitors who leave mid-computation, hostile links. ``--kill-after`` seconds in,
 one worker is killed with SIGKILL (the supervisor starts it again); its visitors lose their sessions and start new
 ones. The run ends once ``--double-clicks`` double clicks were sent (or after ``--minutes``); then every visitor
-leaves, and each worker's gate (read from ``/_stcore/metrics``, :mod:`ui.metrics`) must go idle within
+leaves, and each worker's gate (read from ``/_stcore/metrics``, :mod:`serving.metrics`) must go idle within
 ``--settle`` seconds and serve a new sentence to a fresh visitor.
 
 Reported: double clicks sent and merged, departures mid-computation, hostile links, the kill and the restart,
@@ -34,7 +34,7 @@ from benchmarks.chaos_visitors import KINDS, Chaos, Tally
 from benchmarks.load_client import Visitor
 from benchmarks.load_stats import errors_cell, fmt, summary
 from benchmarks.table import print_table
-from ui.metrics import read as read_metrics
+from serving.metrics import read as read_metrics
 
 #: Errors that end a session without being anyone's bug when its worker was killed.
 CUT_OFF = ("disconnect", "timeout", "http")

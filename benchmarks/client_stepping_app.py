@@ -12,8 +12,9 @@ import html
 
 import streamlit as st
 
-from ui import checkpoints, heavy, pieces, state
-from ui.decoding_lab import StepView
+from decoding.decoded import StepView
+from serving import heavy
+from ui import checkpoints, pieces, state
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html
 

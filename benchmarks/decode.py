@@ -17,11 +17,11 @@ import torch
 
 from benchmarks.table import print_table
 from corpora.files import dataset_path, read_tsv
-from model.batched import greedy_batch, translate_texts
+from decoding.batched import greedy_batch, translate_texts
+from decoding.loops import LOOP_TIMES
+from decoding.stepping import Stepper, prepare_source
+from decoding.translate import DEFAULT_CHECKPOINT
 from model.checkpoint import load_checkpoint
-from model.decoding import Stepper, prepare_source
-from model.loops import LOOP_TIMES
-from model.translate import DEFAULT_CHECKPOINT
 
 SOURCE = "The animal didn't cross the street because it was too tired, said the old man quietly."
 

@@ -28,10 +28,10 @@ import torch
 
 from benchmarks.decode import never_eos, time_generation
 from benchmarks.table import print_table
-from model.analysis import ablation_sweep
+from decoding.stepping import Stepper, prepare_source
+from decoding.translate import DEFAULT_CHECKPOINT
 from model.checkpoint import Checkpoint, load_checkpoint
-from model.decoding import Stepper, prepare_source
-from model.translate import DEFAULT_CHECKPOINT
+from reading.analysis import ablation_sweep
 from reading.trace import trace_pair
 
 ROOT = Path(__file__).resolve().parent.parent

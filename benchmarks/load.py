@@ -185,8 +185,8 @@ def browser_check(app_dir: Path):
     :data:`BROWSER_TEXT`, clicks Next :data:`BROWSER_CLICKS` times and compares the step, the output and the
     generated pieces it shows with a greedy decoding computed here, now, with the page's own code
     (:func:`ui.state.new_stepper`, as ``tests/test_many_visitors.py`` does) on ``app_dir``'s default checkpoint."""
+    from decoding.stepping import input_limit, prepare_source
     from model.checkpoint import load_checkpoint
-    from model.decoding import input_limit, prepare_source
     from ui.checkpoints import DEFAULT_CHECKPOINT
     from ui.pieces import of_ids
     from ui.state import new_stepper

@@ -119,7 +119,7 @@ def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm
         recipe = overridden(REAL_BASE, REAL_VARIANTS[name])
     else:
         recipe = overridden(BASE, VARIANTS[name])
-    return [sys.executable, "-m", "training.train", "--out", str(out), *recipe,
+    return [sys.executable, "-m", "trainer.train", "--out", str(out), *recipe,
             "--max-minutes", str(minutes), "--max-steps", str(steps), "--threads", str(threads)]
 
 

@@ -11,13 +11,13 @@ leaves nothing behind). ``--url`` soaks a running server instead (127.0.0.1 only
 ``--churn`` soaks with a room that changes (:mod:`benchmarks.soak_churn`): visitors who stay 20–90 s and are
 replaced, new sentences every minute, half of them near the input cap, on Translate (with the lens or the
 attribution view for some) and the Attention page. The table adds what the heavy-work gate and the shared figures
-hold (``/_stcore/metrics``, :mod:`ui.metrics`), and the goal is resident memory under a bound: the memory once the
-model is loaded and warm (before any visitor) plus the caches' byte budgets (:data:`ui.memory.GATE_BYTES` +
-:data:`ui.memory.FIGURE_BYTES`), read once the warm-up visit has left and the server's trim has run.
+hold (``/_stcore/metrics``, :mod:`serving.metrics`), and the goal is resident memory under a bound: the memory once the
+model is loaded and warm (before any visitor) plus the caches' byte budgets (:data:`serving.memory.GATE_BYTES` +
+:data:`serving.memory.FIGURE_BYTES`), read once the warm-up visit has left and the server's trim has run.
 
 Where the memory goes, line by line: ``ATTENTION_EXPLORER_MEMORY_PROBE=/tmp/probe.jsonl python -m benchmarks.soak
 --churn`` makes the served app write what its allocator holds in use and free, the caches' own counts and its
-sessions' state every 10 s (:mod:`ui.memory_probe`).
+sessions' state every 10 s (:mod:`serving.memory_probe`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from benchmarks.load_stats import TABLE_HEADER, ProcessProbe, errors_cell, level
 from benchmarks.soak_churn import run_churn
 from benchmarks.table import print_table
 from deploy.worker import MALLOC_ARENAS
-from ui.memory import FIGURE_BYTES, GATE_BYTES
+from serving.memory import FIGURE_BYTES, GATE_BYTES
 
 MIB = 2**20
 

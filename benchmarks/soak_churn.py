@@ -3,10 +3,10 @@
 A room is not the same fifty sessions for half an hour: visitors arrive, stay a minute or two and leave, and the
 sentences change. Each churn visitor (:func:`churn_visitor`) opens Translate (a third of them with the logit lens
 or the attribution view on) or the Attention page on a sentence of the current minute (:func:`churn_sentence`:
-:data:`PER_MINUTE` new ones a minute, half of them near the input cap, :data:`model.decoding.MAX_INPUT_CHARS`
+:data:`PER_MINUTE` new ones a minute, half of them near the input cap, :data:`decoding.stepping.MAX_INPUT_CHARS`
 characters, which the model cuts to its longest input), acts every 2–5 s for a stay of 20–90 s, leaves (closes
 its websocket), and a new visitor takes its place 1–5 s later. So every minute brings first decodings, traces and
-figures the caches have never seen, and the caches' byte budgets (:mod:`ui.memory`) are what bounds the memory.
+figures the caches have never seen, and the caches' byte budgets (:mod:`serving.memory`) are what bounds the memory.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from urllib.parse import quote_plus
 
 from benchmarks.load_client import Outcome, Visitor
 from benchmarks.load_scenarios import AttentionBrowsing, StepThrough, demo_sentences
-from model.decoding import MAX_INPUT_CHARS
-from ui.memory import GIVE_BACK_S
+from decoding.stepping import MAX_INPUT_CHARS
+from serving.memory import GIVE_BACK_S
 
 #: New sentences a minute (every visitor of that minute picks one of them).
 PER_MINUTE = 8
 #: Characters of a long sentence: just under the input cap.
 LONG_CHARS = MAX_INPUT_CHARS - 20
 #: Seconds between the warm-up visit's departure and the first seat: one period of the server's trim
-#: (:data:`ui.memory.GIVE_BACK_S`) and a moment, so that the baseline holds the model and the warm-up's sentence,
+#: (:data:`serving.memory.GIVE_BACK_S`) and a moment, so that the baseline holds the model and the warm-up's sentence,
 #: not what its page run used for a moment.
 SETTLE_S = GIVE_BACK_S + 5
 

@@ -3,11 +3,11 @@
 Prints one table: for every implementation (our :class:`~model.transformer.Transformer` and the
 ``torch.nn.Transformer`` baseline of :mod:`model.baseline`, both built from the same config), precision (fp32, or
 bf16 autocast through :func:`training.device.autocast`) and CPU thread count, the median time of one training step in
-ms, the throughput in tokens/s (a batch's non-pad source + target tokens, counted as ``python -m training.train`` counts
+ms, the throughput in tokens/s (a batch's non-pad source + target tokens, counted as ``python -m trainer.train`` counts
 them, over the median step), and that throughput as a multiple of the table's first row, all measured in the same
 run (the ratios are what to compare across machines).
 
-One training step is what ``python -m training.train`` does per batch: forward on a :class:`training.batches.Batch`'s
+One training step is what ``python -m trainer.train`` does per batch: forward on a :class:`training.batches.Batch`'s
 ``(src, tgt_in)`` in training mode (dropout on), label-smoothed cross-entropy (:func:`training.batches.loss_fn`,
 smoothing 0.1), backward, gradient
 clipping at 1.0 and an Adam step. The batches are synthetic: random tokens in the shape of a ``--batch-tokens 1500``
@@ -30,9 +30,9 @@ from typing import Any
 import torch
 
 from benchmarks.table import print_table
+from decoding.translate import DEFAULT_CHECKPOINT
 from model.baseline import IMPLS, build_model
 from model.config import ModelConfig
-from model.translate import DEFAULT_CHECKPOINT
 from training.batches import Batch, Example, collate, loss_fn
 from training.device import autocast, cpu_has_native_bf16
 

@@ -47,7 +47,7 @@ DEFAULT_SOURCES = {
     "bcontrast": SHARED_DATA / "bcontrast",
 }
 PARALLEL = tuple(DEFAULT_SOURCES)
-#: Synthetic pairs: real German with English made by a German → English model (python -m training.backtranslate).
+#: Synthetic pairs: real German with English made by a German → English model (python -m tools.backtranslate).
 BACKTRANSLATED = "backtranslated"
 #: Every corpus a mixture can name: the three above, the general-domain files by their stem, the back-translated
 #: pairs, and the shipped Ding.
@@ -334,7 +334,7 @@ def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, s
     repeats = parse_repeats("", repeats)
     missing = [c for c in MIXABLE[:-1] if repeats.get(c, 0) and not prepared_path(c, "train", out).is_file()]
     if BACKTRANSLATED in missing:
-        raise DataError(f"{BACKTRANSLATED} not made in {out}: run python -m training.backtranslate --checkpoint "
+        raise DataError(f"{BACKTRANSLATED} not made in {out}: run python -m tools.backtranslate --checkpoint "
                         "<a German → English run> first (docs/training.md, Back-translation), or give it the share 0")
     if missing:
         one = "extra" if missing[0] in EXTRA_CORPORA else missing[0]

@@ -28,7 +28,7 @@ DEMO_ENV = "ATTENTION_EXPLORER_DEMO"
 SECRET_ENV = "STREAMLIT_SERVER_COOKIE_SECRET"
 #: glibc's malloc arenas for a worker (``MALLOC_ARENA_MAX``, unless set): Streamlit runs every script run in a
 #: thread of its own, and glibc gives threads arenas of their own (up to 8 per core), each keeping what it freed.
-#: Two: a churned room's worker kept 742 MB after everyone left instead of 842 MB (with ``ui.memory``'s trim both).
+#: Two: a churned room's worker kept 742 MB after everyone left instead of 842 MB (with ``serving.memory``'s trim both).
 MALLOC_ARENAS = "2"
 
 
@@ -36,7 +36,7 @@ MALLOC_ARENAS = "2"
 #: session's run paid otherwise. That run is also a failed-over visitor's: the old page stays on screen while it
 #: runs, and a Next clicked before it reached the page's fragment was dropped by Streamlit (the fragment did not
 #: exist yet in the new session).
-PRELOAD = "import model.checkpoint, model.decoded, ui.state"
+PRELOAD = "import model.checkpoint, decoding.decoded, ui.state"
 _STREAMLIT = f"import runpy; {PRELOAD}; runpy.run_module('streamlit', run_name='__main__')"
 
 

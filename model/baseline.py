@@ -6,11 +6,11 @@ trained the same way".
 token embedding scaled by √d_model, the sinusoidal encoding of paper §3.5, ``nn.Transformer`` in the middle
 (its own encoder/decoder layers, attention dropout and final norms) and a generator tied to the embedding.
 Everything else — data, batches, schedule, label smoothing, clipping, steps, evaluation — is
-``python -m training.train`` unchanged, selected with ``--impl torch``.
+``python -m trainer.train`` unchanged, selected with ``--impl torch``.
 
 It has no KV cache and no attention tracing (``nn.Transformer`` exposes neither), so its decoding recomputes the
 whole prefix at every step. It duck-types the parts of :class:`~model.transformer.Transformer` that training and
-:func:`~model.batched.greedy_batch` use: ``cfg``, ``device``, ``forward``, ``encode``, ``src_mask``,
+:func:`~decoding.batched.greedy_batch` use: ``cfg``, ``device``, ``forward``, ``encode``, ``src_mask``,
 ``new_cache``, ``decode``, ``logits`` and ``next_token_logits``. Its checkpoint folders carry ``"impl": "torch"`` in
 ``card.json``; the explorer cannot open them (it needs our traced model) and says so.
 """

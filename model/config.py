@@ -204,3 +204,25 @@ class ModelConfig:
             return cls.from_dict(data)
         except TypeError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
+
+
+def default_max_new_tokens(cfg: ModelConfig, src_len: int) -> int:
+    """Length cap for one output: twice the source plus ten tokens (a translation is rarely longer), within
+    ``max_len``."""
+    return min(cfg.max_len - 1, 2 * src_len + 10)
+
+
+def lm_prompt(cfg: ModelConfig, src_ids: list[int]) -> list[int]:
+    """A decoder-only model's prefix for a tokenized text: ``<bos>`` + its ids without ``<eos>`` (the model then
+    continues the text)."""
+    return [cfg.bos_id] + [i for i in src_ids if i != cfg.eos_id]
+
+
+def decoder_prefix(cfg: ModelConfig, src_ids: list[int] | None, prefix_ids: list[int] | None) -> list[int]:
+    """Where a decoding starts: ``prefix_ids`` if given; else ``[<bos>]`` for a translator (``src_ids`` go to the
+    encoder) and ``<bos>`` + the prompt ``src_ids`` for a decoder-only model (which has no encoder to read them)."""
+    if prefix_ids:
+        return list(prefix_ids)
+    if not cfg.is_encoder_decoder and src_ids:
+        return lm_prompt(cfg, src_ids)
+    return [cfg.bos_id]

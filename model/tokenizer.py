@@ -158,7 +158,7 @@ def unknown_share(tokenizer: tokenizing.Tokenizer, text: str) -> float:
 
     Emoji, Chinese, Arabic or Hebrew never occurred in the training data: a text of them is all ``<unk>`` (1.0), and
     above :data:`MOSTLY_UNKNOWN` the model cannot read most of it. Counted on the NFC form of the text, as the
-    tokenizer sees it (pass :attr:`~model.decoding.SourceInput.text` to leave out removed control characters).
+    tokenizer sees it (pass :attr:`~decoding.stepping.SourceInput.text` to leave out removed control characters).
     0.0 for a text without a non-space character, and for a tokenizer without an unknown token (``unk_id`` is
     ``None``: GPT-2's byte-level BPE reads every byte).
     """

@@ -141,8 +141,8 @@ def logit_lens(model: Transformer, src_ids: Sequence[int] | None, prefix: Sequen
         src_ids: the encoder's ids (``<eos>`` included); ignored by a decoder-only model (its prompt is in
             ``prefix``).
         prefix: the decoder's start (``<bos>``, plus a decoder-only model's prompt), as
-            :attr:`model.decoded.Decoding.prefix`.
-        generated: the tokens taken, as :attr:`model.decoded.Decoding.generated` (step ``s`` predicts
+            :attr:`decoding.decoded.Decoding.prefix`.
+        generated: the tokens taken, as :attr:`decoding.decoded.Decoding.generated` (step ``s`` predicts
             ``generated[s - 1]`` from ``prefix + generated[:s - 1]``).
         k: pieces kept per layer.
 

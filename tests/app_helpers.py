@@ -20,7 +20,7 @@ DEFAULT_CKPT = ROOT / "checkpoints" / "en-de"
 TIMEOUT = 60
 #: Where the page scripts live (``app_pages/``; see test_no_legacy_pages_folder for why not ``pages/``).
 PAGES = "app_pages" if (ROOT / "app_pages").is_dir() else "pages"
-ATTENTION_PAGE, TRANSLATE_PAGE = f"{PAGES}/attention.py", f"{PAGES}/translate.py"
+ATTENTION_PAGE, TRANSLATE_PAGE = f"{PAGES}/attention/attention.py", f"{PAGES}/translate/translate.py"
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402

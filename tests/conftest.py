@@ -243,7 +243,7 @@ def step_ids(encode_src, encode_tgt):
 @pytest.fixture
 def training_page_env(monkeypatch):
     """No demo limits and one thread for every trainer the Training page's tests launch."""
-    from training import launch
+    from launching import launch
 
     monkeypatch.delenv(launch.DEMO_ENV, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -251,11 +251,12 @@ def training_page_env(monkeypatch):
 
 @pytest.fixture(scope="session")
 def finished(tmp_path_factory):
-    """``(runs_root, run_dir)``: a real tiny run, launched through :func:`training.launch.launch` and waited for;
+    """``(runs_root, run_dir)``: a real tiny run, launched through :func:`launching.launch.launch` and waited for;
     shared by the Training page's test modules (none writes into it)."""
     from training_page_helpers import TINY, wait_for
 
-    from training import form, launch, runs
+    from launching import form, launch
+    from training import runs
 
     root = tmp_path_factory.mktemp("runs")
     os.environ.pop(launch.DEMO_ENV, None)
@@ -311,7 +312,7 @@ def cli_runs(tmp_path_factory):
 
     from train_helpers import TINY, run_main
 
-    from training import train
+    from trainer import train
 
     root = tmp_path_factory.mktemp("runs")
     torch.manual_seed(0)

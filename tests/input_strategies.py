@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from decoding.stepping import MAX_INPUT_CHARS, InputError, clean_user_text, input_limit, prepare_source
 from model.checkpoint import Checkpoint
-from model.decoding import MAX_INPUT_CHARS, InputError, clean_user_text, input_limit, prepare_source
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from model.analysis import ablation_sweep, attention_rollout, head_statistics, merge_words, sequence_log_probs, word_ids
+from reading.analysis import (
+    ablation_sweep,
+    attention_rollout,
+    head_statistics,
+    merge_words,
+    sequence_log_probs,
+    word_ids,
+)
 
 
 def test_rollout_matches_a_hand_computed_three_token_example():

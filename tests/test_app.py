@@ -2,9 +2,9 @@
 the Translate page, query parameters; beside them ``test_app_input.py``, ``test_app_attention.py`` and
 ``test_app_checkpoints.py``.
 
-They drive the real app (``app.py`` → ``app_pages/translate.py`` / ``app_pages/attention.py``) with the checkpoint in
-``checkpoints/en-de``. That model is a placeholder today and will be replaced by the trained one, so nothing
-here asserts particular German words: only structure (elements, charts, counts), state (``step``, ``text``,
+They drive the real app (``app.py`` → ``app_pages/translate/translate.py`` / ``app_pages/attention/attention.py``) with
+the checkpoint in ``checkpoints/en-de``. That model is a placeholder today and will be replaced by the trained one, so
+nothing here asserts particular German words: only structure (elements, charts, counts), state (``step``, ``text``,
 query parameters) and that problems surface as readable messages, never as an exception.
 
 Extra (corrupt) checkpoints are offered to the app through ``$ATTENTION_EXPLORER_CHECKPOINTS``.
@@ -39,7 +39,8 @@ def test_no_legacy_pages_folder():
     until ``st.navigation`` has been called once in the process: a first visit by deep link (``/attention``)
     then runs the page without ``app.py`` (no sidebar, no model). The pages live in ``app_pages/``."""
     assert not (ROOT / "pages").exists(), "rename pages/ (see the docstring)"
-    assert (ROOT / "app_pages" / "translate.py").is_file() and (ROOT / "app_pages" / "attention.py").is_file()
+    assert (ROOT / "app_pages" / "translate" / "translate.py").is_file()
+    assert (ROOT / "app_pages" / "attention" / "attention.py").is_file()
 
 
 def test_sidebar_is_drawn_on_every_run():

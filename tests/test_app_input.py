@@ -25,9 +25,9 @@ from app_helpers import (
 )
 from streamlit.testing.v1 import AppTest
 
+from decoding.stepping import MAX_INPUT_CHARS, input_limit, prepare_source
 from model.checkpoint import load_checkpoint
 from model.config import ModelConfig
-from model.decoding import MAX_INPUT_CHARS, input_limit, prepare_source
 from ui.model_card import opening_layer
 from ui.state import LM_PRESETS, PRESETS
 
@@ -251,11 +251,11 @@ def test_one_switch_turns_on_the_hosted_demo_for_every_page(monkeypatch):
     text = "The cat sat on the mat. " * 20  # 480 characters: fine on a lecture-room server, too long in the demo
     for page, box in (("translate", "tr_text"), ("attention", "at_text"), ("decoding", "dl_text")):
         at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-        at.switch_page(f"{PAGES}/{page}.py").run()
+        at.switch_page(f"{PAGES}/{page}/{page}.py").run()
         at.text_input(key=box).input(text.strip()).run()
         assert not at.exception, (page, at.exception)
         assert any(f"up to {DEMO_MAX_CHARS}" in w.value for w in at.warning), (page, [w.value for w in at.warning])
         assert any("Hosted demo" in i.value for i in at.sidebar.info)
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.switch_page(f"{PAGES}/training.py").run()
+    at.switch_page(f"{PAGES}/training/training.py").run()
     assert any("training is switched off" in i.value for i in at.info)

@@ -1,15 +1,19 @@
-"""The tree is the architecture diagram (README "Architecture"): who may import whom, checked on the source.
+"""The tree is the architecture diagram (README "Architecture"): which room may import which, checked on the source.
 
-* ``model/``, ``training/``, ``corpora/``, ``teaching/``, ``reading/`` and ``viz/`` never import Streamlit (only
-  ``app.py``, ``app_pages/`` and ``ui/`` are Streamlit glue);
-* ``viz/`` draws arrays and strings it is given: it imports neither torch nor ``model/``, ``reading/``,
-  ``training/``, ``corpora/`` or ``ui/``;
-* ``model/`` is the pure core: it imports none of ``training/``, ``corpora/``, ``teaching/``, ``reading/``, ``viz/``,
-  ``ui/``;
-* ``reading/`` (attribution, faithfulness) reads the model: it imports ``model/``, never Streamlit, ``ui/``,
-  ``app_pages/``, ``viz/``, ``training/`` or ``corpora/``; ``viz/`` draws its arrays without importing it;
-* the import graph between the project's modules has no cycle;
-* no source file is over ``MAX_LINES`` lines.
+A room is a top-level folder (a page's package under ``app_pages/`` is a room of its own). :data:`FLOORS` lists
+every room with the rooms it may import; the imports only point down, so the graph of rooms has no cycle and a
+reader finds each concept in one place:
+
+* ``model/`` (the Transformer, its checkpoints and tokenizers) imports no other room; ``decoding/`` reads only the
+  model; ``reading/`` (traces, attribution, analysis) reads the model and its decodings;
+* ``viz/`` draws arrays and strings it is given: it imports neither torch nor any room that computes;
+* ``training/`` (what a run is made of and leaves), ``evaluation/``, ``trainer/`` (the loop and its command line),
+  ``launching/`` (runs started from the app) and ``tools/`` never import Streamlit, and the trainer process loads
+  nothing of the app;
+* ``serving/`` (the gate, batching, byte-bounded caches) and ``ui/`` (the shared glue) import no page; a page imports
+  no other page;
+* no room holds more than :data:`MAX_MODULES` modules, no source file more than :data:`MAX_LINES` lines, and the
+  module graph has no cycle.
 
 Imports are read with :mod:`ast` (top-level and inside functions alike), so the test needs no import of the
 code it checks.
@@ -23,13 +27,40 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("model", "training", "corpora", "teaching", "reading", "viz", "ui", "app_pages", "benchmarks", "deploy")
-NO_STREAMLIT = ("model", "training", "corpora", "teaching", "reading", "viz", "deploy")
+CORE = {"model", "decoding", "reading", "corpora"}
+#: Every room and the rooms it may import (besides itself): the floors of the house, ground floor first.
+FLOORS: dict[str, set[str]] = {
+    "corpora": set(),
+    "model": set(),
+    "decoding": {"model"},
+    "reading": {"model", "decoding"},
+    "teaching": {"model", "reading"},
+    "viz": set(),
+    "training": CORE,
+    "evaluation": CORE | {"training"},
+    "trainer": CORE | {"training", "evaluation"},
+    "launching": CORE | {"training"},
+    "tools": CORE | {"training", "evaluation", "trainer"},
+    "serving": {"model", "decoding"},
+    "ui": CORE | {"training", "launching", "serving", "viz"},
+    "reading_views": CORE | {"serving", "ui", "viz"},
+    **{f"app_pages.{page}": CORE | {"teaching", "training", "launching", "serving", "ui", "reading_views", "viz"}
+       for page in ("translate", "attention", "decoding", "positional", "tokenization", "lecture", "training")},
+    "app_pages": set(),  # the package face of the pages
+    "deploy": set(),
+    "benchmarks": CORE | {"training", "evaluation", "trainer", "tools", "serving", "ui", "viz", "deploy"},
+    "app": {"serving", "ui"},
+}
+PACKAGES = tuple(sorted({room.split(".")[0] for room in FLOORS} - {"app"}))
+NO_STREAMLIT = ("model", "decoding", "reading", "training", "evaluation", "trainer", "launching", "tools", "corpora",
+                "teaching", "viz", "deploy")
 MAX_LINES = 400
+#: Modules one room may hold (``__init__.py`` aside; ``benchmarks/``' flat scripts and ``tests/`` are no rooms)
+MAX_MODULES = 12
 
 
 def module_name(path: Path) -> str:
-    """``training/loop.py`` → ``training.loop``; ``corpora/__init__.py`` → ``corpora``."""
+    """``trainer/loop.py`` → ``trainer.loop``; ``corpora/__init__.py`` → ``corpora``."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -66,36 +97,65 @@ def top(name: str) -> str:
     return name.split(".")[0]
 
 
+def room_of(name: str) -> str:
+    """``app_pages.attention.views`` → ``app_pages.attention``; ``model.hf.loader`` → ``model``."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "app_pages" and len(parts) > 1 else parts[0]
+
+
 GRAPH = {module_name(f): imports_of(f) for f in source_files()}
 
 
 @pytest.mark.parametrize("package", NO_STREAMLIT)
 def test_core_packages_do_not_import_streamlit(package):
     offenders = sorted(m for m, deps in GRAPH.items() if top(m) == package and any(top(d) == "streamlit" for d in deps))
-    assert not offenders, f"Streamlit imported in {offenders}: only app.py, app_pages/ and ui/ may"
+    assert not offenders, f"Streamlit imported in {offenders}: only app.py and the rooms of the pages may"
 
 
 def test_viz_draws_what_it_is_given():
-    banned = {"torch", "model", "reading", "training", "corpora", "ui", "app_pages", "streamlit"}
-    offenders = {m: sorted(d for d in deps if top(d) in banned) for m, deps in GRAPH.items() if top(m) == "viz"}
+    banned = {"torch", "streamlit"} | set(PACKAGES)
+    offenders = {m: sorted(d for d in deps if top(d) in banned - {"viz"}) for m, deps in GRAPH.items()
+                 if top(m) == "viz"}
     offenders = {m: d for m, d in offenders.items() if d}
     assert not offenders, f"viz/ must not compute with the model: {offenders}"
 
 
-def test_model_is_the_pure_core():
-    banned = {"training", "corpora", "teaching", "reading", "viz", "ui", "app_pages", "streamlit"}
-    offenders = {m: sorted(d for d in deps if top(d) in banned) for m, deps in GRAPH.items() if top(m) == "model"}
-    offenders = {m: d for m, d in offenders.items() if d}
-    assert not offenders, f"model/ imports outer layers: {offenders}"
+def test_every_room_is_on_the_plan():
+    rooms = {room_of(m) for m in GRAPH}
+    assert rooms <= set(FLOORS), f"rooms missing from FLOORS: {sorted(rooms - set(FLOORS))}"
 
 
-def test_reading_reads_the_model_and_nothing_above_it():
-    banned = {"training", "corpora", "viz", "ui", "app_pages", "streamlit"}
-    modules = {m: deps for m, deps in GRAPH.items() if top(m) == "reading"}
-    assert "reading.attribution" in modules and any(top(d) == "model" for d in modules["reading.attribution"])
-    offenders = {m: sorted(d for d in deps if top(d) in banned) for m, deps in modules.items()}
-    offenders = {m: d for m, d in offenders.items() if d}
-    assert not offenders, f"reading/ imports layers above it: {offenders}"
+def test_rooms_import_only_the_rooms_below_them():
+    """A room imports only what :data:`FLOORS` allows: the model imports nothing of ours, a page no other page,
+    the shared glue no page."""
+    offenders = {}
+    for m, deps in GRAPH.items():
+        here = room_of(m)
+        wrong = sorted(d for d in deps if room_of(d) in FLOORS and room_of(d) != here
+                       and room_of(d) not in FLOORS[here])
+        if wrong:
+            offenders[m] = wrong
+    assert not offenders, f"imports that are not on the plan: {offenders}"
+
+
+def test_the_plan_has_no_cycle():
+    assert find_cycle({room: set(allowed) for room, allowed in FLOORS.items()}) is None
+
+
+def test_the_plan_catches_a_page_importing_another():
+    deps = {"app_pages.translate.page": {"app_pages.decoding.lab"}}
+    wrong = [d for m, ds in deps.items() for d in ds if room_of(d) not in FLOORS[room_of(m)]]
+    assert wrong == ["app_pages.decoding.lab"]
+
+
+def test_no_room_holds_too_many_modules():
+    counts: dict[str, int] = {}
+    for f in source_files():
+        if f.name != "__init__.py" and top(module_name(f)) != "benchmarks":
+            folder = str(f.parent.relative_to(ROOT))
+            counts[folder] = counts.get(folder, 0) + 1
+    crowded = {folder: n for folder, n in counts.items() if n > MAX_MODULES}
+    assert not crowded, f"rooms over {MAX_MODULES} modules: {crowded}"
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -149,11 +209,11 @@ def import_closure(start: str) -> set[str]:
 
 
 def test_the_trainer_process_imports_nothing_of_the_app():
-    """``python -m training.train`` runs as a process of its own: it must not load the Training page's launcher
-    (``training.launch``, ``training.form``) or anything of the app, so that the app's code can change without
+    """``python -m trainer.train`` runs as a process of its own: it must not load the Training page's launcher
+    (``launching.launch``, ``launching.form``) or anything of the app, so that the app's code can change without
     touching a run that is training."""
-    closure = import_closure("training.train")
-    assert "training.loop" in closure and "training.state" in closure  # the walk follows the trainer's imports
-    banned = [n for n in closure if n.startswith(("training.launch", "training.form"))
+    closure = import_closure("trainer.train")
+    assert "trainer.loop" in closure and "training.state" in closure  # the walk follows the trainer's imports
+    banned = [n for n in closure if n.startswith(("launching.launch", "launching.form"))
               or top(n) in {"ui", "app_pages", "streamlit", "app"}]
     assert not banned, f"the trainer process imports the app: {sorted(banned)}"

@@ -1,6 +1,7 @@
 """The pure pieces of the Attention page's views: model grid, lines, token bars, head statistics, readable on a
-projector (``viz/attention_views.py``, ``viz/grid.py``), the ``ui/attention_views.py`` helpers (labels, word level,
-export) and ``model.analysis.greedy_with_head_masks``, on synthetic weights and the tiny model of ``conftest.py``.
+projector (``viz/attention_views.py``, ``viz/grid.py``), the ``app_pages/attention/views.py`` helpers (labels, word
+level, export) and ``reading.analysis.greedy_with_head_masks``, on synthetic weights and the tiny model of
+``conftest.py``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from model.analysis import greedy_with_head_masks, head_statistics, sequence_log_probs, word_ids
-from model.decoding import Stepper
+from app_pages.attention import views
+from decoding.stepping import Stepper
+from reading.analysis import greedy_with_head_masks, head_statistics, sequence_log_probs, word_ids
 from reading.trace import trace_pair
-from ui import attention_views as views
 from viz.attention_views import head_stat_heatmap, lines_figure, log_prob_figure, token_bar_figure
 from viz.grid import ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, GRID_SMALLEST, model_grid_altair, model_grid_figure
 

@@ -259,7 +259,7 @@ def test_every_masked_map_of_the_decoder_only_model_has_no_line_through_it(monke
     monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
     at = streamlit_testing.AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.query_params["ckpt"] = "brown-lm"
-    at.switch_page("app_pages/attention.py").run()
+    at.switch_page("app_pages/attention/attention.py").run()
     seen = 0
     for tab in ("Heads", "Summaries"):
         at.session_state["at_tab"] = tab
@@ -280,8 +280,8 @@ def test_every_masked_map_of_the_decoder_only_model_has_no_line_through_it(monke
 def test_the_head_statistics_caption_says_which_rows_each_column_averages():
     """The caption said every number averages every query row, while *previous* leaves out the first row (it has
     no key before it): a *previous* of 0.985 stood beside a *max* of 0.956 and read as an error."""
-    from model.analysis import head_statistics
-    from ui.attention_reading_tabs import stats_caption
+    from app_pages.attention.reading_tabs import stats_caption
+    from reading.analysis import head_statistics
 
     weights = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [1.0, 0, 0], [0, 1.0, 0]])[None, None]  # rows 1, 2: the previous
     stats = head_statistics(weights)

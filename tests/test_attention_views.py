@@ -1,5 +1,5 @@
-"""The Attention page's views, as ``AppTest`` runs of ``app_pages/attention.py`` with the shipped checkpoint: every
-tab, ablation, word level, the URL, Compare. The pure pieces behind them are tested in
+"""The Attention page's views, as ``AppTest`` runs of ``app_pages/attention/attention.py`` with the shipped checkpoint:
+every tab, ablation, word level, the URL, Compare. The pure pieces behind them are tested in
 ``test_attention_figures.py``. As in ``test_app.py``, nothing asserts particular German words: the model in
 ``checkpoints/en-de`` may be replaced.
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.analysis import word_ids
+from reading.analysis import word_ids
 from ui.model_card import opening_layer
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CKPT = ROOT / "checkpoints" / "en-de"
-ATTENTION_PAGE = "app_pages/attention.py"
+ATTENTION_PAGE = "app_pages/attention/attention.py"
 
 
 # --- the page (AppTest) -------------------------------------------------------------------------------------------
@@ -76,8 +76,8 @@ def z_of(trace: dict) -> np.ndarray:
 
 
 def source_pieces(text: str) -> list[str]:
+    from decoding.stepping import prepare_source
     from model.checkpoint import load_checkpoint
-    from model.decoding import prepare_source
     ckpt = load_checkpoint(DEFAULT_CKPT)
     c = ckpt.config
     return prepare_source(ckpt.tokenizer, text, c.max_len, c.eos_id, c.unk_id).tokens

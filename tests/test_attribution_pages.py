@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from test_hf_pages import GPT2, MARIAN, assert_clean, next_step, open_app
 
+from decoding.decoded import decode
+from decoding.stepping import input_limit, prepare_source
 from model.checkpoint import load_checkpoint
-from model.decoded import decode
-from model.decoding import input_limit, prepare_source
 from reading.attribution import attribute_step
 from reading.faithfulness import faithfulness
-from ui import attribution_view, heavy, prefetch
+from reading_views import attribution as attribution_view
+from serving import heavy, prefetch
 from ui.checkpoints import ROOT, checkpoint_version
 from ui.state import new_stepper
 

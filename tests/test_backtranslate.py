@@ -1,5 +1,5 @@
 """Back-translation: a German → English model trained with --reverse, the synthetic pairs python -m
-training.backtranslate makes with it (tagged, continued after a stop), the mixture's share of them, the batched
+tools.backtranslate makes with it (tagged, continued after a stop), the mixture's share of them, the batched
 sampler, and the pages, which explore English → German models only."""
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from train_helpers import TINY, run_main  # noqa: E402
 from corpora import parallel  # noqa: E402
 from corpora.extra import MAX_CHARS  # noqa: E402
 from corpora.files import DataError, Pair, read_tsv  # noqa: E402
-from model.batched import greedy_batch  # noqa: E402
+from decoding.batched import greedy_batch  # noqa: E402
+from decoding.sampling import SamplingError, sample_batch, sampled_translate_texts  # noqa: E402
+from launching.form import mixture_errors  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
-from model.sampling import SamplingError, sample_batch, sampled_translate_texts  # noqa: E402
-from training import backtranslate as bt  # noqa: E402
-from training import train  # noqa: E402
+from tools import backtranslate as bt  # noqa: E402
+from trainer import train  # noqa: E402
 from training.config import build_parser, check_args  # noqa: E402
 from training.data import load_data, reversed_pairs  # noqa: E402
-from training.form import mixture_errors  # noqa: E402
 from training.runs import GERMAN_PROBE_SENTENCES, read_probes  # noqa: E402
 
 GERMAN = ["Das ist gut.", "Wir danken Ihnen.", "Das ist gut.", "Vielen Dank.", "x" * 500, "Die Sitzung ist eröffnet.",
@@ -161,9 +161,9 @@ def test_the_default_tag_is_made_of_pieces_the_shipped_vocabulary_knows():
 
 
 def test_the_mixture_takes_the_backtranslated_pairs_once_made(tmp_path):
-    with pytest.raises(DataError, match="python -m training.backtranslate"):
+    with pytest.raises(DataError, match="python -m tools.backtranslate"):
         parallel.mixture_pairs({"ding": 1, "backtranslated": 1}, tmp_path, tmp_path)
-    assert any("python -m training.backtranslate" in e for e in mixture_errors("ding=1,backtranslated=1", tmp_path))
+    assert any("python -m tools.backtranslate" in e for e in mixture_errors("ding=1,backtranslated=1", tmp_path))
     parallel.write_tsv_gz(parallel.prepared_path("backtranslated", "train", tmp_path),
                           [Pair("#bt It is good.", "Es ist gut."), Pair("#bt We vote.", "Wir stimmen ab.")])
     mix = parallel.mixture_pairs({"backtranslated": 2}, tmp_path, tmp_path)
@@ -199,7 +199,7 @@ def test_the_pages_refuse_a_german_to_english_model_with_a_message(de_en, tmp_pa
 
 
 def test_the_preset_starts_from_the_shipped_translator_and_trains_it_german_first(tmp_path, monkeypatch):
-    from training.form import build_command, preset_form, validate_form
+    from launching.form import build_command, preset_form, validate_form
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path)
     form = preset_form("German → English, for back-translation (GPU minutes, CPU hours)")
@@ -207,7 +207,7 @@ def test_the_preset_starts_from_the_shipped_translator_and_trains_it_german_firs
         parallel.prepared_path(corpus, "train", tmp_path).touch()
     assert validate_form(form) == []
     cmd = build_command(form, "runs/de-en")
-    args = build_parser().parse_args(cmd[cmd.index("training.train") + 1:])
+    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1:])
     check_args(args)
     # its weights, BPE and architecture are the shipped model's (a warm start keeps them); its schedule starts
     # again at step 0, not where the shipped run's ended (a rate of 0)
@@ -217,7 +217,7 @@ def test_the_preset_starts_from_the_shipped_translator_and_trains_it_german_firs
 
 
 def test_the_launch_form_checks_the_direction_against_the_architecture():
-    from training.form import form_defaults, validate_form
+    from launching.form import form_defaults, validate_form
 
     ok = {**form_defaults(), "reverse": True}
     assert validate_form(ok) == []
@@ -231,7 +231,7 @@ def test_the_training_page_shows_the_presets_direction(monkeypatch):
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("app_pages/training.py").run()
+    at.switch_page("app_pages/training/training.py").run()
     assert not at.exception
     preset = "German → English, for back-translation (GPU minutes, CPU hours)"
     at.selectbox(key="tn_form_preset").select(preset).run()

@@ -9,9 +9,9 @@ import pytest
 import torch
 from train_helpers import TINY, run_main
 
+from decoding.batched import greedy_batch
 from model.baseline import TorchBaseline, build_model, load_baseline
-from model.batched import greedy_batch
-from training import train
+from trainer import train
 
 
 def test_forward_shapes_and_padding_do_not_leak(make_config, encode_src, encode_tgt):
@@ -70,8 +70,8 @@ def test_impl_torch_trains_saves_and_resumes(tmp_path):
 
 
 def test_the_explorer_refuses_a_baseline_checkpoint_with_a_message(tmp_path):
+    from launching.launch import LaunchError, export_best
     from model.checkpoint import CheckpointError, load_checkpoint
-    from training.launch import LaunchError, export_best
 
     out = tmp_path / "baseline"
     rc, _, err = run_main(train.main, ["--out", out, "--impl", "torch", "--max-steps", 3, *TINY])

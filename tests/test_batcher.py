@@ -1,5 +1,5 @@
-"""Dynamic batching (ui/batcher.py): requests that arrive together are computed in one call, each waiter gets its own
-value or a clear error, an interrupted waiter costs the others nothing, and no wait is unbounded.
+"""Dynamic batching (serving/batcher.py): requests that arrive together are computed in one call, each waiter gets its
+own value or a clear error, an interrupted waiter costs the others nothing, and no wait is unbounded.
 
 Threads stand in for visitors' script runs. The first batch is held on an event while the others pile up behind
 it, so which requests share a batch never depends on timing (the window is 0); the only clock is the batcher's own
@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from ui.batcher import MAX_BATCH_ENV, WINDOW_ENV, Batcher, BatchFailed  # noqa: E402
-from ui.heavy import MISSING, Gate, TooBusy  # noqa: E402
+from serving.batcher import MAX_BATCH_ENV, WINDOW_ENV, Batcher, BatchFailed  # noqa: E402
+from serving.heavy import MISSING, Gate, TooBusy  # noqa: E402
 
 JOIN_S = 30
 
@@ -191,7 +191,7 @@ def test_no_slot_in_time_is_too_busy_for_every_waiter():
 
 
 def test_the_gate_keeps_what_a_batch_delivers_within_its_byte_budget():
-    from ui.memory import nbytes
+    from serving.memory import nbytes
 
     gate = Gate(budget=2 * nbytes(np.full(100, 0.0)))  # room for two of the values below
     assert gate.lookup("a") is MISSING

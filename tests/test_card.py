@@ -1,11 +1,11 @@
-"""``python -m training.card``: a shipped card carried across one more leg adds up, and bad inputs get a message."""
+"""``python -m tools.card``: a shipped card carried across one more leg adds up, and bad inputs get a message."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from training.card import CardError, add_sets, append_leg, card_pages, leg_rows, main, markdown_rows, read_metrics
+from tools.card import CardError, add_sets, append_leg, card_pages, leg_rows, main, markdown_rows, read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = {"The cat sat on the mat.": "Die Katze saß auf der Matte.", "I am hungry.": "Ich habe Hunger."}
@@ -90,7 +90,7 @@ def test_the_card_counts_the_weights_the_leg_trained_and_says_when_the_model_gre
     # one attention and one norm more; the final norms 2·2·16
     enc, dec = 1088 + 1072 + 64, 2 * 1088 + 1072 + 96
     assert small["parameters"] == 1600 + 2 * enc + 2 * dec + 64 and "architecture_changes" not in small
-    _model(run, layers=4)  # the leg trained a grown copy: python -m training.grow
+    _model(run, layers=4)  # the leg trained a grown copy: python -m tools.grow
     grown = append_leg(small, run, 9, "leg 8", VALID, _report("greedy"), _report("beam"), "the grown model")
     assert grown["parameters"] == small["parameters"] + 2 * enc + 2 * dec
     assert grown["architecture_changes"] == [{"leg": 9, "parameters": [small["parameters"], grown["parameters"]],

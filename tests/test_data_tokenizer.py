@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, models
 
 from corpora.ding import clean_text, extract_pairs, is_clean, is_sentence, parse_ding_line, split_dataset, split_of
 from corpora.files import DataError, Pair, dataset_path, read_tsv, split_key, write_tsv_gz
-from model.decoding import MAX_INPUT_CHARS, InputError, prepare_source
+from decoding.stepping import MAX_INPUT_CHARS, InputError, prepare_source
 from model.tokenizer import SPECIAL_TOKENS, TextTokenizer
 
 DING_LINES = """# Version :: devel 2023-01-30

@@ -1,4 +1,4 @@
-"""Data-parallel training through the ordinary trainer: ``torchrun --nproc-per-node 2 -m training.train`` on CPU
+"""Data-parallel training through the ordinary trainer: ``torchrun --nproc-per-node 2 -m trainer.train`` on CPU
 (gloo). The runs are real two-process launches of a tiny model; the helpers are tested as pure functions."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from model.baseline import build_model
 from model.checkpoint import load_checkpoint
-from training import train
+from trainer import train
 from training.batches import EpochPlan, collate, encode_pairs, loss_fn
 from training.config import parse_config
 from training.data import load_data
@@ -40,7 +40,7 @@ TIMEOUT = 120  # seconds for one launch; a hang in an all-reduce fails the test 
 def torchrun_cmd(out: Path, *args) -> list[str]:
     """Two CPU processes of the training CLI; ``--standalone`` lets torchrun pick a free rendezvous port."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "-m", "training.train", "--out", str(out), *map(str, args)]
+            "-m", "trainer.train", "--out", str(out), *map(str, args)]
 
 
 def env() -> dict:

@@ -1,4 +1,4 @@
-"""The batched first decodings (model/decoded_batch.py) against the solo Stepper the pages ran before them.
+"""The batched first decodings (decoding/decoded_batch.py) against the solo Stepper the pages ran before them.
 
 Sentences of very different lengths share a batch, so the short ones are padded to the long one's length: each
 decoding must still be exactly the solo one's tokens and records (the attention over its own source only, the
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import decoded_batch
+from decoding import decoded_batch
+from decoding.decoded import Decoding, decode
+from decoding.decoded_batch import checkpoint_decodings, greedy_decodings
+from decoding.stepping import Stepper, input_limit, prepare_source
 from model.checkpoint import load_checkpoint
-from model.decoded import Decoding, decode
-from model.decoded_batch import checkpoint_decodings, greedy_decodings
-from model.decoding import Stepper, input_limit, prepare_source
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "checkpoints" / "en-de"

@@ -33,7 +33,7 @@ def open_page(monkeypatch, lm_root, page: str) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.query_params["ckpt"] = "tiny-lm"
     at.run()
-    at.switch_page(f"app_pages/{page}.py").run()
+    at.switch_page(f"app_pages/{page}/{page}.py").run()
     assert not at.exception, at.exception[0].message
     return at
 
@@ -76,7 +76,7 @@ def test_a_language_model_gets_prompts_to_continue(monkeypatch, lm_root, page, p
 def test_a_prompt_at_the_length_limit_still_leaves_room_to_continue(monkeypatch, lm_root):
     """A translator's encoder reads max_len tokens; a decoder-only prompt is cut shorter, because prompt and
     continuation share the positions (a full-length prompt gave 'Step 0 of 0' with a dead Next button)."""
-    from model.decoding import MIN_CONTINUATION, input_limit
+    from decoding.stepping import MIN_CONTINUATION, input_limit
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(lm_root))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)

@@ -66,8 +66,8 @@ def test_the_candidate_list_follows_the_step_and_preselects_its_runner_up():
 
 def test_a_label_left_from_the_step_before_forces_the_token_it_names_never_a_traceback(browser_sends):
     """Next, Next, Next, then "Force this token" with the box still showing step 2's label."""
+    from app_pages.decoding import lab
     from model.checkpoint import load_checkpoint
-    from ui import decoding_lab as lab
 
     at = step_to(page(text=SENTENCE), 2)
     stale = force_box(at).options[force_box(at).index]  # e.g. "▁lern  (p = 0.039)": step 2's runner-up
@@ -97,7 +97,7 @@ def test_a_long_unknown_piece_is_echoed_cut_short():
 
 
 def test_a_choice_is_read_without_ever_raising(tokenizer):
-    from ui import decoding_lab as lab
+    from app_pages.decoding import lab
 
     some = tokenizer.id_to_token(5)
     assert lab.chosen_token(tokenizer, 5) == 5

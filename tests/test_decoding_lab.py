@@ -1,5 +1,5 @@
 """The decoding lab's pieces without Streamlit: its figure builders (``viz.decoding``, ``viz.kv_cache``: the
-sampling pipeline, the beam tree, the KV cache) and its state (``ui.decoding_lab``: replayable runs, forcing, the
+sampling pipeline, the beam tree, the KV cache) and its state (``app_pages.decoding.lab``: replayable runs, forcing, the
 link's settings, step views, the cache comparison), on the tiny model of ``conftest.py``."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.beam import beam_search
-from model.decoding import Stepper
-from model.sampling import Chooser, Pipeline, SamplingConfig, choose_next
-from ui import decoding_lab as lab
+from app_pages.decoding import lab
+from decoding.beam import beam_search
+from decoding.decoded import StepView
+from decoding.sampling import Chooser, Pipeline, SamplingConfig, choose_next
+from decoding.stepping import Stepper
 from viz.decoding import ACCENT, GREY, beam_tree_figure, pipeline_figure
 from viz.kv_cache import cache_bytes, kv_cache_figure
 
@@ -123,7 +124,7 @@ def test_cache_bytes_formula_equals_the_stepper_cache(make_model, encode_src, ar
     assert cache_bytes(cfg, prompt + 5, len(src), bytes_per_value=2)["total"] == expected["total"] // 2
 
 
-# --- ui.decoding_lab: replayable runs, forcing, URL parsing, cache comparison -------------------------------
+# --- app_pages.decoding.lab: replayable runs, forcing, URL parsing, cache comparison -------------------------------
 def test_a_lab_decoding_replays_the_cli_sampling_and_is_frozen(make_model, encode_src):
     model = make_model()
     src = encode_src("She reads a book.")
@@ -131,7 +132,7 @@ def test_a_lab_decoding_replays_the_cli_sampling_and_is_frozen(make_model, encod
     reference = Stepper(model, src, max_new_tokens=12)
     reference.run_to_end(Chooser(cfg))
     run = lab.lab_decoding(model, src, cfg, max_new_tokens=12)
-    assert run.tokens_and_probs()[0] == reference.generated  # same seed, same tokens as model.translate
+    assert run.tokens_and_probs()[0] == reference.generated  # same seed, same tokens as decoding.translate
     again = lab.lab_decoding(model, src, cfg, max_new_tokens=12)  # a pure function of its arguments
     assert again.generated == run.generated
     assert all(torch.equal(a.final, b.final) for a, b in zip(again.pipelines, run.pipelines, strict=True))
@@ -150,7 +151,7 @@ def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, enc
     forced = lab.forced_after({5: 9}, 2, 77)  # forcing at step 2 drops the later forced step 5
     assert forced == {2: 77}
     run = lab.lab_decoding(model, src, SamplingConfig("greedy"), forced, max_new_tokens=8)
-    view = lab.StepView.of(run, 4)
+    view = StepView.of(run, 4)
     assert view.generated[:2] == (before.generated[0], 77) and view.forced_at(2) and not view.forced_at(1)
     assert run.forced_map == {2: 77} and run.forced == ((2, 77),)
     assert run.pipelines[1].token_id == 77 and run.suggested[1] == before.generated[1]
@@ -185,7 +186,7 @@ def test_a_step_view_is_the_run_as_it_stood_at_that_step(make_model, encode_src)
         stepper, chooser = Stepper(model, src, max_new_tokens=8), Chooser(cfg)
         for step in range(1, k + 1):
             stepper.step(lambda lp, step=step, chooser=chooser: chooser(lp) if step != 2 else (chooser(lp), 77)[1])
-        view = lab.StepView.of(full, k)
+        view = StepView.of(full, k)
         assert view.generated == tuple(stepper.generated) and view.step == k
         assert view.finished == stepper.finished
         assert view.cache_positions == stepper.cache.positions
@@ -201,10 +202,10 @@ def test_two_sessions_step_one_shared_decoding_independently(make_model, encode_
     src = encode_src("The house is big.")
     shared = lab.lab_decoding(model, src, SamplingConfig("greedy"), max_new_tokens=8)
     tokens, records = shared.generated, shared.records
-    alice, bob = lab.StepView.of(shared, 1), lab.StepView.of(shared, shared.n_steps)
+    alice, bob = StepView.of(shared, 1), StepView.of(shared, shared.n_steps)
     for step in range(shared.n_steps, -1, -1):  # Bob steps back while Alice steps forward
-        bob = lab.StepView.of(shared, step)
-        alice = lab.StepView.of(shared, min(alice.step + 1, shared.n_steps))
+        bob = StepView.of(shared, step)
+        alice = StepView.of(shared, min(alice.step + 1, shared.n_steps))
         assert bob.generated == tokens[:step] and alice.generated == tokens[:alice.step]
     assert shared.generated == tokens and shared.records == records and shared.n_steps == len(tokens)
     assert not any(hasattr(shared, name) for name in ("step", "back", "goto", "reset", "set_forced"))

@@ -1,4 +1,4 @@
-"""The decoding lab's page (``app_pages/decoding.py``) driven by ``AppTest``; its figure builders and its
+"""The decoding lab's page (``app_pages/decoding/decoding.py``) driven by ``AppTest``; its figure builders and its
 Streamlit-free state are tested in ``test_decoding_lab.py``.
 
 The page is run through a small wrapper script that sets the checkpoint path the way ``app.py`` does and then
@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 import torch
 
-from model.beam import beam_search
-from model.loops import LOOP_TIMES, find_loop
+from app_pages.decoding import lab
+from decoding.beam import beam_search
+from decoding.loops import LOOP_TIMES, find_loop
 from model.tokenizer import TextTokenizer
-from ui import decoding_lab as lab
 from viz.attention import display_token
 
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "app_pages" / "decoding.py"
+PAGE = ROOT / "app_pages" / "decoding" / "decoding.py"
 CKPT = ROOT / "checkpoints" / "en-de"
 TIMEOUT = 60
 
@@ -83,7 +83,7 @@ def shown(at, folder: Path = CKPT):
     """What the page shows, computed afresh here from the page's own state (its sentence, rule and forced tokens):
     the greedy or sampled decoding, or for beam search ``(result, states)``. The page keeps no decoding in the
     session; equal inputs give equal decodings."""
-    from model.beam import beam_states
+    from decoding.beam import beam_states
     from model.checkpoint import load_checkpoint
     from model.hf.generation import decoding_cap
 

@@ -3,7 +3,7 @@ a short bar's value readable, a wide beam's newest labels apart, tables in one n
 a decoder-only model that speaks of no cross-attention and suggests its own kind of token, probability bars as long
 as their probabilities, and an output box that says what will happen before the first step.
 
-Figure- and table-level checks (fast), then ``AppTest`` runs of ``app_pages/decoding.py`` with the shipped
+Figure- and table-level checks (fast), then ``AppTest`` runs of ``app_pages/decoding/decoding.py`` with the shipped
 checkpoints. Nothing asserts particular words: the models may be replaced.
 """
 
@@ -18,15 +18,15 @@ import pyarrow as pa
 import pytest
 import torch
 
-from model.sampling import SamplingConfig, choose_next
-from ui import decoding_lab as lab
-from ui.decoding_views import DECIMALS, table_parts
+from app_pages.decoding import lab
+from app_pages.decoding.views import DECIMALS, table_parts
+from decoding.sampling import SamplingConfig, choose_next
 from ui.widgets import BEFORE_FIRST_STEP, output_html
 from viz.decoding import BEAM_PLOT_PX, beam_tree_figure, pipeline_figure, top_tokens_html
 from viz.theme import DARK_TEXT, WHITE
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "app_pages" / "decoding.py"
+PAGE = ROOT / "app_pages" / "decoding" / "decoding.py"
 EN_DE = ROOT / "checkpoints" / "en-de"
 BROWN = ROOT / "checkpoints" / "brown-lm"
 TIMEOUT = 90

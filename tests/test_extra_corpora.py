@@ -21,7 +21,7 @@ from corpora.parallel import (
     prepared_corpora,
     prepared_path,
 )
-from training.suite import available_sets, markdown, piece_stats, repeat_check
+from evaluation.suite import available_sets, markdown, piece_stats, repeat_check
 
 FLORES_EN = "Scientists announced a new diabetes test on Monday."
 
@@ -129,10 +129,10 @@ def test_a_mixture_weighs_each_general_domain_file_by_its_stem(shared):
         parse_repeats("europarl=1")
 
 
-# --- training.suite --------------------------------------------------------------------------------------------
+# --- evaluation.suite --------------------------------------------------------------------------------------------
 def test_the_suite_scores_flores_and_checks_every_set_for_repeated_words(shared, make_model, tokenizer, tmp_path):
+    from evaluation import evaluate
     from model.checkpoint import save_checkpoint
-    from training import evaluate
 
     sets, missing = available_sets(shared["out"], shared["shared"])
     flores = next(s for s in sets if s.name == "flores200-devtest")
@@ -180,8 +180,8 @@ def test_piece_stats_counts_pieces_per_word_split_words_and_unknown_pieces(token
 
 
 def test_the_pieces_command_prints_its_table_without_translating(shared, make_model, tokenizer, tmp_path, capsys):
+    from evaluation import evaluate
     from model.checkpoint import save_checkpoint
-    from training import evaluate
 
     ckpt = save_checkpoint(tmp_path / "tiny", make_model(), tokenizer, {"step": 1})
     assert evaluate.main(["--checkpoint", str(ckpt), "--pieces", "--prepared", str(shared["out"]), "--shared",
@@ -194,8 +194,8 @@ def test_the_pieces_command_prints_its_table_without_translating(shared, make_mo
 # --- the domain-adaptation preset ------------------------------------------------------------------------------
 def test_the_adaptation_preset_continues_the_shipped_model_on_the_mixture_and_the_new_pairs(tmp_path, monkeypatch):
     from corpora import parallel
+    from launching.form import build_command, preset_form, validate_form
     from training.config import build_parser, check_args
-    from training.form import build_command, preset_form, validate_form
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path)
     form = preset_form("adapt the shipped translator to news and Wikipedia (hours)")
@@ -204,7 +204,7 @@ def test_the_adaptation_preset_continues_the_shipped_model_on_the_mixture_and_th
         prepared_path(corpus, "train", tmp_path).touch()
     assert validate_form(form) == []
     cmd = build_command(form, "runs/x")
-    args = build_parser().parse_args(cmd[cmd.index("training.train") + 1:])
+    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1:])
     check_args(args)
     shares = parse_repeats(args.mix, {})
     assert args.init_from == "checkpoints/en-de" and shares["multi30k"] == 4 and shares["wmt-news-extra"] == 2

@@ -1,4 +1,4 @@
-"""Far from what the model has seen: the share of words cut into pieces (model.familiarity), the suite's measure of
+"""Far from what the model has seen: the share of words cut into pieces (reading.familiarity), the suite's measure of
 it, the Translate page's warning, and the lecture presets the shipped models get right."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model.batched import translate_texts  # noqa: E402
+from decoding.batched import translate_texts  # noqa: E402
+from evaluation.suite import far_scores, markdown, piece_stats  # noqa: E402
 from model.checkpoint import load_checkpoint  # noqa: E402
-from model.familiarity import FAR_MIN_SPLIT, familiarity, word_pieces  # noqa: E402
-from training.suite import far_scores, markdown, piece_stats  # noqa: E402
+from reading.familiarity import FAR_MIN_SPLIT, familiarity, word_pieces  # noqa: E402
 from ui.state import HARD_PRESETS, LM_PRESETS, PRESETS, preset_label  # noqa: E402
 
 #: Far from the shipped translator's training text: five of its seven words are cut into pieces.

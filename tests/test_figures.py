@@ -1,4 +1,4 @@
-"""Figures built once per process and shared (ui/figures.py): equal arguments share one figure, any difference
+"""Figures built once per process and shared (serving/figures.py): equal arguments share one figure, any difference
 builds another, and drawing a shared figure (also enlarged for presentation mode) never changes it."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import torch
 
 pytest.importorskip("streamlit")
 
-from ui import figures, presentation  # noqa: E402
+from serving import figures
+from ui import presentation  # noqa: E402
 from viz.attention import attention_heatmap  # noqa: E402
 
 

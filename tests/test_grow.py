@@ -1,4 +1,4 @@
-"""Growing a trained model deeper (training/grow.py): the deeper copy computes exactly what the original did, its
+"""Growing a trained model deeper (tools/grow.py): the deeper copy computes exactly what the original did, its
 new layers can learn, and bad requests get a clear error."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from training.grow import grow_depth, layer_sources, main
+from tools.grow import grow_depth, layer_sources, main
 
 SRC = torch.tensor([[5, 9, 14, 20, 2], [7, 8, 2, 0, 0]])
 TGT = torch.tensor([[1, 30, 31, 32], [1, 40, 0, 0]])

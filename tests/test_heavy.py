@@ -1,4 +1,4 @@
-"""The gate for heavy work (ui/heavy.py): bounded, first come first served, computed once, shared, never a hang.
+"""The gate for heavy work (serving/heavy.py): bounded, first come first served, computed once, shared, never a hang.
 
 Threads stand in for visitors' script runs. Every wait is released by an event the test sets, never by timing,
 except the gate's own ``max_wait_s`` (set far below the test's own timeouts).
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from ui.heavy import Gate, TooBusy  # noqa: E402
+from serving.heavy import Gate, TooBusy  # noqa: E402
 
 JOIN_S = 30
 
@@ -131,7 +131,7 @@ def test_a_visitor_who_leaves_the_line_frees_the_place_and_a_failure_is_not_cach
 
 PAGE = """
 import streamlit as st
-from ui.heavy import Gate, shared
+from serving.heavy import Gate, shared
 gate = st.session_state.setdefault("gate", Gate(slots=1, max_wait_s=0.6))
 value = shared("sentence", lambda: "Der Satz.", "the decoding", gate=gate)
 st.write("value:", value)
@@ -158,7 +158,7 @@ def test_a_page_shows_a_clear_message_when_the_server_is_too_busy():
 def test_a_server_process_gives_torch_the_threads_it_is_told(monkeypatch):
     import torch
 
-    from ui.heavy import THREADS_ENV, configure_torch
+    from serving.heavy import THREADS_ENV, configure_torch
 
     before = torch.get_num_threads()
     try:

@@ -1,4 +1,4 @@
-"""The gate for heavy work (ui/heavy.py) survives every interruption and never waits without a limit.
+"""The gate for heavy work (serving/heavy.py) survives every interruption and never waits without a limit.
 
 A visitor's click makes Streamlit raise its rerun (or stop) exception inside whatever Streamlit call the visitor's
 script run is in: for the gate, inside ``notify`` (it draws the waiting line) or inside ``compute``. Whatever the
@@ -16,7 +16,7 @@ pytest.importorskip("streamlit")
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException  # noqa: E402
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData  # noqa: E402
 
-from ui.heavy import Gate, TooBusy  # noqa: E402
+from serving.heavy import Gate, TooBusy  # noqa: E402
 
 JOIN_S = 30
 INTERRUPTIONS = [lambda: RerunException(RerunData()), lambda: StopException()]

@@ -23,14 +23,14 @@ transformers = pytest.importorskip("transformers")  # a dev dependency: the refe
 
 from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: E402
 
-from model.batched import greedy_batch  # noqa: E402
-from model.beam import beam_search  # noqa: E402
+from decoding.batched import greedy_batch  # noqa: E402
+from decoding.beam import beam_search  # noqa: E402
+from decoding.sampling import Chooser, SamplingConfig  # noqa: E402
+from decoding.stepping import Stepper  # noqa: E402
 from model.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
-from model.decoding import Stepper  # noqa: E402
 from model.hf.config import hf_to_model_config  # noqa: E402
 from model.hf.loader import is_hf_model_dir, load_hf_model  # noqa: E402
 from model.positional import sinusoidal_table  # noqa: E402
-from model.sampling import Chooser, SamplingConfig  # noqa: E402
 
 ATOL = 1e-5
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,13 +22,15 @@ from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model, write_ti
 from test_hf_equivalence import PROMPTS, SOURCES, _padded, _until, _varied_stop_token  # noqa: E402
 from test_hf_pages import assert_clean, open_app  # noqa: E402
 
-from model.beam import beam_search  # noqa: E402
+from app_pages.decoding import lab  # noqa: E402
+from decoding.beam import beam_search  # noqa: E402
+from decoding.stepping import Stepper, input_limit, prepare_source
 from model.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source  # noqa: E402
+from model.config import default_max_new_tokens  # noqa: E402
 from model.hf.generation import GenerationDefaults, decoding_cap  # noqa: E402
 from model.hf.loader import load_hf_model, read_generation  # noqa: E402
-from ui import decoding_lab as lab  # noqa: E402
-from ui import heavy, state  # noqa: E402
+from serving import heavy
+from ui import state  # noqa: E402
 
 #: What an opus-mt download's generation_config.json says (its ids those of the tiny model), with a small cap so
 #: that the cap binds, and the length penalty and stopping rule at which generate's beam search is ours.

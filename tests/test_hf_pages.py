@@ -25,6 +25,9 @@ from hf_fixtures import GPT2, MARIAN  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from test_attention_views import charts, z_of  # noqa: E402
 
+from app_pages.attention import views  # noqa: E402
+from app_pages.decoding import lab  # noqa: E402
+from decoding.stepping import Stepper, input_limit, prepare_source
 from model.checkpoint import (  # noqa: E402
     CheckpointError,
     checkpoint_arch,
@@ -32,13 +35,14 @@ from model.checkpoint import (  # noqa: E402
     list_checkpoints,
     load_checkpoint,  # noqa: E402
 )
-from model.config import ModelConfig  # noqa: E402
-from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source  # noqa: E402
+from model.config import (
+    ModelConfig,  # noqa: E402
+    default_max_new_tokens,  # noqa: E402
+)
 from model.positional import sinusoidal_table  # noqa: E402
-from training.card import parameters as card_parameters  # noqa: E402
-from ui import attention_views as views  # noqa: E402
-from ui import decoding_lab as lab  # noqa: E402
+from tools.card import parameters as card_parameters  # noqa: E402
 from ui import pieces  # noqa: E402
+from ui.limits import DEMO_SWEEP_BUDGET  # noqa: E402
 from ui.state import PRESETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +62,7 @@ def open_app(monkeypatch, root: Path, name: str, page: str | None = None, **quer
         at.query_params[key] = value
     at.run()
     if page:
-        at.switch_page(f"app_pages/{page}.py").run()
+        at.switch_page(f"app_pages/{page}/{page}.py").run()
     assert not at.exception, at.exception[0].message
     return at
 
@@ -195,7 +199,7 @@ def test_a_big_model_sweeps_one_layer_and_says_so(monkeypatch, hf_root):
     plan = views.sweep_plan({"encoder": 6, "decoder": 6, "cross": 6}, 8, 74_000_000, 40, "cross", 5)
     assert plan.scope == "layer" and plan.layers == {"cross": (5,)} and plan.scorings == 8
     assert "144 heads" in plan.note and "too slow" in plan.note and "layer 6" in plan.note
-    demo = views.sweep_plan({"self": 12}, 12, 124_000_000, 200, "self", 0, views.DEMO_SWEEP_BUDGET)
+    demo = views.sweep_plan({"self": 12}, 12, 124_000_000, 200, "self", 0, DEMO_SWEEP_BUDGET)
     assert demo.scope == "none" and not demo.layers and "shorter" in demo.note
     # The shipped translator sweeps every head of a ten-word sentence; in the hosted demo, whose visitors share the
     # CPU, the heads of the kind shown, and it says so.
@@ -204,7 +208,7 @@ def test_a_big_model_sweeps_one_layer_and_says_so(monkeypatch, hf_root):
     # (a ten-word sentence is ~26 positions with its 16k vocabulary: 12 source pieces with <eos>, 14 target ones)
     shipped = views.sweep_plan(cfg.attention_layers(), cfg.n_heads, n_parameters, 26, "cross", 0)
     assert shipped.scope == "all" and shipped.note is None
-    demo = views.sweep_plan(cfg.attention_layers(), cfg.n_heads, n_parameters, 26, "cross", 0, views.DEMO_SWEEP_BUDGET)
+    demo = views.sweep_plan(cfg.attention_layers(), cfg.n_heads, n_parameters, 26, "cross", 0, DEMO_SWEEP_BUDGET)
     assert demo.scope == "kind" and f"the {cfg.n_heads * cfg.n_decoder_layers} heads of the kind shown" in demo.note
     # The page with a budget the tiny model's full sweep exceeds: it says so, and sweeps the layer shown.
     ckpt = load_checkpoint(hf_root.path / MARIAN)
@@ -212,7 +216,7 @@ def test_a_big_model_sweeps_one_layer_and_says_so(monkeypatch, hf_root):
     stepper = Stepper(ckpt.model, src.ids, max_new_tokens=default_max_new_tokens(ckpt.config, len(src.ids)))
     stepper.run_to_end()
     per_scoring = ckpt.model.num_parameters() * (len(src.ids) + len(stepper.tokens))  # as the page counts
-    monkeypatch.setattr(views, "SWEEP_BUDGET", per_scoring * 6.5)  # one layer (4 heads + 1), not one kind (8 + 1)
+    monkeypatch.setattr("ui.limits.SWEEP_BUDGET", per_scoring * 6.5)  # one layer (4 heads + 1), not one kind (8 + 1)
     at = open_app(monkeypatch, hf_root.path, MARIAN, "attention", tab="Ablation", kind="decoder", layer="2")
     assert_clean(at)
     assert any("too slow here" in i.value for i in at.info)
@@ -315,8 +319,8 @@ def test_the_trainer_refuses_a_hugging_face_folder(monkeypatch, hf_root, tmp_pat
     from argparse import Namespace
 
     from corpora.files import DataError
-    from training import form
-    from training.average import average_checkpoints
+    from launching import form
+    from tools.average import average_checkpoints
     from training.checkpoints import hf_refusal, warm_start
 
     folder = hf_root.path / MARIAN

@@ -16,7 +16,7 @@ import warnings
 import pytest
 from hf_fixtures import TOKENIZER_LINES, write_tiny_gpt2_tokenizer, write_tiny_marian_tokenizer
 
-from model.decoding import prepare_source
+from decoding.stepping import prepare_source
 from model.hf.tokenizers import (
     BYTE_TO_CHAR,
     GPT2TextTokenizer,

@@ -111,7 +111,7 @@ def test_a_sentence_from_the_link_reaches_no_page_as_markup(page, query, monkeyp
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     for key, value in query.items():
         at.query_params[key] = value
-    at.switch_page(f"app_pages/{page}.py")
+    at.switch_page(f"app_pages/{page}/{page}.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     drawn = html_drawn(at)
@@ -138,7 +138,7 @@ def test_a_run_or_checkpoint_folder_name_reaches_no_page_as_markup(tmp_path, mon
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(extra))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.query_params["present"], at.query_params["ckpt"] = "1", name
-    at.switch_page("app_pages/training.py")
+    at.switch_page("app_pages/training/training.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     drawn = html_drawn(at)

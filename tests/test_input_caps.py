@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from ui import heavy  # noqa: E402
+from serving import heavy  # noqa: E402
 from ui.limits import DEMO_MAX_CHARS, DEMO_TRAIN_TEXT_CHARS, TRAIN_TEXT_CHARS, UPLOAD_MB, limits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TOKENIZATION = ROOT / "app_pages" / "tokenization.py"
+TOKENIZATION = ROOT / "app_pages" / "tokenization" / "tokenization.py"
 needs_ckpt = pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(),
                                 reason="checkpoints/en-de is missing")
 
@@ -31,7 +31,7 @@ def open_page(page: str, query: dict[str, str] | None = None) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     for key, value in (query or {}).items():
         at.query_params[key] = value
-    at.switch_page(f"app_pages/{page}.py")
+    at.switch_page(f"app_pages/{page}/{page}.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at

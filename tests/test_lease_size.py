@@ -1,4 +1,4 @@
-"""training.lease_size: what a call to a lent machine would send, measured before it is refused."""
+"""tools.lease_size: what a call to a lent machine would send, measured before it is refused."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from training import lease_size
+from tools import lease_size
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from model.decoded import decode
-from model.decoding import Stepper
-from model.sampling import SamplingConfig
+from app_pages.decoding import lab
+from decoding.decoded import decode
+from decoding.sampling import SamplingConfig
+from decoding.stepping import Stepper
 from reading.lens import TOP_K, Lens, final_norm_applies, logit_lens
-from ui import decoding_lab as lab
 from viz.lens import lens_figure, lens_table_html, lens_table_svg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,8 +155,8 @@ def test_the_shipped_models_last_layer_is_their_output(name, text):
     folder = ROOT / "checkpoints" / name
     if not (folder / "model.safetensors").is_file():
         pytest.skip(f"checkpoints/{name} is missing")
+    from decoding.stepping import input_limit, prepare_source
     from model.checkpoint import load_checkpoint
-    from model.decoding import input_limit, prepare_source
 
     ckpt = load_checkpoint(folder)
     cfg = ckpt.config

@@ -18,8 +18,8 @@ from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: 
 from test_hf_equivalence import PROMPTS, SOURCES, load_folder  # noqa: E402
 from test_lens import assert_last_layer_is_the_output, distribution  # noqa: E402
 
-from model.decoded import decode  # noqa: E402
-from model.decoding import Stepper  # noqa: E402
+from decoding.decoded import decode  # noqa: E402
+from decoding.stepping import Stepper  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,12 @@ import pytest
 from test_attention_views import charts, z_of
 from test_hf_pages import GPT2, MARIAN, assert_clean, next_step, open_app
 
+from decoding.decoded import decode
+from decoding.stepping import input_limit, prepare_source
 from model.checkpoint import load_checkpoint
-from model.decoded import decode
-from model.decoding import input_limit, prepare_source
 from reading.lens import logit_lens
-from ui import heavy, lens_view
+from reading_views import lens as lens_view
+from serving import heavy
 from ui.checkpoints import ROOT
 from ui.state import new_stepper
 

@@ -1,5 +1,5 @@
 """The Worked examples page's live numbers: one head of a loaded model, step by step (``teaching/live.py``,
-``ui/lecture_live.py``).
+``app_pages/lecture/live.py``).
 
 The head's weights must be the model's own, equal to the traced forward pass that the Attention page draws (≤ 1e-6),
 for every attention kind, pre-LN and post-LN, every position scheme, the shipped models and Hugging Face folders;
@@ -184,7 +184,7 @@ def open_lecture(monkeypatch, checkpoints: Path | None = None, **query: str):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     for key, value in query.items():
         at.query_params[key] = value
-    at.switch_page("app_pages/lecture.py").run()
+    at.switch_page("app_pages/lecture/lecture.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

@@ -210,7 +210,7 @@ def test_a_double_click_counts_both_clicks_or_is_merged_and_leaves_no_slot_busy(
     import urllib.request
 
     from benchmarks.load_client import Visitor
-    from ui.metrics import read
+    from serving.metrics import read
 
     async def visit():
         visitor = Visitor(server, 120)

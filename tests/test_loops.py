@@ -1,4 +1,4 @@
-"""model.loops: a word or short phrase written three times or more in a row is found and named, twice is not (it is
+"""decoding.loops: a word or short phrase written three times or more in a row is found and named, twice is not (it is
 often the language), and the Translate page says why greedy decoding loops when it does."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from model.batched import greedy_batch
-from model.loops import LOOP_TIMES, find_loop, longest_repeat, loop_completions, words
+from decoding.batched import greedy_batch
+from decoding.loops import LOOP_TIMES, find_loop, longest_repeat, loop_completions, words
 
 ROOT = Path(__file__).resolve().parent.parent
 

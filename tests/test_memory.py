@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from model.decoded import decode
-from model.decoding import TOP_KEPT, Stepper
-from model.sampling import SamplingConfig
-from ui import figures, memory
-from ui.decoding_lab import lab_decoding
-from ui.heavy import Gate
-from ui.memory import ByteLRU, nbytes
+from app_pages.decoding.lab import lab_decoding
+from decoding.decoded import decode
+from decoding.sampling import SamplingConfig
+from decoding.stepping import TOP_KEPT, Stepper
+from serving import figures, memory
+from serving.heavy import Gate
+from serving.memory import ByteLRU, nbytes
 
 MB = 2**20
 
@@ -131,7 +131,7 @@ def test_freed_memory_is_handed_back_where_the_allocator_can():
 def test_the_gate_stats_on_the_metrics_endpoint_read_back(monkeypatch):
     from streamlit.runtime.stats import GaugeStat
 
-    from ui import heavy, metrics
+    from serving import heavy, metrics
 
     gate = Gate(slots=2, budget=MB)
     gate.run("k", lambda: np.zeros(1000))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ui import memory_probe
+from serving import memory_probe
 
 
 def test_the_probe_is_off_without_its_switch(monkeypatch):

@@ -49,7 +49,7 @@ def test_the_pages_write_the_projections_as_the_paper_does():
 def test_the_worked_example_shows_x_as_large_as_its_steps():
     """The layer-norm example's X was only in the data editor, whose numbers are small and, stretched over the page,
     far right of their row names; the class reads the steps' numbers in 15 px cells."""
-    at = _app("app_pages/lecture.py")
+    at = _app("app_pages/lecture/lecture.py")
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     titles = [c["layout"]["title"]["text"] for c in charts]
     x = next(c for c, t in zip(charts, titles, strict=True) if t.startswith("X"))
@@ -77,13 +77,13 @@ def test_the_runs_table_wraps_instead_of_cutting_off_its_columns(tmp_path, monke
     """At 1280 px the runs table's data grid cut off its last columns (started, updated) behind a scroll bar."""
     from streamlit.testing.v1 import AppTest
 
-    from training import launch as L
+    from launching import launch as L
     from training import runs as R
 
     _fake_run(tmp_path, "a-run-with-a-rather-long-name")
     monkeypatch.setenv(R.RUNS_ENV, str(tmp_path))
     monkeypatch.delenv(L.DEMO_ENV, raising=False)
-    at = AppTest.from_file(str(ROOT / "app_pages" / "training.py"), default_timeout=90)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "training" / "training.py"), default_timeout=90)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     (runs,) = [t for t in at.table if "started" in t.value.columns]

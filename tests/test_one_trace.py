@@ -16,8 +16,8 @@ import reference_views as ref
 import torch
 from test_qk import CONFIGS
 
-from model.decoded import decode
-from model.decoding import Stepper
+from decoding.decoded import decode
+from decoding.stepping import Stepper
 from reading.attention_scores import read_attention
 from reading.lens import logit_lens
 from reading.patching import read_outputs

@@ -1,11 +1,12 @@
 """Every session-state key and link parameter the pages use is declared once, in ``ui/page_state.py``.
 
-The source of the app (``app.py``, ``app_pages/``, ``ui/``) is read as Python (AST): every string used as a key of
-``st.session_state`` (subscript, ``get``/``pop``/``setdefault``, ``in``), as a widget's or element's ``key=``, or
-given to ``url.init_widget``, and every link parameter read (``url.*_param(params, NAME, …)``, ``st.query_params``)
-or written (``url.put``/``put_text``), must belong to a declared field. Keys built per index (``f"hm_{kind}"``) must
-start with a declared family's stem. Keys held in names (``TRANSLATE.step.key``) come from the declarations
-themselves; the AppTest runs below check those at run time: every key in a page's session after a visit is declared.
+The source of the app (``app.py``, ``app_pages/``, ``reading_views/``, ``ui/``, ``serving/``) is read as Python (AST):
+every string used as a key of ``st.session_state`` (subscript, ``get``/``pop``/``setdefault``, ``in``), as a widget's or
+element's ``key=``, or given to ``url.init_widget``, and every link parameter read (``url.*_param(params, NAME, …)``,
+``st.query_params``) or written (``url.put``/``put_text``), must belong to a declared field. Keys built per index
+(``f"hm_{kind}"``) must start with a declared family's stem. Keys held in names (``TRANSLATE.step.key``) come from the
+declarations themselves; the AppTest runs below check those at run time: every key in a page's session after a visit is
+declared.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import pytest
 from ui import page_state as P
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [ROOT / "app.py", *sorted((ROOT / "app_pages").glob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
+SOURCES = [ROOT / "app.py", *(f for room in ("app_pages", "reading_views", "ui", "serving")
+                             for f in sorted((ROOT / room).rglob("*.py")))]
 SESSION_NAMES = {"session_state", "ss"}
 #: Names that stand for ``st.query_params`` in the source.
 PARAM_NAMES = {"query_params"}
@@ -231,7 +233,7 @@ def test_a_visit_keeps_only_declared_keys(page, query):
         at.query_params[name] = value
     at.run()
     if page != "translate":
-        at.switch_page(f"app_pages/{page}.py").run()
+        at.switch_page(f"app_pages/{page}/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     # a form's submit button is kept under "FormSubmitter:<the form's key>-<its label>"
     keys = [k.removeprefix("FormSubmitter:").rsplit("-", 1)[0] if k.startswith("FormSubmitter:") else k

@@ -1,5 +1,5 @@
 """corpora.parallel: Tatoeba, Multi30K and BConTrasT read as distributed, split, cleaned of every evaluation
-sentence, and mixed; and training.suite's scoring with several references. Small fixtures written here, in the
+sentence, and mixed; and evaluation.suite's scoring with several references. Small fixtures written here, in the
 corpora's own formats: nothing from ../shared is needed."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from corpora.parallel import (
     read_tatoeba,
     split_tatoeba,
 )
-from training.metrics import corpus_scores
-from training.suite import grouped, longest_repeat
+from evaluation.metrics import corpus_scores
+from evaluation.suite import grouped, longest_repeat
 
 ATTRIBUTION = "CC-BY 2.0 (France) Attribution: tatoeba.org #1 (CK) & #2 (Pfirsichbaeumchen)"
 
@@ -181,7 +181,7 @@ def test_interleave_puts_every_source_in_the_first_rows():
     assert [p.src for p in interleave([a, b])] == ["a0", "b0", "a1", "a2"]
 
 
-# --- training.suite ------------------------------------------------------------------------------------------
+# --- evaluation.suite ------------------------------------------------------------------------------------------
 def test_several_references_are_scored_together():
     sources, refs = grouped([Pair("I am hungry.", "Ich habe Hunger."), Pair("Go.", "Geh."),
                              Pair("I am hungry.", "Ich bin hungrig.")])
@@ -204,9 +204,9 @@ def test_the_real_pairs_preset_trains_on_the_mixture_with_its_shares(sources, mo
     """The Training page's preset becomes ``--mix`` with the corpus shares; the form refuses it, naming the command,
     until the corpora are prepared; the trainer then mixes them in memory, each corpus repeated by its share."""
     from corpora import parallel
+    from launching.form import PRESETS, build_command, preset_form, validate_form
     from training.config import build_parser, check_args
     from training.data import load_data
-    from training.form import PRESETS, build_command, preset_form, validate_form
 
     out, shared = sources["out"], sources["shared"]
     monkeypatch.setattr(parallel, "PREPARED", out)
@@ -219,7 +219,7 @@ def test_the_real_pairs_preset_trains_on_the_mixture_with_its_shares(sources, mo
     assert validate_form({**form, "mix": "tatoeba=0,multi30k=0,bcontrast=0,ding=0"}) != []
     assert "unknown corpus" in validate_form({**form, "mix": "europarl=1"})[0]
     cmd = build_command(form, "runs/x")
-    args = build_parser().parse_args(cmd[cmd.index("training.train") + 1:])
+    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1:])
     assert args.mix == "tatoeba=1,multi30k=2,bcontrast=1,ding=1" and args.train_tsv is None
     assert args.vocab_from == "sentences" and args.select == "chrf"
     check_args(args)
@@ -239,12 +239,12 @@ def test_a_missing_prepared_file_says_how_to_make_it(tmp_path):
 
 
 def test_the_suite_scores_the_named_sets_and_refuses_an_unknown_name(sources, make_model, tokenizer, tmp_path, capsys):
-    """``python -m training.evaluate --suite --suite-sets``: only the sets named (the Tatoeba held-out one with its
+    """``python -m evaluation.evaluate --suite --suite-sets``: only the sets named (the Tatoeba held-out one with its
     two references), the goal sentences verbatim, the JSON report; a name that is not a set exits 2 listing them."""
     import json
 
+    from evaluation import evaluate
     from model.checkpoint import save_checkpoint
-    from training import evaluate
 
     prepare_corpora({c: sources[c] for c in ("tatoeba", "multi30k", "bcontrast")}, sources["out"], sources["shared"])
     ckpt = save_checkpoint(tmp_path / "tiny", make_model(), tokenizer, {"step": 1})

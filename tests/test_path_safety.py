@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from launching import launch as L
 from model.checkpoint import list_checkpoints
-from training import launch as L
 from training.runs import folder_problem, run_checkpoints, safe_folders
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,7 +128,7 @@ def test_the_training_page_says_which_folders_it_left_out(root, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(root))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
-    at.switch_page("app_pages/training.py")
+    at.switch_page("app_pages/training/training.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     warned = " ".join(w.value for w in at.warning)

@@ -1,5 +1,5 @@
-"""Prefetch (ui/prefetch.py and Gate.prefetch in ui/heavy.py): heavy work computed before a visitor asks for it,
-served from the shared cache, bounded, never ahead of a visitor, never holding a slot after it fails.
+"""Prefetch (serving/prefetch.py and Gate.prefetch in serving/heavy.py): heavy work computed before a visitor asks for
+it, served from the shared cache, bounded, never ahead of a visitor, never holding a slot after it fails.
 
 Threads stand in for visitors' script runs. Every wait is released by an event the test sets, never by timing,
 except the gate's own ``max_wait_s`` (set far below the test's own timeouts).
@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from ui.heavy import Gate, TooBusy  # noqa: E402
-from ui.prefetch import Prefetcher  # noqa: E402
+from serving.heavy import Gate, TooBusy  # noqa: E402
+from serving.prefetch import Prefetcher  # noqa: E402
 
 JOIN_S = 30
 

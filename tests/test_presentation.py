@@ -108,8 +108,9 @@ def test_presentation_mode_enlarges_the_attention_charts_for_this_session_only()
     """Two sessions in one process (as on a server): the presenting one gets axis labels of ≥ MIN_TICK px, the
     other keeps the normal sizes: the mode is per session, not a module global. (On the Attention page: the
     Translate page draws HTML, no Plotly chart.)"""
-    shown = make_app(text="The cat sat on the mat.", **{PARAM: "1"}).switch_page("app_pages/attention.py").run()
-    plain = make_app(text="The cat sat on the mat.").switch_page("app_pages/attention.py").run()
+    page = "app_pages/attention/attention.py"
+    shown = make_app(text="The cat sat on the mat.", **{PARAM: "1"}).switch_page(page).run()
+    plain = make_app(text="The cat sat on the mat.").switch_page("app_pages/attention/attention.py").run()
     shown.run()  # the presenting session runs again after the plain one started
     clean(shown), clean(plain)
     big, small = axis_font_sizes(shown), axis_font_sizes(plain)

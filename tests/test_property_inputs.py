@@ -10,7 +10,7 @@ Lone surrogates, which a Python ``str`` can hold (``json.loads('"\\ud800"')``, a
 UTF-8, the Rust tokenizer and Streamlit cannot, go to the tokenizer, ``prepare_source`` and ``translate_json``
 properties (they cannot come through a browser or a URL, so the page helpers do not get them).
 
-"A clear typed error" is :class:`~model.decoding.InputError` (a ``ValueError``) with a non-empty message; anything
+"A clear typed error" is :class:`~decoding.stepping.InputError` (a ``ValueError``) with a non-empty message; anything
 else escaping is a failure. Every example is generated from a fixed seed (``derandomize=True``) and no example
 database is written (``database=None``), so CI sees the same examples on every run. 1,150 examples in all (about
 40 s of CPU with the imports); decoding is kept to a few steps on the shipped models and to the tiny fixture model
@@ -43,11 +43,11 @@ from input_strategies import (
     utf8,
 )
 
-from model.batched import translate_texts
+from decoding.batched import translate_texts
+from decoding.stepping import MAX_INPUT_CHARS, InputError, Stepper, input_limit
+from decoding.translate import translate_json
 from model.checkpoint import Checkpoint
-from model.decoding import MAX_INPUT_CHARS, InputError, Stepper, input_limit
 from model.tokenizer import MOSTLY_UNKNOWN, replace_surrogates, unknown_share
-from model.translate import translate_json
 from teaching.bpe_replay import pre_tokenize
 from viz.attention import highlight_tokens_html, tokens_html
 from viz.decoding import top_tokens_html

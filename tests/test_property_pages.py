@@ -13,13 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from input_strategies import SHORT_TEXT, examples, source_or_none, utf8
 
-from model.analysis import attention_rollout, head_statistics, sequence_log_probs
-from model.decoding import Stepper
+from app_pages.attention import views as uav
+from app_pages.decoding import lab
+from decoding.stepping import Stepper
 from model.tokenizer import TextTokenizer
+from reading.analysis import attention_rollout, head_statistics, sequence_log_probs
 from reading.trace import trace_pair
 from teaching.bpe_replay import merge_table, pre_tokenize, replay, segmentations
-from ui import attention_views as uav
-from ui import decoding_lab as lab
 from ui import url
 from viz.attention import attention_heatmap, display_token, plotly_escape, tokens_html
 from viz.attention_views import lines_figure

@@ -264,7 +264,7 @@ def test_the_figures_refuse_shapes_that_do_not_agree():
 
 
 def test_the_npz_export_round_trips(make_model, encode_src, encode_tgt):
-    from ui.attention_qk import record_npz
+    from app_pages.attention.qk import record_npz
 
     rec, n = _figure_record(make_model, encode_src, encode_tgt, pos_encoding="rope")
     data = np.load(io.BytesIO(record_npz(rec, "k2", [f"k{j}" for j in range(n)])))

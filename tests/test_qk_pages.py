@@ -41,7 +41,7 @@ def open_attention(**query: str) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     for key, value in query.items():
         at.query_params[key] = value
-    at.switch_page("app_pages/attention.py").run()
+    at.switch_page("app_pages/attention/attention.py").run()
     assert_clean(at)
     return at
 

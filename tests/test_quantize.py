@@ -10,8 +10,8 @@ from safetensors.torch import save_file
 
 from model.checkpoint import CheckpointError, load_checkpoint, read_weights, save_checkpoint
 from model.quantize import SCALE_SUFFIX, dequantize_state, is_quantized, quantize_state
-from training.average import average_checkpoints
-from training.average import main as average_main
+from tools.average import average_checkpoints
+from tools.average import main as average_main
 
 SRC = torch.tensor([[5, 9, 14, 20, 2], [7, 8, 2, 0, 0]])
 TGT = torch.tensor([[1, 30, 31, 32], [1, 40, 0, 0]])

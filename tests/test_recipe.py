@@ -14,9 +14,9 @@ from train_helpers import run_main
 
 from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
-from training import train
+from trainer import train
+from trainer.best import best_card
 from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
-from training.best import best_card
 from training.checkpoints import warm_start
 from training.config import TrainConfig, parse_config
 from training.device import (

@@ -10,7 +10,7 @@ import torch
 from train_helpers import run_main
 
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from training import average
+from tools import average
 from training.config import check_args, parse_config
 
 
@@ -52,7 +52,7 @@ def test_the_form_passes_the_recipe_to_the_trainer(tmp_path, monkeypatch):
     """The preset that carries the shipped translator on trains it on what it was trained on (the real-pairs
     mixture, not the Ding sentences of an earlier lineage), warm from its weights, and ends in a cooldown."""
     from corpora import parallel
-    from training import form as launch_form
+    from launching import form as launch_form
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path)  # the form checks that each corpus is prepared
     for corpus in parallel.PARALLEL:

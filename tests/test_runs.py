@@ -37,7 +37,7 @@ def test_write_status_merges_and_read_status_tolerates_garbage(tmp_path):
 
 
 def run_train(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "training.train", "--out", str(out), *TINY, *extra], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "trainer.train", "--out", str(out), *TINY, *extra], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -96,7 +96,7 @@ def test_a_hard_killed_run_can_be_resumed_from_its_last_evaluation(tmp_path):
     first = read_status(tmp_path / "run")
     state = json.loads((tmp_path / "run" / "last" / "trainer_state.json").read_text())
     assert state["step"] >= 6
-    resumed = subprocess.run([sys.executable, "-m", "training.train", "--out", str(tmp_path / "run"), "--resume",
+    resumed = subprocess.run([sys.executable, "-m", "trainer.train", "--out", str(tmp_path / "run"), "--resume",
                               "--max-steps", str(state["step"] + 3), "--no-progress", "--threads", "1"],
                              cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from model.batched import greedy_batch, translate_texts
-from model.beam import beam_search, beam_search_batch, beam_translate_texts, length_penalty
-from model.decoding import Stepper, default_max_new_tokens, strip_eos
-from model.sampling import Chooser, SamplingConfig, SamplingError, choose_next, top_k_mask, top_p_mask
+from decoding.batched import greedy_batch, translate_texts
+from decoding.beam import beam_search, beam_search_batch, beam_translate_texts, length_penalty
+from decoding.sampling import Chooser, SamplingConfig, SamplingError, choose_next, top_k_mask, top_p_mask
+from decoding.stepping import Stepper, strip_eos
+from model.config import default_max_new_tokens
 
 
 def test_top_k_keeps_exactly_k_with_ties_to_the_lower_id():
@@ -82,8 +83,8 @@ def test_beam_hypotheses_are_sorted_and_scores_are_penalised(make_model, encode_
 
 
 def test_beam_states_replay_the_search_and_match_teacher_forced_log_probs(make_model, encode_src):
-    from model.analysis import sequence_log_probs
-    from model.beam import beam_states
+    from decoding.beam import beam_states
+    from reading.analysis import sequence_log_probs
 
     model = make_model()
     src = encode_src("The cat sleeps.")

@@ -1,6 +1,6 @@
 """What the server shares is what a fresh computation gives: a visitor sees the same numbers as before sharing.
 
-The pages read decodings and traces computed once and shared by every session (:mod:`ui.heavy`); these tests
+The pages read decodings and traces computed once and shared by every session (:mod:`serving.heavy`); these tests
 compare each shared value with the same computation done afresh here, value for value, and the numbers a page
 prints with the fresh ones.
 """
@@ -16,10 +16,12 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from decoding.stepping import Stepper, input_limit, prepare_source, strip_eos
 from model.checkpoint import load_checkpoint  # noqa: E402
-from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source, strip_eos  # noqa: E402
+from model.config import default_max_new_tokens  # noqa: E402
 from reading.trace import trace_pair  # noqa: E402
-from ui import heavy, state  # noqa: E402
+from serving import heavy
+from ui import state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT = ROOT / "checkpoints" / "en-de"

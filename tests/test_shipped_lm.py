@@ -14,9 +14,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from corpora.brown import brown_path, read_lines
+from decoding.stepping import Stepper, prepare_source
+from evaluation.evaluate import language_model_scores
 from model.checkpoint import load_checkpoint
-from model.decoding import Stepper, prepare_source
-from training.evaluate import language_model_scores
 from ui.state import LM_PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def test_the_attention_page_calls_it_a_continuation(monkeypatch):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.query_params["ckpt"] = "brown-lm"
     at.run()
-    at.switch_page("app_pages/attention.py").run()
+    at.switch_page("app_pages/attention/attention.py").run()
     assert not at.exception, at.exception[0].message
     assert any(m.value.startswith("**Continuation:**") for m in at.markdown)
     assert not any(m.value.startswith("**Translation:**") for m in at.markdown)

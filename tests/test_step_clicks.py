@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from model.decoding import Stepper  # noqa: E402
+from decoding.stepping import Stepper  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT = ROOT / "checkpoints" / "en-de"
@@ -51,7 +51,7 @@ def _at_repo_root(monkeypatch):
 
 
 def open_page(page: str, **query: str) -> AppTest:
-    at = AppTest.from_string(WRAPPER.format(ckpt=str(CKPT), page=str(ROOT / "app_pages" / f"{page}.py")),
+    at = AppTest.from_string(WRAPPER.format(ckpt=str(CKPT), page=str(ROOT / "app_pages" / page / f"{page}.py")),
                              default_timeout=90)
     for key, value in query.items():
         at.query_params[key] = value

@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_transformer import ATOL, non_special, random_ids
 
-from model.decoding import Stepper
+from decoding.stepping import Stepper
 from model.transformer import KVCache
 
 

@@ -191,7 +191,7 @@ def _notes(at) -> str:
 
 @needs_ckpt
 def test_positional_page_renders():
-    at = _app("app_pages/positional.py")
+    at = _app("app_pages/positional/positional.py")
     assert not at.warning
     assert len(at.get("plotly_chart")) >= 5
     assert any("10000" in str(i.value) and "1000" in str(i.value) for i in at.info)
@@ -206,20 +206,20 @@ def test_positional_page_renders():
     ({"offset": "999"}, "offset"),
 ])
 def test_positional_page_bad_inputs_warn(params, expect):
-    at = _app("app_pages/positional.py", **params)
+    at = _app("app_pages/positional/positional.py", **params)
     assert expect in _warnings(at) + _notes(at)
 
 
 @needs_ckpt
 def test_positional_page_ignores_garbage_with_a_note():
-    at = _app("app_pages/positional.py", d_model="abc", length="x", offset="?")
+    at = _app("app_pages/positional/positional.py", d_model="abc", length="x", offset="?")
     assert not at.warning
     assert all(f"`{name}`" in _notes(at) for name in ("d_model", "length", "offset"))
 
 
 @needs_ckpt
 def test_tokenization_page():
-    at = _app("app_pages/tokenization.py")
+    at = _app("app_pages/tokenization/tokenization.py")
     assert not at.warning
     assert any("Final:" in str(c.value) for c in at.caption)
     at.selectbox(key="tk_word").set_value(2).run()
@@ -236,7 +236,7 @@ def test_tokenization_page():
 def test_tokenization_word_box_shows_the_new_word_after_the_text_changes():
     """The Word box keeps its number when the text changes, but its label ("2: ▁word") changes: the browser must be
     sent the new label, or it goes on showing the old word while the replay below shows the new one."""
-    at = _app("app_pages/tokenization.py", tok_text="Bobby likes blackberries.")
+    at = _app("app_pages/tokenization/tokenization.py", tok_text="Bobby likes blackberries.")
     at.selectbox(key="tk_word").set_value(2).run()
     at.text_area(key="tk_text").set_value("Alice went to the market.").run()
     box = at.selectbox(key="tk_word")
@@ -249,7 +249,7 @@ def test_tokenization_word_box_shows_the_new_word_after_the_text_changes():
 @needs_ckpt
 @pytest.mark.parametrize("vocab,expect", [("5", "30"), ("999999", "2000"), ("2000", None), ("30", None), ("x", None)])
 def test_tokenization_page_vocab_extremes(vocab, expect):
-    at = _app("app_pages/tokenization.py", vocab=vocab)
+    at = _app("app_pages/tokenization/tokenization.py", vocab=vocab)
     assert not at.warning
     if expect:
         assert f"showing {expect}" in _notes(at)
@@ -258,14 +258,14 @@ def test_tokenization_page_vocab_extremes(vocab, expect):
 
 @needs_ckpt
 def test_lecture_page():
-    at = _app("app_pages/lecture.py")
+    at = _app("app_pages/lecture/lecture.py")
     assert not at.warning
     assert len(at.get("plotly_chart")) >= 10
     # the Q / K / V input tables were unlabeled: each has a heading saying what its rows are
     headings = [str(m.value) for m in at.markdown]
     for name, what in (("Q", "queries"), ("K", "keys"), ("V", "values"), ("X", "one row per token")):
         assert any(h.startswith(f"**{name}** — {what}") for h in headings), (name, headings)
-    at = _app("app_pages/lecture.py", causal="1", scaled="0", seed="zz")
+    at = _app("app_pages/lecture/lecture.py", causal="1", scaled="0", seed="zz")
     assert at.checkbox(key="we_causal").value and not at.checkbox(key="we_scale").value
     at.radio(key="we_heads").set_value(4).run()
     assert not at.exception
@@ -275,7 +275,7 @@ def test_lecture_page():
 def lecture_app():
     if not HAS_CKPT:
         pytest.skip("checkpoints/en-de is missing")
-    return _app("app_pages/lecture.py")
+    return _app("app_pages/lecture/lecture.py")
 
 
 def test_lecture_weights_times_v_names_the_feature_columns_of_v(lecture_app):
@@ -334,7 +334,7 @@ def test_positional_page_for_other_encodings(kind, tmp_path, monkeypatch):
     torch.manual_seed(0)
     save_checkpoint(tmp_path / f"tiny-{kind}", Transformer(cfg).eval(), tok)
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(tmp_path))
-    at = _app("app_pages/positional.py", ckpt=f"tiny-{kind}")
+    at = _app("app_pages/positional/positional.py", ckpt=f"tiny-{kind}")
     assert at.sidebar.selectbox(key="app_ckpt").value == f"tiny-{kind}"
     assert any(f"**{kind}**" in str(m.value) for m in at.markdown)
     assert not at.warning and not at.error

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 from train_helpers import TINY, run_main
 
 from model.checkpoint import load_checkpoint
-from training import timed_leg, train
+from tools import timed_leg
+from trainer import train
 from training.runs import has_resume_state
 
 

@@ -13,11 +13,12 @@ import torch
 from train_helpers import TINY, read_records, run_main
 
 from corpora.files import read_tsv
-from model import translate
+from decoding import translate
+from evaluation import evaluate
 from model.checkpoint import load_checkpoint
-from training import evaluate, train
+from trainer import train
+from trainer.loop import Trainer
 from training.batches import encode_examples
-from training.loop import Trainer
 from training.schedule import factor_for_peak, noam_lr
 
 

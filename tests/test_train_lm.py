@@ -1,4 +1,4 @@
-"""``python -m training.train --arch decoder-only``: a GPT-style language model trained on both sides of the pairs
+"""``python -m trainer.train --arch decoder-only``: a GPT-style language model trained on both sides of the pairs
 (in-process, tiny): best/ loads as decoder-only, loss + perplexity instead of BLEU, probes continue the probe
 sentences with self-attention, --test-at-end, exact --resume, the baseline refused, and the checkpoint opens in
 the app."""
@@ -20,12 +20,12 @@ from test_ddp import torchrun
 from train_helpers import TINY, run_main
 
 from corpora.files import Pair
+from evaluation.evaluate import validation_loss
 from model.checkpoint import load_checkpoint
-from training import train
+from trainer import train
 from training.batches import EpochPlan, collate, encode_examples, sequences_per_pair
 from training.config import TrainConfig
 from training.data import monolingual
-from training.evaluate import validation_loss
 from training.runs import LM_PROBE_PROMPTS, read_status, snapshot_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,9 +155,9 @@ def test_language_model_examples_are_the_sides_of_the_pairs(lm_runs):
 
 
 def test_the_translate_cli_continues_a_prompt_with_a_language_model(lm_runs, tmp_path):
-    """``python -m model.translate`` with a decoder-only checkpoint continues the text (it used to ignore it and
+    """``python -m decoding.translate`` with a decoder-only checkpoint continues the text (it used to ignore it and
     generate from <bos> alone): the JSON says ``continuation``, and its trace covers <bos> + prompt + output."""
-    from model import translate
+    from decoding import translate
     best = lm_runs["root"] / "straight" / "best"
     tok = load_checkpoint(best).tokenizer
     rc, out, err = run_main(translate.main, ["--checkpoint", best, "--json", "The house"])
@@ -176,7 +176,7 @@ def test_the_translate_cli_continues_a_prompt_with_a_language_model(lm_runs, tmp
 
 
 def test_the_evaluate_cli_scores_a_language_model_by_perplexity(lm_runs, tmp_path):
-    from training import evaluate
+    from evaluation import evaluate
     best = lm_runs["root"] / "straight" / "best"
     path = tmp_path / "text.txt"
     path.write_text("The house is big.\nShe reads a book.\n", encoding="utf-8")
@@ -203,7 +203,7 @@ def test_a_trained_language_model_opens_in_the_app(lm_runs, monkeypatch, tmp_pat
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     at.query_params["ckpt"] = "lm"
     at.run()
-    at.switch_page("app_pages/translate.py").run()
+    at.switch_page("app_pages/translate/translate.py").run()
     assert not at.exception, at.exception[0].message
     assert any(c.value.startswith("decoder-only") and "test perplexity" in c.value for c in at.sidebar.caption)
     for _ in range(2):  # two steps of the continuation, with self-attention instead of cross-attention

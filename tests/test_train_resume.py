@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import TINY, read_records, run_main
 
-from training import train
-from training.best import recipe_extra
+from trainer import train
+from trainer.best import recipe_extra
 from training.config import TrainConfig, build_parser, given_options
 from training.schedule import cooldown_factor, factor_for_peak, noam_lr
 from training.state import TrainerState
@@ -160,7 +160,7 @@ def test_a_bare_resume_trains_with_the_runs_saved_threads(cli_runs, tmp_path, mo
     shutil.copytree(cli_runs["root"] / "resumed", folder)
     saved = json.loads((folder / "train_args.json").read_text())
     (folder / "train_args.json").write_text(json.dumps({**saved, "threads": 1}))
-    monkeypatch.setattr("training.loop.default_threads", lambda world_size=1: 2)  # what an unset --threads takes
+    monkeypatch.setattr("trainer.loop.default_threads", lambda world_size=1: 2)  # what an unset --threads takes
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)

@@ -9,11 +9,11 @@ import pytest
 import torch
 from train_helpers import TINY, run_main
 
-from training import probe
+from trainer import probe
+from trainer.loop import make_trainer
 from training.batches import Example, padded_shape
 from training.config import parse_config
 from training.distributed import Dist
-from training.loop import make_trainer
 
 # Dropout off: its masks are drawn per element, so a padded batch (more elements) or a compiled step (its own
 # random stream) would draw other ones, and the losses would differ for that reason alone.
@@ -120,7 +120,7 @@ def test_a_spent_budget_skips_the_variants_left(tmp_path):
 
 
 def test_evaluation_in_larger_batches_scores_the_same(tmp_path):
-    from training.evaluate import score, validation_loss
+    from evaluation.evaluate import score, validation_loss
 
     trainer = trainer_of(tmp_path, "--eval-batch", "256")
     assert trainer.config.eval_batch == 256

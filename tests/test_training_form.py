@@ -1,5 +1,5 @@
-"""The Training page's form and progress line: ``training/form.py`` (validation, the CLI it builds, presets) and
-``ui.run_view.progress``; the demo's refusal and the runs root. No trainer is started."""
+"""The Training page's form and progress line: ``launching/form.py`` (validation, the CLI it builds, presets) and
+``app_pages.training.run_view.progress``; the demo's refusal and the runs root. No trainer is started."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from training_page_helpers import START, T0, TINY, fake_run, page
 
-from training import form as TF
-from training import launch as L
+from app_pages.training.run_view import progress
+from launching import form as TF
+from launching import launch as L
 from training import runs as R
 from training.config import FIELDS, build_parser, value_type
-from ui.run_view import progress
 
 pytestmark = pytest.mark.usefixtures("training_page_env")
 
@@ -38,7 +38,7 @@ def test_validate_form_errors():
 def test_build_command_is_the_cli():
     form = {**TF.preset_form("2-minute CPU demo"), "norm_first": True, "data": "sentences+phrases"}
     cmd = TF.build_command(form, "runs/x")
-    assert cmd == [sys.executable, "-m", "training.train", "--out", "runs/x", "--phrases-per-epoch", "2000",
+    assert cmd == [sys.executable, "-m", "trainer.train", "--out", "runs/x", "--phrases-per-epoch", "2000",
                    "--limit-train", "3000", "--vocab-size", "2000", "--arch", "encoder-decoder", "--d-model", "64",
                    "--n-heads", "2", "--layers", "2", "--d-ff", "256", "--dropout", "0.1", "--pos-encoding",
                    "sinusoidal", "--norm-first", "--peak-lr", "0.001", "--warmup", "200", "--label-smoothing", "0.1",

@@ -17,8 +17,8 @@ import pytest
 from training_page_helpers import wait_for
 
 from benchmarks.app_server import CHROMIUM, ServerError, served_page
-from training import form as TF
-from training import launch as L
+from launching import form as TF
+from launching import launch as L
 from training import runs as R
 
 pytestmark = pytest.mark.xdist_group("browser")  # one browser test at a time (see browser_helpers.py)

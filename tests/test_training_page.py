@@ -1,5 +1,6 @@
 """The Training page: real tiny runs started as subprocesses (the one-run lock, stop, kill -9, delete, garbage
-tolerance) and ``app_pages/training.py`` via AppTest: the form launching runs, a finished run, "Open in explorer".
+tolerance) and ``app_pages/training/training.py`` via AppTest: the form launching runs, a finished run, "Open in
+explorer".
 
 Every run goes into a temporary runs root; nothing touches ``runs/``.
 """
@@ -16,9 +17,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from training_page_helpers import LONG, ROOT, TINY, page, snap_slider, wait_for
 
+from launching import form as TF
+from launching import launch as L
 from model.checkpoint import load_checkpoint
-from training import form as TF
-from training import launch as L
 from training import runs as R
 from viz.training import LEG_SCORES
 
@@ -271,7 +272,7 @@ def test_open_in_explorer_lists_the_copy_in_the_sidebar(finished, tmp_path, monk
     monkeypatch.chdir(ROOT)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("app_pages/training.py").run()
+    at.switch_page("app_pages/training/training.py").run()
     assert not at.exception, at.exception
     assert not at.sidebar.selectbox  # no checkpoint yet
     next(b for b in at.button if b.label == "Open in explorer").click().run()

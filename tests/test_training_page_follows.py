@@ -13,8 +13,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from training_page_helpers import START, T0, fake_run, page, run_picker, snap_slider
 
-from training import launch as L
-from ui.run_view import progress
+from app_pages.training.run_view import progress
+from launching import launch as L
 
 pytestmark = pytest.mark.usefixtures("training_page_env")
 
@@ -138,7 +138,7 @@ def test_the_runs_table_writes_counts_as_whole_numbers_beside_a_run_without_them
     "400.0000"; a static table writes whole numbers without decimals and a blank as nothing."""
     import pandas as pd
 
-    from ui.run_view import table_row
+    from app_pages.training.run_view import table_row
     from ui.widgets import static_styler
 
     rows = [table_row({"name": "a", "step": 400, "max_steps": 1200, "loss": 3.47401, "bleu": 11.96}),

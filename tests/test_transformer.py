@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.batched import greedy_batch, translate_texts
-from model.decoding import Stepper
+from decoding.batched import greedy_batch, translate_texts
+from decoding.stepping import Stepper
 from model.transformer import Transformer, causal_mask
 from reading.trace import trace_pair
 
@@ -272,8 +272,8 @@ def test_embeddings_are_scaled_and_get_positions(make_model):
 def test_a_decoder_only_stepper_continues_the_prompt_it_is_given_as_src_ids(make_model):
     """The one stepping API: a decoder-only model's text arrives where a translator's source would, and the
     decoding starts from <bos> + that prompt (it used to start from <bos> alone and ignore the text)."""
-    from model.beam import beam_search
-    from model.decoding import decoder_prefix, lm_prompt
+    from decoding.beam import beam_search
+    from model.config import decoder_prefix, lm_prompt
     model = make_model(arch="decoder-only")
     cfg = model.cfg
     prompt = [5, 6, 7, cfg.eos_id]

@@ -148,7 +148,7 @@ def open_page(page: str, query: dict[str, str]) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
     for key, value in query.items():
         at.query_params[key] = value
-    at.switch_page(f"app_pages/{page}.py")
+    at.switch_page(f"app_pages/{page}/{page}.py")
     return at.run()
 
 
@@ -306,7 +306,7 @@ def test_a_new_sentence_takes_an_old_sweep_out_of_the_link():
     sentence nobody had asked to sweep."""
     at = open_page("attention", {"tab": "Ablation", "sweep": "1", "text": "The cat sat on the mat."})
     assert not at.exception and at.query_params.get("sweep") == "1"
-    at.switch_page("app_pages/translate.py").run()
+    at.switch_page("app_pages/translate/translate.py").run()
     at.text_input(key="tr_text").input("A dog runs through the snow.").run()
     assert not at.exception and "sweep" not in at.query_params and "step" not in at.query_params
 

@@ -120,11 +120,11 @@ def test_unknown_metric_or_axis_is_an_error_and_empty_input_is_fine():
 
 
 def test_the_real_trainer_log_has_every_curve(tmp_path):
-    """The record keys this module reads are the ones the trainer (``training/loop.py``) writes: a tiny real run
+    """The record keys this module reads are the ones the trainer (``trainer/loop.py``) writes: a tiny real run
     (12 steps, evaluations at 6 and 12) has points on every chart against every x axis."""
     from train_helpers import TINY, run_main
 
-    from training import train
+    from trainer import train
 
     rc, _, err = run_main(train.main, ["--out", tmp_path / "run", "--max-steps", "12", *TINY])
     assert rc == 0, err

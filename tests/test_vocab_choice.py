@@ -1,4 +1,4 @@
-"""training.vocab: candidate vocabularies learned on a mixture and measured on the evaluation sets beside the size
+"""tools.vocab: candidate vocabularies learned on a mixture and measured on the evaluation sets beside the size
 of the weights they would make. Small fixtures of this suite's own: nothing from ../shared is needed."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from test_extra_corpora import write_shared
 
 from corpora.parallel import prepare_corpora
+from evaluation.suite import EvalSet
 from model.baseline import build_model
 from model.checkpoint import save_checkpoint
-from training import vocab
-from training.suite import EvalSet
+from tools import vocab
 
 NEWS = ["The central bank raised interest rates again on Thursday.", "Parliament debated the budget for hours.",
         "The minister announced new measures against inflation.", "Markets fell sharply after the announcement."]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from training import launch as L
+from launching import launch as L
 from training import runs as R
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "app_pages" / "training.py"
+PAGE = ROOT / "app_pages" / "training" / "training.py"
 
 TINY = {"d_model": 32, "n_heads": 2, "layers": 1, "d_ff": 64, "max_steps": 20, "max_minutes": 0.0,
         "limit_train": 200, "eval_every": 10, "eval_sentences": 5, "vocab_size": 500, "warmup": 5,

@@ -64,7 +64,7 @@ def snapshot(model, tok, out: Path, step: int, sentences: list[str] | None = Non
 
 
 def keep_evaluation(model, tok, out: Path, step: int, keep: int) -> Path:
-    """Save the weights at evaluation ``step`` as ``evals/step-N`` (fp32, for :mod:`training.average`) and delete all
+    """Save the weights at evaluation ``step`` as ``evals/step-N`` (fp32, for :mod:`tools.average`) and delete all
     but the last ``keep`` of them. Returns the new folder."""
     folder = save_checkpoint(out / EVALS_DIR / f"step-{step}", model, tok, {"step": step, "kind": "evaluation"})
     kept = sorted((p for p in (out / EVALS_DIR).iterdir() if p.name.startswith("step-")),

@@ -1,7 +1,7 @@
 """``TrainConfig``: every training hyper-parameter once, with its default, help text and CLI flag.
 
 Both the trainer's argparse parser (:func:`build_parser`) and the Training page's launch form
-(:func:`training.form.form_defaults`, :func:`training.form.build_command`) are derived from the fields of
+(:func:`launching.form.form_defaults`, :func:`launching.form.build_command`) are derived from the fields of
 :class:`TrainConfig`, so a new option is added in one place and is settable from both. A field's metadata holds:
 
 * ``help``, ``group`` (the ``--help`` section), ``flag`` (default ``--field-name``), ``choices``, ``metavar``;
@@ -42,7 +42,7 @@ def opt(default, help: str = "", group: str = "run", **meta):  # noqa: A002  (ar
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The options of ``python -m training.train`` (lengths in tokens, rates as probabilities, times in minutes),
+    """The options of ``python -m trainer.train`` (lengths in tokens, rates as probabilities, times in minutes),
     plus ``init_card``, which is no option: what a warm start's checkpoint had seen (:func:`training.checkpoints.
     warm_start` sets it; saved in ``train_args.json`` so that a resumed warm start still writes it into its card)."""
 
@@ -155,7 +155,7 @@ class TrainConfig:
     patience: int = opt(0, "stop after this many evaluations without a better --select score (0 = never)",
                         "logging", check="nonneg")
     keep_last: int = opt(0, "keep the weights of the last K evaluations in evals/step-N (for python -m "
-                            "training.average)", "logging", check="nonneg")
+                            "tools.average)", "logging", check="nonneg")
     eval_sentences: int = opt(300, "valid sentences translated for BLEU/chrF (not used by a decoder-only run)",
                               "logging", check="nonneg", show=True)
     eval_batch: int = opt(64, "valid sentences greedily translated at once during training (a GPU takes all of "
@@ -209,8 +209,8 @@ def defaults() -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m training.train``, one option per :class:`TrainConfig` field."""
-    p = argparse.ArgumentParser(prog="python -m training.train", description="Train an EN→DE Transformer.")
+    """The parser of ``python -m trainer.train``, one option per :class:`TrainConfig` field."""
+    p = argparse.ArgumentParser(prog="python -m trainer.train", description="Train an EN→DE Transformer.")
     groups: dict[str, argparse._ActionsContainer] = {"run": p}  # the parser holds the "run" options
     for name, f in FIELDS.items():
         meta = f.metadata

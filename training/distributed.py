@@ -1,6 +1,6 @@
 """Data parallelism under ``torchrun`` and throughput accounting.
 
-``torchrun --nproc_per_node N -m training.train --out runs/NAME [options]`` runs N processes (one per GPU, NCCL; or
+``torchrun --nproc_per_node N -m trainer.train --out runs/NAME [options]`` runs N processes (one per GPU, NCCL; or
 on CPU, gloo) that each take a disjoint share of every step's batches (:func:`shard_batches`), so one optimizer step
 consumes N batches: N × ``--batch-tokens`` padded tokens. Only rank 0 evaluates and writes files. On CUDA: TF32
 matmuls, the rank's own GPU, optional ``--compile``; every log line has the global ``tokens_per_s`` and, where the

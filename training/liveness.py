@@ -1,5 +1,5 @@
 """Whether a run's trainer process lives: what the trainer checks before it writes into a run folder (a second
-trainer there would overwrite the first's files) and what the Training page shows (:mod:`training.launch`).
+trainer there would overwrite the first's files) and what the Training page shows (:mod:`launching.launch`).
 
 Linux ``/proc`` is read where it helps (a zombie is dead; the ``--out`` a process trains); elsewhere the answers
 fall back to ``os.kill(pid, 0)``. No Streamlit and nothing of the launcher here: the trainer imports this module.

@@ -16,7 +16,7 @@ A run folder holds:
 * ``probes.jsonl`` — one JSON object per snapshot: the probe sentences' greedy translations (a decoder-only
   model: their greedy continuations) and their attention ``{kind: [layers][heads][q][k]}`` (rounded to 4
   decimals), to replay how heads form; read back as :class:`Snapshot` s of :class:`reading.trace.Trace` s;
-* ``best/``, ``last/``, ``evals/step-N/`` — checkpoints (:mod:`training.checkpoints`, :mod:`training.best`);
+* ``best/``, ``last/``, ``evals/step-N/`` — checkpoints (:mod:`training.checkpoints`, :mod:`trainer.best`);
   ``last/`` also holds the resume state (:mod:`training.state`); ``train.log`` — the trainer's output when the
   Training page started it.
 
@@ -36,9 +36,9 @@ from pathlib import Path
 
 import torch
 
+from decoding.stepping import Stepper, input_limit, prepare_source
 from model.checkpoint import atomic_write_json, is_checkpoint_dir
-from model.config import ARCHITECTURES
-from model.decoding import Stepper, default_max_new_tokens, input_limit, prepare_source
+from model.config import ARCHITECTURES, default_max_new_tokens
 from model.tokenizer import TextTokenizer
 from model.transformer import Transformer
 from reading.trace import Trace, trace_pair

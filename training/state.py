@@ -1,7 +1,7 @@
 """The trainer's resumable state and the files of ``last/`` that hold it: THE owner of both.
 
 :class:`TrainerState` is where a run stands: its position in the data, what it has consumed, and the best
-evaluation so far. Only the :class:`training.loop.Trainer` changes it, through its methods (:meth:`advance`,
+evaluation so far. Only the :class:`trainer.loop.Trainer` changes it, through its methods (:meth:`advance`,
 :meth:`next_epoch`, :meth:`record_evaluation`, :meth:`set_train_seconds`); every other module reads its values.
 
 ``last/`` is a checkpoint (weights, config, tokenizer, a card) plus the resume state, written by

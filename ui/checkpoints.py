@@ -70,7 +70,7 @@ def require_checkpoint(summary: bool = True) -> Checkpoint:
     folder = st.session_state.get(APP.ckpt.sub("path"))
     if folder is None:
         st.error("No model is available. Put a checkpoint folder under `checkpoints/` or train one "
-                 "(`python -m training.train --out runs/NAME`).")
+                 "(`python -m trainer.train --out runs/NAME`).")
         st.stop()
     try:
         ckpt = _load(str(folder), folder_version(Path(folder)))
@@ -79,7 +79,7 @@ def require_checkpoint(summary: bool = True) -> Checkpoint:
         st.stop()
     if (ckpt.card or {}).get("direction") == "de-en":  # every page reads English and writes German
         st.error("This checkpoint translates German → English: it is a back-translation model "
-                 "(`python -m training.train --reverse`), which makes synthetic pairs for an English → German one. "
+                 "(`python -m trainer.train --reverse`), which makes synthetic pairs for an English → German one. "
                  "The pages explore English → German translators and language models: pick another one in the "
                  "sidebar.")
         st.stop()

@@ -160,8 +160,8 @@ class PageState:
 
 
 def _attribution(prefix: str) -> Field:
-    """The attribution view's keys on a page (:class:`ui.attribution_view.Keys`), its what-if's
-    (:mod:`ui.whatif_view`) among them: its layer and head belong to a model, its line over the steps and the
+    """The attribution view's keys on a page (:class:`reading_views.attribution.Keys`), its what-if's
+    (:mod:`reading_views.whatif`) among them: its layer and head belong to a model, its line over the steps and the
     what-if's word and replacement to a sentence."""
     return Field(f"{prefix}attr", "attr", family=True, members=(
         state("method", "attr_method"), state("steps", "attr_steps"), state("layer", "attr_layer", "model"),

@@ -6,8 +6,8 @@ Streamlit stacks columns on a narrow screen, one under the other, so a page buil
 each. :data:`CSS` changes, on a phone only:
 
 - Translate: its keyed groups (``tr_box_main``, ``tr_box_view``, ``tr_box_attr``, ``tr_box_notes``:
-  ``app_pages/translate.py``) are laid out in that order, the step's view right under its numbers, what explains
-  them last;
+  ``app_pages/translate/translate.py``) are laid out in that order, the step's view right under its numbers, what
+  explains them last;
 - the step buttons (:func:`ui.widgets.step_buttons`, keyed :data:`STEP_BUTTONS`) stay in one row, Reset, Back and
   Run to end as icons (their labels stay for screen readers and tests), and Translate's Layer and Head boxes stay
   side by side;

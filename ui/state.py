@@ -8,8 +8,8 @@ read and written through :mod:`ui.url`), so a reload or a shared link shows the 
 A decoding is never kept as a mutable object in the session. Streamlit starts the run for a new click while the
 run for the previous one may still be executing (fast reruns), so two runs of one session can overlap: the
 session holds only the step number, and the decoding is computed to its end once per (checkpoint version,
-token ids), frozen (:class:`model.decoded.Decoding`), cached and shared by every run of every session
-(:func:`greedy_run`); a step is an index into it (:class:`ui.decoding_lab.StepView`).
+token ids), frozen (:class:`decoding.decoded.Decoding`), cached and shared by every run of every session
+(:func:`greedy_run`); a step is an index into it (:class:`decoding.decoded.StepView`).
 """
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ from pathlib import Path
 
 import streamlit as st
 
+from decoding.decoded import Decoding, decode
+from decoding.loops import LOOP_TIMES
+from decoding.stepping import InputError, SourceInput, Stepper, input_limit, prepare_source
 from model.checkpoint import Checkpoint, checkpoint_arch
-from model.decoded import Decoding, decode
-from model.decoding import InputError, SourceInput, Stepper, input_limit, prepare_source
-from model.familiarity import familiarity
 from model.hf.generation import GenerationDefaults, decoding_cap, forced_eos
-from model.loops import LOOP_TIMES
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
+from reading.familiarity import familiarity
 from reading.trace import Trace, trace_pair
-from ui import batcher, heavy, url
+from serving import batcher, heavy
+from ui import url
 from ui.checkpoints import (
     DEFAULT_CHECKPOINT,
     available_checkpoints,
@@ -82,7 +83,7 @@ def checkpoint_picker() -> Path | None:
     """Sidebar selectbox of checkpoints; the choice is kept in ``?ckpt=``. Returns the folder or ``None``."""
     options = available_checkpoints()
     if not options:
-        st.sidebar.error("No checkpoint found under `checkpoints/`. Train one with `python -m training.train`.")
+        st.sidebar.error("No checkpoint found under `checkpoints/`. Train one with `python -m trainer.train`.")
         return None
     names = sorted(options, key=lambda n: n != DEFAULT_CHECKPOINT)  # the default first, the rest as found
     wanted, note = url.choice_param(st.query_params, "ckpt", names, names[0], what="checkpoint")
@@ -214,7 +215,7 @@ def current_step(total: int, key: str = TRANSLATE.step.key) -> int:
 
 def source_for(ckpt: Checkpoint, text: str, brief: bool = False) -> SourceInput | None:
     """Tokenize ``text`` for the model, showing any problem or note in the page, and a warning when the text is far
-    from what the model has seen (:mod:`model.familiarity`; ``brief``: its two-line form). ``None`` if unusable."""
+    from what the model has seen (:mod:`reading.familiarity`; ``brief``: its two-line form). ``None`` if unusable."""
     too_long = limits().too_long(text)
     if too_long:
         st.warning(too_long)
@@ -249,8 +250,8 @@ def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None
 
 def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
     """The greedy decoding of ``src`` run to its end (``<eos>`` or the length limit), frozen, computed once per
-    checkpoint version and ids and shared by every run and session (a step: :meth:`ui.decoding_lab.StepView.of`).
-    A translator's sentences arriving together are decoded in one batch (:data:`ui.batcher.FIRST_DECODES`, the same
+    checkpoint version and ids and shared by every run and session (a step: :meth:`decoding.decoded.StepView.of`).
+    A translator's sentences arriving together are decoded in one batch (:data:`serving.batcher.FIRST_DECODES`, the same
     tokens and records as alone); a decoder-only model's prompt alone, through the gate for heavy work."""
     version = checkpoint_version(ckpt)  # stats the folder's files: once per run
     key = ("greedy", *version, tuple(src.ids))
@@ -263,7 +264,7 @@ def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
 def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trace, Trace]:
     """The traced forward pass of ``src`` and the decoder inputs ``tgt_ids`` (:func:`reading.trace.trace_pair`), as
     computed and with its pieces as the pages show them (:func:`ui.pieces.shown_trace`): frozen, computed once per
-    checkpoint version and sentence through the gate for heavy work (:mod:`ui.heavy`), shared by every session."""
+    checkpoint version and sentence through the gate for heavy work (:mod:`serving.heavy`), shared by every session."""
     offsets = tuple((start, end) for start, end in src.offsets)
 
     def compute() -> tuple[Trace, Trace]:

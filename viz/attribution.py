@@ -6,7 +6,7 @@
 * :func:`share_line_svg`: the source's share of the prediction at every step so far, as a line.
 
 HTML and SVG rather than Plotly charts: the Translate page redraws them on a click and loads no Plotly. The numbers
-come from ``reading/`` through ``ui/attribution_view.py``; here they are plain arrays.
+come from ``reading/`` through ``reading_views/attribution.py``; here they are plain arrays.
 """
 
 from __future__ import annotations

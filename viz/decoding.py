@@ -102,7 +102,7 @@ NOT_KEPT_MARK = "✗"
 #: Width (px) of the pipeline chart at 1280×720: the Decoding lab's main column, beside the rule's controls.
 PIPELINE_PX = 630
 #: What the first panel of :func:`pipeline_figure` may hold: the decoder's log-probabilities (what
-#: :class:`model.decoding.Stepper` hands a decoding rule) or raw logits. Title of the panel, then of the second.
+#: :class:`decoding.stepping.Stepper` hands a decoding rule) or raw logits. Title of the panel, then of the second.
 SCORE_TITLES = {
     "log p": ("log p<br>(log-softmax)", "log p ÷ T"),
     "logits": ("logits<br> ", "logits ÷ T"),
@@ -162,15 +162,15 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
 
     Args:
         pipeline: any object with ``logits``, ``scaled``, ``probs``, ``final`` (``[vocab]`` floats), ``keep``
-            (``[vocab]`` bool) and ``token_id`` (int), e.g. :class:`model.sampling.Pipeline`.
+            (``[vocab]`` bool) and ``token_id`` (int), e.g. :class:`decoding.sampling.Pipeline`.
         id_to_token: id → BPE piece, for the row labels.
         top: rows shown: the ``top`` most probable tokens by raw probability (+ the chosen one if not among them).
         temperature: written in the second panel's title (``None``: greedy, no temperature).
         forced: the chosen token was forced by the user rather than picked by the rule.
         scores: what ``pipeline.logits`` holds, a key of :data:`SCORE_TITLES`: ``"log p"`` (the default) for the
-            log-probabilities a :class:`model.decoding.Stepper` hands its rule (the logits less one constant, which
+            log-probabilities a :class:`decoding.stepping.Stepper` hands its rule (the logits less one constant, which
             the softmax ignores), ``"logits"`` for raw logits. The panels' titles say which.
-        banned: tokens a rule was never offered (the loop guard's, :class:`model.decoding.StepRecord`'s
+        banned: tokens a rule was never offered (the loop guard's, :class:`decoding.stepping.StepRecord`'s
             ``banned``): their rows are struck through and marked "banned" where the cut's are marked "cut". The
             pipeline should carry their scores in ``logits`` and ``scaled`` (the model's) and 0 in ``probs``.
 
@@ -273,7 +273,7 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     log-probability, on one line to the right of the node, where the next steps' columns are still empty.
 
     Args:
-        result: a :class:`model.beam.BeamResult` (or any object with ``hypotheses`` and ``steps``:
+        result: a :class:`decoding.beam.BeamResult` (or any object with ``hypotheses`` and ``steps``:
             ``steps[t]`` = list of ``(parent_index, token_id, cumulative_log_prob, kept)``, ``parent_index``
             indexing the open beams of step ``t - 1``; each hypothesis has ``tokens``).
         id_to_token: id → BPE piece.

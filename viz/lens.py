@@ -1,6 +1,6 @@
 """The logit lens drawn: what each decoder layer would predict, from arrays and pieces (no model, no Streamlit).
 
-Two views of :class:`reading.lens.Lens` numbers, handed over as plain sequences by ``ui/lens_view.py``:
+Two views of :class:`reading.lens.Lens` numbers, handed over as plain sequences by ``reading_views/lens.py``:
 
 * :func:`lens_table_html`, one step: a row per layer (first to last, the last being the model's own output), its
   top pieces as cells shaded by probability, the token taken outlined, and the taken token's probability and rank

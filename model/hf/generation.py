@@ -16,7 +16,7 @@ decodings have a counterpart for:
   ``ModelConfig.suppress_ids``, as :mod:`model.hf.config` does with ``config.json``'s.
 
 * ``forced_eos_token_id``: a decoding that reaches the length cap ends with this token, as ``generate``'s
-  ``ForcedEOSTokenLogitsProcessor`` makes it (:class:`~model.decoding.Stepper`'s ``forced_eos_id``: greedy and
+  ``ForcedEOSTokenLogitsProcessor`` makes it (:class:`~decoding.stepping.Stepper`'s ``forced_eos_id``: greedy and
   sampled decodings; the pages say when it happened).
 
 Not applied: ``forced_eos_token_id`` in beam search (its beams stop at the cap unfinished), sampling settings (the
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.decoding import decoder_prefix, default_max_new_tokens
+from model.config import decoder_prefix, default_max_new_tokens
 from model.errors import CheckpointError
 
 FILE = "generation_config.json"
@@ -94,15 +94,15 @@ class GenerationDefaults:
 def decoding_cap(cfg, src_ids: list[int], generation: GenerationDefaults | None) -> int:
     """The length cap of a decoding of ``src_ids`` (a translator's source, or a decoder-only model's prompt): what
     a Hugging Face model's ``generation`` states (:meth:`GenerationDefaults.length_cap` of the decoder's prefix),
-    else :func:`~model.decoding.default_max_new_tokens`, as for our own checkpoints (``generation`` ``None``).
-    :class:`~model.decoding.Stepper` keeps it within ``cfg.max_len``."""
+    else :func:`~decoding.stepping.default_max_new_tokens`, as for our own checkpoints (``generation`` ``None``).
+    :class:`~decoding.stepping.Stepper` keeps it within ``cfg.max_len``."""
     cap = generation.length_cap(len(decoder_prefix(cfg, src_ids, None))) if generation else None
     return default_max_new_tokens(cfg, len(src_ids)) if cap is None else cap
 
 
 def forced_eos(generation: GenerationDefaults | None) -> int | None:
     """The token a decoding at the length cap must end with (``forced_eos_token_id``), for
-    :class:`~model.decoding.Stepper`'s ``forced_eos_id``; ``None`` for our checkpoints (``generation`` ``None``)
+    :class:`~decoding.stepping.Stepper`'s ``forced_eos_id``; ``None`` for our checkpoints (``generation`` ``None``)
     and for a folder that forces none."""
     return generation.forced_eos_token_id if generation else None
 

@@ -1,0 +1,1 @@
+"""The Decoding lab: sampling rules, forced tokens, beam trees and the KV cache, step by step."""

@@ -1,0 +1,1 @@
+"""The Worked examples page: scaled dot-product attention with numbers, and its live mode."""

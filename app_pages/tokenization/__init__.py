@@ -1,0 +1,1 @@
+"""The Tokenization page: BPE merges replayed, splits compared."""

@@ -1,0 +1,1 @@
+"""The Training page: launch, watch and compare runs; heads forming over checkpoints."""

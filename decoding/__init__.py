@@ -1,0 +1,1 @@
+"""Decoding: the KV-cache stepper, sampling, beam search, batched greedy, finished decodings."""

@@ -1,0 +1,1 @@
+"""Scoring a translator: sacreBLEU metrics, the evaluation suite, `python -m evaluation.evaluate`."""

@@ -1,0 +1,395 @@
+"""Attention vs attribution on the Translate page and in the Decoding lab: a toggle kept in the link (``?attr=1``)
+and, for the step on screen, every method's share of each source and prefix piece on one scale, the integrated
+gradients' completeness gap, the source's share of the prediction, and how faithful each method is (ERASER).
+
+A step's attribution (:func:`reading.attribution.attribute_step`: four methods, one integrated-gradients run) is
+computed once per (checkpoint version, source ids, prefix, token, integration points, baseline) through the gate
+for heavy work (:mod:`serving.heavy`) and shared by every visitor; the layer and head of the attention methods only pick
+from it, so switching them recomputes nothing but the faithfulness of their ranking (a few batched forward passes).
+When a step is shown, the next :data:`AHEAD` steps' attribution and faithfulness are prefetched in the background
+(:mod:`serving.prefetch`, at the gate's lowest priority), so that a room stepping through the lecturer's sentence finds
+each next step ready instead of waiting for the first visitor who opens it.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+import streamlit as st
+
+from decoding.decoded import Decoding
+from model.checkpoint import Checkpoint
+from reading.attribution import METHODS, StepAttribution, attribute_step
+from reading.faithfulness import Faithfulness, faithfulness
+from reading.gradients import MAX_STEPS, TOLERANCE, pass_rows
+from reading.step import Step
+from reading_views import whatif as whatif_view
+from serving import heavy, prefetch
+from ui import pieces, presentation, url, widgets
+from ui.checkpoints import checkpoint_version
+from ui.page_state import DECODING, TRANSLATE, Field
+from viz.attribution import attribution_html, attribution_svg, share_line_svg
+
+#: The link's parameters: ``?attr=1`` opens the view; the method followed, the attention methods' layer and head
+#: (1-based, or ``mean``) and integrated gradients' points.
+PARAM, METHOD, LAYER, HEAD, STEPS = "attr", "attr_method", "attr_layer", "attr_head", "attr_steps"
+LABEL = "Attention vs attribution"
+HELP = ("For the step on screen: how much each source and prefix piece counts, by raw attention, by attention times "
+        "the size of what it moves (‖α·f(x)‖), by gradient × input and by integrated gradients, on one scale; and "
+        "which of them the model bears out when the pieces are masked.")
+#: How the page names each method (the rows of the grid).
+NAMES = {"attention": "attention α", "value_norm": "‖α·f(x)‖", "grad_x_input": "gradient × input",
+         "integrated_gradients": "integrated gradients"}
+DEFAULT_METHOD = "integrated_gradients"
+#: Integration points offered: the default, and more where the gap is large (each costs proportionally more).
+STEP_CHOICES = (24, 64, 128)
+BASELINE = "unk"
+#: Steps after the one shown whose attribution (and faithfulness at the visitor's layer and head) is prefetched: two,
+#: so that a visitor stepping ahead of the room still finds the next step started.
+AHEAD = 2
+FAITHFUL_NOTE = ("**Faithfulness** (ERASER, DeYoung et al. 2020): mask with `<unk>` the source pieces a method ranks "
+                 "highest (its top 10 %, 20 %, 50 %). *Comprehensiveness* is how much p(token) drops when they are "
+                 "masked (higher: the method found what the prediction needed); *sufficiency* how much it drops when "
+                 "only they are left (lower: they suffice). Each is averaged over the three sizes (AOPC), beside "
+                 "random rankings. How each method and measure is computed: docs/attribution.md.")
+
+
+class Keys(NamedTuple):
+    """One page's session keys of the view, derived from its declared family (:mod:`ui.page_state`)."""
+
+    toggle: str
+    method: str
+    layer: str
+    head: str
+    steps: str
+    line: str  #: the line over the steps was asked for
+    line_button: str
+    export: str
+    svg: str
+    whatif: str  #: the what-if's toggle, its word and its replacement (:mod:`reading_views.whatif`)
+    word: str
+    replacement: str
+
+
+    @classmethod
+    def of(cls, attr: Field) -> "Keys":
+        """The keys a page's declared family (``TRANSLATE.attr``: ``tr_attr``, ``tr_attr_method``, …) derives."""
+        return cls(attr.key, *(attr.sub(name) for name in ("method", "layer", "head", "steps", "line", "line_button",
+                                                          "export", "svg", "whatif", "word", "with")))
+
+
+TRANSLATE_KEYS = Keys.of(TRANSLATE.attr)
+LAB_KEYS = Keys.of(DECODING.attr)
+
+
+class StepInputs(NamedTuple):
+    """One decoding step as :func:`reading.attribution.attribute_step` reads it."""
+
+    src_ids: tuple[int, ...]  #: ``()`` for a decoder-only model (its prompt is in the prefix)
+    prefix: tuple[int, ...]  #: ``<bos>`` (+ a prompt) + the tokens taken before this step
+    token_id: int  #: the token taken at this step
+
+
+def step_inputs(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int) -> StepInputs:
+    """Step ``step`` (1-based) of ``decoding``: its source, the decoder's inputs so far and the token taken."""
+    src = tuple(src_ids) if ckpt.config.is_encoder_decoder else ()
+    return StepInputs(src, decoding.tokens[:len(decoding.prefix) + step - 1], decoding.generated[step - 1])
+
+
+def attribution_key(version: tuple, inputs: StepInputs, n_steps: int) -> tuple:
+    """The gate's key of a step's attribution (``version``: :func:`ui.state.checkpoint_version`)."""
+    return ("attr", *version, *inputs, n_steps, BASELINE)
+
+
+def faithfulness_key(version: tuple, inputs: StepInputs, n_steps: int, layer: int | None, head: int | None) -> tuple:
+    """The gate's key of a step's faithfulness at ``layer`` / ``head``."""
+    return ("faithful", *version, *inputs, n_steps, BASELINE, layer, head)
+
+
+def _attribute(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
+    # a long sentence's points in passes of a bounded size: all at once, one step's reading took 683 MB while it ran
+    rows = pass_rows(Step(tuple(inputs.src_ids or ()), tuple(inputs.prefix), inputs.token_id))
+    return attribute_step(ckpt.model, inputs.src_ids or None, inputs.prefix, inputs.token_id, n_steps=n_steps,
+                          baseline=BASELINE, internal_batch_size=rows)
+
+
+def _faithfulness(ckpt: Checkpoint, reading: StepAttribution, layer: int | None, head: int | None) -> Faithfulness:
+    return faithfulness(ckpt.model, reading.step, reading.all_scores(layer, head))
+
+
+def shared_attribution(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
+    """Every method's reading of one step, computed once per checkpoint version, step and settings, shared.
+
+    Raises:
+        ValueError: the step does not fit the model (:func:`reading.attribution.attribute_step`).
+    """
+    return heavy.shared(attribution_key(checkpoint_version(ckpt), inputs, n_steps),
+                        lambda: _attribute(ckpt, inputs, n_steps), "the attribution of this step")
+
+
+def shared_faithfulness(ckpt: Checkpoint, inputs: StepInputs, n_steps: int, reading: StepAttribution,
+                        layer: int | None, head: int | None) -> Faithfulness:
+    """Comprehensiveness and sufficiency of every method's ranking (the attention methods at ``layer`` / ``head``),
+    shared. Raises ``ValueError`` when no piece may be masked (a source that is only ``<eos>``)."""
+    return heavy.shared(faithfulness_key(checkpoint_version(ckpt), inputs, n_steps, layer, head),
+                        lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of each method")
+
+
+def prefetch_after(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int, n_steps: int,
+                   layer: int | None, head: int | None) -> bool:
+    """Ask the prefetcher (:data:`serving.prefetch.PREFETCH`) for the attribution and the faithfulness (at ``layer`` /
+    ``head``) of the :data:`AHEAD` steps after ``step`` (0: the first ones) of ``decoding``, computed in the
+    background at the gate's lowest priority. Returns whether a job was queued (none after the last step, or with
+    prefetch off). A step that cannot be attributed is left to the visitor's own request, which says why."""
+    later = [step_inputs(ckpt, src_ids, decoding, t)
+             for t in range(step + 1, min(step + AHEAD, len(decoding.generated)) + 1)]
+    if not later:
+        return False
+    version = checkpoint_version(ckpt)  # stats the folder's files: here, in the visitor's run, not in the worker
+
+    def attribution(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
+        def task(gate: heavy.Gate) -> None:
+            try:
+                gate.prefetch(attribution_key(version, inputs, n_steps), lambda: _attribute(ckpt, inputs, n_steps),
+                              "the attribution of a later step")
+            except ValueError:  # a step the view cannot read (it says why when a visitor opens it)
+                pass
+        return task
+
+    def faithful(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
+        def task(gate: heavy.Gate) -> None:
+            reading = gate.lookup(attribution_key(version, inputs, n_steps))
+            if isinstance(reading, StepAttribution):  # else a visitor is computing it now: theirs to finish
+                try:
+                    gate.prefetch(faithfulness_key(version, inputs, n_steps, layer, head),
+                                  lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of a later step")
+                except ValueError:  # no piece to mask: the view says so when a visitor opens the step
+                    pass
+        return task
+
+    tasks = [make(inputs) for inputs in later for make in (attribution, faithful)]
+    return prefetch.PREFETCH.ask(("attr", *version, later[0], n_steps, layer, head), tasks,
+                                 alive=prefetch.session_alive())
+
+
+def _index(choice: int | str) -> int | None:
+    """A layer or head box's value (``"mean"`` or 0-based) as ``reading`` takes it."""
+    return None if choice == "mean" else int(choice)
+
+
+def _settings(keys: Keys) -> tuple[int, int | None, int | None]:
+    """``(n_steps, layer, head)`` as this session last chose them (the defaults before the controls are drawn)."""
+    state = st.session_state
+    return (int(state.get(keys.steps, STEP_CHOICES[0])), _index(state.get(keys.layer, "mean")),
+            _index(state.get(keys.head, "mean")))
+
+
+def controls(ckpt: Checkpoint, keys: Keys) -> tuple[str, int | None, int | None, int]:
+    """The method followed, the attention methods' layer and head, and the integration points: seeded from the link
+    (a bad value noted and ignored) and written back. Returns ``(method, layer, head, n_steps)``."""
+    cfg = ckpt.config
+    n_layers, n_heads = cfg.n_decoder_layers, cfg.n_heads
+    url.init_widget(keys.method, lambda p: url.choice_param(p, METHOD, METHODS, DEFAULT_METHOD, what="method"))
+    url.init_widget(keys.layer, lambda p: url.head_param(p, LAYER, n_layers, "mean", ("mean",), what="layer"),
+                    valid=lambda v: v == "mean" or v in range(n_layers))
+    url.init_widget(keys.head, lambda p: url.head_param(p, HEAD, n_heads, "mean", ("mean",), what="head"),
+                    valid=lambda v: v == "mean" or v in range(n_heads))
+    url.init_widget(keys.steps, lambda p: url.choice_param(p, STEPS, {str(s): s for s in STEP_CHOICES},
+                                                               STEP_CHOICES[0], what="integration points"))
+    c1, c2 = st.columns(2)
+    method = c1.selectbox("Method followed", METHODS, key=keys.method, format_func=NAMES.__getitem__,
+                          help="Its row is marked, and the what-if starts from the source word it ranks highest.")
+    n_steps = c2.selectbox("IG points", STEP_CHOICES, key=keys.steps,
+                           help="Integration points integrated gradients start with, placed where log p changes "
+                                "most; the stretches that miss are halved until the scores sum to within 1 % of "
+                                "the change (at most 256 points). More to start with: steadier, slower.")
+    c3, c4 = st.columns(2)
+    layer = c3.selectbox("Attention layer", ["mean"] + list(range(n_layers)), key=keys.layer,
+                         format_func=lambda v: "mean over layers" if v == "mean" else f"layer {v + 1}")
+    head = c4.selectbox("Attention head", ["mean"] + list(range(n_heads)), key=keys.head,
+                        format_func=lambda v: "mean / all heads" if v == "mean" else f"head {v + 1}")
+    url.put(METHOD, method, DEFAULT_METHOD)
+    url.put(LAYER, url.format_head(layer), "mean")
+    url.put(HEAD, url.format_head(head), "mean")
+    url.put(STEPS, n_steps, STEP_CHOICES[0])
+    return method, _index(layer), _index(head), int(n_steps)
+
+
+def toggle(key: str) -> bool:
+    """The toggle (session key ``key``), seeded from ``?attr=`` and written back; closing it takes the view's other
+    parameters out of the link."""
+    url.init_widget(key, lambda p: url.bool_param(p, PARAM, False, what="attention vs attribution"))
+    on = st.toggle(LABEL, key=key, help=HELP)
+    url.put(PARAM, on, False)
+    if not on:
+        for name in (METHOD, LAYER, HEAD, STEPS):
+            url.put(name, None)
+        whatif_view.forget_link()
+    return on
+
+
+def share_matrices(reading: StepAttribution, layer: int | None, head: int | None):
+    """``(source shares [methods, S], prefix shares [methods, T], negative [methods, S + T])`` in :data:`METHODS`
+    order: each side's |score| over its total, and where a signed score lowered p(token)."""
+    scores = [reading.scores(m, layer, head) for m in METHODS]
+    src = np.array([s.source_shares for s in scores]).reshape(len(METHODS), -1)
+    pre = np.array([s.prefix_shares for s in scores])
+    negative = np.array([np.concatenate([s.source, s.prefix]) < 0 for s in scores])
+    return src, pre, negative
+
+
+def scope_text(layer: int | None, head: int | None) -> str:
+    """Which attention the attention rows are: ``"layer 3, head 2"``, ``"the mean over layers"`` …"""
+    where = "the mean over layers" if layer is None else f"layer {layer + 1}"
+    return where + (", all heads (α: their mean)" if head is None else f", head {head + 1}")
+
+
+def attribution_npz(ckpt: Checkpoint, reading: StepAttribution, faith: Faithfulness | None, layer: int | None,
+                    head: int | None) -> bytes:
+    """The step's scores as a compressed ``.npz`` (``np.load`` reads it without pickle): ``methods`` ``[M]``,
+    ``source_scores`` ``[M, S]`` and ``prefix_scores`` ``[M, T]`` (signed; gradient methods in nats),
+    ``source_shares`` / ``prefix_shares`` (the page's shares), ``source_tokens`` / ``prefix_tokens`` /
+    ``token``, ``attention_source`` / ``attention_prefix`` ``[layers, heads, S or T]`` (every layer and head),
+    ``log_prob``, ``baseline_log_prob``, ``completeness_gap``, ``n_steps``, ``baseline``, ``source_share``,
+    ``layer`` / ``head`` (0-based, −1 = mean) and, when measured, ``faithfulness_methods``, ``comprehensiveness``
+    and ``sufficiency`` ``[M + 1, fractions]`` (the last row random) with ``fractions``."""
+    tok, step = ckpt.tokenizer, reading.step
+    scores = [reading.scores(m, layer, head) for m in METHODS]
+    src, pre, _ = share_matrices(reading, layer, head)
+    grads = reading.gradients
+    arrays = {
+        "methods": np.array(METHODS), "token": np.array(pieces.of_id(tok, step.token_id)),
+        "source_scores": np.array([s.source for s in scores]).reshape(len(METHODS), -1),
+        "prefix_scores": np.array([s.prefix for s in scores]), "source_shares": src, "prefix_shares": pre,
+        "source_tokens": np.array(pieces.of_ids(tok, step.src_ids), dtype=str),
+        "prefix_tokens": np.array(pieces.of_ids(tok, step.prefix_ids), dtype=str),
+        "attention_source": reading.attention.source_weights, "attention_prefix": reading.attention.prefix_weights,
+        "log_prob": np.array(grads.log_prob), "baseline_log_prob": np.array(grads.baseline_log_prob),
+        "completeness_gap": np.array(grads.completeness_gap), "n_steps": np.array(grads.n_steps),
+        "baseline": np.array(grads.baseline), "source_share": np.array(reading.source_share),
+        "layer": np.array(-1 if layer is None else layer), "head": np.array(-1 if head is None else head),
+    }
+    if faith is not None:
+        names = list(METHODS) + ["random"]
+        arrays.update(faithfulness_methods=np.array(names), fractions=np.array(faith.fractions),
+                      comprehensiveness=np.array([faith.comprehensiveness[m] for m in names]),
+                      sufficiency=np.array([faith.sufficiency[m] for m in names]))
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def gap_line(reading: StepAttribution) -> str:
+    """The integrated gradients' completeness check in one sentence."""
+    g = reading.gradients
+    total = float(g.integrated_gradients.source.sum() + g.integrated_gradients.prefix.sum())
+    gap = "∞" if not np.isfinite(g.completeness_gap) else f"{g.completeness_gap:.1%}"
+    advice = (f" The {MAX_STEPS}-point limit stopped the refinement." if g.completeness_gap > TOLERANCE else "")
+    return (f"Integrated gradients ({g.n_steps} points, adaptive, `<{g.baseline}>` baseline): the scores sum to "
+            f"{total:+.2f} "
+            f"nats, log p(token) − log p(baseline) = {g.log_prob - g.baseline_log_prob:+.2f}; completeness gap "
+            f"**{gap}**.{advice}")
+
+
+def faithfulness_rows(faith: Faithfulness) -> list[dict]:
+    """One row per method and random: its AOPC comprehensiveness and sufficiency."""
+    floor = faith.aopc("comprehensiveness", "random") if "random" in faith.comprehensiveness else None
+    rows = []
+    for m in list(METHODS) + ["random"]:
+        comp, suff = faith.aopc("comprehensiveness", m), faith.aopc("sufficiency", m)
+        beats = "" if m == "random" or floor is None else ("yes" if comp > floor else "no")
+        rows.append({"method": NAMES.get(m, m), "comprehensiveness ↑": comp, "sufficiency ↓": suff,
+                     "comp. > random": beats})
+    return rows
+
+
+def share_line(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int, n_steps: int) -> str:
+    """The source's share at steps 1 … ``step`` as a line (each step's attribution shared, so a step already seen
+    costs nothing)."""
+    tok = ckpt.tokenizer
+    shares = [shared_attribution(ckpt, step_inputs(ckpt, src_ids, decoding, t), n_steps).source_share
+              for t in range(1, step + 1)]
+    labels = [f"{t} {pieces.of_id(tok, decoding.generated[t - 1])}" for t in range(1, step + 1)]
+    return share_line_svg(labels, shares, title="Source share at every step so far", large=presentation.is_on())
+
+
+def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) -> None:
+    """The view of step ``step`` of ``decoding`` of the source ``src`` (:class:`~decoding.stepping.SourceInput`;
+    ``keys``: the page's session keys)."""
+    tok, cfg = ckpt.tokenizer, ckpt.config
+    method, layer, head, n_steps = controls(ckpt, keys)
+    inputs = step_inputs(ckpt, src.ids, decoding, step)
+    try:
+        reading = shared_attribution(ckpt, inputs, n_steps)
+    except ValueError as exc:
+        st.warning(f"This step cannot be attributed: {exc}.")
+        return
+    src_shares, pre, negative = share_matrices(reading, layer, head)
+    title = f"Step {step}: what “{pieces.of_id(tok, inputs.token_id)}” owes each piece"
+    grid = ([NAMES[m] for m in METHODS], pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder else [], src_shares,
+            pieces.of_ids(tok, inputs.prefix), pre, negative)
+    st.markdown(attribution_html(*grid, current=METHODS.index(method), title=title, large=presentation.is_on()),
+                unsafe_allow_html=True)
+    st.caption(f"Attention rows: {scope_text(layer, head)}. Shares are |score| over each side's total; the gradient "
+               "methods explain log p(token), the attention ones say where one sub-layer looked.")
+    if cfg.is_encoder_decoder:
+        st.markdown(f"**Source vs prefix:** {reading.source_share:.0%} of this prediction comes from the English "
+                    f"source, {1 - reading.source_share:.0%} from the German written so far (integrated gradients, "
+                    "Σ|score| per side).")
+    else:
+        st.markdown("**No source:** a decoder-only model predicts from its prefix alone (the prompt and what it "
+                    "wrote).")
+    st.caption(gap_line(reading))
+    if cfg.is_encoder_decoder:
+        if st.session_state.get(keys.line) or st.button(
+                "Source share at every step so far", key=keys.line_button, icon=":material/show_chart:",
+                help="One integrated-gradients run per step not yet seen."):
+            st.session_state[keys.line] = True
+            st.markdown(share_line(ckpt, src.ids, decoding, step, n_steps), unsafe_allow_html=True)
+    try:
+        faith = shared_faithfulness(ckpt, inputs, n_steps, reading, layer, head)
+    except ValueError as exc:
+        faith = None
+        st.info(f"No faithfulness for this step: {exc}.")
+    if faith is not None:
+        widgets.show_table(faithfulness_rows(faith), wrap=True,
+                           formats={"comprehensiveness ↑": "{:.3f}", "sufficiency ↓": "{:.3f}"})
+        st.caption(FAITHFUL_NOTE + f" Here k = {', '.join(map(str, faith.counts))} piece(s); p(token) = "
+                   f"{faith.probability:.3f}.")
+    npz, svg = st.columns(2)
+    npz.download_button("Download the scores (.npz)", data=lambda: attribution_npz(ckpt, reading, faith, layer, head),
+                        file_name=f"attribution-step{step}.npz", mime="application/octet-stream",
+                        key=keys.export, on_click="ignore", icon=":material/download:",
+                        help="Every method's signed scores and shares, every layer's and head's attention, the "
+                             "completeness check and the faithfulness; load with numpy.load.")
+    svg.download_button(  # the view draws no chart whose camera button would save a picture
+        "Download the grid (.svg)", data=lambda: attribution_svg(*grid, title=title),
+        file_name=f"attribution-step{step}.svg", mime="image/svg+xml", key=keys.svg, on_click="ignore",
+        icon=":material/download:", help="The methods × pieces grid above as an SVG picture.")
+    whatif_view.section(ckpt, src, inputs, reading.scores(method, layer, head), keys, reading)
+    # Last, once this visitor's own computations are done: a prefetch that took the free slot a moment before their
+    # faithfulness or what-if asked for it would make them wait for a whole later step's attribution
+    prefetch_after(ckpt, src.ids, decoding, step, n_steps, layer, head)
+
+
+@st.fragment
+def translate_attribution(ckpt: Checkpoint, src, run: Decoding, step: int) -> None:
+    """The Translate page's toggle and, when on, the view of ``step`` (a fragment: its controls rerun only this)."""
+    if not toggle(TRANSLATE_KEYS.toggle):
+        return
+    if step == 0:
+        st.caption("Press **Next**: the view shows, for that step, what the token taken owes each piece.")
+        prefetch_after(ckpt, src.ids, run, 0, *_settings(TRANSLATE_KEYS))
+        return
+    step_view(ckpt, src, run, step, TRANSLATE_KEYS)
+
+
+def lab_attribution(ckpt: Checkpoint, src, full: Decoding, step: int) -> None:
+    """The Decoding lab's tab: the toggle and, when on, the view of ``step`` of the lab's own decoding (sampled and
+    forced tokens included)."""
+    if not toggle(LAB_KEYS.toggle):
+        st.caption(HELP + " Turn it on to compute it for this step.")
+        return
+    step_view(ckpt, src, full, step, LAB_KEYS)

@@ -1,0 +1,234 @@
+"""What the process keeps for every visitor, bounded in bytes: each entry's size measured, the least recently used
+dropped first once a cache is over its budget.
+
+A cache bounded by its number of entries is bounded in nothing a server runs out of: one entry of the heavy-work
+gate is a 3 kB tokenization or a 30 MB decoding of a 58k-vocabulary model at its length cap, and a room typing new
+sentences all day fills every entry. The budgets below are the one place that says how much each shared cache may
+hold; :func:`nbytes` measures an entry, :class:`ByteLRU` keeps entries under a budget.
+
+The budgets, in bytes (a visitor's own session state is not in them: Streamlit drops it when the visitor leaves):
+
+* :data:`GATE_BYTES`: finished decodings, traces, beam searches, attribution readings and the rest of
+  :mod:`serving.heavy`'s shared results. A slimmed decoding of a long sentence is well under 1 MB (its steps keep the
+  top tokens, not vocabulary-wide rows), a trace of the longest input a few MB, so 256 MiB holds a few hundred
+  sentences: a lecture's worth, while a room's worst case stays a known amount on a 2 GB worker.
+* :data:`FIGURE_BYTES`: Plotly and Altair figures shared by :mod:`serving.figures` (a heatmap is tens of kB, the
+  36-panel grid of a long sentence a few MB): 64 MiB.
+
+The model itself (``st.cache_resource``, four checkpoints at most, ``ui.state.load``) and the small per-page
+caches (``st.cache_data`` with a handful of entries) are bounded by count: their entries are few and of known size.
+
+What work in flight uses is not in these budgets, only kept small where it was large: the gate runs one heavy
+computation at a time (a step's attribution of a 128-piece sentence peaks 93 MB above its start, in passes of
+:data:`reading.gradients.PASS_TOKENS`; a batch of eight first decodings 53 MB), and each session's page run draws its
+figures (the Attention page's first run on such a sentence: 7–9 MB of Plotly JSON, ~50 MB while it is drawn).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from typing import Any, Hashable, Iterator
+
+#: Bytes the heavy-work gate's shared results may hold (:class:`serving.heavy.Gate`).
+GATE_BYTES = 256 * 2**20
+#: Bytes the shared figures may hold (:mod:`serving.figures`).
+FIGURE_BYTES = 64 * 2**20
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray, range)
+
+
+def nbytes(value: Any) -> int:
+    """An estimate of the bytes ``value`` keeps alive: arrays and tensors by their buffers (a tensor by its whole
+    storage, which a view keeps alive; each buffer counted once), containers, mappings, dataclasses and plain
+    objects walked, each object counted once, plus ``sys.getsizeof`` of every Python object met.
+
+    A Plotly figure is measured by its data and layout (not its validators, which every figure shares), a pandas
+    frame by ``memory_usage(deep=True)``; a torch module counts 0 (a result that refers to the model does not keep
+    it: ``ui.state.load`` does). Never raises: an object it cannot walk counts its ``sys.getsizeof``.
+    """
+    return _Walker().size(value)
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.buffers: set[tuple[int, int]] = set()
+
+    def size(self, value: Any) -> int:
+        total = 0
+        stack = [value]
+        while stack:
+            obj = stack.pop()
+            if id(obj) in self.seen:
+                continue
+            self.seen.add(id(obj))
+            total += self._own(obj, stack)
+        return total
+
+    def _own(self, obj: Any, stack: list) -> int:
+        """``obj``'s own bytes; what it refers to is pushed on ``stack``."""
+        if isinstance(obj, _ATOMS):
+            return sys.getsizeof(obj)
+        if hasattr(obj, "state_dict") and hasattr(obj, "parameters"):  # a model: the model cache owns it, not us
+            return 0
+        if hasattr(obj, "untyped_storage") and hasattr(obj, "element_size"):  # a torch tensor, torch not imported
+            storage = obj.untyped_storage()
+            return 64 + self._buffer(storage.data_ptr(), storage.nbytes())
+        if type(obj).__module__ == "numpy" and hasattr(obj, "nbytes"):  # an ndarray or a NumPy scalar
+            base = obj
+            while getattr(base, "base", None) is not None and hasattr(base.base, "nbytes"):
+                base = base.base
+            ptr = base.__array_interface__["data"][0] if hasattr(base, "__array_interface__") else id(base)
+            return 112 + self._buffer(ptr, int(base.nbytes))
+        if hasattr(obj, "memory_usage") and hasattr(obj, "columns"):  # a pandas DataFrame
+            return int(obj.memory_usage(deep=True).sum())
+        if hasattr(obj, "_data") and hasattr(obj, "_layout") and hasattr(obj, "to_plotly_json"):  # a Plotly figure
+            stack.extend((obj._data, obj._layout))
+            return sys.getsizeof(obj)
+        own = _sizeof(obj)
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                stack.extend((k, v))
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif is_dataclass(obj):
+            stack.extend(getattr(obj, f.name, None) for f in fields(obj))
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+            stack.append(vars(obj))
+        elif hasattr(obj, "__slots__"):
+            stack.extend(getattr(obj, s, None) for s in obj.__slots__)
+        return own
+
+    def _buffer(self, ptr: int, size: int) -> int:
+        if (ptr, size) in self.buffers:
+            return 0
+        self.buffers.add((ptr, size))
+        return size
+
+
+def _sizeof(obj: Any) -> int:
+    try:
+        return sys.getsizeof(obj)
+    except TypeError:
+        return 64
+
+
+class ByteLRU:
+    """An LRU cache bounded by bytes: entries measured with :func:`nbytes` when put, the least recently used
+    dropped until the total is within ``budget`` bytes. An entry larger than the whole budget is not kept.
+
+    Not thread-safe: the caller holds its own lock (the gate's condition, the figures' lock).
+
+    Args:
+        budget: bytes all entries together may hold (≥ 0).
+    """
+
+    def __init__(self, budget: int):
+        self.budget = max(0, int(budget))
+        self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.total = 0  # bytes of the entries kept now
+        self.evicted = 0  # entries dropped to stay within the budget so far
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._entries)
+
+    def get(self, key: Hashable) -> Any:
+        """The value of ``key``, now the most recently used.
+
+        Raises:
+            KeyError: ``key`` is not kept.
+        """
+        self._entries.move_to_end(key)
+        return self._entries[key][0]
+
+    def put(self, key: Hashable, value: Any, size: int | None = None) -> bool:
+        """Keep ``value`` under ``key`` (``size``: its bytes when already known, else measured); drop the least
+        recently used entries over the budget. Returns whether it was kept (False: larger than the budget)."""
+        size = nbytes(value) if size is None else int(size)
+        self.pop(key)
+        if size > self.budget:
+            return False
+        self._entries[key] = (value, size)
+        self.total += size
+        while self.total > self.budget:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self.total -= dropped
+            self.evicted += 1
+        return True
+
+    def pop(self, key: Hashable) -> None:
+        """Forget ``key`` (nothing happens when it is not kept)."""
+        if key in self._entries:
+            self.total -= self._entries.pop(key)[1]
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._entries.clear()
+        self.total = 0
+
+    def size_of(self, key: Hashable) -> int:
+        """The bytes counted for ``key``'s entry."""
+        return self._entries[key][1]
+
+
+#: Seconds between two :func:`give_back` calls of the thread :func:`keep_giving_back` starts.
+GIVE_BACK_S = 20.0
+_giving_back = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def give_back() -> bool:
+    """Hand the memory the C allocator keeps free back to the system (glibc's ``malloc_trim(0)``); returns whether
+    it could (False off glibc).
+
+    A server frees a session's pages, a dropped cache entry's tensors and a computation's temporaries, but glibc
+    keeps freed memory in its arenas (one per thread that allocated, and Streamlit runs each script run in a thread
+    of its own), so a process's resident memory stays at its highest: a soak with visitors coming and going kept
+    1.1 GB after everyone had left, of which the caches held 127 MiB."""
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def tidy() -> int:
+    """Collect the process's cyclic garbage (``gc.collect()``), then :func:`give_back`; returns the objects
+    collected.
+
+    A page run that Streamlit interrupts or stops (a click during a run, ``st.stop``) ends in an exception whose
+    traceback holds that run's frames, and so its figures, JSON and arrays, in reference cycles that only a full
+    collection frees; the app turns off Streamlit's collection after every run (``runner.postScriptGC``: it cost a
+    click most of its time), so without this they wait for Python's own rare full collections. In a churned soak
+    a full collection every 15 s freed 13–48 MB each time."""
+    collected = gc.collect()
+    give_back()
+    return collected
+
+
+def keep_giving_back(every_s: float = GIVE_BACK_S) -> bool:
+    """Start, once per process, a daemon thread that calls :func:`tidy` every ``every_s`` seconds (a full
+    collection walks only what was made after the model's load, which ``ui.state.load`` freezes, and a trim takes
+    milliseconds). Returns whether the thread runs (False off glibc)."""
+    global _thread
+    with _giving_back:
+        if _thread is None and give_back():
+            def loop() -> None:
+                while True:
+                    threading.Event().wait(every_s)
+                    tidy()
+
+            _thread = threading.Thread(target=loop, name="give-back-memory", daemon=True)
+            _thread.start()
+        return _thread is not None

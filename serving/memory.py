@@ -211,7 +211,7 @@ def tidy() -> int:
     traceback holds that run's frames, and so its figures, JSON and arrays, in reference cycles that only a full
     collection frees; the app turns off Streamlit's collection after every run (``runner.postScriptGC``: it cost a
     click most of its time), so without this they wait for Python's own rare full collections. In a churned soak
-    a full collection every 15 s freed 13–48 MB each time."""
+    a full collection every 15 s freed up to 48 MB."""
     collected = gc.collect()
     give_back()
     return collected

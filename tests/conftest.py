@@ -160,9 +160,11 @@ def encode_tgt(tokenizer):
 
 
 # --- the browser tests' app and Chromium ----------------------------------------------------------------------------
-# One app and one Chromium for every browser test module: xdist's loadgroup runs them all on one worker, and starting
-# the app (and loading its model on the first visit) again for each module cost seconds a module. Every test opens its
-# own browser context, so no test sees another's session. browser_helpers is imported inside the fixtures: importing
+# One app for every browser test module: xdist's loadgroup runs them all on one worker, and starting the app (and
+# loading its model on the first visit) again for each module cost seconds a module. Chromium is one per module:
+# Playwright's sync API keeps an event loop running on the worker's thread while it is open, and a later module's
+# asyncio.run (the load benchmark's client) or its own Playwright then fails. Every test opens its own browser
+# context, so no test sees another's session. browser_helpers is imported inside the fixtures: importing
 # it skips when Chromium or playwright is missing, which must skip the test, not every test of the suite.
 @pytest.fixture(scope="session")
 def server():
@@ -172,9 +174,9 @@ def server():
     yield from serve_app({}, "streamlit-server.log")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium under Playwright, shared by the browser tests."""
+    """Debian's Chromium under Playwright, shared by one module's browser tests."""
     import browser_helpers  # noqa: F401 (skips without Chromium or playwright)
 
     from benchmarks.app_server import chromium

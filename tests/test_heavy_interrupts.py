@@ -15,24 +15,13 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException  # noqa: E402
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData  # noqa: E402
+from thread_helpers import JOIN_S, start, until  # noqa: E402
 
 from serving.heavy import Gate, TooBusy  # noqa: E402
 
-JOIN_S = 30
 INTERRUPTIONS = [lambda: RerunException(RerunData()), lambda: StopException()]
 
 
-def start(target, *args) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, daemon=True)
-    thread.start()
-    return thread
-
-
-def until(condition) -> None:
-    deadline = time.monotonic() + JOIN_S
-    while not condition():
-        assert time.monotonic() < deadline, "the gate never got there"
-        time.sleep(0.01)
 
 
 def assert_free(gate: Gate) -> None:

@@ -14,23 +14,10 @@ import pytest
 
 pytest.importorskip("streamlit")
 
+from thread_helpers import JOIN_S, start, until  # noqa: E402
+
 from serving.heavy import Gate, TooBusy  # noqa: E402
 from serving.prefetch import Prefetcher  # noqa: E402
-
-JOIN_S = 30
-
-
-def start(target, *args) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, daemon=True)
-    thread.start()
-    return thread
-
-
-def until(condition) -> None:
-    deadline = time.monotonic() + JOIN_S
-    while not condition():
-        assert time.monotonic() < deadline, "never got there"
-        time.sleep(0.01)
 
 
 def assert_free(gate: Gate) -> None:

@@ -20,7 +20,7 @@ from typing import Iterable
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from model import tokenizing
-from model.tokenizing import Encoding  # noqa: F401 (importers take it from here too)
+from model.tokenizing import Encoding
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3

@@ -23,12 +23,12 @@ PAGES = "app_pages" if (ROOT / "app_pages").is_dir() else "pages"
 ATTENTION_PAGE, TRANSLATE_PAGE = f"{PAGES}/attention/attention.py", f"{PAGES}/translate/translate.py"
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 if not (DEFAULT_CKPT / "model.safetensors").is_file():  # pragma: no cover - a clone without the model
     pytest.skip("checkpoints/en-de is missing", allow_module_level=True)
 
-from model.config import ModelConfig  # noqa: E402
+from model.config import ModelConfig
 
 CFG = ModelConfig.from_json(DEFAULT_CKPT / "config.json")
 #: The shipped translator's card: it may name the layer the pages open on (``open_layer``).

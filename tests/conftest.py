@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from model.config import ModelConfig  # noqa: E402
-from model.tokenizer import TextTokenizer  # noqa: E402
-from model.transformer import Transformer  # noqa: E402
+from model.config import ModelConfig
+from model.tokenizer import TextTokenizer
+from model.transformer import Transformer
 
 # Every figure a test builds is validated by Plotly (viz.theme.figure skips it in the served app, for speed), so a
 # misspelt property fails a test instead of being drawn as nothing.

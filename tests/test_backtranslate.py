@@ -16,20 +16,20 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from train_helpers import TINY, run_main  # noqa: E402
+from train_helpers import TINY, run_main
 
-from corpora import parallel  # noqa: E402
-from corpora.extra import MAX_CHARS  # noqa: E402
-from corpora.files import DataError, Pair, read_tsv  # noqa: E402
-from decoding.batched import greedy_batch  # noqa: E402
-from decoding.sampling import SamplingError, sample_batch, sampled_translate_texts  # noqa: E402
-from launching.form import mixture_errors  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
-from tools import backtranslate as bt  # noqa: E402
-from trainer import train  # noqa: E402
-from training.config import build_parser, check_args  # noqa: E402
-from training.data import load_data, reversed_pairs  # noqa: E402
-from training.runs import GERMAN_PROBE_SENTENCES, read_probes  # noqa: E402
+from corpora import parallel
+from corpora.extra import MAX_CHARS
+from corpora.files import DataError, Pair, read_tsv
+from decoding.batched import greedy_batch
+from decoding.sampling import SamplingError, sample_batch, sampled_translate_texts
+from launching.form import mixture_errors
+from model.checkpoint import load_checkpoint
+from tools import backtranslate as bt
+from trainer import train
+from training.config import build_parser, check_args
+from training.data import load_data, reversed_pairs
+from training.runs import GERMAN_PROBE_SENTENCES, read_probes
 
 GERMAN = ["Das ist gut.", "Wir danken Ihnen.", "Das ist gut.", "Vielen Dank.", "x" * 500, "Die Sitzung ist eröffnet.",
           "Das Wort hat der Kollege.", "Wir stimmen ab."]

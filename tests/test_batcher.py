@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from serving.batcher import MAX_BATCH_ENV, WINDOW_ENV, Batcher, BatchFailed  # noqa: E402
-from serving.heavy import MISSING, Gate, TooBusy  # noqa: E402
+from serving.batcher import MAX_BATCH_ENV, WINDOW_ENV, Batcher, BatchFailed
+from serving.heavy import MISSING, Gate, TooBusy
 
 JOIN_S = 30
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("streamlit")
-from tests.test_decoding_page import CKPT, _at_repo_root, button, clean, page  # noqa: E402,F401 (a fixture)
+from tests.test_decoding_page import CKPT, _at_repo_root, button, clean, page  # noqa: F401 (a fixture)
 
 SENTENCE = "Machine learning is changing the world."
 pytestmark = pytest.mark.skipif(not (CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")

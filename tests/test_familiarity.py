@@ -11,11 +11,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from decoding.batched import translate_texts  # noqa: E402
-from evaluation.suite import far_scores, markdown, piece_stats  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
-from reading.familiarity import FAR_MIN_SPLIT, familiarity, word_pieces  # noqa: E402
-from ui.state import HARD_PRESETS, LM_PRESETS, PRESETS, preset_label  # noqa: E402
+from decoding.batched import translate_texts
+from evaluation.suite import far_scores, markdown, piece_stats
+from model.checkpoint import load_checkpoint
+from reading.familiarity import FAR_MIN_SPLIT, familiarity, word_pieces
+from ui.state import HARD_PRESETS, LM_PRESETS, PRESETS, preset_label
 
 #: Far from the shipped translator's training text: five of its seven words are cut into pieces.
 FAR = "Mitochondrial enzymes catalyse the oxidation of pyruvate."

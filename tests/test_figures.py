@@ -10,8 +10,8 @@ import torch
 pytest.importorskip("streamlit")
 
 from serving import figures
-from ui import presentation  # noqa: E402
-from viz.attention import attention_heatmap  # noqa: E402
+from ui import presentation
+from viz.attention import attention_heatmap
 
 
 def test_equal_arguments_share_one_figure_and_any_difference_builds_another():

@@ -11,9 +11,9 @@ import threading
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from serving.heavy import Gate, TooBusy  # noqa: E402
+from serving.heavy import Gate, TooBusy
 
 JOIN_S = 30
 

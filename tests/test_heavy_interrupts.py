@@ -13,11 +13,11 @@ import time
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException  # noqa: E402
-from streamlit.runtime.scriptrunner_utils.script_requests import RerunData  # noqa: E402
-from thread_helpers import JOIN_S, start, until  # noqa: E402
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
+from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+from thread_helpers import JOIN_S, start, until
 
-from serving.heavy import Gate, TooBusy  # noqa: E402
+from serving.heavy import Gate, TooBusy
 
 INTERRUPTIONS = [lambda: RerunException(RerunData()), lambda: StopException()]
 

@@ -21,16 +21,16 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a dev dependency: the reference implementation
 
-from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: E402
+from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
 
-from decoding.batched import greedy_batch  # noqa: E402
-from decoding.beam import beam_search  # noqa: E402
-from decoding.sampling import Chooser, SamplingConfig  # noqa: E402
-from decoding.stepping import Stepper  # noqa: E402
-from model.checkpoint import CheckpointError, save_checkpoint  # noqa: E402
-from model.hf.config import hf_to_model_config  # noqa: E402
-from model.hf.loader import is_hf_model_dir, load_hf_model  # noqa: E402
-from model.positional import sinusoidal_table  # noqa: E402
+from decoding.batched import greedy_batch
+from decoding.beam import beam_search
+from decoding.sampling import Chooser, SamplingConfig
+from decoding.stepping import Stepper
+from model.checkpoint import CheckpointError, save_checkpoint
+from model.hf.config import hf_to_model_config
+from model.hf.loader import is_hf_model_dir, load_hf_model
+from model.positional import sinusoidal_table
 
 ATOL = 1e-5
 ROOT = Path(__file__).resolve().parent.parent

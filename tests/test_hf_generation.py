@@ -18,19 +18,19 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a dev dependency: builds the folders, and the reference
 
-from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model, write_tiny_marian_tokenizer  # noqa: E402
-from test_hf_equivalence import PROMPTS, SOURCES, _padded, _until, _varied_stop_token  # noqa: E402
-from test_hf_pages import assert_clean, open_app  # noqa: E402
+from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model, write_tiny_marian_tokenizer
+from test_hf_equivalence import PROMPTS, SOURCES, _padded, _until, _varied_stop_token
+from test_hf_pages import assert_clean, open_app
 
-from app_pages.decoding import lab  # noqa: E402
-from decoding.beam import beam_search  # noqa: E402
+from app_pages.decoding import lab
+from decoding.beam import beam_search
 from decoding.stepping import Stepper, input_limit, prepare_source
-from model.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from model.config import default_max_new_tokens  # noqa: E402
-from model.hf.generation import GenerationDefaults, decoding_cap  # noqa: E402
-from model.hf.loader import load_hf_model, read_generation  # noqa: E402
+from model.checkpoint import CheckpointError, load_checkpoint
+from model.config import default_max_new_tokens
+from model.hf.generation import GenerationDefaults, decoding_cap
+from model.hf.loader import load_hf_model, read_generation
 from serving import heavy
-from ui import state  # noqa: E402
+from ui import state
 
 #: What an opus-mt download's generation_config.json says (its ids those of the tiny model), with a small cap so
 #: that the cap binds, and the length penalty and stopping rule at which generate's beam search is ours.

@@ -10,12 +10,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a dev dependency: builds the weights, and the reference
 
-from hf_fixtures import tiny_marian, write_tiny_marian_model  # noqa: E402
-from test_hf_equivalence import SOURCES  # noqa: E402
+from hf_fixtures import tiny_marian, write_tiny_marian_model
+from test_hf_equivalence import SOURCES
 
-from model.checkpoint import CheckpointError  # noqa: E402
-from model.hf import weights  # noqa: E402
-from model.hf.loader import load_hf_model  # noqa: E402
+from model.checkpoint import CheckpointError
+from model.hf import weights
+from model.hf.loader import load_hf_model
 
 DTYPES = [torch.float16, torch.bfloat16]
 

@@ -21,29 +21,29 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # a dev dependency: builds the folders, and the reference
 
-from hf_fixtures import GPT2, MARIAN  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
-from test_attention_views import charts, z_of  # noqa: E402
+from hf_fixtures import GPT2, MARIAN
+from streamlit.testing.v1 import AppTest
+from test_attention_views import charts, z_of
 
-from app_pages.attention import views  # noqa: E402
-from app_pages.decoding import lab  # noqa: E402
+from app_pages.attention import views
+from app_pages.decoding import lab
 from decoding.stepping import Stepper, input_limit, prepare_source
-from model.checkpoint import (  # noqa: E402
+from model.checkpoint import (
     CheckpointError,
     checkpoint_arch,
     is_checkpoint_dir,
     list_checkpoints,
-    load_checkpoint,  # noqa: E402
+    load_checkpoint,
 )
 from model.config import (
-    ModelConfig,  # noqa: E402
-    default_max_new_tokens,  # noqa: E402
+    ModelConfig,
+    default_max_new_tokens,
 )
-from model.positional import sinusoidal_table  # noqa: E402
-from tools.card import parameters as card_parameters  # noqa: E402
-from ui import pieces  # noqa: E402
-from ui.limits import DEMO_SWEEP_BUDGET  # noqa: E402
-from ui.state import PRESETS  # noqa: E402
+from model.positional import sinusoidal_table
+from tools.card import parameters as card_parameters
+from ui import pieces
+from ui.limits import DEMO_SWEEP_BUDGET
+from ui.state import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["translate", "attention", "decoding", "positional", "tokenization", "lecture", "training"]

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from serving import heavy  # noqa: E402
-from ui.limits import DEMO_MAX_CHARS, DEMO_TRAIN_TEXT_CHARS, TRAIN_TEXT_CHARS, UPLOAD_MB, limits  # noqa: E402
+from serving import heavy
+from ui.limits import DEMO_MAX_CHARS, DEMO_TRAIN_TEXT_CHARS, TRAIN_TEXT_CHARS, UPLOAD_MB, limits
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZATION = ROOT / "app_pages" / "tokenization" / "tokenization.py"

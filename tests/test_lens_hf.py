@@ -14,12 +14,12 @@ import torch
 
 pytest.importorskip("transformers")  # a dev dependency: the reference implementation
 
-from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model  # noqa: E402
-from test_hf_equivalence import PROMPTS, SOURCES, load_folder  # noqa: E402
-from test_lens import assert_last_layer_is_the_output, distribution  # noqa: E402
+from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
+from test_hf_equivalence import PROMPTS, SOURCES, load_folder
+from test_lens import assert_last_layer_is_the_output, distribution
 
-from decoding.decoded import decode  # noqa: E402
-from decoding.stepping import Stepper  # noqa: E402
+from decoding.decoded import decode
+from decoding.stepping import Stepper
 
 
 @pytest.fixture(scope="module")

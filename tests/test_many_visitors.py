@@ -23,9 +23,9 @@ if not all((ROOT / "checkpoints" / name / "model.safetensors").is_file() for nam
     pytest.skip("a shipped checkpoint is missing", allow_module_level=True)
 pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
 
-from decoding.stepping import input_limit, prepare_source  # noqa: E402
-from model.checkpoint import load_checkpoint  # noqa: E402
-from ui.state import new_stepper  # noqa: E402
+from decoding.stepping import input_limit, prepare_source
+from model.checkpoint import load_checkpoint
+from ui.state import new_stepper
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.

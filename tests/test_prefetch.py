@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from thread_helpers import JOIN_S, start, until  # noqa: E402
+from thread_helpers import JOIN_S, start, until
 
-from serving.heavy import Gate, TooBusy  # noqa: E402
-from serving.prefetch import Prefetcher  # noqa: E402
+from serving.heavy import Gate, TooBusy
+from serving.prefetch import Prefetcher
 
 
 def assert_free(gate: Gate) -> None:

@@ -19,10 +19,10 @@ APP = ROOT / "app.py"
 CKPT = ROOT / "checkpoints" / "en-de"
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
-from ui import presentation  # noqa: E402
-from ui.presentation import KEY, MIN_TICK, PARAM, enlarged  # noqa: E402
+from ui import presentation
+from ui.presentation import KEY, MIN_TICK, PARAM, enlarged
 
 needs_model = pytest.mark.skipif(not (CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing")
 

@@ -18,17 +18,17 @@ import pytest
 import torch
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 # the repository as working folder and no extra checkpoints (an autouse fixture), and the page helpers
-from test_attention_views import _at_repo_root, assert_clean, charts, show, z_of  # noqa: E402,F401
-from test_url import BAD_VALUES, notes_of  # noqa: E402
-from test_url import open_page as open_url_page  # noqa: E402
+from test_attention_views import _at_repo_root, assert_clean, charts, show, z_of  # noqa: F401
+from test_url import BAD_VALUES, notes_of
+from test_url import open_page as open_url_page
 
-from model.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from model.config import ModelConfig  # noqa: E402
-from model.transformer import Transformer  # noqa: E402
-from ui.presentation import MIN_TICK  # noqa: E402
+from model.checkpoint import load_checkpoint, save_checkpoint
+from model.config import ModelConfig
+from model.transformer import Transformer
+from ui.presentation import MIN_TICK
 
 ROOT = Path(__file__).resolve().parent.parent
 TAB = "Query · key"

@@ -14,14 +14,14 @@ import pytest
 import torch
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 from decoding.stepping import Stepper, input_limit, prepare_source, strip_eos
-from model.checkpoint import load_checkpoint  # noqa: E402
-from model.config import default_max_new_tokens  # noqa: E402
-from reading.trace import trace_pair  # noqa: E402
+from model.checkpoint import load_checkpoint
+from model.config import default_max_new_tokens
+from reading.trace import trace_pair
 from serving import heavy
-from ui import state  # noqa: E402
+from ui import state
 
 ROOT = Path(__file__).resolve().parent.parent
 CKPT = ROOT / "checkpoints" / "en-de"

@@ -115,7 +115,7 @@ def test_forced_and_matrix_params():
 
 # --- every page, every parameter, bad values (AppTest) -------------------------------------------------------------
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 needs_ckpt = pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(),
                                 reason="checkpoints/en-de is missing")
@@ -312,7 +312,7 @@ def test_a_new_sentence_takes_an_old_sweep_out_of_the_link():
 
 
 # --- hostile links: what a hostile or broken link carries, every parameter of a page at once --------------------
-from benchmarks.chaos_visitors import PAGE_PARAMS, UNKNOWN_NAMES, hostile_query  # noqa: E402
+from benchmarks.chaos_visitors import PAGE_PARAMS, UNKNOWN_NAMES, hostile_query
 
 SCRIPT = "<script>alert(1)</script>"
 #: Each run sets every parameter of the page (the list the chaos benchmark sends) and a few unknown names to one.

@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             try:
                 rows.append(measure(trainer, name, args, config.batch_tokens))
-            except Exception as exc:  # noqa: BLE001  (any failure of a variant is a result: say why, go on)
+            except Exception as exc:  # any failure of a variant is a result: say why, go on
                 rows.append({"variant": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
             gc.collect()
             if device.type == "cuda":

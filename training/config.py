@@ -35,7 +35,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 SELECT = ("auto", "loss", "chrf")
 
 
-def opt(default, help: str = "", group: str = "run", **meta):  # noqa: A002  (argparse's own word)
+def opt(default, help: str = "", group: str = "run", **meta):  # `help` shadows the builtin: argparse's own word
     """A :class:`TrainConfig` field: ``default`` plus the metadata described in the module docstring."""
     return field(default=default, metadata={"help": help, "group": group, **meta})
 

@@ -95,15 +95,17 @@ def translate_page() -> None:
     # The model is loaded in here, not before: this fragment then exists in a new session from the first moment of
     # its first run. A visitor whose worker died is reconnected to another, where that run loads the model for
     # seconds while the old page is still on screen; a Next clicked then asked for a fragment the session did not
-    # have yet, and Streamlit dropped the click.
-    ckpt = checkpoints.require_checkpoint(summary=False)
-    tok, cfg, n_layers, open_layer = _model(ckpt)
+    # have yet, and Streamlit dropped the click. (It still drops one clicked in the moment before the new run
+    # reaches this fragment: the title is drawn first, so the page shows when the fragment is there.)
     left, right = st.columns([1.1, 1], gap="medium")
     # Four keyed groups: on a phone the columns stack, and ui.responsive puts the step's view (tr_box_view) right
     # under the step's numbers (tr_box_main), before what explains them (tr_box_notes), instead of after all of the
     # left column
-    with left, st.container(key="tr_box_main"):
-        st.title("Translate")
+    main = left.container(key="tr_box_main")
+    main.title("Translate")
+    ckpt = checkpoints.require_checkpoint(summary=False)
+    tok, cfg, n_layers, open_layer = _model(ckpt)
+    with main:
         # --- input: the box applies on Enter; the presets box follows it --------------------------------------
         typed = state.sentence_box(ckpt, TRANSLATE.text_box)
         state.set_text(typed)

@@ -2,33 +2,26 @@
 and, for the step on screen, every method's share of each source and prefix piece on one scale, the integrated
 gradients' completeness gap, the source's share of the prediction, and how faithful each method is (ERASER).
 
-A step's attribution (:func:`reading.attribution.attribute_step`: four methods, one integrated-gradients run) is
-computed once per (checkpoint version, source ids, prefix, token, integration points, baseline) through the gate
-for heavy work (:mod:`serving.heavy`) and shared by every visitor; the layer and head of the attention methods only pick
-from it, so switching them recomputes nothing but the faithfulness of their ranking (a few batched forward passes).
-When a step is shown, the next :data:`AHEAD` steps' attribution and faithfulness are prefetched in the background
-(:mod:`serving.prefetch`, at the gate's lowest priority), so that a room stepping through the lecturer's sentence finds
-each next step ready instead of waiting for the first visitor who opens it.
+What the view shows is computed once per step and shared, the next steps ahead of the room
+(:mod:`reading_views.step_attribution`); its arrays and download are :mod:`reading_views.attribution_scores`.
 """
 
 from __future__ import annotations
 
-import io
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import streamlit as st
 
 from decoding.decoded import Decoding
 from model.checkpoint import Checkpoint
-from reading.attribution import METHODS, StepAttribution, attribute_step
-from reading.faithfulness import Faithfulness, faithfulness
-from reading.gradients import MAX_STEPS, TOLERANCE, pass_rows
-from reading.step import Step
+from reading.attribution import METHODS, StepAttribution
+from reading.faithfulness import Faithfulness
+from reading.gradients import MAX_STEPS, TOLERANCE
 from reading_views import whatif as whatif_view
-from serving import heavy, prefetch
+from reading_views.attribution_scores import attribution_npz, share_matrices
+from reading_views.step_attribution import prefetch_after, shared_attribution, shared_faithfulness, step_inputs
 from ui import pieces, presentation, url, widgets
-from ui.checkpoints import checkpoint_version
 from ui.page_state import DECODING, TRANSLATE, Field
 from viz.attribution import attribution_html, attribution_svg, share_line_svg
 
@@ -45,10 +38,6 @@ NAMES = {"attention": "attention α", "value_norm": "‖α·f(x)‖", "grad_x_in
 DEFAULT_METHOD = "integrated_gradients"
 #: Integration points offered: the default, and more where the gap is large (each costs proportionally more).
 STEP_CHOICES = (24, 64, 128)
-BASELINE = "unk"
-#: Steps after the one shown whose attribution (and faithfulness at the visitor's layer and head) is prefetched: two,
-#: so that a visitor stepping ahead of the room still finds the next step started.
-AHEAD = 2
 FAITHFUL_NOTE = ("**Faithfulness** (ERASER, DeYoung et al. 2020): mask with `<unk>` the source pieces a method ranks "
                  "highest (its top 10 %, 20 %, 50 %). *Comprehensiveness* is how much p(token) drops when they are "
                  "masked (higher: the method found what the prediction needed); *sufficiency* how much it drops when "
@@ -82,96 +71,6 @@ class Keys(NamedTuple):
 
 TRANSLATE_KEYS = Keys.of(TRANSLATE.attr)
 LAB_KEYS = Keys.of(DECODING.attr)
-
-
-class StepInputs(NamedTuple):
-    """One decoding step as :func:`reading.attribution.attribute_step` reads it."""
-
-    src_ids: tuple[int, ...]  #: ``()`` for a decoder-only model (its prompt is in the prefix)
-    prefix: tuple[int, ...]  #: ``<bos>`` (+ a prompt) + the tokens taken before this step
-    token_id: int  #: the token taken at this step
-
-
-def step_inputs(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int) -> StepInputs:
-    """Step ``step`` (1-based) of ``decoding``: its source, the decoder's inputs so far and the token taken."""
-    src = tuple(src_ids) if ckpt.config.is_encoder_decoder else ()
-    return StepInputs(src, decoding.tokens[:len(decoding.prefix) + step - 1], decoding.generated[step - 1])
-
-
-def attribution_key(version: tuple, inputs: StepInputs, n_steps: int) -> tuple:
-    """The gate's key of a step's attribution (``version``: :func:`ui.state.checkpoint_version`)."""
-    return ("attr", *version, *inputs, n_steps, BASELINE)
-
-
-def faithfulness_key(version: tuple, inputs: StepInputs, n_steps: int, layer: int | None, head: int | None) -> tuple:
-    """The gate's key of a step's faithfulness at ``layer`` / ``head``."""
-    return ("faithful", *version, *inputs, n_steps, BASELINE, layer, head)
-
-
-def _attribute(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
-    # a long sentence's points in passes of a bounded size: all at once, one step's reading took 683 MB while it ran
-    rows = pass_rows(Step(tuple(inputs.src_ids or ()), tuple(inputs.prefix), inputs.token_id))
-    return attribute_step(ckpt.model, inputs.src_ids or None, inputs.prefix, inputs.token_id, n_steps=n_steps,
-                          baseline=BASELINE, internal_batch_size=rows)
-
-
-def _faithfulness(ckpt: Checkpoint, reading: StepAttribution, layer: int | None, head: int | None) -> Faithfulness:
-    return faithfulness(ckpt.model, reading.step, reading.all_scores(layer, head))
-
-
-def shared_attribution(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
-    """Every method's reading of one step, computed once per checkpoint version, step and settings, shared.
-
-    Raises:
-        ValueError: the step does not fit the model (:func:`reading.attribution.attribute_step`).
-    """
-    return heavy.shared(attribution_key(checkpoint_version(ckpt), inputs, n_steps),
-                        lambda: _attribute(ckpt, inputs, n_steps), "the attribution of this step")
-
-
-def shared_faithfulness(ckpt: Checkpoint, inputs: StepInputs, n_steps: int, reading: StepAttribution,
-                        layer: int | None, head: int | None) -> Faithfulness:
-    """Comprehensiveness and sufficiency of every method's ranking (the attention methods at ``layer`` / ``head``),
-    shared. Raises ``ValueError`` when no piece may be masked (a source that is only ``<eos>``)."""
-    return heavy.shared(faithfulness_key(checkpoint_version(ckpt), inputs, n_steps, layer, head),
-                        lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of each method")
-
-
-def prefetch_after(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int, n_steps: int,
-                   layer: int | None, head: int | None) -> bool:
-    """Ask the prefetcher (:data:`serving.prefetch.PREFETCH`) for the attribution and the faithfulness (at ``layer`` /
-    ``head``) of the :data:`AHEAD` steps after ``step`` (0: the first ones) of ``decoding``, computed in the
-    background at the gate's lowest priority. Returns whether a job was queued (none after the last step, or with
-    prefetch off). A step that cannot be attributed is left to the visitor's own request, which says why."""
-    later = [step_inputs(ckpt, src_ids, decoding, t)
-             for t in range(step + 1, min(step + AHEAD, len(decoding.generated)) + 1)]
-    if not later:
-        return False
-    version = checkpoint_version(ckpt)  # stats the folder's files: here, in the visitor's run, not in the worker
-
-    def attribution(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
-        def task(gate: heavy.Gate) -> None:
-            try:
-                gate.prefetch(attribution_key(version, inputs, n_steps), lambda: _attribute(ckpt, inputs, n_steps),
-                              "the attribution of a later step")
-            except ValueError:  # a step the view cannot read (it says why when a visitor opens it)
-                pass
-        return task
-
-    def faithful(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
-        def task(gate: heavy.Gate) -> None:
-            reading = gate.lookup(attribution_key(version, inputs, n_steps))
-            if isinstance(reading, StepAttribution):  # else a visitor is computing it now: theirs to finish
-                try:
-                    gate.prefetch(faithfulness_key(version, inputs, n_steps, layer, head),
-                                  lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of a later step")
-                except ValueError:  # no piece to mask: the view says so when a visitor opens the step
-                    pass
-        return task
-
-    tasks = [make(inputs) for inputs in later for make in (attribution, faithful)]
-    return prefetch.PREFETCH.ask(("attr", *version, later[0], n_steps, layer, head), tasks,
-                                 alive=prefetch.session_alive())
 
 
 def _index(choice: int | str) -> int | None:
@@ -230,55 +129,10 @@ def toggle(key: str) -> bool:
     return on
 
 
-def share_matrices(reading: StepAttribution, layer: int | None, head: int | None):
-    """``(source shares [methods, S], prefix shares [methods, T], negative [methods, S + T])`` in :data:`METHODS`
-    order: each side's |score| over its total, and where a signed score lowered p(token)."""
-    scores = [reading.scores(m, layer, head) for m in METHODS]
-    src = np.array([s.source_shares for s in scores]).reshape(len(METHODS), -1)
-    pre = np.array([s.prefix_shares for s in scores])
-    negative = np.array([np.concatenate([s.source, s.prefix]) < 0 for s in scores])
-    return src, pre, negative
-
-
 def scope_text(layer: int | None, head: int | None) -> str:
     """Which attention the attention rows are: ``"layer 3, head 2"``, ``"the mean over layers"`` …"""
     where = "the mean over layers" if layer is None else f"layer {layer + 1}"
     return where + (", all heads (α: their mean)" if head is None else f", head {head + 1}")
-
-
-def attribution_npz(ckpt: Checkpoint, reading: StepAttribution, faith: Faithfulness | None, layer: int | None,
-                    head: int | None) -> bytes:
-    """The step's scores as a compressed ``.npz`` (``np.load`` reads it without pickle): ``methods`` ``[M]``,
-    ``source_scores`` ``[M, S]`` and ``prefix_scores`` ``[M, T]`` (signed; gradient methods in nats),
-    ``source_shares`` / ``prefix_shares`` (the page's shares), ``source_tokens`` / ``prefix_tokens`` /
-    ``token``, ``attention_source`` / ``attention_prefix`` ``[layers, heads, S or T]`` (every layer and head),
-    ``log_prob``, ``baseline_log_prob``, ``completeness_gap``, ``n_steps``, ``baseline``, ``source_share``,
-    ``layer`` / ``head`` (0-based, −1 = mean) and, when measured, ``faithfulness_methods``, ``comprehensiveness``
-    and ``sufficiency`` ``[M + 1, fractions]`` (the last row random) with ``fractions``."""
-    tok, step = ckpt.tokenizer, reading.step
-    scores = [reading.scores(m, layer, head) for m in METHODS]
-    src, pre, _ = share_matrices(reading, layer, head)
-    grads = reading.gradients
-    arrays = {
-        "methods": np.array(METHODS), "token": np.array(pieces.of_id(tok, step.token_id)),
-        "source_scores": np.array([s.source for s in scores]).reshape(len(METHODS), -1),
-        "prefix_scores": np.array([s.prefix for s in scores]), "source_shares": src, "prefix_shares": pre,
-        "source_tokens": np.array(pieces.of_ids(tok, step.src_ids), dtype=str),
-        "prefix_tokens": np.array(pieces.of_ids(tok, step.prefix_ids), dtype=str),
-        "attention_source": reading.attention.source_weights, "attention_prefix": reading.attention.prefix_weights,
-        "log_prob": np.array(grads.log_prob), "baseline_log_prob": np.array(grads.baseline_log_prob),
-        "completeness_gap": np.array(grads.completeness_gap), "n_steps": np.array(grads.n_steps),
-        "baseline": np.array(grads.baseline), "source_share": np.array(reading.source_share),
-        "layer": np.array(-1 if layer is None else layer), "head": np.array(-1 if head is None else head),
-    }
-    if faith is not None:
-        names = list(METHODS) + ["random"]
-        arrays.update(faithfulness_methods=np.array(names), fractions=np.array(faith.fractions),
-                      comprehensiveness=np.array([faith.comprehensiveness[m] for m in names]),
-                      sufficiency=np.array([faith.sufficiency[m] for m in names]))
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
-    return buffer.getvalue()
 
 
 def gap_line(reading: StepAttribution) -> str:

@@ -20,6 +20,8 @@ from model.checkpoint import load_checkpoint
 from reading.attribution import attribute_step
 from reading.faithfulness import faithfulness
 from reading_views import attribution as attribution_view
+from reading_views import step_attribution
+from reading_views.attribution_scores import attribution_npz
 from serving import heavy, prefetch
 from ui.checkpoints import ROOT, checkpoint_version
 from ui.state import new_stepper
@@ -100,11 +102,11 @@ def test_the_next_steps_are_prefetched_and_a_next_finds_them_ready(monkeypatch, 
     run = decode(new_stepper(ckpt.model, src, ckpt.generation))
     version, n_steps = checkpoint_version(ckpt), attribution_view.STEP_CHOICES[0]
     for t in (4, 5):  # AHEAD steps after the one shown, each with the faithfulness the view draws
-        inputs = attribution_view.step_inputs(ckpt, src, run, t)
-        assert heavy.GATE.cached(attribution_view.attribution_key(version, inputs, n_steps))
-        assert heavy.GATE.cached(attribution_view.faithfulness_key(version, inputs, n_steps, None, None))
-    assert not heavy.GATE.cached(attribution_view.attribution_key(
-        version, attribution_view.step_inputs(ckpt, src, run, 6), n_steps))
+        inputs = step_attribution.step_inputs(ckpt, src, run, t)
+        assert heavy.GATE.cached(step_attribution.attribution_key(version, inputs, n_steps))
+        assert heavy.GATE.cached(step_attribution.faithfulness_key(version, inputs, n_steps, None, None))
+    assert not heavy.GATE.cached(step_attribution.attribution_key(
+        version, step_attribution.step_inputs(ckpt, src, run, 6), n_steps))
     computed = heavy.GATE.computed
     next_step(at)
     assert "Step 4: what" in grids(at)[0]
@@ -118,7 +120,7 @@ def test_the_export_holds_the_scores_of_every_method(monkeypatch):
     src = prepare_source(ckpt.tokenizer, SENTENCE, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids
     reading = attribute_step(ckpt.model, src, [cfg.bos_id], ckpt.tokenizer.encode("Mein").ids[0], n_steps=8)
     faith = faithfulness(ckpt.model, reading.step, reading.all_scores())
-    data = np.load(io.BytesIO(attribution_view.attribution_npz(ckpt, reading, faith, None, None)))
+    data = np.load(io.BytesIO(attribution_npz(ckpt, reading, faith, None, None)))
     assert data["source_scores"].shape == data["source_shares"].shape == (4, len(src))
     assert data["prefix_scores"].shape == (4, 1) and len(data["source_tokens"]) == len(src)
     assert data["attention_source"].shape == (cfg.n_decoder_layers, cfg.n_heads, len(src))

@@ -4,63 +4,17 @@ import json
 from pathlib import Path
 
 import pytest
+from card_helpers import START, VALID, leg_run, report_files, suite_report, write_config
 
-from tools.card import CardError, add_sets, append_leg, card_pages, leg_rows, main, markdown_rows, read_metrics
+from tools.card import add_sets, append_leg, card_pages, main, markdown_rows
+from tools.card_inputs import CardError
 
 ROOT = Path(__file__).resolve().parents[1]
-GOAL = {"The cat sat on the mat.": "Die Katze saß auf der Matte.", "I am hungry.": "Ich habe Hunger."}
-
-
-def _run(tmp_path: Path) -> Path:
-    """A leg of 3,000 steps: training rows every 500, evaluations every 1,000, a resumed evaluation of step 2,000
-    written twice (the later one counts), a line cut short by a kill, and the stop event."""
-    run = tmp_path / "run"
-    run.mkdir(parents=True)
-    rows = [{"step": s, "loss": 2.0, "tokens_seen": s * 4000, "time_s": s * 0.7} for s in range(500, 3001, 500)]
-    rows += [{"step": s, "valid_loss": 2.0 - s / 10000, "valid_chrf": 50 + s / 1000, "time_s": s * 0.7}
-             for s in (1000, 2000, 3000)]
-    rows.append({"step": 2000, "valid_loss": 1.7, "valid_chrf": 52.5, "time_s": 1400.0})
-    rows.append({"step": 3000, "event": "stopped", "reason": "max_steps"})
-    text = "\n".join(json.dumps(r) for r in rows) + '\n{"step": 30'
-    (run / "metrics.jsonl").write_text(text, encoding="utf-8")
-    _model(run, layers=2)
-    return run
-
-
-def _model(run: Path, layers: int) -> None:
-    """The run's ``config.json``: a tiny translator of ``layers`` + ``layers`` layers."""
-    config = {"vocab_size": 100, "d_model": 16, "n_heads": 2, "d_ff": 32, "n_encoder_layers": layers,
-              "n_decoder_layers": layers, "norm_first": True}
-    (run / "config.json").write_text(json.dumps(config), encoding="utf-8")
-
-
-def _report(strategy: str) -> dict:
-    sets = [{"name": n, "sentences": 10, "references": 10, "scores": {strategy: {"bleu": b, "chrf": c}},
-             "repeats": {strategy: {"checked": 10, "longest": run, "repeating": int(run >= 2), "looping": 0}}}
-            for n, b, c, run in (("multi30k test2016", 38.1, 63.0, 1), ("everyday", 60.0, 77.0, 2),
-                                 ("ding test", 13.0, 38.2, 1))]
-    return {"sets": sets, "goal": {s: {strategy: t} for s, t in GOAL.items()},
-            "decoding": {"beam": 8, "alpha": 1.0, "limit": 0}, "missing": []}
-
-
-def _report_files(tmp_path: Path) -> dict[str, Path]:
-    """The command's four JSON inputs written under ``tmp_path``: card, valid, greedy and beam reports."""
-    files = {}
-    for name, obj in (("card", START), ("valid", VALID), ("greedy", _report("greedy")), ("beam", _report("beam"))):
-        files[name] = tmp_path / f"{name}.json"
-        files[name].write_text(json.dumps(obj), encoding="utf-8")
-    return files
-
-
-START = {"step": 22631, "tokens_seen": 103_638_498, "train_minutes": 660.6,
-         "legs": [{"leg": "leg 7 · shipped", "train_minutes": 660.6, "tokens_seen": 103_638_498, "shipped": True}]}
-VALID = {"tsv": "v.tsv", "sentences": 1600, "strategy": "greedy", "bleu": 35.0, "chrf": 55.0, "loss": 1.80,
-         "perplexity": 6.05, "seconds": 5.0}
 
 
 def test_a_leg_adds_its_steps_tokens_and_minutes_to_the_lineage(tmp_path):
-    run = _run(tmp_path)
-    new = append_leg(START, run, 8, "leg 7 soup", VALID, _report("greedy"), _report("beam"), "the soup",
+    run = leg_run(tmp_path)
+    new = append_leg(START, run, 8, "leg 7 soup", VALID, suite_report("greedy"), suite_report("beam"), "the soup",
                      cooldown_from=1500, date="2026-11-26")
     assert new["step"] == 22631 + 3000
     assert new["tokens_seen"] == 103_638_498 + 3000 * 4000
@@ -84,59 +38,27 @@ def test_a_leg_adds_its_steps_tokens_and_minutes_to_the_lineage(tmp_path):
 
 
 def test_the_card_counts_the_weights_the_leg_trained_and_says_when_the_model_grew(tmp_path):
-    run = _run(tmp_path)
-    small = append_leg(START, run, 8, "leg 7 soup", VALID, _report("greedy"), _report("beam"), "the soup")
+    run = leg_run(tmp_path)
+    small = append_leg(START, run, 8, "leg 7 soup", VALID, suite_report("greedy"), suite_report("beam"), "the soup")
     # 16·100 tied embeddings; per encoder layer 4·(16·16+16) + (16·32+32) + (32·16+16) + 2·2·16, per decoder layer
     # one attention and one norm more; the final norms 2·2·16
     enc, dec = 1088 + 1072 + 64, 2 * 1088 + 1072 + 96
     assert small["parameters"] == 1600 + 2 * enc + 2 * dec + 64 and "architecture_changes" not in small
-    _model(run, layers=4)  # the leg trained a grown copy: python -m tools.grow
-    grown = append_leg(small, run, 9, "leg 8", VALID, _report("greedy"), _report("beam"), "the grown model")
+    write_config(run, layers=4)  # the leg trained a grown copy: python -m tools.grow
+    grown = append_leg(small, run, 9, "leg 8", VALID, suite_report("greedy"), suite_report("beam"), "the grown model")
     assert grown["parameters"] == small["parameters"] + 2 * enc + 2 * dec
     assert grown["architecture_changes"] == [{"leg": 9, "parameters": [small["parameters"], grown["parameters"]],
                                               "n_encoder_layers": 4, "n_decoder_layers": 4}]
     (run / "config.json").unlink()
     with pytest.raises(CardError, match="config.json"):
-        append_leg(START, run, 8, "x", VALID, _report("greedy"), _report("beam"), "y")
-
-
-def test_a_leg_that_went_on_as_a_second_run_counts_on_from_the_first(tmp_path):
-    """A leg carried over two sessions as two runs (the second --init-from the first's end, its steps from 0) is
-    one leg: steps, tokens and minutes of the second run count on from the first's, and the command takes both."""
-    first = _run(tmp_path)
-    second = _run(tmp_path / "next")
-    _model(second, layers=3)
-    rows, total = leg_rows([first, second], START, 8, "x", cooldown_from=5500)
-    assert total == {"step": 22631 + 6000, "tokens_seen": 103_638_498 + 6000 * 4000,
-                     "train_minutes": round(660.6 + 6000 * 0.7 / 60, 1)}
-    steps = [int(r["leg"].rsplit("step ", 1)[1].replace(",", "")) - 22631 for r in rows]
-    assert steps == [1000, 2000, 3000, 4000, 5000, 6000]
-    assert [r["tokens_seen"] - 103_638_498 for r in rows] == [s * 4000 for s in steps]
-    assert ["(cooldown)" in r["leg"] for r in rows] == [False] * 5 + [True]
-    assert rows[4]["valid_loss"] == 1.7  # the second run's re-written evaluation of its step 2,000
-    card = append_leg(START, [first, second], 8, "x", VALID, _report("greedy"), _report("beam"), "y")
-    assert card["step"] == 28631 and card["parameters"] > append_leg(
-        START, first, 8, "x", VALID, _report("greedy"), _report("beam"), "y")["parameters"]  # the last run's model
-    files = _report_files(tmp_path)
-    out = tmp_path / "out.json"
-    assert main(["--card", str(files["card"]), "--run", str(first), str(second), "--leg", "8", "--parent", "x",
-                 "--valid", str(files["valid"]), "--greedy", str(files["greedy"]), "--beam", str(files["beam"]),
-                 "--selected-by", "y", "--out", str(out)]) == 0
-    assert json.loads(out.read_text(encoding="utf-8"))["step"] == 28631
-    with pytest.raises(CardError, match="no run folder"):
-        leg_rows([], START, 8, "x")
-
-
-def test_rows_can_be_thinned_but_the_last_evaluation_always_stays(tmp_path):
-    rows, total = leg_rows(_run(tmp_path), START, 8, "x", every=2000)
-    assert [r["leg"].rsplit("step ", 1)[1] for r in rows] == ["24,631", "25,631"]
-    assert total["step"] == 25631
+        append_leg(START, run, 8, "x", VALID, suite_report("greedy"), suite_report("beam"), "y")
 
 
 def test_the_shipped_card_carries_forward(tmp_path):
     """The card in checkpoints/en-de has the shape the command reads: its legs stay, one row is shipped."""
     card = json.loads((ROOT / "checkpoints" / "en-de" / "card.json").read_text(encoding="utf-8"))
-    new = append_leg(card, _run(tmp_path), 99, "the shipped model", VALID, _report("greedy"), _report("beam"), "x")
+    new = append_leg(card, leg_run(tmp_path), 99, "the shipped model", VALID, suite_report("greedy"),
+                     suite_report("beam"), "x")
     assert len(new["legs"]) == len(card["legs"]) + 4
     assert sum(r["shipped"] for r in new["legs"]) == 1
     assert new["step"] == card["step"] + 3000
@@ -144,8 +66,8 @@ def test_the_shipped_card_carries_forward(tmp_path):
 
 
 def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, capsys):
-    run = _run(tmp_path)
-    files = _report_files(tmp_path)
+    run = leg_run(tmp_path)
+    files = report_files(tmp_path)
     args = ["--card", str(files["card"]), "--run", str(run), "--leg", "8", "--parent", "leg 7 soup",
             "--valid", str(files["valid"]), "--greedy", str(files["greedy"]), "--beam", str(files["beam"]),
             "--selected-by", "the soup", "--out", str(tmp_path / "out.json")]
@@ -171,7 +93,7 @@ def test_the_command_writes_the_card_and_bad_inputs_get_a_message(tmp_path, caps
     files["card"].write_text(json.dumps(START), encoding="utf-8")
     assert main([*args[:8], "--valid", str(files["valid"]), "--greedy", str(files["beam"]), *args[12:]]) == 2
     assert "no greedy scores" in capsys.readouterr().err
-    files["beam"].write_text(json.dumps({**_report("beam"), "decoding": {}}), encoding="utf-8")
+    files["beam"].write_text(json.dumps({**suite_report("beam"), "decoding": {}}), encoding="utf-8")
     assert main(args) == 2
     assert "beam width and alpha" in capsys.readouterr().err
 
@@ -189,16 +111,8 @@ def test_the_curve_rows_fit_the_shipped_cards_curve_table():
     assert header.count("|") == row.count("|")
 
 
-def test_a_run_without_evaluations_is_refused(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "metrics.jsonl").write_text('{"step": 50, "tokens_seen": 10, "loss": 3.0}\n', encoding="utf-8")
-    with pytest.raises(CardError, match="no evaluation"):
-        read_metrics(run)
-
-
 def _flores(strategy: str, beam: int = 8) -> dict:
-    report = _report(strategy)
+    report = suite_report(strategy)
     report["sets"][0]["scores"][strategy] = {"bleu": 1.0, "chrf": 1.0}  # a re-measured set must not replace the card's
     report["sets"].append({"name": "flores200-devtest", "sentences": 1012, "references": 1012,
                            "scores": {strategy: {"bleu": 4.6, "chrf": 30.6}},
@@ -208,8 +122,8 @@ def _flores(strategy: str, beam: int = 8) -> dict:
 
 
 def test_sets_added_after_shipping_join_the_card_and_nothing_else_changes(tmp_path, capsys):
-    run = _run(tmp_path)
-    card = append_leg(START, run, 8, "leg 7 soup", VALID, _report("greedy"), _report("beam"), "the soup")
+    run = leg_run(tmp_path)
+    card = append_leg(START, run, 8, "leg 7 soup", VALID, suite_report("greedy"), suite_report("beam"), "the soup")
     new, added = add_sets(card, _flores("greedy"), _flores("beam"))
     assert added == ["flores200-devtest (greedy)", "flores200-devtest (beam)"]
     assert new["suite"]["greedy"]["flores200-devtest"] == {"sentences": 1012, "bleu": 4.6, "chrf": 30.6}
@@ -247,8 +161,8 @@ def test_a_cpu_leg_after_a_gpu_run_counts_its_minutes_apart_and_keeps_its_own_va
     gpu = {**START, "train_minutes": 8.2, "device": "cuda:0",
            "legs": [{"leg": "GPU run · step 4,940", "train_minutes": 8.2, "tokens_seen": 103_638_498,
                      "valid_loss": 1.7, "valid_chrf": 54.2, "shipped": False}]}
-    new = append_leg(gpu, _run(tmp_path), 2, "the GPU run", VALID, _report("greedy"), _report("beam"), "the soup",
-                     machine="cpu", own_valid="the leg's mixture valid")
+    new = append_leg(gpu, leg_run(tmp_path), 2, "the GPU run", VALID, suite_report("greedy"), suite_report("beam"),
+                     "the soup", machine="cpu", own_valid="the leg's mixture valid")
     assert new["train_minutes"] == 8.2 and new["cpu_minutes"] == round(3000 * 0.7 / 60, 1)
     assert new["total"] == {"tokens_seen": new["tokens_seen"], "train_minutes": 8.2, "cpu_minutes": 35.0}
     curve = new["leg_curves"]["leg2"]
@@ -257,13 +171,13 @@ def test_a_cpu_leg_after_a_gpu_run_counts_its_minutes_apart_and_keeps_its_own_va
     assert [r["leg"] for r in new["legs"]] == ["GPU run · step 4,940", "leg 2 · shipped"]
     assert new["legs"][-1]["cpu_minutes"] == 35.0 and new["legs"][-1]["shipped"] is True
     assert "flores_chrf" not in new["legs"][-1]  # the reports score no FLORES here
-    greedy = _report("greedy")
+    greedy = suite_report("greedy")
     greedy["sets"].append({"name": "flores200-devtest", "sentences": 1012,
                            "scores": {"greedy": {"bleu": 6.2, "chrf": 33.7}}})
-    with_flores = append_leg(gpu, tmp_path / "run", 2, "the GPU run", VALID, greedy, _report("beam"), "x",
+    with_flores = append_leg(gpu, tmp_path / "run", 2, "the GPU run", VALID, greedy, suite_report("beam"), "x",
                              machine="cpu")
     assert with_flores["legs"][-1]["flores_chrf"] == 33.7  # the chart draws the general domain beside the rest
     (tmp_path / "b").mkdir()
-    again = append_leg(new, _run(tmp_path / "b"), 3, "leg 2", VALID, _report("greedy"), _report("beam"), "x",
-                       machine="cpu")
+    again = append_leg(new, leg_run(tmp_path / "b"), 3, "leg 2", VALID, suite_report("greedy"),
+                       suite_report("beam"), "x", machine="cpu")
     assert again["cpu_minutes"] == 70.0 and again["train_minutes"] == 8.2  # a second CPU leg adds to the first

@@ -40,7 +40,7 @@ from model.config import (
     default_max_new_tokens,
 )
 from model.positional import sinusoidal_table
-from tools.card import parameters as card_parameters
+from tools.card_inputs import parameters as card_parameters
 from ui import pieces
 from ui.limits import DEMO_SWEEP_BUDGET
 from ui.state import PRESETS

@@ -11,26 +11,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from corpora.files import DataError
-from model.baseline import build_model
-from model.config import ModelConfig
-from model.tokenizer import TextTokenizer
 from trainer.best import evaluate_during_training, save_best, score_best_on_test
 from trainer.resume import resolve_config
+from trainer.start import initial_state, model_to_train
 from training.batches import (
     Batch,
     EpochPlan,
     collate,
     encode_examples,
-    pair_sides,
     sequences_per_pair,
     with_bpe_dropout,
     word_dropout,
 )
-from training.checkpoints import load_any, read_tokenizer, snapshot, warm_start
+from training.checkpoints import snapshot
 from training.config import TrainConfig
 from training.data import load_data
 from training.device import default_threads
@@ -42,42 +38,14 @@ from training.runs import (
     now_iso,
     read_status,
     snapshot_steps,
-    write_config,
     write_status,
-    write_train_args,
 )
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
-from training.state import TrainerState, load_resume_state, read_state, save_resume_state
+from training.state import save_resume_state
 from training.step import TrainStep
 
 #: Why a run ended with state ``finished`` (any other reason, a signal, is ``stopped``).
 FINISHED_REASONS = ("max_steps", "max_minutes", "patience")
-
-
-def new_model(config: TrainConfig, ctx: Dist, device, sentences, phrases,
-              words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
-    """A fresh model: the ``--tokenizer`` given, else a BPE vocabulary learned on rank 0 (and sent to the others),
-    then random weights. Raises ``DataError`` when ``--tokenizer`` names no readable tokenizer."""
-    tok: TextTokenizer | None = None
-    if ctx.is_main:
-        if config.tokenizer:
-            tok = read_tokenizer(config.tokenizer)
-        else:
-            vocab_texts = sentences if config.vocab_from == "sentences" else sentences + phrases + words
-            tok = TextTokenizer.train(pair_sides(vocab_texts), vocab_size=config.vocab_size)
-    if ctx.enabled:  # rank 0's vocabulary on every rank
-        tok = TextTokenizer(Tokenizer.from_str(ctx.broadcast(tok.to_str() if tok is not None else None)))
-    assert tok is not None, "rank 0 reads or learns the vocabulary, the other ranks receive it"
-    c = config
-    cfg = ModelConfig(
-        arch=c.arch, vocab_size=tok.vocab_size, d_model=c.d_model, n_heads=c.n_heads,
-        n_encoder_layers=(c.encoder_layers or c.layers) if c.arch == "encoder-decoder" else 0,
-        n_decoder_layers=c.decoder_layers or c.layers,
-        d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
-        activation_dropout=c.activation_dropout, decoder_layerdrop=c.decoder_layerdrop,
-        pos_encoding=c.pos_encoding, norm_first=c.norm_first, max_len=c.max_len,
-    )
-    return build_model(cfg, c.impl).to(device), tok, cfg  # the same on every rank; DDP broadcasts rank 0's
 
 
 @dataclass
@@ -100,7 +68,8 @@ class Trainer:
     def __init__(self, config: TrainConfig, ctx: Dist, device: torch.device, given: set[str] | None = None):
         self.config, self.ctx, self.device, self.out = config, ctx, device, Path(config.out)
         sentences, phrases, words, valid = load_data(config)
-        self.model, self.tok, self.cfg, config = self.model_to_train(given, sentences, phrases, words)
+        self.model, self.tok, self.cfg, config = model_to_train(config, ctx, device, given, sentences, phrases,
+                                                                words)
         self.config = config  # a warm start's has the checkpoint's model options
         train_tok = with_bpe_dropout(self.tok, config.bpe_dropout)  # never saved: checkpoints keep self.tok
         self.plan = EpochPlan(sentences, phrases, words, config,
@@ -110,7 +79,7 @@ class Trainer:
         self.eval_pairs = valid[: config.eval_sentences or None]  # 0: all of them
         self.set_up_steps()
         self.factor = factor_for_peak(config.peak_lr, self.cfg.d_model, config.warmup)
-        self.state = self.initial_state()
+        self.state = initial_state(config, ctx, self.opt)
         peak = config.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda"
                                       else None)
         self.peak_total = peak * ctx.world_size if peak else None
@@ -133,41 +102,6 @@ class Trainer:
         self.config = replace(self.config, **changes)
         self.plan.config = self.config
         self.set_up_steps()
-
-    def model_to_train(self, given, sentences, phrases,
-                       words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig, TrainConfig]:
-        """``(model, tokenizer, model config, config)``, the model in training mode: ``last/``'s (``--resume``), the
-        ``--init-from`` checkpoint's (``config`` then has the options the warm start has in fact), or a new one; a
-        new run also writes ``train_args.json`` and ``config.json``."""
-        config, ctx = self.config, self.ctx
-        if config.resume:
-            ckpt = load_any(self.out / "last", config.impl, self.device)
-            ckpt.model.train()
-            return ckpt.model, ckpt.tokenizer, ckpt.config, config
-        if config.init_from:
-            model, tok, cfg, config = warm_start(config, self.device, given or frozenset())
-        else:
-            if ctx.is_main:
-                self.out.mkdir(parents=True, exist_ok=True)
-            model, tok, cfg = new_model(config, ctx, self.device, sentences, phrases, words)
-        if ctx.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            write_train_args(self.out, config.to_saved())
-            write_config(self.out, cfg)
-        if ctx.rank:
-            torch.manual_seed(config.seed + 1_000_003 * ctx.rank)  # each rank its own dropout masks
-        return model, tok, cfg, config
-
-    def initial_state(self) -> TrainerState:
-        """A fresh trainer state, or the one ``last/`` saved (``--resume``, same number of processes)."""
-        if not self.config.resume:
-            return TrainerState(world_size=self.ctx.world_size)
-        last = self.out / "last"
-        saved_world = read_state(last).world_size
-        if saved_world != self.ctx.world_size:
-            raise DataError(f"{self.out} was trained by {saved_world} process(es); resume it with the same "
-                            f"number (this launch has {self.ctx.world_size})")
-        return load_resume_state(last, self.opt, self.ctx.rank)
 
     # --- the loop -----------------------------------------------------------------------------------------------
     def run(self) -> int:

@@ -3,7 +3,7 @@ and comparing the branches, beam search as a tree, and what the KV cache holds a
 
 import streamlit as st
 
-from app_pages.decoding import lab, views
+from app_pages.decoding import kv_cache, lab, views
 from decoding.beam import beam_search, beam_states
 from decoding.decoded import Decoding, StepView
 from decoding.loops import LOOP_TIMES
@@ -231,7 +231,7 @@ def decoding_page() -> None:
     with tab_probs:
         views.probabilities_tab(ckpt, run, pieces.shown(tok, src.tokens))
     with tab_cache:
-        views.kv_cache_tab(ckpt, run, step, src.ids, pieces.shown(tok, src.tokens), cmp_key=(src_key, run.generated))
+        kv_cache.kv_cache_tab(ckpt, run, step, src.ids, pieces.shown(tok, src.tokens), cmp_key=(src_key, run.generated))
     with tab_lens:
         lens_view.lab_lens(ckpt, src.ids, full, step)
     with tab_attr:

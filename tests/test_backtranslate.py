@@ -27,7 +27,7 @@ from launching.form import mixture_errors
 from model.checkpoint import load_checkpoint
 from tools import backtranslate as bt
 from trainer import train
-from training.config import build_parser, check_args
+from trainer.options import build_parser, check_args
 from training.data import load_data, reversed_pairs
 from training.runs import GERMAN_PROBE_SENTENCES, read_probes
 

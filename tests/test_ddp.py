@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 from model.baseline import build_model
 from model.checkpoint import load_checkpoint
 from trainer import train
+from trainer.options import parse_config
 from training.batches import EpochPlan, collate, encode_pairs, loss_fn
-from training.config import parse_config
 from training.data import load_data
 from training.distributed import Dist, dist_from_env, model_flops_utilization, peak_tflops_for, shard_batches
 from training.flops import matmul_weights_per_token, training_flops

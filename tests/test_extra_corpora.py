@@ -195,7 +195,7 @@ def test_the_pieces_command_prints_its_table_without_translating(shared, make_mo
 def test_the_adaptation_preset_continues_the_shipped_model_on_the_mixture_and_the_new_pairs(tmp_path, monkeypatch):
     from corpora import parallel
     from launching.form import build_command, preset_form, validate_form
-    from training.config import build_parser, check_args
+    from trainer.options import build_parser, check_args
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path)
     form = preset_form("adapt the shipped translator to news and Wikipedia (hours)")

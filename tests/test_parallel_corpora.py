@@ -205,7 +205,7 @@ def test_the_real_pairs_preset_trains_on_the_mixture_with_its_shares(sources, mo
     until the corpora are prepared; the trainer then mixes them in memory, each corpus repeated by its share."""
     from corpora import parallel
     from launching.form import PRESETS, build_command, preset_form, validate_form
-    from training.config import build_parser, check_args
+    from trainer.options import build_parser, check_args
     from training.data import load_data
 
     out, shared = sources["out"], sources["shared"]

@@ -16,9 +16,10 @@ from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import ConfigError, ModelConfig
 from trainer import train
 from trainer.best import best_card
+from trainer.options import parse_config
 from training.batches import EpochPlan, Example, loss_fn, with_bpe_dropout, word_dropout
 from training.checkpoints import warm_start
-from training.config import TrainConfig, parse_config
+from training.config import TrainConfig
 from training.device import (
     AUTO_PRECISION_ENV,
     autocast,

@@ -11,7 +11,7 @@ from train_helpers import run_main
 
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tools import average
-from training.config import check_args, parse_config
+from trainer.options import check_args, parse_config
 
 
 # --- averaging ------------------------------------------------------------------------------------------------------

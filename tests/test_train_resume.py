@@ -13,7 +13,8 @@ from train_helpers import TINY, read_records, run_main
 
 from trainer import train
 from trainer.best import recipe_extra
-from training.config import TrainConfig, build_parser, given_options
+from trainer.options import build_parser, given_options
+from training.config import TrainConfig
 from training.schedule import cooldown_factor, factor_for_peak, noam_lr
 from training.state import TrainerState
 

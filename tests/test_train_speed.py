@@ -11,8 +11,8 @@ from train_helpers import TINY, run_main
 
 from trainer import probe
 from trainer.loop import make_trainer
+from trainer.options import parse_config
 from training.batches import Example, padded_shape
-from training.config import parse_config
 from training.distributed import Dist
 
 # Dropout off: its masks are drawn per element, so a padded batch (more elements) or a compiled step (its own

@@ -15,8 +15,9 @@ from training_page_helpers import START, T0, TINY, fake_run, page
 from app_pages.training.run_view import progress
 from launching import form as TF
 from launching import launch as L
+from trainer.options import build_parser
 from training import runs as R
-from training.config import FIELDS, build_parser, value_type
+from training.config import FIELDS, value_type
 
 pytestmark = pytest.mark.usefixtures("training_page_env")
 

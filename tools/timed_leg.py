@@ -44,8 +44,8 @@ import torch
 from safetensors.torch import load_file
 
 from model.checkpoint import save_tensors
+from trainer.options import parse_config
 from trainer.probe import DEFAULT_VARIANTS, variant_flags
-from training.config import parse_config
 from training.runs import read_metrics
 from training.state import read_state
 

@@ -29,8 +29,9 @@ from pathlib import Path
 from corpora.files import DataError
 from model.config import ConfigError
 from trainer.loop import train_loop
+from trainer.options import parse_config
 from trainer.resume import RunBusyError
-from training.config import TrainConfig, parse_config
+from training.config import TrainConfig
 from training.distributed import dist_from_env, process_group, setup_device
 from training.runs import write_status
 

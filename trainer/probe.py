@@ -33,8 +33,9 @@ from pathlib import Path
 
 import torch
 
+from trainer.options import parse_config
 from training.batches import padded_shape
-from training.config import flag_of, parse_config
+from training.config import flag_of
 from training.distributed import Dist, setup_device
 from training.flops import training_flops
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from corpora.files import DataError
-from training.config import RESUME_OVERRIDABLE, TrainConfig, check_args, flag_of
+from trainer.options import RESUME_OVERRIDABLE, check_args
+from training.config import TrainConfig, flag_of
 from training.distributed import Dist
 from training.liveness import effective_state, trained_folder
 from training.runs import TRAIN_ARGS, has_resume_state, read_status, read_train_args, write_train_args
@@ -52,7 +53,7 @@ def saved_config(out: Path) -> tuple[TrainConfig, dict]:
 
 def resolve_config(config: TrainConfig, ctx: Dist, given: set[str] | None) -> TrainConfig:
     """The options this run trains with. ``--resume``: the saved run's (:func:`saved_config`), except the
-    :data:`~training.config.RESUME_OVERRIDABLE` limits written on the command line (``given``; ``None`` = every
+    :data:`~trainer.options.RESUME_OVERRIDABLE` limits written on the command line (``given``; ``None`` = every
     option counts as given), which rank 0 saves back so that a later bare ``--resume`` keeps them.
 
     Raises ``DataError`` when there is nothing to resume, :class:`RunBusyError` when another live process trains in

@@ -28,8 +28,9 @@ from model.checkpoint import load_checkpoint
 from tools import backtranslate as bt
 from trainer import train
 from trainer.options import build_parser, check_args
+from training.checkpoints import GERMAN_PROBE_SENTENCES
 from training.data import load_data, reversed_pairs
-from training.runs import GERMAN_PROBE_SENTENCES, read_probes
+from training.runs import read_probes
 
 GERMAN = ["Das ist gut.", "Wir danken Ihnen.", "Das ist gut.", "Vielen Dank.", "x" * 500, "Die Sitzung ist eröffnet.",
           "Das Wort hat der Kollege.", "Wir stimmen ab."]

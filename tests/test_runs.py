@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from model.checkpoint import load_checkpoint
-from training.runs import PROBE_SENTENCES, read_status, snapshot_steps, write_status
+from training.checkpoints import PROBE_SENTENCES
+from training.runs import read_status, snapshot_steps, write_status
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",

@@ -24,9 +24,10 @@ from evaluation.evaluate import validation_loss
 from model.checkpoint import load_checkpoint
 from trainer import train
 from training.batches import EpochPlan, collate, encode_examples, sequences_per_pair
+from training.checkpoints import LM_PROBE_PROMPTS
 from training.config import TrainConfig
 from training.data import monolingual
-from training.runs import LM_PROBE_PROMPTS, read_status, snapshot_steps
+from training.runs import read_status, snapshot_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 LM = ["--arch", "decoder-only", *TINY]

@@ -146,7 +146,7 @@ def fake_lm_run(root: Path, name: str, *, age: float) -> Path:
     from model.config import ModelConfig
     from model.tokenizer import TextTokenizer
     from model.transformer import Transformer
-    from training.runs import probe_record
+    from training.checkpoints import probe_record
 
     run = fake_run(root, name, age=age, evals=())
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

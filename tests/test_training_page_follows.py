@@ -75,7 +75,7 @@ def add_snapshots(run: Path, steps) -> None:
     from model.config import ModelConfig
     from model.tokenizer import TextTokenizer
     from model.transformer import Transformer
-    from training.runs import probe_record
+    from training.checkpoints import probe_record
 
     tok = TextTokenizer.train(["The cat sat on the mat.", "Die Katze saß auf der Matte."] * 5, vocab_size=120)
     cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,

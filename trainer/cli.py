@@ -14,7 +14,7 @@ Decoder-only: ``--arch decoder-only`` trains a GPT-style causal language model o
 of every training pair (English and German) becomes its own sequence ``<bos> … <eos>``
 (:func:`training.batches.encode_examples`), so the model learns to continue a prompt in either language. The loss
 is the same next-token cross-entropy; validation reports loss and perplexity (``valid_ppl``) and no BLEU/chrF;
-the probes continue the probe sentences (:func:`training.runs.probe_record`). With ``--corpus brown`` a
+the probes continue the probe sentences (:func:`training.checkpoints.probe_record`). With ``--corpus brown`` a
 decoder-only model reads English sentences of the Brown corpus instead (:mod:`corpora.brown`).
 
 Exit codes: 0 done (or stopped by a signal), 2 bad options or data (``error: …`` on stderr, ``status.json``

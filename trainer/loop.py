@@ -26,20 +26,13 @@ from training.batches import (
     with_bpe_dropout,
     word_dropout,
 )
-from training.checkpoints import snapshot
+from training.checkpoints import GERMAN_PROBE_SENTENCES, snapshot
 from training.config import TrainConfig
 from training.data import load_data
 from training.device import default_threads
 from training.distributed import Dist, model_flops_utilization, peak_tflops_for, shard_batches, wrap_for_training
 from training.flops import training_flops
-from training.runs import (
-    GERMAN_PROBE_SENTENCES,
-    MetricsLog,
-    now_iso,
-    read_status,
-    snapshot_steps,
-    write_status,
-)
+from training.runs import MetricsLog, now_iso, read_status, snapshot_steps, write_status
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
 from training.state import save_resume_state
 from training.step import TrainStep

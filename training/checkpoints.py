@@ -1,5 +1,6 @@
-"""What a run saves and starts from besides ``best/`` and ``last/`` (:mod:`training.state`): log-spaced snapshots,
-the kept evaluations of ``--keep-last``, and a warm start from another checkpoint (``--init-from``)."""
+"""What a run saves and starts from besides ``best/`` and ``last/`` (:mod:`training.state`): log-spaced snapshots
+with the probe sentences' translations and attention, the kept evaluations of ``--keep-last``, and a warm start
+from another checkpoint (``--init-from``)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,39 @@ from pathlib import Path
 import torch
 
 from corpora.files import DataError
+from decoding.stepping import Stepper, input_limit, prepare_source
 from model.baseline import build_model, load_baseline
 from model.checkpoint import Checkpoint, is_checkpoint_dir, is_own_checkpoint_dir, load_checkpoint, save_checkpoint
-from model.config import ModelConfig
+from model.config import ModelConfig, default_max_new_tokens
 from model.tokenizer import TextTokenizer
+from model.transformer import Transformer
+from reading.trace import trace_pair
 from training.config import TrainConfig
-from training.runs import append_probes, probe_record
+from training.runs import append_probes
 
 EVALS_DIR = "evals"
 #: Model options that only act in training, so a warm start (``--init-from``) may change them.
 WARM_START_KNOBS = ("dropout", "attention_dropout", "activation_dropout", "decoder_layerdrop")
+#: A translator's probes: sentences whose attention a snapshot records, to replay how the heads form.
+PROBE_SENTENCES = [
+    "Bobby likes blackberries.",
+    "The cat sat on the mat.",
+    "Let us think logically.",
+    "He played the piano beautifully.",
+]
+#: A German → English run's probes (``--reverse``): the German of the first three above.
+GERMAN_PROBE_SENTENCES = [
+    "Bobby mag Brombeeren.",
+    "Die Katze saß auf der Matte.",
+    "Lass uns logisch denken.",
+]
+#: A decoder-only run's probes: openings to continue (a finished sentence is mostly followed by ``<eos>``).
+LM_PROBE_PROMPTS = [
+    "Bobby likes",
+    "The animal didn't cross the street because it",
+    "The jury said that",
+    "She looked at him and",
+]
 
 
 @dataclass
@@ -55,9 +79,56 @@ def load_any(folder: Path, impl: str, device) -> Trainable:
     return Trainable(model, TextTokenizer.from_file(folder / "tokenizer.json"), model.cfg, card)
 
 
+def _rounded(attention: torch.Tensor) -> list:
+    """``[layers, heads, q, k]`` as nested lists rounded to 4 decimals (JSON-friendly)."""
+    return [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in attention.tolist()]
+
+
+@torch.inference_mode()
+def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
+                 sentences: list[str] | None = None) -> dict:
+    """The probe sentences at ``step``, greedily decoded with their attention (the model is left in its mode).
+
+    ``sentences`` defaults to :data:`PROBE_SENTENCES` for a translator and :data:`LM_PROBE_PROMPTS` for a
+    decoder-only model.
+
+    Encoder-decoder: each probe is translated; it records ``translation``, ``src_tokens``, ``tgt_tokens`` (the
+    decoder inputs) and ``attention`` of kinds ``encoder``, ``decoder`` and ``cross``. Decoder-only: the probe
+    sentence is the prompt after ``<bos>`` and the model continues it; it records ``continuation`` (the generated
+    text), ``prompt_tokens`` (their number, ``<bos>`` included), ``src_tokens`` ``[]``, ``tgt_tokens`` (prompt +
+    continuation, without a final ``<eos>``) and ``attention`` of the single kind ``self``. Attention is
+    ``{kind: [layers][heads][q][k]}``, rounded to 4 decimals.
+    """
+    was_training = model.training
+    model.eval()
+    cfg = model.cfg
+    if sentences is None:
+        sentences = PROBE_SENTENCES if cfg.is_encoder_decoder else LM_PROBE_PROMPTS
+    probes = []
+    try:
+        for text in sentences:
+            src = prepare_source(tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
+            limit = default_max_new_tokens(cfg, len(src.ids))
+            stepper = Stepper(model, src.ids, max_new_tokens=limit)  # a decoder-only model continues src.ids
+            stepper.run_to_end()
+            trace = trace_pair(model, tokenizer, src.ids if cfg.is_encoder_decoder else None, stepper.decoder_inputs())
+            output = tokenizer.decode(stepper.output_ids())
+            probe: dict[str, object] = {"source": text}
+            if cfg.is_encoder_decoder:
+                probe["translation"] = output
+            else:
+                probe.update(continuation=output, prompt_tokens=len(stepper.prefix))
+            probe.update(src_tokens=trace.src_tokens, tgt_tokens=trace.tgt_tokens,
+                         attention={k: _rounded(v) for k, v in trace.attention.items()})
+            probes.append(probe)
+    finally:
+        model.train(was_training)
+    return {"step": step, "probes": probes}
+
+
 def snapshot(model, tok, out: Path, step: int, sentences: list[str] | None = None) -> None:
     """Checkpoint ``checkpoints/step-N/`` (fp16) and the probe sentences' attention in ``probes.jsonl``
-    (``sentences``: :func:`training.runs.probe_record`'s default for the model, else these)."""
+    (``sentences``: :func:`probe_record`'s default for the model, else these)."""
     save_checkpoint(out / "checkpoints" / f"step-{step}", model, tok, {"step": step, "kind": "snapshot"},
                     dtype=torch.float16)
     append_probes(out, probe_record(model, tok, step, sentences))

@@ -36,12 +36,9 @@ from pathlib import Path
 
 import torch
 
-from decoding.stepping import Stepper, input_limit, prepare_source
 from model.checkpoint import atomic_write_json, is_checkpoint_dir
-from model.config import ARCHITECTURES, default_max_new_tokens
-from model.tokenizer import TextTokenizer
-from model.transformer import Transformer
-from reading.trace import Trace, trace_pair
+from model.config import ARCHITECTURES
+from reading.trace import Trace
 from training.config import defaults
 
 STATUS, METRICS, PROBES, TRAIN_ARGS, CONFIG, LOG = (
@@ -55,26 +52,6 @@ def runs_root() -> Path:
     """Where run folders live: ``$ATTENTION_EXPLORER_RUNS`` if set, else :data:`RUNS_ROOT` (``runs/``)."""
     env = os.environ.get(RUNS_ENV, "").strip()
     return Path(env).expanduser() if env else RUNS_ROOT
-
-PROBE_SENTENCES = [
-    "Bobby likes blackberries.",
-    "The cat sat on the mat.",
-    "Let us think logically.",
-    "He played the piano beautifully.",
-]
-#: A German → English run's probes (``--reverse``): the German of the first three above.
-GERMAN_PROBE_SENTENCES = [
-    "Bobby mag Brombeeren.",
-    "Die Katze saß auf der Matte.",
-    "Lass uns logisch denken.",
-]
-#: A decoder-only run's probes: openings to continue (a finished sentence is mostly followed by ``<eos>``).
-LM_PROBE_PROMPTS = [
-    "Bobby likes",
-    "The animal didn't cross the street because it",
-    "The jury said that",
-    "She looked at him and",
-]
 
 
 def now_iso() -> str:
@@ -132,53 +109,6 @@ def read_jsonl(path: Path) -> list[dict]:
     return out
 
 
-def _rounded(attention: torch.Tensor) -> list:
-    """``[layers, heads, q, k]`` as nested lists rounded to 4 decimals (JSON-friendly)."""
-    return [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in attention.tolist()]
-
-
-@torch.inference_mode()
-def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
-                 sentences: list[str] | None = None) -> dict:
-    """The probe sentences at ``step``, greedily decoded with their attention (the model is left in its mode).
-
-    ``sentences`` defaults to :data:`PROBE_SENTENCES` for a translator and :data:`LM_PROBE_PROMPTS` for a
-    decoder-only model.
-
-    Encoder-decoder: each probe is translated; it records ``translation``, ``src_tokens``, ``tgt_tokens`` (the
-    decoder inputs) and ``attention`` of kinds ``encoder``, ``decoder`` and ``cross``. Decoder-only: the probe
-    sentence is the prompt after ``<bos>`` and the model continues it; it records ``continuation`` (the generated
-    text), ``prompt_tokens`` (their number, ``<bos>`` included), ``src_tokens`` ``[]``, ``tgt_tokens`` (prompt +
-    continuation, without a final ``<eos>``) and ``attention`` of the single kind ``self``. Attention is
-    ``{kind: [layers][heads][q][k]}``, rounded to 4 decimals.
-    """
-    was_training = model.training
-    model.eval()
-    cfg = model.cfg
-    if sentences is None:
-        sentences = PROBE_SENTENCES if cfg.is_encoder_decoder else LM_PROBE_PROMPTS
-    probes = []
-    try:
-        for text in sentences:
-            src = prepare_source(tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
-            limit = default_max_new_tokens(cfg, len(src.ids))
-            stepper = Stepper(model, src.ids, max_new_tokens=limit)  # a decoder-only model continues src.ids
-            stepper.run_to_end()
-            trace = trace_pair(model, tokenizer, src.ids if cfg.is_encoder_decoder else None, stepper.decoder_inputs())
-            output = tokenizer.decode(stepper.output_ids())
-            probe: dict[str, object] = {"source": text}
-            if cfg.is_encoder_decoder:
-                probe["translation"] = output
-            else:
-                probe.update(continuation=output, prompt_tokens=len(stepper.prefix))
-            probe.update(src_tokens=trace.src_tokens, tgt_tokens=trace.tgt_tokens,
-                         attention={k: _rounded(v) for k, v in trace.attention.items()})
-            probes.append(probe)
-    finally:
-        model.train(was_training)
-    return {"step": step, "probes": probes}
-
-
 # --- writing (the trainer) ---------------------------------------------------------------------------------------
 class MetricsLog:
     """Appends records to ``metrics.jsonl``, one JSON object a line, flushed at once (the page reads it live).
@@ -198,7 +128,7 @@ class MetricsLog:
 
 
 def append_probes(folder: Path, record: dict) -> None:
-    """Append a :func:`probe_record` to ``probes.jsonl``."""
+    """Append a :func:`training.checkpoints.probe_record` to ``probes.jsonl``."""
     with open(Path(folder) / PROBES, "a", encoding="utf-8") as f:
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
 

@@ -8,7 +8,7 @@ sources.
 * ``tatoeba``, ``multi30k``, ``bcontrast`` (``--source PATH``, default ``../shared/data``): the real sentence pairs
   into the git-ignored ``data/prepared/``, cleaned of every evaluation sentence (:mod:`corpora.parallel`);
   ``all`` prepares the three (and ``extra`` when ``../shared/data/extra`` is there) and then ``mixture``, the one
-  training file the trainer reads (``--train-tsv``).
+  training file the trainer reads (``--train-tsv``; :mod:`corpora.mixture`).
 * ``extra`` (``--source FOLDER``, default ``../shared/data/extra/train``): the general-domain files of
   :mod:`corpora.extra` (news, Wikipedia, documentation), each cleaned and split, into ``data/prepared/``; a mixture
   names each by its file stem (``--repeat wmt-news-extra=2,mlqe-pe=3``).
@@ -24,15 +24,8 @@ from corpora.brown import BROWN_DIR, prepare_brown
 from corpora.ding import DING_PATH, prepare
 from corpora.extra import EXTRA_CORPORA, extra_train_dir
 from corpora.files import ASSETS_DATA, DataError
-from corpora.parallel import (
-    DEFAULT_REPEATS,
-    PARALLEL,
-    PREPARED,
-    SHARED_DATA,
-    parse_repeats,
-    prepare_corpora,
-    prepare_mixture,
-)
+from corpora.mixture import DEFAULT_REPEATS, parse_repeats, prepare_mixture
+from corpora.parallel import PARALLEL, PREPARED, SHARED_DATA, prepare_corpora
 
 
 def corpora_to_prepare(corpus: str, shared: Path = SHARED_DATA) -> tuple[str, ...]:

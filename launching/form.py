@@ -137,7 +137,8 @@ def mixture_errors(mix: str | None, prepared: Path | None = None) -> list[str]:
     """Why ``mix`` (``"tatoeba=1,multi30k=2,…"``) cannot be trained on now: malformed, every share 0, or a corpus
     with a share that is not prepared in ``prepared`` (default ``data/prepared``; the message names the command)."""
     from corpora.files import DataError
-    from corpora.parallel import BACKTRANSLATED, PREPARED, parse_repeats, prepared_corpora
+    from corpora.mixture import parse_repeats, prepared_corpora
+    from corpora.parallel import BACKTRANSLATED, PREPARED
 
     try:
         shares = parse_repeats(mix or "", {})

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from train_helpers import TINY, run_main
 
-from corpora import parallel
+from corpora import mixture, parallel
 from corpora.extra import MAX_CHARS
 from corpora.files import DataError, Pair, read_tsv
 from decoding.batched import greedy_batch
@@ -163,11 +163,11 @@ def test_the_default_tag_is_made_of_pieces_the_shipped_vocabulary_knows():
 
 def test_the_mixture_takes_the_backtranslated_pairs_once_made(tmp_path):
     with pytest.raises(DataError, match="python -m tools.backtranslate"):
-        parallel.mixture_pairs({"ding": 1, "backtranslated": 1}, tmp_path, tmp_path)
+        mixture.mixture_pairs({"ding": 1, "backtranslated": 1}, tmp_path, tmp_path)
     assert any("python -m tools.backtranslate" in e for e in mixture_errors("ding=1,backtranslated=1", tmp_path))
     parallel.write_tsv_gz(parallel.prepared_path("backtranslated", "train", tmp_path),
                           [Pair("#bt It is good.", "Es ist gut."), Pair("#bt We vote.", "Wir stimmen ab.")])
-    mix = parallel.mixture_pairs({"backtranslated": 2}, tmp_path, tmp_path)
+    mix = mixture.mixture_pairs({"backtranslated": 2}, tmp_path, tmp_path)
     assert mix.counts == {"backtranslated": 4} and Pair("#bt We vote.", "Wir stimmen ab.") in mix.train
     assert mixture_errors("backtranslated=1", tmp_path) == []
 
@@ -204,7 +204,7 @@ def test_the_preset_starts_from_the_shipped_translator_and_trains_it_german_firs
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path)
     form = preset_form("German → English, for back-translation (GPU minutes, CPU hours)")
-    for corpus in parallel.MIXABLE[:-1]:
+    for corpus in mixture.MIXABLE[:-1]:
         parallel.prepared_path(corpus, "train", tmp_path).touch()
     assert validate_form(form) == []
     cmd = build_command(form, "runs/de-en")
@@ -214,7 +214,7 @@ def test_the_preset_starts_from_the_shipped_translator_and_trains_it_german_firs
     # again at step 0, not where the shipped run's ended (a rate of 0)
     assert args.reverse and args.init_from == "checkpoints/en-de" and args.tokenizer is None
     assert args.lr_step_offset == 0 and args.peak_lr == 1.2e-3
-    assert "backtranslated" not in parallel.parse_repeats(args.mix, {})  # its own output is not its input
+    assert "backtranslated" not in mixture.parse_repeats(args.mix, {})  # its own output is not its input
 
 
 def test_the_launch_form_checks_the_direction_against_the_architecture():

@@ -12,15 +12,8 @@ from test_parallel_corpora import english_in, write_lines
 from corpora import __main__ as cli
 from corpora.extra import DEFAULT_VALID, EXTRA_CORPORA, FLORES, MAX_CHARS, clean_pairs, read_extra, split_extra
 from corpora.files import DataError, Pair, read_tsv, split_key
-from corpora.parallel import (
-    evaluation_keys,
-    evaluation_sets,
-    mixture_pairs,
-    parse_repeats,
-    prepare_corpora,
-    prepared_corpora,
-    prepared_path,
-)
+from corpora.mixture import mixture_pairs, parse_repeats, prepared_corpora
+from corpora.parallel import evaluation_keys, evaluation_sets, prepare_corpora, prepared_path
 from evaluation.suite import available_sets, markdown, piece_stats, repeat_check
 
 FLORES_EN = "Scientists announced a new diabetes test on Monday."
@@ -193,14 +186,14 @@ def test_the_pieces_command_prints_its_table_without_translating(shared, make_mo
 
 # --- the domain-adaptation preset ------------------------------------------------------------------------------
 def test_the_adaptation_preset_continues_the_shipped_model_on_the_mixture_and_the_new_pairs(tmp_path, monkeypatch):
-    from corpora import parallel
+    from corpora import mixture, parallel
     from launching.form import build_command, preset_form, validate_form
     from trainer.options import build_parser, check_args
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path)
     form = preset_form("adapt the shipped translator to news and Wikipedia (hours)")
     assert any("not prepared yet" in e for e in validate_form(form))
-    for corpus in parallel.MIXABLE[:-1]:
+    for corpus in mixture.MIXABLE[:-1]:
         prepared_path(corpus, "train", tmp_path).touch()
     assert validate_form(form) == []
     cmd = build_command(form, "runs/x")

@@ -12,6 +12,7 @@ import pytest
 
 from corpora import __main__ as cli
 from corpora.files import DataError, Pair, bucket_of, read_tsv, split_key
+from corpora.mixture import prepare_mixture
 from corpora.parallel import (
     TATOEBA_TEST,
     TATOEBA_VALID,
@@ -20,7 +21,6 @@ from corpora.parallel import (
     interleave,
     prepare_corpora,
     prepare_corpus,
-    prepare_mixture,
     prepared_path,
     read_bcontrast,
     read_multi30k,

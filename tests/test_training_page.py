@@ -205,7 +205,7 @@ def test_page_form_mixture_shares(tmp_path, monkeypatch):
 def test_the_form_keeps_a_presets_general_domain_shares(tmp_path, monkeypatch):
     """The form showed only the four everyday corpora: the preset that adapts the translator to news and Wikipedia
     lost its shares of the general-domain files when launched from the page."""
-    from corpora import parallel
+    from corpora import mixture, parallel
     from corpora.extra import EXTRA_CORPORA
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path / "prepared")
@@ -213,7 +213,7 @@ def test_the_form_keeps_a_presets_general_domain_shares(tmp_path, monkeypatch):
     name = next(n for n in TF.PRESETS if "wmt-news-extra" in (TF.preset_form(n).get("mix") or ""))
     at.selectbox(key="tn_form_preset").set_value(name).run()
     preset = at.selectbox(key="tn_form_preset").value
-    wanted = parallel.parse_repeats(TF.preset_form(name)["mix"], parallel.DEFAULT_REPEATS)
+    wanted = mixture.parse_repeats(TF.preset_form(name)["mix"], mixture.DEFAULT_REPEATS)
     assert any(wanted.get(c) for c in EXTRA_CORPORA)
     for corpus, n in wanted.items():
         assert at.number_input(key=f"tn_form_mix_{corpus}_{preset}").value == n, corpus

@@ -8,7 +8,7 @@ and the shipped weights must stay small. This prints both sides of that trade in
     python -m tools.vocab --mix "tatoeba=1,multi30k=2,…" --sizes 8000,16000,32000 --compare checkpoints/en-de
 
 Each candidate is learned as a run learns its own (:meth:`model.tokenizer.TextTokenizer.train` on both sides of
-every training pair of ``--mix``, evaluation sets already removed by :func:`corpora.parallel.mixture_pairs`), with
+every training pair of ``--mix``, evaluation sets already removed by :func:`corpora.mixture.mixture_pairs`), with
 ``--compare``'s architecture for the sizes. Nothing is saved unless ``--save DIR`` is given.
 """
 
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from corpora import parallel
+from corpora import mixture, parallel
 from corpora.files import DataError
 from evaluation.suite import PIECE_SETS, EvalSet, available_sets, piece_stats
 from model.config import ModelConfig
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: none of the sets {wanted} is on this machine (python -m corpora prepare all, and "
                   f"../shared/data)")
             return 2
-        mix = parallel.mixture_pairs(parallel.parse_repeats(args.mix, {}), Path(args.prepared), Path(args.shared))
+        mix = mixture.mixture_pairs(mixture.parse_repeats(args.mix, {}), Path(args.prepared), Path(args.shared))
         cfg, first = None, []
         if args.compare:
             from model.checkpoint import load_checkpoint

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corpora import parallel
+from corpora import mixture, parallel
 from corpora.brown import brown_path, read_lines
 from corpora.files import Pair, dataset_path, read_tsv
 from training.config import TrainConfig
@@ -27,7 +27,7 @@ def load_test(config: TrainConfig) -> list[Pair]:
 
 def load_data(config: TrainConfig) -> tuple[list[Pair], list[Pair], list[Pair], list[Pair]]:
     """``(sentences, phrases, words, valid)`` pairs from the shipped corpus, the user's TSV files or the mixture of
-    the prepared real corpora (``--mix``, :func:`corpora.parallel.mixture_pairs`) (Brown:
+    the prepared real corpora (``--mix``, :func:`corpora.mixture.mixture_pairs`) (Brown:
     one-sided pairs, no phrases or words). Phrases and words are read only when a run samples them
     (``--phrases-per-epoch``, ``--words-per-epoch`` or ``--dict-share``) and trains on the shipped sentences. With
     ``--reverse`` every pair comes German first (:func:`reversed_pairs`).
@@ -38,7 +38,7 @@ def load_data(config: TrainConfig) -> tuple[list[Pair], list[Pair], list[Pair], 
         valid = monolingual(read_lines(brown_path("valid", data_dir / "brown")))
         return sentences[: config.limit_train or None], [], [], valid
     if config.mix:
-        mix = parallel.mixture_pairs(parallel.parse_repeats(config.mix, {}), parallel.PREPARED, parallel.SHARED_DATA)
+        mix = mixture.mixture_pairs(mixture.parse_repeats(config.mix, {}), parallel.PREPARED, parallel.SHARED_DATA)
         sentences = mix.train
         valid = read_tsv(config.valid_tsv) if config.valid_tsv else mix.valid
     else:

@@ -11,7 +11,8 @@ import streamlit as st
 from app_pages.training.run_view import ARCH_LABELS, DATA_LABELS
 from corpora.extra import EXTRA_CORPORA
 from corpora.files import DataError
-from corpora.parallel import BACKTRANSLATED, DEFAULT_REPEATS, parse_repeats, prepared_corpora
+from corpora.mixture import DEFAULT_REPEATS, parse_repeats, prepared_corpora
+from corpora.parallel import BACKTRANSLATED
 from launching import form as TF
 from launching import launch as L
 from model.config import ARCHITECTURES, POS_ENCODINGS

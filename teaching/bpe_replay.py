@@ -6,7 +6,7 @@ applies the **lowest-rank** merge among adjacent pairs, left to right on every o
 pair is left. With the Metaspace pre-tokenizer (``prepend_scheme="always"``, ``split=True``) a word is the
 text up to the next space with ``▁`` standing for the space before it, e.g. ``"▁Bobby"``; the first word gets
 a ``▁`` too. GPT-2's byte-level BPE (Radford et al. 2019) replays the same way on the characters that stand for
-its bytes (``"ĠMÃ¼ller"`` is " Müller"; :func:`~model.hf.tokenizers.readable_piece` shows them as text).
+its bytes (``"ĠMÃ¼ller"`` is " Müller"; :func:`~model.hf.byte_level.readable_piece` shows them as text).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from model.hf.tokenizers import byte_level_text
+from model.hf.byte_level import byte_level_text
 from model.tokenizer import replace_surrogates
 
 UNK = "<unk>"
@@ -110,7 +110,7 @@ def encode_by_replay(backend, text: str, table: MergeTable) -> list[str]:
 def piece_lengths(vocab: Iterable[str], specials=("<pad>", "<bos>", "<eos>", "<unk>"), show=None) -> list[int]:
     """Length in characters of every vocabulary piece (the ``▁`` marker not counted; specials skipped).
 
-    ``show`` maps a piece to the text counted (e.g. :func:`~model.hf.tokenizers.readable_piece` for byte-level
+    ``show`` maps a piece to the text counted (e.g. :func:`~model.hf.byte_level.readable_piece` for byte-level
     pieces, whose leading ``␣`` is then not counted either)."""
     if show is not None:
         return [len(show(p).lstrip("␣")) for p in vocab if p not in specials]

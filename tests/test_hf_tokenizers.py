@@ -17,14 +17,8 @@ import pytest
 from hf_fixtures import TOKENIZER_LINES, write_tiny_gpt2_tokenizer, write_tiny_marian_tokenizer
 
 from decoding.stepping import prepare_source
-from model.hf.tokenizers import (
-    BYTE_TO_CHAR,
-    GPT2TextTokenizer,
-    MarianTextTokenizer,
-    byte_level_text,
-    load_hf_tokenizer,
-    readable_piece,
-)
+from model.hf.byte_level import BYTE_TO_CHAR, byte_level_text, readable_piece
+from model.hf.tokenizers import GPT2TextTokenizer, MarianTextTokenizer, load_hf_tokenizer
 from model.tokenizer import unknown_share
 
 transformers = pytest.importorskip("transformers")

@@ -8,7 +8,8 @@ import math
 import pytest
 from hf_fixtures import TOKENIZER_LINES, write_tiny_gpt2_tokenizer, write_tiny_marian_tokenizer
 
-from model.hf.tokenizers import load_hf_tokenizer, readable_piece
+from model.hf.byte_level import readable_piece
+from model.hf.tokenizers import load_hf_tokenizer
 from teaching import unigram
 from teaching.bpe_replay import encode_by_replay, merge_table, own_pieces, piece_lengths, pre_tokenize, replay
 

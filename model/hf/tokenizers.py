@@ -9,7 +9,7 @@
   ``<unk>``); ids are decoded with ``target.spm``.
 * :class:`GPT2TextTokenizer` (``gpt2``, ``distilgpt2``): byte-level BPE (Radford et al. 2019; BPE: Sennrich et al.
   2016) from ``tokenizer.json`` with ``tokenizers``, or from ``vocab.json`` + ``merges.txt``. Every byte is in the
-  vocabulary, so nothing is unknown. :func:`readable_piece` shows its pieces (``Ġthe`` → ``␣the``).
+  vocabulary, so nothing is unknown. :func:`model.hf.byte_level.readable_piece` shows its pieces (``Ġthe`` → ``␣the``).
 
 Typed special-token spellings (``</s>``, ``<pad>``, ``<|endoftext|>``) stay plain text, as in ``TextTokenizer``:
 ``transformers`` turns them into the special ids by default, but our Transformer masks every ``pad_id`` in a source
@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import unicodedata
 from pathlib import Path
 from typing import Iterable
 
+from model.hf.byte_level import readable_piece, stored_piece
 from model.hf.families import family
 from model.tokenizer import Encoding, replace_surrogates
 
@@ -217,67 +216,6 @@ class MarianTextTokenizer(_PieceLookup):
 
 
 # --- GPT-2: byte-level BPE ---------------------------------------------------------------------------------------
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte → character table (Radford et al. 2019): printable bytes stand for themselves, the others
-    (space, controls, …) for the characters from U+0100 on, in byte order (space → ``Ġ``, newline → ``Ċ``)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {b: chr(b) for b in printable}, 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
-BYTE_TO_CHAR = _bytes_to_unicode()
-_CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
-_SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥"}
-
-
-def _show_char(ch: str) -> str:
-    if "\udc80" <= ch <= "\udcff":  # a byte of an incomplete UTF-8 sequence (surrogateescape)
-        return f"<0x{ord(ch) - 0xDC00:02X}>"
-    if ch in _SHOWN:
-        return _SHOWN[ch]
-    return f"<0x{ord(ch):02X}>" if unicodedata.category(ch) == "Cc" else ch
-
-
-def readable_piece(piece: str) -> str:
-    """A byte-level BPE piece as text: ``"Ġthe"`` → ``"␣the"``, ``"Ã¼"`` → ``"ü"``, a newline → ``"↵"``, a tab →
-    ``"⇥"``; a byte that does not complete a UTF-8 character (``"ð"``, the first of an emoji's four) → ``"<0xF0>"``.
-    A string that is not byte-level (a special token with characters outside the table) comes back unchanged."""
-    try:
-        data = bytes(_CHAR_TO_BYTE[c] for c in piece)
-    except KeyError:
-        return piece
-    return "".join(_show_char(c) for c in data.decode("utf-8", errors="surrogateescape"))
-
-
-_TYPED = {shown: ch for ch, shown in _SHOWN.items()}
-_BYTE_MARK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-
-
-def stored_piece(text: str) -> str:
-    """:func:`readable_piece` undone: ``"␣the"`` → ``"Ġthe"``, ``"ü"`` → ``"Ã¼"``, ``"<0xF0>"`` → ``"ð"`` (so that a
-    piece typed as the pages show it can be looked up)."""
-    data = bytearray()
-    for i, part in enumerate(_BYTE_MARK.split(text)):
-        if i % 2:
-            data.append(int(part, 16))
-        else:
-            data += "".join(_TYPED.get(c, c) for c in part).encode("utf-8", errors="surrogatepass")
-    return "".join(BYTE_TO_CHAR[b] for b in data)
-
-
-def byte_level_text(piece: str) -> str:
-    """The text a byte-level piece or pre-tokenized word stands for (``"Ġthe"`` → ``" the"``); bytes that do not
-    form UTF-8 become U+FFFD, and a string that is not byte-level comes back unchanged."""
-    try:
-        return bytes(_CHAR_TO_BYTE[c] for c in piece).decode("utf-8", errors="replace")
-    except KeyError:
-        return piece
-
-
 def _byte_level_from_vocab(vocab: Path, merges: Path):
     """The GPT-2 pipeline (ByteLevel pre-tokenizer, decoder and offsets) around ``vocab.json`` + ``merges.txt``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors

@@ -2,8 +2,9 @@
 or drops one fails here, with a message naming the internal, the installed version and who uses it, instead of
 somewhere deep in the load benchmark or as figures that silently stop being fast.
 
-* ``benchmarks/load_client.py`` speaks Streamlit's websocket protocol itself: it builds ``BackMsg`` protobufs and
-  reads ``ForwardMsg`` ones (``streamlit.proto``, not a public API), field by field.
+* ``benchmarks/load_client.py`` speaks Streamlit's websocket protocol itself (``benchmarks/page_view.py`` holding
+  the page): they build ``BackMsg`` protobufs and read ``ForwardMsg`` ones (``streamlit.proto``, not a public API),
+  field by field.
 * ``viz.theme.figure`` builds Plotly figures with the private ``go.Figure(..., _validate=False)``, which skips
   Plotly's property validation (a heatmap: 28 ms validated, ~1 ms not).
 
@@ -19,7 +20,7 @@ import pytest
 streamlit = pytest.importorskip("streamlit")
 plotly = pytest.importorskip("plotly")
 
-LOAD_CLIENT = "benchmarks/load_client.py"
+LOAD_CLIENT = "benchmarks/load_client.py and benchmarks/page_view.py"
 #: (protobuf module, message, dotted field path) the load client reads or writes. A path walks into sub-messages;
 #: ``oneof:type`` names a oneof group.
 PROTO_FIELDS = [
@@ -92,7 +93,7 @@ def test_the_script_finished_statuses_exist(status):
 
 def test_the_load_client_imports_and_builds_a_rerun():
     """End to end on the installed Streamlit: the client's own rerun message, with each kind of widget value."""
-    from benchmarks.load_client import FIELDS, PageView, Widget
+    from benchmarks.page_view import FIELDS, PageView, Widget
 
     view = PageView(query_string="text=a", page_hash="h")
     values = {"string_value": "x", "bool_value": True, "double_value": 1.5, "string_array_value": ["a"],

@@ -14,9 +14,10 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from benchmarks.app_server import ServerError, serve
 from benchmarks.load import Options, Record, app_dir_env, options, parse_args, run_levels, server_env
-from benchmarks.load_client import FINISHED, NotLocalError, Outcome, PageView, local_base
+from benchmarks.load_client import FINISHED, NotLocalError, Outcome, local_base
 from benchmarks.load_scenarios import StepThrough, demo_sentences
 from benchmarks.load_stats import ProcessProbe, errors_cell, level_row, percentile
+from benchmarks.page_view import PageView
 
 ROOT = Path(__file__).resolve().parent.parent
 #: It starts a server: with the browser tests, one after another on one xdist worker (see test_many_visitors.py).

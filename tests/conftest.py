@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
+
 from model.config import ModelConfig
+from model.hf.loader import load_hf_model
 from model.tokenizer import TextTokenizer
 from model.transformer import Transformer
 
@@ -157,6 +160,31 @@ def encode_src(tokenizer):
 def encode_tgt(tokenizer):
     """``encode_tgt(text) -> ids``: decoder ids ``<bos> … <eos>`` of ``text`` (as in training)."""
     return lambda text: [1] + tokenizer.encode(text).ids + [2]
+
+
+# --- the tiny Hugging Face reference models ---------------------------------------------------------------------
+def _hf_reference(tmp_path_factory, name: str, write) -> SimpleNamespace:
+    """A tiny random ``transformers`` model saved as a Hugging Face folder (``write``: a writer of
+    ``tests/hf_fixtures.py``) and loaded by our code: ``folder``, the ``reference`` model it was saved from, our
+    ``model``, its ``cfg`` and ``info``. Skips without ``transformers``."""
+    pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp(name)
+    reference = write(folder)
+    model, cfg, info = load_hf_model(folder)
+    return SimpleNamespace(folder=folder, reference=reference, model=model, cfg=cfg, info=info)
+
+
+@pytest.fixture(scope="module")
+def hf_marian(tmp_path_factory) -> SimpleNamespace:
+    """The tiny MarianMT reference (:func:`_hf_reference`); the ``marian`` fixtures of some modules are other
+    folders (a tokenizer alone, a model with its own settings)."""
+    return _hf_reference(tmp_path_factory, "opus-mt-tiny", write_tiny_marian_model)
+
+
+@pytest.fixture(scope="module")
+def hf_gpt2(tmp_path_factory) -> SimpleNamespace:
+    """The tiny GPT-2 reference (:func:`_hf_reference`)."""
+    return _hf_reference(tmp_path_factory, "gpt2-tiny", write_tiny_gpt2_model)
 
 
 # --- the browser tests' app and Chromium ----------------------------------------------------------------------------

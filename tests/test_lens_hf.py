@@ -1,6 +1,6 @@
 """The logit lens on Hugging Face MarianMT and GPT-2 folders, layer by layer against ``transformers``.
 
-The tiny random reference models of ``tests/hf_fixtures.py`` (through ``test_hf_equivalence.py``'s fixtures): at
+The tiny random reference models of ``tests/hf_fixtures.py`` (the ``hf_marian`` and ``hf_gpt2`` fixtures): at
 the last layer the lens is our model's own output distribution (≤ 1e-6), and at every layer it is what the
 reference's hidden states give when read out the same way: Marian (post-LN, no final LayerNorm): ``lm_head(h_l) +
 final_logits_bias``; GPT-2 (pre-LN): ``lm_head(ln_f(h_l))``, where ``transformers`` already applied ``ln_f`` to
@@ -14,25 +14,11 @@ import torch
 
 pytest.importorskip("transformers")  # a dev dependency: the reference implementation
 
-from hf_fixtures import write_tiny_gpt2_model, write_tiny_marian_model
-from test_hf_equivalence import PROMPTS, SOURCES, load_folder
+from test_hf_equivalence import PROMPTS, SOURCES
 from test_lens import assert_last_layer_is_the_output, distribution
 
 from decoding.decoded import decode
 from decoding.stepping import Stepper
-
-
-@pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("opus-mt-tiny")
-    return load_folder(folder, write_tiny_marian_model(folder))
-
-
-@pytest.fixture(scope="module")
-def gpt2(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("gpt2-tiny")
-    return load_folder(folder, write_tiny_gpt2_model(folder))
-
 
 #: ``transformers`` and our modules round differently: the HF equivalence tests compare logits at 1e-5.
 REFERENCE_TOL = 1e-5
@@ -55,8 +41,8 @@ def compare_layers(lens, decoding, per_layer_probs, vocab: int) -> None:
             assert torch.max(torch.abs(got - probs[start + s])) <= REFERENCE_TOL, (layer, s)
 
 
-def test_marian_lens_is_the_projection_of_each_post_ln_layer(marian):
-    model, cfg, ref = marian.model, marian.cfg, marian.reference
+def test_marian_lens_is_the_projection_of_each_post_ln_layer(hf_marian):
+    model, cfg, ref = hf_marian.model, hf_marian.cfg, hf_marian.reference
     src = SOURCES[0]
     decoding = decode(Stepper(model, src, max_new_tokens=6))
     lens = assert_last_layer_is_the_output(model, src, decoding)
@@ -70,8 +56,8 @@ def test_marian_lens_is_the_projection_of_each_post_ln_layer(marian):
     compare_layers(lens, decoding, layers, cfg.vocab_size)
 
 
-def test_gpt2_lens_applies_ln_f_to_each_layer(gpt2):
-    model, cfg, ref = gpt2.model, gpt2.cfg, gpt2.reference
+def test_gpt2_lens_applies_ln_f_to_each_layer(hf_gpt2):
+    model, cfg, ref = hf_gpt2.model, hf_gpt2.cfg, hf_gpt2.reference
     decoding = decode(Stepper(model, PROMPTS[0], max_new_tokens=6))
     lens = assert_last_layer_is_the_output(model, PROMPTS[0], decoding)
     assert lens.final_norm  # GPT-2 is pre-LN: ln_f on every layer's stream

@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import streamlit as st
 
+from charts.attribution import attribution_html, attribution_svg, share_line_svg
 from decoding.decoded import Decoding
 from model.checkpoint import Checkpoint
 from reading.attribution import METHODS, StepAttribution, attribute_step
@@ -30,7 +31,6 @@ from serving import heavy, prefetch
 from ui import pieces, presentation, url, widgets
 from ui.checkpoints import checkpoint_version
 from ui.page_state import DECODING, TRANSLATE, Field
-from viz.attribution import attribution_html, attribution_svg, share_line_svg
 
 #: The link's parameters: ``?attr=1`` opens the view; the method followed, the attention methods' layer and head
 #: (1-based, or ``mean``) and integrated gradients' points.

@@ -12,11 +12,11 @@ import html
 
 import streamlit as st
 
+from charts.next_token import top_tokens_html
 from decoding.decoded import StepView
 from serving import heavy
 from ui import checkpoints, pieces, state
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
-from viz.decoding import top_tokens_html
 
 heavy.configure_torch()
 folder = checkpoints.available_checkpoints()[checkpoints.DEFAULT_CHECKPOINT]

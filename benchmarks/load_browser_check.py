@@ -30,7 +30,7 @@ def browser_check(app_dir: Path):
     from ui.checkpoints import DEFAULT_CHECKPOINT
     from ui.pieces import of_ids
     from ui.state import new_stepper
-    from viz.attention import display_token
+    from viz.token_labels import display_token
 
     ckpt = load_checkpoint(app_dir / "checkpoints" / DEFAULT_CHECKPOINT)
     cfg, tok = ckpt.config, ckpt.tokenizer

@@ -13,6 +13,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import streamlit as st
 
+from charts.attribution import attribution_html, attribution_svg, share_line_svg
 from decoding.decoded import Decoding
 from model.checkpoint import Checkpoint
 from reading.attribution import METHODS, StepAttribution
@@ -23,7 +24,6 @@ from reading_views.attribution_scores import attribution_npz, share_matrices
 from reading_views.step_attribution import prefetch_after, shared_attribution, shared_faithfulness, step_inputs
 from ui import pieces, presentation, url, widgets
 from ui.page_state import DECODING, TRANSLATE, Field
-from viz.attribution import attribution_html, attribution_svg, share_line_svg
 
 #: The link's parameters: ``?attr=1`` opens the view; the method followed, the attention methods' layer and head
 #: (1-based, or ``mean``) and integrated gradients' points.

@@ -14,6 +14,7 @@ from typing import NamedTuple, Sequence
 
 import streamlit as st
 
+from charts.attribution import head_change_html
 from decoding.stepping import InputError, input_limit, prepare_source
 from model.checkpoint import Checkpoint
 from model.config import lm_prompt
@@ -23,7 +24,6 @@ from reading.step import Step, TokenScores
 from serving import heavy
 from ui import pieces, presentation, url, widgets
 from ui.checkpoints import checkpoint_version
-from viz.attribution import head_change_html
 
 
 class Word(NamedTuple):

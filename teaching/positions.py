@@ -6,7 +6,7 @@
 * ALiBi (Press et al. 2021, §3): the slopes ``m_h`` held by the loaded model's attention layers and the bias
   ``−m_h · |i − j|`` from :func:`model.attention.alibi_bias`.
 
-NumPy arrays out (float64), for :mod:`viz.teaching` to draw. No Streamlit.
+NumPy arrays out (float64), for :mod:`charts.teaching` to draw. No Streamlit.
 """
 
 from __future__ import annotations

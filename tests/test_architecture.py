@@ -6,7 +6,9 @@ reader finds each concept in one place:
 
 * ``model/`` (the Transformer, its checkpoints and tokenizers) imports no other room; ``decoding/`` reads only the
   model; ``reading/`` (traces, attribution, analysis) reads the model and its decodings;
-* ``viz/`` draws arrays and strings it is given: it imports neither torch nor any room that computes;
+* ``viz/`` (what every picture shares, and the pictures of attention) and ``charts/`` (the other pictures) draw
+  arrays and strings they are given: neither imports torch nor any room that computes, and ``charts/`` may import
+  ``viz/``, never the reverse;
 * ``training/`` (what a run is made of and leaves), ``evaluation/``, ``trainer/`` (the loop and its command line),
   ``launching/`` (runs started from the app) and ``tools/`` never import Streamlit, and the trainer process loads
   nothing of the app;
@@ -36,6 +38,7 @@ FLOORS: dict[str, set[str]] = {
     "reading": {"model", "decoding"},
     "teaching": {"model", "reading"},
     "viz": set(),
+    "charts": {"viz"},
     "training": CORE,
     "evaluation": CORE | {"training"},
     "trainer": CORE | {"training", "evaluation"},
@@ -43,17 +46,19 @@ FLOORS: dict[str, set[str]] = {
     "tools": CORE | {"training", "evaluation", "trainer"},
     "serving": {"model", "decoding"},
     "ui": CORE | {"training", "launching", "serving", "viz"},
-    "reading_views": CORE | {"serving", "ui", "viz"},
-    **{f"app_pages.{page}": CORE | {"teaching", "training", "launching", "serving", "ui", "reading_views", "viz"}
+    "reading_views": CORE | {"serving", "ui", "viz", "charts"},
+    **{f"app_pages.{page}": CORE | {"teaching", "training", "launching", "serving", "ui", "reading_views", "viz",
+                                    "charts"}
        for page in ("translate", "attention", "decoding", "positional", "tokenization", "lecture", "training")},
     "app_pages": set(),  # the package face of the pages
     "deploy": set(),
-    "benchmarks": CORE | {"training", "evaluation", "trainer", "tools", "serving", "ui", "viz", "deploy"},
+    "benchmarks": CORE | {"training", "evaluation", "trainer", "tools", "serving", "ui", "viz", "charts",
+                   "deploy"},
     "app": {"serving", "ui"},
 }
 PACKAGES = tuple(sorted({room.split(".")[0] for room in FLOORS} - {"app"}))
 NO_STREAMLIT = ("model", "decoding", "reading", "training", "evaluation", "trainer", "launching", "tools", "corpora",
-                "teaching", "viz", "deploy")
+                "teaching", "viz", "charts", "deploy")
 MAX_LINES = 400
 #: Modules one room may hold (``__init__.py`` aside; ``benchmarks/``' flat scripts and ``tests/`` are no rooms)
 MAX_MODULES = 12
@@ -112,12 +117,12 @@ def test_core_packages_do_not_import_streamlit(package):
     assert not offenders, f"Streamlit imported in {offenders}: only app.py and the rooms of the pages may"
 
 
-def test_viz_draws_what_it_is_given():
-    banned = {"torch", "streamlit"} | set(PACKAGES)
-    offenders = {m: sorted(d for d in deps if top(d) in banned - {"viz"}) for m, deps in GRAPH.items()
-                 if top(m) == "viz"}
+@pytest.mark.parametrize("room", ["viz", "charts"])
+def test_the_drawing_rooms_draw_what_they_are_given(room):
+    banned = ({"torch", "streamlit"} | set(PACKAGES)) - {room} - FLOORS[room]
+    offenders = {m: sorted(d for d in deps if top(d) in banned) for m, deps in GRAPH.items() if top(m) == room}
     offenders = {m: d for m, d in offenders.items() if d}
-    assert not offenders, f"viz/ must not compute with the model: {offenders}"
+    assert not offenders, f"{room}/ must not compute with the model: {offenders}"
 
 
 def test_every_room_is_on_the_plan():

@@ -18,8 +18,9 @@ from app_pages.attention import views
 from decoding.stepping import Stepper
 from reading.analysis import greedy_with_head_masks, head_statistics, sequence_log_probs, word_ids
 from reading.trace import trace_pair
-from viz.attention_views import head_stat_heatmap, lines_figure, log_prob_figure, token_bar_figure
+from viz.attention_views import lines_figure, token_bar_figure
 from viz.grid import ALTAIR_GRID_CELLS, GRID_LABEL_LIMIT, GRID_SMALLEST, model_grid_altair, model_grid_figure
+from viz.head_stats import head_stat_heatmap, log_prob_figure
 
 
 def random_attention(*shape: int, seed: int = 0) -> torch.Tensor:

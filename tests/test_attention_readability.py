@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from viz.attention import ALIGN_PX, ALIGN_ROW_HEAD_EM, alignment_html, attention_heatmap, causal_blank, heatmap_fits
-from viz.attention_views import difference_heatmap, head_stat_heatmap, sweep_heatmaps, token_bar_figure
+from viz.attention_views import difference_heatmap, token_bar_figure
 from viz.grid import model_grid_figure
+from viz.head_stats import head_stat_heatmap, sweep_heatmaps
 from viz.labels import KIND_TITLES, view_title
 from viz.theme import HALF_PX, LINE_EM, MASKED_BG, PAGE_PX, SMALL_TOKEN, TITLE_CHARS, TITLE_STANDOFF, title_chars
 

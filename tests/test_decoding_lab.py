@@ -1,6 +1,7 @@
-"""The decoding lab's pieces without Streamlit: its figure builders (``viz.decoding``, ``viz.kv_cache``: the
-sampling pipeline, the beam tree, the KV cache) and its state (``app_pages.decoding.lab``: replayable runs, forcing, the
-link's settings, step views, the cache comparison), on the tiny model of ``conftest.py``."""
+"""The decoding lab's pieces without Streamlit: its figure builders (``charts.next_token``, ``charts.beam``,
+``charts.kv_cache``: the sampling pipeline, the beam tree, the KV cache) and its state (``app_pages.decoding.lab``:
+replayable runs, forcing, the link's settings, step views, the cache comparison), on the tiny model of
+``conftest.py``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import pytest
 import torch
 
 from app_pages.decoding import lab
+from charts.beam import beam_tree_figure
+from charts.kv_cache import cache_bytes, kv_cache_figure
+from charts.next_token import pipeline_figure
 from decoding.beam import beam_search
 from decoding.decoded import StepView
 from decoding.sampling import Chooser, Pipeline, SamplingConfig, choose_next
 from decoding.stepping import Stepper
-from viz.decoding import ACCENT, GREY, beam_tree_figure, pipeline_figure
-from viz.kv_cache import cache_bytes, kv_cache_figure
+from viz.theme import ACCENT, GREY
 
 torch.set_num_threads(1)
 

@@ -20,7 +20,7 @@ from app_pages.decoding import lab
 from decoding.beam import beam_search
 from decoding.loops import LOOP_TIMES, find_loop
 from model.tokenizer import TextTokenizer
-from viz.attention import display_token
+from viz.token_labels import display_token
 
 torch.set_num_threads(1)
 

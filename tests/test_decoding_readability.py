@@ -20,9 +20,10 @@ import torch
 
 from app_pages.decoding import lab
 from app_pages.decoding.views import DECIMALS, table_parts
+from charts.beam import BEAM_PLOT_PX, beam_tree_figure
+from charts.next_token import pipeline_figure, top_tokens_html
 from decoding.sampling import SamplingConfig, choose_next
 from ui.widgets import BEFORE_FIRST_STEP, output_html
-from viz.decoding import BEAM_PLOT_PX, beam_tree_figure, pipeline_figure, top_tokens_html
 from viz.theme import DARK_TEXT, WHITE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,7 +236,7 @@ def test_the_beam_view_says_what_will_happen_before_the_first_step():
 def test_a_banned_or_cut_punctuation_piece_reads_as_itself_and_values_stand_off_the_names():
     """A line through "." or ":" read as "÷": a piece of punctuation alone is marked with a cross, a piece with
     letters is still struck through; and the token names stand apart from the values written in the bars."""
-    from viz.decoding import LABEL_STANDOFF, NOT_KEPT_MARK
+    from charts.next_token import LABEL_STANDOFF, NOT_KEPT_MARK
 
     names = {0: ".", 1: "▁im", 2: ":", 3: "▁Haus", 4: "-"}
     log_p = torch.linspace(-0.5, -9.0, 40)

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from charts.next_token import top_tokens_html
+from charts.teaching import cell_html, pieces_html, token_spans_html
 from ui.widgets import output_html, table_html
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
-from viz.decoding import top_tokens_html
 from viz.lens import lens_table_html, lens_table_svg
-from viz.teaching import cell_html, pieces_html, token_spans_html
 
 PAYLOADS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '"><svg onload=alert(1)>',
             "a\n\n<img src=x onerror=alert(1)>"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_teaching_pages import _app
 
-from viz.training import SCORE_MIN_TOP, compare_figure, run_figure, score_axis
+from charts.training import SCORE_MIN_TOP, compare_figure, run_figure, score_axis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ def test_scores_that_are_all_zero_sit_on_a_0_to_100_axis_not_minus_1_to_1():
 def test_the_pages_write_the_projections_as_the_paper_does():
     """The Worked examples said W^Q, W^K, W^V, W^O and the Ablation tab "Wᴼ": one notation, the paper's."""
     other = re.compile(r"W[ᵠᴷⱽᴼ]|W_[QKVO]\b|W_?[qkvo]\b")
-    offenders = [f"{path.relative_to(ROOT)}:{n}" for folder in ("app_pages", "ui", "viz", "teaching")
+    offenders = [f"{path.relative_to(ROOT)}:{n}" for folder in ("app_pages", "ui", "viz", "charts", "teaching")
                  for path in sorted((ROOT / folder).glob("*.py"))
                  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if other.search(line)]
     assert offenders == []

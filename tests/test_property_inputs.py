@@ -43,6 +43,7 @@ from input_strategies import (
     utf8,
 )
 
+from charts.next_token import top_tokens_html
 from decoding.batched import translate_texts
 from decoding.stepping import MAX_INPUT_CHARS, InputError, Stepper, input_limit
 from decoding.translate import translate_json
@@ -50,7 +51,6 @@ from model.checkpoint import Checkpoint
 from model.tokenizer import MOSTLY_UNKNOWN, replace_surrogates, unknown_share
 from teaching.bpe_replay import pre_tokenize
 from viz.attention import highlight_tokens_html, tokens_html
-from viz.decoding import top_tokens_html
 
 
 # --- tokenizer -------------------------------------------------------------------------------------------------

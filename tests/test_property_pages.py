@@ -15,15 +15,16 @@ from input_strategies import SHORT_TEXT, examples, source_or_none, utf8
 
 from app_pages.attention import views as uav
 from app_pages.decoding import lab
+from charts.teaching import cell_html, pieces_html, token_spans_html
 from decoding.stepping import Stepper
 from model.tokenizer import TextTokenizer
 from reading.analysis import attention_rollout, head_statistics, sequence_log_probs
 from reading.trace import trace_pair
 from teaching.bpe_replay import merge_table, pre_tokenize, replay, segmentations
 from ui import url
-from viz.attention import attention_heatmap, display_token, plotly_escape, tokens_html
+from viz.attention import attention_heatmap, tokens_html
 from viz.attention_views import lines_figure
-from viz.teaching import cell_html, pieces_html, token_spans_html
+from viz.token_labels import display_token, plotly_escape
 
 
 # --- the Attention page's data -----------------------------------------------------------------------------------

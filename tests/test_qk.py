@@ -1,4 +1,4 @@
-"""Inside one head (``reading/qk.py``, ``viz/qk.py``): the query·key numbers are the model's own.
+"""Inside one head (``reading/qk.py``, ``viz/qk.py``, ``viz/qk_vectors.py``): the query·key numbers are the model's own.
 
 For tiny random models of every kind this project runs (post-LN and pre-LN, encoder-decoder and decoder-only,
 sinusoidal, learned, RoPE and ALiBi positions) and the tiny Hugging Face MarianMT and GPT-2 fixtures, every head's
@@ -19,7 +19,8 @@ import torch
 from model.attention import alibi_slopes, rope_rotate
 from reading.qk import QueryKey, attention_module, inspect_query, query_key
 from reading.trace import trace_pair
-from viz.qk import dimension_order, score_figure, top_dimensions, values_figure, vectors_figure
+from viz.qk import dimension_order, score_figure, top_dimensions
+from viz.qk_vectors import values_figure, vectors_figure
 
 ATOL = 1e-6
 #: Every model shape the pages show: (name, config overrides).

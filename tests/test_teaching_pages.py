@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from charts import teaching as vt
 from model.positional import sinusoidal_table
 from model.tokenizer import TextTokenizer
 from teaching import worked
-from viz import teaching as vt
 from viz import theme
 
 ROOT = Path(__file__).resolve().parent.parent

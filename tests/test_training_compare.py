@@ -14,10 +14,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from training_page_helpers import PAGE, compare_charts, fake_run, page, run_picker, snap_slider
 
+from charts.training import PALETTE
 from launching import launch as L
 from training import runs as R
 from viz.labels import KIND_SHORT
-from viz.training import PALETTE
 
 pytestmark = pytest.mark.usefixtures("training_page_env")
 

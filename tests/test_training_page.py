@@ -17,11 +17,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from training_page_helpers import LONG, ROOT, TINY, page, snap_slider, wait_for
 
+from charts.training import LEG_SCORES
 from launching import form as TF
 from launching import launch as L
 from model.checkpoint import load_checkpoint
 from training import runs as R
-from viz.training import LEG_SCORES
 
 pytestmark = pytest.mark.usefixtures("training_page_env")
 

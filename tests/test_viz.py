@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
+from charts.next_token import top_tokens_html
 from viz.attention import (
     alignment_html,
     attention_heatmap,
-    display_token,
     highlight_tokens_html,
     scale_colours,
     tokens_html,
 )
-from viz.decoding import top_tokens_html
+from viz.token_labels import display_token
 
 
 def test_one_word_start_convention_the_tokenizers_own():
@@ -110,7 +110,7 @@ def test_colours_and_fonts_are_named_once_in_the_theme():
 
     root = pathlib.Path(__file__).resolve().parents[1]
     literal = re.compile(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b(?!;)|Consolas|Helvetica")
-    offenders = [f"{path.relative_to(root)}:{n}" for folder in ("viz", "app_pages", "ui")
+    offenders = [f"{path.relative_to(root)}:{n}" for folder in ("viz", "charts", "app_pages", "ui")
                  for path in sorted((root / folder).glob("*.py")) if path.name != "theme.py"
                  for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
     assert offenders == []
@@ -122,7 +122,7 @@ def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
     alternately above and below, and the numbers only on the newest step (on the same line, to the right)."""
     from types import SimpleNamespace
 
-    from viz.decoding import beam_tree_figure
+    from charts.beam import beam_tree_figure
     steps = [[(0, 10 + t, -0.5 * t - j, j < 2) for j in range(4)] for t in range(30)]
     result = SimpleNamespace(steps=steps, hypotheses=[SimpleNamespace(tokens=[10 + t for t in range(30)])])
     fig = beam_tree_figure(result, lambda i: f"▁verylongpiece{i}", eos_id=2)
@@ -142,7 +142,7 @@ def test_pipeline_panels_keep_their_axis_labels_apart():
     """The last tick of one panel ran into the first of the next ("0−15")."""
     from types import SimpleNamespace
 
-    from viz.decoding import pipeline_figure
+    from charts.next_token import pipeline_figure
     logits = torch.linspace(-15, 0, 20)
     probs = torch.softmax(logits, -1)
     pipe = SimpleNamespace(logits=logits, scaled=logits, probs=probs, final=probs,
@@ -166,7 +166,8 @@ def test_long_titles_are_wrapped_not_cut_off():
 def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
     """Read from the back of the room: its ticks were 11 px and its strip titles 13 px; a long sentence's labels
     ran into each other."""
-    from viz.kv_cache import KV_MIN_STRIP, KV_PLOT_PX, MIN_READABLE, kv_cache_figure, kv_tick_plan
+    from charts.kv_cache import KV_MIN_STRIP, KV_PLOT_PX, kv_cache_figure, kv_tick_plan
+    from viz.theme import MIN_READABLE
     short = kv_cache_figure(3, positions=4, src_len=8, target_tokens=["<bos>", "▁Die", "▁Katze", "▁sa"],
                             source_tokens=["▁The", "▁cat", "▁sat", "▁on", "▁the", "▁mat", ".", "<eos>"], title="Step 3")
     long = kv_cache_figure(3, positions=30, src_len=40, target_tokens=[f"▁wort{i}" for i in range(30)],

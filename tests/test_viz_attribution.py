@@ -1,4 +1,4 @@
-"""viz/attribution.py: the methods × tokens grid, the heads' change grid and the source-share line, from arrays.
+"""charts/attribution.py: the methods × tokens grid, the heads' change grid and the source-share line, from arrays.
 
 Every token must be labelled (a label left out cannot be read from a projector), every piece escaped, the shares
 drawn on one scale, and a shape that does not fit the labels refused with a sentence.
@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from viz.attribution import attribution_html, attribution_svg, head_change_html, share_line_svg
+from charts.attribution import attribution_html, attribution_svg, head_change_html, share_line_svg
 
 METHODS = ["attention α", "‖α·f(x)‖", "gradient × input", "integrated gradients"]
 SOURCE = ["▁My", "▁brother", "▁lives", "▁in", "▁Ber", "lin", ".", "<eos>"]

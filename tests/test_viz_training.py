@@ -1,5 +1,6 @@
-"""The overlaid training curves of several runs (``viz/training.py``): one trace per run on every chart, the
-same colour for a run everywhere, the three x axes, and bad ``metrics.jsonl`` records skipped."""
+"""The overlaid training curves of several runs (``charts/training.py``, the records read by
+``charts/run_metrics.py``): one trace per run on every chart, the same colour for a run everywhere, the three x axes,
+and bad ``metrics.jsonl`` records skipped."""
 
 from __future__ import annotations
 
@@ -8,19 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from training.runs import read_jsonl
-from viz.training import (
+from charts.run_metrics import X_AXES, run_series
+from charts.training import (
     LEG_SCORES,
     METRICS,
     PALETTE,
-    X_AXES,
     compare_figure,
     compare_figures,
     legs_figure,
     run_figure,
-    run_series,
     run_styles,
 )
+from training.runs import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -204,7 +204,7 @@ def test_legs_figure_without_legs_says_so():
 
 def test_a_lone_point_is_ticked_at_whole_steps():
     """Around a run's first evaluation the step axis read "12, 12.5, 13": steps and tokens tick at whole numbers."""
-    from viz.training import compare_figure, run_figure
+    from charts.training import compare_figure, run_figure
 
     records = [{"step": 13, "valid_loss": 6.4, "tokens_seen": 2, "time_s": 3.0}]
     assert run_figure(records, {"valid loss": "valid_loss"}, "Loss", "nats").layout.xaxis.dtick == 1

@@ -151,7 +151,7 @@ def append_leg(card: dict, run: str | Path | Sequence[str | Path], leg: int, par
                  "tokens_seen": total["tokens_seen"], "valid_chrf": None,
                  "everyday_chrf": fields["everyday"]["chrf"], "test_chrf": fields["test"]["chrf"], "shipped": True})
     flores = fields["suite"]["greedy"].get(FLORES_NAME)
-    if flores:  # the general domain beside the everyday set on the card's chart (viz.training.LEG_SCORES)
+    if flores:  # the general domain beside the everyday set on the card's chart (charts.training.LEG_SCORES)
         legs[-1]["flores_chrf"] = flores["chrf"]
     new["legs"] = legs
     return new

@@ -104,7 +104,7 @@ def best_card(model, config: TrainConfig, device, state: TrainerState, valid: di
     }
     init = dict(config.init_card or {})  # a warm start's only
     if init:
-        if "legs" in init:  # the history of the warm start's lineage (viz.training.legs_figure); append a leg
+        if "legs" in init:  # the history of the warm start's lineage (charts.training.legs_figure); append a leg
             card["legs"] = init.pop("legs")
         card["init_from"] = init
         card["total"] = {"tokens_seen": init["tokens_seen"] + state.tokens_seen,

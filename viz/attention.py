@@ -1,13 +1,14 @@
-"""Attention figures: pure functions from weight arrays and token labels to Plotly figures or HTML.
+"""Attention weights drawn: the Plotly heatmap of one head, and the HTML views a click redraws without Plotly (the
+alignment grid, weight chips, token chips). Pure functions from weight arrays and token labels; no Streamlit.
 
 Convention on every chart: **rows = queries (the token doing the looking), columns = keys (the tokens looked
 at)**; each row sums to 1. Axes are numeric positions with the pieces as tick labels, so a sentence with the
-same word twice keeps two rows. Pieces arrive as the page shows them (:func:`display_token`).
+same word twice keeps two rows. Pieces arrive as the page shows them; how they are written is
+:mod:`viz.token_labels`.
 """
 
 from __future__ import annotations
 
-import html
 from typing import Sequence
 
 import numpy as np
@@ -19,7 +20,6 @@ from viz.theme import (
     ACCENT_PALE,
     ATTENTION_RGB,
     ATTENTION_SCALE,
-    AXIS_TITLE_FONT,
     BORDER,
     CHIP_BG,
     FONT,
@@ -40,23 +40,21 @@ from viz.theme import (
     escape_html,
     figure,
     label_plan,
-    tier_px,
     title_chars,
     title_margin,
     wrap_title,
 )
 from viz.theme import title as _title
-
-
-def display_token(piece: str) -> str:
-    """A piece as every chart shows it: as the page hands it, already in its tokenizer's shown form (``ui.pieces``:
-    ours and Marian's as stored, ``▁`` marking a word start; GPT-2's ``Ġthe`` as ``␣the``).
-
-    ``"▁Bobby"`` → ``"▁Bobby"``, ``"berries"`` → ``"berries"`` (a piece without ``▁`` continues the word before).
-    One convention for the whole app, so that the Tokenization page's merges and every chart read alike
-    (:func:`viz.labels.word_start_note` explains it where pieces are shown).
-    """
-    return piece
+from viz.token_labels import (
+    AXIS_TITLE_PX,
+    display_token,
+    label_px,
+    labels_depth,
+    plotly_escape,
+    shorten,
+    token_xaxes_into,
+    token_yaxis,
+)
 
 
 def causal_blank(z: np.ndarray) -> np.ndarray:
@@ -68,7 +66,8 @@ def causal_blank(z: np.ndarray) -> np.ndarray:
     return z
 
 
-def _as_array(weights) -> np.ndarray:
+def as_array(weights) -> np.ndarray:
+    """``weights`` (a tensor or anything :func:`numpy.asarray` reads) as a float array of the same shape."""
     arr = weights.detach().cpu().numpy() if hasattr(weights, "detach") else np.asarray(weights)
     return arr.astype(float)
 
@@ -80,78 +79,8 @@ def check_labels(shape: tuple[int, ...], q_labels: Sequence[str], k_labels: Sequ
         raise ValueError(f"labels ({len(q_labels)}, {len(k_labels)}) do not fit weights {shape}")
 
 
-def plotly_escape(text: str) -> str:
-    """``text`` safe inside Plotly's label / hover mini-HTML: ``&``, ``<``, ``>`` escaped, quotes left alone
-    (Plotly decodes ``&lt;`` but shows ``&quot;`` literally: a ``"`` token appeared as ``&quot;``)."""
-    return html.escape(text, quote=False)
-
-
-def _short(label: str, limit: int = 14) -> str:
-    return label if len(label) <= limit else label[: limit - 1] + "…"
-
-
 #: Room (px) a heatmap's colour bar takes at its right: the bar, its numbers and its title ("weight").
 COLORBAR_PX = 80
-#: Room (px) an axis title takes beside its axis, with its padding.
-AXIS_TITLE_PX = 24
-
-
-def label_px(labels: Sequence[str], size: int) -> float:
-    """Width (px) of the longest of ``labels`` written level in the monospace token font at ``size`` px."""
-    return max((len(t) for t in labels), default=0) * MONO_CHAR_EM * size
-
-
-def token_axes(labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "", **common) -> list[dict]:
-    """The x axes that write every one of ``labels`` (one per cell, at ``0 … n−1``) as ``plan`` says
-    (:func:`viz.theme.label_plan`): one layout dict per tier, ``[xaxis, xaxis2, …]``. Tier ``t`` holds labels
-    ``t, t + tiers, …``; the tiers after the first overlay the first (same range) and draw their ticks as pale
-    leader lines down past the tiers above them, to their labels. The axis ``title`` goes on the last (outermost)
-    tier, :data:`viz.theme.TITLE_STANDOFF` px from its labels. ``common``: more settings of every tier."""
-    depth = tier_px(labels, plan.size)
-    tick_font = {**font, "size": plan.size}
-    axes = []
-    for t in range(plan.tiers):
-        kept = list(range(t, len(labels), plan.tiers))
-        axis = dict(tickvals=kept, ticktext=[labels[i] for i in kept], tickangle=plan.angle, tickfont=tick_font,
-                    showgrid=False, zeroline=False, automargin=True, **common)
-        if t:
-            axis.update(overlaying="x", matches="x", anchor="y", side="bottom", ticks="outside", ticklen=t * depth,
-                        tickcolor=GREY)
-        axes.append(axis)
-    if title:
-        axes[-1].update(title=dict(text=title, font=AXIS_TITLE_FONT, standoff=TITLE_STANDOFF))
-    return axes
-
-
-def token_xaxes_into(data: list[dict], layout: dict, labels: Sequence[str], plan: LabelPlan, font: dict,
-                     title: str = "", **common) -> None:
-    """Put :func:`token_axes`' x axes into a ``layout`` dict, with an empty trace in ``data`` on each overlay axis
-    (Plotly draws an axis only when a trace uses it). ``data``'s first trace stays the data."""
-    for t, axis in enumerate(token_axes(labels, plan, font, title, **common)):
-        layout[f"xaxis{t + 1 if t else ''}"] = axis
-        if t:
-            data.append(dict(type="scatter", x=[None], y=[None], xaxis=f"x{t + 1}", hoverinfo="skip",
-                             showlegend=False, name=f"key labels, tier {t + 1}"))
-
-
-def set_token_xaxes(fig: go.Figure, labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "",
-                    **common) -> None:
-    """Lay ``fig``'s x axis out as :func:`token_axes` says (:func:`token_xaxes_into`, for a figure already
-    built)."""
-    data: list[dict] = []
-    layout: dict = {}
-    token_xaxes_into(data, layout, labels, plan, font, title, **common)
-    for name, axis in layout.items():
-        fig.layout[name] = axis
-    for trace in data:
-        fig.add_trace(go.Scatter({k: v for k, v in trace.items() if k != "type"}))
-
-
-def labels_depth(labels: Sequence[str], plan: LabelPlan) -> float:
-    """Depth (px) ``labels`` laid out by ``plan`` take under an axis: one line when level, else every tier."""
-    if plan.angle == 0:
-        return LINE_EM * plan.size
-    return (plan.tiers - 1) * tier_px(labels, plan.size) + label_px(labels, plan.size)
 
 
 def key_plan(query_labels: Sequence[str], key_labels: Sequence[str], width: float, colorbar_px: float = COLORBAR_PX
@@ -159,9 +88,9 @@ def key_plan(query_labels: Sequence[str], key_labels: Sequence[str], width: floa
     """How a heatmap ``width`` px wide writes its key labels (:func:`viz.theme.label_plan`), less the room its
     colour bar (``colorbar_px``), axis title and query labels take (labels as shown: :func:`display_token`,
     shortened)."""
-    q_short = [_short(display_token(t)) for t in query_labels]
+    q_short = [shorten(display_token(t)) for t in query_labels]
     plot_w = width - 20 - colorbar_px - AXIS_TITLE_PX - label_px(q_short, MIN_READABLE) - 10
-    return label_plan([_short(display_token(t)) for t in key_labels], max(plot_w, 1.0))
+    return label_plan([shorten(display_token(t)) for t in key_labels], max(plot_w, 1.0))
 
 
 def heatmap_fits(query_labels: Sequence[str], key_labels: Sequence[str], width: float) -> bool:
@@ -199,7 +128,7 @@ def attention_heatmap(
     Returns:
         A Plotly figure whose hover reads "query → key: weight".
     """
-    w = _as_array(weights)
+    w = as_array(weights)
     q_len, k_len = w.shape
     check_labels(w.shape, query_labels, key_labels)
     z = causal_blank(w) if causal else w.copy()
@@ -224,7 +153,7 @@ def attention_heatmap(
     )]
     title = wrap_title(title, title_chars(width)) if title else ""
     top = max(50, title_margin(title, 26, 24)) if title else 20
-    q_short, k_short = [_short(t) for t in q_disp], [_short(t) for t in k_disp]
+    q_short, k_short = [shorten(t) for t in q_disp], [shorten(t) for t in k_disp]
     plan = key_plan(q_short, k_short, width)
     # every query row keeps its label: a row is at least a line of the labels' type, and the figure grows to hold
     # them (a long sentence gives a tall chart, never every other label)
@@ -244,16 +173,6 @@ def attention_heatmap(
     token_xaxes_into(data, layout, k_short, plan, tick_font, "keys (attended to) →")
     layout["yaxis"] = dict(token_yaxis(q_short, plan.size, "queries (attending) ↓"), autorange="reversed")
     return figure(data, layout)
-
-
-def token_yaxis(labels: Sequence[str], size: int, title: str = "") -> dict:
-    """A vertical axis that writes every one of ``labels`` (one per row, level, monospace ``size`` px; the
-    figure must give each row a line), its ``title`` :data:`viz.theme.TITLE_STANDOFF` px from them."""
-    axis = dict(tickvals=list(range(len(labels))), ticktext=list(labels), tickfont=dict(family=MONO, size=size,
-                color=INK), showgrid=False, zeroline=False, automargin=True)
-    if title:
-        axis["title"] = dict(text=title, font=AXIS_TITLE_FONT, standoff=TITLE_STANDOFF)
-    return axis
 
 
 def scale_colours(values, scale: Sequence[Sequence] = ATTENTION_SCALE) -> list[str]:
@@ -299,7 +218,7 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
     Raises:
         ValueError: when the labels do not fit the weights' shape.
     """
-    w = _as_array(weights)
+    w = as_array(weights)
     check_labels(w.shape, target_labels, source_labels)
     n_rows = w.shape[0]
     current = n_rows + current if current is not None and current < 0 else current
@@ -356,7 +275,7 @@ def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> 
     all "0.00" before). When even the largest rounds to 0 at that precision, nothing is outlined and the
     caption says so. Returns an HTML fragment (safe: every piece is escaped).
     """
-    w = np.nan_to_num(_as_array(weights).reshape(-1))
+    w = np.nan_to_num(as_array(weights).reshape(-1))
     if len(w) != len(tokens):
         raise ValueError("one weight per token is needed")
     peak = float(w.max()) if len(w) else 0.0

@@ -1,35 +1,24 @@
-"""More views of one head for the Attention page: BertViz-style lines, token bars, head statistics, differences.
+"""More views of one head for the Attention page: BertViz-style lines, token bars, the difference of two maps.
 
 Pure functions from weight arrays (tensors or numpy) and token labels to Plotly figures; no
 Streamlit, no model. Conventions as in :mod:`viz.attention`: rows = queries, columns = keys, every attention
 weight on the fixed 0–1 scale :data:`viz.theme.ATTENTION_SCALE`, labels are BPE pieces shown with
-:func:`viz.attention.display_token`. The model grid is in :mod:`viz.grid`.
+:func:`viz.token_labels.display_token`. The model grid is in :mod:`viz.grid`; one number per head (statistics,
+ablation) in :mod:`viz.head_stats`.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from viz import theme
-from viz.attention import (
-    AXIS_TITLE_PX,
-    _as_array,
-    _short,
-    check_labels,
-    display_token,
-    key_plan,
-    labels_depth,
-    plotly_escape,
-    set_token_xaxes,
-    token_xaxes_into,
-    token_yaxis,
-)
+from viz.attention import as_array, check_labels, key_plan
 from viz.theme import ACCENT as HIGHLIGHT
+from viz.theme import BLUE as LINE_COLOR
 from viz.theme import (
-    ATTENTION_SCALE,
     FONT,
     GRID,
     HALF_PX,
@@ -38,14 +27,21 @@ from viz.theme import (
     MONO,
     MUTED,
     PAGE_PX,
-    PALE_BLUE,
     SUBTLE,
     WHITE,
-    ZERO_LINE,
     wrap_title,
 )
-from viz.theme import BLUE as LINE_COLOR
 from viz.theme import INK as TEXT_COLOR
+from viz.token_labels import (
+    AXIS_TITLE_PX,
+    display_token,
+    labels_depth,
+    plotly_escape,
+    set_token_xaxes,
+    shorten,
+    token_xaxes_into,
+    token_yaxis,
+)
 
 
 def lines_figure(
@@ -70,7 +66,7 @@ def lines_figure(
     Returns:
         A Plotly figure: the line traces first, then two text traces (queries, keys).
     """
-    w = _as_array(weights)
+    w = as_array(weights)
     if w.ndim != 2:
         raise ValueError(f"one head [q, k] is needed, got {w.shape}")
     q_len, k_len = w.shape
@@ -134,12 +130,12 @@ def token_bar_figure(
             where it would be cut off in a chart ``width`` px wide (default: a half-width column at 1280×720),
             for which every token label is laid out too (:func:`viz.theme.label_plan`).
     """
-    w = np.nan_to_num(_as_array(weights).reshape(-1))
+    w = np.nan_to_num(as_array(weights).reshape(-1))
     if len(w) != len(labels):
         raise ValueError("one weight per token is needed")
     disp = [display_token(t) for t in labels]
     colors = [HIGHLIGHT if i == mark else LINE_COLOR for i in range(len(w))]
-    short = [_short(t) for t in disp]
+    short = [shorten(t) for t in disp]
     plot_px = width - 20 - 60  # less the value axis: its title and numbers
     plan = theme.label_plan(short, plot_px)
     # A value over every bar where each has room for "0.00"; where they do not, Plotly shrank them to the bar's
@@ -172,120 +168,6 @@ def token_bar_figure(
     return theme.figure(data, layout)
 
 
-def cell_number(value: float, decimals: int = 2) -> str:
-    """``value`` in at most ``decimals + 3`` characters, to fit a heatmap cell: fewer decimals as it grows
-    (``0.034`` → ``"0.03"``, ``-12.345`` → ``"-12.3"``, ``1234.5`` → ``"1234"``); NaN → ``""``."""
-    if not np.isfinite(value):
-        return ""
-    size = abs(float(value))
-    places = decimals if size < 10 else max(0, decimals - 1) if size < 100 else 0
-    return f"{value:.{places}f}"
-
-
-def head_stat_heatmap(
-    values,
-    name: str,
-    diverging: bool = False,
-    zmin: float | None = None,
-    zmax: float | None = None,
-    title: str | None = None,
-    row_label: str = "layer",
-    decimals: int = 2,
-) -> go.Figure:
-    """One number per head as a layers × heads heatmap, each cell annotated with its value.
-
-    Args:
-        values: ``[layers, heads]``.
-        name: what the number is (colour-bar title and hover).
-        diverging: a red–white–blue scale centred at 0 (e.g. the ablation drop in log-probability: red =
-            removing the head hurts, blue = removing it helps), symmetric around 0: from ``-zmax`` to ``zmax``
-            (default: the largest absolute value; ``zmin`` is not used).
-        zmin / zmax: colour range for a sequential scale (default: the data's range, 0 at least for ``zmin``).
-
-    Returns:
-        A Plotly figure with one ``[layers, heads]`` heatmap; rows ``layer 1…``, columns ``head 1…``.
-    """
-    v = _as_array(values)
-    if v.ndim != 2:
-        raise ValueError(f"one value per head [layers, heads] is needed, got {v.shape}")
-    n_rows, n_cols = v.shape
-    finite = v[np.isfinite(v)]
-    if diverging:
-        bound = abs(float(zmax)) if zmax is not None else float(np.abs(finite).max()) if finite.size else 1.0
-        bound = bound or 1.0
-        scale = dict(colorscale="RdBu", reversescale=True, zmid=0.0, zmin=-bound, zmax=bound)
-    else:
-        lo = zmin if zmin is not None else min(0.0, float(finite.min()) if finite.size else 0.0)
-        hi = zmax if zmax is not None else (float(finite.max()) if finite.size else 1.0)
-        scale = dict(colorscale=ATTENTION_SCALE, zmin=lo, zmax=hi if hi > lo else lo + 1.0)
-    fig = go.Figure(go.Heatmap(
-        z=v, x=[f"head {j + 1}" for j in range(n_cols)], y=[f"{row_label} {i + 1}" for i in range(n_rows)],
-        text=[[cell_number(x, decimals) for x in row] for row in v], texttemplate="%{text}",
-        textfont=dict(size=MIN_READABLE),
-        hovertemplate="%{y} · %{x}<br>" + plotly_escape(name) + " %{z:.3f}<extra></extra>",
-        xgap=2, ygap=2, colorbar=dict(title=dict(text=name), thickness=14), **scale,
-    ))
-    fig.update_layout(
-        title=theme.title(title if title is not None else name),
-        font=FONT, height=140 + 56 * n_rows, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor=WHITE,
-    )
-    fig.update_yaxes(autorange="reversed", automargin=True)
-    # head names under the cells: above them, they ran into the title
-    fig.update_xaxes(side="bottom", automargin=True)
-    return fig
-
-
-def sweep_heatmaps(drops: Mapping[str, object], titles: Mapping[str, str] | None = None,
-                   name: str = "drop (nats)") -> list[go.Figure]:
-    """The ablation sweep: per attention kind, the drop in the output's log-probability when each head alone is
-    removed, as a layers × heads heatmap (:func:`head_stat_heatmap`, diverging).
-
-    Every map shares one colour range, ±(the largest absolute drop of any kind): the maps are read side by side,
-    and a colour means the same drop in each (with a range per map, a head that barely mattered looked as red as
-    the one that mattered most).
-
-    Args:
-        drops: kind → ``[layers, heads]`` drops (nats); titles: kind → chart title (default: the kind).
-    """
-    arrays = {kind: _as_array(d) for kind, d in drops.items()}
-    finite = [np.abs(a[np.isfinite(a)]).max() for a in arrays.values() if np.isfinite(a).any()]
-    bound = float(max(finite)) if finite else 1.0
-    return [head_stat_heatmap(a, name, diverging=True, zmax=bound or 1.0, title=(titles or {}).get(kind, kind))
-            for kind, a in arrays.items()]
-
-
-def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") -> go.Figure:
-    """Per-token log-probabilities of a translation, with and without ablated heads, as grouped bars.
-
-    Args:
-        labels: the ``n`` scored pieces ``y₁ … yₙ``.
-        base: ``[n]`` log-probabilities with every head; ablated: ``[n]`` with the heads removed, or ``None``.
-    """
-    b = _as_array(base).reshape(-1)
-    if len(b) != len(labels):
-        raise ValueError("one log-probability per token is needed")
-    disp = [display_token(t) for t in labels]
-    x = list(range(len(b)))
-    fig = go.Figure(go.Bar(x=x, y=b, name="all heads", marker_color=PALE_BLUE, customdata=disp,
-                           hovertemplate="%{customdata}<br>all heads: %{y:.3f}<extra></extra>"))
-    if ablated is not None:
-        a = _as_array(ablated).reshape(-1)
-        if len(a) != len(b):
-            raise ValueError("base and ablated need the same length")
-        fig.add_trace(go.Bar(x=x, y=a, name="heads removed", marker_color=HIGHLIGHT, customdata=disp,
-                             hovertemplate="%{customdata}<br>heads removed: %{y:.3f}<extra></extra>"))
-    fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15, color=TEXT_COLOR)), font=FONT, barmode="group",
-        height=360, margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor=WHITE,
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
-    )
-    fig.update_xaxes(tickvals=x, ticktext=[_short(t) for t in disp], tickangle=-45, automargin=True,
-                     tickfont=dict(family=MONO, size=MIN_READABLE if len(b) <= 24 else 11),
-                     title_text="translation tokens")
-    fig.update_yaxes(title_text="log-probability (nats)", gridcolor=GRID, zerolinecolor=ZERO_LINE, automargin=True)
-    return fig
-
-
 #: Room (px) the difference map's colour bar takes at its right: its title ("second − first") is wider than "weight".
 DIFF_COLORBAR_PX = 120
 
@@ -301,14 +183,14 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
     Raises:
         ValueError: the two maps differ in shape (there is no cell-by-cell difference then).
     """
-    a_arr, b_arr = _as_array(a), _as_array(b)
+    a_arr, b_arr = as_array(a), as_array(b)
     if a_arr.shape != b_arr.shape:
         raise ValueError(f"shapes differ: {a_arr.shape} vs {b_arr.shape}")
     diff = b_arr - a_arr
     finite = diff[np.isfinite(diff)]
     bound = float(np.abs(finite).max()) if finite.size else 1.0
-    q_disp = [_short(display_token(t)) for t in q_labels]
-    k_disp = [_short(display_token(t)) for t in k_labels]
+    q_disp = [shorten(display_token(t)) for t in q_labels]
+    k_disp = [shorten(display_token(t)) for t in k_labels]
     top = 50 if title else 20
     # laid out as attention_heatmap lays out its axes, for the page's width at 1280×720: every label written
     plan = key_plan(q_disp, k_disp, width, DIFF_COLORBAR_PX)

@@ -15,10 +15,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from viz import theme
-from viz.attention import _as_array, _short, causal_blank, check_labels, display_token, label_px, plotly_escape
+from viz.attention import as_array, causal_blank, check_labels
 from viz.theme import ACCENT as HIGHLIGHT
 from viz.theme import ATTENTION_SCALE, FONT, LINE_EM, MASKED_BG, MIN_READABLE, MONO, PAGE_PX, WHITE, label_plan
 from viz.theme import INK as TEXT_COLOR
+from viz.token_labels import display_token, label_px, plotly_escape, shorten
 
 #: Above this many tokens on a side, the grid's small panels carry no tick labels (hover still names the pair).
 GRID_LABEL_LIMIT = 24
@@ -63,7 +64,7 @@ def model_grid_figure(
     Returns:
         A Plotly figure with ``R × C`` heatmap traces on one shared colour axis (0–1).
     """
-    w = _as_array(attn)
+    w = as_array(attn)
     if w.ndim != 4:
         raise ValueError(f"the grid needs [layers, heads, q, k], got {w.shape}")
     n_rows, n_cols, q_len, k_len = w.shape
@@ -77,7 +78,7 @@ def model_grid_figure(
     k_disp = [display_token(t) for t in k_labels]
     h_spacing = min(0.04 if not labelled else 0.03, 0.3 / max(n_cols, 1))
     # The key labels are laid out for one panel's width on a page-wide chart at 1280×720.
-    q_short, k_short = [_short(t, 10) for t in q_disp], [_short(t, 10) for t in k_disp]
+    q_short, k_short = [shorten(t, 10) for t in q_disp], [shorten(t, 10) for t in k_disp]
     plot_px = PAGE_PX - 20 - GRID_COLORBAR_PX - (label_px(q_short, MIN_READABLE) + 10 if labelled else 0)
     panel_px = plot_px * (1 - h_spacing * (n_cols - 1)) / max(n_cols, 1)
     # every key or none: a label left out cannot be read from a projector, and the head opened below the grid
@@ -179,7 +180,7 @@ def model_grid_altair(
     Raises:
         ValueError: wrong shape, labels that do not fit, or more cells than :data:`ALTAIR_GRID_CELLS`.
     """
-    w = _as_array(attn)
+    w = as_array(attn)
     if w.ndim != 4:
         raise ValueError(f"the grid needs [layers, heads, q, k], got {w.shape}")
     n_layers, n_heads, q_len, k_len = w.shape

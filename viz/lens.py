@@ -18,17 +18,7 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from viz.attention import (
-    AXIS_TITLE_PX,
-    COLORBAR_PX,
-    display_token,
-    label_px,
-    labels_depth,
-    plotly_escape,
-    scale_colours,
-    set_token_xaxes,
-    token_yaxis,
-)
+from viz.attention import COLORBAR_PX, scale_colours
 from viz.theme import (
     ACCENT,
     ATTENTION_SCALE,
@@ -52,6 +42,15 @@ from viz.theme import (
     wrap_title,
 )
 from viz.theme import title as _title
+from viz.token_labels import (
+    AXIS_TITLE_PX,
+    display_token,
+    label_px,
+    labels_depth,
+    plotly_escape,
+    set_token_xaxes,
+    token_yaxis,
+)
 
 #: Shade (probability) from which a cell's text turns white: the scale's blue is dark enough there.
 WHITE_TEXT_FROM = 0.35

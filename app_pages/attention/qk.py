@@ -22,7 +22,8 @@ from reading.trace import Trace
 from serving.figures import shared
 from ui import responsive, url, widgets
 from viz.labels import KIND_SHORT, view_title
-from viz.qk import dimension_order, score_figure, top_dimensions, values_figure, vectors_figure
+from viz.qk import dimension_order, score_figure, top_dimensions
+from viz.qk_vectors import values_figure, vectors_figure
 from viz.theme import PAGE_PX
 
 #: The query box's session key and link parameter, shared with the Tokens & lines tab (both pick a query row).

@@ -22,8 +22,9 @@ from reading.trace import Trace
 from serving.figures import shared
 from ui import presentation, url, widgets
 from viz.attention import attention_heatmap, highlight_tokens_html
-from viz.attention_views import head_stat_heatmap, lines_figure, token_bar_figure
+from viz.attention_views import lines_figure, token_bar_figure
 from viz.grid import ALTAIR_GRID_CELLS, model_grid_altair, model_grid_figure
+from viz.head_stats import head_stat_heatmap
 from viz.labels import KIND_TITLES, view_title
 from viz.theme import PAGE_PX
 

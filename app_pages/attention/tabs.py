@@ -24,7 +24,8 @@ from ui import checkpoints, pieces, state, url, widgets
 from ui.folders import checkpoint_folder
 from ui.limits import limits
 from viz.attention import attention_heatmap, causal_blank
-from viz.attention_views import difference_heatmap, log_prob_figure, sweep_heatmaps
+from viz.attention_views import difference_heatmap
+from viz.head_stats import log_prob_figure, sweep_heatmaps
 from viz.labels import KIND_SHORT, end_sentence, head_name
 
 

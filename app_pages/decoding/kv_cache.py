@@ -12,11 +12,11 @@ import streamlit as st
 import torch
 
 from app_pages.decoding import lab
+from charts.kv_cache import cache_bytes, kv_cache_figure
 from decoding.decoded import StepView
 from model.checkpoint import Checkpoint
 from serving import heavy
 from ui import pieces, widgets
-from viz.kv_cache import cache_bytes, kv_cache_figure
 
 
 def kv_cache_tab(ckpt: Checkpoint, run: StepView, step: int, src_ids: list[int], src_tokens: list[str],

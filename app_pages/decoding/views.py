@@ -22,6 +22,8 @@ import streamlit as st
 import torch
 
 from app_pages.decoding import lab
+from charts.beam import beam_tree_figure
+from charts.next_token import pipeline_figure
 from decoding.beam import BeamResult, length_penalty
 from decoding.decoded import StepView
 from decoding.loops import LOOP_TIMES
@@ -29,7 +31,6 @@ from decoding.sampling import SamplingConfig
 from model.checkpoint import Checkpoint
 from ui import pieces, widgets
 from viz.attention import alignment_html
-from viz.decoding import beam_tree_figure, pipeline_figure
 
 #: Candidates a step shows: the bars of its chart and the list a token is forced from are the same most probable ones.
 TOP_CANDIDATES = 15

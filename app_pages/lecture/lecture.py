@@ -8,11 +8,11 @@ import streamlit as st
 
 from app_pages.lecture import live as lecture_live
 from app_pages.lecture.live import show_matrix
+from charts.teaching import scaling_chart
 from teaching import worked
 from ui import url
 from ui.page_state import LECTURE
 from ui.widgets import show_figure, show_table
-from viz.teaching import scaling_chart
 
 st.title("Worked examples")
 st.caption("Small matrices you can edit; every intermediate is shown with 4 decimals. Rows are tokens.")

@@ -13,16 +13,17 @@ import math
 import numpy as np
 import streamlit as st
 
+from charts.teaching import annotated_matrix
 from decoding.stepping import strip_eos
 from serving import figures, heavy
 from teaching import live, worked
 from ui import checkpoints, state, url
 from ui.page_state import LECTURE, Field
 from ui.widgets import show_figure
-from viz.attention import attention_heatmap, plotly_escape
+from viz.attention import attention_heatmap
 from viz.labels import KIND_SHORT, head_name, view_title
-from viz.teaching import annotated_matrix
 from viz.theme import HALF_PX
+from viz.token_labels import plotly_escape
 
 #: The mode picker's choices: the link's spelling (``?numbers=``) → the label.
 MODES = {"example": "Editable example", "live": "Live numbers from the model"}
@@ -34,7 +35,7 @@ LIVE_PARAMS = ("kind", "layer", "head")
 
 
 def show_matrix(z, title: str, rows=None, cols=None, where=None) -> None:
-    """A small matrix with its numbers in the cells (:func:`viz.teaching.annotated_matrix`), in ``where``; built once
+    """A small matrix with its numbers in the cells (:func:`charts.teaching.annotated_matrix`), in ``where``; built once
     per process for equal numbers and labels (:mod:`serving.figures`: a room looking at one head builds it once)."""
     show_figure(figures.shared(annotated_matrix, z, title, rows, cols), where)
 

@@ -3,11 +3,11 @@ what the loaded checkpoint uses (sinusoidal / learned / RoPE / ALiBi)."""
 
 import streamlit as st
 
+from charts.teaching import bar, dimension_waves, matrix_heatmap, norm_histogram
 from teaching import positions
 from teaching.worked import rotation_errors, sinusoidal
 from ui import checkpoints, url
 from ui.widgets import show_figure, show_table
-from viz.teaching import bar, dimension_waves, matrix_heatmap, norm_histogram
 
 PLOT = dict(width="stretch", theme=None)
 

@@ -8,6 +8,7 @@ from types import MappingProxyType
 import pandas as pd
 import streamlit as st
 
+from charts.teaching import bar, cell_html, pieces_html, token_spans_html
 from model.tokenizer import TextTokenizer
 from serving import heavy
 from teaching import unigram
@@ -15,7 +16,6 @@ from teaching.bpe_replay import MergeTable, merge_table, own_pieces, piece_lengt
 from ui import checkpoints, pieces, state, url
 from ui.limits import limits
 from ui.widgets import show_figure, show_table
-from viz.teaching import bar, cell_html, pieces_html, token_spans_html
 
 PLOT = dict(width="stretch", theme=None)
 DEFAULT_TRAIN_TEXT = "\n".join(state.PRESETS)

@@ -10,11 +10,11 @@ from pathlib import Path
 import streamlit as st
 
 from app_pages.training.run_view import progress, when
+from charts import training as VT
 from launching import launch as L
 from training import runs as R
 from ui.checkpoints import checkpoint_roots
 from ui.widgets import show_figure
-from viz import training as VT
 
 
 # --- charts ---------------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def run_controls(run_dir: Path, root: Path, state: str) -> None:
 
 
 def compare_runs(root: Path, chosen: list[str], x: str) -> None:
-    """Overlaid curves of the ``chosen`` runs under ``root`` against ``x`` (a key of :data:`viz.training.X_AXES`);
+    """Overlaid curves of the ``chosen`` runs under ``root`` against ``x`` (a key of :data:`charts.run_metrics.X_AXES`);
     a run that vanished or has no metrics yet is named and left out."""
     if not chosen:
         st.caption("Pick runs above to overlay their training curves.")

@@ -10,13 +10,14 @@ from app_pages.training import form as training_form
 from app_pages.training import panels
 from app_pages.training.heads_forming import show_heads_forming
 from app_pages.training.run_view import table_row
+from charts import training as VT
+from charts.run_metrics import X_AXES
 from launching import launch as L
 from training import runs as R
 from ui import url
 from ui.checkpoints import DEFAULT_CHECKPOINT, checkpoint_roots
 from ui.page_state import TRAINING
 from ui.widgets import show_figure, show_table
-from viz import training as VT
 
 st.title("Training")
 st.caption("Train a small English → German Transformer here (or a decoder-only language model on the same "
@@ -144,7 +145,7 @@ def training_page() -> None:
         help="One colour per run, the same on every chart. Preselected: the two most recent runs that have ended; "
              "any other choice is kept in the page address, so a reload or a shared link shows the same runs.")
     TRAINING.compare.put(compared, None if chosen_by_person else preselected, member="runs")
-    x_axes = list(VT.X_AXES)
+    x_axes = list(X_AXES)
     TRAINING.compare.init(lambda p: url.choice_param(p, "compare_x", x_axes, x_axes[0], what="x axis"), member="x")
     x_axis = c2.radio("x axis", x_axes, key="tn_compare_x", horizontal=True,
                       help="Steps compare schedules; tokens seen compares runs with different batch sizes; wall time "

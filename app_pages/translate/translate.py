@@ -5,6 +5,7 @@ import math
 
 import streamlit as st
 
+from charts.next_token import top_tokens_html
 from decoding.decoded import StepView
 from decoding.loops import LOOP_TIMES, find_loop
 from reading_views import attribution as attribution_view
@@ -12,7 +13,6 @@ from reading_views import lens as lens_view
 from ui import checkpoints, model_card, pieces, state, url, widgets
 from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
-from viz.decoding import top_tokens_html
 
 
 def _model(ckpt) -> tuple:

@@ -9,11 +9,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from viz.attention import _short, display_token, plotly_escape
-from viz.decoding import TOKEN_FONT
-from viz.theme import ACCENT, FONT, MIN_READABLE, TITLE_FONT, WHITE, thinned, tick_plan
+from viz.theme import ACCENT, FONT, MIN_READABLE, TITLE_FONT, TOKEN_FONT, WHITE, thinned, tick_plan
 from viz.theme import SKY as LIGHT
 from viz.theme import STEEL as BLUE
+from viz.token_labels import display_token, plotly_escape, shorten
 
 #: Plot width (px) the KV-cache figure lays its labels out for: the page's width at 1280×720 with the sidebar open,
 #: less the row labels. Presentation mode draws 1.25× larger fonts on a wider page (the sidebar collapsed), so the
@@ -21,9 +20,12 @@ from viz.theme import STEEL as BLUE
 KV_PLOT_PX = 740
 #: Smallest share of the width either strip gets, so that its two-line title fits above it (fraction).
 KV_MIN_STRIP = 0.4
+
+
 def kv_tick_plan(labels: Sequence[str], strip_px: float) -> tuple[int, int]:
-    """How the KV-cache figure writes ``labels`` (one per cell, :data:`TOKEN_FONT`) under a strip ``strip_px`` wide
-    without overlaps: ``(angle, every)`` of :func:`viz.theme.tick_plan`, the one plan every token axis uses.
+    """How the KV-cache figure writes ``labels`` (one per cell, :data:`viz.theme.TOKEN_FONT`) under a strip
+    ``strip_px`` wide without overlaps: ``(angle, every)`` of :func:`viz.theme.tick_plan`, the one plan every token
+    axis uses.
 
     Raises:
         ValueError: ``strip_px`` is not positive.
@@ -83,7 +85,7 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
             z=z, x=list(range(n)), y=list(range(len(ylabels))), zmin=1, zmax=3, colorscale=scale, showscale=False,
             xgap=2, ygap=2, name=name, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
         ), row=1, col=col)
-        ticks = [_short(t, 8) for t in lab]
+        ticks = [shorten(t, 8) for t in lab]
         angle, every = kv_tick_plan(ticks, KV_PLOT_PX * (1 - gap * (cols - 1)) * shares[col - 1])
         kept = thinned(n, every, keep_last=True)  # the newest position keeps its label
         fig.update_xaxes(tickvals=kept, ticktext=[ticks[p] for p in kept], tickangle=angle,

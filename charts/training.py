@@ -1,17 +1,6 @@
-"""Training curves of several runs, overlaid: pure functions from ``metrics.jsonl`` records to Plotly figures.
-
-The trainer (``model/train.py``) appends one JSON object per line to ``runs/<id>/metrics.jsonl``:
-
-* a **log line** every ``--log-every`` steps: ``step, epoch, loss, lr, grad_norm, tokens_per_s, tokens_seen,
-  time_s`` (``loss`` is the label-smoothed training cross-entropy averaged since the previous log line);
-* an **evaluation line**: ``step, valid_loss, valid_ppl, valid_bleu, valid_chrf, time_s`` (no ``tokens_seen``: it
-  is read off the log lines, interpolated by step); a decoder-only run (a language model) has no ``valid_bleu`` /
-  ``valid_chrf``, and its BLEU / chrF traces say "not measured";
-* ``test_bleu`` / ``event`` lines, which no chart here uses.
-
-A run being written may end in half a line, and files may hold garbage: every record that is not a dict, or
-lacks a numeric step, x value or metric value (or holds NaN / infinity), is skipped, never raised on. A resumed
-run may log a step twice: the last record of a step wins. No Streamlit here.
+"""Training curves of several runs, overlaid, and a checkpoint's lineage leg by leg: pure functions from
+``metrics.jsonl`` records (read by :mod:`charts.run_metrics`, which skips whatever is not a usable point) and a
+model card's ``legs`` to Plotly figures. A language model's BLEU / chrF traces say "not measured". No Streamlit.
 """
 
 from __future__ import annotations
@@ -19,18 +8,11 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-import numpy as np
 import plotly.graph_objects as go
 
+from charts.run_metrics import X_AXES, by_step, finite_number, run_series
 from viz.theme import AXIS_LINE, AXIS_ROOM, FONT, LIGHT_GRID, PLACEHOLDER, SERIES_PALETTE, legend_below
 from viz.theme import INK as TEXT_COLOR
-
-#: x-axis choices: label shown in the app (and kept in the URL) → axis title.
-X_AXES: dict[str, str] = {
-    "step": "optimizer step",
-    "tokens seen": "tokens seen (source + target)",
-    "wall time (minutes)": "training time (minutes, pauses not counted)",
-}
 
 #: d3 number formats of the x value in the hover text.
 X_FORMATS = {"step": ",.0f", "tokens seen": ",.0f", "wall time (minutes)": ",.1f"}
@@ -67,83 +49,10 @@ PALETTE = SERIES_PALETTE
 DASHES = ("solid", "dash", "dot")
 
 
-def _number(value) -> float | None:
-    """``value`` as a finite float, or ``None`` (bools, strings, NaN and infinities are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _step(rec) -> int | None:
-    if not isinstance(rec, dict):
-        return None
-    step = rec.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        return None
-    return step
-
-
-def _by_step(records: Sequence[dict], key: str) -> dict[int, float]:
-    """``{step: value of key}`` over the records holding a usable ``key``; the last record of a step wins."""
-    out: dict[int, float] = {}
-    for rec in records or ():
-        step = _step(rec)
-        value = _number(rec.get(key)) if step is not None else None
-        if step is not None and value is not None:
-            out[step] = value
-    return out
-
-
-def run_series(records: Sequence[dict], metric: str, x: str = "step") -> tuple[list[float], list[float]]:
-    """The points ``(xs, ys)`` of one run's ``metric`` against the x axis ``x`` (a key of :data:`X_AXES`),
-    sorted by step; the last record of a step wins. Records without a step, the metric or the x value are
-    skipped.
-
-    ``tokens seen`` of a record that does not hold it (an evaluation line) is interpolated by step between the
-    log lines around it (step 0 = 0 tokens; past the last log line, the last count); ``wall time (minutes)``
-    is the record's ``time_s`` / 60.
-    """
-    if x not in X_AXES:
-        raise ValueError(f"unknown x axis {x!r} (one of {', '.join(X_AXES)})")
-    points: dict[int, tuple[float, float]] = {}
-    unplaced: dict[int, float] = {}  # step → y of a record without its token count
-    for rec in records or ():
-        step = _step(rec)
-        y = _number(rec.get(metric)) if step is not None else None
-        if step is None or y is None:
-            continue
-        xv: float | None
-        if x == "step":
-            xv = float(step)
-        elif x == "wall time (minutes)":
-            t = _number(rec.get("time_s"))
-            if t is None:
-                continue
-            xv = t / 60.0
-        else:
-            xv = _number(rec.get("tokens_seen"))  # None: interpolated below
-        # the last record of a step wins, placed or not
-        points.pop(step, None)
-        unplaced.pop(step, None)
-        if xv is None:
-            unplaced[step] = y
-        else:
-            points[step] = (xv, y)
-    seen = _by_step(records, "tokens_seen") if unplaced else {}
-    if seen:  # without a log line with a token count, nothing unplaced can be placed
-        seen.setdefault(0, 0.0)
-        known = sorted(seen)
-        filled = np.interp([float(s) for s in unplaced], known, [seen[k] for k in known])
-        points.update({s: (float(t), y) for (s, y), t in zip(unplaced.items(), filled, strict=True)})
-    steps = sorted(points)
-    return [points[s][0] for s in steps], [points[s][1] for s in steps]
-
-
 def empty_note(records: Sequence[dict], metric: str) -> str:
     """Why a run has no point of ``metric``: :data:`NOT_MEASURED` for an evaluation metric of a run that has
     evaluated (``valid_loss``) without it, else the metric's note in :data:`METRICS` (e.g. "no evaluation yet")."""
-    if metric.startswith("valid_") and metric != "valid_loss" and _by_step(records, "valid_loss"):
+    if metric.startswith("valid_") and metric != "valid_loss" and by_step(records, "valid_loss"):
         return NOT_MEASURED
     return METRICS[metric][2]
 
@@ -237,7 +146,7 @@ def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y
     fig = go.Figure()
     values: list[float] = []
     for i, (label, key) in enumerate(series.items()):
-        points = _by_step(records, key)
+        points = by_step(records, key)
         xs, ys = sorted(points), [points[s] for s in sorted(points)]
         values += ys
         color = PALETTE[i % len(PALETTE)]
@@ -295,10 +204,11 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
     ``labels`` renames scores (a card's ``legs_labels``: which valid and test sets its lineage was scored on).
     """
     names = {**LEG_SCORES, **{k: str(v) for k, v in (labels or {}).items() if k in LEG_SCORES}}
-    rows = [leg for leg in legs if isinstance(leg, Mapping) and _number(leg.get("tokens_seen")) is not None]
+    rows = [leg for leg in legs if isinstance(leg, Mapping) and finite_number(leg.get("tokens_seen")) is not None]
     fig = go.Figure()
     for i, (key, label) in enumerate(names.items()):
-        points = [(float(leg["tokens_seen"]) / 1e6, v, leg) for leg in rows if (v := _number(leg.get(key))) is not None]
+        points = [(float(leg["tokens_seen"]) / 1e6, v, leg) for leg in rows
+                  if (v := finite_number(leg.get(key))) is not None]
         if not points:
             continue
         color = PALETTE[i % len(PALETTE)]

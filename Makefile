@@ -53,6 +53,7 @@ test: setup-dev chromium nginx lint
 
 lint: setup-dev
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 data: setup

@@ -79,10 +79,28 @@ def serve(log_path: Path, env_overrides: dict[str, str] | None = None, script: s
     env.update(env_overrides or {})
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true",
-             "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-             "--server.fileWatcherType", "none"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                script,
+                "--server.headless",
+                "true",
+                "--server.port",
+                str(port),
+                "--server.address",
+                "127.0.0.1",
+                "--browser.gatherUsageStats",
+                "false",
+                "--server.fileWatcherType",
+                "none",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
         url = f"http://127.0.0.1:{port}"
         try:
@@ -126,8 +144,12 @@ def chromium() -> Iterator["Browser"]:
 
 
 @contextmanager
-def served_page(log_path: Path, env_overrides: dict[str, str] | None = None, viewport: tuple[int, int] = (1280, 720),
-                timeout_ms: int = SETTLE_TIMEOUT_MS) -> Iterator[tuple[str, "Page"]]:
+def served_page(
+    log_path: Path,
+    env_overrides: dict[str, str] | None = None,
+    viewport: tuple[int, int] = (1280, 720),
+    timeout_ms: int = SETTLE_TIMEOUT_MS,
+) -> Iterator[tuple[str, "Page"]]:
     """The app served (:func:`serve`) and one fresh Chromium page (:func:`open_page`). Yields ``(base URL, page)``.
 
     Raises:
@@ -137,8 +159,9 @@ def served_page(log_path: Path, env_overrides: dict[str, str] | None = None, vie
         yield url, open_page(browser, viewport, timeout_ms)
 
 
-def open_page(browser: "Browser", viewport: tuple[int, int] = (1280, 720),
-              timeout_ms: int = SETTLE_TIMEOUT_MS) -> "Page":
+def open_page(
+    browser: "Browser", viewport: tuple[int, int] = (1280, 720), timeout_ms: int = SETTLE_TIMEOUT_MS
+) -> "Page":
     """A page in a fresh browser context (its own cookies and Streamlit session) at ``viewport`` (width, height in
     CSS pixels, device scale 1), whose Playwright waits time out after ``timeout_ms``. ``page.context.close()``
     ends it."""

@@ -75,14 +75,17 @@ def time_one_step(ckpt, ig: dict, repeats: int) -> list[tuple[str, str]]:
             times[arm].append(time.perf_counter() - start)
     refined, uniform = results["refined"].gradients, results["uniform"].gradients
     median = {arm: statistics.median(v) for arm, v in times.items()}
-    return [("source tokens (with <eos>)", str(len(src))), ("target prefix tokens", str(t)),
-            ("baseline, completeness tolerance", f"{ig['baseline']}, {ig['tolerance'] or 'off'}"),
-            ("one step, every method, refined integral (median s)", f"{median['refined']:.2f}"),
-            ("… its points used / gradient evaluations spent", f"{refined.n_steps} / {refined.evaluated}"),
-            ("… its completeness gap", f"{refined.completeness_gap:.1%}"),
-            (f"one step, every method, {ig['n_steps']} uniform points (median s)", f"{median['uniform']:.2f}"),
-            ("… its completeness gap", f"{uniform.completeness_gap:.1%}"),
-            ("source share of the prediction (refined)", f"{results['refined'].source_share:.2f}")]
+    return [
+        ("source tokens (with <eos>)", str(len(src))),
+        ("target prefix tokens", str(t)),
+        ("baseline, completeness tolerance", f"{ig['baseline']}, {ig['tolerance'] or 'off'}"),
+        ("one step, every method, refined integral (median s)", f"{median['refined']:.2f}"),
+        ("… its points used / gradient evaluations spent", f"{refined.n_steps} / {refined.evaluated}"),
+        ("… its completeness gap", f"{refined.completeness_gap:.1%}"),
+        (f"one step, every method, {ig['n_steps']} uniform points (median s)", f"{median['uniform']:.2f}"),
+        ("… its completeness gap", f"{uniform.completeness_gap:.1%}"),
+        ("source share of the prediction (refined)", f"{results['refined'].source_share:.2f}"),
+    ]
 
 
 def faithfulness_table(ckpt, n: int, ig: dict, n_random: int, seed: int) -> tuple[list[tuple[str, ...]], dict]:
@@ -108,11 +111,14 @@ def faithfulness_table(ckpt, n: int, ig: dict, n_random: int, seed: int) -> tupl
         comp, suff = np.array(aopc["comprehensiveness", method]), np.array(aopc["sufficiency", method])
         beats = "" if method == "random" else f"{np.mean(comp > np.array(aopc['comprehensiveness', 'random'])):.0%}"
         rows.append((method, f"{comp.mean():.3f} ± {sem(comp):.3f}", f"{suff.mean():.3f} ± {sem(suff):.3f}", beats))
-    summary = {"sentences": len(gaps), "median gap": float(np.median(gaps)) if gaps else float("nan"),
-               "gap within 1 %": float(np.mean(np.array(gaps) <= 0.01)) if gaps else float("nan"),
-               "median points": float(np.median(points)) if points else float("nan"),
-               "mean source share": float(np.mean(shares)) if shares else float("nan"),
-               "seconds": time.perf_counter() - start}
+    summary = {
+        "sentences": len(gaps),
+        "median gap": float(np.median(gaps)) if gaps else float("nan"),
+        "gap within 1 %": float(np.mean(np.array(gaps) <= 0.01)) if gaps else float("nan"),
+        "median points": float(np.median(points)) if points else float("nan"),
+        "mean source share": float(np.mean(shares)) if shares else float("nan"),
+        "seconds": time.perf_counter() - start,
+    }
     return rows, summary
 
 
@@ -126,8 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--n", type=int, default=300, help="sentences for the faithfulness table (0: none)")
     p.add_argument("--n-steps", type=int, default=DEFAULT_STEPS, help="integrated gradients' points to start with")
-    p.add_argument("--tolerance", type=float, default=TOLERANCE,
-                   help="completeness gap the integral is refined to (0: one uniform integral of --n-steps points)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        help="completeness gap the integral is refined to (0: one uniform integral of --n-steps points)",
+    )
     p.add_argument("--n-random", type=int, default=10, help="random rankings averaged per sentence")
     p.add_argument("--baseline", choices=BASELINES, default="unk", help="integrated gradients' baseline")
     p.add_argument("--repeats", type=int, default=3)
@@ -143,10 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.n > 0:
         rows, summary = faithfulness_table(ckpt, args.n, ig, args.n_random, args.seed)
         fractions = " / ".join(f"{f:.0%}" for f in FRACTIONS)
-        print(f"\nFaithfulness over {summary['sentences']} sentences, one step each, AOPC over {fractions} of the "
-              f"source ({summary['seconds']:.0f} s; median completeness gap {summary['median gap']:.1%}, within 1 % "
-              f"at {summary['gap within 1 %']:.0%} of the steps, median points {summary['median points']:.0f}; mean "
-              f"source share {summary['mean source share']:.2f})\n")
+        print(
+            f"\nFaithfulness over {summary['sentences']} sentences, one step each, AOPC over {fractions} of the "
+            f"source ({summary['seconds']:.0f} s; median completeness gap {summary['median gap']:.1%}, within 1 % "
+            f"at {summary['gap within 1 %']:.0%} of the steps, median points {summary['median points']:.0f}; mean "
+            f"source share {summary['mean source share']:.2f})\n"
+        )
         print_table(rows, header=("method", "comprehensiveness ↑", "sufficiency ↓", "comp. > random"))
     return 0
 

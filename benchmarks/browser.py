@@ -36,13 +36,29 @@ from pathlib import Path
 from benchmarks.app_server import CHROMIUM, ROOT, ServerError, chromium, serve, settled
 from benchmarks.table import print_table
 
-GOALS_S = {"page load → first chart": 2.5, "first Next on a sentence": 0.8, "Next": 0.3, "Back": 0.3,
-           "layer change": 0.5, "Run to end": None}
+GOALS_S = {
+    "page load → first chart": 2.5,
+    "first Next on a sentence": 0.8,
+    "Next": 0.3,
+    "Back": 0.3,
+    "layer change": 0.5,
+    "Run to end": None,
+}
 FLOOR = "floor: Next on a one-button Streamlit app"
-SENTENCES = ["The cat sat on the mat.", "Bobby likes blackberries.", "I am hungry.", "Where is the station?",
-             "The weather is nice today.", "My brother reads a book.", "We go home now.", "She drinks cold water.",
-             "The children play in the garden.", "Close the window, please.", "He works in a big city.",
-             "The train is late again."]
+SENTENCES = [
+    "The cat sat on the mat.",
+    "Bobby likes blackberries.",
+    "I am hungry.",
+    "Where is the station?",
+    "The weather is nice today.",
+    "My brother reads a book.",
+    "We go home now.",
+    "She drinks cold water.",
+    "The children play in the garden.",
+    "Close the window, please.",
+    "He works in a big city.",
+    "The train is late again.",
+]
 TIMEOUT_MS = 120_000
 
 
@@ -97,13 +113,13 @@ def measure(url: str, repeats: int, browser) -> dict[str, list[float]]:
         for k in range(2, min(n, 4) + 1):
             times["Next"].append(timed(next_button.click, page, step_pattern(k)))
         k = min(n, 4)
-        times["Back"].append(timed(page.get_by_role("button", name="Back").click, page,
-                                   step_pattern(k - 1)))
+        times["Back"].append(timed(page.get_by_role("button", name="Back").click, page, step_pattern(k - 1)))
 
         def pick_layer(page=page, i=i) -> None:
             page.get_by_label("Layer").first.click()
             options = page.get_by_role("option")
             options.nth(i % options.count()).click()
+
         times["layer change"].append(timed(pick_layer, page, step_pattern(k - 1)))
         run_to_end = page.get_by_role("button", name=re.compile("Run to end"))
         times["Run to end"].append(timed(run_to_end.click, page, rf"Step {n} of {n}"))
@@ -124,8 +140,9 @@ def server_rerun_seconds(repeats: int) -> list[float]:
     """Seconds of the Translate page's script run after a Next click, in-process (AppTest), ``repeats`` times."""
     from streamlit.testing.v1 import AppTest
 
-    script = APPTEST_SCRIPT.format(ckpt=str(ROOT / "checkpoints" / "en-de"),
-                                   page=str(ROOT / "app_pages" / "translate" / "translate.py"))
+    script = APPTEST_SCRIPT.format(
+        ckpt=str(ROOT / "checkpoints" / "en-de"), page=str(ROOT / "app_pages" / "translate" / "translate.py")
+    )
     times = []
     for i in range(repeats):
         at = AppTest.from_string(script, default_timeout=120)
@@ -147,8 +164,16 @@ def rows(times: dict[str, list[float]]) -> list[tuple[str, ...]]:
         med = statistics.median(values)
         goal = GOALS_S.get(name)
         verdict = "—" if goal is None else ("yes" if med <= goal else f"no (×{med / goal:.1f})")
-        out.append((name, f"{med:.2f}", f"{max(values):.2f}", "—" if goal is None else f"{goal:.1f}", verdict,
-                    str(len(values))))
+        out.append(
+            (
+                name,
+                f"{med:.2f}",
+                f"{max(values):.2f}",
+                "—" if goal is None else f"{goal:.1f}",
+                verdict,
+                str(len(values)),
+            )
+        )
     return out
 
 

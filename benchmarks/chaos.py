@@ -133,8 +133,15 @@ async def run(url: str, workers: list, kill, args) -> dict:
         probes[name] = outcome
         if not settled[name]:  # restarted and never visited since: its gate is published by its first run
             settled[name] = await asyncio.to_thread(gate_stats, worker_url)
-    return {"tally": tally, "outcomes": outcomes, "window_s": window, "killed": killed, "settled": settled,
-            "idle_s": idle_s, "probes": probes}
+    return {
+        "tally": tally,
+        "outcomes": outcomes,
+        "window_s": window,
+        "killed": killed,
+        "settled": settled,
+        "idle_s": idle_s,
+        "probes": probes,
+    }
 
 
 def log_tracebacks(path: Path) -> int:
@@ -155,18 +162,24 @@ def report(result: dict, workers: list, args) -> int:
     doubles = summary([o.seconds for o in outcomes if o.action.endswith("×2") and o.seconds is not None])
     wedged = sum((s or {}).get("busy", 0) + (s or {}).get("running", 0) for s in result["settled"].values())
     tracebacks = result["tracebacks"]
-    print(f"\n### chaos: {len(workers)} worker(s), {args.visitors} visitors "
-          f"({', '.join(f'{n} {k}' for k, n in Counter(KINDS[i % len(KINDS)] for i in range(args.visitors)).items())}),"
-          f" {result['window_s']:.0f} s, {os.cpu_count()} CPUs shared with this client, load average "
-          f"{os.getloadavg()[0]:.1f} at the end\n")
+    print(
+        f"\n### chaos: {len(workers)} worker(s), {args.visitors} visitors "
+        f"({', '.join(f'{n} {k}' for k, n in Counter(KINDS[i % len(KINDS)] for i in range(args.visitors)).items())}),"
+        f" {result['window_s']:.0f} s, {os.cpu_count()} CPUs shared with this client, load average "
+        f"{os.getloadavg()[0]:.1f} at the end\n"
+    )
     rows = [
         ("double clicks during heavy work (sweeps among them)", f"{tally.double_clicks} ({tally.sweeps})"),
         ("… merged by Streamlit into one run", str(tally.merged)),
         ("double click p50 / p95 s", f"{fmt(doubles['p50'])} / {fmt(doubles['p95'])}"),
         ("visitors who left mid-computation", str(tally.left)),
         ("hostile links opened", str(tally.hostile)),
-        ("worker killed (SIGKILL)", f"{killed.get('worker', '—')} at {args.kill_after:g} s, back in "
-                                    f"{fmt(killed.get('back_s'), 1)} s" if kill_at else "—"),
+        (
+            "worker killed (SIGKILL)",
+            f"{killed.get('worker', '—')} at {args.kill_after:g} s, back in {fmt(killed.get('back_s'), 1)} s"
+            if kill_at
+            else "—",
+        ),
         ("sessions cut off by the kill", str(cut)),
         ("errors seen by surviving sessions", errors_cell(counts)),
         ("tracebacks drawn in pages", str(counts.get("exception", 0))),
@@ -177,16 +190,26 @@ def report(result: dict, workers: list, args) -> int:
     for name, stats in result["settled"].items():
         s = stats or {}
         probe = result["probes"][name]
-        rows.append((f"{name}: idle after / gate / probe", f"{fmt(result['idle_s'][name], 0)} s; busy {s.get('busy')}, "
-                     f"waiting {s.get('waiting')}, sharing {s.get('sharing')}, {s.get('entries')} results "
-                     f"{(s.get('bytes') or 0) / 2**20:.1f} MiB of {(s.get('budget') or 0) / 2**20:.0f}, "
-                     f"{s.get('evicted')} evicted; a new sentence in {fmt(probe.seconds)} s"
-                     f"{' ' + ','.join(probe.errors) if probe.errors else ''}"))
+        rows.append(
+            (
+                f"{name}: idle after / gate / probe",
+                f"{fmt(result['idle_s'][name], 0)} s; busy {s.get('busy')}, "
+                f"waiting {s.get('waiting')}, sharing {s.get('sharing')}, {s.get('entries')} results "
+                f"{(s.get('bytes') or 0) / 2**20:.1f} MiB of {(s.get('budget') or 0) / 2**20:.0f}, "
+                f"{s.get('evicted')} evicted; a new sentence in {fmt(probe.seconds)} s"
+                f"{' ' + ','.join(probe.errors) if probe.errors else ''}",
+            )
+        )
     print_table(rows)
     for line in sorted({f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300] for o in survivors if o.errors})[:8]:
         print(f"- {line}")
-    ok = not wedged and not counts.get("exception") and not counts.get("mismatch") and not tracebacks and all(
-        not p.errors for p in result["probes"].values())
+    ok = (
+        not wedged
+        and not counts.get("exception")
+        and not counts.get("mismatch")
+        and not tracebacks
+        and all(not p.errors for p in result["probes"].values())
+    )
     return 0 if ok else 1
 
 
@@ -200,8 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ramp", type=float, default=10.0, help="seconds over which the visitors arrive")
     p.add_argument("--settle", type=float, default=120.0, help="seconds the gates may take to go idle at the end")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one action may take")
-    p.add_argument("--think", type=float, nargs=2, default=(2.0, 6.0), metavar=("MIN", "MAX"),
-                   help="seconds between one visitor's visits (a double clicker thinks 0.2-1.2 s between clicks)")
+    p.add_argument(
+        "--think",
+        type=float,
+        nargs=2,
+        default=(2.0, 6.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between one visitor's visits (a double clicker thinks 0.2-1.2 s between clicks)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     with served(args.workers) as (url, workers, kill):

@@ -30,11 +30,25 @@ GAP_S = 0.03
 #: The link parameters each page reads (``docs/url-parameters.md``), hostile values for every one.
 #: Each page's link parameters, as the pages declare them (ui.page_state), with the shared ones (the sentence, the
 #: checkpoint, presentation mode); the page's path ("" for Translate, the default page) → names.
-PAGE_PARAMS = {("" if page.page == "translate" else page.page):
-               list(dict.fromkeys(n for p in (APP, page) for f in p.fields() for n in f.link_params()))
-               for page in PAGES if page is not APP}
-HOSTILE_VALUES = ("<script>alert(1)</script>", "-99999999999999999999", "9" * 400, "1e309", "-1", "nan",
-                  "x" * 10_000, "</div><img src=x onerror=alert(1)>", "\u202e\u0000", "")
+PAGE_PARAMS = {
+    ("" if page.page == "translate" else page.page): list(
+        dict.fromkeys(n for p in (APP, page) for f in p.fields() for n in f.link_params())
+    )
+    for page in PAGES
+    if page is not APP
+}
+HOSTILE_VALUES = (
+    "<script>alert(1)</script>",
+    "-99999999999999999999",
+    "9" * 400,
+    "1e309",
+    "-1",
+    "nan",
+    "x" * 10_000,
+    "</div><img src=x onerror=alert(1)>",
+    "\u202e\u0000",
+    "",
+)
 UNKNOWN_NAMES = ("foo", "__proto__", "step[]", "<b>")
 
 
@@ -60,7 +74,7 @@ class Chaos:
         self.kind, self.tally = kind, tally
         self.rng = random.Random(seed * 100_003 + index)
         sentences = demo_sentences()
-        self.sentences = sentences[(index * 37 + seed) % len(sentences):] + sentences
+        self.sentences = sentences[(index * 37 + seed) % len(sentences) :] + sentences
         self.view_param = ("&attr=1", "&lens=1", "", "")[index % 4]
         self.expected, self.total, self.direction, self.acted = 0, 0, 1, 0  # total: the page's steps, once open
         self.target, self.short = 0, False  # the step the clicks lead to; the page one step short of it for now
@@ -114,8 +128,9 @@ class Chaos:
     async def _sweep(self, visitor: Visitor, record) -> bool:
         outcome = await visitor.open("attention", urlencode({"text": self.sentence(), "tab": "Ablation"}))
         record(outcome)
-        button = next((w for w in visitor.view.widgets.values() if w.kind == "button"
-                       and w.label.startswith("Sweep")), None)
+        button = next(
+            (w for w in visitor.view.widgets.values() if w.kind == "button" and w.label.startswith("Sweep")), None
+        )
         if outcome.fatal or button is None:
             return not outcome.fatal
         outcome = await visitor.double_click(button.label, GAP_S)
@@ -173,8 +188,14 @@ class Chaos:
         if shown == (self.target, self.total):
             self.expected, self.short = self.target, False
             return True
-        record(Outcome("late run", 0.0, ["mismatch"], f"after the last run, the page shows {shown}, expected "
-                                                       f"step {self.target}"))
+        record(
+            Outcome(
+                "late run",
+                0.0,
+                ["mismatch"],
+                f"after the last run, the page shows {shown}, expected step {self.target}",
+            )
+        )
         self.short = False
         return False
 

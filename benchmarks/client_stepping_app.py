@@ -44,17 +44,22 @@ def step_html(step: int) -> str:
         raise ValueError("this benchmark steps an encoder-decoder checkpoint: the model has no cross-attention")
     ids, probs = record.top(10)
     chosen = ids.index(record.token_id) if record.token_id in ids else None
-    return (head + top_tokens_html(pieces.of_ids(tok, ids), probs, chosen, title=f"Step {step}: the 10 most "
-                                   "probable next tokens")
-            + tokens_html(pieces.of_ids(tok, view.generated), current=step - 1)
-            + highlight_tokens_html(source, cross[layer].mean(0))
-            + alignment_html(matrix[layer].mean(0), pieces.of_ids(tok, view.generated),
-                             source))
+    return (
+        head
+        + top_tokens_html(
+            pieces.of_ids(tok, ids), probs, chosen, title=f"Step {step}: the 10 most probable next tokens"
+        )
+        + tokens_html(pieces.of_ids(tok, view.generated), current=step - 1)
+        + highlight_tokens_html(source, cross[layer].mean(0))
+        + alignment_html(matrix[layer].mean(0), pieces.of_ids(tok, view.generated), source)
+    )
 
 
 steps = [step_html(k) for k in range(len(run.records) + 1)]
-divs = "".join(f'<div class="ae-step" data-step="{k}" style="display:{"block" if k == 0 else "none"}">{body}</div>'
-               for k, body in enumerate(steps))
+divs = "".join(
+    f'<div class="ae-step" data-step="{k}" style="display:{"block" if k == 0 else "none"}">{body}</div>'
+    for k, body in enumerate(steps)
+)
 page = f"""
 <div style="font-family:sans-serif">
   <button id="ae-back">Back</button> <button id="ae-next">Next</button>

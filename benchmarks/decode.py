@@ -28,10 +28,12 @@ SOURCE = "The animal didn't cross the street because it was too tired, said the 
 
 def never_eos(eos_id: int):
     """A greedy choice that never picks ``eos_id``, so that a decode runs to its forced length."""
+
     def choose(log_probs: torch.Tensor) -> int:
         lp = log_probs.clone()
         lp[eos_id] = float("-inf")
         return int(lp.argmax())
+
     return choose
 
 
@@ -54,8 +56,11 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--test-sentences", type=int, default=200)
-    p.add_argument("--sweep", default="16,32,64,127",
-                   help="output lengths at which to repeat cache vs recompute (comma-separated; '' = none)")
+    p.add_argument(
+        "--sweep",
+        default="16,32,64,127",
+        help="output lengths at which to repeat cache vs recompute (comma-separated; '' = none)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,8 +78,9 @@ def main(argv=None) -> int:
     secs = time.perf_counter() - start
     out_tokens = sum(len(ckpt.tokenizer.encode(o).ids) + 1 for o in outs)
     start = time.perf_counter()  # the same sentences with the loop guard: its cost is Python per row and step
-    guarded = translate_texts(ckpt.model, ckpt.tokenizer, [p.src for p in pairs],
-                              decode_batch=partial(greedy_batch, loop_times=LOOP_TIMES))
+    guarded = translate_texts(
+        ckpt.model, ckpt.tokenizer, [p.src for p in pairs], decode_batch=partial(greedy_batch, loop_times=LOOP_TIMES)
+    )
     guard_secs = time.perf_counter() - start
     guard_tokens = sum(len(ckpt.tokenizer.encode(o).ids) + 1 for o in guarded)
 
@@ -85,8 +91,10 @@ def main(argv=None) -> int:
         (f"{n} tokens, full recompute", f"{1000 * f_med:.1f} ms"),
         ("speed-up of the cache", f"{f_med / c_med:.1f}×"),
         (f"batched greedy, {len(pairs)} test sentences", f"{out_tokens / secs:.0f} tokens/s ({secs:.1f} s)"),
-        (f"the same with the loop guard ({LOOP_TIMES})", f"{guard_tokens / guard_secs:.0f} tokens/s "
-                                                         f"({guard_secs:.1f} s: {guard_secs / secs:.2f}× the time)"),
+        (
+            f"the same with the loop guard ({LOOP_TIMES})",
+            f"{guard_tokens / guard_secs:.0f} tokens/s ({guard_secs:.1f} s: {guard_secs / secs:.2f}× the time)",
+        ),
         ("threads", str(torch.get_num_threads())),
     ]
     weight_bytes = sum(p.numel() * p.element_size() for p in ckpt.model.parameters())

@@ -38,16 +38,44 @@ ROOT = Path(__file__).resolve().parent.parent
 SENTENCE = "The animal didn't cross the street because it was too tired."
 #: ``Helsinki-NLP/opus-mt-en-de``'s config.json, the sizes and ids that matter for speed.
 OPUS_MT_EN_DE: dict[str, Any] = dict(
-    vocab_size=58101, d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
-    decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, max_position_embeddings=512,
-    activation_function="swish", scale_embedding=True, pad_token_id=58100, eos_token_id=0,
-    decoder_start_token_id=58100, forced_eos_token_id=0)
+    vocab_size=58101,
+    d_model=512,
+    encoder_layers=6,
+    decoder_layers=6,
+    encoder_attention_heads=8,
+    decoder_attention_heads=8,
+    encoder_ffn_dim=2048,
+    decoder_ffn_dim=2048,
+    max_position_embeddings=512,
+    activation_function="swish",
+    scale_embedding=True,
+    pad_token_id=58100,
+    eos_token_id=0,
+    decoder_start_token_id=58100,
+    forced_eos_token_id=0,
+)
 #: ``--shape``: the real size, or a tiny one that checks the benchmark itself in seconds (the test suite's).
 #: name → (the MarianConfig's sizes and ids, the SentencePiece vocabulary, the Ding pairs it is learned from).
-SHAPES: dict[str, tuple[dict[str, Any], int, int | None]] = {"opus-mt-en-de": (OPUS_MT_EN_DE, 8000, None),
-          "tiny": ({**OPUS_MT_EN_DE, "vocab_size": 3001, "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
-                    "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64,
-                    "decoder_ffn_dim": 64, "pad_token_id": 3000, "decoder_start_token_id": 3000}, 500, 2000)}
+SHAPES: dict[str, tuple[dict[str, Any], int, int | None]] = {
+    "opus-mt-en-de": (OPUS_MT_EN_DE, 8000, None),
+    "tiny": (
+        {
+            **OPUS_MT_EN_DE,
+            "vocab_size": 3001,
+            "d_model": 32,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 64,
+            "decoder_ffn_dim": 64,
+            "pad_token_id": 3000,
+            "decoder_start_token_id": 3000,
+        },
+        500,
+        2000,
+    ),
+}
 
 
 def _train_unigram(lines: list[str], vocab_size: int) -> bytes:
@@ -57,9 +85,19 @@ def _train_unigram(lines: list[str], vocab_size: int) -> bytes:
     import sentencepiece as spm
 
     out = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=out, model_type="unigram",
-                                   vocab_size=vocab_size, character_coverage=1.0, eos_id=0, unk_id=1, bos_id=-1,
-                                   pad_id=-1, num_threads=1, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=out,
+        model_type="unigram",
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        eos_id=0,
+        unk_id=1,
+        bos_id=-1,
+        pad_id=-1,
+        num_threads=1,
+        minloglevel=2,
+    )
     return out.getvalue()
 
 
@@ -92,8 +130,9 @@ def write_opus_mt_sized(folder: Path, shape: str = "opus-mt-en-de") -> Path:
         vocab[f"<filler{len(vocab)}>"] = len(vocab)
     vocab["<pad>"] = len(vocab)
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}),
-                                                  encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": "en", "target_lang": "de"}), encoding="utf-8"
+    )
     torch.manual_seed(0)
     MarianMTModel(MarianConfig(**config)).save_pretrained(folder, safe_serialization=True)
     saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -126,10 +165,19 @@ def measure_model(folder: Path, repeats: int, tokens: int) -> dict:
     trace_s = _median_seconds(lambda: trace_pair(ckpt.model, ckpt.tokenizer, src.ids, tgt), repeats)
     sweep_s = _median_seconds(lambda: ablation_sweep(ckpt.model, src.ids, tgt), 1)
     heads = sum(n for n in cfg.attention_layers().values()) * cfg.n_heads
-    return {"parameters": ckpt.model.num_parameters(), "load": load_s, "step": cached / tokens,
-            "cached": cached, "full": full, "trace": trace_s, "sweep": sweep_s, "heads": heads,
-            "src": len(src.ids), "tgt": len(tgt),
-            "bytes": sum(f.stat().st_size for f in Path(folder).iterdir() if f.is_file())}
+    return {
+        "parameters": ckpt.model.num_parameters(),
+        "load": load_s,
+        "step": cached / tokens,
+        "cached": cached,
+        "full": full,
+        "trace": trace_s,
+        "sweep": sweep_s,
+        "heads": heads,
+        "src": len(src.ids),
+        "tgt": len(tgt),
+        "bytes": sum(f.stat().st_size for f in Path(folder).iterdir() if f.is_file()),
+    }
 
 
 def page_times(root: Path, name: str, repeats: int) -> tuple[float, float]:
@@ -159,8 +207,12 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=32, help="forced output length of the decode timings")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     p.add_argument("--no-page", action="store_true", help="skip the AppTest page timings")
-    p.add_argument("--shape", choices=list(SHAPES), default="opus-mt-en-de",
-                   help="the Hugging Face model's size (tiny: a check of the benchmark itself)")
+    p.add_argument(
+        "--shape",
+        choices=list(SHAPES),
+        default="opus-mt-en-de",
+        help="the Hugging Face model's size (tiny: a check of the benchmark itself)",
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -177,23 +229,31 @@ def main(argv=None) -> int:
         return (label, f"{a * scale:,.{digits}f} {unit}", f"{b * scale:,.{digits}f} {unit}", f"{b / a:.1f}×")
 
     rows = [
-        ("parameters", f"{ours['parameters'] / 1e6:.1f}M", f"{theirs['parameters'] / 1e6:.1f}M",
-         f"{theirs['parameters'] / ours['parameters']:.1f}×"),
+        (
+            "parameters",
+            f"{ours['parameters'] / 1e6:.1f}M",
+            f"{theirs['parameters'] / 1e6:.1f}M",
+            f"{theirs['parameters'] / ours['parameters']:.1f}×",
+        ),
         row("folder on disk", ours["bytes"], theirs["bytes"], "MB", 1e-6),
         row("load the folder (load_checkpoint)", ours["load"], theirs["load"], "s", digits=2),
         row("one KV-cached decode step", ours["step"], theirs["step"], "ms", 1e3),
         row(f"{args.tokens} tokens with the KV cache", ours["cached"], theirs["cached"], "ms", 1e3, 0),
         row(f"{args.tokens} tokens, full recompute", ours["full"], theirs["full"], "ms", 1e3, 0),
         row("traced forward (every attention weight)", ours["trace"], theirs["trace"], "ms", 1e3, 0),
-        (f"head-ablation sweep ({ours['heads']} / {theirs['heads']} heads)", f"{ours['sweep']:.2f} s",
-         f"{theirs['sweep']:.2f} s", f"{theirs['sweep'] / ours['sweep']:.1f}×"),
+        (
+            f"head-ablation sweep ({ours['heads']} / {theirs['heads']} heads)",
+            f"{ours['sweep']:.2f} s",
+            f"{theirs['sweep']:.2f} s",
+            f"{theirs['sweep'] / ours['sweep']:.1f}×",
+        ),
     ]
     if not args.no_page:
-        rows += [row("Translate page, first render (loads the model)", ours["page"][0], theirs["page"][0], "s",
-                     digits=2),
-                 row("Translate page, warm rerun (median)", ours["page"][1], theirs["page"][1], "s", digits=2)]
-    print(f"sentence: {SENTENCE!r} ({ours['src']} / {theirs['src']} source tokens); threads: "
-          f"{torch.get_num_threads()}")
+        rows += [
+            row("Translate page, first render (loads the model)", ours["page"][0], theirs["page"][0], "s", digits=2),
+            row("Translate page, warm rerun (median)", ours["page"][1], theirs["page"][1], "s", digits=2),
+        ]
+    print(f"sentence: {SENTENCE!r} ({ours['src']} / {theirs['src']} source tokens); threads: {torch.get_num_threads()}")
     print_table(rows, header=("measure", Path(args.checkpoint).name, f"{args.shape}-sized (random)", "ratio"))
     return 0
 

@@ -81,8 +81,17 @@ class Record:
     browser_check: dict | None = None
 
 
-async def visitor_task(index: int, scenario: str, url: str, opts: Options, records: list[Record],
-                       level: list[int], stop: asyncio.Event, done: asyncio.Event, delay_s: float) -> None:
+async def visitor_task(
+    index: int,
+    scenario: str,
+    url: str,
+    opts: Options,
+    records: list[Record],
+    level: list[int],
+    stop: asyncio.Event,
+    done: asyncio.Event,
+    delay_s: float,
+) -> None:
     """One visitor from its arrival (``delay_s`` after its level starts) until ``stop``: open, act, think; a
     timeout or disconnect reconnects it (at most :data:`MAX_RECONNECTS` times)."""
     rng = random.Random(opts.seed * 7919 + index)
@@ -125,8 +134,7 @@ async def _pause(stop: asyncio.Event, seconds: float) -> bool:
         return stop.is_set()
 
 
-async def run_levels(url: str, scenario: str, opts: Options, probe: ProcessProbe | None,
-                     check=None) -> list[Record]:
+async def run_levels(url: str, scenario: str, opts: Options, probe: ProcessProbe | None, check=None) -> list[Record]:
     """Ramp ``opts.levels`` visitors against ``url`` and measure each level. ``check`` (a blocking callable
     returning a dict) runs in a thread at the peak level, after its ramp."""
     # The first visit of a page loads the model and imports the page's modules: not what a level measures.
@@ -147,8 +155,9 @@ async def run_levels(url: str, scenario: str, opts: Options, probe: ProcessProbe
         for j in new:
             dones.append(asyncio.Event())
             delay = opts.ramp_s * (j - new.start) / max(len(new), 1)
-            tasks.append(asyncio.create_task(visitor_task(j, scenario, url, opts, records, level, stop,
-                                                          dones[-1], delay)))
+            tasks.append(
+                asyncio.create_task(visitor_task(j, scenario, url, opts, records, level, stop, dones[-1], delay))
+            )
         checking = None
         if check and i == len(opts.levels) - 1:
             await asyncio.sleep(opts.ramp_s)
@@ -190,8 +199,10 @@ def server_env(args: list[str]) -> dict[str, str]:
         key, eq, value = arg.lstrip("-").partition("=")
         option = config._config_options_template.get(key)
         if not eq or option is None:
-            raise SystemExit(f"--server-arg {arg!r}: expected --section.option=value with a Streamlit option "
-                             "(streamlit config show lists them)")
+            raise SystemExit(
+                f"--server-arg {arg!r}: expected --section.option=value with a Streamlit option "
+                "(streamlit config show lists them)"
+            )
         env[option.env_var] = value
     return env
 
@@ -222,22 +233,35 @@ def app_dir_env(app_dir: Path, root: Path = ROOT) -> dict[str, str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scenario", default="lecture",
-                   help="lecture, demo, attention, lens (the lecture with the logit lens on), attribution (with the "
-                        "attribution view on), burst, mixed, a comma list, or all")
-    p.add_argument("--levels", default=None,
-                   help="visitors at each level, cumulative (default 1,10,25,50,100,200; burst: 100)")
+    p.add_argument(
+        "--scenario",
+        default="lecture",
+        help="lecture, demo, attention, lens (the lecture with the logit lens on), attribution (with the "
+        "attribution view on), burst, mixed, a comma list, or all",
+    )
+    p.add_argument(
+        "--levels", default=None, help="visitors at each level, cumulative (default 1,10,25,50,100,200; burst: 100)"
+    )
     p.add_argument("--hold", type=float, default=60.0, help="seconds each level is held after its ramp")
-    p.add_argument("--ramp", type=float, default=None,
-                   help="seconds over which a level's new visitors arrive (default 20; burst: 5)")
+    p.add_argument(
+        "--ramp",
+        type=float,
+        default=None,
+        help="seconds over which a level's new visitors arrive (default 20; burst: 5)",
+    )
     p.add_argument("--think", default="1.5,4.5", help="seconds between a visitor's actions: MIN,MAX (uniform)")
     p.add_argument("--actions", type=int, default=None, help="each visitor stops acting after this many")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds an action may take before it is an error")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--url", help="a running server or front (127.0.0.1/localhost only) instead of serving app.py")
     p.add_argument("--pids", help="server process ids to measure (comma list; default: whoever listens on the port)")
-    p.add_argument("--server-arg", action="append", default=[], metavar="--SECTION.OPTION=VALUE",
-                   help="a streamlit flag for the served app, e.g. --server-arg=--runner.postScriptGC=false")
+    p.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="--SECTION.OPTION=VALUE",
+        help="a streamlit flag for the served app, e.g. --server-arg=--runner.postScriptGC=false",
+    )
     p.add_argument("--app-dir", type=Path, default=ROOT, help="serve app.py from this checkout (e.g. a worktree)")
     p.add_argument("--browser-check", action="store_true", help="one real Chromium steps a sentence at the peak")
     p.add_argument("--json", type=Path, help="also write every number to this file")
@@ -247,8 +271,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.think = tuple(float(s) for s in args.think.split(","))
     except ValueError:
         p.error("--levels takes whole numbers (1,10,25), --think MIN,MAX in seconds")
-    if len(args.think) != 2 or not 0 <= args.think[0] <= args.think[1] or \
-            args.levels is not None and (args.levels != sorted(args.levels) or args.levels[0] < 1):
+    if (
+        len(args.think) != 2
+        or not 0 <= args.think[0] <= args.think[1]
+        or args.levels is not None
+        and (args.levels != sorted(args.levels) or args.levels[0] < 1)
+    ):
         p.error("--levels must rise from at least 1; --think is MIN,MAX with 0 <= MIN <= MAX")
     names = SCENARIOS + ("mixed",) if args.scenario == "all" else tuple(args.scenario.split(","))
     if bad := [s for s in names if s not in SCENARIOS + ("mixed",)]:
@@ -302,19 +330,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the app did not start: {exc}", file=sys.stderr)
             return 2
         results[scenario] = records
-        target = args.url or " ".join(["streamlit run", str(args.app_dir / "app.py"), *args.server_arg,
-                                       *(f"{k}={v}" for k, v in app_dir_env(args.app_dir).items())])
+        target = args.url or " ".join(
+            [
+                "streamlit run",
+                str(args.app_dir / "app.py"),
+                *args.server_arg,
+                *(f"{k}={v}" for k, v in app_dir_env(args.app_dir).items()),
+            ]
+        )
         ramp_s = options(args, scenario).ramp_s
-        print(f"\n### {scenario}: {target}, ramp {ramp_s:g} s, hold {args.hold:g} s, think "
-              f"{args.think[0]:g}–{args.think[1]:g} s, {os.cpu_count()} CPUs shared with this client\n")
+        print(
+            f"\n### {scenario}: {target}, ramp {ramp_s:g} s, hold {args.hold:g} s, think "
+            f"{args.think[0]:g}–{args.think[1]:g} s, {os.cpu_count()} CPUs shared with this client\n"
+        )
         rows = [level_row(r, records[i - 1] if i else None) for i, r in enumerate(records)]
         print_table([row for row, _ in rows], TABLE_HEADER)
         for r in records:
             if r.browser_check:
                 print(f"\nbrowser check at {r.visitors} visitors: {r.browser_check}")
     if args.json:
-        args.json.write_text(json.dumps({s: [level_row(r, rs[i - 1] if i else None)[1] for i, r in enumerate(rs)]
-                                         for s, rs in results.items()}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {s: [level_row(r, rs[i - 1] if i else None)[1] for i, r in enumerate(rs)] for s, rs in results.items()},
+                indent=2,
+            )
+        )
     return 0
 
 

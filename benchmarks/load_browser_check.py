@@ -38,8 +38,11 @@ def browser_check(app_dir: Path):
     run = new_stepper(ckpt.model, list(src.ids))
     run.run_to_end()
     generated = [r.token_id for r in run.records[:BROWSER_CLICKS]]
-    expected = {"step": [BROWSER_CLICKS, len(run.records)], "output": tok.decode(run.output_ids()),
-                "tokens": [display_token(p) for p in of_ids(tok, generated)]}
+    expected = {
+        "step": [BROWSER_CLICKS, len(run.records)],
+        "output": tok.decode(run.output_ids()),
+        "tokens": [display_token(p) for p in of_ids(tok, generated)],
+    }
 
     def check(url: str) -> dict:
         t0 = time.perf_counter()
@@ -52,12 +55,18 @@ def browser_check(app_dir: Path):
                     page.get_by_role("button", name="Next").click()
                     settled(page, rf"Step {k} of \d+", min_ms=100, timeout_ms=300_000)
                 m = STEP_RE.search(page.inner_text("body"))
-                shown = {"step": [int(m[1]), int(m[2])] if m else None,
-                         "output": page.locator(".ae-output").first.inner_text().strip(),
-                         "tokens": page.evaluate(CHIPS_JS)}
+                shown = {
+                    "step": [int(m[1]), int(m[2])] if m else None,
+                    "output": page.locator(".ae-output").first.inner_text().strip(),
+                    "tokens": page.evaluate(CHIPS_JS),
+                }
         except Exception as exc:  # Playwright's errors, a missing Chromium: the check failed, the run goes on
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
-        return {"ok": shown == expected, "seconds": round(time.perf_counter() - t0, 2), "shown": shown,
-                "expected": expected}
+        return {
+            "ok": shown == expected,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "shown": shown,
+            "expected": expected,
+        }
 
     return check

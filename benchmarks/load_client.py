@@ -49,8 +49,7 @@ def local_base(url: str) -> tuple[str, str, int]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise NotLocalError(f"{url!r} is not an http:// URL such as http://127.0.0.1:8501")
     if parts.hostname not in LOCAL_HOSTS:
-        raise NotLocalError(f"{url!r} is not on this machine: the load benchmark only targets "
-                            f"{', '.join(LOCAL_HOSTS)}")
+        raise NotLocalError(f"{url!r} is not on this machine: the load benchmark only targets {', '.join(LOCAL_HOSTS)}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     scheme = "wss" if parts.scheme == "https" else "ws"
@@ -80,6 +79,7 @@ class Outcome:
 async def http_status(host: str, port: int, path: str, timeout_s: float) -> int:
     """The status code of a plain ``GET path`` to ``host:port`` (what the frontend asks before connecting).
     Raises OSError or asyncio.TimeoutError when the server does not answer."""
+
     async def get() -> int:
         reader, writer = await asyncio.open_connection(host, port)
         try:
@@ -117,8 +117,13 @@ class Visitor:
             for path in ("/_stcore/health", "/_stcore/host-config"):
                 if await http_status(self.host, self.port, path, self.timeout_s) != 200:
                     return Outcome("first load", None, ["http"], path)
-            self._ws = await connect(f"{self.ws_base}/_stcore/stream", subprotocols=[Subprotocol("streamlit")],
-                                     max_size=None, ping_interval=None, open_timeout=self.timeout_s)
+            self._ws = await connect(
+                f"{self.ws_base}/_stcore/stream",
+                subprotocols=[Subprotocol("streamlit")],
+                max_size=None,
+                ping_interval=None,
+                open_timeout=self.timeout_s,
+            )
         except (OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI) as exc:
             return Outcome("first load", None, ["http"], f"{type(exc).__name__}: {exc}")
         self.view.query_string = query
@@ -131,8 +136,9 @@ class Visitor:
         button = self.view.find(label, "button")
         if button is None:
             return Outcome(label, None, ["no widget"], f"no button {label!r}")
-        return await self._run(label, self.view.rerun(trigger=button, fragment_id=button.fragment_id),
-                               fragment_id=button.fragment_id)
+        return await self._run(
+            label, self.view.rerun(trigger=button, fragment_id=button.fragment_id), fragment_id=button.fragment_id
+        )
 
     async def choose(self, widget: Widget, option: str, action: str = "") -> Outcome:
         """Set ``widget`` (a selectbox, radio, tabs…) to ``option`` as a user would: a rerun of its fragment, or of
@@ -200,8 +206,13 @@ class Visitor:
         except ConnectionClosed as exc:
             return Outcome(f"{label} ×2", None, ["disconnect"], str(exc))
         errors = (["error status"] if status == COMPILE_ERROR else []) + (["exception"] if shown else [])
-        return Outcome(f"{label} ×2", time.perf_counter() - t0 - settle_s, errors,
-                       f"runs={runs} cut short={early}; " + "; ".join(shown)[:300], merged=runs == 1 and not early)
+        return Outcome(
+            f"{label} ×2",
+            time.perf_counter() - t0 - settle_s,
+            errors,
+            f"runs={runs} cut short={early}; " + "; ".join(shown)[:300],
+            merged=runs == 1 and not early,
+        )
 
     async def _run(self, action: str, msg: BackMsg, fragment_id: str = "", t0: float | None = None) -> Outcome:
         """Send ``msg`` and read until its run finishes; chained runs (``st.rerun``) are read through."""

@@ -47,8 +47,18 @@ KIND_OF_LABEL = {label: kind for kind, label in KIND_SHORT.items()}  # the radio
 
 def demo_sentences() -> list[str]:
     """Four hundred distinct plain English sentences ("My sister lives in Hamburg."), in a fixed order."""
-    people = ["My sister", "My brother", "My friend", "Our teacher", "The doctor", "Her father", "His mother",
-              "The old man", "A young woman", "Our neighbour"]
+    people = [
+        "My sister",
+        "My brother",
+        "My friend",
+        "Our teacher",
+        "The doctor",
+        "Her father",
+        "His mother",
+        "The old man",
+        "A young woman",
+        "Our neighbour",
+    ]
     verbs = ["lives in", "works in", "is travelling to", "was born in"]
     cities = ["Hamburg", "Berlin", "Munich", "Vienna", "Paris", "London", "Rome", "Zurich", "Cologne", "Madrid"]
     return [f"{p} {v} {c}." for c in cities for p in people for v in verbs]
@@ -102,8 +112,9 @@ class AttentionBrowsing:
     async def act(self, visitor: Visitor) -> Outcome:
         what = self.rng.choice(["Layer", "Head", "Attention", "tab"])
         view = visitor.view
-        widget = next((w for w in view.widgets.values() if w.kind == "tabs"), None) if what == "tab" \
-            else view.find(what)
+        widget = (
+            next((w for w in view.widgets.values() if w.kind == "tabs"), None) if what == "tab" else view.find(what)
+        )
         if widget is None:
             return Outcome(what.lower(), None, ["no widget"], f"no {what} widget on the Attention page")
         current = view.values.get(widget.id, (None, None))[1]
@@ -113,14 +124,15 @@ class AttentionBrowsing:
             return outcome
         # the link's value for the option shown: "layer 3" → layer=3, "head 2" → head=2, "all heads" → head=all;
         # a default is left out of the link, and then the page's charts must show it
-        param, wanted = {"Layer": ("layer", re.sub(r"\D", "", option)),
-                         "Head": ("head", re.sub(r"\D", "", option) or option.split()[0]),
-                         "Attention": ("kind", KIND_OF_LABEL.get(option))}[what]
+        param, wanted = {
+            "Layer": ("layer", re.sub(r"\D", "", option)),
+            "Head": ("head", re.sub(r"\D", "", option) or option.split()[0]),
+            "Attention": ("kind", KIND_OF_LABEL.get(option)),
+        }[what]
         in_link = parse_qs(view.query_string).get(param, [None])[0]
         # all: head 1 first
         head = {"mean": "· mean over heads", "all": "· head 1"}.get(wanted or "", f"· head {wanted}")
-        drawn = {"Layer": f"· layer {wanted} ·", "Head": head,
-                 "Attention": KIND_TITLES.get(wanted or "", "?")}[what]
+        drawn = {"Layer": f"· layer {wanted} ·", "Head": head, "Attention": KIND_TITLES.get(wanted or "", "?")}[what]
         # the heatmaps' titles name kind, layer and head ("Cross-attention (decoder → encoder) · layer 2 · head 3");
         # a tab without them (Head statistics…) leaves only the link to check
         titles = [" ".join(t.replace("<br>", " ").split()) for t in view.titles]  # a long title is wrapped
@@ -128,7 +140,7 @@ class AttentionBrowsing:
         on_charts = not maps or any(re.search(re.escape(drawn) + r"(?!\d)", t) for t in maps)  # head 1, not 12
         if in_link not in (wanted, None) or not on_charts:
             outcome.errors.append("mismatch")
-            outcome.detail = (f"chose {option!r}: the link says {param}={in_link!r}, the charts {view.titles[:2]}")
+            outcome.detail = f"chose {option!r}: the link says {param}={in_link!r}, the charts {view.titles[:2]}"
         return outcome
 
 

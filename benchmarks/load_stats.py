@@ -15,8 +15,17 @@ from pathlib import Path
 
 PROC = Path("/proc")
 TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
-TABLE_HEADER = ("visitors", "first load p50 / p95 s", "action p50 / p95 / max s", "errors", "server CPU (cores)",
-                "server RSS MB", "MB per session", "clicks/s served", "client CPU (cores)")
+TABLE_HEADER = (
+    "visitors",
+    "first load p50 / p95 s",
+    "action p50 / p95 / max s",
+    "errors",
+    "server CPU (cores)",
+    "server RSS MB",
+    "MB per session",
+    "clicks/s served",
+    "client CPU (cores)",
+)
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
@@ -81,16 +90,23 @@ class ProcessProbe:
     def sample(self) -> dict:
         """``{"t": monotonic s, "cpu_s": CPU seconds, "rss_bytes": resident bytes, "processes": n}`` now."""
         tree = self.tree()
-        return {"t": time.monotonic(), "cpu_s": sum(tree.values()), "rss_bytes": sum(map(_rss_bytes, tree)),
-                "processes": len(tree)}
+        return {
+            "t": time.monotonic(),
+            "cpu_s": sum(tree.values()),
+            "rss_bytes": sum(map(_rss_bytes, tree)),
+            "processes": len(tree),
+        }
 
     @staticmethod
     def delta(before: dict, after: dict) -> dict:
         """``{"cpu_cores", "rss_mb"}`` between two samples: CPU seconds per wall second, RSS at ``after``.
         (A process that exited in between takes its CPU time with it.)"""
         wall = max(after["t"] - before["t"], 1e-9)
-        return {"cpu_cores": max(after["cpu_s"] - before["cpu_s"], 0.0) / wall,
-                "rss_mb": after["rss_bytes"] / 1e6, "rss_mb_before": before["rss_bytes"] / 1e6}
+        return {
+            "cpu_cores": max(after["cpu_s"] - before["cpu_s"], 0.0) / wall,
+            "rss_mb": after["rss_bytes"] / 1e6,
+            "rss_mb_before": before["rss_bytes"] / 1e6,
+        }
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -107,8 +123,12 @@ def percentile(values: list[float], p: float) -> float | None:
 
 def summary(seconds: list[float]) -> dict:
     """``{"n", "p50", "p95", "max"}`` of timings in seconds (``None`` where there are none)."""
-    return {"n": len(seconds), "p50": percentile(seconds, 50), "p95": percentile(seconds, 95),
-            "max": max(seconds) if seconds else None}
+    return {
+        "n": len(seconds),
+        "p50": percentile(seconds, 50),
+        "p95": percentile(seconds, 95),
+        "max": max(seconds) if seconds else None,
+    }
 
 
 def fmt(value: float | None, digits: int = 2) -> str:
@@ -127,23 +147,45 @@ def level_row(record, previous=None) -> tuple[tuple[str, ...], dict]:
     :class:`benchmarks.load.Record` (``previous``: the level before, for MB per added session)."""
     loads = summary([o.seconds for o in record.first_loads if o.seconds is not None and not o.errors])
     acts = summary([o.seconds for o in record.actions if o.seconds is not None and not o.errors])
-    by_action = {name: summary([o.seconds for o in record.actions if o.action == name and o.seconds is not None
-                                and not o.errors]) for name in sorted({o.action for o in record.actions})}
+    by_action = {
+        name: summary(
+            [o.seconds for o in record.actions if o.action == name and o.seconds is not None and not o.errors]
+        )
+        for name in sorted({o.action for o in record.actions})
+    }
     counts = Counter(e for o in record.first_loads + record.actions for e in o.errors)
-    samples = [f"{o.action}: {', '.join(o.errors)}: {o.detail}" for o in record.first_loads + record.actions
-               if o.errors][:5]
+    samples = [
+        f"{o.action}: {', '.join(o.errors)}: {o.detail}" for o in record.first_loads + record.actions if o.errors
+    ][:5]
     server = record.server or {}
     added = record.visitors - (previous.visitors if previous else 0)
     rss_before = (previous.server or {}).get("rss_mb") if previous else server.get("rss_mb_before")
     per_session = (server["rss_mb"] - rss_before) / added if server and rss_before is not None and added else None
     served = acts["n"] / record.window_s if record.window_s else None
-    numbers = {"visitors": record.visitors, "window_s": record.window_s, "first_load_s": loads, "action_s": acts,
-               "by_action_s": by_action, "errors": dict(counts), "error_samples": samples,
-               "server_cpu_cores": server.get("cpu_cores"), "server_rss_mb": server.get("rss_mb"),
-               "mb_per_session": per_session, "clicks_per_s": served, "client_cpu_cores": record.client_cpu_cores,
-               "browser_check": record.browser_check}
-    row = (str(record.visitors), f"{fmt(loads['p50'])} / {fmt(loads['p95'])}",
-           f"{fmt(acts['p50'])} / {fmt(acts['p95'])} / {fmt(acts['max'])}", errors_cell(counts),
-           fmt(server.get("cpu_cores")), fmt(server.get("rss_mb"), 0), fmt(per_session, 1), fmt(served, 1),
-           fmt(record.client_cpu_cores))
+    numbers = {
+        "visitors": record.visitors,
+        "window_s": record.window_s,
+        "first_load_s": loads,
+        "action_s": acts,
+        "by_action_s": by_action,
+        "errors": dict(counts),
+        "error_samples": samples,
+        "server_cpu_cores": server.get("cpu_cores"),
+        "server_rss_mb": server.get("rss_mb"),
+        "mb_per_session": per_session,
+        "clicks_per_s": served,
+        "client_cpu_cores": record.client_cpu_cores,
+        "browser_check": record.browser_check,
+    }
+    row = (
+        str(record.visitors),
+        f"{fmt(loads['p50'])} / {fmt(loads['p95'])}",
+        f"{fmt(acts['p50'])} / {fmt(acts['p95'])} / {fmt(acts['max'])}",
+        errors_cell(counts),
+        fmt(server.get("cpu_cores")),
+        fmt(server.get("rss_mb"), 0),
+        fmt(per_session, 1),
+        fmt(served, 1),
+        fmt(record.client_cpu_cores),
+    )
     return row, numbers

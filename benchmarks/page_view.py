@@ -16,9 +16,17 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 STEP_RE = re.compile(r"Step (\d+) of (\d+)")
 #: The ``WidgetState`` field each kind of widget element is sent in (``tabs``: an ``st.tabs`` with a key).
-FIELDS = {"selectbox": "string_value", "radio": "string_value", "checkbox": "bool_value", "text_input": "string_value",
-          "text_area": "string_value", "multiselect": "string_array_value", "number_input": "double_value",
-          "slider": "double_array_value", "tabs": "string_value"}
+FIELDS = {
+    "selectbox": "string_value",
+    "radio": "string_value",
+    "checkbox": "bool_value",
+    "text_input": "string_value",
+    "text_area": "string_value",
+    "multiselect": "string_array_value",
+    "number_input": "double_value",
+    "slider": "double_array_value",
+    "tabs": "string_value",
+}
 
 
 @dataclass
@@ -128,8 +136,14 @@ class PageView:
             self.titles.append(title.get("text", "") if isinstance(title, dict) else str(title))
         elif getattr(el, "id", "") and hasattr(el, "label"):
             value = initial_value(kind, el)
-            widget = Widget(el.id, kind, el.label, value[0] if value else FIELDS.get(kind),
-                            [str(o) for o in getattr(el, "options", [])], delta.fragment_id)
+            widget = Widget(
+                el.id,
+                kind,
+                el.label,
+                value[0] if value else FIELDS.get(kind),
+                [str(o) for o in getattr(el, "options", [])],
+                delta.fragment_id,
+            )
             if getattr(el, "set_value", False):
                 self.values.pop(el.id, None)
             self._add(widget, value)

@@ -28,10 +28,41 @@ from training.runs import read_card, read_metrics, read_train_args
 
 #: The shipped recipe at half the width (d_model 128: about a third of the time per token), so that a short run
 #: sees more of its curve; the knobs' directions are what the table is for.
-BASE = ["--d-model", "128", "--n-heads", "4", "--layers", "3", "--d-ff", "512", "--dropout", "0.2",
-        "--attention-dropout", "0.2", "--norm-first", "--peak-lr", "2e-3", "--warmup", "500", "--batch-tokens", "1500",
-        "--eval-every", "500", "--eval-sentences", "300", "--seed", "1", "--no-snapshots", "--no-progress",
-        "--sentence-repeat", "2", "--phrases-per-epoch", "20000", "--words-per-epoch", "10000"]
+BASE = [
+    "--d-model",
+    "128",
+    "--n-heads",
+    "4",
+    "--layers",
+    "3",
+    "--d-ff",
+    "512",
+    "--dropout",
+    "0.2",
+    "--attention-dropout",
+    "0.2",
+    "--norm-first",
+    "--peak-lr",
+    "2e-3",
+    "--warmup",
+    "500",
+    "--batch-tokens",
+    "1500",
+    "--eval-every",
+    "500",
+    "--eval-sentences",
+    "300",
+    "--seed",
+    "1",
+    "--no-snapshots",
+    "--no-progress",
+    "--sentence-repeat",
+    "2",
+    "--phrases-per-epoch",
+    "20000",
+    "--words-per-epoch",
+    "10000",
+]
 
 #: name → the options added to (or overriding) :data:`BASE`; one knob each.
 VARIANTS: dict[str, list[str]] = {
@@ -54,9 +85,26 @@ VARIANTS: dict[str, list[str]] = {
 #: The warm-start leg recipe of the Ding-only translator lineage (docs/training.md, "Carrying a run across
 #: sessions"): the architecture, dropout and tokenizer are the checkpoint's; every valid sentence is translated at
 #: each evaluation.
-WARM_BASE = ["--peak-lr", "2e-3", "--warmup", "500", "--dict-share", "0.25", "--batch-tokens", "1500",
-             "--eval-every", "500", "--eval-sentences", "0", "--keep-last", "8", "--seed", "1", "--no-progress",
-             "--fp16-weights"]
+WARM_BASE = [
+    "--peak-lr",
+    "2e-3",
+    "--warmup",
+    "500",
+    "--dict-share",
+    "0.25",
+    "--batch-tokens",
+    "1500",
+    "--eval-every",
+    "500",
+    "--eval-sentences",
+    "0",
+    "--keep-last",
+    "8",
+    "--seed",
+    "1",
+    "--no-progress",
+    "--fp16-weights",
+]
 
 #: name → the options added to :data:`WARM_BASE`; one knob each (the knobs that a warm start may change).
 WARM_VARIANTS: dict[str, list[str]] = {
@@ -73,10 +121,39 @@ WARM_VARIANTS: dict[str, list[str]] = {
 #: short warmup, so that a run of a few hundred steps is past its peak learning rate; ``--real`` A/B runs go to
 #: ``runs/real-<name>``. Its table answers what a bigger model buys on this data at an equal token budget, and
 #: what it costs in time per token.
-REAL_BASE = ["--mix", "tatoeba=1,multi30k=2,bcontrast=1,ding=1", "--vocab-size", "8000", "--vocab-from", "sentences",
-             "--d-model", "256", "--n-heads", "4", "--layers", "3", "--d-ff", "1024", "--dropout", "0.1",
-             "--norm-first", "--peak-lr", "1e-3", "--warmup", "150", "--batch-tokens", "4000", "--eval-every", "400",
-             "--eval-sentences", "300", "--seed", "1", "--no-snapshots", "--no-progress"]
+REAL_BASE = [
+    "--mix",
+    "tatoeba=1,multi30k=2,bcontrast=1,ding=1",
+    "--vocab-size",
+    "8000",
+    "--vocab-from",
+    "sentences",
+    "--d-model",
+    "256",
+    "--n-heads",
+    "4",
+    "--layers",
+    "3",
+    "--d-ff",
+    "1024",
+    "--dropout",
+    "0.1",
+    "--norm-first",
+    "--peak-lr",
+    "1e-3",
+    "--warmup",
+    "150",
+    "--batch-tokens",
+    "4000",
+    "--eval-every",
+    "400",
+    "--eval-sentences",
+    "300",
+    "--seed",
+    "1",
+    "--no-snapshots",
+    "--no-progress",
+]
 
 #: name → the options added to :data:`REAL_BASE`; one knob each (the model's width moves d_ff with it, 4 × d_model
 #: as in the paper, and d_model 512 has the paper's 8 heads).
@@ -91,9 +168,11 @@ REAL_VARIANTS: dict[str, list[str]] = {
     "torch-nn-transformer": ["--impl", "torch"],
 }
 
+
 def overridden(base: list[str], knob: list[str]) -> list[str]:
     """``base`` with ``knob`` in place of the options it sets (each ``--flag`` with its values), so that a printed
     command names every option once (``--layers 5``, not ``--layers 3 … --layers 5``)."""
+
     def groups(opts: list[str]) -> list[list[str]]:
         out: list[list[str]] = []
         for token in opts:
@@ -108,8 +187,9 @@ def overridden(base: list[str], knob: list[str]) -> list[str]:
     return [t for g in groups(base) if g[0] not in flags for t in g] + [t for g in knob_groups for t in g]
 
 
-def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm: str | None = None,
-            real: bool = False) -> list[str]:
+def command(
+    name: str, out: Path, minutes: float, steps: int, threads: int, warm: str | None = None, real: bool = False
+) -> list[str]:
     """The training command of variant ``name`` writing to ``out``: from scratch (:data:`VARIANTS`), with ``warm`` a
     warm start from that checkpoint folder (:data:`WARM_VARIANTS`), or with ``real`` from scratch on the real-pairs
     mixture (:data:`REAL_VARIANTS`)."""
@@ -119,8 +199,20 @@ def command(name: str, out: Path, minutes: float, steps: int, threads: int, warm
         recipe = overridden(REAL_BASE, REAL_VARIANTS[name])
     else:
         recipe = overridden(BASE, VARIANTS[name])
-    return [sys.executable, "-m", "trainer.train", "--out", str(out), *recipe,
-            "--max-minutes", str(minutes), "--max-steps", str(steps), "--threads", str(threads)]
+    return [
+        sys.executable,
+        "-m",
+        "trainer.train",
+        "--out",
+        str(out),
+        *recipe,
+        "--max-minutes",
+        str(minutes),
+        "--max-steps",
+        str(steps),
+        "--threads",
+        str(threads),
+    ]
 
 
 def summarize(run: Path, at_step: int = 0) -> dict | None:
@@ -156,17 +248,35 @@ def table(runs: list[Path], at_step: int = 0) -> list[tuple[str, ...]]:
     out: list[tuple[str, ...]] = []
     for r in rows:
         delta = "" if base is None or r["chrf"] is None or r["run"] == "base" else f" ({r['chrf'] - base:+.2f})"
-        out.append((r["run"], "–" if not r["parameters"] else f"{r['parameters'] / 1e6:.1f}M", str(r["steps"]),
-                    f"{r['tokens'] / 1e6:.2f}M", str(r["minutes"]),
-                    "–" if not r["tokens_per_s"] else f"{r['tokens_per_s']:,.0f}",
-                    "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}",
-                    "–" if r["chrf"] is None else f"{r['chrf']:.2f}{delta}",
-                    "–" if r["bleu"] is None else f"{r['bleu']:.2f}", str(r["best_step"])))
+        out.append(
+            (
+                r["run"],
+                "–" if not r["parameters"] else f"{r['parameters'] / 1e6:.1f}M",
+                str(r["steps"]),
+                f"{r['tokens'] / 1e6:.2f}M",
+                str(r["minutes"]),
+                "–" if not r["tokens_per_s"] else f"{r['tokens_per_s']:,.0f}",
+                "–" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}",
+                "–" if r["chrf"] is None else f"{r['chrf']:.2f}{delta}",
+                "–" if r["bleu"] is None else f"{r['bleu']:.2f}",
+                str(r["best_step"]),
+            )
+        )
     return out
 
 
-HEADER = ("variant", "parameters", "steps", "tokens", "minutes", "tokens/s (last log)", "valid loss (last)",
-          "valid chrF (best, Δ base)", "valid BLEU", "at step")
+HEADER = (
+    "variant",
+    "parameters",
+    "steps",
+    "tokens",
+    "minutes",
+    "tokens/s (last log)",
+    "valid loss (last)",
+    "valid chrF (best, Δ base)",
+    "valid BLEU",
+    "at step",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,17 +288,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=1500, help="step budget of each run: the same for every variant")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--root", default="runs", help="where the ab-<variant> (warm-<variant>) folders go")
-    p.add_argument("--warm", metavar="CKPT", default=None,
-                   help="A/B as warm starts from this checkpoint folder (e.g. checkpoints/en-de), in warm-<variant>")
-    p.add_argument("--real", action="store_true",
-                   help="A/B from scratch on the real-pairs mixture (needs python -m corpora prepare all), in "
-                        "real-<variant>")
-    p.add_argument("--at-step", type=int, default=0,
-                   help="tabulate each run up to this step only (runs stopped by --minutes at different steps)")
+    p.add_argument(
+        "--warm",
+        metavar="CKPT",
+        default=None,
+        help="A/B as warm starts from this checkpoint folder (e.g. checkpoints/en-de), in warm-<variant>",
+    )
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="A/B from scratch on the real-pairs mixture (needs python -m corpora prepare all), in real-<variant>",
+    )
+    p.add_argument(
+        "--at-step",
+        type=int,
+        default=0,
+        help="tabulate each run up to this step only (runs stopped by --minutes at different steps)",
+    )
     p.add_argument("--print-commands", action="store_true", help="print each variant's command and stop")
     args = p.parse_args(argv)
-    variants, prefix = ((WARM_VARIANTS, "warm-") if args.warm else (REAL_VARIANTS, "real-") if args.real
-                        else (VARIANTS, "ab-"))
+    variants, prefix = (
+        (WARM_VARIANTS, "warm-") if args.warm else (REAL_VARIANTS, "real-") if args.real else (VARIANTS, "ab-")
+    )
     names = [n for n in args.only.split(",") if n] or list(variants)
     unknown = [n for n in names if n not in variants]
     if unknown:

@@ -37,35 +37,65 @@ class Shot(NamedTuple):
 
 
 SHOTS = (
-    Shot("translate", f"?{SENTENCE}&step=3", ('.ae-align:has-text("Alignment so far")', ".ae-topk"),
-         r"Step 3 of \d+"),
+    Shot("translate", f"?{SENTENCE}&step=3", ('.ae-align:has-text("Alignment so far")', ".ae-topk"), r"Step 3 of \d+"),
     # a news sentence: the warning that it is far from what the model has seen, above a translation that shows it
-    Shot("translate-far", "?text=The+European+Central+Bank+raised+interest+rates+again+on+Thursday.&step=3",
-         ('[data-testid="stAlert"]:has-text("Far from what")', ".ae-topk"), r"Step 3 of \d+"),
+    Shot(
+        "translate-far",
+        "?text=The+European+Central+Bank+raised+interest+rates+again+on+Thursday.&step=3",
+        ('[data-testid="stAlert"]:has-text("Far from what")', ".ae-topk"),
+        r"Step 3 of \d+",
+    ),
     # the language model's greedy loop ("to be able to be able …") and the note under the step that says why
-    Shot("translate-loop", "?ckpt=brown-lm&text=Bobby+likes&step=12",
-         ('[data-testid="stAlert"]:has-text("goes round in a loop")', ".ae-topk"), r"Step 12 of \d+",
-         scroll=".ae-topk"),
-    Shot("translate-lens", f"?{SENTENCE}&step=3&lens=1", (".ae-lens", ".ae-topk"), r"Step 3 of \d+",
-         scroll=".st-key-tr_lens"),
+    Shot(
+        "translate-loop",
+        "?ckpt=brown-lm&text=Bobby+likes&step=12",
+        ('[data-testid="stAlert"]:has-text("goes round in a loop")', ".ae-topk"),
+        r"Step 12 of \d+",
+        scroll=".ae-topk",
+    ),
+    Shot(
+        "translate-lens",
+        f"?{SENTENCE}&step=3&lens=1",
+        (".ae-lens", ".ae-topk"),
+        r"Step 3 of \d+",
+        scroll=".st-key-tr_lens",
+    ),
     # attention beside attribution at the same step, scrolled to its grid
-    Shot("translate-attribution", f"?{SENTENCE}&step=3&attr=1", (".ae-attr", ".ae-topk"), r"Step 3 of \d+",
-         scroll=".st-key-tr_attr"),
+    Shot(
+        "translate-attribution",
+        f"?{SENTENCE}&step=3&attr=1",
+        (".ae-attr", ".ae-topk"),
+        r"Step 3 of \d+",
+        scroll=".st-key-tr_attr",
+    ),
     # short texts: a chart title that wraps loses the space at the break ("layer 3 ·head 1")
     Shot("attention", f"attention?{SENTENCE}", ('[data-testid="stPlotlyChart"]:has-text("head 1")',)),
     # inside one head: why "Bruder" (about to write "lebt") looks at "lives", with the model's own numbers
-    Shot("attention-qk", f"attention?{SENTENCE}&kind=cross&head=1&query=2&tab=Query+%C2%B7+key",
-         ('[data-testid="stPlotlyChart"]:has-text("scores every key")',), scroll=".st-key-at_token_query"),
-    Shot("decoding", f"decoding?{SENTENCE}&step=3", ('[data-testid="stPlotlyChart"]:has-text("to the next token")',),
-         r"Step 3"),
+    Shot(
+        "attention-qk",
+        f"attention?{SENTENCE}&kind=cross&head=1&query=2&tab=Query+%C2%B7+key",
+        ('[data-testid="stPlotlyChart"]:has-text("scores every key")',),
+        scroll=".st-key-at_token_query",
+    ),
+    Shot(
+        "decoding",
+        f"decoding?{SENTENCE}&step=3",
+        ('[data-testid="stPlotlyChart"]:has-text("to the next token")',),
+        r"Step 3",
+    ),
     Shot("positional", "positional", ('[data-testid="stPlotlyChart"]:has-text("PE [")',)),
     Shot("tokenization", "tokenization", (r"h3 >> text=/^\d+ pieces$/",)),
     Shot("lecture", "lecture", ('[data-testid="stPlotlyChart"]:has-text("Scores")',)),
-    Shot("lecture-live", f"lecture?numbers=live&{SENTENCE}", ('[data-testid="stPlotlyChart"]:has-text("Scores")',),
-         scroll='[data-testid="stPlotlyChart"]:has-text("Q = XW")'),
+    Shot(
+        "lecture-live",
+        f"lecture?numbers=live&{SENTENCE}",
+        ('[data-testid="stPlotlyChart"]:has-text("Scores")',),
+        scroll='[data-testid="stPlotlyChart"]:has-text("Q = XW")',
+    ),
     # the runs table, or the note that there are no runs
-    Shot("training", "training",
-         ('h3:has-text("Runs")', 'table, [data-testid="stDataFrame"], [data-testid="stAlert"]')),
+    Shot(
+        "training", "training", ('h3:has-text("Runs")', 'table, [data-testid="stDataFrame"], [data-testid="stAlert"]')
+    ),
 )
 NAMES = tuple(s.name for s in SHOTS)
 #: True once every Plotly chart that starts on the screen has drawn its SVG: Plotly draws after the script run,
@@ -90,7 +120,8 @@ def take(browser, url: str, shot: Shot, viewport: tuple[int, int], out: Path) ->
         settled(page, shot.pattern, min_ms=300)
         if shot.scroll:  # Streamlit scrolls its main container, which scrollIntoView moves; below its header bar
             page.locator(shot.scroll).first.evaluate(
-                "e => { e.style.scrollMarginTop = '70px'; e.scrollIntoView({block: 'start'}); }")
+                "e => { e.style.scrollMarginTop = '70px'; e.scrollIntoView({block: 'start'}); }"
+            )
         page.wait_for_function(CHARTS_DRAWN_JS, timeout=60_000)
         page.wait_for_timeout(SETTLE_MS)
         # the Training page reruns its live parts every few seconds: take the picture between two of them
@@ -106,10 +137,18 @@ def take(browser, url: str, shot: Shot, viewport: tuple[int, int], out: Path) ->
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.screenshots", description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots",
-                   help="folder for the PNG files (default: docs/screenshots)")
-    p.add_argument("--only", type=lambda s: [n.strip() for n in s.split(",") if n.strip()], default=list(NAMES),
-                   help=f"comma-separated pages, of: {','.join(NAMES)} (default: all)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs" / "screenshots",
+        help="folder for the PNG files (default: docs/screenshots)",
+    )
+    p.add_argument(
+        "--only",
+        type=lambda s: [n.strip() for n in s.split(",") if n.strip()],
+        default=list(NAMES),
+        help=f"comma-separated pages, of: {','.join(NAMES)} (default: all)",
+    )
     args = p.parse_args(argv)
     unknown = [n for n in args.only if n not in NAMES]
     if unknown or not args.only:

@@ -43,9 +43,16 @@ from serving.memory import FIGURE_BYTES, GATE_BYTES
 MIB = 2**20
 
 
-async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: float, ramp_s: float,
-               linger_s: float, churn: bool = False,
-               ) -> tuple[list[tuple], tuple[list[Outcome], int] | list[Record], float | None]:
+async def soak(
+    url: str,
+    scenario: str,
+    visitors: int,
+    minutes: float,
+    every_s: float,
+    ramp_s: float,
+    linger_s: float,
+    churn: bool = False,
+) -> tuple[list[tuple], tuple[list[Outcome], int] | list[Record], float | None]:
     """``(samples, what ran, baseline RSS MB)``: ``samples`` are ``(minutes since start, RSS MB, server CPU cores,
     gate MiB, figure MiB)`` every ``every_s`` seconds during the soak and once more ``linger_s`` seconds after every
     visitor left; what ran is the level's records, or ``(outcomes, visitors who came)`` with ``churn``; the baseline
@@ -67,14 +74,16 @@ async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: 
                 pass
             after = probe.sample()
             delta = probe.delta(before, after)
-            samples.append(((after["t"] - start) / 60, delta["rss_mb"], delta["cpu_cores"],
-                            *await asyncio.to_thread(caches)))
+            samples.append(
+                ((after["t"] - start) / 60, delta["rss_mb"], delta["cpu_cores"], *await asyncio.to_thread(caches))
+            )
             before = after
 
     stop = asyncio.Event()
     baseline: float | None = None
     records: tuple[list[Outcome], int] | list[Record]
     if churn:
+
         def settled() -> None:  # the model loaded and warm, the warm-up visit gone and its memory handed back
             nonlocal baseline
             baseline = probe.sample()["rss_bytes"] / 1e6
@@ -93,8 +102,14 @@ async def soak(url: str, scenario: str, visitors: int, minutes: float, every_s: 
     left = probe.sample()
     await asyncio.sleep(linger_s)
     after = probe.sample()
-    samples.append(((after["t"] - start) / 60, probe.delta(left, after)["rss_mb"],
-                    probe.delta(left, after)["cpu_cores"], *caches()))
+    samples.append(
+        (
+            (after["t"] - start) / 60,
+            probe.delta(left, after)["rss_mb"],
+            probe.delta(left, after)["cpu_cores"],
+            *caches(),
+        )
+    )
     return samples, records, baseline
 
 
@@ -102,18 +117,31 @@ def churn_report(samples: list[tuple], ran, baseline: float, linger: int) -> Non
     outcomes, came = ran
     bound = baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
     peak = max(s[1] for s in samples)
-    print_table([(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}", f"{g:.1f}", f"{f:.1f}") for m, rss, cpu, g, f in samples[:-1]]
-                + [(f"{samples[-1][0]:.1f} (all left {linger} s ago)", f"{samples[-1][1]:.0f}", f"{samples[-1][2]:.2f}",
-                    f"{samples[-1][3]:.1f}", f"{samples[-1][4]:.1f}")],
-                ("minute", "server RSS MB", "server CPU (cores)", "gate results MiB", "shared figures MiB"))
+    print_table(
+        [(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}", f"{g:.1f}", f"{f:.1f}") for m, rss, cpu, g, f in samples[:-1]]
+        + [
+            (
+                f"{samples[-1][0]:.1f} (all left {linger} s ago)",
+                f"{samples[-1][1]:.0f}",
+                f"{samples[-1][2]:.2f}",
+                f"{samples[-1][3]:.1f}",
+                f"{samples[-1][4]:.1f}",
+            )
+        ],
+        ("minute", "server RSS MB", "server CPU (cores)", "gate results MiB", "shared figures MiB"),
+    )
     loads = summary([o.seconds for o in outcomes if o.action == "first load" and o.seconds and not o.errors])
     acts = summary([o.seconds for o in outcomes if o.action != "first load" and o.seconds and not o.errors])
-    print(f"\nbaseline (model loaded, warm, no visitor) {baseline:.0f} MB + caches' budget "
-          f"{(GATE_BYTES + FIGURE_BYTES) / 1e6:.0f} MB = bound {bound:.0f} MB; peak {peak:.0f} MB "
-          f"({'under' if peak <= bound else 'OVER'} the bound); after everyone left: {samples[-1][1]:.0f} MB")
-    print(f"{came} visitors came and went; first load p50 / p95 {loads['p50'] or 0:.2f} / {loads['p95'] or 0:.2f} s, "
-          f"actions p50 / p95 {acts['p50'] or 0:.2f} / {acts['p95'] or 0:.2f} s ({acts['n']}); errors "
-          f"{errors_cell(Counter(e for o in outcomes for e in o.errors))}; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"\nbaseline (model loaded, warm, no visitor) {baseline:.0f} MB + caches' budget "
+        f"{(GATE_BYTES + FIGURE_BYTES) / 1e6:.0f} MB = bound {bound:.0f} MB; peak {peak:.0f} MB "
+        f"({'under' if peak <= bound else 'OVER'} the bound); after everyone left: {samples[-1][1]:.0f} MB"
+    )
+    print(
+        f"{came} visitors came and went; first load p50 / p95 {loads['p50'] or 0:.2f} / {loads['p95'] or 0:.2f} s, "
+        f"actions p50 / p95 {acts['p50'] or 0:.2f} / {acts['p95'] or 0:.2f} s ({acts['n']}); errors "
+        f"{errors_cell(Counter(e for o in outcomes for e in o.errors))}; load average {os.getloadavg()[0]:.1f}"
+    )
     for line in sorted({f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300] for o in outcomes if o.errors})[:5]:
         print(f"- {line}")
 
@@ -132,20 +160,25 @@ def main(argv: list[str] | None = None) -> int:
     linger = args.ttl + 15  # the TTL, then a moment for the sessions' cleanup
 
     def run(url: str):
-        return asyncio.run(soak(url, args.scenario, args.visitors, args.minutes, args.every, args.ramp, linger,
-                                args.churn))
+        return asyncio.run(
+            soak(url, args.scenario, args.visitors, args.minutes, args.every, args.ramp, linger, args.churn)
+        )
 
     if args.url:
         local_base(args.url)
         samples, records, baseline = run(args.url.rstrip("/"))
     else:
-        env = {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl),
-               "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}  # as make serve's workers
+        env = {
+            "STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl),
+            "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS),
+        }  # as make serve's workers
         with serve(ROOT / "test-artifacts" / "streamlit-soak.log", env) as url:
             samples, records, baseline = run(url)
     what = "churn (new sentences every minute, visitors coming and going)" if args.churn else args.scenario
-    print(f"\n### soak: {args.visitors} visitors, {what}, {args.minutes:g} min "
-          f"({args.url or 'streamlit run app.py'}, disconnectedSessionTTL {args.ttl} s)\n")
+    print(
+        f"\n### soak: {args.visitors} visitors, {what}, {args.minutes:g} min "
+        f"({args.url or 'streamlit run app.py'}, disconnectedSessionTTL {args.ttl} s)\n"
+    )
     if args.churn:
         churn_report(samples, records, baseline, linger)
         return 0
@@ -153,17 +186,23 @@ def main(argv: list[str] | None = None) -> int:
     ramped = next((s for s in during if s[0] * 60 >= args.ramp), during[0])
     peak = max(s[1] for s in during)
     growth = 100 * (during[-1][1] - ramped[1]) / ramped[1]
-    print_table([(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}") for m, rss, cpu, *_ in during]
-                + [(f"{samples[-1][0]:.1f} (all left {linger} s ago)", f"{samples[-1][1]:.0f}",
-                    f"{samples[-1][2]:.2f}")],
-                ("minute", "server RSS MB", "server CPU (cores)"))
-    print(f"\nmemory from the end of the ramp to the end: {ramped[1]:.0f} → {during[-1][1]:.0f} MB "
-          f"({growth:+.1f} %, peak {peak:.0f} MB); after everyone left: {samples[-1][1]:.0f} MB")
+    print_table(
+        [(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}") for m, rss, cpu, *_ in during]
+        + [(f"{samples[-1][0]:.1f} (all left {linger} s ago)", f"{samples[-1][1]:.0f}", f"{samples[-1][2]:.2f}")],
+        ("minute", "server RSS MB", "server CPU (cores)"),
+    )
+    print(
+        f"\nmemory from the end of the ramp to the end: {ramped[1]:.0f} → {during[-1][1]:.0f} MB "
+        f"({growth:+.1f} %, peak {peak:.0f} MB); after everyone left: {samples[-1][1]:.0f} MB"
+    )
     row, _ = level_row(records[0], None)
     print("\nthe level itself:\n")
     print_table([row], TABLE_HEADER)
-    failed = {f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300] for o in records[0].first_loads
-              + records[0].actions if o.errors}
+    failed = {
+        f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300]
+        for o in records[0].first_loads + records[0].actions
+        if o.errors
+    }
     for line in sorted(failed)[:5]:
         print(f"- {line}")
     return 0

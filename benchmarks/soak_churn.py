@@ -46,8 +46,9 @@ def churn_sentence(minute: int, k: int) -> str:
     return " ".join(parts)[:LONG_CHARS].rsplit(" ", 1)[0]
 
 
-async def churn_visitor(index: int, url: str, start: float, stop: asyncio.Event, outcomes: list[Outcome],
-                        timeout_s: float = 120.0) -> int:
+async def churn_visitor(
+    index: int, url: str, start: float, stop: asyncio.Event, outcomes: list[Outcome], timeout_s: float = 120.0
+) -> int:
     """Visitors one after another in seat ``index`` until ``stop``; returns how many came."""
     rng = random.Random(index)
     came = 0
@@ -55,8 +56,11 @@ async def churn_visitor(index: int, url: str, start: float, stop: asyncio.Event,
         minute = int((time.monotonic() - start) // 60)
         text = churn_sentence(minute, rng.randrange(PER_MINUTE))
         how = rng.choice(["plain", "plain", "lens", "attr", "attention", "attention"])
-        does = AttentionBrowsing(text, rng) if how == "attention" else StepThrough(
-            text, rng, {"lens": "&lens=1", "attr": "&attr=1"}.get(how, ""))
+        does = (
+            AttentionBrowsing(text, rng)
+            if how == "attention"
+            else StepThrough(text, rng, {"lens": "&lens=1", "attr": "&attr=1"}.get(how, ""))
+        )
         visitor = Visitor(url, timeout_s)
         came += 1
         try:
@@ -81,8 +85,9 @@ async def churn_visitor(index: int, url: str, start: float, stop: asyncio.Event,
     return came
 
 
-async def run_churn(url: str, visitors: int, minutes: float, ramp_s: float,
-                    settled: Callable[[], None] = lambda: None) -> tuple[list[Outcome], int]:
+async def run_churn(
+    url: str, visitors: int, minutes: float, ramp_s: float, settled: Callable[[], None] = lambda: None
+) -> tuple[list[Outcome], int]:
     """``visitors`` seats of :func:`churn_visitor` for ``minutes``: ``(outcomes, visitors who came)``. ``settled()``
     is called once the warm-up visit has left and the server has had :data:`SETTLE_S` to hand its transient memory
     back, before the first seat opens (where the soak reads its baseline)."""

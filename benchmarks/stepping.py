@@ -22,8 +22,9 @@ from benchmarks.table import print_table
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = "The children play in the garden."
-STEP_VIEW_JS = "() => Array.from(document.querySelectorAll('.ae-topk, .ae-align')).reduce((n, e) => n + " \
-               "e.outerHTML.length, 0)"
+STEP_VIEW_JS = (
+    "() => Array.from(document.querySelectorAll('.ae-topk, .ae-align')).reduce((n, e) => n + e.outerHTML.length, 0)"
+)
 
 
 def cpu_seconds(url: str) -> float:
@@ -78,8 +79,13 @@ def in_browser(url: str, browser, clicks: int) -> dict:
 
 def row(name: str, r: dict) -> tuple[str, ...]:
     p50, p95 = statistics.median(r["times"]), percentile(r["times"], 95) or 0.0  # None only without times
-    return (name, f"{p50 * 1000:.0f} / {p95 * 1000:.0f} ms", f"{r['cpu_ms']:.1f} ms", f"{r['load']:.2f} s",
-            f"{r['chars']:,}")
+    return (
+        name,
+        f"{p50 * 1000:.0f} / {p95 * 1000:.0f} ms",
+        f"{r['cpu_ms']:.1f} ms",
+        f"{r['load']:.2f} s",
+        f"{r['chars']:,}",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,10 +101,19 @@ def main(argv: list[str] | None = None) -> int:
             in_browser(url, browser, 2)
             client = in_browser(url, browser, args.clicks)
     print(f"\n### A step click: server round trip or the browser alone ({args.clicks} clicks each, '{TEXT}')\n")
-    print_table([row("round trip (Translate: a fragment rerun)", server),
-                 row("in the browser (all steps sent at once)", client)],
-                ("step click", "click → new step drawn, p50 / p95", "server CPU per click", "first view",
-                 "HTML characters (step view: one step / all steps)"))
+    print_table(
+        [
+            row("round trip (Translate: a fragment rerun)", server),
+            row("in the browser (all steps sent at once)", client),
+        ],
+        (
+            "step click",
+            "click → new step drawn, p50 / p95",
+            "server CPU per click",
+            "first view",
+            "HTML characters (step view: one step / all steps)",
+        ),
+    )
     return 0
 
 

@@ -37,8 +37,9 @@ from training.batches import Batch, Example, collate, loss_fn
 from training.device import autocast, cpu_has_native_bf16
 
 IMPL_NAMES = {"ours": "ours", "torch": "torch.nn.Transformer"}
-TINY: dict[str, Any] = dict(vocab_size=64, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64,
-                            max_len=32)
+TINY: dict[str, Any] = dict(
+    vocab_size=64, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, max_len=32
+)
 LABEL_SMOOTHING = 0.1
 CLIP = 1.0
 N_BATCHES = 4  # distinct synthetic batches, cycled
@@ -71,8 +72,9 @@ def synthetic_batch(cfg: ModelConfig, batch: int, length: int, gen: torch.Genera
     return collate(examples, list(range(batch)), cfg.pad_id, "cpu")
 
 
-def time_training(cfg: ModelConfig, impl: str, precision: str, threads: int, batches, warmup: int,
-                  steps: int, budget_s: float) -> list[float]:
+def time_training(
+    cfg: ModelConfig, impl: str, precision: str, threads: int, batches, warmup: int, steps: int, budget_s: float
+) -> list[float]:
     """Seconds of each timed training step of a freshly built ``impl`` model with ``threads`` CPU threads, cycling
     through ``batches``: ``warmup`` untimed steps, then up to ``steps`` timed ones.
 
@@ -119,8 +121,12 @@ def main(argv=None) -> int:
     p.add_argument("--len", type=int, default=20, help="padded source and target length, in tokens")
     p.add_argument("--steps", type=int, default=5, help="timed steps per row")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per row")
-    p.add_argument("--row-seconds", type=float, default=10.0,
-                   help="a row's time budget in s: slower rows time fewer steps (at least one); see time_training")
+    p.add_argument(
+        "--row-seconds",
+        type=float,
+        default=10.0,
+        help="a row's time budget in s: slower rows time fewer steps (at least one); see time_training",
+    )
     p.add_argument("--threads", type=_csv(int), default=[1, 2], help="comma-separated, e.g. 1,2")
     p.add_argument("--precisions", type=_csv(str), default=["fp32", "bf16"], help="comma-separated: fp32,bf16")
     p.add_argument("--impls", type=_csv(str), default=list(IMPLS), help="comma-separated: ours,torch")
@@ -144,31 +150,53 @@ def main(argv=None) -> int:
         for impl in args.impls:
             for precision in args.precisions:
                 for threads in args.threads:
-                    times = time_training(cfg, impl, precision, threads, batches, args.warmup, args.steps,
-                                          args.row_seconds)
+                    times = time_training(
+                        cfg, impl, precision, threads, batches, args.warmup, args.steps, args.row_seconds
+                    )
                     median = statistics.median(times)
                     results.append((impl, precision, threads, len(times), median, statistics.mean(tokens) / median))
     finally:
         torch.set_num_threads(threads_before)
 
-    params = ", ".join(f"{IMPL_NAMES[i]} {sum(q.numel() for q in build_model(cfg, i).parameters()):,}"
-                       for i in args.impls)
-    print(f"config: {args.config} (d_model {cfg.d_model}, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, "
-          f"vocab {cfg.vocab_size}; parameters: {params})")
-    print(f"batch: {args.batch} × {args.len} source + {args.len} target tokens, {statistics.mean(tokens):.0f} non-pad "
-          f"tokens/step; up to {args.warmup} warm-up + {args.steps} timed steps per row "
-          f"(fewer when a row's steps take over {args.row_seconds:g} s)")
+    params = ", ".join(
+        f"{IMPL_NAMES[i]} {sum(q.numel() for q in build_model(cfg, i).parameters()):,}" for i in args.impls
+    )
+    print(
+        f"config: {args.config} (d_model {cfg.d_model}, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, "
+        f"vocab {cfg.vocab_size}; parameters: {params})"
+    )
+    print(
+        f"batch: {args.batch} × {args.len} source + {args.len} target tokens, {statistics.mean(tokens):.0f} non-pad "
+        f"tokens/step; up to {args.warmup} warm-up + {args.steps} timed steps per row "
+        f"(fewer when a row's steps take over {args.row_seconds:g} s)"
+    )
     native = cpu_has_native_bf16()
-    print("native bf16: " + ("yes (avx512_bf16/amx_bf16): bf16 autocast runs on bf16 hardware" if native else
-                             "no (no avx512_bf16/amx_bf16 in /proc/cpuinfo): bf16 autocast is emulated on this CPU, "
-                             "so the bf16 rows are expected to be far slower than fp32"))
+    print(
+        "native bf16: "
+        + (
+            "yes (avx512_bf16/amx_bf16): bf16 autocast runs on bf16 hardware"
+            if native
+            else "no (no avx512_bf16/amx_bf16 in /proc/cpuinfo): bf16 autocast is emulated on this CPU, "
+            "so the bf16 rows are expected to be far slower than fp32"
+        )
+    )
     ref_impl, ref_prec, ref_threads, _, _, ref_tps = results[0]
     ref = f"{IMPL_NAMES[ref_impl]} {ref_prec} {ref_threads} thread{'s' * (ref_threads != 1)}"
-    rows = [(IMPL_NAMES[impl], precision, str(threads), str(n), f"{1000 * ms:,.1f}", f"{tps:,.0f}",
-             f"{tps / ref_tps:.{2 if tps >= 0.1 * ref_tps else 3}f}×")  # 3 decimals keep a slow row's ratio non-zero
-            for impl, precision, threads, n, ms, tps in results]
-    print_table(rows, header=("impl", "precision", "threads", "timed steps", "ms/step (median)", "tokens/s",
-                              f"× vs {ref}"))
+    rows = [
+        (
+            IMPL_NAMES[impl],
+            precision,
+            str(threads),
+            str(n),
+            f"{1000 * ms:,.1f}",
+            f"{tps:,.0f}",
+            f"{tps / ref_tps:.{2 if tps >= 0.1 * ref_tps else 3}f}×",
+        )  # 3 decimals keep a slow row's ratio non-zero
+        for impl, precision, threads, n, ms, tps in results
+    ]
+    print_table(
+        rows, header=("impl", "precision", "threads", "timed steps", "ms/step (median)", "tokens/s", f"× vs {ref}")
+    )
     return 0
 
 

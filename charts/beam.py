@@ -21,8 +21,14 @@ SCORE_GAP = "\u00a0" * 3
 BEAM_PLOT_PX = 560
 
 
-def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2, title: str = "",
-                     n_steps: int | None = None, ranks: int | None = None) -> go.Figure:
+def beam_tree_figure(
+    result,
+    id_to_token: Callable[[int], str],
+    eos_id: int = 2,
+    title: str = "",
+    n_steps: int | None = None,
+    ranks: int | None = None,
+) -> go.Figure:
     """Beam search as a tree: x = step, y = rank among that step's candidates (best on top).
 
     Every candidate the search considered is a node labelled with its token, joined to its parent beam; kept
@@ -63,8 +69,9 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
         prev_open, prev_seqs = open_xy, open_seqs
     flat = [(t, j, c) for t, cands in enumerate(steps) for j, c in enumerate(cands)]
     best = tuple(int(i) for i in result.hypotheses[0].tokens) if result.hypotheses else ()
-    on_best = [len(seq) <= len(best) and seq == best[: len(seq)] and c[3]
-               for seq, (_, _, c) in zip(seqs, flat, strict=True)]
+    on_best = [
+        len(seq) <= len(best) and seq == best[: len(seq)] and c[3] for seq, (_, _, c) in zip(seqs, flat, strict=True)
+    ]
 
     fig = go.Figure()
 
@@ -74,18 +81,46 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
             if select(k):
                 xs += [px, node_xy[k][0], None]
                 ys += [py, node_xy[k][1], None]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, hoverinfo="skip", showlegend=False,
-                                 line=dict(color=color, width=width, dash=dash)))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                name=name,
+                hoverinfo="skip",
+                showlegend=False,
+                line=dict(color=color, width=width, dash=dash),
+            )
+        )
 
     edges(lambda k: not flat[k][2][3], GREY, 1, "dot", "pruned edges")
     edges(lambda k: flat[k][2][3] and not on_best[k], BLUE, 1.6, "solid", "kept edges")
     # The best path as one polyline from the root.
     path = [(0.0, 0.0)] + [node_xy[k] for k in range(len(flat)) if on_best[k]]
-    fig.add_trace(go.Scatter(x=[p[0] for p in path], y=[p[1] for p in path], mode="lines", name="best path",
-                             hoverinfo="skip", showlegend=False, line=dict(color=ACCENT, width=4)))
-    fig.add_trace(go.Scatter(x=[0], y=[0], mode="markers+text", name="root", text=["&lt;bos&gt;"],
-                             textposition="top center", marker=dict(size=14, color=SUBTLE, symbol="diamond"),
-                             hovertemplate="start: &lt;bos&gt;<extra></extra>", showlegend=False))
+    fig.add_trace(
+        go.Scatter(
+            x=[p[0] for p in path],
+            y=[p[1] for p in path],
+            mode="lines",
+            name="best path",
+            hoverinfo="skip",
+            showlegend=False,
+            line=dict(color=ACCENT, width=4),
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0],
+            y=[0],
+            mode="markers+text",
+            name="root",
+            text=["&lt;bos&gt;"],
+            textposition="top center",
+            marker=dict(size=14, color=SUBTLE, symbol="diamond"),
+            hovertemplate="start: &lt;bos&gt;<extra></extra>",
+            showlegend=False,
+        )
+    )
     colors, symbols, texts, hover, places = [], [], [], [], []
     last = len(steps) - 1
     for k, (t, j, (parent, token, lp, kept)) in enumerate(flat):
@@ -102,18 +137,35 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
         texts.append(f"{label}{SCORE_GAP}{lp:.2f}" if t == last else label)
         places.append("middle right" if t == last else "top center" if t % 2 == 0 else "bottom center")
         state = ("finished (ends with &lt;eos&gt;)" if done else "kept as a beam") if kept else "pruned"
-        hover.append(f"step {t + 1}, rank {j + 1}: <b>{piece}</b><br>cumulative log p = {lp:.3f}<br>"
-                     f"parent beam {int(parent) + 1}<br>{state}")
-    fig.add_trace(go.Scatter(
-        x=[p[0] for p in node_xy], y=[p[1] for p in node_xy], mode="markers+text", name="candidates",
-        text=texts, textposition=places, textfont=dict(TOKEN_FONT, size=13), cliponaxis=False,
-        marker=dict(size=11, color=colors, symbol=symbols, line=dict(color=WHITE, width=1)),
-        customdata=hover, hovertemplate="%{customdata}<extra></extra>", showlegend=False,
-    ))
-    for name, color, symbol in (("kept beam", BLUE, "circle"), ("finished (<eos>)", BLUE, "square"),
-                                ("pruned", GREY, "circle"), ("best hypothesis", ACCENT, "circle")):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                 marker=dict(size=11, color=color, symbol=symbol)))
+        hover.append(
+            f"step {t + 1}, rank {j + 1}: <b>{piece}</b><br>cumulative log p = {lp:.3f}<br>"
+            f"parent beam {int(parent) + 1}<br>{state}"
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[p[0] for p in node_xy],
+            y=[p[1] for p in node_xy],
+            mode="markers+text",
+            name="candidates",
+            text=texts,
+            textposition=places,
+            textfont=dict(TOKEN_FONT, size=13),
+            cliponaxis=False,
+            marker=dict(size=11, color=colors, symbol=symbols, line=dict(color=WHITE, width=1)),
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            showlegend=False,
+        )
+    )
+    for name, color, symbol in (
+        ("kept beam", BLUE, "circle"),
+        ("finished (<eos>)", BLUE, "square"),
+        ("pruned", GREY, "circle"),
+        ("best hypothesis", ACCENT, "circle"),
+    ):
+        fig.add_trace(
+            go.Scatter(x=[None], y=[None], mode="markers", name=name, marker=dict(size=11, color=color, symbol=symbol))
+        )
     width = max(max((len(s) for s in steps), default=1), ranks or 0)
     n_steps = max(len(steps), n_steps or 0)
     # Room right of the last step for the newest labels (token and score, 13 px monospace), in steps.
@@ -121,12 +173,26 @@ def beam_tree_figure(result, id_to_token: Callable[[int], str], eos_id: int = 2,
     label_px = newest * 0.6 * 13 + 16
     right = max(0.5, label_px * (n_steps + 1.2) / max(BEAM_PLOT_PX - label_px, 1.0))
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT), font=FONT, plot_bgcolor=WHITE,
-        height=200 + 46 * width, margin=dict(l=50, r=20, t=60 if title else 30, b=90),
+        title=dict(text=title, x=0.0, xanchor="left", font=TITLE_FONT),
+        font=FONT,
+        plot_bgcolor=WHITE,
+        height=200 + 46 * width,
+        margin=dict(l=50, r=20, t=60 if title else 30, b=90),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0),
     )
-    fig.update_xaxes(title_text="step", tickvals=list(range(n_steps + 1)), range=[-0.7, n_steps + right],
-                     showgrid=False, zeroline=False)
-    fig.update_yaxes(title_text="rank at that step", range=[width - 0.5, -0.9], tickvals=list(range(width)),
-                     ticktext=[str(i + 1) for i in range(width)], showgrid=False, zeroline=False)
+    fig.update_xaxes(
+        title_text="step",
+        tickvals=list(range(n_steps + 1)),
+        range=[-0.7, n_steps + right],
+        showgrid=False,
+        zeroline=False,
+    )
+    fig.update_yaxes(
+        title_text="rank at that step",
+        range=[width - 0.5, -0.9],
+        tickvals=list(range(width)),
+        ticktext=[str(i + 1) for i in range(width)],
+        showgrid=False,
+        zeroline=False,
+    )
     return fig

@@ -33,9 +33,16 @@ def kv_tick_plan(labels: Sequence[str], strip_px: float) -> tuple[int, int]:
     return tick_plan(labels, strip_px, TOKEN_FONT["size"])
 
 
-def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: int | None = None,
-                    target_tokens: Sequence[str] | None = None, source_tokens: Sequence[str] | None = None,
-                    cross_new: bool = False, title: str = "") -> go.Figure:
+def kv_cache_figure(
+    n_layers: int,
+    positions: int,
+    new_rows: int = 1,
+    src_len: int | None = None,
+    target_tokens: Sequence[str] | None = None,
+    source_tokens: Sequence[str] | None = None,
+    cross_new: bool = False,
+    title: str = "",
+) -> go.Figure:
     """What the decoder's KV cache holds at one step.
 
     Left: per decoder layer, a strip of self-attention **K** and **V** rows, one per target position
@@ -63,49 +70,101 @@ def kv_cache_figure(n_layers: int, positions: int, new_rows: int = 1, src_len: i
         shares[1] = 1 - shares[0]
     gap = 0.06
     fig = make_subplots(
-        rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=gap, column_widths=shares,
-        subplot_titles=(["self-attention K/V<br>(a column per target position)"]
-                        + (["cross-attention K/V<br>(computed once, from the encoder)"] if has_cross else [])),
+        rows=1,
+        cols=cols,
+        shared_yaxes=True,
+        horizontal_spacing=gap,
+        column_widths=shares,
+        subplot_titles=(
+            ["self-attention K/V<br>(a column per target position)"]
+            + (["cross-attention K/V<br>(computed once, from the encoder)"] if has_cross else [])
+        ),
     )
     scale = [[0.0, BLUE], [0.33, BLUE], [0.33, ACCENT], [0.67, ACCENT], [0.67, LIGHT], [1.0, LIGHT]]
 
     def strip(n, value_of, labels, col, name):
         if n == 0:
-            fig.add_annotation(text="empty: no step taken yet", showarrow=False,
-                               xref=f"x{col if col > 1 else ''} domain", yref="y domain", x=0.5, y=0.5)
+            fig.add_annotation(
+                text="empty: no step taken yet",
+                showarrow=False,
+                xref=f"x{col if col > 1 else ''} domain",
+                yref="y domain",
+                x=0.5,
+                y=0.5,
+            )
             fig.add_trace(go.Heatmap(z=[[None]] * len(ylabels), showscale=False, name=name), row=1, col=col)
             return
         z = np.array([[value_of(p) for p in range(n)] for _ in ylabels], dtype=float)
-        lab = ([display_token(t) for t in labels] if labels is not None and len(labels) == n
-               else [str(p) for p in range(n)])
+        lab = (
+            [display_token(t) for t in labels]
+            if labels is not None and len(labels) == n
+            else [str(p) for p in range(n)]
+        )
         what = {1: "reused from the cache", 2: "computed at this step", 3: "cross-attention, computed once"}
-        hover = np.array([[f"{yl}, position {p} ({plotly_escape(lab[p])}): {what[int(z[r, p])]}" for p in range(n)]
-                          for r, yl in enumerate(ylabels)])
-        fig.add_trace(go.Heatmap(
-            z=z, x=list(range(n)), y=list(range(len(ylabels))), zmin=1, zmax=3, colorscale=scale, showscale=False,
-            xgap=2, ygap=2, name=name, customdata=hover, hovertemplate="%{customdata}<extra></extra>",
-        ), row=1, col=col)
+        hover = np.array(
+            [
+                [f"{yl}, position {p} ({plotly_escape(lab[p])}): {what[int(z[r, p])]}" for p in range(n)]
+                for r, yl in enumerate(ylabels)
+            ]
+        )
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=list(range(n)),
+                y=list(range(len(ylabels))),
+                zmin=1,
+                zmax=3,
+                colorscale=scale,
+                showscale=False,
+                xgap=2,
+                ygap=2,
+                name=name,
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         ticks = [shorten(t, 8) for t in lab]
         angle, every = kv_tick_plan(ticks, KV_PLOT_PX * (1 - gap * (cols - 1)) * shares[col - 1])
         kept = thinned(n, every, keep_last=True)  # the newest position keeps its label
-        fig.update_xaxes(tickvals=kept, ticktext=[ticks[p] for p in kept], tickangle=angle,
-                         tickfont=TOKEN_FONT, automargin=True, row=1, col=col)
+        fig.update_xaxes(
+            tickvals=kept,
+            ticktext=[ticks[p] for p in kept],
+            tickangle=angle,
+            tickfont=TOKEN_FONT,
+            automargin=True,
+            row=1,
+            col=col,
+        )
 
     strip(positions, lambda p: 2.0 if p >= positions - new_rows else 1.0, target_tokens, 1, "self-attention cache")
     if src_len:  # has_cross, spelled so that the type checker sees an int
         strip(int(src_len), lambda p: 2.0 if cross_new else 3.0, source_tokens, 2, "cross-attention cache")
-    for name, color in (("reused from the cache", BLUE), ("computed at this step", ACCENT),
-                        ("cross K/V, computed once", LIGHT)):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                 marker=dict(size=12, color=color, symbol="square")), row=1, col=1)
-    fig.update_yaxes(tickvals=list(range(len(ylabels))), ticktext=ylabels, autorange="reversed", automargin=True,
-                     row=1, col=1)
+    for name, color in (
+        ("reused from the cache", BLUE),
+        ("computed at this step", ACCENT),
+        ("cross K/V, computed once", LIGHT),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=[None], y=[None], mode="markers", name=name, marker=dict(size=12, color=color, symbol="square")
+            ),
+            row=1,
+            col=1,
+        )
+    fig.update_yaxes(
+        tickvals=list(range(len(ylabels))), ticktext=ylabels, autorange="reversed", automargin=True, row=1, col=1
+    )
     fig.update_layout(
         # the title at the top of a margin that also holds the strips' two-line titles, at 1.25× in presentation
-        title=dict(text=title, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=8),
-                   font=TITLE_FONT),
-        font=FONT, plot_bgcolor=WHITE,
-        height=230 + 30 * len(ylabels), margin=dict(l=10, r=10, t=120 if title else 70, b=80),
+        title=dict(
+            text=title, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=8), font=TITLE_FONT
+        ),
+        font=FONT,
+        plot_bgcolor=WHITE,
+        height=230 + 30 * len(ylabels),
+        margin=dict(l=10, r=10, t=120 if title else 70, b=80),
         legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0, font_size=MIN_READABLE),
         hoverlabel=dict(font_size=MIN_READABLE),
     )

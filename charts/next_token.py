@@ -77,8 +77,11 @@ def top_tokens_html(tokens: Sequence[str], probs: Sequence[float], chosen: int |
             f"</span></span>"
             f'<span style="flex:0 0 4.2em;text-align:right;color:{INK};font-weight:{weight}">{p:.1%}</span></div>'
         )
-    head = (f'<div style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">{escape_html(title)}</div>'
-            if title else "")
+    head = (
+        f'<div style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">{escape_html(title)}</div>'
+        if title
+        else ""
+    )
     return f'<div class="ae-topk">{head}{"".join(rows) or "<i>no candidates</i>"}</div>'
 
 
@@ -106,15 +109,17 @@ SCORE_TITLES = {
 }
 
 
-def _bar_text_places(values: np.ndarray, texts: Sequence[str], panel_px: float, span: float | None = None,
-                     spare: float = 0.0) -> list[str]:
+def _bar_text_places(
+    values: np.ndarray, texts: Sequence[str], panel_px: float, span: float | None = None, spare: float = 0.0
+) -> list[str]:
     """``"inside"`` for each bar long enough to hold its text at full size (and ``spare`` px more), else
     ``"outside"`` (past its end): Plotly shrinks a text inside a short bar until it can no longer be read.
     ``span``: the panel's axis range (default: the values' own, with 5 % to spare)."""
     span = span or (max(float(values.max()), 0.0) - min(float(values.min()), 0.0)) * 1.05 or 1.0
     text_px = [len(t) * 0.55 * FONT["size"] + 8 + spare for t in texts]
-    return ["inside" if abs(v) / span * panel_px >= need else "outside"
-            for v, need in zip(values, text_px, strict=True)]
+    return [
+        "inside" if abs(v) / span * panel_px >= need else "outside" for v, need in zip(values, text_px, strict=True)
+    ]
 
 
 def _struck(label: str, piece: str) -> str:
@@ -144,9 +149,16 @@ def pipeline_rows(pipeline, top: int = 15) -> list[int]:
     return [int(i) for i in order]
 
 
-def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, temperature: float | None = None,
-                    forced: bool = False, title: str = "", scores: str = "log p",
-                    banned: Sequence[int] = ()) -> go.Figure:
+def pipeline_figure(
+    pipeline,
+    id_to_token: Callable[[int], str],
+    top: int = 15,
+    temperature: float | None = None,
+    forced: bool = False,
+    title: str = "",
+    scores: str = "log p",
+    banned: Sequence[int] = (),
+) -> go.Figure:
     """One next-token choice as four stages side by side, sharing the token axis (rows):
 
     1. the scores the rule starts from; 2. those divided by the temperature ``T``; 3. ``softmax`` of those, with
@@ -190,53 +202,104 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     first, divided = SCORE_TITLES[scores]
     t_text = "greedy:<br>no temperature" if temperature is None else f"{divided}<br>(T = {temperature:g})"
     fig = make_subplots(
-        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=PANEL_GAP,
-        subplot_titles=(first, t_text, "softmax, then the<br>top-k / top-p cut" if temperature is not None
-                        else "softmax; greedy keeps<br>only the argmax", "renormalised<br>→ pick"),
+        rows=1,
+        cols=4,
+        shared_yaxes=True,
+        horizontal_spacing=PANEL_GAP,
+        subplot_titles=(
+            first,
+            t_text,
+            "softmax, then the<br>top-k / top-p cut"
+            if temperature is not None
+            else "softmax; greedy keeps<br>only the argmax",
+            "renormalised<br>→ pick",
+        ),
     )
-    label_px = (max(len(f"{r + 1}. {p}") + 2 * (not k) for r, (p, k) in enumerate(zip(pieces, keep, strict=True))) * 0.6
-                * MIN_READABLE + 10 + LABEL_STANDOFF)
+    label_px = (
+        max(len(f"{r + 1}. {p}") + 2 * (not k) for r, (p, k) in enumerate(zip(pieces, keep, strict=True)))
+        * 0.6
+        * MIN_READABLE
+        + 10
+        + LABEL_STANDOFF
+    )
     panel_px = (PIPELINE_PX - 40 - label_px) * (1 - 3 * PANEL_GAP) / 4
     y = list(range(len(rows)))
     kept_or_grey = [BLUE if k else GREY for k in keep]
     scored = [GREY if b else BLUE for b in barred]  # a banned token's score is the model's, never the rule's
     final_colors = [ACCENT if r == chosen else (BLUE if k else GREY) for r, k in enumerate(keep)]
-    status = ["banned by the loop guard" if b else "kept" if k else "removed by the cut"
-              for k, b in zip(keep, barred, strict=True)]
+    status = [
+        "banned by the loop guard" if b else "kept" if k else "removed by the cut"
+        for k, b in zip(keep, barred, strict=True)
+    ]
     stages = [
         ("logits", logits, scored, [f"{v:.2f}" for v in logits]),
         ("scaled", scaled, scored, [f"{v:.2f}" for v in scaled]),
-        ("probs", probs, kept_or_grey, ["banned" if b else f"{v:.1%}" if k else f"{v:.1%} cut"
-                                        for v, k, b in zip(probs, keep, barred, strict=True)]),
-        ("final", final, final_colors, [f"{v:.1%}" if k or r == chosen else ""
-                                        for r, (v, k) in enumerate(zip(final, keep, strict=True))]),
+        (
+            "probs",
+            probs,
+            kept_or_grey,
+            [
+                "banned" if b else f"{v:.1%}" if k else f"{v:.1%} cut"
+                for v, k, b in zip(probs, keep, barred, strict=True)
+            ],
+        ),
+        (
+            "final",
+            final,
+            final_colors,
+            [f"{v:.1%}" if k or r == chosen else "" for r, (v, k) in enumerate(zip(final, keep, strict=True))],
+        ),
     ]
-    hover_names = {"logits": scores, "scaled": "greedy" if temperature is None else f"{scores} ÷ T",
-                   "probs": "softmax", "final": "renormalised"}
+    hover_names = {
+        "logits": scores,
+        "scaled": "greedy" if temperature is None else f"{scores} ÷ T",
+        "probs": "softmax",
+        "final": "renormalised",
+    }
     for col, (name, values, colors, bar_texts) in enumerate(stages, start=1):
         # a probability's text goes inside its bar where the bar holds it: past the end of a 100 % bar it ran
         # off the panel
         prob = col > 2
-        places = _bar_text_places(values, bar_texts, panel_px, PROB_RANGE[1] if prob else None,
-                                  PROB_SPARE if prob else 0)
+        places = _bar_text_places(
+            values, bar_texts, panel_px, PROB_RANGE[1] if prob else None, PROB_SPARE if prob else 0
+        )
         fig.add_trace(
             go.Bar(
-                x=values.tolist(), y=y, orientation="h", name=name, marker_color=colors,
+                x=values.tolist(),
+                y=y,
+                orientation="h",
+                name=name,
+                marker_color=colors,
                 marker_pattern_shape=["" if k else "/" for k in keep] if name == "probs" else None,
-                text=bar_texts, textposition=places, insidetextanchor="start",
-                textfont=dict(color=[WHITE if p == "inside" and c != GREY else DARK_TEXT
-                                     for p, c in zip(places, colors, strict=True)]),
-                cliponaxis=False, constraintext="none" if prob else "both",
+                text=bar_texts,
+                textposition=places,
+                insidetextanchor="start",
+                textfont=dict(
+                    color=[
+                        WHITE if p == "inside" and c != GREY else DARK_TEXT for p, c in zip(places, colors, strict=True)
+                    ]
+                ),
+                cliponaxis=False,
+                constraintext="none" if prob else "both",
                 showlegend=False,
                 customdata=np.array([[p, s] for p, s in zip(pieces, status, strict=True)], dtype=object),
                 hovertemplate="%{customdata[0]}: %{x:.4f} (%{customdata[1]})<extra>" + hover_names[name] + "</extra>",
             ),
-            row=1, col=col,
+            row=1,
+            col=col,
         )
     for col in (3, 4):  # probabilities on one 0–100 % scale: a bar shows its probability, not its share of the top
         fig.update_xaxes(range=list(PROB_RANGE), tickvals=[0, 0.5, 1], ticktext=["0", "50%", "100%"], row=1, col=col)
-    fig.update_yaxes(tickvals=y, ticktext=labels, autorange="reversed", tickfont=TOKEN_FONT, automargin=True,
-                     ticklabelstandoff=LABEL_STANDOFF, row=1, col=1)
+    fig.update_yaxes(
+        tickvals=y,
+        ticktext=labels,
+        autorange="reversed",
+        tickfont=TOKEN_FONT,
+        automargin=True,
+        ticklabelstandoff=LABEL_STANDOFF,
+        row=1,
+        col=1,
+    )
     # At most 3 ticks on the logit axes, and a gap between panels: with 2.5 % and automatic ticks the last label
     # of one panel ran into the first of the next ("0−15").
     for col in (1, 2):
@@ -244,10 +307,18 @@ def pipeline_figure(pipeline, id_to_token: Callable[[int], str], top: int = 15, 
     fig.update_xaxes(automargin=True, tickfont=dict(size=MIN_READABLE))
     verb = "forced" if forced else "chosen"
     fig.update_layout(
-        title=dict(text=title or f"Next-token choice: {verb} “{plotly_escape(pieces[chosen])}”", x=0.0, xanchor="left",
-                   font=TITLE_FONT),
-        font=FONT, height=150 + 26 * len(rows), margin=dict(l=10, r=30, t=100, b=30), plot_bgcolor=WHITE,
-        bargap=0.25, meta={"token_ids": rows, "kept": keep.tolist(), "chosen": chosen},
+        title=dict(
+            text=title or f"Next-token choice: {verb} “{plotly_escape(pieces[chosen])}”",
+            x=0.0,
+            xanchor="left",
+            font=TITLE_FONT,
+        ),
+        font=FONT,
+        height=150 + 26 * len(rows),
+        margin=dict(l=10, r=30, t=100, b=30),
+        plot_bgcolor=WHITE,
+        bargap=0.25,
+        meta={"token_ids": rows, "kept": keep.tolist(), "chosen": chosen},
     )
     fig.update_annotations(font_size=MIN_READABLE)
     return fig

@@ -60,12 +60,19 @@ def empty_note(records: Sequence[dict], metric: str) -> str:
 def run_styles(run_ids: Sequence[str]) -> dict[str, dict]:
     """A line style ``{color, dash}`` per run, by position: the same run keeps its colour on every chart.
     After the eight colours the dash pattern changes."""
-    return {rid: {"color": PALETTE[i % len(PALETTE)], "dash": DASHES[(i // len(PALETTE)) % len(DASHES)]}
-            for i, rid in enumerate(run_ids)}
+    return {
+        rid: {"color": PALETTE[i % len(PALETTE)], "dash": DASHES[(i // len(PALETTE)) % len(DASHES)]}
+        for i, rid in enumerate(run_ids)
+    }
 
 
-def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "step",
-                   styles: Mapping[str, dict] | None = None, height: int = 360) -> go.Figure:
+def compare_figure(
+    runs: Mapping[str, Sequence[dict]],
+    metric: str,
+    x: str = "step",
+    styles: Mapping[str, dict] | None = None,
+    height: int = 360,
+) -> go.Figure:
     """One chart of ``metric`` (a key of :data:`METRICS`) with one line per run of ``runs`` (``{run id:
     metrics.jsonl records}``), against the x axis ``x`` (a key of :data:`X_AXES`).
 
@@ -85,16 +92,19 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
         style = styles[rid]
         few = len(xs) < 40
         # a run without points gets one null point: Plotly leaves a trace without data out of the legend
-        fig.add_trace(go.Scatter(
-            x=xs if xs else [None], y=ys if ys else [None],
-            name=str(rid) if xs else f"{rid} ({empty_note(records, metric)})",
-            legendgroup=str(rid),
-            mode="lines+markers" if few else "lines",
-            line=dict(color=style["color"], dash=style.get("dash", "solid"), width=3),
-            marker=dict(size=8, color=style["color"]),
-            hovertemplate=f"<b>{rid}</b><br>{x} %{{x:{X_FORMATS[x]}}}<br>{title.split(' (')[0]} %{{y:,.4~r}}"
-                          "<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=xs if xs else [None],
+                y=ys if ys else [None],
+                name=str(rid) if xs else f"{rid} ({empty_note(records, metric)})",
+                legendgroup=str(rid),
+                mode="lines+markers" if few else "lines",
+                line=dict(color=style["color"], dash=style.get("dash", "solid"), width=3),
+                marker=dict(size=8, color=style["color"]),
+                hovertemplate=f"<b>{rid}</b><br>{x} %{{x:{X_FORMATS[x]}}}<br>{title.split(' (')[0]} %{{y:,.4~r}}"
+                "<extra></extra>",
+            )
+        )
         any_points = any_points or bool(xs)
     _layout(fig, title, X_AXES[x], y_title, height, small_numbers=metric == "lr")
     if x != "wall time (minutes)":
@@ -104,25 +114,50 @@ def compare_figure(runs: Mapping[str, Sequence[dict]], metric: str, x: str = "st
     if not any_points:
         notes = {empty_note(records, metric) for records in runs.values()}
         note = notes.pop() if len(notes) == 1 else no_points_note
-        fig.add_annotation(text=note[0].upper() + note[1:] if runs else "No run selected", showarrow=False,
-                           xref="paper", yref="paper", x=0.5, y=0.5, font=dict(size=18, color=PLACEHOLDER))
+        fig.add_annotation(
+            text=note[0].upper() + note[1:] if runs else "No run selected",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            font=dict(size=18, color=PLACEHOLDER),
+        )
     return fig
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int, small_numbers: bool = False,
-            title_size: int = 18) -> None:
+def _layout(
+    fig: go.Figure,
+    title: str,
+    x_title: str,
+    y_title: str,
+    height: int,
+    small_numbers: bool = False,
+    title_size: int = 18,
+) -> None:
     """The look every training chart shares: title at the left, the legend under the x-axis title, axes that make room
     for their tick labels (``small_numbers``: ticks like 2e-4 instead of SI prefixes such as 200μ)."""
     # the legend at the bottom of the figure, under the x-axis title (at y = −0.22 of the plot it sat on it)
     legend, bottom = legend_below([t.name for t in fig.data])
     fig.update_layout(
         title=dict(text=title, x=0.0, xanchor="left", font=dict(size=title_size, color=TEXT_COLOR)),
-        font=FONT, height=height + bottom - AXIS_ROOM, template="plotly_white", hovermode="closest", showlegend=True,
-        margin=dict(l=10, r=10, t=50, b=bottom), legend=legend,
+        font=FONT,
+        height=height + bottom - AXIS_ROOM,
+        template="plotly_white",
+        hovermode="closest",
+        showlegend=True,
+        margin=dict(l=10, r=10, t=50, b=bottom),
+        legend=legend,
     )
     fig.update_xaxes(title_text=x_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID)
-    fig.update_yaxes(title_text=y_title, automargin=True, showline=True, linecolor=AXIS_LINE, gridcolor=LIGHT_GRID,
-                     exponentformat="e" if small_numbers else "B")
+    fig.update_yaxes(
+        title_text=y_title,
+        automargin=True,
+        showline=True,
+        linecolor=AXIS_LINE,
+        gridcolor=LIGHT_GRID,
+        exponentformat="e" if small_numbers else "B",
+    )
 
 
 def _whole_numbers(fig: go.Figure) -> None:
@@ -133,8 +168,15 @@ def _whole_numbers(fig: go.Figure) -> None:
         fig.update_xaxes(dtick=1, tickformat=",d")
 
 
-def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y_title: str, height: int = 300,
-               log_y: bool = False, score: bool = False) -> go.Figure:
+def run_figure(
+    records: Sequence[dict],
+    series: Mapping[str, str],
+    title: str,
+    y_title: str,
+    height: int = 300,
+    log_y: bool = False,
+    score: bool = False,
+) -> go.Figure:
     """One run's curves on one chart: ``series`` maps a legend label to a key of its ``metrics.jsonl`` records
     (any numeric key, e.g. ``{"train loss": "loss", "valid loss": "valid_loss"}``), against the step.
 
@@ -150,15 +192,18 @@ def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y
         xs, ys = sorted(points), [points[s] for s in sorted(points)]
         values += ys
         color = PALETTE[i % len(PALETTE)]
-        fig.add_trace(go.Scatter(
-            x=xs if xs else [None], y=ys if ys else [None],
-            name=label if xs else f"{label} (no points yet)",
-            mode="lines+markers" if len(xs) < 40 else "lines", line=dict(color=color, width=2.5),
-            marker=dict(size=7, color=color),
-            hovertemplate=f"<b>{label}</b><br>step %{{x:,.0f}}<br>%{{y:,.4~r}}<extra></extra>",
-        ))
-    _layout(fig, title, "step", y_title, height, small_numbers=any(0 < abs(v) < 1e-2 for v in values),
-            title_size=16)
+        fig.add_trace(
+            go.Scatter(
+                x=xs if xs else [None],
+                y=ys if ys else [None],
+                name=label if xs else f"{label} (no points yet)",
+                mode="lines+markers" if len(xs) < 40 else "lines",
+                line=dict(color=color, width=2.5),
+                marker=dict(size=7, color=color),
+                hovertemplate=f"<b>{label}</b><br>step %{{x:,.0f}}<br>%{{y:,.4~r}}<extra></extra>",
+            )
+        )
+    _layout(fig, title, "step", y_title, height, small_numbers=any(0 < abs(v) < 1e-2 for v in values), title_size=16)
     _whole_numbers(fig)
     fig.update_layout(showlegend=len(series) > 1)  # one series: the title names it
     positive = [v for v in values if v > 0]
@@ -169,8 +214,13 @@ def run_figure(records: Sequence[dict], series: Mapping[str, str], title: str, y
     return fig
 
 
-def compare_figures(runs: Mapping[str, Sequence[dict]], x: str = "step", metrics: Sequence[str] = tuple(METRICS),
-                    styles: Mapping[str, dict] | None = None, height: int = 360) -> dict[str, go.Figure]:
+def compare_figures(
+    runs: Mapping[str, Sequence[dict]],
+    x: str = "step",
+    metrics: Sequence[str] = tuple(METRICS),
+    styles: Mapping[str, dict] | None = None,
+    height: int = 360,
+) -> dict[str, go.Figure]:
     """:func:`compare_figure` for each of ``metrics`` (default: all of :data:`METRICS`), with the same colours
     on every chart (``styles``, by default :func:`run_styles` of ``runs``' order)."""
     styles = {**run_styles(list(runs)), **(styles or {})}
@@ -207,8 +257,9 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
     rows = [leg for leg in legs if isinstance(leg, Mapping) and finite_number(leg.get("tokens_seen")) is not None]
     fig = go.Figure()
     for i, (key, label) in enumerate(names.items()):
-        points = [(float(leg["tokens_seen"]) / 1e6, v, leg) for leg in rows
-                  if (v := finite_number(leg.get(key))) is not None]
+        points = [
+            (float(leg["tokens_seen"]) / 1e6, v, leg) for leg in rows if (v := finite_number(leg.get(key))) is not None
+        ]
         if not points:
             continue
         color = PALETTE[i % len(PALETTE)]
@@ -216,24 +267,52 @@ def legs_figure(legs: Sequence[Mapping], height: int = 340, labels: Mapping[str,
         # marks only the model shipped now); what was tried after it branches off dotted. A score taken only along
         # the way (the trainer's valid set at every evaluation), with no shipped point, is the curve itself.
         last = max((j for j, p in enumerate(points) if p[2].get("shipped", True)), default=len(points) - 1)
-        shipped, tried = points[: last + 1], points[last + 1:]
+        shipped, tried = points[: last + 1], points[last + 1 :]
         hover = f"<b>{label}</b>: %{{y:.2f}}<br>%{{customdata[0]}}<br>%{{x:,.1f}}M tokens<extra></extra>"
-        fig.add_trace(go.Scatter(
-            x=[p[0] for p in shipped], y=[p[1] for p in shipped], name=label, mode="lines+markers",
-            line=dict(color=color, width=2.5), marker=dict(size=9, color=color),
-            customdata=_leg_hover(shipped), legendgroup=key, hovertemplate=hover,
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in shipped],
+                y=[p[1] for p in shipped],
+                name=label,
+                mode="lines+markers",
+                line=dict(color=color, width=2.5),
+                marker=dict(size=9, color=color),
+                customdata=_leg_hover(shipped),
+                legendgroup=key,
+                hovertemplate=hover,
+            )
+        )
         if tried and shipped:  # the step from the last shipped model to what was tried after it
             dotted = [shipped[-1], *tried]
-            fig.add_trace(go.Scatter(
-                x=[p[0] for p in dotted], y=[p[1] for p in dotted], mode="lines+markers",
-                line=dict(color=color, width=2, dash="dot"), legendgroup=key, showlegend=False,
-                marker=dict(size=[0] + [10] * len(tried), color="white", line=dict(color=color, width=2)),
-                customdata=_leg_hover(dotted), hovertemplate=hover,
-            ))
-    _layout(fig, "Scores after each training leg (hollow: tried, not shipped)",
-            "tokens of training (millions), cumulative", "chrF (0–100)", height, title_size=16)
+            fig.add_trace(
+                go.Scatter(
+                    x=[p[0] for p in dotted],
+                    y=[p[1] for p in dotted],
+                    mode="lines+markers",
+                    line=dict(color=color, width=2, dash="dot"),
+                    legendgroup=key,
+                    showlegend=False,
+                    marker=dict(size=[0] + [10] * len(tried), color="white", line=dict(color=color, width=2)),
+                    customdata=_leg_hover(dotted),
+                    hovertemplate=hover,
+                )
+            )
+    _layout(
+        fig,
+        "Scores after each training leg (hollow: tried, not shipped)",
+        "tokens of training (millions), cumulative",
+        "chrF (0–100)",
+        height,
+        title_size=16,
+    )
     if not fig.data:
-        fig.add_annotation(text="This model's card has no training legs", showarrow=False, xref="paper",
-                           yref="paper", x=0.5, y=0.5, font=dict(size=18, color=PLACEHOLDER))
+        fig.add_annotation(
+            text="This model's card has no training legs",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            font=dict(size=18, color=PLACEHOLDER),
+        )
     return fig

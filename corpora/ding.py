@@ -146,7 +146,8 @@ def split_dataset(extracted: dict[str, list[Pair]]) -> dict[str, list[Pair]]:
         splits[name].append(pair)
     for extra in ("phrases", "words"):
         splits[extra] = [
-            p for p in extracted[extra]
+            p
+            for p in extracted[extra]
             if split_key(p.src) not in held_out_keys and split_key(p.tgt) not in held_out_keys
         ]
     return splits

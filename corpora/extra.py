@@ -18,8 +18,18 @@ from pathlib import Path
 from corpora.files import DataError, Pair, read_text_lines, read_tsv, split_of
 
 #: The training files of ``extra/train/``, by file stem (the mixture's names for them).
-EXTRA_CORPORA = ("wmt-news-extra", "wmt19-20-extra-refs", "wmt-general-2023-24", "ud-pud", "mlqe-pe", "mucow-wmt19",
-                 "debian-www-news", "ddtp-bookworm", "debian-handbook", "gnome-help")
+EXTRA_CORPORA = (
+    "wmt-news-extra",
+    "wmt19-20-extra-refs",
+    "wmt-general-2023-24",
+    "ud-pud",
+    "mlqe-pe",
+    "mucow-wmt19",
+    "debian-www-news",
+    "ddtp-bookworm",
+    "debian-handbook",
+    "gnome-help",
+)
 #: The news and Wikipedia corpora whose held-out pairs make the general-domain valid set (``general.valid``).
 GENERAL_DOMAIN = ("wmt-news-extra", "mlqe-pe", "ud-pud", "wmt-general-2023-24")
 SUFFIX = ".en-de.tsv.gz"
@@ -64,8 +74,9 @@ def extra_file(folder: str | Path, name: str) -> Path:
     for candidate in (folder / f"{name}{SUFFIX}", folder / "train" / f"{name}{SUFFIX}"):
         if candidate.is_file():
             return candidate
-    raise DataError(f"No {name}{SUFFIX} in {folder} (the general-domain pairs: ../shared/data/extra/train, "
-                    "see docs/data.md)")
+    raise DataError(
+        f"No {name}{SUFFIX} in {folder} (the general-domain pairs: ../shared/data/extra/train, see docs/data.md)"
+    )
 
 
 def read_extra(path: str | Path) -> list[Pair]:
@@ -82,8 +93,10 @@ def read_extra(path: str | Path) -> list[Pair]:
             continue
         parts = line.split("\t")
         if not 2 <= len(parts) <= 3:
-            raise DataError(f"{path}, line {n}: expected 'English<TAB>German<TAB>sub-source', got {len(parts)} "
-                            f"column(s): {line[:60]!r}")
+            raise DataError(
+                f"{path}, line {n}: expected 'English<TAB>German<TAB>sub-source', got {len(parts)} "
+                f"column(s): {line[:60]!r}"
+            )
         if parts[0].strip() and parts[1].strip():
             pairs.append(Pair(parts[0].strip(), parts[1].strip()))
     if not pairs:

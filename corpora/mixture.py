@@ -72,8 +72,12 @@ class Mixture:
     removed: int
 
 
-def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, shared: Path = SHARED_DATA,
-                  valid_per_corpus: int = VALID_PER_CORPUS) -> Mixture:
+def mixture_pairs(
+    repeats: dict[str, int] | None = None,
+    out: Path = PREPARED,
+    shared: Path = SHARED_DATA,
+    valid_per_corpus: int = VALID_PER_CORPUS,
+) -> Mixture:
     """Mix the prepared corpora in memory (what ``--mix`` trains on and :func:`prepare_mixture` writes), re-checking
     every training pair against every evaluation set known now (a corpus prepared later adds held-out sets).
 
@@ -84,12 +88,16 @@ def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, s
     repeats = parse_repeats("", repeats)
     missing = [c for c in MIXABLE[:-1] if repeats.get(c, 0) and not prepared_path(c, "train", out).is_file()]
     if BACKTRANSLATED in missing:
-        raise DataError(f"{BACKTRANSLATED} not made in {out}: run python -m tools.backtranslate --checkpoint "
-                        "<a German → English run> first (docs/training.md, Back-translation), or give it the share 0")
+        raise DataError(
+            f"{BACKTRANSLATED} not made in {out}: run python -m tools.backtranslate --checkpoint "
+            "<a German → English run> first (docs/training.md, Back-translation), or give it the share 0"
+        )
     if missing:
         one = "extra" if missing[0] in EXTRA_CORPORA else missing[0]
-        raise DataError(f"{', '.join(missing)} not prepared in {out}: run 'python -m corpora prepare all' (or "
-                        f"prepare {one}) first, or give it the share 0")
+        raise DataError(
+            f"{', '.join(missing)} not prepared in {out}: run 'python -m corpora prepare all' (or "
+            f"prepare {one}) first, or give it the share 0"
+        )
     sources = {c: prepared_path(c, "train", out) for c in MIXABLE[:-1] if repeats.get(c, 0)}
     if repeats.get("ding", 0):
         sources["ding"] = dataset_path("train", ASSETS_DATA)
@@ -113,8 +121,13 @@ def mixture_pairs(repeats: dict[str, int] | None = None, out: Path = PREPARED, s
     return Mixture(train, interleave(valid_groups), counts, removed)
 
 
-def prepare_mixture(repeats: dict[str, int] | None = None, out: Path = PREPARED, shared: Path = SHARED_DATA,
-                    valid_per_corpus: int = VALID_PER_CORPUS, to: Path | None = None) -> dict[str, int]:
+def prepare_mixture(
+    repeats: dict[str, int] | None = None,
+    out: Path = PREPARED,
+    shared: Path = SHARED_DATA,
+    valid_per_corpus: int = VALID_PER_CORPUS,
+    to: Path | None = None,
+) -> dict[str, int]:
     """Write :func:`mixture_pairs` of the corpora prepared in ``out`` as ``mixture.train.tsv.gz`` and
     ``mixture.valid.tsv.gz`` in ``to`` (default ``out``: another folder leaves ``out``'s mixture, the one the
     shipped model was selected on, as it is, and holds only what a run needs, to carry to another machine). Returns

@@ -51,13 +51,21 @@ BACKTRANSLATED = "backtranslated"
 
 # Tatoeba has no official split: hash buckets 0-9 (1 %) are held out for validation, 10-19 (1 %) for test.
 TATOEBA_VALID, TATOEBA_TEST = range(0, 10), range(10, 20)
-MULTI30K_SPLITS = {"train": "train", "valid": "val", "test2016": "test_2016_flickr", "test2017": "test_2017_flickr",
-                   "mscoco2017": "test_2017_mscoco", "test2018": "test_2018_flickr"}
+MULTI30K_SPLITS = {
+    "train": "train",
+    "valid": "val",
+    "test2016": "test_2016_flickr",
+    "test2017": "test_2017_flickr",
+    "mscoco2017": "test_2017_mscoco",
+    "test2018": "test_2018_flickr",
+}
 BCONTRAST_SPLITS = {"train": "train", "valid": "dev", "test": "test"}
 #: The evaluation-only sets of ``../shared/data/eval``: ``{name: (english file, german file)}``.
-EVAL_ONLY = {"newstest2014": ("newstest2014.en.gz", "newstest2014.de.gz"),
-             "newstest2013": ("newstest2013.en.gz", "newstest2013.de.gz"),
-             "tatoeba-challenge": ("tatoeba-test-v2021-08-07.eng.gz", "tatoeba-test-v2021-08-07.deu.gz")}
+EVAL_ONLY = {
+    "newstest2014": ("newstest2014.en.gz", "newstest2014.de.gz"),
+    "newstest2013": ("newstest2013.en.gz", "newstest2013.de.gz"),
+    "tatoeba-challenge": ("tatoeba-test-v2021-08-07.eng.gz", "tatoeba-test-v2021-08-07.deu.gz"),
+}
 
 
 @dataclass(frozen=True)
@@ -231,8 +239,9 @@ def remove_leaks(pairs: list[Pair], keys: set[str]) -> list[Pair]:
     return [p for p in pairs if split_key(p.src) not in keys]
 
 
-def prepare_corpora(sources: dict[str, str | Path | None], out: Path = PREPARED,
-                    shared: Path = SHARED_DATA) -> dict[str, Prepared]:
+def prepare_corpora(
+    sources: dict[str, str | Path | None], out: Path = PREPARED, shared: Path = SHARED_DATA
+) -> dict[str, Prepared]:
     """Read each corpus of ``sources`` (``{corpus: source or None for its default place}``), write every held-out
     split first, then each training split cleaned of every evaluation sentence known now: the held-out splits of
     all of them (so preparing several at once leaves no cross-corpus leak) and :func:`evaluation_sets`.
@@ -252,13 +261,17 @@ def prepare_corpora(sources: dict[str, str | Path | None], out: Path = PREPARED,
     for corpus, splits in read.items():
         train = remove_leaks(splits["train"], keys)
         write_tsv_gz(prepared_path(corpus, "train", out), train)
-        done[corpus] = Prepared({s: len(train) if s == "train" else len(p) for s, p in splits.items()},
-                                len(splits["train"]) - len(train), dropped[corpus])
+        done[corpus] = Prepared(
+            {s: len(train) if s == "train" else len(p) for s, p in splits.items()},
+            len(splits["train"]) - len(train),
+            dropped[corpus],
+        )
     return done
 
 
-def prepare_corpus(corpus: str, source: str | Path | None = None, out: Path = PREPARED,
-                   shared: Path = SHARED_DATA) -> Prepared:
+def prepare_corpus(
+    corpus: str, source: str | Path | None = None, out: Path = PREPARED, shared: Path = SHARED_DATA
+) -> Prepared:
     """:func:`prepare_corpora` for one corpus: its splits in ``out`` (:func:`prepared_path`), the training split
     cleaned of every evaluation sentence known now, its own held-out splits included. Raises ``DataError``."""
     return prepare_corpora({corpus: source}, out, shared)[corpus]

@@ -46,8 +46,13 @@ def encode_batch(model: Transformer, src_batch: list[list[int]]) -> tuple[torch.
 
 
 @torch.inference_mode()
-def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens: int | None = None,
-                 pick: Callable[[torch.Tensor], torch.Tensor] | None = None, loop_times: int = 0) -> list[list[int]]:
+def greedy_batch(
+    model: Transformer,
+    src_batch: list[list[int]],
+    max_new_tokens: int | None = None,
+    pick: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    loop_times: int = 0,
+) -> list[list[int]]:
     """Greedy translation of many sources at once with the KV cache (for evaluation).
 
     Args:
@@ -75,9 +80,8 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
         hidden = model.decode(tokens[:, -1:], memory, memory_mask, cache=cache).hidden
         logits = model.next_token_logits(hidden[:, -1])
         if loop_times:  # a loop closing now lies within the last times × GUARD_MAX_TOKENS tokens
-            recent = tokens[:, 1:][:, -loop_times * GUARD_MAX_TOKENS:].tolist()
-            ban_loops(logits, [None if d else seq for seq, d in zip(recent, done.tolist(), strict=True)],
-                      loop_times)
+            recent = tokens[:, 1:][:, -loop_times * GUARD_MAX_TOKENS :].tolist()
+            ban_loops(logits, [None if d else seq for seq, d in zip(recent, done.tolist(), strict=True)], loop_times)
         nxt = logits.argmax(-1) if pick is None else pick(logits)
         nxt = torch.where(done, torch.full_like(nxt, cfg.pad_id), nxt)
         out.append(nxt)
@@ -97,9 +101,13 @@ def greedy_batch(model: Transformer, src_batch: list[list[int]], max_new_tokens:
     return result
 
 
-def translate_texts(model: Transformer, tokenizer: Tokenizer, texts: list[str], batch_size: int = 64,
-                    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch,
-                    ) -> list[str]:
+def translate_texts(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    texts: list[str],
+    batch_size: int = 64,
+    decode_batch: Callable[[Transformer, list[list[int]]], list[list[int]]] = greedy_batch,
+) -> list[str]:
     """Translations of ``texts`` (sorted by length internally for speed; order preserved).
 
     ``decode_batch(model, src_batch) -> ids per sentence`` translates one batch of encoder ids: greedy by
@@ -124,4 +132,3 @@ def translate_texts(model: Transformer, tokenizer: Tokenizer, texts: list[str], 
         for i, ids in zip(chunk, decode_batch(model, [prepared[i] for i in chunk]), strict=True):
             results[i] = tokenizer.decode(ids)
     return results
-

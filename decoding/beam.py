@@ -61,8 +61,9 @@ def check_beam_size(beam_size: int) -> None:
         raise SamplingError(f"beam size must be between 1 and 16, got {beam_size}")
 
 
-def _finish(hypotheses: list[Hypothesis], beams: list[list[int]], beam_lp: list[float], beam_size: int,
-            alpha: float) -> None:
+def _finish(
+    hypotheses: list[Hypothesis], beams: list[list[int]], beam_lp: list[float], beam_size: int, alpha: float
+) -> None:
     """Close a sentence's search: the open ``beams`` fill the free places (unfinished), then rank by score."""
     for seq, lp in zip(beams, beam_lp, strict=True):
         if len(hypotheses) >= beam_size:
@@ -71,9 +72,17 @@ def _finish(hypotheses: list[Hypothesis], beams: list[list[int]], beam_lp: list[
     hypotheses.sort(key=lambda h: h.score, reverse=True)
 
 
-def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tensor | None,
-                      memory_mask: torch.Tensor | None, limits: list[int], beam_size: int, alpha: float,
-                      record: bool, loop_times: int = 0) -> list[BeamResult]:
+def _beam_search_rows(
+    model: Transformer,
+    feed: torch.Tensor,
+    memory: torch.Tensor | None,
+    memory_mask: torch.Tensor | None,
+    limits: list[int],
+    beam_size: int,
+    alpha: float,
+    record: bool,
+    loop_times: int = 0,
+) -> list[BeamResult]:
     """Beam search of ``B`` sequences at once with the KV cache; the one implementation behind :func:`beam_search`
     (``B = 1``) and :func:`beam_search_batch`.
 
@@ -127,8 +136,7 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
         out = model.decode(feed, memory if t == 0 else None, memory_mask, cache=cache)
         log_probs = torch.log_softmax(model.next_token_logits(out.hidden[:, -1]).float(), dim=-1)  # [rows, vocab]
         if loop_times:
-            ban_loops(log_probs, [seq for i in active for seq in beams[i] + [[]] * (width - len(beams[i]))],
-                      loop_times)
+            ban_loops(log_probs, [seq for i in active for seq in beams[i] + [[]] * (width - len(beams[i]))], loop_times)
         vocab = log_probs.size(-1)
         total = (row_lp[:, None] + log_probs).reshape(len(active), width * vocab)
         top_lp, top_idx = torch.topk(total, min(2 * beam_size, width * vocab), dim=-1)  # [sentences, 2k]
@@ -179,9 +187,15 @@ def _beam_search_rows(model: Transformer, feed: torch.Tensor, memory: torch.Tens
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src_ids: list[int] | None, beam_size: int = 4, alpha: float = 0.6,
-                max_new_tokens: int | None = None, prefix_ids: list[int] | None = None,
-                loop_times: int = 0) -> BeamResult:
+def beam_search(
+    model: Transformer,
+    src_ids: list[int] | None,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_new_tokens: int | None = None,
+    prefix_ids: list[int] | None = None,
+    loop_times: int = 0,
+) -> BeamResult:
     """Beam search of one sequence with the KV cache (the cache rows follow their beams via ``KVCache.select``);
     the rules are :func:`_beam_search_rows`'.
 
@@ -206,8 +220,14 @@ def beam_search(model: Transformer, src_ids: list[int] | None, beam_size: int = 
 
 
 @torch.inference_mode()
-def beam_search_batch(model: Transformer, src_batch: list[list[int]], beam_size: int = 4, alpha: float = 0.6,
-                      max_new_tokens: int | None = None, loop_times: int = 0) -> list[BeamResult]:
+def beam_search_batch(
+    model: Transformer,
+    src_batch: list[list[int]],
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_new_tokens: int | None = None,
+    loop_times: int = 0,
+) -> list[BeamResult]:
     """Beam search of many sources at once (a translator; for evaluation), batch × beam rows per decoder step.
 
     Gives, sentence by sentence, what :func:`beam_search` gives with ``max_new_tokens`` =
@@ -237,8 +257,15 @@ def beam_search_batch(model: Transformer, src_batch: list[list[int]], beam_size:
     return _beam_search_rows(model, feed, memory, memory_mask, limits, beam_size, alpha, False, loop_times)
 
 
-def beam_translate_texts(model: Transformer, tokenizer: Tokenizer, texts: list[str], beam: int = 4,
-                         alpha: float = 0.6, batch_size: int = 32, loop_times: int = 0) -> list[str]:
+def beam_translate_texts(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    texts: list[str],
+    beam: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 32,
+    loop_times: int = 0,
+) -> list[str]:
     """The best beam-search translation of each text (:func:`beam_search_batch`, ``batch_size`` sentences ×
     ``beam`` rows per decoder step); as :func:`~decoding.batched.translate_texts` otherwise: order preserved, an
     empty or unusable text gives an empty string. ``loop_times`` as :func:`beam_search_batch`.

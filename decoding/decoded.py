@@ -53,17 +53,26 @@ class Decoding:
     forced: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def of(cls, stepper: Stepper, pipelines=(), suggested=(), forced: Mapping[int, int] | None = None,
-           full: bool = False) -> "Decoding":
+    def of(
+        cls, stepper: Stepper, pipelines=(), suggested=(), forced: Mapping[int, int] | None = None, full: bool = False
+    ) -> "Decoding":
         """Freeze what ``stepper`` has decoded so far (call it once the stepper is finished). A shared decoding
         keeps what the pages show of each step: its records and pipelines are slimmed (no ``[vocab]`` rows)
         unless ``full``."""
         records = tuple(stepper.records) if full else tuple(r.slim() for r in stepper.records)
         if not full and pipelines:  # a greedy decoding has none; a sampled one has one a step
             pipelines = [p.slim(r.banned) for p, r in zip(pipelines, stepper.records, strict=True)]
-        return cls(tuple(stepper.prefix), tuple(stepper.generated), records, stepper.max_new_tokens,
-                   stepper.model.cfg.eos_id, stepper.cache.nbytes()["cross"], tuple(pipelines), tuple(suggested),
-                   tuple(sorted((int(k), int(v)) for k, v in (forced or {}).items())))
+        return cls(
+            tuple(stepper.prefix),
+            tuple(stepper.generated),
+            records,
+            stepper.max_new_tokens,
+            stepper.model.cfg.eos_id,
+            stepper.cache.nbytes()["cross"],
+            tuple(pipelines),
+            tuple(suggested),
+            tuple(sorted((int(k), int(v)) for k, v in (forced or {}).items())),
+        )
 
     @property
     def n_steps(self) -> int:
@@ -137,9 +146,18 @@ class StepView:
         step = min(max(int(step), 0), decoding.n_steps)
         records = decoding.records[:step]
         finished = bool(records and records[-1].token_id == decoding.eos_id) or step >= decoding.max_new_tokens
-        return cls(step, decoding.prefix, decoding.generated[:step], records, finished,
-                   decoding.cross_bytes if step else 0, decoding.eos_id, decoding.pipelines[:step],
-                   decoding.suggested[:step], decoding.forced)
+        return cls(
+            step,
+            decoding.prefix,
+            decoding.generated[:step],
+            records,
+            finished,
+            decoding.cross_bytes if step else 0,
+            decoding.eos_id,
+            decoding.pipelines[:step],
+            decoding.suggested[:step],
+            decoding.forced,
+        )
 
     @property
     def tokens(self) -> tuple[int, ...]:

@@ -33,9 +33,12 @@ def close_call_nats(dtype: torch.dtype) -> float:
 
 
 @torch.inference_mode()
-def greedy_decodings(model: Transformer, src_batch: list[list[int]],
-                     max_new_tokens: Sequence[int | None] | None = None,
-                     forced_eos_id: int | None = None) -> list[Decoding]:
+def greedy_decodings(
+    model: Transformer,
+    src_batch: list[list[int]],
+    max_new_tokens: Sequence[int | None] | None = None,
+    forced_eos_id: int | None = None,
+) -> list[Decoding]:
     """What ``decode(Stepper(model, src, max_new_tokens=m, forced_eos_id=…))`` gives for each source, traced and
     frozen, computed for all of them in one batched greedy pass with the KV cache.
 
@@ -99,9 +102,19 @@ def greedy_decodings(model: Transformer, src_batch: list[list[int]],
             # slimmed at once: a [vocab] row a step kept to the batch's end was 130 MB for sixteen sentences at the
             # length cap (16,000 pieces; 470 MB at a 58k vocabulary), all of it dropped by the slimming then
             row_lp = log_probs[j]
-            records[i].append(StepRecord(token, float(row_lp[token].exp()), row_lp, cross[j, :, :, :n_src].clone(),
-                                         self_w[j].clone(), self_bytes + cross_bytes[i], tuple(top_i[j].tolist()),
-                                         tuple(top_p[j].tolist()), forced).slim())
+            records[i].append(
+                StepRecord(
+                    token,
+                    float(row_lp[token].exp()),
+                    row_lp,
+                    cross[j, :, :, :n_src].clone(),
+                    self_w[j].clone(),
+                    self_bytes + cross_bytes[i],
+                    tuple(top_i[j].tolist()),
+                    tuple(top_p[j].tolist()),
+                    forced,
+                ).slim()
+            )
             tokens[i].append(token)
             if token != cfg.eos_id and len(records[i]) < caps[i]:
                 keep.append(j)
@@ -111,10 +124,14 @@ def greedy_decodings(model: Transformer, src_batch: list[list[int]],
             memory, memory_mask = memory.index_select(0, index), memory_mask.index_select(0, index)
             rows = [rows[j] for j in keep]
         last = torch.tensor([[tokens[i][-1]] for i in rows], dtype=torch.long, device=dev)
-    return [decode(Stepper(model, list(src), max_new_tokens=cap, forced_eos_id=forced_eos_id)) if close[i]
-            else Decoding((cfg.bos_id,), tuple(tokens[i]), tuple(r.slim() for r in records[i]), cap, cfg.eos_id,
-                          cross_bytes[i])
-            for i, (src, cap) in enumerate(zip(src_batch, caps, strict=True))]
+    return [
+        decode(Stepper(model, list(src), max_new_tokens=cap, forced_eos_id=forced_eos_id))
+        if close[i]
+        else Decoding(
+            (cfg.bos_id,), tuple(tokens[i]), tuple(r.slim() for r in records[i]), cap, cfg.eos_id, cross_bytes[i]
+        )
+        for i, (src, cap) in enumerate(zip(src_batch, caps, strict=True))
+    ]
 
 
 def checkpoint_decodings(ckpt, sources: list[list[int]]) -> list[Decoding]:

@@ -59,11 +59,16 @@ class Loop:
     def message(self, writes: str = "translation") -> str:
         """Two sentences for a page: what loops, and why greedy decoding does it. ``writes``: "translation" or
         "continuation"."""
-        then = ("A translator does it when it is lost, on a sentence far from its training text." if
-                writes == "translation" else "Sampling (Decoding lab) breaks such loops.")
-        return (f"**The {writes} goes round in a loop:** “{self.text}” {self.times} times in a row. Greedy decoding "
-                "always takes the most probable token, and a phrase once written is often the likeliest to come "
-                f"again (Holtzman et al. 2020). {then}")
+        then = (
+            "A translator does it when it is lost, on a sentence far from its training text."
+            if writes == "translation"
+            else "Sampling (Decoding lab) breaks such loops."
+        )
+        return (
+            f"**The {writes} goes round in a loop:** “{self.text}” {self.times} times in a row. Greedy decoding "
+            "always takes the most probable token, and a phrase once written is often the likeliest to come "
+            f"again (Holtzman et al. 2020). {then}"
+        )
 
 
 def find_loop(text: str, times: int = LOOP_TIMES, max_words: int = LOOP_MAX_WORDS) -> Loop | None:
@@ -75,9 +80,9 @@ def find_loop(text: str, times: int = LOOP_TIMES, max_words: int = LOOP_MAX_WORD
     for n in range(1, max_words + 1):
         i = 0
         while i + n * times <= len(ws):
-            phrase = ws[i:i + n]
+            phrase = ws[i : i + n]
             k = 1
-            while ws[i + k * n:i + (k + 1) * n] == phrase:
+            while ws[i + k * n : i + (k + 1) * n] == phrase:
                 k += 1
             if k >= times and not (n > 1 and len(set(phrase)) == 1):
                 found = Loop(tuple(phrase), k, i)
@@ -113,7 +118,7 @@ def loop_completions(ids: Sequence[int], times: int = LOOP_TIMES, max_tokens: in
         span = times * n - 1
         if span > length:
             break
-        tail = ids[length - span:]
+        tail = ids[length - span :]
         if all(tail[i] == tail[i + n] for i in range(span - n)):
             banned.add(tail[span - n])
     return banned

@@ -71,8 +71,16 @@ class Pipeline:
         step: 1 MB a step for a 58k vocabulary)."""
         top = torch.topk(self.logits, min(SLIM_KEPT, self.logits.numel())).indices.tolist()
         ids = torch.tensor(list(dict.fromkeys([*top, int(self.token_id), *(int(i) for i in also)])))
-        return SlimPipeline(self.logits.numel(), ids, self.logits[ids], self.scaled[ids], self.probs[ids],
-                            self.keep[ids], self.final[ids], int(self.token_id))
+        return SlimPipeline(
+            self.logits.numel(),
+            ids,
+            self.logits[ids],
+            self.scaled[ids],
+            self.probs[ids],
+            self.keep[ids],
+            self.final[ids],
+            int(self.token_id),
+        )
 
     def dense(self) -> "Pipeline":
         """This pipeline (a :class:`SlimPipeline` rebuilds its rows)."""
@@ -203,8 +211,15 @@ def sample_batch(top_k: int = 10, temperature: float = 1.0, generator: torch.Gen
     return pick
 
 
-def sampled_translate_texts(model: Transformer, tokenizer: TextTokenizer, texts: list[str], top_k: int = 10,
-                            temperature: float = 1.0, seed: int = 0, batch_size: int = 64) -> list[str]:
+def sampled_translate_texts(
+    model: Transformer,
+    tokenizer: TextTokenizer,
+    texts: list[str],
+    top_k: int = 10,
+    temperature: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> list[str]:
     """A sampled translation of each text (:func:`sample_batch` in :func:`~decoding.batched.greedy_batch`), one seeded
     random stream for the whole call (the same texts, order and batch size give the same outputs); as
     :func:`~decoding.batched.translate_texts` otherwise: order kept, an unusable text gives an empty string.

@@ -78,10 +78,13 @@ def clean_user_text(text: str) -> tuple[str, list[str]]:
     if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
         notes.append("Control characters were removed.")
     if any(unicodedata.category(ch) == "Cf" and ch not in KEPT_FORMAT for ch in text):
-        notes.append("Invisible formatting characters (such as zero-width spaces or right-to-left overrides) were "
-                     "removed.")
-    text = "".join(" " if cat in ("Cc", "Zl", "Zp") else "" if cat == "Cf" and ch not in KEPT_FORMAT else ch
-                   for ch, cat in ((ch, unicodedata.category(ch)) for ch in text))
+        notes.append(
+            "Invisible formatting characters (such as zero-width spaces or right-to-left overrides) were removed."
+        )
+    text = "".join(
+        " " if cat in ("Cc", "Zl", "Zp") else "" if cat == "Cf" and ch not in KEPT_FORMAT else ch
+        for ch, cat in ((ch, unicodedata.category(ch)) for ch in text)
+    )
     return " ".join(text.split()), notes
 
 
@@ -110,14 +113,14 @@ def prepare_source(tokenizer: Tokenizer, text: str, max_len: int, eos_id: int, u
         ids, tokens, offsets = ids[:keep], tokens[:keep], offsets[:keep]
         shown = rest if len(rest) <= 60 else rest[:57].rstrip() + "…"
         words = len(rest.split())
-        notes.append(f"The text was cut to the model's limit of {max_len} tokens (the first {keep} pieces): its "
-                     f"last {words} word{'s' if words != 1 else ''}, from “{shown}”, were left out (the model never "
-                     "read them).")
+        notes.append(
+            f"The text was cut to the model's limit of {max_len} tokens (the first {keep} pieces): its "
+            f"last {words} word{'s' if words != 1 else ''}, from “{shown}”, were left out (the model never "
+            "read them)."
+        )
     if unk_id in ids:
         unknown = sorted({clean[s:e] for i, (s, e) in zip(ids, offsets, strict=True) if i == unk_id})
-        notes.append(
-            "Characters the model never saw in training are shown as <unk>: " + " ".join(unknown)[:80]
-        )
+        notes.append("Characters the model never saw in training are shown as <unk>: " + " ".join(unknown)[:80])
     end = tokenizer.id_to_token(eos_id)  # "<eos>" here, "</s>" in Marian, "<|endoftext|>" in GPT-2
     return SourceInput(clean, ids + [eos_id], tokens + [end], offsets + [(len(clean), len(clean))], truncated, notes)
 
@@ -223,10 +226,17 @@ class Stepper:
         ValueError: an encoder-decoder model without ``src_ids``.
     """
 
-    def __init__(self, model: Transformer, src_ids: list[int] | None = None, prefix_ids: list[int] | None = None,
-                 max_new_tokens: int | None = None, use_cache: bool = True,
-                 head_masks: dict[str, torch.Tensor] | None = None, forced_eos_id: int | None = None,
-                 loop_times: int = 0):
+    def __init__(
+        self,
+        model: Transformer,
+        src_ids: list[int] | None = None,
+        prefix_ids: list[int] | None = None,
+        max_new_tokens: int | None = None,
+        use_cache: bool = True,
+        head_masks: dict[str, torch.Tensor] | None = None,
+        forced_eos_id: int | None = None,
+        loop_times: int = 0,
+    ):
         self.model = model
         self.loop_times = loop_times
         self.forced_eos_id = forced_eos_id
@@ -260,7 +270,7 @@ class Stepper:
     @property
     def generated(self) -> list[int]:
         """Tokens produced so far (the prefix excluded)."""
-        return self.tokens[len(self.prefix):]
+        return self.tokens[len(self.prefix) :]
 
     @property
     def finished(self) -> bool:
@@ -275,13 +285,26 @@ class Stepper:
         (or ``None``) and self-attention ``[layers, heads, prefix_len]``, traced."""
         dev = self.model.device
         if self.use_cache:
-            new = torch.tensor([self.tokens[self.cache.positions:]], device=dev)
-            out = self.model.decode(new, self.memory, self.memory_mask, cache=self.cache, trace=True,
-                                    self_head_mask=self._self_mask, cross_head_mask=self._cross_mask)
+            new = torch.tensor([self.tokens[self.cache.positions :]], device=dev)
+            out = self.model.decode(
+                new,
+                self.memory,
+                self.memory_mask,
+                cache=self.cache,
+                trace=True,
+                self_head_mask=self._self_mask,
+                cross_head_mask=self._cross_mask,
+            )
         else:
             full = torch.tensor([self.tokens], device=dev)
-            out = self.model.decode(full, self.memory, self.memory_mask, trace=True,
-                                    self_head_mask=self._self_mask, cross_head_mask=self._cross_mask)
+            out = self.model.decode(
+                full,
+                self.memory,
+                self.memory_mask,
+                trace=True,
+                self_head_mask=self._self_mask,
+                cross_head_mask=self._cross_mask,
+            )
         log_probs = torch.log_softmax(self.model.next_token_logits(out.hidden[0, -1]).float(), dim=-1)
         cross = torch.stack([w[0, :, -1] for w in out.cross_weights]) if out.cross_weights else None
         self_w = torch.stack([w[0, :, -1] for w in out.self_weights])
@@ -300,8 +323,18 @@ class Stepper:
         if forced and forced_eos is not None:
             token = forced_eos
         top_p, top_i = log_probs.exp().topk(min(TOP_KEPT, log_probs.numel()))
-        rec = StepRecord(token, float(log_probs[token].exp()), log_probs, cross, self_w, self.cache.nbytes()["total"],
-                         tuple(top_i.tolist()), tuple(top_p.tolist()), forced, banned)
+        rec = StepRecord(
+            token,
+            float(log_probs[token].exp()),
+            log_probs,
+            cross,
+            self_w,
+            self.cache.nbytes()["total"],
+            tuple(top_i.tolist()),
+            tuple(top_p.tolist()),
+            forced,
+            banned,
+        )
         self.tokens.append(token)
         self.records.append(rec)
         return rec

@@ -31,13 +31,18 @@ def output_key(cfg) -> str:
 def attention_shapes(cfg, src_len: int, tgt_len: int) -> dict[str, list[int]]:
     """kind → ``[layers, heads, q_len, k_len]`` of a traced pass over ``src_len`` source and ``tgt_len`` decoder
     positions (rows = queries, columns = keys; a decoder-only model's one kind ``self`` covers its decoder inputs)."""
-    keys = {"encoder": (src_len, src_len), "decoder": (tgt_len, tgt_len), "cross": (tgt_len, src_len),
-            "self": (tgt_len, tgt_len)}
+    keys = {
+        "encoder": (src_len, src_len),
+        "decoder": (tgt_len, tgt_len),
+        "cross": (tgt_len, src_len),
+        "self": (tgt_len, tgt_len),
+    }
     return {kind: [n, cfg.n_heads, *keys[kind]] for kind, n in cfg.attention_layers().items()}
 
 
-def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam_size: int = 0,
-                   length_penalty: float = 0.6) -> dict:
+def translate_json(
+    ckpt, text: str, sampling: SamplingConfig | None = None, beam_size: int = 0, length_penalty: float = 0.6
+) -> dict:
     """Tokens, ids, translation and the attention shapes ``[layers, heads, q_len, k_len]`` of one sentence.
 
     ``sampling`` picks each token (default greedy); ``beam_size > 0`` runs beam search instead. A decoder-only
@@ -57,8 +62,15 @@ def translate_json(ckpt, text: str, sampling: SamplingConfig | None = None, beam
         result = beam_search(ckpt.model, src.ids, beam_size, length_penalty, max_new_tokens=limit)
         best = result.hypotheses[0]
         generated: Sequence[int] = best.tokens
-        extra["beam"] = [{key: ckpt.tokenizer.decode(h.tokens), "log_prob": round(h.log_prob, 4),
-                          "score": round(h.score, 4), "finished": h.finished} for h in result.hypotheses]
+        extra["beam"] = [
+            {
+                key: ckpt.tokenizer.decode(h.tokens),
+                "log_prob": round(h.log_prob, 4),
+                "score": round(h.score, 4),
+                "finished": h.finished,
+            }
+            for h in result.hypotheses
+        ]
         probs = None
     else:
         stepper = Stepper(ckpt.model, src.ids, max_new_tokens=limit, forced_eos_id=forced_eos(ckpt.generation))
@@ -95,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--length-penalty", "--alpha", type=float, default=0.6, help="GNMT alpha")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    sampling = SamplingConfig("sample" if args.strategy == "sample" else "greedy", args.temperature, args.top_k,
-                              args.top_p, args.seed)
+    sampling = SamplingConfig(
+        "sample" if args.strategy == "sample" else "greedy", args.temperature, args.top_k, args.top_p, args.seed
+    )
     beam = args.beam_size if args.strategy == "beam" else 0
     try:
         sampling.validate()

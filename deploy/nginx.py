@@ -88,8 +88,9 @@ def render(upstreams: Sequence[Upstream], listen: str) -> str:
     blocks = []
     for u in upstreams:
         backups = [f"        server {o.address} {FAILS} backup;" for o in upstreams if o is not u]
-        blocks.append("\n".join([f"    upstream ae_{u.name} {{", f"        server {u.address} {FAILS};", *backups,
-                                 "    }"]))
+        blocks.append(
+            "\n".join([f"    upstream ae_{u.name} {{", f"        server {u.address} {FAILS};", *backups, "    }"])
+        )
     fields = {
         "listen": listen,
         "routes": "\n".join(f"        {u.name} ae_{u.name};" for u in upstreams),
@@ -132,8 +133,13 @@ def check(nginx: str, prefix: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.nginx", description=__doc__.splitlines()[0])
-    parser.add_argument("--upstream", action="append", required=True, metavar="HOST:PORT",
-                        help="an app worker (repeat for each); a host name is resolved now, as nginx would")
+    parser.add_argument(
+        "--upstream",
+        action="append",
+        required=True,
+        metavar="HOST:PORT",
+        help="an app worker (repeat for each); a host name is resolved now, as nginx would",
+    )
     parser.add_argument("--listen", default="8501", help="nginx's listen address (default: %(default)s)")
     args = parser.parse_args(argv)
     try:

@@ -31,8 +31,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec: no a
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def spawn(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
-          cwd: Path | None = None) -> subprocess.Popen:
+def spawn(
+    cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen:
     """Start ``cmd`` in a new session, its stdout and stderr appended to ``log_path``.
 
     Raises:
@@ -41,9 +42,16 @@ def spawn(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = No
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
-            return subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+            return subprocess.Popen(
+                list(cmd),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         except OSError as exc:
             raise DeployError(f"cannot start {cmd[0]}: {exc.strerror}") from exc
 
@@ -86,7 +94,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def ensure_port_free(host: str, port: int) -> None:
     """Raises:
-        DeployError: ``host:port`` cannot be listened on (in use, or a privileged port for a normal user)."""
+    DeployError: ``host:port`` cannot be listened on (in use, or a privileged port for a normal user)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as nginx does: TIME_WAIT is no conflict
@@ -124,6 +132,7 @@ def wait_healthy(checks: Mapping[str, tuple[subprocess.Popen | None, str, Path |
         DeployError: a process exited first, or a check did not pass within ``timeout_s`` seconds; the message
             names it and quotes the end of its log.
     """
+
     def failure(name: str, what: str) -> DeployError:
         log = checks[name][2]
         return DeployError(f"{name} {what}" + (f"; the end of {log}:\n{log_tail(log)}" if log else ""))

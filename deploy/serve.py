@@ -104,8 +104,10 @@ class Cluster:
                     if now - child.started > STABLE_S:
                         child.backoff_s = FIRST_BACKOFF_S
                     child.restart_at = now + child.backoff_s
-                    self.say(f"{child.name} exited with code {proc.returncode}; "
-                             f"restarting in {child.backoff_s:.0f} s (log: {child.log})")
+                    self.say(
+                        f"{child.name} exited with code {proc.returncode}; "
+                        f"restarting in {child.backoff_s:.0f} s (log: {child.log})"
+                    )
                     child.backoff_s = min(child.backoff_s * 2, MAX_BACKOFF_S)
                 elif child.restart_at is not None and now >= child.restart_at:
                     child.restart_at = None
@@ -146,13 +148,26 @@ def _cpus() -> int:
 
 def _local_workers(n: int, prefix: Path, app: str, demo: bool) -> list[Child]:
     # one secret for all: a session that fails over keeps a valid XSRF token (deploy.worker says more)
-    env = worker.environment(os.environ, demo=demo, threads=max(1, _cpus() // n),
-                             cookie_secret=os.environ.get(worker.SECRET_ENV) or secrets.token_hex(32))
+    env = worker.environment(
+        os.environ,
+        demo=demo,
+        threads=max(1, _cpus() // n),
+        cookie_secret=os.environ.get(worker.SECRET_ENV) or secrets.token_hex(32),
+    )
     children = []
     for i in range(1, n + 1):
         port = free_port()
-        children.append(Child(f"w{i}", worker.command(port, "127.0.0.1", app), prefix / "logs" / f"w{i}.log",
-                              env, worker.ROOT, _url("127.0.0.1", port) + WORKER_HEALTH, port))
+        children.append(
+            Child(
+                f"w{i}",
+                worker.command(port, "127.0.0.1", app),
+                prefix / "logs" / f"w{i}.log",
+                env,
+                worker.ROOT,
+                _url("127.0.0.1", port) + WORKER_HEALTH,
+                port,
+            )
+        )
     return children
 
 
@@ -168,8 +183,12 @@ def _start(cluster: Cluster, nginx_bin: str, listen: str, upstreams: Sequence[st
         wait_healthy({c.name: (c.proc, c.health_url, c.log) for c in cluster.workers}, STARTUP_TIMEOUT_S)
     nginx.prepare_prefix(cluster.prefix, nginx.render([nginx.Upstream(n, a) for n, a in names], listen))
     nginx.check(nginx_bin, cluster.prefix)
-    front = Child("nginx", nginx.command(nginx_bin, cluster.prefix), cluster.prefix / "logs" / "nginx.log",
-                  health_url=cluster.url + FRONT_HEALTH)
+    front = Child(
+        "nginx",
+        nginx.command(nginx_bin, cluster.prefix),
+        cluster.prefix / "logs" / "nginx.log",
+        health_url=cluster.url + FRONT_HEALTH,
+    )
     with cluster._lock:
         front.start()
         cluster.front = front
@@ -177,9 +196,16 @@ def _start(cluster: Cluster, nginx_bin: str, listen: str, upstreams: Sequence[st
 
 
 @contextmanager
-def serving(workers: int = 2, port: int | None = None, host: str = "127.0.0.1", upstreams: Sequence[str] = (),
-            demo: bool = False, nginx_path: str | None = None, app: str = worker.APP,
-            say: Callable[[str], None] = print) -> Iterator[Cluster]:
+def serving(
+    workers: int = 2,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    upstreams: Sequence[str] = (),
+    demo: bool = False,
+    nginx_path: str | None = None,
+    app: str = worker.APP,
+    say: Callable[[str], None] = print,
+) -> Iterator[Cluster]:
     """Start ``workers`` app workers (or use ``upstreams``, ``HOST:PORT`` each, started elsewhere) behind nginx
     listening on ``host:port`` (a free port when ``port`` is None); supervise them until the block ends, then stop
     everything (within about 6 s). ``say`` receives the restart notices.
@@ -197,8 +223,9 @@ def serving(workers: int = 2, port: int | None = None, host: str = "127.0.0.1", 
     port = port or free_port(host)
     ensure_port_free(host, port)
     prefix = Path(tempfile.mkdtemp(prefix="attention-explorer-"))
-    cluster = Cluster(_url(host, port), prefix, [] if upstreams else _local_workers(workers, prefix, app, demo),
-                      say=say)
+    cluster = Cluster(
+        _url(host, port), prefix, [] if upstreams else _local_workers(workers, prefix, app, demo), say=say
+    )
     failed = False
     try:
         _start(cluster, nginx_bin, _hostport(host, port), upstreams)
@@ -227,12 +254,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=_cpus(), help="app processes (default: the CPUs, %(default)s)")
     parser.add_argument("--port", type=int, default=8501, help="the front's port (default: %(default)s)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="the front's address (default: %(default)s; 0.0.0.0 in a container)")
-    parser.add_argument("--demo", action="store_true",
-                        help="hosted-demo mode for the workers (ATTENTION_EXPLORER_DEMO=1)")
-    parser.add_argument("--upstream", action="append", default=[], metavar="HOST:PORT",
-                        help="serve workers started elsewhere (repeat for each); --workers is then ignored")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the front's address (default: %(default)s; 0.0.0.0 in a container)"
+    )
+    parser.add_argument(
+        "--demo", action="store_true", help="hosted-demo mode for the workers (ATTENTION_EXPLORER_DEMO=1)"
+    )
+    parser.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="serve workers started elsewhere (repeat for each); --workers is then ignored",
+    )
     parser.add_argument("--nginx", help="the nginx binary (default: $NGINX, nginx on the PATH, /usr/sbin/nginx)")
     parser.add_argument("--app", default=worker.APP, help=argparse.SUPPRESS)  # tests: an app that fails to start
     args = parser.parse_args(argv)
@@ -243,8 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
     try:
-        with serving(args.workers, args.port, args.host, args.upstream, args.demo, args.nginx, args.app,
-                     say) as cluster:
+        with serving(
+            args.workers, args.port, args.host, args.upstream, args.demo, args.nginx, args.app, say
+        ) as cluster:
             count = f"{len(args.upstream)} upstreams" if args.upstream else f"{args.workers} workers"
             say(f"{count} behind nginx (pids {' '.join(map(str, cluster.pids()))}; logs in {cluster.prefix}/logs)")
             print(f"Attention Explorer: {cluster.url}", flush=True)

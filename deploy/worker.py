@@ -43,13 +43,30 @@ _STREAMLIT = f"import runpy; {PRELOAD}; runpy.run_module('streamlit', run_name='
 def command(port: int, host: str = "127.0.0.1", app: str = APP) -> list[str]:
     """The worker's command line (``streamlit run app`` after :data:`PRELOAD`), run from the repository root (where
     ``.streamlit/config.toml`` is read)."""
-    return [sys.executable, "-c", _STREAMLIT, "run", app, "--server.port", str(port), "--server.address", host,
-            "--server.headless", "true", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
-            "--browser.gatherUsageStats", "false"]
+    return [
+        sys.executable,
+        "-c",
+        _STREAMLIT,
+        "run",
+        app,
+        "--server.port",
+        str(port),
+        "--server.address",
+        host,
+        "--server.headless",
+        "true",
+        "--server.fileWatcherType",
+        "none",
+        "--server.runOnSave",
+        "false",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
 
 
-def environment(base: Mapping[str, str], demo: bool = False, threads: int | None = None,
-                cookie_secret: str | None = None) -> dict[str, str]:
+def environment(
+    base: Mapping[str, str], demo: bool = False, threads: int | None = None, cookie_secret: str | None = None
+) -> dict[str, str]:
     """``base`` with hosted-demo mode on when ``demo`` (``ATTENTION_EXPLORER_DEMO=1``, see ``ui/state.py``; left as
     ``base`` has it otherwise), torch's threads capped at ``threads`` unless ``OMP_NUM_THREADS`` is set already
     (N workers on N cores: more threads each would only fight over the cores), glibc's arenas at

@@ -85,8 +85,11 @@ def language_model_scores(ckpt, texts: list[str], batch_tokens: int = 4000) -> d
     examples = encode_examples(ckpt.tokenizer, monolingual(texts), ckpt.config)
     if not examples:
         raise DataError("no usable sentence to score")
-    return {"sequences": len(examples), "tokens": sum(len(e.tgt) - 1 for e in examples),
-            **loss_scores(ckpt, examples, batch_tokens)}
+    return {
+        "sequences": len(examples),
+        "tokens": sum(len(e.tgt) - 1 for e in examples),
+        **loss_scores(ckpt, examples, batch_tokens),
+    }
 
 
 def loss_scores(ckpt, examples, batch_tokens: int = 4000, precision: str = "auto") -> dict:
@@ -101,37 +104,80 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m evaluation.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--tsv", default=str(dataset_path("test")), help="a translator's test pairs")
-    p.add_argument("--text", default=str(brown_path("test")),
-                   help="a language model's test text, one sentence per line (plain or .gz)")
+    p.add_argument(
+        "--text",
+        default=str(brown_path("test")),
+        help="a language model's test text, one sentence per line (plain or .gz)",
+    )
     p.add_argument("--limit", type=int, default=0, help="score only the first N pairs")
     p.add_argument("--show", type=int, default=0, help="print the first N source / reference / output triples")
-    p.add_argument("--strategy", choices=["greedy", "beam"], default=DEFAULT_STRATEGY,
-                   help=f"a translator's decoding (default {DEFAULT_STRATEGY}: see DEFAULT_STRATEGY)")
+    p.add_argument(
+        "--strategy",
+        choices=["greedy", "beam"],
+        default=DEFAULT_STRATEGY,
+        help=f"a translator's decoding (default {DEFAULT_STRATEGY}: see DEFAULT_STRATEGY)",
+    )
     p.add_argument("--beam", type=int, default=SUITE_BEAM, help="beam width k, 1-16 (with --strategy beam or --suite)")
-    p.add_argument("--alpha", type=float, default=SUITE_ALPHA,
-                   help="GNMT length penalty exponent (with --strategy beam or --suite)")
-    p.add_argument("--loop-guard", type=int, default=0, metavar="TIMES",
-                   help="ban every token that would write a phrase TIMES times in a row (3: no loops, and German's "
-                   "\"die die\" stays; 2: no repeat at all); default 0, plain decoding")
-    p.add_argument("--loss", action="store_true",
-                   help="a translator: also the references' loss (nats/token, no label smoothing) and perplexity")
-    p.add_argument("--suite", action="store_true", help="a translator on every evaluation set here (Ding test, "
-                   "everyday, Multi30K, BConTrasT, Tatoeba, newstest2014, FLORES-200 devtest), greedy and beam, plus "
-                   "the goal sentences and a repeated-word check")
-    p.add_argument("--pieces", action="store_true", help="with --suite: no translation, only the tokenizer's pieces "
-                   "per word, split-word and unknown-piece rates on FLORES, Multi30K test2016 and newstest2014 (or "
-                   "--suite-sets)")
-    p.add_argument("--suite-strategies", dest="strategy_set", choices=["greedy", "beam", "both"], default="both",
-                   help="with --suite: which decodings to score (default both)")
-    p.add_argument("--suite-sets", default="", help="with --suite: only these sets, comma-separated as the table "
-                   "names them (e.g. \"everyday,tatoeba held-out\"; default: every set)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=SUITE_ALPHA,
+        help="GNMT length penalty exponent (with --strategy beam or --suite)",
+    )
+    p.add_argument(
+        "--loop-guard",
+        type=int,
+        default=0,
+        metavar="TIMES",
+        help="ban every token that would write a phrase TIMES times in a row (3: no loops, and German's "
+        '"die die" stays; 2: no repeat at all); default 0, plain decoding',
+    )
+    p.add_argument(
+        "--loss",
+        action="store_true",
+        help="a translator: also the references' loss (nats/token, no label smoothing) and perplexity",
+    )
+    p.add_argument(
+        "--suite",
+        action="store_true",
+        help="a translator on every evaluation set here (Ding test, "
+        "everyday, Multi30K, BConTrasT, Tatoeba, newstest2014, FLORES-200 devtest), greedy and beam, plus "
+        "the goal sentences and a repeated-word check",
+    )
+    p.add_argument(
+        "--pieces",
+        action="store_true",
+        help="with --suite: no translation, only the tokenizer's pieces "
+        "per word, split-word and unknown-piece rates on FLORES, Multi30K test2016 and newstest2014 (or "
+        "--suite-sets)",
+    )
+    p.add_argument(
+        "--suite-strategies",
+        dest="strategy_set",
+        choices=["greedy", "beam", "both"],
+        default="both",
+        help="with --suite: which decodings to score (default both)",
+    )
+    p.add_argument(
+        "--suite-sets",
+        default="",
+        help="with --suite: only these sets, comma-separated as the table "
+        'names them (e.g. "everyday,tatoeba held-out"; default: every set)',
+    )
     p.add_argument("--prepared", default=str(PREPARED), help="with --suite: the prepared corpora folder")
-    p.add_argument("--shared", default=str(SHARED_DATA), help="with --suite: the folder holding eval/ (newstest) "
-                   "and extra/eval/ (FLORES)")
+    p.add_argument(
+        "--shared",
+        default=str(SHARED_DATA),
+        help="with --suite: the folder holding eval/ (newstest) and extra/eval/ (FLORES)",
+    )
     p.add_argument("--json", default="", help="with --suite: also write the report to this JSON file")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads (0 = torch's default). Beside a training run give 1: two threads wait for "
-                   "the core the trainer holds, and a 1,600-sentence evaluation took 428 s instead of 11 s")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads (0 = torch's default). Beside a training run give 1: two threads wait for "
+        "the core the trainer holds, and a 1,600-sentence evaluation took 428 s instead of 11 s",
+    )
     args = p.parse_args(argv)
     if args.loop_guard == 1 or args.loop_guard < 0:
         p.error(f"--loop-guard must be 0 (off) or 2 or more, got {args.loop_guard}")
@@ -162,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     sources = [p.src for p in pairs]
     hyps = translate(ckpt.model, ckpt.tokenizer, sources, args.strategy, args.beam, args.alpha, args.loop_guard)
-    decoding = {"strategy": "beam", "beam": args.beam, "alpha": args.alpha} if args.strategy == "beam" else \
-        {"strategy": "greedy"}
+    decoding = (
+        {"strategy": "beam", "beam": args.beam, "alpha": args.alpha}
+        if args.strategy == "beam"
+        else {"strategy": "greedy"}
+    )
     seconds = time.perf_counter() - start
     for pair, hyp in list(zip(pairs, hyps, strict=True))[: args.show]:
         print(f"SRC {pair.src}\nREF {pair.tgt}\nOUT {hyp}\n")

@@ -31,8 +31,14 @@ from evaluation.metrics import corpus_scores
 from reading.familiarity import familiarity
 
 #: The sentences a newcomer and a lecturer type first; the translator's goal is to get them right.
-GOAL_SENTENCES = ("The cat sat on the mat.", "I am hungry.", "Bobby likes blackberries.",
-                  "The weather is nice today.", "My brother lives in Berlin.", "Thank you very much.")
+GOAL_SENTENCES = (
+    "The cat sat on the mat.",
+    "I am hungry.",
+    "Bobby likes blackberries.",
+    "The weather is nice today.",
+    "My brother lives in Berlin.",
+    "Thank you very much.",
+)
 
 #: Beam search as the suite scores it: width 8, GNMT length penalty α 1.0. Chosen on validation sets only, for the
 #: leg-8 translator (chrF, one CPU thread): Ding valid (1,062) 38.42 at the paper's k 4, α 0.6; 38.72 (4, 1.0);
@@ -105,11 +111,13 @@ def available_sets(prepared: Path = PREPARED, shared: Path = SHARED_DATA) -> tup
     sets.append(one_ref("ding test", "shipped: assets/data/test.tsv.gz", read_tsv(dataset_path("test", ASSETS_DATA))))
     sets.append(one_ref("everyday", "shipped: assets/eval/everyday.tsv", read_tsv(EVERYDAY)))
     sets.append(one_ref("lecture", "shipped: assets/eval/lecture.tsv", read_tsv(LECTURE)))
-    for corpus, split, label in (("multi30k", "test2016", "multi30k test2016"),
-                                 ("multi30k", "test2017", "multi30k test2017"),
-                                 ("multi30k", "mscoco2017", "multi30k mscoco2017"),
-                                 ("bcontrast", "test", "bcontrast test"),
-                                 ("tatoeba", "test", "tatoeba held-out")):
+    for corpus, split, label in (
+        ("multi30k", "test2016", "multi30k test2016"),
+        ("multi30k", "test2017", "multi30k test2017"),
+        ("multi30k", "mscoco2017", "multi30k mscoco2017"),
+        ("bcontrast", "test", "bcontrast test"),
+        ("tatoeba", "test", "tatoeba held-out"),
+    ):
         path = prepared_path(corpus, split, prepared)
         if not path.is_file():
             missing.append(f"{label}: not prepared ({path}); run: python -m corpora prepare all")
@@ -140,8 +148,12 @@ def repeat_check(outputs: list[str], checked: int = REPEAT_CHECKED) -> dict[str,
     in a row, and how many at least three times. Two in a row is often right German (", die die Stadt …", "Pago
     Pago"), three almost never: ``looping`` counts the outputs stuck in a loop."""
     runs = [longest_repeat(o) for o in outputs[:checked]]
-    return {"checked": len(runs), "longest": max(runs, default=0), "repeating": sum(r >= 2 for r in runs),
-            "looping": sum(r >= LOOP_TIMES for r in runs)}
+    return {
+        "checked": len(runs),
+        "longest": max(runs, default=0),
+        "repeating": sum(r >= 2 for r in runs),
+        "looping": sum(r >= LOOP_TIMES for r in runs),
+    }
 
 
 def piece_stats(tokenizer, texts: list[str]) -> dict[str, float]:
@@ -165,9 +177,15 @@ def piece_stats(tokenizer, texts: list[str]) -> dict[str, float]:
         far += known.far
     if not words:
         raise ValueError("no words to measure the tokenizer on")
-    return {"texts": len(texts), "words": words, "pieces": pieces, "unknown_rate": round(unknown / max(pieces, 1), 4),
-            "pieces_per_word": round(pieces / words, 4), "split_word_rate": round(split / max(spans, 1), 4),
-            "far_rate": round(far / max(len(texts), 1), 4)}
+    return {
+        "texts": len(texts),
+        "words": words,
+        "pieces": pieces,
+        "unknown_rate": round(unknown / max(pieces, 1), 4),
+        "pieces_per_word": round(pieces / words, 4),
+        "split_word_rate": round(split / max(spans, 1), 4),
+        "far_rate": round(far / max(len(texts), 1), 4),
+    }
 
 
 #: The sets ``--pieces`` measures the tokenizer on: the general-domain test set, news, and three in-domain ones.
@@ -177,19 +195,31 @@ PIECE_SETS = (FLORES_NAME, "newstest2014", "multi30k test2016", "tatoeba held-ou
 def pieces_table(tokenizer, sets: list[EvalSet]) -> str:
     """A Markdown table of :func:`piece_stats` for the English sources and the (first) German references of each of
     ``sets``, one row per set and side."""
-    lines = ["| set | side | sentences | words | pieces per word | words split in pieces | unknown pieces "
-             "| sentences far from the training text |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| set | side | sentences | words | pieces per word | words split in pieces | unknown pieces "
+        "| sentences far from the training text |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s in sets:
         for side, texts in (("English", s.sources), ("German", [refs[0] for refs in s.references])):
             st = piece_stats(tokenizer, texts)
-            lines.append(f"| {s.name} | {side} | {st['texts']:,} | {st['words']:,} | {st['pieces_per_word']:.2f} | "
-                         f"{100 * st['split_word_rate']:.1f} % | {100 * st['unknown_rate']:.2f} % | "
-                         f"{100 * st['far_rate']:.0f} % |")
+            lines.append(
+                f"| {s.name} | {side} | {st['texts']:,} | {st['words']:,} | {st['pieces_per_word']:.2f} | "
+                f"{100 * st['split_word_rate']:.1f} % | {100 * st['unknown_rate']:.2f} % | "
+                f"{100 * st['far_rate']:.0f} % |"
+            )
     return "\n".join(lines)
 
 
-def translate(model, tokenizer, sources: list[str], strategy: str, beam: int = SUITE_BEAM,
-              alpha: float = SUITE_ALPHA, loop_times: int = 0) -> list[str]:
+def translate(
+    model,
+    tokenizer,
+    sources: list[str],
+    strategy: str,
+    beam: int = SUITE_BEAM,
+    alpha: float = SUITE_ALPHA,
+    loop_times: int = 0,
+) -> list[str]:
     """Translations of ``sources`` by ``strategy``: ``"greedy"`` or ``"beam"`` (width ``beam``, GNMT length penalty
     ``alpha``), with the loop guard when ``loop_times`` > 0 (:func:`decoding.loops.loop_completions`). Raises
     ``SamplingError`` for a beam width outside 1–16."""
@@ -210,8 +240,17 @@ def far_scores(tokenizer, sources: list[str], hyps: list[str], refs: list[list[s
     return {"far": sum(far), **scores}
 
 
-def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam"), beam: int = SUITE_BEAM,
-              alpha: float = SUITE_ALPHA, limit: int = 0, progress=print, loop_times: int = 0) -> dict:
+def run_suite(
+    model,
+    tokenizer,
+    sets: list[EvalSet],
+    strategies=("greedy", "beam"),
+    beam: int = SUITE_BEAM,
+    alpha: float = SUITE_ALPHA,
+    limit: int = 0,
+    progress=print,
+    loop_times: int = 0,
+) -> dict:
     """Score ``model`` on ``sets`` (each cut to its first ``limit`` sentences when ``limit`` > 0) with each strategy.
 
     Returns ``{"sets": [SetScore as dict], "goal": {sentence: {strategy: output}}, "decoding": {"beam", "alpha",
@@ -230,17 +269,22 @@ def run_suite(model, tokenizer, sets: list[EvalSet], strategies=("greedy", "beam
             row.repeats[strategy] = repeat_check(hyps)
             row.far[strategy] = far_scores(tokenizer, sources, hyps, refs)
             row.outputs[strategy] = hyps
-            progress(f"{s.name:<20} {strategy:<6} BLEU {row.scores[strategy]['bleu']:6.2f}  "
-                     f"chrF {row.scores[strategy]['chrf']:6.2f}  ({len(sources)} sentences, "
-                     f"{row.seconds[strategy]} s)")
+            progress(
+                f"{s.name:<20} {strategy:<6} BLEU {row.scores[strategy]['bleu']:6.2f}  "
+                f"chrF {row.scores[strategy]['chrf']:6.2f}  ({len(sources)} sentences, "
+                f"{row.seconds[strategy]} s)"
+            )
         results.append(asdict(row))
     goal: dict[str, dict[str, str]] = {sent: {} for sent in GOAL_SENTENCES}
     for strategy in strategies:
         outs = translate(model, tokenizer, list(GOAL_SENTENCES), strategy, beam, alpha, loop_times)
         for sent, out in zip(GOAL_SENTENCES, outs, strict=True):
             goal[sent][strategy] = out
-    return {"sets": results, "goal": goal,
-            "decoding": {"beam": beam, "alpha": alpha, "limit": limit, "loop_times": loop_times}}
+    return {
+        "sets": results,
+        "goal": goal,
+        "decoding": {"beam": beam, "alpha": alpha, "limit": limit, "loop_times": loop_times},
+    }
 
 
 def markdown(report: dict, missing: list[str]) -> str:
@@ -253,16 +297,21 @@ def markdown(report: dict, missing: list[str]) -> str:
         cells = [f"{row['scores'][s]['bleu']:.2f} | {row['scores'][s]['chrf']:.2f}" for s in strategies]
         lines.append(f"| {row['name']} | {row['sentences']:,} | " + " | ".join(cells) + " |")
     if times := report.get("decoding", {}).get("loop_times"):
-        lines.append(f"\ndecoded with the loop guard: no phrase of 1–{GUARD_MAX_TOKENS} tokens {times} times in a "
-                     "row.")
+        lines.append(f"\ndecoded with the loop guard: no phrase of 1–{GUARD_MAX_TOKENS} tokens {times} times in a row.")
     if any(r["name"] == "newstest2014" for r in report["sets"]):
-        lines.append(f"\nnewstest2014: the paper reports BLEU {PAPER_NEWSTEST2014['base']} (base) and "
-                     f"{PAPER_NEWSTEST2014['big']} (big), trained on 4.5M WMT pairs on 8 GPUs.")
+        lines.append(
+            f"\nnewstest2014: the paper reports BLEU {PAPER_NEWSTEST2014['base']} (base) and "
+            f"{PAPER_NEWSTEST2014['big']} (big), trained on 4.5M WMT pairs on 8 GPUs."
+        )
     for m in missing:
         lines.append(f"- missing: {m}")
-    lines += ["", f"| set | outputs read (the first {REPEAT_CHECKED:,}) | "
-              + " | ".join(f"{s}: outputs repeating a word (three times or more; longest run)" for s in strategies)
-              + " | references repeating a word (longest run) |", "|" + "---|" * (3 + len(strategies))]
+    lines += [
+        "",
+        f"| set | outputs read (the first {REPEAT_CHECKED:,}) | "
+        + " | ".join(f"{s}: outputs repeating a word (three times or more; longest run)" for s in strategies)
+        + " | references repeating a word (longest run) |",
+        "|" + "---|" * (3 + len(strategies)),
+    ]
     for row in report["sets"]:
         checks = [row.get("repeats", {}).get(s) for s in strategies]  # a report written before the check has none
         if any(c is None for c in checks):
@@ -272,18 +321,27 @@ def markdown(report: dict, missing: list[str]) -> str:
         cells.append(f"{ref['repeating']} ({ref['longest']})" if ref else "")
         lines.append(f"| {row['name']} | {checks[0]['checked']:,} | " + " | ".join(cells) + " |")
     if any(row.get("far") for row in report["sets"]):
-        lines += ["", "| set | sentences far from the training text | "
-                  + " | ".join(f"{s} chrF: far | {s} chrF: the others" for s in strategies) + " |",
-                  "|" + "---|" * (2 + 2 * len(strategies))]
+        lines += [
+            "",
+            "| set | sentences far from the training text | "
+            + " | ".join(f"{s} chrF: far | {s} chrF: the others" for s in strategies)
+            + " |",
+            "|" + "---|" * (2 + 2 * len(strategies)),
+        ]
         for row in (r for r in report["sets"] if r.get("far")):
             shares = [row["far"][s] for s in strategies]
-            cells = [" | ".join("–" if v is None else f"{v:.2f}" for v in (f["far_chrf"], f["rest_chrf"]))
-                     for f in shares]
-            lines.append(f"| {row['name']} | {shares[0]['far']:,} of {row['sentences']:,} | "
-                         + " | ".join(cells) + " |")
+            cells = [
+                " | ".join("–" if v is None else f"{v:.2f}" for v in (f["far_chrf"], f["rest_chrf"])) for f in shares
+            ]
+            lines.append(
+                f"| {row['name']} | {shares[0]['far']:,} of {row['sentences']:,} | " + " | ".join(cells) + " |"
+            )
     clean = all(c["repeating"] == 0 for row in report["sets"] for c in row.get("repeats", {}).values())
-    lines.append("\nno output repeats a word twice in a row" if clean else
-                 "\nsome outputs repeat a word twice in a row (a count above 0 in the table above)")
+    lines.append(
+        "\nno output repeats a word twice in a row"
+        if clean
+        else "\nsome outputs repeat a word twice in a row (a count above 0 in the table above)"
+    )
     lines.append("\n| goal sentence | " + " | ".join(strategies) + " |")
     lines.append("|" + "---|" * (1 + len(strategies)))
     for sent, outs in report["goal"].items():
@@ -318,8 +376,9 @@ def main_suite(ckpt, args) -> int:
             print(f"- missing: {m}")
         return 0
     strategies = ("greedy", "beam") if args.strategy_set == "both" else (args.strategy_set,)
-    report = run_suite(ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit,
-                       loop_times=args.loop_guard)
+    report = run_suite(
+        ckpt.model, ckpt.tokenizer, sets, strategies, args.beam, args.alpha, args.limit, loop_times=args.loop_guard
+    )
     print()
     print(markdown(report, missing))
     if args.json:

@@ -78,8 +78,12 @@ def _number_error(name: str, value) -> str | None:
     kind = value_type(name)
     if value is None and FIELDS[name].default is None:
         return None
-    if isinstance(value, bool) or value is None or not isinstance(value, (int, float)) \
-            or (kind is int and int(value) != value):
+    if (
+        isinstance(value, bool)
+        or value is None
+        or not isinstance(value, (int, float))
+        or (kind is int and int(value) != value)
+    ):
         return f"{name} must be a number, got {value!r}"
     check = FIELDS[name].metadata.get("check")
     if check == "positive" and not value > 0:
@@ -97,10 +101,16 @@ def validate_form(form: dict) -> list[str]:
     """Human-readable errors of a launch form (empty list = fine): every number against its option's type and
     ``check``, every choice, the data source, the warm-start folder, and the model's own shape checks."""
     f = {**form_defaults(), **form}
-    errors = [e for name in FIELDS if name not in NOT_IN_FORM and value_type(name) in (int, float)
-              and (e := _number_error(name, f.get(name)))]
-    errors += [f"{name} must be one of {', '.join(meta['choices'])}, got {f[name]!r}" for name, fld in FIELDS.items()
-               if (meta := fld.metadata).get("choices") and name != "arch" and f.get(name) not in meta["choices"]]
+    errors = [
+        e
+        for name in FIELDS
+        if name not in NOT_IN_FORM and value_type(name) in (int, float) and (e := _number_error(name, f.get(name)))
+    ]
+    errors += [
+        f"{name} must be one of {', '.join(meta['choices'])}, got {f[name]!r}"
+        for name, fld in FIELDS.items()
+        if (meta := fld.metadata).get("choices") and name != "arch" and f.get(name) not in meta["choices"]
+    ]
     if f.get("init_from") and not (REPO / str(f["init_from"])).is_dir() and not Path(str(f["init_from"])).is_dir():
         errors.append(f"no checkpoint folder {f['init_from']!r} to start from")
     elif f.get("init_from") and (reason := hf_refusal(REPO / str(f["init_from"]))):
@@ -118,16 +128,27 @@ def validate_form(form: dict) -> list[str]:
     elif f["data"] == "mixture":
         errors += mixture_errors(f.get("mix"))
     elif f["data"] == "brown" and f["arch"] != "decoder-only":
-        errors.append("the Brown corpus is English only: it trains a language model (architecture decoder-only), "
-                      "not a translator")
+        errors.append(
+            "the Brown corpus is English only: it trains a language model (architecture decoder-only), not a translator"
+        )
     if f.get("reverse") and (f["arch"] != "encoder-decoder" or f["data"] == "brown"):
-        errors.append("German → English turns translation pairs round: it needs the encoder-decoder architecture "
-                      "and pairs, not the Brown corpus")
+        errors.append(
+            "German → English turns translation pairs round: it needs the encoder-decoder architecture "
+            "and pairs, not the Brown corpus"
+        )
     if not errors:
         try:  # the model's own checks (d_model % n_heads, RoPE's even d_k, sinusoidal's even d_model, …)
-            ModelConfig(arch=f["arch"], d_model=f["d_model"], n_heads=f["n_heads"], n_encoder_layers=f["layers"],
-                        n_decoder_layers=f["layers"], d_ff=f["d_ff"], dropout=f["dropout"],
-                        pos_encoding=f["pos_encoding"], norm_first=bool(f["norm_first"]))
+            ModelConfig(
+                arch=f["arch"],
+                d_model=f["d_model"],
+                n_heads=f["n_heads"],
+                n_encoder_layers=f["layers"],
+                n_decoder_layers=f["layers"],
+                d_ff=f["d_ff"],
+                dropout=f["dropout"],
+                pos_encoding=f["pos_encoding"],
+                norm_first=bool(f["norm_first"]),
+            )
         except ConfigError as exc:
             errors.append(str(exc))
     return errors
@@ -149,9 +170,12 @@ def mixture_errors(mix: str | None, prepared: Path | None = None) -> list[str]:
     ready = prepared_corpora(prepared or PREPARED)
     missing = [c for c, n in shares.items() if n and c not in ready]
     if missing:
-        how = ("python -m tools.backtranslate makes the back-translated pairs" if missing == [BACKTRANSLATED] else
-               "run python -m corpora prepare all" + (" and python -m tools.backtranslate"
-                                                       if BACKTRANSLATED in missing else ""))
+        how = (
+            "python -m tools.backtranslate makes the back-translated pairs"
+            if missing == [BACKTRANSLATED]
+            else "run python -m corpora prepare all"
+            + (" and python -m tools.backtranslate" if BACKTRANSLATED in missing else "")
+        )
         return [f"{', '.join(missing)} not prepared yet: {how} (see docs/training.md), or give it the share 0"]
     return []
 

@@ -69,8 +69,12 @@ def run_state(run_dir: str | Path) -> str:
     state = effective_state(status)
     if state != "running":
         lock = read_json(run_dir.parent / LOCK_NAME)
-        if (isinstance(lock, dict) and lock.get("run") == run_dir.name and pid_alive(lock.get("pid"))
-                and _before_lock(status, lock.get("pid"))):
+        if (
+            isinstance(lock, dict)
+            and lock.get("run") == run_dir.name
+            and pid_alive(lock.get("pid"))
+            and _before_lock(status, lock.get("pid"))
+        ):
             return "starting"
     return state
 
@@ -112,8 +116,9 @@ def _start(cmd: list[str], run_dir: Path, root: Path) -> int:
     try:
         log = open(run_dir / LOG, "ab")
         try:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         finally:
             log.close()
         track_child(proc)
@@ -142,8 +147,9 @@ def safe_name(name: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,80}", name or ""))
 
 
-def launch(form: dict, root: str | Path | None = None, name: str | None = None,
-           train_tsv_bytes: bytes | None = None) -> Path:
+def launch(
+    form: dict, root: str | Path | None = None, name: str | None = None, train_tsv_bytes: bytes | None = None
+) -> Path:
     """Validate, create ``root/<name>/`` and start the trainer in it; returns the run folder.
 
     ``train_tsv_bytes`` (an uploaded file) is saved as ``<run>/train.tsv`` and passed with ``--train-tsv``.
@@ -188,8 +194,19 @@ def resume(run_dir: str | Path, root: str | Path | None = None) -> Path:
     saved = read_train_args(run_dir)
     if not saved:
         raise LaunchError(f"{run_dir.name}: its train_args.json is missing or unreadable, so it cannot be resumed")
-    cmd = [sys.executable, "-m", "trainer.train", "--out", str(run_dir.resolve()), "--resume", "--no-progress",
-           "--max-steps", str(saved["max_steps"]), "--device", str(saved["device"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer.train",
+        "--out",
+        str(run_dir.resolve()),
+        "--resume",
+        "--no-progress",
+        "--max-steps",
+        str(saved["max_steps"]),
+        "--device",
+        str(saved["device"]),
+    ]
     if saved.get("max_minutes"):
         cmd += ["--max-minutes", str(saved["max_minutes"])]
     if saved.get("threads"):
@@ -249,8 +266,10 @@ def export_best(run_dir: str | Path, checkpoints_root: str | Path, name: str | N
     if not (src / "config.json").is_file():
         raise LaunchError(f"{run_dir.name} has no best/ checkpoint yet (it appears at the first evaluation)")
     if "impl" in read_card(src):
-        raise LaunchError(f"{run_dir.name} trained the torch.nn.Transformer baseline (--impl torch): the explorer "
-                          "needs this project's model, whose attention it can trace")
+        raise LaunchError(
+            f"{run_dir.name} trained the torch.nn.Transformer baseline (--impl torch): the explorer "
+            "needs this project's model, whose attention it can trace"
+        )
     dest = Path(checkpoints_root) / (name or run_dir.name)
     tmp = dest.with_name(dest.name + ".copying")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -273,8 +292,8 @@ def summarize(run_dir: Path) -> dict:
         "name": run_dir.name,
         "state": run_state(run_dir),
         # as the live view reads it: the trainer's last word, else its last metrics line (an older trainer)
-        "step": (status or {}).get("step") or max((m["step"] for m in metrics if isinstance(m.get("step"), int)),
-                                                  default=(status or {}).get("step")),
+        "step": (status or {}).get("step")
+        or max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=(status or {}).get("step")),
         "max_steps": (status or {}).get("max_steps"),
         "loss": train[-1].get("loss") if train else None,
         "valid_loss": evals[-1].get("valid_loss") if evals else None,

@@ -220,6 +220,9 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = out.shape
         out = self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
         if record is not None and weights is not None:  # record needs trace, which sets the weights
-            record(AttentionRecord(x_q, x_kv, mask, positions, q_raw, k if k_raw is None else k_raw, q, k, v, bias,
-                                   weights, heads, out))
+            record(
+                AttentionRecord(
+                    x_q, x_kv, mask, positions, q_raw, k if k_raw is None else k_raw, q, k, v, bias, weights, heads, out
+                )
+            )
         return out, weights

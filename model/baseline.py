@@ -94,9 +94,14 @@ class TorchBaseline(nn.Module):
         with warnings.catch_warnings():  # "enable_nested_tensor … norm_first": a note about a fast path, not a fault
             warnings.simplefilter("ignore", UserWarning)
             self.transformer = nn.Transformer(
-                d_model=cfg.d_model, nhead=cfg.n_heads, num_encoder_layers=cfg.n_encoder_layers,
-                num_decoder_layers=cfg.n_decoder_layers, dim_feedforward=cfg.d_ff, dropout=cfg.dropout,
-                batch_first=True, norm_first=cfg.norm_first,
+                d_model=cfg.d_model,
+                nhead=cfg.n_heads,
+                num_encoder_layers=cfg.n_encoder_layers,
+                num_decoder_layers=cfg.n_decoder_layers,
+                dim_feedforward=cfg.d_ff,
+                dropout=cfg.dropout,
+                batch_first=True,
+                norm_first=cfg.norm_first,
             )  # its constructor applies Xavier-uniform to every matrix
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
@@ -127,12 +132,17 @@ class TorchBaseline(nn.Module):
         future = ~causal_mask(t, t, tgt.device)  # True = may not attend
         with no_fast_path_under_cpu_autocast():
             return self.transformer.decoder(
-                self.embed_tokens(tgt), memory, tgt_mask=future, tgt_key_padding_mask=tgt == self.cfg.pad_id,
-                memory_key_padding_mask=memory_pad, tgt_is_causal=True,
+                self.embed_tokens(tgt),
+                memory,
+                tgt_mask=future,
+                tgt_key_padding_mask=tgt == self.cfg.pad_id,
+                memory_key_padding_mask=memory_pad,
+                tgt_is_causal=True,
             )
 
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor, *,
-               cache: PrefixCache | None = None) -> BaselineOutput:
+    def decode(
+        self, tgt: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor, *, cache: PrefixCache | None = None
+    ) -> BaselineOutput:
         """Hidden states of the new positions ``[batch, tgt_len, d_model]``; with ``cache`` the prefix is recomputed."""
         if cache is None:
             return BaselineOutput(self._decode_full(tgt, memory, memory_mask))
@@ -140,7 +150,7 @@ class TorchBaseline(nn.Module):
         full = torch.cat(cache.ids, dim=1)
         # Only the first position of a sequence may be <bos>; pads in later columns are finished rows.
         hidden = self._decode_full(torch.where(full == self.cfg.pad_id, self.cfg.eos_id, full), memory, memory_mask)
-        return BaselineOutput(hidden[:, -tgt.size(1):])
+        return BaselineOutput(hidden[:, -tgt.size(1) :])
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.generator(hidden)

@@ -110,7 +110,10 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(
-    folder: str | Path, model: Transformer, tokenizer: TextTokenizer, card: dict | None = None,
+    folder: str | Path,
+    model: Transformer,
+    tokenizer: TextTokenizer,
+    card: dict | None = None,
     dtype: torch.dtype | None = None,
 ) -> Path:
     """Write a checkpoint folder (created if needed). ``dtype`` stores weights in e.g. fp16 to halve the size, or
@@ -119,7 +122,11 @@ def save_checkpoint(
 
 
 def write_checkpoint_files(
-    folder: str | Path, config: dict, tokenizer_json: str, tensors: dict[str, torch.Tensor], card: dict | None = None,
+    folder: str | Path,
+    config: dict,
+    tokenizer_json: str,
+    tensors: dict[str, torch.Tensor],
+    card: dict | None = None,
 ) -> Path:
     """Write a checkpoint folder (created if needed) from its parts: what a model's weights become when they were
     computed rather than trained (a soup, a grown copy). Every file is written atomically."""
@@ -256,6 +263,8 @@ def load_hf_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -
     except ValueError as exc:
         raise CheckpointError(f"the tokenizer of {folder} cannot be read: {exc}") from exc
     if tokenizer.vocab_size > cfg.vocab_size:
-        raise CheckpointError(f"{folder}: the tokenizer has {tokenizer.vocab_size} pieces but the model only "
-                              f"{cfg.vocab_size} (config.json's vocab_size)")
+        raise CheckpointError(
+            f"{folder}: the tokenizer has {tokenizer.vocab_size} pieces but the model only "
+            f"{cfg.vocab_size} (config.json's vocab_size)"
+        )
     return Checkpoint(model, tokenizer, cfg, hf_card(folder, info), folder, info["generation"])

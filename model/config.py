@@ -153,8 +153,9 @@ class ModelConfig:
         if self.pos_layout not in POS_LAYOUTS:
             raise ConfigError(f"pos_layout must be one of {POS_LAYOUTS}, got {self.pos_layout!r}")
         if self.pos_layout != "interleaved" and self.pos_encoding != "sinusoidal":
-            raise ConfigError(f"pos_layout {self.pos_layout!r} applies to sinusoidal encodings only, "
-                              f"not {self.pos_encoding!r}")
+            raise ConfigError(
+                f"pos_layout {self.pos_layout!r} applies to sinusoidal encodings only, not {self.pos_encoding!r}"
+            )
         for name in ("scale_embeddings", "logits_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -90,8 +90,9 @@ class EncoderLayer(nn.Module):
         """``x``: ``[batch, src_len, d_model]``; returns ``(x, weights [batch, heads, src_len, src_len] | None)``.
         ``record``: the self-attention's callback (:class:`~model.recorder.Recorder`)."""
         x, w = self.res_attn(
-            x, lambda h: self.self_attn(h, h, mask, trace=trace, head_mask=head_mask, positions=positions,
-                                        record=record))
+            x,
+            lambda h: self.self_attn(h, h, mask, trace=trace, head_mask=head_mask, positions=positions, record=record),
+        )
         x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
         return x, w
 
@@ -108,9 +109,22 @@ class DecoderLayer(nn.Module):
         self.ffn = feed_forward(cfg)
         self.res_ffn = residual(cfg)
 
-    def forward(self, x, self_mask, memory=None, memory_mask=None, *, self_cache=None, cross_cache=None,
-                trace=False, self_head_mask=None, cross_head_mask=None, positions=None, self_record=None,
-                cross_record=None):
+    def forward(
+        self,
+        x,
+        self_mask,
+        memory=None,
+        memory_mask=None,
+        *,
+        self_cache=None,
+        cross_cache=None,
+        trace=False,
+        self_head_mask=None,
+        cross_head_mask=None,
+        positions=None,
+        self_record=None,
+        cross_record=None,
+    ):
         """``x``: ``[batch, tgt_len, d_model]``, ``memory``: ``[batch, src_len, d_model]``; ``self_record`` /
         ``cross_record``: the attention modules' callbacks (:class:`~model.recorder.Recorder`).
 
@@ -118,15 +132,30 @@ class DecoderLayer(nn.Module):
         cross_weights [.., tgt_len, src_len] | None)``.
         """
         x, w_self = self.res_self(
-            x, lambda h: self.self_attn(h, h, self_mask, cache=self_cache, trace=trace, head_mask=self_head_mask,
-                                        positions=positions, record=self_record)
+            x,
+            lambda h: self.self_attn(
+                h,
+                h,
+                self_mask,
+                cache=self_cache,
+                trace=trace,
+                head_mask=self_head_mask,
+                positions=positions,
+                record=self_record,
+            ),
         )
         w_cross = None
         if self.cross_attn is not None:
             x, w_cross = self.res_cross(
                 x,
                 lambda h: self.cross_attn(
-                    h, memory, memory_mask, cache=cross_cache, static_kv=True, trace=trace, head_mask=cross_head_mask,
+                    h,
+                    memory,
+                    memory_mask,
+                    cache=cross_cache,
+                    static_kv=True,
+                    trace=trace,
+                    head_mask=cross_head_mask,
                     record=cross_record,
                 ),
             )

@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 
-def sinusoidal_table(max_len: int, d_model: int, base: float = 10000.0,
-                     dtype: torch.dtype = torch.float32, layout: str = "interleaved") -> torch.Tensor:
+def sinusoidal_table(
+    max_len: int, d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float32, layout: str = "interleaved"
+) -> torch.Tensor:
     """The sinusoidal table ``[max_len, d_model]`` (computed in float64, returned as ``dtype``), paper §3.5.
 
     ``layout``: ``"interleaved"`` (paper: sin in even, cos in odd dimensions) or ``"halves"`` (Marian: sines in the

@@ -73,8 +73,10 @@ class Recorder:
 
     def sink(self, kind: str, layer: int) -> Callable[[AttentionRecord], None]:
         """The callback the attention module ``kind`` of ``layer`` reports to."""
+
         def keep(record: AttentionRecord) -> None:
             self.attention[(kind, layer)] = record
+
         return keep
 
     def stream(self, side: str, x: torch.Tensor) -> None:

@@ -131,8 +131,10 @@ class TextTokenizer:
         return Encoding(list(enc.ids), list(enc.tokens), offsets)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [list(e.ids) for e in self._tok.encode_batch([replace_surrogates(t) for t in texts],
-                                                            add_special_tokens=False)]
+        return [
+            list(e.ids)
+            for e in self._tok.encode_batch([replace_surrogates(t) for t in texts], add_special_tokens=False)
+        ]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``; special tokens are skipped."""
@@ -167,7 +169,12 @@ def unknown_share(tokenizer: tokenizing.Tokenizer, text: str) -> float:
         return 0.0
     text = unicodedata.normalize("NFC", replace_surrogates(text or ""))
     enc = tokenizer.encode(text)
-    unknown = {i for tid, (s, e) in zip(enc.ids, enc.offsets, strict=True) if tid == unk_id for i in range(s, e)
-               if not text[i].isspace()}
+    unknown = {
+        i
+        for tid, (s, e) in zip(enc.ids, enc.offsets, strict=True)
+        if tid == unk_id
+        for i in range(s, e)
+        if not text[i].isspace()
+    }
     total = sum(1 for ch in text if not ch.isspace())
     return len(unknown) / total if total else 0.0

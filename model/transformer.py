@@ -129,8 +129,9 @@ class Transformer(nn.Module):
         with torch.device("meta"):
             return Transformer(cfg).num_parameters()
 
-    def embed_tokens(self, ids: torch.Tensor, offset: int = 0, token_embeddings: torch.Tensor | None = None
-                     ) -> torch.Tensor:
+    def embed_tokens(
+        self, ids: torch.Tensor, offset: int = 0, token_embeddings: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Token embedding × √d_model (unless ``cfg.scale_embeddings`` is off) + positional encoding, with dropout;
         ``[batch, seq] → [batch, seq, d_model]``. ``token_embeddings`` ``[batch, seq, d_model]``: used instead of
         ``embed(ids)`` (attribution differentiates with respect to them, ``reading/``); the masks still come from
@@ -155,8 +156,15 @@ class Transformer(nn.Module):
             mask = mask & real[:, None, None, :]
         return mask
 
-    def encode(self, src: torch.Tensor, *, trace: bool = False, head_mask: torch.Tensor | None = None,
-               token_embeddings: torch.Tensor | None = None, recorder: Recorder | None = None):
+    def encode(
+        self,
+        src: torch.Tensor,
+        *,
+        trace: bool = False,
+        head_mask: torch.Tensor | None = None,
+        token_embeddings: torch.Tensor | None = None,
+        recorder: Recorder | None = None,
+    ):
         """Encoder: ``src [batch, src_len]`` → ``(memory [batch, src_len, d_model], weights)``.
 
         ``weights`` is a list (one per layer) of ``[batch, heads, src_len, src_len]`` when traced, else empty.
@@ -173,8 +181,14 @@ class Transformer(nn.Module):
         if recorder is not None:
             recorder.stream("encoder", x)
         for i, layer in enumerate(self.encoder_layers):
-            x, w = layer(x, mask, trace=trace, head_mask=None if head_mask is None else head_mask[i],
-                         positions=positions, record=sink_of(recorder, "encoder", i))
+            x, w = layer(
+                x,
+                mask,
+                trace=trace,
+                head_mask=None if head_mask is None else head_mask[i],
+                positions=positions,
+                record=sink_of(recorder, "encoder", i),
+            )
             if trace:
                 weights.append(w)
             if recorder is not None:

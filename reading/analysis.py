@@ -87,8 +87,11 @@ def word_ids(tokens: list[str]) -> list[int]:
     word."""
     ids, current = [], -1
     for i, piece in enumerate(tokens):
-        if i == 0 or piece.startswith(WORD_STARTS) or (piece.startswith("<") and piece.endswith(">")) or (
-            tokens[i - 1].startswith("<") and tokens[i - 1].endswith(">")
+        if (
+            i == 0
+            or piece.startswith(WORD_STARTS)
+            or (piece.startswith("<") and piece.endswith(">"))
+            or (tokens[i - 1].startswith("<") and tokens[i - 1].endswith(">"))
         ):
             current += 1
         ids.append(current)
@@ -139,16 +142,22 @@ def sequence_log_probs(
     if model.cfg.is_encoder_decoder:
         src = torch.tensor([src_ids], device=dev)
         memory, _ = model.encode(src, head_mask=masks.get("encoder"))
-        out = model.decode(tgt[:, :-1], memory, model.src_mask(src), self_head_mask=masks.get("decoder"),
-                           cross_head_mask=masks.get("cross"))
+        out = model.decode(
+            tgt[:, :-1],
+            memory,
+            model.src_mask(src),
+            self_head_mask=masks.get("decoder"),
+            cross_head_mask=masks.get("cross"),
+        )
     else:
         out = model.decode(tgt[:, :-1], self_head_mask=masks.get("self"))
     log_probs = torch.log_softmax(model.logits(out.hidden[0]).float(), dim=-1)
     return log_probs.gather(-1, tgt[0, 1:, None].to(log_probs.device)).squeeze(-1).cpu()
 
 
-def ablation_sweep(model: Transformer, src_ids: list[int] | None, tgt_ids: list[int],
-                   layers: dict[str, list[int]] | None = None) -> dict[str, torch.Tensor]:
+def ablation_sweep(
+    model: Transformer, src_ids: list[int] | None, tgt_ids: list[int], layers: dict[str, list[int]] | None = None
+) -> dict[str, torch.Tensor]:
     """Importance of every head: the drop in total log-probability of ``tgt_ids`` when that head alone is removed.
 
     Args:

@@ -126,8 +126,14 @@ def read_attention(model: Transformer, step: Step, trace: Trace | None = None) -
     n_layers, n_heads = len(model.decoder_layers), model.cfg.n_heads
     empty = np.zeros((n_layers, n_heads, 0))
     stack = lambda key, fallback: np.stack(parts[key]) if parts[key] else fallback  # noqa: E731
-    return AttentionReading(stack("sw", empty), stack("pw", empty), stack("sn", empty), stack("pn", empty),
-                            stack("sl", empty[:, 0]), stack("pl", empty[:, 0]))
+    return AttentionReading(
+        stack("sw", empty),
+        stack("pw", empty),
+        stack("sn", empty),
+        stack("pn", empty),
+        stack("sl", empty[:, 0]),
+        stack("pl", empty[:, 0]),
+    )
 
 
 def _collect(parts: dict[str, list], side: str, module: MultiHeadAttention, m: ModuleTrace) -> None:

@@ -76,9 +76,17 @@ class StepAttribution:
         return self.gradients.source_share
 
 
-def attribute_step(model: Transformer, src_ids, prefix_ids, token_id: int, *, n_steps: int = DEFAULT_STEPS,
-                   baseline: str = "unk", internal_batch_size: int | None = None,
-                   tolerance: float | None = TOLERANCE) -> StepAttribution:
+def attribute_step(
+    model: Transformer,
+    src_ids,
+    prefix_ids,
+    token_id: int,
+    *,
+    n_steps: int = DEFAULT_STEPS,
+    baseline: str = "unk",
+    internal_batch_size: int | None = None,
+    tolerance: float | None = TOLERANCE,
+) -> StepAttribution:
     """Read one step by every method.
 
     Args:
@@ -94,14 +102,24 @@ def attribute_step(model: Transformer, src_ids, prefix_ids, token_id: int, *, n_
     step = Step(tuple(src_ids or ()), tuple(prefix_ids), token_id)
     step.check(model)
     trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))  # read twice below
-    return StepAttribution(step, read_attention(model, step, trace),
-                           read_gradients(model, step, n_steps=n_steps, baseline=baseline,
-                                          internal_batch_size=internal_batch_size, tolerance=tolerance),
-                           last_query(model, step, trace))
+    return StepAttribution(
+        step,
+        read_attention(model, step, trace),
+        read_gradients(
+            model,
+            step,
+            n_steps=n_steps,
+            baseline=baseline,
+            internal_batch_size=internal_batch_size,
+            tolerance=tolerance,
+        ),
+        last_query(model, step, trace),
+    )
 
 
-def source_shares(model: Transformer, src_ids, output_ids, *, bos_id: int | None = None,
-                  n_steps: int = DEFAULT_STEPS) -> tuple[float, ...]:
+def source_shares(
+    model: Transformer, src_ids, output_ids, *, bos_id: int | None = None, n_steps: int = DEFAULT_STEPS
+) -> tuple[float, ...]:
     """The source share (:attr:`StepAttribution.source_share`) of each step of a decoding: step t predicts
     ``output_ids[t]`` from ``<bos> + output_ids[:t]``. Costs one integrated-gradients run per step.
 
@@ -110,5 +128,7 @@ def source_shares(model: Transformer, src_ids, output_ids, *, bos_id: int | None
     """
     bos = model.cfg.bos_id if bos_id is None else bos_id
     prefix = [bos] + list(output_ids)
-    return tuple(read_gradients(model, Step(tuple(src_ids or ()), tuple(prefix[:t + 1]), token), n_steps=n_steps)
-                 .source_share for t, token in enumerate(output_ids))
+    return tuple(
+        read_gradients(model, Step(tuple(src_ids or ()), tuple(prefix[: t + 1]), token), n_steps=n_steps).source_share
+        for t, token in enumerate(output_ids)
+    )

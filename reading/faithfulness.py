@@ -103,7 +103,7 @@ def _probabilities(model: Transformer, step: Step, variants: list[tuple[int, ...
     out = []
     batch = batch_rows(step)
     for start in range(0, len(variants), batch):
-        rows = torch.tensor(variants[start:start + batch], device=model.device)
+        rows = torch.tensor(variants[start : start + batch], device=model.device)
         src, tgt = step.tensors(model)
         if model.cfg.is_encoder_decoder:
             src = rows
@@ -113,9 +113,16 @@ def _probabilities(model: Transformer, step: Step, variants: list[tuple[int, ...
     return np.concatenate(out)
 
 
-def faithfulness(model: Transformer, step: Step, scores: Mapping[str, TokenScores | np.ndarray], *,
-                 fractions: tuple[float, ...] = FRACTIONS, n_random: int = 10, seed: int = 0,
-                 replace_id: int | None = None) -> Faithfulness:
+def faithfulness(
+    model: Transformer,
+    step: Step,
+    scores: Mapping[str, TokenScores | np.ndarray],
+    *,
+    fractions: tuple[float, ...] = FRACTIONS,
+    n_random: int = 10,
+    seed: int = 0,
+    replace_id: int | None = None,
+) -> Faithfulness:
     """Comprehensiveness and sufficiency of each method's ranking of the masked side, beside random rankings.
 
     Args:
@@ -158,8 +165,9 @@ def faithfulness(model: Transformer, step: Step, scores: Mapping[str, TokenScore
         for order in orders:
             for f, k in enumerate(counts):
                 comp, suff = _masked(ids, order[:k], unk), _masked(ids, order[k:], unk)
-                plan.append((method, f, variants.setdefault(comp, len(variants)),
-                             variants.setdefault(suff, len(variants))))
+                plan.append(
+                    (method, f, variants.setdefault(comp, len(variants)), variants.setdefault(suff, len(variants)))
+                )
     probs = _probabilities(model, step, list(variants))
     sums = {name: {m: np.zeros(len(counts)) for m in rankings} for name in MEASURES}
     for method, f, comp_row, suff_row in plan:

@@ -90,15 +90,21 @@ class Familiarity:
         # a word that stands twice is named once with how often: the names add up to the count the sentence gives
         times = self.times or (1,) * len(self.split)
         named = 2 if brief else 4
-        shown = ", ".join(f"“{w}”" + ("" if n == 1 else " twice" if n == 2 else f" {n} times")
-                          for w, n in zip(self.split[:named], times[:named], strict=True))
+        shown = ", ".join(
+            f"“{w}”" + ("" if n == 1 else " twice" if n == 2 else f" {n} times")
+            for w, n in zip(self.split[:named], times[:named], strict=True)
+        )
         shown += ", …" if len(self.split) > named else ""
         if brief:
-            return (f"Far from what this model has seen: {self.split_count} of its {self.words} words were rare in its "
-                    f"training text ({shown}). Expect a poor {what}.")
-        return (f"Far from what this model has seen: {self.split_count} of its {self.words} words "
-                f"({100 * self.split_share:.0f} %) are not whole pieces of its vocabulary ({shown}), a sign that "
-                f"they were rare in its training text. Expect a poor {what}.")
+            return (
+                f"Far from what this model has seen: {self.split_count} of its {self.words} words were rare in its "
+                f"training text ({shown}). Expect a poor {what}."
+            )
+        return (
+            f"Far from what this model has seen: {self.split_count} of its {self.words} words "
+            f"({100 * self.split_share:.0f} %) are not whole pieces of its vocabulary ({shown}), a sign that "
+            f"they were rare in its training text. Expect a poor {what}."
+        )
 
 
 def familiarity(tokenizer: tokenizing.Tokenizer, text: str) -> Familiarity:
@@ -111,7 +117,10 @@ def familiarity(tokenizer: tokenizing.Tokenizer, text: str) -> Familiarity:
     text = unicodedata.normalize("NFC", text or "")
     openers = {m.end() for m in _SENTENCE_START.finditer(text)}
     starts = [m.start() for m in _WORD.finditer(text)]
-    cut = [w for (w, n), at in zip(counted, starts, strict=True)
-           if n > 1 and not (at in openers and w[:1].isupper() and len(tokenizer.encode(w.lower()).ids) == 1)]
+    cut = [
+        w
+        for (w, n), at in zip(counted, starts, strict=True)
+        if n > 1 and not (at in openers and w[:1].isupper() and len(tokenizer.encode(w.lower()).ids) == 1)
+    ]
     times = Counter(cut)  # in text order, each word once
     return Familiarity(len(counted), tuple(times), len(cut), tuple(times.values()))

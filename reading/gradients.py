@@ -89,8 +89,9 @@ class GradientReading:
         return float(src / total) if total > 0 else 0.0
 
 
-def _embeddings(model: Transformer, ids: tuple[torch.Tensor | None, torch.Tensor], baseline: str
-                ) -> tuple[tuple[torch.Tensor, ...], tuple]:
+def _embeddings(
+    model: Transformer, ids: tuple[torch.Tensor | None, torch.Tensor], baseline: str
+) -> tuple[tuple[torch.Tensor, ...], tuple]:
     """``(inputs, baselines)``: the token embeddings ``[1, n, d_model]`` per side (source first, when there is
     one), detached, and the baseline of each: zeros, or the ``<pad>`` (``<unk>``) row at every position."""
     if baseline not in BASELINES:
@@ -150,10 +151,14 @@ def _integrate(path: _Path, stretches: list[tuple[float, float]], n: int, batch:
     per_call = len(stretches) if batch is None else max(1, min(len(stretches), batch))
     out: list[tuple] = []
     for start in range(0, len(stretches), per_call):
-        part = stretches[start:start + per_call]
-        attributions = ig.attribute(path.at([b for _, b in part]), baselines=path.at([a for a, _ in part]),
-                                    n_steps=n, internal_batch_size=None if batch is None else max(batch, len(part)))
-        out.extend(tuple(a[j:j + 1].detach() for a in attributions) for j in range(len(part)))
+        part = stretches[start : start + per_call]
+        attributions = ig.attribute(
+            path.at([b for _, b in part]),
+            baselines=path.at([a for a, _ in part]),
+            n_steps=n,
+            internal_batch_size=None if batch is None else max(batch, len(part)),
+        )
+        out.extend(tuple(a[j : j + 1].detach() for a in attributions) for j in range(len(part)))
     return out
 
 
@@ -170,8 +175,9 @@ def pass_rows(step: Step, tokens: int = PASS_TOKENS) -> int:
     return max(1, tokens // max(1, len(step.src_ids) + len(step.prefix_ids)))
 
 
-def _adaptive(path: _Path, n_steps: int, tolerance: float, max_steps: int, batch: int | None
-              ) -> tuple[tuple[torch.Tensor, ...], int, int]:
+def _adaptive(
+    path: _Path, n_steps: int, tolerance: float, max_steps: int, batch: int | None
+) -> tuple[tuple[torch.Tensor, ...], int, int]:
     """Integrated gradients over stretches refined until the completeness gap is under ``tolerance`` (or the points
     reach ``max_steps``): ``(attributions per side, points used, gradient evaluations spent)``."""
     n = POINTS_PER_STRETCH
@@ -186,7 +192,7 @@ def _adaptive(path: _Path, n_steps: int, tolerance: float, max_steps: int, batch
         room = (max_steps - n * len(stretches)) // n  # each halving adds one stretch
         top = max(abs(v) for v in miss.values())
         worst = sorted((s for s in stretches if abs(miss[s]) >= SPLIT_SHARE * top), key=lambda s: -abs(miss[s]))
-        worst = worst[:max(1, room)]
+        worst = worst[: max(1, room)]
         mids = [(a + b) / 2 for a, b in worst]
         f.update(zip(mids, path.values(mids), strict=True))
         halves = [h for (a, b), m in zip(worst, mids, strict=True) for h in ((a, m), (m, b))]
@@ -197,9 +203,16 @@ def _adaptive(path: _Path, n_steps: int, tolerance: float, max_steps: int, batch
     return tuple(sum(parts[s][i] for s in stretches) for i in range(sides)), n * len(stretches), spent
 
 
-def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STEPS, baseline: str = "unk",
-                   internal_batch_size: int | None = None, tolerance: float | None = TOLERANCE,
-                   max_steps: int = MAX_STEPS) -> GradientReading:
+def read_gradients(
+    model: Transformer,
+    step: Step,
+    *,
+    n_steps: int = DEFAULT_STEPS,
+    baseline: str = "unk",
+    internal_batch_size: int | None = None,
+    tolerance: float | None = TOLERANCE,
+    max_steps: int = MAX_STEPS,
+) -> GradientReading:
     """Gradient × input and integrated gradients of ``log p(step.token_id)`` w.r.t. the token embeddings.
 
     Args:
@@ -248,6 +261,13 @@ def read_gradients(model: Transformer, step: Step, *, n_steps: int = DEFAULT_STE
     total = sum(float(a.detach().sum()) for a in ig)
     # relative to the change it shares out; with no change at all any attribution is a whole miss
     gap = abs(total - change) / abs(change) if change else (0.0 if total == 0 else float("inf"))
-    return GradientReading(_scores("grad_x_input", gxi, has_source),
-                           _scores("integrated_gradients", ig, has_source),
-                           log_prob, base_log_prob, gap, points, baseline, spent)
+    return GradientReading(
+        _scores("grad_x_input", gxi, has_source),
+        _scores("integrated_gradients", ig, has_source),
+        log_prob,
+        base_log_prob,
+        gap,
+        points,
+        baseline,
+        spent,
+    )

@@ -94,8 +94,13 @@ def _step(log_probs: torch.Tensor, token: int, k: int) -> LensStep:
     top_p, top_i = log_probs.exp().topk(min(k, log_probs.size(-1)), dim=-1)
     chosen = log_probs[:, token]
     ranks = (log_probs > chosen[:, None]).sum(-1) + 1
-    return LensStep(int(token), tuple(map(tuple, top_i.tolist())), tuple(map(tuple, top_p.tolist())),
-                    tuple(chosen.exp().tolist()), tuple(ranks.tolist()))
+    return LensStep(
+        int(token),
+        tuple(map(tuple, top_i.tolist())),
+        tuple(map(tuple, top_p.tolist())),
+        tuple(chosen.exp().tolist()),
+        tuple(ranks.tolist()),
+    )
 
 
 @torch.inference_mode()
@@ -114,22 +119,27 @@ def lens_of(model: Transformer, trace: Trace, start: int, generated: Sequence[in
 
 
 @torch.inference_mode()
-def _lens_of_streams(model: Transformer, streams: torch.Tensor | None, start: int, generated: Sequence[int],
-                     k: int) -> Lens:
+def _lens_of_streams(
+    model: Transformer, streams: torch.Tensor | None, start: int, generated: Sequence[int], k: int
+) -> Lens:
     """:func:`lens_of` from the decoder's streams ``[layers + 1, positions, d_model]``."""
     if streams is None or start < 1:
         raise ValueError("the lens needs a trace with the decoder's streams and a prefix")
     if start + len(generated) - 1 > streams.size(1):
-        raise ValueError(f"the trace has {streams.size(1)} decoder positions; the lens needs "
-                         f"{start + len(generated) - 1}")
+        raise ValueError(
+            f"the trace has {streams.size(1)} decoder positions; the lens needs {start + len(generated) - 1}"
+        )
     dev = model.device
-    steps = [_step(lens_log_probs(model, streams[1:, start - 1 + s].to(dev)).cpu(), int(token), k)
-             for s, token in enumerate(generated)]
+    steps = [
+        _step(lens_log_probs(model, streams[1:, start - 1 + s].to(dev)).cpu(), int(token), k)
+        for s, token in enumerate(generated)
+    ]
     return Lens(tuple(steps), final_norm_applies(model), k)
 
 
-def logit_lens(model: Transformer, src_ids: Sequence[int] | None, prefix: Sequence[int], generated: Sequence[int],
-               k: int = TOP_K) -> Lens:
+def logit_lens(
+    model: Transformer, src_ids: Sequence[int] | None, prefix: Sequence[int], generated: Sequence[int], k: int = TOP_K
+) -> Lens:
     """The logit lens of a finished decoding, step by step, read from one traced pass over the decoder inputs
     ``prefix + generated[:-1]`` that records the residual streams alone (:func:`reading.trace.streams_pair`: the
     attention modules on the fast path, nothing of them kept). The pass sees every position at once where the decoding

@@ -95,15 +95,20 @@ class LastQuery:
     def outputs(self, model: Transformer) -> StepOutputs:
         """The :class:`StepOutputs` of the step: each head's vector through its rows of ``model``'s Wᴼ (no forward
         pass)."""
+
         def through(heads: np.ndarray, modules) -> np.ndarray:
             if not heads.shape[-1]:
                 return np.zeros((len(model.decoder_layers), model.cfg.n_heads, 0))
             out = [_head_outputs(module, torch.from_numpy(heads[i].copy())) for i, module in enumerate(modules)]
             return torch.stack(out).float().cpu().numpy()
 
-        return StepOutputs(self.top_ids, self.top_probs, self.token_prob,
-                           through(self.self_heads, [layer.self_attn for layer in model.decoder_layers]),
-                           through(self.cross_heads, [layer.cross_attn for layer in model.decoder_layers]))
+        return StepOutputs(
+            self.top_ids,
+            self.top_probs,
+            self.token_prob,
+            through(self.self_heads, [layer.self_attn for layer in model.decoder_layers]),
+            through(self.cross_heads, [layer.cross_attn for layer in model.decoder_layers]),
+        )
 
 
 @torch.inference_mode()
@@ -118,12 +123,20 @@ def last_query(model: Transformer, step: Step, trace: Trace, k: int = TOP_K) -> 
         raise ValueError(f"k must be at least 1, got {k}")
     self_kind, n_layers = model.cfg.decoder_self_kind, len(model.decoder_layers)
     last = lambda kind: [trace.module(kind, i).heads[:, -1] for i in range(n_layers)]  # noqa: E731
-    cross = (torch.stack(last("cross")).numpy() if model.cfg.is_encoder_decoder
-             else np.zeros((n_layers, model.cfg.n_heads, 0)))
+    cross = (
+        torch.stack(last("cross")).numpy()
+        if model.cfg.is_encoder_decoder
+        else np.zeros((n_layers, model.cfg.n_heads, 0))
+    )
     probs = lens_log_probs(model, trace.streams["decoder"][-1, -1].to(model.device)).exp().cpu()
     top = torch.topk(probs, min(k, probs.numel()))
-    return LastQuery(tuple(int(i) for i in top.indices), tuple(float(p) for p in top.values),
-                     float(probs[step.token_id]), torch.stack(last(self_kind)).numpy(), cross)
+    return LastQuery(
+        tuple(int(i) for i in top.indices),
+        tuple(float(p) for p in top.values),
+        float(probs[step.token_id]),
+        torch.stack(last(self_kind)).numpy(),
+        cross,
+    )
 
 
 def read_outputs(model: Transformer, step: Step, k: int = TOP_K) -> StepOutputs:
@@ -179,10 +192,14 @@ def what_if(model: Transformer, step: Step, changed: Step, k: int = TOP_K, last:
             raise ValueError(f"the step's last query kept {last.k} next tokens, the what-if lists {k}")
         before = last.outputs(model)
     after = read_outputs(model, changed, k)
-    change = lambda a, b: (np.linalg.norm(a - b, axis=-1) if a.shape[-1]  # noqa: E731
-                           else np.zeros((a.shape[0], 0)))
-    return WhatIf(before, after, change(after.self_heads, before.self_heads),
-                  change(after.cross_heads, before.cross_heads))
+
+    def change(a, b):
+        """Each head's ‖Δ output‖: two ``(layers, heads, d)`` arrays → ``(layers, heads)``; none for no heads."""
+        return np.linalg.norm(a - b, axis=-1) if a.shape[-1] else np.zeros((a.shape[0], 0))
+
+    return WhatIf(
+        before, after, change(after.self_heads, before.self_heads), change(after.cross_heads, before.cross_heads)
+    )
 
 
 def masked(ids, positions, unk_id: int) -> tuple[int, ...]:

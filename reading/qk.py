@@ -101,16 +101,36 @@ def query_key(trace: Trace, kind: str, layer: int, head: int, query: int) -> Que
     q, k, v, w = m.q[head, query], m.k[head], m.v[head], m.weights[head, query]
     weighted = w[:, None] * v
     return QueryKey(
-        kind=kind, layer=layer, head=head, query=query, d_k=m.d_k, scale=m.scale, position=m.position,
-        q_raw=q_raw, k_raw=k_raw, q=q, k=k, products=q[None] * k, scores=scores, scores_unrotated=unrotated,
-        bias=bias, slope=None if m.slopes is None else float(m.slopes[head]), mask=row_mask, logits=logits,
-        weights=w, v=v, weighted=weighted, output=weighted.sum(0), query_position=int(m.q_positions[query]),
+        kind=kind,
+        layer=layer,
+        head=head,
+        query=query,
+        d_k=m.d_k,
+        scale=m.scale,
+        position=m.position,
+        q_raw=q_raw,
+        k_raw=k_raw,
+        q=q,
+        k=k,
+        products=q[None] * k,
+        scores=scores,
+        scores_unrotated=unrotated,
+        bias=bias,
+        slope=None if m.slopes is None else float(m.slopes[head]),
+        mask=row_mask,
+        logits=logits,
+        weights=w,
+        v=v,
+        weighted=weighted,
+        output=weighted.sum(0),
+        query_position=int(m.q_positions[query]),
         key_positions=m.k_positions,
     )
 
 
-def inspect_query(model: Transformer, src_ids: list[int] | None, tgt_ids: list[int], kind: str, layer: int,
-                  head: int, query: int) -> QueryKey:
+def inspect_query(
+    model: Transformer, src_ids: list[int] | None, tgt_ids: list[int], kind: str, layer: int, head: int, query: int
+) -> QueryKey:
     """:func:`query_key` for ``src_ids`` / ``tgt_ids`` in one call (one traced pass; a page that shows many
     queries of one sentence keeps the trace and calls :func:`query_key` instead).
 

@@ -76,8 +76,13 @@ class Step:
         return src, torch.tensor([self.prefix_ids], device=dev)
 
 
-def token_log_probs(model: Transformer, src: torch.Tensor | None, prefix: torch.Tensor, token_id: int,
-                    embeddings: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+def token_log_probs(
+    model: Transformer,
+    src: torch.Tensor | None,
+    prefix: torch.Tensor,
+    token_id: int,
+    embeddings: tuple[torch.Tensor, ...] | None = None,
+) -> torch.Tensor:
     """``log p(token_id | src, prefix)`` after the last prefix position, ``[batch]`` (natural log; float32, or
     float64 for a float64 model).
 

@@ -185,18 +185,35 @@ def module_trace(model: Transformer, kind: str, layer: int, rec: AttentionRecord
     """A recorded pass of one module (batch row 0, no KV cache) as a :class:`ModuleTrace`."""
     module = attention_module(model, kind, layer)
     q_len, k_len = rec.q.size(2), rec.k.size(2)
-    mask = torch.ones(q_len, k_len, dtype=torch.bool) if rec.mask is None else rec.mask.expand(
-        1, 1, q_len, k_len)[0, 0].cpu()
+    mask = (
+        torch.ones(q_len, k_len, dtype=torch.bool)
+        if rec.mask is None
+        else rec.mask.expand(1, 1, q_len, k_len)[0, 0].cpu()
+    )
     q_pos = torch.arange(q_len) if rec.positions is None else rec.positions.cpu()
     k_pos = q_pos if kind != "cross" else torch.arange(k_len)
     q, k = rec.q[0].float(), rec.k[0].float()
     return ModuleTrace(
-        kind=kind, layer=layer, position=module.position, x_q=_cpu(rec.x_q[0]),
-        x_kv=_cpu((rec.x_q if rec.x_kv is None else rec.x_kv)[0]), mask=mask, q_positions=q_pos, k_positions=k_pos,
-        q_raw=_cpu(rec.q_raw[0]), k_raw=_cpu(rec.k_raw[0]), q=_cpu(q), k=_cpu(k), v=_cpu(rec.v[0]),
-        scores=_cpu(q @ k.transpose(-2, -1) / math.sqrt(module.d_k)), bias=_cpu(rec.bias),
-        slopes=_cpu(module.slopes) if module.position == "alibi" else None, weights=_cpu(rec.weights[0]),
-        heads=_cpu(rec.heads[0]), output=_cpu(rec.output[0]))
+        kind=kind,
+        layer=layer,
+        position=module.position,
+        x_q=_cpu(rec.x_q[0]),
+        x_kv=_cpu((rec.x_q if rec.x_kv is None else rec.x_kv)[0]),
+        mask=mask,
+        q_positions=q_pos,
+        k_positions=k_pos,
+        q_raw=_cpu(rec.q_raw[0]),
+        k_raw=_cpu(rec.k_raw[0]),
+        q=_cpu(q),
+        k=_cpu(k),
+        v=_cpu(rec.v[0]),
+        scores=_cpu(q @ k.transpose(-2, -1) / math.sqrt(module.d_k)),
+        bias=_cpu(rec.bias),
+        slopes=_cpu(module.slopes) if module.position == "alibi" else None,
+        weights=_cpu(rec.weights[0]),
+        heads=_cpu(rec.heads[0]),
+        output=_cpu(rec.output[0]),
+    )
 
 
 @torch.inference_mode()
@@ -268,5 +285,6 @@ def streams_pair(model: Transformer, src_ids: list[int] | None, tgt_ids: list[in
         model.decode(tgt, memory, model.src_mask(src), recorder=recorder)
     else:
         model.decode(tgt, recorder=recorder)
-    return MappingProxyType({side: torch.stack([x[0] for x in xs]).float().cpu()
-                             for side, xs in recorder.streams.items()})
+    return MappingProxyType(
+        {side: torch.stack([x[0] for x in xs]).float().cpu() for side, xs in recorder.streams.items()}
+    )

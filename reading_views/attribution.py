@@ -29,20 +29,28 @@ from ui.page_state import DECODING, TRANSLATE, Field
 #: (1-based, or ``mean``) and integrated gradients' points.
 PARAM, METHOD, LAYER, HEAD, STEPS = "attr", "attr_method", "attr_layer", "attr_head", "attr_steps"
 LABEL = "Attention vs attribution"
-HELP = ("For the step on screen: how much each source and prefix piece counts, by raw attention, by attention times "
-        "the size of what it moves (‖α·f(x)‖), by gradient × input and by integrated gradients, on one scale; and "
-        "which of them the model bears out when the pieces are masked.")
+HELP = (
+    "For the step on screen: how much each source and prefix piece counts, by raw attention, by attention times "
+    "the size of what it moves (‖α·f(x)‖), by gradient × input and by integrated gradients, on one scale; and "
+    "which of them the model bears out when the pieces are masked."
+)
 #: How the page names each method (the rows of the grid).
-NAMES = {"attention": "attention α", "value_norm": "‖α·f(x)‖", "grad_x_input": "gradient × input",
-         "integrated_gradients": "integrated gradients"}
+NAMES = {
+    "attention": "attention α",
+    "value_norm": "‖α·f(x)‖",
+    "grad_x_input": "gradient × input",
+    "integrated_gradients": "integrated gradients",
+}
 DEFAULT_METHOD = "integrated_gradients"
 #: Integration points offered: the default, and more where the gap is large (each costs proportionally more).
 STEP_CHOICES = (24, 64, 128)
-FAITHFUL_NOTE = ("**Faithfulness** (ERASER, DeYoung et al. 2020): mask with `<unk>` the source pieces a method ranks "
-                 "highest (its top 10 %, 20 %, 50 %). *Comprehensiveness* is how much p(token) drops when they are "
-                 "masked (higher: the method found what the prediction needed); *sufficiency* how much it drops when "
-                 "only they are left (lower: they suffice). Each is averaged over the three sizes (AOPC), beside "
-                 "random rankings. How each method and measure is computed: docs/attribution.md.")
+FAITHFUL_NOTE = (
+    "**Faithfulness** (ERASER, DeYoung et al. 2020): mask with `<unk>` the source pieces a method ranks "
+    "highest (its top 10 %, 20 %, 50 %). *Comprehensiveness* is how much p(token) drops when they are "
+    "masked (higher: the method found what the prediction needed); *sufficiency* how much it drops when "
+    "only they are left (lower: they suffice). Each is averaged over the three sizes (AOPC), beside "
+    "random rankings. How each method and measure is computed: docs/attribution.md."
+)
 
 
 class Keys(NamedTuple):
@@ -61,12 +69,28 @@ class Keys(NamedTuple):
     word: str
     replacement: str
 
-
     @classmethod
     def of(cls, attr: Field) -> "Keys":
         """The keys a page's declared family (``TRANSLATE.attr``: ``tr_attr``, ``tr_attr_method``, …) derives."""
-        return cls(attr.key, *(attr.sub(name) for name in ("method", "layer", "head", "steps", "line", "line_button",
-                                                          "export", "svg", "whatif", "word", "with")))
+        return cls(
+            attr.key,
+            *(
+                attr.sub(name)
+                for name in (
+                    "method",
+                    "layer",
+                    "head",
+                    "steps",
+                    "line",
+                    "line_button",
+                    "export",
+                    "svg",
+                    "whatif",
+                    "word",
+                    "with",
+                )
+            ),
+        )
 
 
 TRANSLATE_KEYS = Keys.of(TRANSLATE.attr)
@@ -81,8 +105,11 @@ def _index(choice: int | str) -> int | None:
 def _settings(keys: Keys) -> tuple[int, int | None, int | None]:
     """``(n_steps, layer, head)`` as this session last chose them (the defaults before the controls are drawn)."""
     state = st.session_state
-    return (int(state.get(keys.steps, STEP_CHOICES[0])), _index(state.get(keys.layer, "mean")),
-            _index(state.get(keys.head, "mean")))
+    return (
+        int(state.get(keys.steps, STEP_CHOICES[0])),
+        _index(state.get(keys.layer, "mean")),
+        _index(state.get(keys.head, "mean")),
+    )
 
 
 def controls(ckpt: Checkpoint, keys: Keys) -> tuple[str, int | None, int | None, int]:
@@ -91,24 +118,51 @@ def controls(ckpt: Checkpoint, keys: Keys) -> tuple[str, int | None, int | None,
     cfg = ckpt.config
     n_layers, n_heads = cfg.n_decoder_layers, cfg.n_heads
     url.init_widget(keys.method, lambda p: url.choice_param(p, METHOD, METHODS, DEFAULT_METHOD, what="method"))
-    url.init_widget(keys.layer, lambda p: url.head_param(p, LAYER, n_layers, "mean", ("mean",), what="layer"),
-                    valid=lambda v: v == "mean" or v in range(n_layers))
-    url.init_widget(keys.head, lambda p: url.head_param(p, HEAD, n_heads, "mean", ("mean",), what="head"),
-                    valid=lambda v: v == "mean" or v in range(n_heads))
-    url.init_widget(keys.steps, lambda p: url.choice_param(p, STEPS, {str(s): s for s in STEP_CHOICES},
-                                                               STEP_CHOICES[0], what="integration points"))
+    url.init_widget(
+        keys.layer,
+        lambda p: url.head_param(p, LAYER, n_layers, "mean", ("mean",), what="layer"),
+        valid=lambda v: v == "mean" or v in range(n_layers),
+    )
+    url.init_widget(
+        keys.head,
+        lambda p: url.head_param(p, HEAD, n_heads, "mean", ("mean",), what="head"),
+        valid=lambda v: v == "mean" or v in range(n_heads),
+    )
+    url.init_widget(
+        keys.steps,
+        lambda p: url.choice_param(
+            p, STEPS, {str(s): s for s in STEP_CHOICES}, STEP_CHOICES[0], what="integration points"
+        ),
+    )
     c1, c2 = st.columns(2)
-    method = c1.selectbox("Method followed", METHODS, key=keys.method, format_func=NAMES.__getitem__,
-                          help="Its row is marked, and the what-if starts from the source word it ranks highest.")
-    n_steps = c2.selectbox("IG points", STEP_CHOICES, key=keys.steps,
-                           help="Integration points integrated gradients start with, placed where log p changes "
-                                "most; the stretches that miss are halved until the scores sum to within 1 % of "
-                                "the change (at most 256 points). More to start with: steadier, slower.")
+    method = c1.selectbox(
+        "Method followed",
+        METHODS,
+        key=keys.method,
+        format_func=NAMES.__getitem__,
+        help="Its row is marked, and the what-if starts from the source word it ranks highest.",
+    )
+    n_steps = c2.selectbox(
+        "IG points",
+        STEP_CHOICES,
+        key=keys.steps,
+        help="Integration points integrated gradients start with, placed where log p changes "
+        "most; the stretches that miss are halved until the scores sum to within 1 % of "
+        "the change (at most 256 points). More to start with: steadier, slower.",
+    )
     c3, c4 = st.columns(2)
-    layer = c3.selectbox("Attention layer", ["mean"] + list(range(n_layers)), key=keys.layer,
-                         format_func=lambda v: "mean over layers" if v == "mean" else f"layer {v + 1}")
-    head = c4.selectbox("Attention head", ["mean"] + list(range(n_heads)), key=keys.head,
-                        format_func=lambda v: "mean / all heads" if v == "mean" else f"head {v + 1}")
+    layer = c3.selectbox(
+        "Attention layer",
+        ["mean"] + list(range(n_layers)),
+        key=keys.layer,
+        format_func=lambda v: "mean over layers" if v == "mean" else f"layer {v + 1}",
+    )
+    head = c4.selectbox(
+        "Attention head",
+        ["mean"] + list(range(n_heads)),
+        key=keys.head,
+        format_func=lambda v: "mean / all heads" if v == "mean" else f"head {v + 1}",
+    )
     url.put(METHOD, method, DEFAULT_METHOD)
     url.put(LAYER, url.format_head(layer), "mean")
     url.put(HEAD, url.format_head(head), "mean")
@@ -140,11 +194,13 @@ def gap_line(reading: StepAttribution) -> str:
     g = reading.gradients
     total = float(g.integrated_gradients.source.sum() + g.integrated_gradients.prefix.sum())
     gap = "∞" if not np.isfinite(g.completeness_gap) else f"{g.completeness_gap:.1%}"
-    advice = (f" The {MAX_STEPS}-point limit stopped the refinement." if g.completeness_gap > TOLERANCE else "")
-    return (f"Integrated gradients ({g.n_steps} points, adaptive, `<{g.baseline}>` baseline): the scores sum to "
-            f"{total:+.2f} "
-            f"nats, log p(token) − log p(baseline) = {g.log_prob - g.baseline_log_prob:+.2f}; completeness gap "
-            f"**{gap}**.{advice}")
+    advice = f" The {MAX_STEPS}-point limit stopped the refinement." if g.completeness_gap > TOLERANCE else ""
+    return (
+        f"Integrated gradients ({g.n_steps} points, adaptive, `<{g.baseline}>` baseline): the scores sum to "
+        f"{total:+.2f} "
+        f"nats, log p(token) − log p(baseline) = {g.log_prob - g.baseline_log_prob:+.2f}; completeness gap "
+        f"**{gap}**.{advice}"
+    )
 
 
 def faithfulness_rows(faith: Faithfulness) -> list[dict]:
@@ -154,8 +210,9 @@ def faithfulness_rows(faith: Faithfulness) -> list[dict]:
     for m in list(METHODS) + ["random"]:
         comp, suff = faith.aopc("comprehensiveness", m), faith.aopc("sufficiency", m)
         beats = "" if m == "random" or floor is None else ("yes" if comp > floor else "no")
-        rows.append({"method": NAMES.get(m, m), "comprehensiveness ↑": comp, "sufficiency ↓": suff,
-                     "comp. > random": beats})
+        rows.append(
+            {"method": NAMES.get(m, m), "comprehensiveness ↑": comp, "sufficiency ↓": suff, "comp. > random": beats}
+        )
     return rows
 
 
@@ -163,8 +220,10 @@ def share_line(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, ste
     """The source's share at steps 1 … ``step`` as a line (each step's attribution shared, so a step already seen
     costs nothing)."""
     tok = ckpt.tokenizer
-    shares = [shared_attribution(ckpt, step_inputs(ckpt, src_ids, decoding, t), n_steps).source_share
-              for t in range(1, step + 1)]
+    shares = [
+        shared_attribution(ckpt, step_inputs(ckpt, src_ids, decoding, t), n_steps).source_share
+        for t in range(1, step + 1)
+    ]
     labels = [f"{t} {pieces.of_id(tok, decoding.generated[t - 1])}" for t in range(1, step + 1)]
     return share_line_svg(labels, shares, title="Source share at every step so far", large=presentation.is_on())
 
@@ -182,24 +241,40 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         return
     src_shares, pre, negative = share_matrices(reading, layer, head)
     title = f"Step {step}: what “{pieces.of_id(tok, inputs.token_id)}” owes each piece"
-    grid = ([NAMES[m] for m in METHODS], pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder else [], src_shares,
-            pieces.of_ids(tok, inputs.prefix), pre, negative)
-    st.markdown(attribution_html(*grid, current=METHODS.index(method), title=title, large=presentation.is_on()),
-                unsafe_allow_html=True)
-    st.caption(f"Attention rows: {scope_text(layer, head)}. Shares are |score| over each side's total; the gradient "
-               "methods explain log p(token), the attention ones say where one sub-layer looked.")
+    grid = (
+        [NAMES[m] for m in METHODS],
+        pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder else [],
+        src_shares,
+        pieces.of_ids(tok, inputs.prefix),
+        pre,
+        negative,
+    )
+    st.markdown(
+        attribution_html(*grid, current=METHODS.index(method), title=title, large=presentation.is_on()),
+        unsafe_allow_html=True,
+    )
+    st.caption(
+        f"Attention rows: {scope_text(layer, head)}. Shares are |score| over each side's total; the gradient "
+        "methods explain log p(token), the attention ones say where one sub-layer looked."
+    )
     if cfg.is_encoder_decoder:
-        st.markdown(f"**Source vs prefix:** {reading.source_share:.0%} of this prediction comes from the English "
-                    f"source, {1 - reading.source_share:.0%} from the German written so far (integrated gradients, "
-                    "Σ|score| per side).")
+        st.markdown(
+            f"**Source vs prefix:** {reading.source_share:.0%} of this prediction comes from the English "
+            f"source, {1 - reading.source_share:.0%} from the German written so far (integrated gradients, "
+            "Σ|score| per side)."
+        )
     else:
-        st.markdown("**No source:** a decoder-only model predicts from its prefix alone (the prompt and what it "
-                    "wrote).")
+        st.markdown(
+            "**No source:** a decoder-only model predicts from its prefix alone (the prompt and what it wrote)."
+        )
     st.caption(gap_line(reading))
     if cfg.is_encoder_decoder:
         if st.session_state.get(keys.line) or st.button(
-                "Source share at every step so far", key=keys.line_button, icon=":material/show_chart:",
-                help="One integrated-gradients run per step not yet seen."):
+            "Source share at every step so far",
+            key=keys.line_button,
+            icon=":material/show_chart:",
+            help="One integrated-gradients run per step not yet seen.",
+        ):
             st.session_state[keys.line] = True
             st.markdown(share_line(ckpt, src.ids, decoding, step, n_steps), unsafe_allow_html=True)
     try:
@@ -208,20 +283,35 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         faith = None
         st.info(f"No faithfulness for this step: {exc}.")
     if faith is not None:
-        widgets.show_table(faithfulness_rows(faith), wrap=True,
-                           formats={"comprehensiveness ↑": "{:.3f}", "sufficiency ↓": "{:.3f}"})
-        st.caption(FAITHFUL_NOTE + f" Here k = {', '.join(map(str, faith.counts))} piece(s); p(token) = "
-                   f"{faith.probability:.3f}.")
+        widgets.show_table(
+            faithfulness_rows(faith), wrap=True, formats={"comprehensiveness ↑": "{:.3f}", "sufficiency ↓": "{:.3f}"}
+        )
+        st.caption(
+            FAITHFUL_NOTE + f" Here k = {', '.join(map(str, faith.counts))} piece(s); p(token) = "
+            f"{faith.probability:.3f}."
+        )
     npz, svg = st.columns(2)
-    npz.download_button("Download the scores (.npz)", data=lambda: attribution_npz(ckpt, reading, faith, layer, head),
-                        file_name=f"attribution-step{step}.npz", mime="application/octet-stream",
-                        key=keys.export, on_click="ignore", icon=":material/download:",
-                        help="Every method's signed scores and shares, every layer's and head's attention, the "
-                             "completeness check and the faithfulness; load with numpy.load.")
+    npz.download_button(
+        "Download the scores (.npz)",
+        data=lambda: attribution_npz(ckpt, reading, faith, layer, head),
+        file_name=f"attribution-step{step}.npz",
+        mime="application/octet-stream",
+        key=keys.export,
+        on_click="ignore",
+        icon=":material/download:",
+        help="Every method's signed scores and shares, every layer's and head's attention, the "
+        "completeness check and the faithfulness; load with numpy.load.",
+    )
     svg.download_button(  # the view draws no chart whose camera button would save a picture
-        "Download the grid (.svg)", data=lambda: attribution_svg(*grid, title=title),
-        file_name=f"attribution-step{step}.svg", mime="image/svg+xml", key=keys.svg, on_click="ignore",
-        icon=":material/download:", help="The methods × pieces grid above as an SVG picture.")
+        "Download the grid (.svg)",
+        data=lambda: attribution_svg(*grid, title=title),
+        file_name=f"attribution-step{step}.svg",
+        mime="image/svg+xml",
+        key=keys.svg,
+        on_click="ignore",
+        icon=":material/download:",
+        help="The methods × pieces grid above as an SVG picture.",
+    )
     whatif_view.section(ckpt, src, inputs, reading.scores(method, layer, head), keys, reading)
     # Last, once this visitor's own computations are done: a prefetch that took the free slot a moment before their
     # faithfulness or what-if asked for it would make them wait for a whole later step's attribution

@@ -26,15 +26,18 @@ from viz.lens import lens_figure, lens_table_html, lens_table_svg
 #: The link's parameter: ``?lens=1`` opens the lens on both pages.
 PARAM = "lens"
 LABEL = "Logit lens"
-HELP = ("What each decoder layer would predict if the model stopped there: its residual stream read out by the "
-        "model's own output layer. Shows when the answer forms.")
+HELP = (
+    "What each decoder layer would predict if the model stopped there: its residual stream read out by the "
+    "model's own output layer. Shows when the answer forms."
+)
 
 
 def shared_lens(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding) -> Lens:
     """The lens of ``decoding`` (of ``src_ids``), computed once per checkpoint version and tokens, shared."""
     key = ("lens", *checkpoint_version(ckpt), tuple(src_ids), decoding.prefix, decoding.generated)
-    return heavy.shared(key, lambda: logit_lens(ckpt.model, list(src_ids), decoding.prefix, decoding.generated),
-                        "the logit lens")
+    return heavy.shared(
+        key, lambda: logit_lens(ckpt.model, list(src_ids), decoding.prefix, decoding.generated), "the logit lens"
+    )
 
 
 def toggle(lens: Field) -> bool:
@@ -49,14 +52,21 @@ def toggle(lens: Field) -> bool:
 def readout_line(ckpt: Checkpoint, lens: Lens) -> str:
     """What the lens does to a layer's stream for this model, in one sentence (pre-LN or post-LN)."""
     cfg = ckpt.config
-    projection = ("the output projection (the tied token embeddings" if cfg.tie_embeddings
-                  else "the output projection (the LM head") + (" plus its bias)" if cfg.logits_bias else ")")
+    projection = (
+        "the output projection (the tied token embeddings"
+        if cfg.tie_embeddings
+        else "the output projection (the LM head"
+    ) + (" plus its bias)" if cfg.logits_bias else ")")
     if lens.final_norm:
-        how = (f"Pre-LN model: each layer's residual stream goes through the model's final LayerNorm, then "
-               f"{projection}, then softmax.")
+        how = (
+            f"Pre-LN model: each layer's residual stream goes through the model's final LayerNorm, then "
+            f"{projection}, then softmax."
+        )
     else:
-        how = (f"Post-LN model: every layer ends with its own LayerNorm, so its output is already normalised; the lens "
-               f"applies only {projection}, then softmax.")
+        how = (
+            f"Post-LN model: every layer ends with its own LayerNorm, so its output is already normalised; the lens "
+            f"applies only {projection}, then softmax."
+        )
     return how + " At the last layer this is the model's own distribution."
 
 
@@ -71,11 +81,17 @@ def _step_view(ckpt: Checkpoint, lens_step: LensStep, step: int, draw, **options
     tok = ckpt.tokenizer
     n_layers = len(lens_step.chosen_probs)
     return draw(
-        [str(i + 1) for i in range(n_layers)], [pieces.of_ids(tok, row) for row in lens_step.top_ids],
-        lens_step.top_probs, [row.index(lens_step.token_id) if lens_step.token_id in row else None
-                              for row in lens_step.top_ids],
-        lens_step.chosen_probs, lens_step.chosen_ranks, pieces.of_id(tok, lens_step.token_id),
-        lens_step.first_top_layer, title=f"Step {step}: what each decoder layer would predict", **options)
+        [str(i + 1) for i in range(n_layers)],
+        [pieces.of_ids(tok, row) for row in lens_step.top_ids],
+        lens_step.top_probs,
+        [row.index(lens_step.token_id) if lens_step.token_id in row else None for row in lens_step.top_ids],
+        lens_step.chosen_probs,
+        lens_step.chosen_ranks,
+        pieces.of_id(tok, lens_step.token_id),
+        lens_step.first_top_layer,
+        title=f"Step {step}: what each decoder layer would predict",
+        **options,
+    )
 
 
 def step_html(ckpt: Checkpoint, lens_step: LensStep, step: int) -> str:
@@ -112,10 +128,16 @@ def lens_npz(ckpt: Checkpoint, lens: Lens) -> bytes:
 def download(ckpt: Checkpoint, lens: Lens, key: str, where=None) -> None:
     """The lens of every step as ``.npz``, made when asked for (not at every click)."""
     (where or st).download_button(
-        "Download the lens (.npz)", data=lambda: lens_npz(ckpt, lens), file_name="logit-lens.npz",
-        mime="application/octet-stream", key=key, on_click="ignore", icon=":material/download:",
+        "Download the lens (.npz)",
+        data=lambda: lens_npz(ckpt, lens),
+        file_name="logit-lens.npz",
+        mime="application/octet-stream",
+        key=key,
+        on_click="ignore",
+        icon=":material/download:",
         help="Every step: each layer's top pieces (ids, probabilities) and the probability and rank of the token "
-             "taken; load with numpy.load.")
+        "taken; load with numpy.load.",
+    )
 
 
 @st.fragment
@@ -132,9 +154,15 @@ def translate_lens(ckpt: Checkpoint, src_ids: Sequence[int], run: Decoding, step
     npz, svg = st.columns(2)
     download(ckpt, lens, TRANSLATE.lens.sub("export"), npz)
     svg.download_button(  # the page draws no chart whose camera button would save a picture
-        "Download this step (.svg)", data=lambda: step_svg(ckpt, lens.steps[step - 1], step),
-        file_name=f"logit-lens-step{step}.svg", mime="image/svg+xml", key=TRANSLATE.lens.sub("svg"), on_click="ignore",
-        icon=":material/download:", help="The table above as an SVG picture.")
+        "Download this step (.svg)",
+        data=lambda: step_svg(ckpt, lens.steps[step - 1], step),
+        file_name=f"logit-lens-step{step}.svg",
+        mime="image/svg+xml",
+        key=TRANSLATE.lens.sub("svg"),
+        on_click="ignore",
+        icon=":material/download:",
+        help="The table above as an SVG picture.",
+    )
 
 
 def lab_lens(ckpt: Checkpoint, src_ids: Sequence[int], full: Decoding, step: int) -> None:
@@ -151,9 +179,12 @@ def lab_lens(ckpt: Checkpoint, src_ids: Sequence[int], full: Decoding, step: int
     download(ckpt, lens, DECODING.lens.sub("export"), notes)
     so_far = lens.steps[:step]
     widgets.show_figure(
-        lens_figure(np.array([s.chosen_probs for s in so_far]).T,
-                    [[pieces.of_id(tok, s.top_ids[layer][0]) for s in so_far] for layer in range(lens.n_layers)],
-                    [f"{i + 1} {pieces.of_id(tok, s.token_id)}" for i, s in enumerate(so_far)],
-                    layer_labels(lens.n_layers),
-                    title="Every step so far: p(token taken) at each layer; text = the layer's top guess"),
-        key="dl_chart_lens_map")
+        lens_figure(
+            np.array([s.chosen_probs for s in so_far]).T,
+            [[pieces.of_id(tok, s.top_ids[layer][0]) for s in so_far] for layer in range(lens.n_layers)],
+            [f"{i + 1} {pieces.of_id(tok, s.token_id)}" for i, s in enumerate(so_far)],
+            layer_labels(lens.n_layers),
+            title="Every step so far: p(token taken) at each layer; text = the layer's top guess",
+        ),
+        key="dl_chart_lens_map",
+    )

@@ -39,7 +39,7 @@ class StepInputs(NamedTuple):
 def step_inputs(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int) -> StepInputs:
     """Step ``step`` (1-based) of ``decoding``: its source, the decoder's inputs so far and the token taken."""
     src = tuple(src_ids) if ckpt.config.is_encoder_decoder else ()
-    return StepInputs(src, decoding.tokens[:len(decoding.prefix) + step - 1], decoding.generated[step - 1])
+    return StepInputs(src, decoding.tokens[: len(decoding.prefix) + step - 1], decoding.generated[step - 1])
 
 
 def attribution_key(version: tuple, inputs: StepInputs, n_steps: int) -> tuple:
@@ -55,8 +55,15 @@ def faithfulness_key(version: tuple, inputs: StepInputs, n_steps: int, layer: in
 def _attribute(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> StepAttribution:
     # a long sentence's points in passes of a bounded size: all at once, one step's reading took 683 MB while it ran
     rows = pass_rows(Step(tuple(inputs.src_ids or ()), tuple(inputs.prefix), inputs.token_id))
-    return attribute_step(ckpt.model, inputs.src_ids or None, inputs.prefix, inputs.token_id, n_steps=n_steps,
-                          baseline=BASELINE, internal_batch_size=rows)
+    return attribute_step(
+        ckpt.model,
+        inputs.src_ids or None,
+        inputs.prefix,
+        inputs.token_id,
+        n_steps=n_steps,
+        baseline=BASELINE,
+        internal_batch_size=rows,
+    )
 
 
 def _faithfulness(ckpt: Checkpoint, reading: StepAttribution, layer: int | None, head: int | None) -> Faithfulness:
@@ -69,26 +76,41 @@ def shared_attribution(ckpt: Checkpoint, inputs: StepInputs, n_steps: int) -> St
     Raises:
         ValueError: the step does not fit the model (:func:`reading.attribution.attribute_step`).
     """
-    return heavy.shared(attribution_key(checkpoint_version(ckpt), inputs, n_steps),
-                        lambda: _attribute(ckpt, inputs, n_steps), "the attribution of this step")
+    return heavy.shared(
+        attribution_key(checkpoint_version(ckpt), inputs, n_steps),
+        lambda: _attribute(ckpt, inputs, n_steps),
+        "the attribution of this step",
+    )
 
 
-def shared_faithfulness(ckpt: Checkpoint, inputs: StepInputs, n_steps: int, reading: StepAttribution,
-                        layer: int | None, head: int | None) -> Faithfulness:
+def shared_faithfulness(
+    ckpt: Checkpoint, inputs: StepInputs, n_steps: int, reading: StepAttribution, layer: int | None, head: int | None
+) -> Faithfulness:
     """Comprehensiveness and sufficiency of every method's ranking (the attention methods at ``layer`` / ``head``),
     shared. Raises ``ValueError`` when no piece may be masked (a source that is only ``<eos>``)."""
-    return heavy.shared(faithfulness_key(checkpoint_version(ckpt), inputs, n_steps, layer, head),
-                        lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of each method")
+    return heavy.shared(
+        faithfulness_key(checkpoint_version(ckpt), inputs, n_steps, layer, head),
+        lambda: _faithfulness(ckpt, reading, layer, head),
+        "the faithfulness of each method",
+    )
 
 
-def prefetch_after(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int, n_steps: int,
-                   layer: int | None, head: int | None) -> bool:
+def prefetch_after(
+    ckpt: Checkpoint,
+    src_ids: Sequence[int],
+    decoding: Decoding,
+    step: int,
+    n_steps: int,
+    layer: int | None,
+    head: int | None,
+) -> bool:
     """Ask the prefetcher (:data:`serving.prefetch.PREFETCH`) for the attribution and the faithfulness (at ``layer`` /
     ``head``) of the :data:`AHEAD` steps after ``step`` (0: the first ones) of ``decoding``, computed in the
     background at the gate's lowest priority. Returns whether a job was queued (none after the last step, or with
     prefetch off). A step that cannot be attributed is left to the visitor's own request, which says why."""
-    later = [step_inputs(ckpt, src_ids, decoding, t)
-             for t in range(step + 1, min(step + AHEAD, len(decoding.generated)) + 1)]
+    later = [
+        step_inputs(ckpt, src_ids, decoding, t) for t in range(step + 1, min(step + AHEAD, len(decoding.generated)) + 1)
+    ]
     if not later:
         return False
     version = checkpoint_version(ckpt)  # stats the folder's files: here, in the visitor's run, not in the worker
@@ -96,10 +118,14 @@ def prefetch_after(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding,
     def attribution(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
         def task(gate: heavy.Gate) -> None:
             try:
-                gate.prefetch(attribution_key(version, inputs, n_steps), lambda: _attribute(ckpt, inputs, n_steps),
-                              "the attribution of a later step")
+                gate.prefetch(
+                    attribution_key(version, inputs, n_steps),
+                    lambda: _attribute(ckpt, inputs, n_steps),
+                    "the attribution of a later step",
+                )
             except ValueError:  # a step the view cannot read (it says why when a visitor opens it)
                 pass
+
         return task
 
     def faithful(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
@@ -107,12 +133,17 @@ def prefetch_after(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding,
             reading = gate.lookup(attribution_key(version, inputs, n_steps))
             if isinstance(reading, StepAttribution):  # else a visitor is computing it now: theirs to finish
                 try:
-                    gate.prefetch(faithfulness_key(version, inputs, n_steps, layer, head),
-                                  lambda: _faithfulness(ckpt, reading, layer, head), "the faithfulness of a later step")
+                    gate.prefetch(
+                        faithfulness_key(version, inputs, n_steps, layer, head),
+                        lambda: _faithfulness(ckpt, reading, layer, head),
+                        "the faithfulness of a later step",
+                    )
                 except ValueError:  # no piece to mask: the view says so when a visitor opens the step
                     pass
+
         return task
 
     tasks = [make(inputs) for inputs in later for make in (attribution, faithful)]
-    return prefetch.PREFETCH.ask(("attr", *version, later[0], n_steps, layer, head), tasks,
-                                 alive=prefetch.session_alive())
+    return prefetch.PREFETCH.ask(
+        ("attr", *version, later[0], n_steps, layer, head), tasks, alive=prefetch.session_alive()
+    )

@@ -79,7 +79,7 @@ def changed_source(ckpt: Checkpoint, src, word: Word, replacement: str) -> tuple
     cfg = ckpt.config
     if not replacement.strip():
         return masked(src.ids, word.positions, cfg.unk_id)
-    text = src.text[:word.span[0]] + replacement.strip() + src.text[word.span[1]:]
+    text = src.text[: word.span[0]] + replacement.strip() + src.text[word.span[1] :]
     return tuple(prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id).ids)
 
 
@@ -88,11 +88,12 @@ def steps(ckpt: Checkpoint, src, inputs, new_src: tuple[int, ...]) -> tuple[Step
     (the tokens it wrote after the prompt kept)."""
     cfg = ckpt.config
     if cfg.is_encoder_decoder:
-        return (Step(inputs.src_ids, inputs.prefix, inputs.token_id),
-                Step(new_src, inputs.prefix, inputs.token_id))
-    written = inputs.prefix[len(lm_prompt(cfg, list(src.ids))):]
-    return (Step((), inputs.prefix, inputs.token_id),
-            Step((), tuple(lm_prompt(cfg, list(new_src))) + tuple(written), inputs.token_id))
+        return (Step(inputs.src_ids, inputs.prefix, inputs.token_id), Step(new_src, inputs.prefix, inputs.token_id))
+    written = inputs.prefix[len(lm_prompt(cfg, list(src.ids))) :]
+    return (
+        Step((), inputs.prefix, inputs.token_id),
+        Step((), tuple(lm_prompt(cfg, list(new_src))) + tuple(written), inputs.token_id),
+    )
 
 
 def shared_what_if(ckpt: Checkpoint, before: Step, after: Step, last: LastQuery | None = None) -> WhatIf:
@@ -107,8 +108,16 @@ def top_rows(ckpt: Checkpoint, result: WhatIf) -> list[dict]:
     """Rank by rank: the ten next tokens as they are and with the change."""
     tok = ckpt.tokenizer
     b, a = result.before, result.after
-    return [{"#": i + 1, "as it is": pieces.of_id(tok, b.top_ids[i]), "p": b.top_probs[i],
-             "what if": pieces.of_id(tok, a.top_ids[i]), "p ": a.top_probs[i]} for i in range(len(b.top_ids))]
+    return [
+        {
+            "#": i + 1,
+            "as it is": pieces.of_id(tok, b.top_ids[i]),
+            "p": b.top_probs[i],
+            "what if": pieces.of_id(tok, a.top_ids[i]),
+            "p ": a.top_probs[i],
+        }
+        for i in range(len(b.top_ids))
+    ]
 
 
 def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys, reading: StepAttribution | None = None) -> None:
@@ -118,9 +127,12 @@ def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys, reading: S
     what-if reuses). The link carries all three: ``?whatif=1&whatif_word=N&whatif_with=…``."""
     cfg, tok = ckpt.config, ckpt.tokenizer
     url.init_widget(keys.whatif, lambda p: url.bool_param(p, PARAM, False, what="what if"))
-    on = st.toggle("What if… (replace or mask a word)", key=keys.whatif,
-                   help="Change one word of the input and see how this step's next tokens and every head's output "
-                        "change: activation patching in its simplest form.")
+    on = st.toggle(
+        "What if… (replace or mask a word)",
+        key=keys.whatif,
+        help="Change one word of the input and see how this step's next tokens and every head's output "
+        "change: activation patching in its simplest form.",
+    )
     url.put(PARAM, on, False)
     if not on:
         forget_link()
@@ -130,14 +142,17 @@ def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys, reading: S
         st.info("The input has no word to change.")
         return
     first = top_word(found, scores, not cfg.is_encoder_decoder)
-    url.init_widget(keys.word, lambda p: url.index_param(p, WORD, len(found), first, what="word"),
-                    valid=lambda v: v in range(len(found)))
+    url.init_widget(
+        keys.word,
+        lambda p: url.index_param(p, WORD, len(found), first, what="word"),
+        valid=lambda v: v in range(len(found)),
+    )
     url.init_widget(keys.replacement, lambda p: url.text_param(p, WITH, "", MAX_REPLACEMENT, what="replacement"))
     c1, c2 = st.columns(2)
-    index = c1.selectbox("Word", range(len(found)), key=keys.word,
-                         format_func=lambda i: f"{i + 1} · {found[i].text}")
-    replacement = c2.text_input("Replace with", key=keys.replacement, max_chars=MAX_REPLACEMENT,
-                                placeholder="empty: mask (<unk>)")
+    index = c1.selectbox("Word", range(len(found)), key=keys.word, format_func=lambda i: f"{i + 1} · {found[i].text}")
+    replacement = c2.text_input(
+        "Replace with", key=keys.replacement, max_chars=MAX_REPLACEMENT, placeholder="empty: mask (<unk>)"
+    )
     url.put(WORD, index + 1, first + 1)
     url.put(WITH, replacement.strip() or None)
     word = found[index]
@@ -148,17 +163,27 @@ def section(ckpt: Checkpoint, src, inputs, scores: TokenScores, keys, reading: S
     except (InputError, ValueError) as exc:
         st.warning(f"Cannot read the changed input: {exc}")
         return
-    change = (f"replaced by “{replacement.strip()}”" if replacement.strip()
-              else f"masked ({len(word.positions)} piece(s) → <unk>)")
+    change = (
+        f"replaced by “{replacement.strip()}”"
+        if replacement.strip()
+        else f"masked ({len(word.positions)} piece(s) → <unk>)"
+    )
     shown = pieces.of_id(tok, inputs.token_id)
-    st.markdown(f"**“{word.text}” {change}:** p(“{shown}”) {result.before.token_prob:.3f} → "
-                f"{result.after.token_prob:.3f}.")
+    st.markdown(
+        f"**“{word.text}” {change}:** p(“{shown}”) {result.before.token_prob:.3f} → {result.after.token_prob:.3f}."
+    )
     widgets.show_table(top_rows(ckpt, result), wrap=True, formats={"p": "{:.3f}", "p ": "{:.3f}"})
     large = presentation.is_on()
     if cfg.is_encoder_decoder:
-        st.markdown(head_change_html(result.cross_change, "Cross-attention heads: how far each output moved",
-                                     large=large), unsafe_allow_html=True)
-    st.markdown(head_change_html(result.self_change, "Self-attention heads: how far each output moved",
-                                 large=large), unsafe_allow_html=True)
-    st.caption("‖Δ output‖ is the size of the change of a head's output Σ α·f(x) at the newest position (the units of "
-               "the residual stream), with the word changed against as it is.")
+        st.markdown(
+            head_change_html(result.cross_change, "Cross-attention heads: how far each output moved", large=large),
+            unsafe_allow_html=True,
+        )
+    st.markdown(
+        head_change_html(result.self_change, "Self-attention heads: how far each output moved", large=large),
+        unsafe_allow_html=True,
+    )
+    st.caption(
+        "‖Δ output‖ is the size of the change of a head's output Σ α·f(x) at the newest position (the units of "
+        "the residual stream), with the word changed against as it is."
+    )

@@ -120,12 +120,22 @@ class Batcher(Generic[ItemT, ValueT]):
     def from_env(cls, compute_batch: Callable[[list[ItemT]], Sequence[ValueT]], **kwargs) -> "Batcher[ItemT, ValueT]":
         """A batcher with the window and size of :data:`WINDOW_ENV` and :data:`MAX_BATCH_ENV` (else the defaults);
         ``max_batch`` 1 turns batching off (each request alone, through the same path)."""
-        return cls(compute_batch, _env_number(WINDOW_ENV, WINDOW_MS, 0.0),
-                   int(_env_number(MAX_BATCH_ENV, MAX_BATCH, 1)), **kwargs)
+        return cls(
+            compute_batch,
+            _env_number(WINDOW_ENV, WINDOW_MS, 0.0),
+            int(_env_number(MAX_BATCH_ENV, MAX_BATCH, 1)),
+            **kwargs,
+        )
 
     # --- what a page asks ---------------------------------------------------------------------------------
-    def request(self, key: Hashable, item: ItemT, what: str = "the computation", group: Hashable = None,
-                notify: Callable[[str | None], None] = lambda message: None) -> ValueT:
+    def request(
+        self,
+        key: Hashable,
+        item: ItemT,
+        what: str = "the computation",
+        group: Hashable = None,
+        notify: Callable[[str | None], None] = lambda message: None,
+    ) -> ValueT:
         """The value for ``key``: from ``lookup``, from a request for it already waiting or being computed, or
         computed from ``item`` in the next batch of ``group``.
 
@@ -157,8 +167,10 @@ class Batcher(Generic[ItemT, ValueT]):
                     ahead = 1
                 else:
                     ahead = self._pending.index(req) + (1 if self._busy() else 0) if req in self._pending else 1
-                    message = (f"Busy: {ahead} request{'s' if ahead != 1 else ''} ahead of yours ({what}); yours is "
-                               "computed with the next batch.")
+                    message = (
+                        f"Busy: {ahead} request{'s' if ahead != 1 else ''} ahead of yours ({what}); yours is "
+                        "computed with the next batch."
+                    )
                 if waited > self.max_wait_s:
                     raise TooBusy(what, ahead, waited)
             notify(message)  # outside the lock: a page's script run may be interrupted right here
@@ -251,4 +263,6 @@ def batched(batcher: Batcher[ItemT, ValueT], key: Hashable, item: ItemT, what: s
 FIRST_DECODES: Batcher[tuple[Checkpoint, tuple[int, ...]], Decoding] = Batcher.from_env(
     lambda requests: checkpoint_decodings(requests[0][0], [list(ids) for _, ids in requests]),
     run=lambda thunk, size: heavy.GATE.run(object(), thunk, f"{size} translations at once", keep=False),
-    deliver=lambda key, value: heavy.GATE.keep(key, value), lookup=lambda key: heavy.GATE.lookup(key))
+    deliver=lambda key, value: heavy.GATE.keep(key, value),
+    lookup=lambda key: heavy.GATE.lookup(key),
+)

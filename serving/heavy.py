@@ -82,8 +82,14 @@ class Gate:
         self.prefetched = 0  # prefetches started (apart: a prefetch must not change what a visitor's run counts)
 
     # --- what a page asks ---------------------------------------------------------------------------------
-    def run(self, key: Hashable, compute: Callable[[], T], what: str = "the computation",
-            notify: Callable[[str | None], None] = lambda message: None, keep: bool = True) -> T:
+    def run(
+        self,
+        key: Hashable,
+        compute: Callable[[], T],
+        what: str = "the computation",
+        notify: Callable[[str | None], None] = lambda message: None,
+        keep: bool = True,
+    ) -> T:
         """``compute()``'s value for ``key``: from the cache, from another visitor's identical computation, or
         computed here once a slot is free. ``notify(message)`` is called with a line for the visitor while waiting
         (refreshed every :data:`POLL_S` s) and with ``None`` when the wait is over. ``keep=False``: the value is
@@ -121,8 +127,7 @@ class Gate:
         self._compute(key, compute, lambda message: None, True)
         return True
 
-    def _compute(self, key: Hashable, compute: Callable[[], T], notify: Callable[[str | None], None],
-                 keep: bool) -> T:
+    def _compute(self, key: Hashable, compute: Callable[[], T], notify: Callable[[str | None], None], keep: bool) -> T:
         """``compute()`` in the slot :meth:`_take_turn` or :meth:`_take_background_turn` took for ``key``."""
         done, size, value = False, 0, None
         try:  # the slot is ours from the line's last lock: only this finally gives it back
@@ -209,8 +214,10 @@ class Gate:
                         ahead = self._line.index(ticket) + self._busy
                         if waited > self.max_wait_s:
                             raise TooBusy(what, ahead, waited)
-                        message = (f"Busy: {ahead} heavy computation{'s' if ahead != 1 else ''} ahead of yours "
-                                   f"({what}). It starts as soon as one is done.")
+                        message = (
+                            f"Busy: {ahead} heavy computation{'s' if ahead != 1 else ''} ahead of yours "
+                            f"({what}). It starts as soon as one is done."
+                        )
                     self._cond.wait(POLL_S)
                 notify(message)  # outside the lock: a page's script run may be interrupted right here
         finally:  # served, too busy, or the visitor's script run was interrupted: leave the line and the wait
@@ -258,11 +265,20 @@ class Gate:
         ``evicted`` (entries dropped to stay within it). With no visitor left, ``busy``, ``running``, ``waiting``
         and ``sharing`` are 0 once the last prefetch is done: anything else is a wedged slot."""
         with self._cond:
-            return {"slots": self.slots, "busy": self._busy, "running": len(self._running),
-                    "waiting": len(self._line), "sharing": self._sharing, "computed": self.computed,
-                    "background": len(self._background), "prefetched": self.prefetched,
-                    "entries": len(self._results), "bytes": self._results.total, "budget": self._results.budget,
-                    "evicted": self._results.evicted}
+            return {
+                "slots": self.slots,
+                "busy": self._busy,
+                "running": len(self._running),
+                "waiting": len(self._line),
+                "sharing": self._sharing,
+                "computed": self.computed,
+                "background": len(self._background),
+                "prefetched": self.prefetched,
+                "entries": len(self._results),
+                "bytes": self._results.total,
+                "budget": self._results.budget,
+                "evicted": self._results.evicted,
+            }
 
 
 def _positive_env(name: str, default: int) -> int:
@@ -321,9 +337,11 @@ def notifier() -> Callable[[str | None], None]:
 
 def too_busy(exc: TooBusy) -> None:
     """Tell the visitor the server is too busy for ``exc.what`` and stop the script run there (``st.stop``)."""
-    st.warning(f"The server is too busy to compute {exc.what} right now: {exc.ahead} other "
-               f"computation{'s were' if exc.ahead != 1 else ' was'} still ahead of yours after "
-               f"{exc.waited_s:.0f} s. Please try again in a minute.")
+    st.warning(
+        f"The server is too busy to compute {exc.what} right now: {exc.ahead} other "
+        f"computation{'s were' if exc.ahead != 1 else ' was'} still ahead of yours after "
+        f"{exc.waited_s:.0f} s. Please try again in a minute."
+    )
     st.stop()
 
 

@@ -224,6 +224,7 @@ def keep_giving_back(every_s: float = GIVE_BACK_S) -> bool:
     global _thread
     with _giving_back:
         if _thread is None and give_back():
+
             def loop() -> None:
                 while True:
                     threading.Event().wait(every_s)

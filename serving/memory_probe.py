@@ -31,8 +31,21 @@ _lock = threading.Lock()
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def malloc_info() -> dict[str, int]:
@@ -78,9 +91,13 @@ def _streamlit() -> dict[str, Any]:
         except RuntimeError:  # a dict changed under the walk: this session is counted next time
             pass
     active = len(runtime._session_mgr.list_active_sessions())
-    out["sessions"] = {"held": len(sessions), "active": active, "state_bytes": sum(s for s, _ in sessions),
-                       "queue_bytes": sum(q for _, q in sessions), "largest_state": max((s for s, _ in sessions),
-                                                                                        default=0)}
+    out["sessions"] = {
+        "held": len(sessions),
+        "active": active,
+        "state_bytes": sum(s for s, _ in sessions),
+        "queue_bytes": sum(q for _, q in sessions),
+        "largest_state": max((s for s, _ in sessions), default=0),
+    }
     families: dict[str, int] = {}
     for family, stats in runtime.stats_mgr.get_stats().items():
         families[family] = sum(getattr(s, "byte_length", 0) for s in stats)
@@ -95,8 +112,13 @@ def sample(top: int = 15) -> dict[str, Any]:
     """One line of the probe (see the module)."""
     from serving import metrics
 
-    line: dict[str, Any] = {"t": time.time(), **process_memory(), "malloc": malloc_info(),
-                            "py_blocks": sys.getallocatedblocks(), "threads": threading.active_count()}
+    line: dict[str, Any] = {
+        "t": time.time(),
+        **process_memory(),
+        "malloc": malloc_info(),
+        "py_blocks": sys.getallocatedblocks(),
+        "threads": threading.active_count(),
+    }
     line["caches"] = metrics.snapshot()
     try:
         line.update(_streamlit())
@@ -126,9 +148,17 @@ def _traced(top: int) -> tuple[int, list]:
     for stat in snap.statistics("traceback"):
         total += stat.size
         frames = list(stat.traceback)  # oldest first
-        ours = next((f for f in reversed(frames) if f.filename.startswith(root) and "/.venv/" not in f.filename
-                     and not f.filename.endswith("memory_probe.py")), None)
-        where = f"{ours.filename[len(root) + 1:]}:{ours.lineno}" if ours else "-"
+        ours = next(
+            (
+                f
+                for f in reversed(frames)
+                if f.filename.startswith(root)
+                and "/.venv/" not in f.filename
+                and not f.filename.endswith("memory_probe.py")
+            ),
+            None,
+        )
+        where = f"{ours.filename[len(root) + 1 :]}:{ours.lineno}" if ours else "-"
         inner = frames[-1]
         key = f"{where} <- {os.path.basename(inner.filename)}:{inner.lineno}"
         place = places.setdefault(key, [0, 0])

@@ -42,9 +42,17 @@ class _Provider:
     def get_stats(self, family_names=None):
         from streamlit.runtime.stats import GaugeStat
 
-        return {FAMILY: [GaugeStat(FAMILY, int(value), {"what": what}, help="Attention Explorer's heavy-work gate "
-                                   "(slots, line, shared waits) and shared caches (bytes)")
-                         for what, value in snapshot().items()]}
+        return {
+            FAMILY: [
+                GaugeStat(
+                    FAMILY,
+                    int(value),
+                    {"what": what},
+                    help="Attention Explorer's heavy-work gate (slots, line, shared waits) and shared caches (bytes)",
+                )
+                for what, value in snapshot().items()
+            ]
+        }
 
 
 def publish() -> bool:

@@ -88,8 +88,13 @@ class Prefetcher:
             cap = CAP
         return cls(cap)
 
-    def ask(self, key: Hashable, tasks: Sequence[Callable[[Gate], None]], gate: Gate | None = None,
-            alive: Callable[[], bool] = lambda: True) -> bool:
+    def ask(
+        self,
+        key: Hashable,
+        tasks: Sequence[Callable[[Gate], None]],
+        gate: Gate | None = None,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> bool:
         """Queue a job under ``key`` (one job per key: asked again, it moves to the front) that calls each
         ``task(gate)`` in order in the background, ``gate`` being :data:`serving.heavy.GATE` when ``None``. A task
         should compute through :meth:`Gate.prefetch`; ``alive()`` is asked before each (false: the job ends there).

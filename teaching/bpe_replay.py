@@ -51,7 +51,7 @@ def merge_table(tokenizer_json: str) -> MergeTable:
         raise ValueError(f"not a BPE tokenizer: {model.get('type')!r}")
     merges: list[tuple[str, str]] = []
     for m in model["merges"]:
-        left, right = (m.split(" ", 1) if isinstance(m, str) else m)
+        left, right = m.split(" ", 1) if isinstance(m, str) else m
         merges.append((left, right))
     ranks: dict[tuple[str, str], int] = {}
     for r, pair in enumerate(merges):

@@ -88,8 +88,11 @@ class LiveHead:
 
     def x_note(self) -> str:
         """What ``X`` is here, in one phrase (``"the token embeddings × √d_model + positions"``, …)."""
-        stream = ("the token embeddings × √d_model + positions" if self.layer == 0
-                  else f"the residual stream entering layer {self.layer + 1}")
+        stream = (
+            "the token embeddings × √d_model + positions"
+            if self.layer == 0
+            else f"the residual stream entering layer {self.layer + 1}"
+        )
         if self.kind == "cross":
             stream = f"the decoder's stream after layer {self.layer + 1}'s masked self-attention"
         return f"LayerNorm({stream})" if self.pre_ln else stream
@@ -146,15 +149,34 @@ def live_head(model: Transformer, trace: Trace, kind: str, layer: int, head: int
     m = trace.module(kind, layer)
     module = attention_module(model, kind, layer)
     d_k = module.d_k
-    (w_q, b_q), (w_k, b_k), (w_v, b_v) = (_head_columns(p, head, d_k)
-                                          for p in (module.q_proj, module.k_proj, module.v_proj))
-    w_o = module.out_proj.weight[:, head * d_k:(head + 1) * d_k].T  # W^O's rows that multiply this head's output
+    (w_q, b_q), (w_k, b_k), (w_v, b_v) = (
+        _head_columns(p, head, d_k) for p in (module.q_proj, module.k_proj, module.v_proj)
+    )
+    w_o = module.out_proj.weight[:, head * d_k : (head + 1) * d_k].T  # W^O's rows that multiply this head's output
     return LiveHead(
-        kind=kind, layer=layer, head=head, d_model=module.d_model, d_k=d_k, n_heads=module.n_heads,
-        x_q=_frozen(m.x_q), x_kv=_frozen(m.x_kv), w_q=_frozen(w_q), w_k=_frozen(w_k), w_v=_frozen(w_v),
-        b_q=_frozen(b_q), b_k=_frozen(b_k), b_v=_frozen(b_v), w_o=_frozen(w_o),
-        q=_frozen(m.q[head]), k=_frozen(m.k[head]), v=_frozen(m.v[head]), weights=_frozen(m.weights[head]),
-        causal=kind in CAUSAL_KINDS, position=module.position, pre_ln=model.cfg.norm_first)
+        kind=kind,
+        layer=layer,
+        head=head,
+        d_model=module.d_model,
+        d_k=d_k,
+        n_heads=module.n_heads,
+        x_q=_frozen(m.x_q),
+        x_kv=_frozen(m.x_kv),
+        w_q=_frozen(w_q),
+        w_k=_frozen(w_k),
+        w_v=_frozen(w_v),
+        b_q=_frozen(b_q),
+        b_k=_frozen(b_k),
+        b_v=_frozen(b_v),
+        w_o=_frozen(w_o),
+        q=_frozen(m.q[head]),
+        k=_frozen(m.k[head]),
+        v=_frozen(m.v[head]),
+        weights=_frozen(m.weights[head]),
+        causal=kind in CAUSAL_KINDS,
+        position=module.position,
+        pre_ln=model.cfg.norm_first,
+    )
 
 
 @dataclass(frozen=True)
@@ -175,8 +197,13 @@ class Cut:
         ``[n_features, n_cols]`` (previews: ``Q = X W^Q + b^Q`` sums over all ``d_model`` features), ``b_q`` …
         ``[1, n_cols]``, and ``q`` ``[n_q, n_cols]``, ``k`` / ``v`` ``[n_k, n_cols]`` (exact columns of Q, K, V)."""
         c, f = slice(0, self.n_cols), slice(0, self.n_features)
-        out = {"x_q": live.x_q[: self.n_q, f], "x_kv": live.x_kv[: self.n_k, f],
-               "q": live.q[: self.n_q, c], "k": live.k[: self.n_k, c], "v": live.v[: self.n_k, c]}
+        out = {
+            "x_q": live.x_q[: self.n_q, f],
+            "x_kv": live.x_kv[: self.n_k, f],
+            "q": live.q[: self.n_q, c],
+            "k": live.k[: self.n_k, c],
+            "v": live.v[: self.n_k, c],
+        }
         for name in ("w_q", "w_k", "w_v"):
             out[name] = getattr(live, name)[f, c]
         for name in ("b_q", "b_k", "b_v"):
@@ -203,10 +230,20 @@ def npz_bytes(live: LiveHead, q_tokens, k_tokens) -> bytes:
     import io
 
     buf = io.BytesIO()
-    arrays = {name: getattr(live, name) for name in ("x_q", "x_kv", "w_q", "w_k", "w_v", "b_q", "b_k", "b_v", "w_o",
-                                                     "q", "k", "v", "weights")}
-    np.savez(buf, **arrays, output=live.output, q_tokens=np.array(list(q_tokens)), k_tokens=np.array(list(k_tokens)),
-             kind=np.array(live.kind), layer=np.array(live.layer + 1), head=np.array(live.head + 1))
+    arrays = {
+        name: getattr(live, name)
+        for name in ("x_q", "x_kv", "w_q", "w_k", "w_v", "b_q", "b_k", "b_v", "w_o", "q", "k", "v", "weights")
+    }
+    np.savez(
+        buf,
+        **arrays,
+        output=live.output,
+        q_tokens=np.array(list(q_tokens)),
+        k_tokens=np.array(list(k_tokens)),
+        kind=np.array(live.kind),
+        layer=np.array(live.layer + 1),
+        head=np.array(live.head + 1),
+    )
     return buf.getvalue()
 
 

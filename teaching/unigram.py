@@ -33,8 +33,7 @@ class Split:
 
 
 def _normal_ids(sp) -> list[int]:
-    return [i for i in range(sp.get_piece_size())
-            if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
+    return [i for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))]
 
 
 @functools.lru_cache(maxsize=4)
@@ -68,8 +67,11 @@ def words(tok, text: str) -> list[str]:
 def best_splits(tok, word: str, n: int = 4) -> list[Split]:
     """The ``n`` most probable segmentations of ``word`` (fewer when there are fewer), most probable first: the
     first is the tokenizer's own (Viterbi) split. Empty for a word that normalises to nothing."""
-    splits = [Split(list(p), sum(piece_log_prob(tok, x) for x in p))
-              for p in tok.source_model.nbest_encode_as_pieces(word, n) if p]
+    splits = [
+        Split(list(p), sum(piece_log_prob(tok, x) for x in p))
+        for p in tok.source_model.nbest_encode_as_pieces(word, n)
+        if p
+    ]
     return sorted(splits, key=lambda s: -s.log_prob)
 
 
@@ -80,10 +82,14 @@ def piece_rows(tok, split: Split) -> list[dict]:
     for piece in split.pieces:
         score = piece_score(tok, piece)
         pid = tok.token_to_id(piece)
-        rows.append({"piece": piece if pid is not None else f"{piece} → <unk>",
-                     "id": pid if pid is not None else tok.unk_id,
-                     "log p": None if score is None else round(score, 3),
-                     "p": None if score is None else float(f"{math.exp(score):.3g}")})
+        rows.append(
+            {
+                "piece": piece if pid is not None else f"{piece} → <unk>",
+                "id": pid if pid is not None else tok.unk_id,
+                "log p": None if score is None else round(score, 3),
+                "p": None if score is None else float(f"{math.exp(score):.3g}"),
+            }
+        )
     return rows
 
 
@@ -93,8 +99,15 @@ def split_rows(splits: list[Split]) -> list[dict]:
     if not splits:
         return []
     best = splits[0].log_prob
-    return [{"rank": r + 1, "pieces": " | ".join(s.pieces), "log P": round(s.log_prob, 3),
-             "P / P(best)": float(f"{math.exp(s.log_prob - best):.3g}")} for r, s in enumerate(splits)]
+    return [
+        {
+            "rank": r + 1,
+            "pieces": " | ".join(s.pieces),
+            "log P": round(s.log_prob, 3),
+            "P / P(best)": float(f"{math.exp(s.log_prob - best):.3g}"),
+        }
+        for r, s in enumerate(splits)
+    ]
 
 
 def vocab_extremes(tok, k: int = 20) -> tuple[list[dict], list[dict]]:

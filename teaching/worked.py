@@ -108,7 +108,7 @@ def concat_heads(h: np.ndarray) -> np.ndarray:
 
 
 #: The head sizes of the √d_k demonstration: powers of two, evenly spaced on its log axis.
-SCALING_D_KS = tuple(2 ** i for i in range(11))  # 1 … 1024
+SCALING_D_KS = tuple(2**i for i in range(11))  # 1 … 1024
 
 
 def scaling_demo(d_ks=SCALING_D_KS, n_keys: int = 10, n_draws: int = 20_000, seed: int = 0) -> list[dict]:
@@ -135,9 +135,17 @@ def scaling_demo(d_ks=SCALING_D_KS, n_keys: int = 10, n_draws: int = 20_000, see
         norm_q = np.sqrt(rng.chisquare(d_k, n_draws))[:, None]  # ‖q‖ of each draw
         scores = norm_q * z  # [draws, keys]: q·k_j
         w_raw, w_scaled = softmax_rows(scores), softmax_rows(scores / math.sqrt(d_k))
-        rows.append(dict(d_k=d_k, score_std=math.sqrt(d_k), score_std_sampled=float(scores.std()),
-                         max_raw=float(w_raw.max(axis=1).mean()), max_scaled=float(w_scaled.max(axis=1).mean()),
-                         entropy_raw=_mean_entropy(w_raw), entropy_scaled=_mean_entropy(w_scaled)))
+        rows.append(
+            dict(
+                d_k=d_k,
+                score_std=math.sqrt(d_k),
+                score_std_sampled=float(scores.std()),
+                max_raw=float(w_raw.max(axis=1).mean()),
+                max_scaled=float(w_scaled.max(axis=1).mean()),
+                entropy_raw=_mean_entropy(w_raw),
+                entropy_scaled=_mean_entropy(w_scaled),
+            )
+        )
     return rows
 
 
@@ -183,6 +191,11 @@ def rotation_errors(table: np.ndarray, k: int, positions, base: float = 10000.0)
     out = []
     for pos in positions:
         if 0 <= pos and 0 <= pos + k < table.shape[0]:
-            out.append({"pos": int(pos), "pos + k": int(pos + k),
-                        "max abs error": float(np.abs(m @ table[pos] - table[pos + k]).max())})
+            out.append(
+                {
+                    "pos": int(pos),
+                    "pos + k": int(pos + k),
+                    "max abs error": float(np.abs(m @ table[pos] - table[pos + k]).max()),
+                }
+            )
     return out

@@ -71,8 +71,10 @@ def n_charts(at: AppTest) -> int:
 
 def chart_titles(at: AppTest) -> list[str]:
     """The charts' titles as one line each (a title too long for its chart is wrapped with ``<br>``)."""
-    return [json.loads(c.proto.spec)["layout"]["title"]["text"].replace("<br>", " ").replace("  ", " ")
-            for c in at.get("plotly_chart")]
+    return [
+        json.loads(c.proto.spec)["layout"]["title"]["text"].replace("<br>", " ").replace("  ", " ")
+        for c in at.get("plotly_chart")
+    ]
 
 
 def alignments(at: AppTest) -> list[str]:

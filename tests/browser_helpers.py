@@ -25,8 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 
 if not Path(CHROMIUM).is_file():
-    pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium); browser tests skipped",
-                allow_module_level=True)
+    pytest.skip(
+        f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium); browser tests skipped",
+        allow_module_level=True,
+    )
 if not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file():  # pragma: no cover
     pytest.skip("checkpoints/en-de is missing", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
@@ -99,7 +101,7 @@ def shot(page, name: str) -> Path:
     viewport = page.viewport_size
     height = page.evaluate(
         "() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']"
-        ".map(id => document.querySelector(`[data-testid=\"${id}\"]`))"
+        '.map(id => document.querySelector(`[data-testid="${id}"]`))'
         ".filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)"
     )
     page.set_viewport_size({"width": viewport["width"], "height": max(viewport["height"], min(int(height), 8000))})

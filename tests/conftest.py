@@ -129,8 +129,15 @@ def make_config(tokenizer):
 
     def factory(**overrides) -> ModelConfig:
         kw = dict(
-            vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
-            d_ff=64, dropout=0.0, attention_dropout=0.0, max_len=64,
+            vocab_size=tokenizer.vocab_size,
+            d_model=32,
+            n_heads=4,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            d_ff=64,
+            dropout=0.0,
+            attention_dropout=0.0,
+            max_len=64,
         )
         kw.update(overrides)
         return ModelConfig(**kw)
@@ -291,8 +298,9 @@ def finished(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     os.environ.pop(launch.DEMO_ENV, None)
     run = launch.launch({**form.preset_form("2-minute CPU demo"), **TINY}, root, name="tiny")
-    assert wait_for(lambda: (runs.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), \
+    assert wait_for(lambda: (runs.read_status(run) or {}).get("state") in ("finished", "stopped", "failed")), (
         runs.log_tail(run)
+    )
     return root, run
 
 
@@ -350,7 +358,13 @@ def cli_runs(tmp_path_factory):
     first_half = run_main(train.main, ["--out", root / "resumed", "--max-steps", "6", *TINY])
     half_state = json.loads((root / "resumed" / "last" / "trainer_state.json").read_text())
     torch.manual_seed(123)  # the resumed run must not depend on the state of the process it runs in
-    second_half = run_main(train.main, ["--out", root / "resumed", "--resume", "--max-steps", "12",
-                                        "--no-progress", "--threads", "1"])
-    return {"root": root, "straight": straight, "first_half": first_half, "second_half": second_half,
-            "half_state": half_state}
+    second_half = run_main(
+        train.main, ["--out", root / "resumed", "--resume", "--max-steps", "12", "--no-progress", "--threads", "1"]
+    )
+    return {
+        "root": root,
+        "straight": straight,
+        "first_half": first_half,
+        "second_half": second_half,
+        "half_state": half_state,
+    }

@@ -48,20 +48,37 @@ def chars(*ranges: tuple[int, int]) -> st.SearchStrategy[str]:
     return st.one_of([st.integers(a, b).map(chr) for a, b in ranges])
 
 
-WHITESPACE = (" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2003\u2007\u200a\u2028\u2029\u202f\u205f"
-              "\u3000")
+WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2003\u2007\u200a\u2028\u2029\u202f\u205f\u3000"
 #: Our special tokens as a user might type them (and near misses).
-SPECIAL_SPELLINGS = ["<pad>", "<bos>", "<eos>", "<unk>", "<PAD>", "< eos >", "<<eos>>", "<eos", "eos>", "</s>", "<s>",
-                     "<mask>", "▁", "▁<eos>"]
+SPECIAL_SPELLINGS = [
+    "<pad>",
+    "<bos>",
+    "<eos>",
+    "<unk>",
+    "<PAD>",
+    "< eos >",
+    "<<eos>>",
+    "<eos",
+    "eos>",
+    "</s>",
+    "<s>",
+    "<mask>",
+    "▁",
+    "▁<eos>",
+]
 LATIN = string_of(st.sampled_from(string.ascii_letters + "äöüßÄÖÜéè'"), min_size=1, max_size=12)
 WORDS = st.lists(LATIN, min_size=1, max_size=8).map(" ".join)
 #: Words both shipped vocabularies read without <unk> (brown-lm has no umlauts).
-ASCII_WORDS = st.lists(string_of(st.sampled_from(string.ascii_letters), min_size=1, max_size=12), min_size=1,
-                       max_size=8).map(" ".join)
+ASCII_WORDS = st.lists(
+    string_of(st.sampled_from(string.ascii_letters), min_size=1, max_size=12), min_size=1, max_size=8
+).map(" ".join)
 #: Every character of a piece of the shipped translator's vocabulary: its 16k BPE, learned with web text, holds a
 #: few Cyrillic, Arabic and CJK letters and emoji, which the "unreadable" strategies below leave out.
-KNOWN_CHARS = frozenset("".join(json.loads((ROOT / "checkpoints" / "en-de" / "tokenizer.json").read_text(
-    encoding="utf-8"))["model"]["vocab"]))
+KNOWN_CHARS = frozenset(
+    "".join(
+        json.loads((ROOT / "checkpoints" / "en-de" / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    )
+)
 
 
 def unknown_only(parts: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
@@ -70,16 +87,23 @@ def unknown_only(parts: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 
 
 #: Emoji: code points, and sequences (ZWJ families, flags, skin tones, variation selectors) that are one picture.
-EMOJI_ALL_UNK = unknown_only(st.one_of(chars((0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F680, 0x1F6FF),
-                                             (0x1F900, 0x1F9FF), (0x2600, 0x26FF)),
-                                       st.sampled_from(["👩‍👩‍👧", "🇩🇪", "👍🏽", "❤️", "🏳️‍🌈"])))
+EMOJI_ALL_UNK = unknown_only(
+    st.one_of(
+        chars((0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F680, 0x1F6FF), (0x1F900, 0x1F9FF), (0x2600, 0x26FF)),
+        st.sampled_from(["👩‍👩‍👧", "🇩🇪", "👍🏽", "❤️", "🏳️‍🌈"]),
+    )
+)
 EMOJI = st.one_of(EMOJI_ALL_UNK, st.just("1️⃣"))  # a keycap: the digit is readable, the rest is not
 ARABIC = unknown_only(chars((0x0621, 0x064A), (0x0660, 0x0669)))
 HEBREW = chars((0x05D0, 0x05EA))
 BIDI = st.sampled_from("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u061c")
 #: Scripts absent from both shipped vocabularies: every character is ``<unk>``.
-UNREADABLE = st.one_of(EMOJI_ALL_UNK, ARABIC, HEBREW, unknown_only(chars((0x4E00, 0x9FFF), (0x0410, 0x044F),
-                                                                (0x0905, 0x0939), (0x3041, 0x3096), (0xAC00, 0xD7A3))))
+UNREADABLE = st.one_of(
+    EMOJI_ALL_UNK,
+    ARABIC,
+    HEBREW,
+    unknown_only(chars((0x4E00, 0x9FFF), (0x0410, 0x044F), (0x0905, 0x0939), (0x3041, 0x3096), (0xAC00, 0xD7A3))),
+)
 COMBINING = st.characters(categories=["Mn", "Mc", "Me"])
 CONTROL = st.characters(categories=["Cc", "Cf"])  # NUL, ESC, DEL, …; zero-width joiners, BOM, bidi overrides
 PUNCTUATION = st.characters(categories=["Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "Sm", "Sc", "Sk"])
@@ -88,8 +112,11 @@ SURROGATE = st.characters(categories=["Cs"])
 
 def joined(parts: st.SearchStrategy[str], max_size: int = 8) -> st.SearchStrategy[str]:
     """Fragments joined by a space, nothing or another whitespace character."""
-    return st.builds(lambda items, sep: sep.join(items), st.lists(parts, min_size=1, max_size=max_size),
-                     st.sampled_from([" ", "", "  ", "\t", "\n", "\u3000"]))
+    return st.builds(
+        lambda items, sep: sep.join(items),
+        st.lists(parts, min_size=1, max_size=max_size),
+        st.sampled_from([" ", "", "  ", "\t", "\n", "\u3000"]),
+    )
 
 
 FRAGMENT = st.one_of(
@@ -140,8 +167,12 @@ USER_TEXT = st.one_of(
     st.builds(repeated, FRAGMENT, st.integers(1000, 2500)),
 )
 SPECIAL_TEXT = joined(st.one_of(st.sampled_from(SPECIAL_SPELLINGS[:4]), WORDS))
-SURROGATE_TEXT = st.builds(lambda a, s, b: a + s + b, st.one_of(WORDS, st.just("")),
-                           string_of(SURROGATE, min_size=1, max_size=3), st.one_of(WORDS, st.just("")))
+SURROGATE_TEXT = st.builds(
+    lambda a, s, b: a + s + b,
+    st.one_of(WORDS, st.just("")),
+    string_of(SURROGATE, min_size=1, max_size=3),
+    st.one_of(WORDS, st.just("")),
+)
 
 
 def mix(common: st.SearchStrategy[str], rare: st.SearchStrategy[str], every: int) -> st.SearchStrategy[str]:

@@ -45,13 +45,17 @@ class LayerInputs:
 
 
 def _modules(model: Transformer) -> dict[tuple[str, int], MultiHeadAttention]:
-    return {(kind, layer): attention_module(model, kind, layer)
-            for kind, n in model.cfg.attention_layers().items() for layer in range(n)}
+    return {
+        (kind, layer): attention_module(model, kind, layer)
+        for kind, n in model.cfg.attention_layers().items()
+        for layer in range(n)
+    }
 
 
 @torch.inference_mode()
-def layer_inputs(model: Transformer, src_ids: list[int] | None, tgt_ids: list[int]
-                 ) -> Mapping[tuple[str, int], LayerInputs]:
+def layer_inputs(
+    model: Transformer, src_ids: list[int] | None, tgt_ids: list[int]
+) -> Mapping[tuple[str, int], LayerInputs]:
     """Run the traced forward pass of :func:`reading.trace.trace_pair` over ``src_ids`` (ignored by a decoder-only
     model) and the decoder inputs ``tgt_ids`` (``<bos>`` first), and return what it fed every attention module.
 
@@ -78,8 +82,9 @@ def layer_inputs(model: Transformer, src_ids: list[int] | None, tgt_ids: list[in
             shape = (x_q.size(0), x_kv.size(0))
             mask = torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(1, 1, *shape)[0, 0]
             positions = bound.get("positions")
-            seen[where] = LayerInputs(x_q.cpu(), x_kv.cpu(), mask.cpu().clone(),
-                                      None if positions is None else positions.cpu().clone())
+            seen[where] = LayerInputs(
+                x_q.cpu(), x_kv.cpu(), mask.cpu().clone(), None if positions is None else positions.cpu().clone()
+            )
 
         hooks.append(module.register_forward_pre_hook(record, with_kwargs=True))
     try:
@@ -144,11 +149,30 @@ def query_key(model: Transformer, inputs: LayerInputs, kind: str, layer: int, he
     weighted = w[:, None] * v
     cpu = lambda t: None if t is None else t.float().cpu()  # noqa: E731
     return QueryKey(
-        kind=kind, layer=layer, head=head, query=query, d_k=module.d_k, scale=scale, position=module.position,
-        q_raw=cpu(q_raw[query]), k_raw=cpu(k_raw), q=cpu(q[query]), k=cpu(k), products=cpu(q[query][None] * k),
-        scores=cpu(scores), scores_unrotated=cpu(unrotated), bias=None if bias is None else cpu(bias[query]),
-        slope=slope, mask=row_mask.cpu(), logits=cpu(logits), weights=cpu(w), v=cpu(v), weighted=cpu(weighted),
-        output=cpu(weighted.sum(0)), query_position=int(q_pos[query]), key_positions=k_pos.cpu(),
+        kind=kind,
+        layer=layer,
+        head=head,
+        query=query,
+        d_k=module.d_k,
+        scale=scale,
+        position=module.position,
+        q_raw=cpu(q_raw[query]),
+        k_raw=cpu(k_raw),
+        q=cpu(q[query]),
+        k=cpu(k),
+        products=cpu(q[query][None] * k),
+        scores=cpu(scores),
+        scores_unrotated=cpu(unrotated),
+        bias=None if bias is None else cpu(bias[query]),
+        slope=slope,
+        mask=row_mask.cpu(),
+        logits=cpu(logits),
+        weights=cpu(w),
+        v=cpu(v),
+        weighted=cpu(weighted),
+        output=cpu(weighted.sum(0)),
+        query_position=int(q_pos[query]),
+        key_positions=k_pos.cpu(),
     )
 
 
@@ -208,16 +232,23 @@ def live_numbers(model: Transformer, src_ids, tgt_ids, kind: str, layer: int, he
     """The live worked example's ``x_q``, ``x_kv``, ``q``, ``k``, ``v``, ``weights`` of one head, the layers before
     the module re-run by hand."""
     module, x_q, x_kv, mask, positions = _module_inputs(model, src_ids, tgt_ids, kind, layer)
-    q, k, v = (_by_head(p(x), module.n_heads)
-               for p, x in ((module.q_proj, x_q), (module.k_proj, x_kv), (module.v_proj, x_kv)))
+    q, k, v = (
+        _by_head(p(x), module.n_heads) for p, x in ((module.q_proj, x_q), (module.k_proj, x_kv), (module.v_proj, x_kv))
+    )
     if module.position == "rope":
         q, k = rope_rotate(q, positions), rope_rotate(k, positions)
     bias = None
     if module.position == "alibi":
         bias = alibi_bias(module.slopes, positions, torch.arange(k.size(2), device=k.device)).to(q.dtype)
     weights = scaled_dot_product_weights(q, k, mask, bias)
-    return {"x_q": x_q[0], "x_kv": x_kv[0], "q": q[0, head], "k": k[0, head], "v": v[0, head],
-            "weights": weights[0, head]}
+    return {
+        "x_q": x_q[0],
+        "x_kv": x_kv[0],
+        "q": q[0, head],
+        "k": k[0, head],
+        "v": v[0, head],
+        "weights": weights[0, head],
+    }
 
 
 @torch.inference_mode()
@@ -232,7 +263,7 @@ def lens_stepwise(model: Transformer, src_ids, prefix, generated) -> list[torch.
     tokens, steps = list(prefix), []
     for token in generated:
         recorder.clear()
-        model.decode(torch.tensor([tokens[cache.positions:]]), memory, memory_mask, cache=cache, recorder=recorder)
+        model.decode(torch.tensor([tokens[cache.positions :]]), memory, memory_mask, cache=cache, recorder=recorder)
         streams = torch.stack([x[0, -1] for x in recorder.streams["decoder"][1:]])
         steps.append(lens_log_probs(model, streams))
         tokens.append(int(token))

@@ -84,8 +84,8 @@ def test_ablating_one_head_changes_only_that_heads_contribution(make_model, enco
     d_k = model.cfg.d_k
     with torch.no_grad():
         saved_w, saved_b = layer.v_proj.weight.clone(), layer.v_proj.bias.clone()
-        layer.v_proj.weight[2 * d_k:3 * d_k] = 0.0
-        layer.v_proj.bias[2 * d_k:3 * d_k] = 0.0
+        layer.v_proj.weight[2 * d_k : 3 * d_k] = 0.0
+        layer.v_proj.bias[2 * d_k : 3 * d_k] = 0.0
         try:
             assert torch.allclose(sequence_log_probs(model, src, tgt), ablated, atol=1e-5)
         finally:

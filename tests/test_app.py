@@ -66,8 +66,9 @@ def test_the_served_app_watches_no_files_and_make_dev_polls_only_its_own():
     server = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]
     assert server["fileWatcherType"] == "none"
     assert {".venv", "runs"} <= set(server["folderWatchBlacklist"])
-    dev = next(line for line in (ROOT / "Makefile").read_text().splitlines() if "streamlit run" in line
-               and "runOnSave" in line)
+    dev = next(
+        line for line in (ROOT / "Makefile").read_text().splitlines() if "streamlit run" in line and "runOnSave" in line
+    )
     assert "--server.fileWatcherType poll" in dev
 
 
@@ -220,8 +221,18 @@ def test_query_param_text_that_is_not_a_preset():
         {"text": "x" * 10_000},
         {"text": "Hello\x00 world", "step": "3", "kind": "encoder", "ckpt": "en-de"},
     ],
-    ids=["step-abc", "step-neg", "step-float", "step-huge", "ckpt-unknown", "ckpt-empty", "kind-nonsense",
-         "text-empty", "text-huge", "all-at-once"],
+    ids=[
+        "step-abc",
+        "step-neg",
+        "step-float",
+        "step-huge",
+        "ckpt-unknown",
+        "ckpt-empty",
+        "kind-nonsense",
+        "text-empty",
+        "text-huge",
+        "all-at-once",
+    ],
 )
 def test_garbage_query_params_never_raise(query):
     at = make_app(**query)

@@ -48,8 +48,10 @@ def test_attention_page_defaults(attention_page):
     assert "kind" not in at.query_params  # the default stays out of the link
 
 
-@pytest.mark.parametrize("kind, n_layers_attr", [("encoder", "n_encoder_layers"), ("decoder", "n_decoder_layers"),
-                                                 ("cross", "n_decoder_layers")])
+@pytest.mark.parametrize(
+    "kind, n_layers_attr",
+    [("encoder", "n_encoder_layers"), ("decoder", "n_decoder_layers"), ("cross", "n_decoder_layers")],
+)
 def test_attention_kinds_layers_and_heads(attention_page, kind, n_layers_attr):
     at = attention_page
     at.radio(key="at_kind").set_value(kind).run()

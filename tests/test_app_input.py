@@ -138,8 +138,9 @@ def test_typing_an_own_sentence_turns_the_presets_box_neutral():
     assert at.selectbox(key="tr_text_preset").value == "Time flies like an arrow."
 
 
-@pytest.mark.skipif(not (ROOT / "checkpoints" / "brown-lm" / "model.safetensors").is_file(),
-                    reason="checkpoints/brown-lm is missing")
+@pytest.mark.skipif(
+    not (ROOT / "checkpoints" / "brown-lm" / "model.safetensors").is_file(), reason="checkpoints/brown-lm is missing"
+)
 def test_switching_models_gives_each_model_a_text_it_can_use():
     """A translator's preset handed to the language model gave '(empty output)' at 'Step 1 of 1': a preset of the
     other kind of model is replaced by the new model's default; a sentence the user typed is kept."""
@@ -189,8 +190,9 @@ def test_switching_checkpoints_starts_the_new_model_at_its_default_layer_and_hea
     """A layer index kept from en-de (its default, the last, or one the user picked) is not brown-lm's default and may
     not even exist there (en-de may have more layers); the switch forgets it, in the session and in the link."""
     lm_layers = ModelConfig.from_json(ROOT / "checkpoints" / "brown-lm" / "config.json").n_decoder_layers
-    assert opening_layer(CARD, CFG.n_decoder_layers) != lm_layers - 1, \
+    assert opening_layer(CARD, CFG.n_decoder_layers) != lm_layers - 1, (
         "the test needs two models that open on different layers"
+    )
     at = make_app(step="1")
     if page == "attention":
         at.switch_page(ATTENTION_PAGE).run()

@@ -47,18 +47,32 @@ FLOORS: dict[str, set[str]] = {
     "serving": {"model", "decoding"},
     "ui": CORE | {"training", "launching", "serving", "viz"},
     "reading_views": CORE | {"serving", "ui", "viz", "charts"},
-    **{f"app_pages.{page}": CORE | {"teaching", "training", "launching", "serving", "ui", "reading_views", "viz",
-                                    "charts"}
-       for page in ("translate", "attention", "decoding", "positional", "tokenization", "lecture", "training")},
+    **{
+        f"app_pages.{page}": CORE
+        | {"teaching", "training", "launching", "serving", "ui", "reading_views", "viz", "charts"}
+        for page in ("translate", "attention", "decoding", "positional", "tokenization", "lecture", "training")
+    },
     "app_pages": set(),  # the package face of the pages
     "deploy": set(),
-    "benchmarks": CORE | {"training", "evaluation", "trainer", "tools", "serving", "ui", "viz", "charts",
-                   "deploy"},
+    "benchmarks": CORE | {"training", "evaluation", "trainer", "tools", "serving", "ui", "viz", "charts", "deploy"},
     "app": {"serving", "ui"},
 }
 PACKAGES = tuple(sorted({room.split(".")[0] for room in FLOORS} - {"app"}))
-NO_STREAMLIT = ("model", "decoding", "reading", "training", "evaluation", "trainer", "launching", "tools", "corpora",
-                "teaching", "viz", "charts", "deploy")
+NO_STREAMLIT = (
+    "model",
+    "decoding",
+    "reading",
+    "training",
+    "evaluation",
+    "trainer",
+    "launching",
+    "tools",
+    "corpora",
+    "teaching",
+    "viz",
+    "charts",
+    "deploy",
+)
 MAX_LINES = 400
 #: Modules one room may hold (``__init__.py`` aside; ``benchmarks/``' flat scripts and ``tests/`` are no rooms)
 MAX_MODULES = 12
@@ -136,8 +150,9 @@ def test_rooms_import_only_the_rooms_below_them():
     offenders = {}
     for m, deps in GRAPH.items():
         here = room_of(m)
-        wrong = sorted(d for d in deps if room_of(d) in FLOORS and room_of(d) != here
-                       and room_of(d) not in FLOORS[here])
+        wrong = sorted(
+            d for d in deps if room_of(d) in FLOORS and room_of(d) != here and room_of(d) not in FLOORS[here]
+        )
         if wrong:
             offenders[m] = wrong
     assert not offenders, f"imports that are not on the plan: {offenders}"
@@ -174,7 +189,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in edges[node]:
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -219,6 +234,9 @@ def test_the_trainer_process_imports_nothing_of_the_app():
     touching a run that is training."""
     closure = import_closure("trainer.train")
     assert "trainer.loop" in closure and "training.state" in closure  # the walk follows the trainer's imports
-    banned = [n for n in closure if n.startswith(("launching.launch", "launching.form"))
-              or top(n) in {"ui", "app_pages", "streamlit", "app"}]
+    banned = [
+        n
+        for n in closure
+        if n.startswith(("launching.launch", "launching.form")) or top(n) in {"ui", "app_pages", "streamlit", "app"}
+    ]
     assert not banned, f"the trainer process imports the app: {sorted(banned)}"

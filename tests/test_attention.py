@@ -66,10 +66,8 @@ def test_self_attention_matches_torch(case, trace):
     mask, kpm, am = _masks(case, 7, 7, lengths)
     with torch.no_grad():
         out, w = ours(x, x, mask, trace=trace)
-        ref_out, ref_w = ref(x, x, x, key_padding_mask=kpm, attn_mask=am, need_weights=True,
-                             average_attn_weights=False)
-        _, ref_w_avg = ref(x, x, x, key_padding_mask=kpm, attn_mask=am, need_weights=True,
-                           average_attn_weights=True)
+        ref_out, ref_w = ref(x, x, x, key_padding_mask=kpm, attn_mask=am, need_weights=True, average_attn_weights=False)
+        _, ref_w_avg = ref(x, x, x, key_padding_mask=kpm, attn_mask=am, need_weights=True, average_attn_weights=True)
     assert out.shape == (3, 7, D_MODEL)
     torch.testing.assert_close(out, ref_out, atol=ATOL, rtol=0)
     if trace:
@@ -89,8 +87,9 @@ def test_cross_attention_matches_torch(padding, trace):
     ok = _key_padding([6, 2], 6)
     with torch.no_grad():
         out, w = ours(xq, xkv, ok[:, None, None, :] if padding else None, trace=trace)
-        ref_out, ref_w = ref(xq, xkv, xkv, key_padding_mask=~ok if padding else None, need_weights=True,
-                             average_attn_weights=False)
+        ref_out, ref_w = ref(
+            xq, xkv, xkv, key_padding_mask=~ok if padding else None, need_weights=True, average_attn_weights=False
+        )
     torch.testing.assert_close(out, ref_out, atol=ATOL, rtol=0)
     if trace:
         assert w.shape == (2, N_HEADS, 4, 6)

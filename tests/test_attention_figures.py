@@ -110,11 +110,13 @@ def test_lines_opacity_is_the_weight_and_weak_lines_are_omitted():
     assert [t.opacity for t in lines] == sorted(t.opacity for t in lines)  # strongest drawn last
     texts = [t for t in fig.data if t.mode == "text+markers"]
     assert list(texts[0].text) == ["▁a", "▁b"] and list(texts[1].text) == ["▁x", "▁y", "z"]
-    focused = [t for t in lines_figure(w, ["▁a", "▁b"], ["▁x", "▁y", "z"], threshold=0.0, query=1).data
-               if t.mode == "lines"]
+    focused = [
+        t for t in lines_figure(w, ["▁a", "▁b"], ["▁x", "▁y", "z"], threshold=0.0, query=1).data if t.mode == "lines"
+    ]
     assert {tuple(t.meta) for t in focused} == {(1, 0), (1, 1), (1, 2)}
-    capped = [t for t in lines_figure(w, ["a", "b"], ["x", "y", "z"], threshold=0.0, max_lines=2).data
-              if t.mode == "lines"]
+    capped = [
+        t for t in lines_figure(w, ["a", "b"], ["x", "y", "z"], threshold=0.0, max_lines=2).data if t.mode == "lines"
+    ]
     assert sorted(t.opacity for t in capped) == pytest.approx([0.7, 0.8])
 
 
@@ -162,9 +164,13 @@ def test_model_grid_labels_are_readable_on_a_projector():
 
 
 def test_token_bar_title_is_two_short_lines_that_fit_a_half_width_column():
-    """"What “X” attends to · Decoder self (masked) · layer 3 · head 2 · words" was cut off in a half column."""
-    fig = token_bar_figure([0.5, 0.5], ["▁a", "<b>"], title="Who attends to “<bos>”",
-                           subtitle="Decoder self (masked) · layer 3 · mean over heads · words")
+    """ "What “X” attends to · Decoder self (masked) · layer 3 · head 2 · words" was cut off in a half column."""
+    fig = token_bar_figure(
+        [0.5, 0.5],
+        ["▁a", "<b>"],
+        title="Who attends to “<bos>”",
+        subtitle="Decoder self (masked) · layer 3 · mean over heads · words",
+    )
     text = fig.layout.title.text
     lines = text.split("<br>")
     assert len(lines) == 2 and "&lt;bos&gt;" in lines[0]
@@ -186,6 +192,7 @@ def test_head_stat_numbers_fit_their_cells_and_head_names_leave_the_title_alone(
 def test_who_attends_chips_do_not_all_read_zero():
     """A column of small weights read "0.00" on every chip while one was outlined as the strongest."""
     from viz.attention import highlight_tokens_html
+
     small = highlight_tokens_html(["▁a", "▁b", "▁c"], [0.004, 0.012, 0.001])
     assert "0.012" in small and "0.004" in small and "0.00<" not in small
     assert small.count("3px solid") == 1 and "largest weight is only 0.012" in small
@@ -195,6 +202,7 @@ def test_who_attends_chips_do_not_all_read_zero():
 
 def test_compare_caption_ends_in_one_full_stop():
     from viz.labels import end_sentence
+
     assert end_sentence("“The cat sat.” → Die Katze saß.") == "“The cat sat.” → Die Katze saß."
     assert end_sentence("checkpoint b, same sentence and translation") == "checkpoint b, same sentence and translation."
     assert end_sentence("(… translation: Hallo!)") == "(… translation: Hallo!)"
@@ -267,9 +275,11 @@ def test_greedy_with_all_ones_masks_equals_the_stepper(make_model, encode_src):
         src = encode_src(text)
         stepper = Stepper(model, src, max_new_tokens=12)
         stepper.run_to_end()
-        ones = {"encoder": torch.ones(cfg.n_encoder_layers, cfg.n_heads),
-                "decoder": torch.ones(cfg.n_decoder_layers, cfg.n_heads),
-                "cross": torch.ones(cfg.n_decoder_layers, cfg.n_heads)}
+        ones = {
+            "encoder": torch.ones(cfg.n_encoder_layers, cfg.n_heads),
+            "decoder": torch.ones(cfg.n_decoder_layers, cfg.n_heads),
+            "cross": torch.ones(cfg.n_decoder_layers, cfg.n_heads),
+        }
         assert greedy_with_head_masks(model, src, ones, max_new_tokens=12) == stepper.tokens
         assert greedy_with_head_masks(model, src, None, max_new_tokens=12) == stepper.tokens
     full = Stepper(model, src)
@@ -289,13 +299,21 @@ def test_greedy_with_masks_follows_the_ablated_model(make_model, encode_src):
     assert tokens[0] == cfg.bos_id and 2 <= len(tokens) <= 9
     lp = sequence_log_probs(model, src, tokens, masks)
     with torch.inference_mode():
-        out = model.decode(torch.tensor([tokens[:-1]]), model.encode(torch.tensor([src]))[0],
-                           model.src_mask(torch.tensor([src])), cross_head_mask=mask)
+        out = model.decode(
+            torch.tensor([tokens[:-1]]),
+            model.encode(torch.tensor([src]))[0],
+            model.src_mask(torch.tensor([src])),
+            cross_head_mask=mask,
+        )
         best = torch.log_softmax(model.logits(out.hidden[0]).float(), -1).max(-1).values
     assert torch.allclose(lp, best, atol=1e-5)
     lm = make_model(arch="decoder-only")
     prompt = [cfg.bos_id, 5, 6]
     step = Stepper(lm, None, prefix_ids=prompt, max_new_tokens=5)
     step.run_to_end()
-    assert greedy_with_head_masks(lm, None, {"self": torch.ones(cfg.n_decoder_layers, cfg.n_heads)},
-                                  max_new_tokens=5, prefix_ids=prompt) == step.tokens
+    assert (
+        greedy_with_head_masks(
+            lm, None, {"self": torch.ones(cfg.n_decoder_layers, cfg.n_heads)}, max_new_tokens=5, prefix_ids=prompt
+        )
+        == step.tokens
+    )

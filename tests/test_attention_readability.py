@@ -85,8 +85,9 @@ def test_masked_cells_are_one_grey_with_no_line_through_the_bos_row():
         "heatmap": attention_heatmap(w, labels, labels, causal=True, title="Decoder masked self-attention"),
         "rollout": attention_heatmap(w, labels, labels, causal=True, zmax=None, title="Rollout"),
         "grid": model_grid_figure(torch.stack([torch.stack([w, w])] * 2), labels, labels, causal=True),
-        "difference": difference_heatmap(causal_blank(w.numpy()), causal_blank(causal_weights(n, 1).numpy()),
-                                         labels, labels),
+        "difference": difference_heatmap(
+            causal_blank(w.numpy()), causal_blank(causal_weights(n, 1).numpy()), labels, labels
+        ),
     }
     for name, fig in figures.items():
         assert fig.layout.plot_bgcolor == MASKED_BG, name  # empty cells show the one masked grey
@@ -100,8 +101,9 @@ def test_masked_cells_are_one_grey_with_no_line_through_the_bos_row():
 def label_tiers(fig) -> list:
     """The x axes that write token labels: ``xaxis`` and the tiers that overlay it."""
     layout = fig.layout
-    return [layout[n] for n in sorted(layout)
-            if n.startswith("xaxis") and (n == "xaxis" or layout[n].overlaying == "x")]
+    return [
+        layout[n] for n in sorted(layout) if n.startswith("xaxis") and (n == "xaxis" or layout[n].overlaying == "x")
+    ]
 
 
 def assert_every_key_labelled(fig, plot_px: float, n: int) -> None:
@@ -128,20 +130,25 @@ def test_every_key_of_a_long_sentence_is_labelled_without_overlaps(n):
     full = attention_heatmap(w, labels, labels, causal=True, height=560, width=PAGE_PX, title="the opened head")
     diff = difference_heatmap(w.numpy(), causal_weights(n, 1).numpy(), labels, labels, title="Difference")
     bars = token_bar_figure(w[-1], labels, title="What “.” attends to")
-    for fig, plot_px in ((half, HALF_HEATMAP_PX), (full, PAGE_HEATMAP_PX), (diff, DIFF_HEATMAP_PX),
-                         (bars, HALF_BARS_PX)):
+    for fig, plot_px in (
+        (half, HALF_HEATMAP_PX),
+        (full, PAGE_HEATMAP_PX),
+        (diff, DIFF_HEATMAP_PX),
+        (bars, HALF_BARS_PX),
+    ):
         if n <= 26 or plot_px > HALF_HEATMAP_PX:  # 40 keys in a half column: heatmap_fits says draw it wider
             assert_every_key_labelled(fig, plot_px, n)
     assert heatmap_fits(labels[:21], labels[:21], HALF_PX) and not heatmap_fits(pieces(80), pieces(80), HALF_PX)
 
 
 def test_every_query_row_is_labelled_with_a_line_of_room():
-    """"Heads forming" drew 13 queries in a 260-px chart and labelled 7 of them; a page-wide map of 60 queries was
+    """ "Heads forming" drew 13 queries in a 260-px chart and labelled 7 of them; a page-wide map of 60 queries was
     capped at 900 px. The chart now grows until each row is a line of its labels' type."""
     for n, height, width in ((13, 260, HALF_PX), (60, 560, PAGE_PX)):
         labels = pieces(n)
-        fig = attention_heatmap(causal_weights(n), labels, labels, causal=True, title="layer 1 · head 1",
-                                height=height, width=width)
+        fig = attention_heatmap(
+            causal_weights(n), labels, labels, causal=True, title="layer 1 · head 1", height=height, width=width
+        )
         axis = fig.layout.yaxis
         assert list(axis.tickvals) == list(range(n)) and list(axis.ticktext) == labels
         size = axis.tickfont.size
@@ -154,8 +161,11 @@ def test_axis_titles_stand_off_from_turned_labels():
     (token bars: "_children" ran into "keys"): Plotly's own standoff. Every token axis now sets one."""
     labels = pieces(21)
     w = causal_weights(21)
-    figures = [attention_heatmap(w, labels, labels, causal=True), token_bar_figure(w[-1], labels, title="t"),
-               difference_heatmap(w.numpy(), causal_weights(21, 1).numpy(), labels, labels)]
+    figures = [
+        attention_heatmap(w, labels, labels, causal=True),
+        token_bar_figure(w[-1], labels, title="t"),
+        difference_heatmap(w.numpy(), causal_weights(21, 1).numpy(), labels, labels),
+    ]
     for fig in figures:
         titled = [a for a in axes(fig) if a.title.text]
         assert len(titled) == 2
@@ -183,8 +193,14 @@ def test_summaries_rows_are_a_line_tall_with_only_a_title_between_layers():
     n, layers = 13, 6
     labels = pieces(n)
     stack = torch.stack([torch.stack([causal_weights(n), causal_weights(n, 1)])] * layers)
-    fig = model_grid_figure(stack, labels, labels, causal=True, col_names=["mean over heads", "max over heads"],
-                            title="Decoder masked self-attention · mean and max over heads, per layer")
+    fig = model_grid_figure(
+        stack,
+        labels,
+        labels,
+        causal=True,
+        col_names=["mean over heads", "max over heads"],
+        title="Decoder masked self-attention · mean and max over heads, per layer",
+    )
     plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     domains = [fig.layout[f"yaxis{2 * r + 1 if r else ''}"].domain for r in range(layers)]
     for d in domains:
@@ -214,7 +230,7 @@ def test_alignment_labels_of_a_26_piece_source_take_turns_and_are_whole():
 # --- titles -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", list(KIND_TITLES))
 def test_word_level_titles_fit_a_half_width_chart(kind):
-    """"Cross-attention (decoder → encoder) · layer 3 · head 1 · words" (62 characters) was cut off at 1280 px:
+    """ "Cross-attention (decoder → encoder) · layer 3 · head 1 · words" (62 characters) was cut off at 1280 px:
     Plotly never wraps a title. Each line now fits, and the top margin holds every line."""
     n = 5
     labels = pieces(n)
@@ -233,9 +249,11 @@ def test_word_level_titles_fit_a_half_width_chart(kind):
 def test_the_sweep_maps_share_one_colour_range():
     """The sweep's three heatmaps each ran from −(their own largest drop) to +: a head that barely mattered in one
     kind was as red as the head that mattered most in another."""
-    drops = {"encoder": torch.tensor([[0.02, -0.01], [0.05, 0.0]]),
-             "decoder": torch.tensor([[1.5, 0.3], [-0.2, 0.1]]),
-             "cross": torch.tensor([[4.0, -0.5], [0.7, 0.2]])}
+    drops = {
+        "encoder": torch.tensor([[0.02, -0.01], [0.05, 0.0]]),
+        "decoder": torch.tensor([[1.5, 0.3], [-0.2, 0.1]]),
+        "cross": torch.tensor([[4.0, -0.5], [0.7, 0.2]]),
+    }
     figures = sweep_heatmaps(drops, {k: k.title() for k in drops})
     ranges = {(f.data[0].zmin, f.data[0].zmax) for f in figures}
     assert len(ranges) == 1 and next(iter(ranges)) == pytest.approx((-4.0, 4.0))

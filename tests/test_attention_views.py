@@ -23,14 +23,16 @@ ATTENTION_PAGE = "app_pages/attention/attention.py"
 
 # --- the page (AppTest) -------------------------------------------------------------------------------------------
 streamlit_testing = pytest.importorskip("streamlit.testing.v1")
-needs_model = pytest.mark.skipif(not (DEFAULT_CKPT / "model.safetensors").is_file(),
-                                 reason="checkpoints/en-de is missing")
+needs_model = pytest.mark.skipif(
+    not (DEFAULT_CKPT / "model.safetensors").is_file(), reason="checkpoints/en-de is missing"
+)
 TABS = ["Heads", "Tokens & lines", "Query · key", "Model grid", "Summaries", "Head statistics", "Ablation", "Compare"]
 
 
 @pytest.fixture
 def cfg():
     from model.config import ModelConfig
+
     return ModelConfig.from_json(DEFAULT_CKPT / "config.json")
 
 
@@ -78,6 +80,7 @@ def z_of(trace: dict) -> np.ndarray:
 def source_pieces(text: str) -> list[str]:
     from decoding.stepping import prepare_source
     from model.checkpoint import load_checkpoint
+
     ckpt = load_checkpoint(DEFAULT_CKPT)
     c = ckpt.config
     return prepare_source(ckpt.tokenizer, text, c.max_len, c.eos_id, c.unk_id).tokens
@@ -115,8 +118,10 @@ def test_every_tab_renders(cfg):
     show(at, "Summaries")
     figs = charts(at)
     assert sum(t["type"] == "heatmap" for t in figs[0]["data"]) == L_cross * 2  # mean and max per layer
-    assert [f["layout"]["title"]["text"] for f in figs[1:]] == ["Rollout · Encoder self-attention",
-                                                              "Rollout · Decoder masked self-attention"]
+    assert [f["layout"]["title"]["text"] for f in figs[1:]] == [
+        "Rollout · Encoder self-attention",
+        "Rollout · Decoder masked self-attention",
+    ]
     for f in figs[1:]:
         assert np.allclose(np.nansum(z_of(f["data"][0]), axis=1), 1.0, atol=1e-4)
     assert any("No rollout for cross-attention" in i.value for i in at.info)
@@ -194,10 +199,14 @@ def test_word_level_toggle_merges_pieces_into_words(cfg):
 
 
 @needs_model
-@pytest.mark.parametrize("query, layer", [({"layer": "abc", "head": "99"}, "opened"),
-                                          ({"layer": "-1", "head": "mean!"}, 1),  # clamped into 1…n
-                                          ({"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"},
-                                           "last")])
+@pytest.mark.parametrize(
+    "query, layer",
+    [
+        ({"layer": "abc", "head": "99"}, "opened"),
+        ({"layer": "-1", "head": "mean!"}, 1),  # clamped into 1…n
+        ({"layer": "99", "head": "", "kind": "nonsense", "tab": "No such tab"}, "last"),
+    ],
+)
 def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cfg, query, layer):
     query = dict(query)
     tab = query.pop("tab", None)
@@ -207,8 +216,9 @@ def test_garbage_layer_and_head_in_the_url_are_clamped_or_ignored_with_a_note(cf
     if tab:
         show(at, tab)
     assert_clean(at)
-    opened = opening_layer(json.loads((DEFAULT_CKPT / "card.json").read_text(encoding="utf-8")),
-                           cfg.n_decoder_layers) + 1  # the layer the card opens the page on, else the last
+    opened = (
+        opening_layer(json.loads((DEFAULT_CKPT / "card.json").read_text(encoding="utf-8")), cfg.n_decoder_layers) + 1
+    )  # the layer the card opens the page on, else the last
     layer = {"last": cfg.n_decoder_layers, "opened": opened}.get(layer, layer)
     assert at.selectbox(key="at_layer").value == layer - 1
     assert at.selectbox(key="at_head").value == "all"
@@ -311,8 +321,12 @@ def test_compare_offers_a_runs_checkpoints_of_the_same_architecture(tmp_path, mo
     at.radio(key="at_cmp_mode").set_value("another checkpoint").run()
     assert_clean(at)
     box = at.selectbox(key="at_cmp_ckpt")
-    assert box.options == ["runs/r1/best", "runs/r1/checkpoints/step-100", "runs/r1/evals/step-3",
-                           "runs/r1/evals/step-20"]
+    assert box.options == [
+        "runs/r1/best",
+        "runs/r1/checkpoints/step-100",
+        "runs/r1/evals/step-3",
+        "runs/r1/evals/step-20",
+    ]
     assert len(charts(at)) == 3  # first, second, difference (the same weights: zero)
 
 
@@ -322,8 +336,12 @@ def test_the_quality_line_counts_minutes_on_the_machine_the_card_names():
 
     from ui.model_card import minutes_unit, quality_line
 
-    card = {"test": {"split": "Multi30K test2016", "bleu": 38.0, "chrf": 64.0}, "everyday": {"chrf": 79.0},
-            "total": {"train_minutes": 8.2}, "device": "cuda:0"}
+    card = {
+        "test": {"split": "Multi30K test2016", "bleu": 38.0, "chrf": 64.0},
+        "everyday": {"chrf": 79.0},
+        "total": {"train_minutes": 8.2},
+        "device": "cuda:0",
+    }
     config = SimpleNamespace(is_encoder_decoder=True)
     line = quality_line(SimpleNamespace(card=card, config=config))
     assert "trained 8 GPU-minutes" in line and "Multi30K test2016 BLEU 38.0" in line

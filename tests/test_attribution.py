@@ -62,8 +62,10 @@ def test_grad_x_input_matches_a_finite_difference_along_the_input(make_model, st
     with torch.no_grad():
         emb = (model.embed(src), model.embed(tgt))
         eps = 1e-6
-        f = [float(token_log_probs(model, src, tgt, step.token_id, tuple(scale * e for e in emb)))
-             for scale in (1 + eps, 1 - eps)]
+        f = [
+            float(token_log_probs(model, src, tgt, step.token_id, tuple(scale * e for e in emb)))
+            for scale in (1 + eps, 1 - eps)
+        ]
         directional = (f[0] - f[1]) / (2 * eps)
     assert gxi.source.sum() + gxi.prefix.sum() == pytest.approx(directional, rel=1e-5, abs=1e-8)
 
@@ -134,8 +136,9 @@ def test_the_adaptive_integral_closes_the_gap_where_uniform_points_miss(make_mod
     assert adaptive.completeness_gap <= 0.01 and 12 <= adaptive.n_steps <= adaptive.evaluated
     change = abs(adaptive.log_prob - adaptive.baseline_log_prob)
     for side in ("source", "prefix"):
-        np.testing.assert_allclose(getattr(adaptive.integrated_gradients, side),
-                                   getattr(dense.integrated_gradients, side), atol=0.02 * change)
+        np.testing.assert_allclose(
+            getattr(adaptive.integrated_gradients, side), getattr(dense.integrated_gradients, side), atol=0.02 * change
+        )
     capped = read_gradients(model, step, n_steps=8, max_steps=16)
     assert capped.n_steps <= 16
 
@@ -169,10 +172,14 @@ def test_the_value_norm_decomposition_reproduces_each_head(make_model, step_ids,
     h = layer.res_self.norm(x) if norm_first else x
     x_cross, _ = layer.res_self(x, lambda h: layer.self_attn(h, h, mask, positions=positions))
     h_cross = layer.res_cross.norm(x_cross) if norm_first else x_cross
-    cases = [(layer.self_attn, lambda hm: layer.self_attn(h, h, mask, trace=True, head_mask=hm, positions=positions),
-              h[0]),
-             (layer.cross_attn, lambda hm: layer.cross_attn(h_cross, memory, model.src_mask(src), trace=True,
-                                                            head_mask=hm), memory[0])]
+    cases = [
+        (layer.self_attn, lambda hm: layer.self_attn(h, h, mask, trace=True, head_mask=hm, positions=positions), h[0]),
+        (
+            layer.cross_attn,
+            lambda hm: layer.cross_attn(h_cross, memory, model.src_mask(src), trace=True, head_mask=hm),
+            memory[0],
+        ),
+    ]
     for module, run, x_kv in cases:
         out, weights = run(None)
         vectors = weighted_values(module, weights[0, :, -1], x_kv)  # [heads, keys, d_model]
@@ -304,8 +311,9 @@ def test_given_token_embeddings_compute_what_the_ids_do(make_model, step_ids, ar
     src, tgt = step.tensors(model)
     with torch.no_grad():
         logits = model(src, tgt)[:, -1].log_softmax(-1)[:, step.token_id]
-        given = token_log_probs(model, src, tgt, step.token_id,
-                                tuple(model.embed(ids) for ids in (src, tgt) if ids is not None))
+        given = token_log_probs(
+            model, src, tgt, step.token_id, tuple(model.embed(ids) for ids in (src, tgt) if ids is not None)
+        )
         from_ids = token_log_probs(model, src, tgt, step.token_id)
     torch.testing.assert_close(given, logits)
     torch.testing.assert_close(from_ids, logits)
@@ -317,8 +325,12 @@ def test_the_benchmark_prints_both_tables(make_model, tokenizer, tmp_path, capsy
     from model.checkpoint import save_checkpoint
 
     save_checkpoint(tmp_path / "tiny", make_model(), tokenizer)
-    assert bench.main(["--checkpoint", str(tmp_path / "tiny"), "--n", "2", "--repeats", "1", "--n-steps", "4",
-                       "--n-random", "2"]) == 0
+    assert (
+        bench.main(
+            ["--checkpoint", str(tmp_path / "tiny"), "--n", "2", "--repeats", "1", "--n-steps", "4", "--n-random", "2"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "one step, every method" in out and "Faithfulness over 2 sentences" in out
     assert all(f"| {m} " in out for m in METHODS)

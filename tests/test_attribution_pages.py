@@ -68,8 +68,9 @@ def test_translate_at_step_3_shows_every_method_and_the_models_faithfulness(monk
     table = faithful_table(at)
     assert list(table.index) == [*attribution_view.NAMES.values(), "random"]
     for method, name in attribution_view.NAMES.items():
-        assert table.loc[name, "comprehensiveness ↑"] == pytest.approx(faith.aopc("comprehensiveness", method),
-                                                                        abs=1e-6)
+        assert table.loc[name, "comprehensiveness ↑"] == pytest.approx(
+            faith.aopc("comprehensiveness", method), abs=1e-6
+        )
         assert table.loc[name, "sufficiency ↓"] == pytest.approx(faith.aopc("sufficiency", method), abs=1e-6)
     assert f"{reading.source_share:.0%} of this prediction comes from the English" in text
     labels = [b.proto.label for b in at.get("download_button")]
@@ -105,8 +106,9 @@ def test_the_next_steps_are_prefetched_and_a_next_finds_them_ready(monkeypatch, 
         inputs = step_attribution.step_inputs(ckpt, src, run, t)
         assert heavy.GATE.cached(step_attribution.attribution_key(version, inputs, n_steps))
         assert heavy.GATE.cached(step_attribution.faithfulness_key(version, inputs, n_steps, None, None))
-    assert not heavy.GATE.cached(step_attribution.attribution_key(
-        version, step_attribution.step_inputs(ckpt, src, run, 6), n_steps))
+    assert not heavy.GATE.cached(
+        step_attribution.attribution_key(version, step_attribution.step_inputs(ckpt, src, run, 6), n_steps)
+    )
     computed = heavy.GATE.computed
     next_step(at)
     assert "Step 4: what" in grids(at)[0]
@@ -136,8 +138,17 @@ def test_bad_link_values_are_noted_and_ignored(monkeypatch, tmp_path):
     assert not at.toggle(key="tr_attr").value and not grids(at)
     assert any("`attr` (attention vs attribution)" in i.value for i in at.info)
 
-    at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1", attr_layer="99",
-                  attr_method="saliency", attr_steps="7")
+    at = open_app(
+        monkeypatch,
+        tmp_path,
+        "en-de",
+        text=SENTENCE,
+        step="3",
+        attr="1",
+        attr_layer="99",
+        attr_method="saliency",
+        attr_steps="7",
+    )
     assert_clean(at)
     notes = " ".join(i.value for i in at.info)
     assert "`attr_layer` (layer)" in notes and "`attr_method` (method)" in notes and "`attr_steps`" in notes

@@ -32,8 +32,16 @@ from training.checkpoints import GERMAN_PROBE_SENTENCES
 from training.data import load_data, reversed_pairs
 from training.runs import read_probes
 
-GERMAN = ["Das ist gut.", "Wir danken Ihnen.", "Das ist gut.", "Vielen Dank.", "x" * 500, "Die Sitzung ist eröffnet.",
-          "Das Wort hat der Kollege.", "Wir stimmen ab."]
+GERMAN = [
+    "Das ist gut.",
+    "Wir danken Ihnen.",
+    "Das ist gut.",
+    "Vielen Dank.",
+    "x" * 500,
+    "Die Sitzung ist eröffnet.",
+    "Das Wort hat der Kollege.",
+    "Wir stimmen ab.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +55,9 @@ def de_en(tmp_path_factory):
 
 
 def _settings(run: Path, mono: Path, **changes) -> bt.Settings:
-    values = dict(checkpoint=str(run / "best"), mono=str(mono), strategy="sample", top_k=5, beam=2, tag="bt",
-                  seed=0, limit=0)
+    values = dict(
+        checkpoint=str(run / "best"), mono=str(mono), strategy="sample", top_k=5, beam=2, tag="bt", seed=0, limit=0
+    )
     values.update(changes)
     return bt.Settings(**values)
 
@@ -97,7 +106,7 @@ def test_backtranslation_writes_tagged_pairs_of_real_german(de_en, tmp_path, kee
     assert pairs == cleaned.pairs
     germans = [p.tgt for p in pairs]
     # each once, none over MAX_CHARS characters, and "Vielen Dank." left out: it is the everyday test set's German
-    assert germans == [g for g in dict.fromkeys(GERMAN) if len(g) <= MAX_CHARS and g != "Vielen Dank."][:len(germans)]
+    assert germans == [g for g in dict.fromkeys(GERMAN) if len(g) <= MAX_CHARS and g != "Vielen Dank."][: len(germans)]
     assert len(germans) >= 4 and all(p.src.startswith("bt ") and "\t" not in p.src for p in pairs)
     assert not (out / "backtranslated.partial.tsv").exists()
     assert json.loads((out / "backtranslated.json").read_text())["strategy"] == "sample"
@@ -134,19 +143,50 @@ def test_a_stopped_backtranslation_continues_to_the_same_file(de_en, tmp_path, m
 
 
 def test_the_command_refuses_an_english_to_german_model_and_a_missing_file(de_en, tmp_path):
-    rc, _, err = run_main(bt.main, ["--checkpoint", ROOT / "checkpoints" / "en-de", "--mono", _mono(tmp_path),
-                                    "--out", tmp_path, "--no-progress"])
+    rc, _, err = run_main(
+        bt.main,
+        ["--checkpoint", ROOT / "checkpoints" / "en-de", "--mono", _mono(tmp_path), "--out", tmp_path, "--no-progress"],
+    )
     assert rc == 2 and "is not a German → English translator" in err
-    rc, _, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", tmp_path / "gone.txt",
-                                    "--out", tmp_path, "--tag", "bt", "--no-progress"])
+    rc, _, err = run_main(
+        bt.main,
+        [
+            "--checkpoint",
+            de_en / "best",
+            "--mono",
+            tmp_path / "gone.txt",
+            "--out",
+            tmp_path,
+            "--tag",
+            "bt",
+            "--no-progress",
+        ],
+    )
     assert rc == 2 and "No such data file" in err
     # the tiny model's 500 pieces have no "#": the default tag would start every source with <unk>
-    rc, _, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--out", tmp_path,
-                                    "--no-progress"])
+    rc, _, err = run_main(
+        bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--out", tmp_path, "--no-progress"]
+    )
     assert rc == 2 and "the tag '#bt' has characters the vocabulary does not know" in err and "<unk>" in err
     assert not (tmp_path / "backtranslated.partial.tsv").exists()
-    rc, out, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--strategy", "beam",
-                                      "--limit", "3", "--out", tmp_path / "beam", "--tag", "bt", "--no-progress"])
+    rc, out, err = run_main(
+        bt.main,
+        [
+            "--checkpoint",
+            de_en / "best",
+            "--mono",
+            _mono(tmp_path),
+            "--strategy",
+            "beam",
+            "--limit",
+            "3",
+            "--out",
+            tmp_path / "beam",
+            "--tag",
+            "bt",
+            "--no-progress",
+        ],
+    )
     assert rc == 0, err
     assert "synthetic pairs" in out and "backtranslated=1" in out
 
@@ -156,8 +196,11 @@ def test_the_default_tag_is_made_of_pieces_the_shipped_vocabulary_knows():
     bt.check_tag(tokenizer, bt.TAG)
     bt.check_tag(tokenizer, "")  # no tag at all is allowed
     # mathematical angle brackets: no piece of the 16k vocabulary (ASCII '<bt>' reads as ▁< bt > there)
-    with pytest.raises(DataError, match=r"'⟨bt⟩' .* reads as ▁ <unk> bt <unk>\): choose another with --tag, for "
-                                        r"example '#bt'"):
+    with pytest.raises(
+        DataError,
+        match=r"'⟨bt⟩' .* reads as ▁ <unk> bt <unk>\): choose another with --tag, for "
+        r"example '#bt'",
+    ):
         bt.check_tag(tokenizer, "⟨bt⟩")
 
 
@@ -165,8 +208,10 @@ def test_the_mixture_takes_the_backtranslated_pairs_once_made(tmp_path):
     with pytest.raises(DataError, match="python -m tools.backtranslate"):
         mixture.mixture_pairs({"ding": 1, "backtranslated": 1}, tmp_path, tmp_path)
     assert any("python -m tools.backtranslate" in e for e in mixture_errors("ding=1,backtranslated=1", tmp_path))
-    parallel.write_tsv_gz(parallel.prepared_path("backtranslated", "train", tmp_path),
-                          [Pair("#bt It is good.", "Es ist gut."), Pair("#bt We vote.", "Wir stimmen ab.")])
+    parallel.write_tsv_gz(
+        parallel.prepared_path("backtranslated", "train", tmp_path),
+        [Pair("#bt It is good.", "Es ist gut."), Pair("#bt We vote.", "Wir stimmen ab.")],
+    )
     mix = mixture.mixture_pairs({"backtranslated": 2}, tmp_path, tmp_path)
     assert mix.counts == {"backtranslated": 4} and Pair("#bt We vote.", "Wir stimmen ab.") in mix.train
     assert mixture_errors("backtranslated=1", tmp_path) == []
@@ -208,7 +253,7 @@ def test_the_preset_starts_from_the_shipped_translator_and_trains_it_german_firs
         parallel.prepared_path(corpus, "train", tmp_path).touch()
     assert validate_form(form) == []
     cmd = build_command(form, "runs/de-en")
-    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1:])
+    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1 :])
     check_args(args)
     # its weights, BPE and architecture are the shipped model's (a warm start keeps them); its schedule starts
     # again at step 0, not where the shipped run's ended (a rate of 0)
@@ -241,23 +286,41 @@ def test_the_training_page_shows_the_presets_direction(monkeypatch):
 
 def test_synthetic_pairs_that_run_on_stop_short_or_loop_are_dropped():
     german = "Wir kommen zur Abstimmung über den Änderungsantrag der Fraktionen."
-    pairs = [Pair("#bt We come to the vote on the amendment of the groups.", german),
-             Pair("#bt We come to the vote.", german),  # says less than half of the German
-             # runs on past 400 characters
-             Pair("#bt " + "We come to the vote on the amendment of the CDU/CSU and F.D.P. " * 7, german),
-             Pair("#bt The amendment of the the the groups is voted on here.", german),  # loops
-             Pair("#bt ", german), Pair("#bt Yes.", "Ja.")]
+    pairs = [
+        Pair("#bt We come to the vote on the amendment of the groups.", german),
+        Pair("#bt We come to the vote.", german),  # says less than half of the German
+        # runs on past 400 characters
+        Pair("#bt " + "We come to the vote on the amendment of the CDU/CSU and F.D.P. " * 7, german),
+        Pair("#bt The amendment of the the the groups is voted on here.", german),  # loops
+        Pair("#bt ", german),
+        Pair("#bt Yes.", "Ja."),
+    ]
     cleaned = bt.clean_synthetic(pairs, "#bt")
     assert cleaned.pairs == [pairs[0], pairs[5]]  # a short pair may differ in length: "Yes." / "Ja."
     assert cleaned.dropped == {"length ratio": 1, "too long": 1, "looping": 1, "empty": 1}
 
 
 def test_the_command_says_what_it_dropped(de_en, tmp_path):
-    rc, out, err = run_main(bt.main, ["--checkpoint", de_en / "best", "--mono", _mono(tmp_path), "--strategy", "greedy",
-                                      "--out", tmp_path, "--tag", "bt", "--no-progress"])
+    rc, out, err = run_main(
+        bt.main,
+        [
+            "--checkpoint",
+            de_en / "best",
+            "--mono",
+            _mono(tmp_path),
+            "--strategy",
+            "greedy",
+            "--out",
+            tmp_path,
+            "--tag",
+            "bt",
+            "--no-progress",
+        ],
+    )
     assert rc == 0, err
     meta = json.loads((tmp_path / "backtranslated.json").read_text(encoding="utf-8"))
     # the five German sentences left of GERMAN (each once, none over 400 characters, not the everyday set's)
-    assert meta["translated"] == 5 and meta["translated"] - sum(meta["dropped"].values()) == len(read_tsv(
-        tmp_path / "backtranslated.train.tsv.gz", allow_empty=True))
+    assert meta["translated"] == 5 and meta["translated"] - sum(meta["dropped"].values()) == len(
+        read_tsv(tmp_path / "backtranslated.train.tsv.gz", allow_empty=True)
+    )
     assert "synthetic pairs" in out and all(f"{reason} {n:,}" in out for reason, n in meta["dropped"].items())

@@ -89,8 +89,9 @@ def test_impl_torch_trains_and_evaluates_in_bf16_on_any_cpu(tmp_path, make_confi
     from training.device import autocast
 
     out = tmp_path / "baseline"
-    rc, _, err = run_main(train.main, ["--out", out, "--impl", "torch", "--precision", "bf16", "--max-steps", 6,
-                                       "--test-at-end", *TINY])
+    rc, _, err = run_main(
+        train.main, ["--out", out, "--impl", "torch", "--precision", "bf16", "--max-steps", 6, "--test-at-end", *TINY]
+    )
     assert rc == 0, err
     card = json.loads((out / "best" / "card.json").read_text())
     assert card["precision"] == "bf16" and "chrf" in card["valid"] and "test" in card

@@ -177,12 +177,14 @@ def test_every_wait_has_a_time_limit():
 def test_no_slot_in_time_is_too_busy_for_every_waiter():
     gate = Gate(slots=1, max_wait_s=0.3)
     hold, holding = threading.Event(), threading.Event()
-    blocker = threading.Thread(target=gate.run, args=("other", lambda: holding.set() or hold.wait(JOIN_S)),
-                               daemon=True)
+    blocker = threading.Thread(target=gate.run, args=("other", lambda: holding.set() or hold.wait(JOIN_S)), daemon=True)
     blocker.start()
     assert holding.wait(JOIN_S)
-    batcher = Batcher(lambda items: list(items), window_ms=0,
-                      run=lambda thunk, size: gate.run(object(), thunk, f"{size} at once", keep=False))
+    batcher = Batcher(
+        lambda items: list(items),
+        window_ms=0,
+        run=lambda thunk, size: gate.run(object(), thunk, f"{size} at once", keep=False),
+    )
     with pytest.raises(TooBusy):
         batcher.request("k", 1)
     hold.set()

@@ -43,15 +43,23 @@ def test_hugging_face_benchmark_builds_a_marian_folder_and_prints_the_table():
 def test_train_benchmark_prints_a_row_per_impl_precision_and_thread_count():
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert train.main(["--config", "tiny", "--batch", "4", "--len", "8", "--steps", "2", "--warmup", "1",
-                           "--threads", "1,2"]) == 0
+        assert (
+            train.main(
+                ["--config", "tiny", "--batch", "4", "--len", "8", "--steps", "2", "--warmup", "1", "--threads", "1,2"]
+            )
+            == 0
+        )
     text = out.getvalue()
     assert "native bf16: yes" in text or "native bf16: no" in text
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
     assert rows[0][-1] == "× vs ours fp32 1 thread"
     cells = {tuple(r[:3]): r[3:] for r in rows[1:]}
-    assert set(cells) == {(impl, prec, threads) for impl in ("ours", "torch.nn.Transformer")
-                          for prec in ("fp32", "bf16") for threads in ("1", "2")}
+    assert set(cells) == {
+        (impl, prec, threads)
+        for impl in ("ours", "torch.nn.Transformer")
+        for prec in ("fp32", "bf16")
+        for threads in ("1", "2")
+    }
     for steps, ms, tokens_s, ratio in cells.values():
         assert steps == "2" and float(ms.replace(",", "")) > 0 and float(tokens_s.replace(",", "")) > 0
         assert ratio.endswith("×") and float(ratio[:-1]) > 0

@@ -26,6 +26,7 @@ def ckpt_tokenizer():
 
 def _sentences(limit=200):
     from corpora.files import dataset_path, read_tsv
+
     try:
         pairs = read_tsv(dataset_path("train"), limit=limit)
     except Exception as exc:  # pragma: no cover - no data in this clone
@@ -38,8 +39,10 @@ def test_replay_equals_tokenizers_on_training_words(ckpt_tokenizer):
     sentences = _sentences(200) + ["Bobby likes blackberries.", "  two  spaces ", "Öl 🙂 ünd ß", "x"]
     words = 0
     for s in sentences:
-        assert encode_by_replay(ckpt_tokenizer.backend, s, table) == ckpt_tokenizer.backend.encode(
-            s, add_special_tokens=False).tokens, s
+        assert (
+            encode_by_replay(ckpt_tokenizer.backend, s, table)
+            == ckpt_tokenizer.backend.encode(s, add_special_tokens=False).tokens
+        ), s
         for w in pre_tokenize(ckpt_tokenizer.backend, s):
             words += 1
             steps = replay(w, table)
@@ -62,8 +65,9 @@ def test_merge_table_accepts_string_merges_and_trained_tokenizers():
     tok = TextTokenizer.train(texts, vocab_size=60, min_frequency=1)
     data = json.loads(tok.to_str())
     as_strings = dict(data)
-    as_strings["model"] = dict(data["model"], merges=[" ".join(m) if isinstance(m, list) else m
-                                                      for m in data["model"]["merges"]])
+    as_strings["model"] = dict(
+        data["model"], merges=[" ".join(m) if isinstance(m, list) else m for m in data["model"]["merges"]]
+    )
     t1, t2 = merge_table(tok.to_str()), merge_table(json.dumps(as_strings))
     assert t1.merges == t2.merges and len(t1.merges) > 5
     for s in texts + ["that mat", "cats"]:

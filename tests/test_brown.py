@@ -49,10 +49,13 @@ def fake_package(folder: Path) -> Path:
 def test_strip_tags_and_detokenize():
     assert brown.strip_tags("The/at jury/nn ./.") == ["The", "jury", "."]
     assert brown.strip_tags("1/2/cd ok/jj") == ["1/2", "ok"]  # the tag is after the last slash
-    assert brown.detokenize(["``", "Only", "a", "handful", "''", ",", "he", "said", "."]) == \
-        '"Only a handful," he said.'
-    assert brown.detokenize(["He", "paid", "$", "50", "(", "or", "so", ")", "--", "and", "left", "."]) == \
-        "He paid $50 (or so) — and left."
+    assert (
+        brown.detokenize(["``", "Only", "a", "handful", "''", ",", "he", "said", "."]) == '"Only a handful," he said.'
+    )
+    assert (
+        brown.detokenize(["He", "paid", "$", "50", "(", "or", "so", ")", "--", "and", "left", "."])
+        == "He paid $50 (or so) — and left."
+    )
     assert brown.detokenize(["It", "is", "n't", "John", "Smith", "Jr.", "."]) == "It isn't John Smith Jr."
     assert brown.detokenize(["the", "state", "'s", "laws", ";", "ok", "?"]) == "the state's laws; ok?"
 
@@ -68,8 +71,10 @@ def test_is_usable():
 def test_prepare_from_a_folder_is_deterministic(tmp_path):
     package = fake_package(tmp_path / "package")
     counts = brown.prepare_brown(package, tmp_path / "out")
-    lines = {s: (gzip.decompress((tmp_path / "out" / f"{s}.txt.gz").read_bytes()).decode().splitlines())
-             for s in brown.SPLITS}
+    lines = {
+        s: (gzip.decompress((tmp_path / "out" / f"{s}.txt.gz").read_bytes()).decode().splitlines())
+        for s in brown.SPLITS
+    }
     everything = [line for s in brown.SPLITS for line in lines[s]]
     # 7 lines: "Too short." dropped, the repeated sentence kept once, README.md is not a text.
     assert sum(counts.values()) == len(everything) == 5, everything

@@ -17,8 +17,11 @@ def test_a_leg_that_went_on_as_a_second_run_counts_on_from_the_first(tmp_path):
     second = leg_run(tmp_path / "next")
     write_config(second, layers=3)
     rows, total = leg_rows([first, second], START, 8, "x", cooldown_from=5500)
-    assert total == {"step": 22631 + 6000, "tokens_seen": 103_638_498 + 6000 * 4000,
-                     "train_minutes": round(660.6 + 6000 * 0.7 / 60, 1)}
+    assert total == {
+        "step": 22631 + 6000,
+        "tokens_seen": 103_638_498 + 6000 * 4000,
+        "train_minutes": round(660.6 + 6000 * 0.7 / 60, 1),
+    }
     steps = [int(r["leg"].rsplit("step ", 1)[1].replace(",", "")) - 22631 for r in rows]
     assert steps == [1000, 2000, 3000, 4000, 5000, 6000]
     assert [r["tokens_seen"] - 103_638_498 for r in rows] == [s * 4000 for s in steps]
@@ -29,9 +32,32 @@ def test_a_leg_that_went_on_as_a_second_run_counts_on_from_the_first(tmp_path):
     assert card["step"] == 28631 and card["parameters"] > alone["parameters"]  # the last run's model
     files = report_files(tmp_path)
     out = tmp_path / "out.json"
-    assert main(["--card", str(files["card"]), "--run", str(first), str(second), "--leg", "8", "--parent", "x",
-                 "--valid", str(files["valid"]), "--greedy", str(files["greedy"]), "--beam", str(files["beam"]),
-                 "--selected-by", "y", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--card",
+                str(files["card"]),
+                "--run",
+                str(first),
+                str(second),
+                "--leg",
+                "8",
+                "--parent",
+                "x",
+                "--valid",
+                str(files["valid"]),
+                "--greedy",
+                str(files["greedy"]),
+                "--beam",
+                str(files["beam"]),
+                "--selected-by",
+                "y",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text(encoding="utf-8"))["step"] == 28631
     with pytest.raises(CardError, match="no run folder"):
         leg_rows([], START, 8, "x")

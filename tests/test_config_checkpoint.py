@@ -22,9 +22,20 @@ from model.config import ConfigError, ModelConfig
 
 # --- config ----------------------------------------------------------------------------------------------------
 def test_config_json_round_trip(tmp_path):
-    cfg = ModelConfig(arch="decoder-only", vocab_size=123, d_model=48, n_heads=6, n_encoder_layers=0,
-                      n_decoder_layers=3, d_ff=96, dropout=0.2, pos_encoding="learned", norm_first=True,
-                      tie_embeddings=False, max_len=77)
+    cfg = ModelConfig(
+        arch="decoder-only",
+        vocab_size=123,
+        d_model=48,
+        n_heads=6,
+        n_encoder_layers=0,
+        n_decoder_layers=3,
+        d_ff=96,
+        dropout=0.2,
+        pos_encoding="learned",
+        norm_first=True,
+        tie_embeddings=False,
+        max_len=77,
+    )
     cfg.to_json(tmp_path / "config.json")
     back = ModelConfig.from_json(tmp_path / "config.json")
     assert back == cfg
@@ -58,8 +69,17 @@ def test_config_partial_json_uses_defaults(tmp_path):
         (dict(d_model="abc"), "d_model"),
         (dict(max_len=64.5), "max_len"),
         (dict(activation="tanh"), "activation"),
-        (dict(activation="silu", pos_layout="halves", scale_embeddings=False, logits_bias=True, norm_eps=1e-6,
-              suppress_ids=[0]), None),  # a Hugging Face variant: valid
+        (
+            dict(
+                activation="silu",
+                pos_layout="halves",
+                scale_embeddings=False,
+                logits_bias=True,
+                norm_eps=1e-6,
+                suppress_ids=[0],
+            ),
+            None,
+        ),  # a Hugging Face variant: valid
         (dict(pos_layout="columns"), "pos_layout"),
         (dict(pos_layout="halves", pos_encoding="learned"), "sinusoidal encodings only"),
         (dict(scale_embeddings=1), "scale_embeddings"),
@@ -80,11 +100,18 @@ def test_invalid_configs_raise_config_error(kwargs, match):
 
 def test_configs_without_the_pretrained_model_fields_load_as_our_architecture(tmp_path):
     """A config.json written before activation … suppress_ids existed describes this project's Transformer."""
-    old = {k: v for k, v in ModelConfig().to_dict().items()
-           if k not in ("activation", "pos_layout", "scale_embeddings", "logits_bias", "norm_eps", "suppress_ids")}
+    old = {
+        k: v
+        for k, v in ModelConfig().to_dict().items()
+        if k not in ("activation", "pos_layout", "scale_embeddings", "logits_bias", "norm_eps", "suppress_ids")
+    }
     cfg = ModelConfig.from_dict(old)
-    assert (cfg.activation, cfg.pos_layout, cfg.scale_embeddings, cfg.logits_bias) == ("relu", "interleaved", True,
-                                                                                      False)
+    assert (cfg.activation, cfg.pos_layout, cfg.scale_embeddings, cfg.logits_bias) == (
+        "relu",
+        "interleaved",
+        True,
+        False,
+    )
     assert cfg.norm_eps == 1e-5 and cfg.suppress_ids == []
     variant = ModelConfig(activation="gelu_tanh", suppress_ids=[0, 5], logits_bias=True)
     variant.to_json(tmp_path / "c.json")
@@ -205,18 +232,22 @@ def test_load_corrupted_weights(tmp_path, model_and_batch, tokenizer, damage):
     folder = save_checkpoint(tmp_path / "ckpt", model, tokenizer)
     path = folder / "model.safetensors"
     raw = path.read_bytes()
-    path.write_bytes({"garbage": b"\x13\x37garbage" * 500, "truncated": raw[: len(raw) // 2],
-                      "tiny": raw[:5], "empty": b""}[damage])
+    path.write_bytes(
+        {"garbage": b"\x13\x37garbage" * 500, "truncated": raw[: len(raw) // 2], "tiny": raw[:5], "empty": b""}[damage]
+    )
     with pytest.raises(CheckpointError, match="model.safetensors is corrupt or unreadable"):
         load_checkpoint(folder)
 
 
-@pytest.mark.parametrize("content,match", [
-    ("{broken", "config.json is invalid"),
-    ('{"d_model": 32, "typo": 1}', "unknown config keys"),
-    ('{"d_model": "wide"}', "config.json is invalid"),
-    ('{"pos_encoding": "rope", "d_model": 24, "n_heads": 8}', "even d_k"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ("{broken", "config.json is invalid"),
+        ('{"d_model": 32, "typo": 1}', "unknown config keys"),
+        ('{"d_model": "wide"}', "config.json is invalid"),
+        ('{"pos_encoding": "rope", "d_model": 24, "n_heads": 8}', "even d_k"),
+    ],
+)
 def test_load_invalid_config(tmp_path, model_and_batch, tokenizer, content, match):
     model, _, _ = model_and_batch
     folder = save_checkpoint(tmp_path / "ckpt", model, tokenizer)
@@ -243,13 +274,16 @@ def test_load_tokenizer_vocab_mismatch(tmp_path, model_and_batch, tokenizer):
         load_checkpoint(folder)
 
 
-@pytest.mark.parametrize("change,match", [
-    (dict(d_model=64), "do not fit the config"),  # same names, other shapes
-    (dict(n_encoder_layers=3), "do not match the config"),  # layer 2 missing from the weights
-    (dict(n_decoder_layers=1), "do not match the config"),  # unexpected layer-1 weights
-    (dict(tie_embeddings=False), "do not match the config"),  # generator.weight missing
-    (dict(pos_encoding="learned"), "do not match the config"),  # pos.table missing
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(d_model=64), "do not fit the config"),  # same names, other shapes
+        (dict(n_encoder_layers=3), "do not match the config"),  # layer 2 missing from the weights
+        (dict(n_decoder_layers=1), "do not match the config"),  # unexpected layer-1 weights
+        (dict(tie_embeddings=False), "do not match the config"),  # generator.weight missing
+        (dict(pos_encoding="learned"), "do not match the config"),  # pos.table missing
+    ],
+)
 def test_load_weights_from_a_different_config(tmp_path, model_and_batch, tokenizer, change, match):
     model, _, _ = model_and_batch
     folder = save_checkpoint(tmp_path / "ckpt", model, tokenizer)

@@ -54,8 +54,21 @@ def test_clean_text_removes_labels_and_normalises():
     assert clean_text("<Abk.> Haus") == "Haus"
 
 
-@pytest.mark.parametrize("text", ["to do sth.", "jdm. helfen", "etw. tun", "Wait a minute ...", "and/or",
-                                  "to help sb.", "a (b", "a; b", "x\x07y", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "to do sth.",
+        "jdm. helfen",
+        "etw. tun",
+        "Wait a minute ...",
+        "and/or",
+        "to help sb.",
+        "a (b",
+        "a; b",
+        "x\x07y",
+        "",
+    ],
+)
 def test_is_clean_rejects_placeholders_and_markup(text):
     assert not is_clean(text)
 
@@ -90,8 +103,11 @@ def test_extract_pairs_classifies_sentences_phrases_words():
         Pair("a piece of cake", "ein Stück Kuchen"),
     ]
     assert out["words"] == [
-        Pair("house", "Haus"), Pair("building", "Gebäude"), Pair("houses", "Häuser"),
-        Pair("buildings", "Gebäude"), Pair("apple", "Apfel"),
+        Pair("house", "Haus"),
+        Pair("building", "Gebäude"),
+        Pair("houses", "Häuser"),
+        Pair("buildings", "Gebäude"),
+        Pair("apple", "Apfel"),
         Pair("car", "Auto"),  # 2 vs 3 alternatives: first with first only
     ]
     everything = [p for kind in out.values() for p in kind]
@@ -228,8 +244,14 @@ def test_shipped_splits_agree_with_split_of(shipped):
 
 
 # --- tokenizer ----------------------------------------------------------------------------------------------------
-TEXTS = ["The house is big.", "Yes, please.", "Die Straße ist schön.", "Öffne das Fenster!",
-         "Müller läuft schnell über die Brücke.", "Where is the station?"]
+TEXTS = [
+    "The house is big.",
+    "Yes, please.",
+    "Die Straße ist schön.",
+    "Öffne das Fenster!",
+    "Müller läuft schnell über die Brücke.",
+    "Where is the station?",
+]
 
 
 def test_special_ids(tokenizer):
@@ -308,7 +330,8 @@ def test_from_file_garbage_raises_value_error(tmp_path, content):
 
 
 def test_tokenizer_without_special_ids_is_refused():
-    bare = Tokenizer(models.BPE(vocab={"a": 0, "<pad>": 1, "<bos>": 2, "<eos>": 3, "<unk>": 4}, merges=[],
-                                unk_token="<unk>"))
+    bare = Tokenizer(
+        models.BPE(vocab={"a": 0, "<pad>": 1, "<bos>": 2, "<eos>": 3, "<unk>": 4}, merges=[], unk_token="<unk>")
+    )
     with pytest.raises(ValueError, match="<pad>"):
         TextTokenizer(bare)

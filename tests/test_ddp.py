@@ -27,20 +27,55 @@ from training.distributed import Dist, dist_from_env, model_flops_utilization, p
 from training.flops import matmul_weights_per_token, training_flops
 from training.schedule import factor_for_peak, noam_lr
 
-pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
-                                reason="this torch build has no torch.distributed with gloo")
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="this torch build has no torch.distributed with gloo"
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--device", "cpu", "--threads", "1", "--limit-train", "64", "--vocab-size", "300", "--d-model", "32",
-        "--n-heads", "2", "--layers", "1", "--d-ff", "64", "--batch-tokens", "400", "--warmup", "5",
-        "--eval-sentences", "4", "--no-progress", "--no-snapshots"]
+TINY = [
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--limit-train",
+    "64",
+    "--vocab-size",
+    "300",
+    "--d-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--layers",
+    "1",
+    "--d-ff",
+    "64",
+    "--batch-tokens",
+    "400",
+    "--warmup",
+    "5",
+    "--eval-sentences",
+    "4",
+    "--no-progress",
+    "--no-snapshots",
+]
 TIMEOUT = 120  # seconds for one launch; a hang in an all-reduce fails the test instead of stalling it
 
 
 def torchrun_cmd(out: Path, *args) -> list[str]:
     """Two CPU processes of the training CLI; ``--standalone`` lets torchrun pick a free rendezvous port."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "-m", "trainer.train", "--out", str(out), *map(str, args)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer.train",
+        "--out",
+        str(out),
+        *map(str, args),
+    ]
 
 
 def env() -> dict:
@@ -48,8 +83,9 @@ def env() -> dict:
 
 
 def torchrun(out: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run(torchrun_cmd(out, *args), cwd=ROOT, env=env(), capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    return subprocess.run(
+        torchrun_cmd(out, *args), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=TIMEOUT
+    )
 
 
 def records(folder: Path) -> list[dict]:
@@ -75,9 +111,15 @@ def runs(tmp_path_factory):
     ``--resume``; ``straight``: the same recipe run to that step in one go."""
     root = tmp_path_factory.mktemp("ddp")
     stopped = root / "stopped"
-    proc = subprocess.Popen(torchrun_cmd(stopped, *TINY, "--max-steps", 10_000, "--log-every", 1,
-                                         "--eval-every", 10_000), cwd=ROOT, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        torchrun_cmd(stopped, *TINY, "--max-steps", 10_000, "--log-every", 1, "--eval-every", 10_000),
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         metrics, deadline = stopped / "metrics.jsonl", time.time() + TIMEOUT
         while time.time() < deadline and proc.poll() is None:
@@ -98,12 +140,19 @@ def runs(tmp_path_factory):
     final = stop_step + 3
     resumed = root / "resumed"
     shutil.copytree(stopped, resumed)
-    resumed_run = torchrun(resumed, "--resume", "--max-steps", final, "--device", "cpu", "--threads", "1",
-                           "--no-progress")
+    resumed_run = torchrun(
+        resumed, "--resume", "--max-steps", final, "--device", "cpu", "--threads", "1", "--no-progress"
+    )
     straight = root / "straight"
     straight_run = torchrun(straight, *TINY, "--max-steps", final, "--log-every", 2, "--eval-every", 3)
-    return {"root": root, "stopped": (proc.returncode, stopped_log), "stop_step": stop_step, "final": final,
-            "resumed": resumed_run, "straight": straight_run}
+    return {
+        "root": root,
+        "stopped": (proc.returncode, stopped_log),
+        "stop_step": stop_step,
+        "final": final,
+        "resumed": resumed_run,
+        "straight": straight_run,
+    }
 
 
 def test_two_process_run_writes_once_from_rank_0(runs):
@@ -171,8 +220,9 @@ def test_one_ddp_step_is_the_step_on_averaged_gradients(tmp_path):
     epoch's batches 0 (rank 0) and 1 (rank 1), computed here in one process."""
     out = tmp_path / "one"
     # fp32 named: the reference step below is fp32, and auto would be bf16 on a CPU with native bf16.
-    run = torchrun(out, *TINY, "--dropout", "0", "--max-steps", 1, "--log-every", 1, "--peak-tflops", 0.05,
-                   "--precision", "fp32")
+    run = torchrun(
+        out, *TINY, "--dropout", "0", "--max-steps", 1, "--log-every", 1, "--peak-tflops", 0.05, "--precision", "fp32"
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     args, _ = parse_config(["--out", str(out), *TINY, "--dropout", "0"])
     ckpt = load_checkpoint(out / "last")
@@ -263,8 +313,16 @@ def test_training_flops_charge_each_token_the_weights_it_passes(arch):
     together pass about all parameters once (6N per pair of tokens, not 12N as charging all of them would)."""
     from model.config import ModelConfig
     from model.transformer import Transformer
-    cfg = ModelConfig(arch=arch, vocab_size=8000, d_model=256, n_heads=4, d_ff=1024, n_decoder_layers=3,
-                      n_encoder_layers=3 if arch == "encoder-decoder" else 0)
+
+    cfg = ModelConfig(
+        arch=arch,
+        vocab_size=8000,
+        d_model=256,
+        n_heads=4,
+        d_ff=1024,
+        n_decoder_layers=3,
+        n_encoder_layers=3 if arch == "encoder-decoder" else 0,
+    )
     n = Transformer(cfg).num_parameters()
     per_src, per_tgt = matmul_weights_per_token(cfg)
     if arch == "decoder-only":

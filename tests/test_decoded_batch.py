@@ -21,21 +21,34 @@ from model.checkpoint import load_checkpoint
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "checkpoints" / "en-de"
 #: One to twenty-odd words: the shortest is padded by most of the longest's length in a batch.
-SENTENCES = ["Hi.", "My brother lives in Berlin.", "The cat sat on the mat.",
-             "The girl who is wearing a red dress is my sister, and she lives in a small house near the river.",
-             "Thank you very much.", "Bobby likes blackberries."]
+SENTENCES = [
+    "Hi.",
+    "My brother lives in Berlin.",
+    "The cat sat on the mat.",
+    "The girl who is wearing a red dress is my sister, and she lives in a small house near the river.",
+    "Thank you very much.",
+    "Bobby likes blackberries.",
+]
 ATOL = 1e-4  # a batched sum runs in another order than a solo one: about 1e-6 apart (log-probabilities 1e-5)
 
 
 def assert_same(solo: Decoding, batched: Decoding) -> None:
     """Every field the pages read: equal, and the tensors' numbers equal to float rounding."""
     assert batched.prefix == solo.prefix and batched.generated == solo.generated
-    assert (batched.max_new_tokens, batched.eos_id, batched.cross_bytes) == (solo.max_new_tokens, solo.eos_id,
-                                                                              solo.cross_bytes)
+    assert (batched.max_new_tokens, batched.eos_id, batched.cross_bytes) == (
+        solo.max_new_tokens,
+        solo.eos_id,
+        solo.cross_bytes,
+    )
     assert batched.n_steps == solo.n_steps and batched.finished
     for b, s in zip(batched.records, solo.records, strict=True):
-        assert (b.token_id, b.cache_bytes, b.top_ids, b.forced, b.banned) == (s.token_id, s.cache_bytes, s.top_ids,
-                                                                             s.forced, s.banned)
+        assert (b.token_id, b.cache_bytes, b.top_ids, b.forced, b.banned) == (
+            s.token_id,
+            s.cache_bytes,
+            s.top_ids,
+            s.forced,
+            s.banned,
+        )
         assert b.prob == pytest.approx(s.prob, abs=ATOL)
         assert b.top_probs == pytest.approx(s.top_probs, abs=ATOL)
         assert b.log_probs is None and s.log_probs is None  # shared decodings keep their top tokens, not [vocab]

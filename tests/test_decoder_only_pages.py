@@ -20,8 +20,15 @@ def lm_root(tmp_path_factory):
     """A tiny random decoder-only checkpoint that shares the shipped tokenizer."""
     root = tmp_path_factory.mktemp("lm")
     shipped = load_checkpoint(ROOT / "checkpoints" / "en-de")
-    cfg = ModelConfig(arch="decoder-only", vocab_size=shipped.config.vocab_size, d_model=32, n_heads=2,
-                      n_encoder_layers=0, n_decoder_layers=2, d_ff=64)
+    cfg = ModelConfig(
+        arch="decoder-only",
+        vocab_size=shipped.config.vocab_size,
+        d_model=32,
+        n_heads=2,
+        n_encoder_layers=0,
+        n_decoder_layers=2,
+        d_ff=64,
+    )
     torch.manual_seed(0)
     save_checkpoint(root / "tiny-lm", Transformer(cfg).eval(), shipped.tokenizer, {"task": "test language model"})
     return root
@@ -59,11 +66,13 @@ def test_attention_tabs_with_a_decoder_only_checkpoint(monkeypatch, lm_root):
         assert not at.exception, (tab, at.exception[0].message)
 
 
-@pytest.mark.parametrize("page, preset_key, text_key", [("translate", "tr_text_preset", "tr_text"),
-                                                         ("decoding", "dl_text_preset", None)])
+@pytest.mark.parametrize(
+    "page, preset_key, text_key", [("translate", "tr_text_preset", "tr_text"), ("decoding", "dl_text_preset", None)]
+)
 def test_a_language_model_gets_prompts_to_continue(monkeypatch, lm_root, page, preset_key, text_key):
     """Finished sentences make a sentence-level LM stop at once: its presets are openings, its box a prompt."""
     from ui.state import LM_PRESETS
+
     at = open_page(monkeypatch, lm_root, page)
     assert at.selectbox(key=preset_key).options[1:] == LM_PRESETS
     assert at.session_state["app_text"] == LM_PRESETS[0]
@@ -77,6 +86,7 @@ def test_a_prompt_at_the_length_limit_still_leaves_room_to_continue(monkeypatch,
     """A translator's encoder reads max_len tokens; a decoder-only prompt is cut shorter, because prompt and
     continuation share the positions (a full-length prompt gave 'Step 0 of 0' with a dead Next button)."""
     from decoding.stepping import MIN_CONTINUATION, input_limit
+
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("ATTENTION_EXPLORER_CHECKPOINTS", str(lm_root))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)

@@ -96,8 +96,14 @@ def test_beam_tree_has_one_node_per_candidate_and_draws_the_best_path(make_model
 
 
 def test_kv_cache_figure_marks_the_new_rows():
-    fig = kv_cache_figure(3, positions=5, new_rows=1, src_len=7, target_tokens=["<bos>", "a", "b", "c", "d"],
-                          source_tokens=list("abcdef") + ["<eos>"])
+    fig = kv_cache_figure(
+        3,
+        positions=5,
+        new_rows=1,
+        src_len=7,
+        target_tokens=["<bos>", "a", "b", "c", "d"],
+        source_tokens=list("abcdef") + ["<eos>"],
+    )
     self_z, cross_z = (np.asarray(t.z, dtype=float) for t in fig.data if t.type == "heatmap")
     assert self_z.shape == (6, 5) and cross_z.shape == (6, 7)  # 2 (K, V) × layers rows
     assert (self_z == 2).sum() == 6 and (self_z[:, -1] == 2).all() and (self_z[:, :-1] == 1).all()
@@ -122,8 +128,9 @@ def test_cache_bytes_formula_equals_the_stepper_cache(make_model, encode_src, ar
         assert expected == stepper.cache.nbytes(), n
     cfg = model.cfg
     assert expected["self"] == cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * (prompt + 5) * 2 * 4
-    assert expected["cross"] == (cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * len(src) * 2 * 4
-                                 if arch == "encoder-decoder" else 0)
+    assert expected["cross"] == (
+        cfg.n_decoder_layers * cfg.n_heads * cfg.d_k * len(src) * 2 * 4 if arch == "encoder-decoder" else 0
+    )
     assert cache_bytes(cfg, prompt + 5, len(src), bytes_per_value=2)["total"] == expected["total"] // 2
 
 
@@ -164,17 +171,39 @@ def test_forcing_a_token_redoes_that_step_and_keeps_earlier_ones(make_model, enc
 
 def test_settings_from_the_link_are_clamped_or_ignored_with_notes():
     settings, notes = lab.settings_from_link(
-        {"temperature": "-1", "top_p": "7", "top_k": "999999", "seed": "nan", "beam": "100", "alpha": "inf",
-         "strategy": "nucleus", "guard": "maybe"}, vocab_size=2000)
+        {
+            "temperature": "-1",
+            "top_p": "7",
+            "top_k": "999999",
+            "seed": "nan",
+            "beam": "100",
+            "alpha": "inf",
+            "strategy": "nucleus",
+            "guard": "maybe",
+        },
+        vocab_size=2000,
+    )
     assert settings == dict(lab.DEFAULTS, temperature=0.05, top_p=1.0, top_k=2000, beam=8)
     text = " ".join(notes)
     for name in ("temperature", "top_p", "top_k", "seed", "beam", "alpha", "strategy", "guard"):
         assert f"`{name}`" in text, name
     assert "nucleus" in text and "showing 2000" in text
-    ok, none = lab.settings_from_link({"strategy": "sample", "temperature": "0.7", "top_k": "40", "top_p": "0.9",
-                                       "seed": "3", "beam": "5", "alpha": "1", "guard": "1"}, vocab_size=2000)
-    assert none == [] and ok == dict(strategy="sample", temperature=0.7, top_k=40, top_p=0.9, seed=3, beam=5,
-                                     alpha=1.0, guard=True)
+    ok, none = lab.settings_from_link(
+        {
+            "strategy": "sample",
+            "temperature": "0.7",
+            "top_k": "40",
+            "top_p": "0.9",
+            "seed": "3",
+            "beam": "5",
+            "alpha": "1",
+            "guard": "1",
+        },
+        vocab_size=2000,
+    )
+    assert none == [] and ok == dict(
+        strategy="sample", temperature=0.7, top_k=40, top_p=0.9, seed=3, beam=5, alpha=1.0, guard=True
+    )
     lab.sampling_config(settings)  # always valid
 
 
@@ -209,7 +238,7 @@ def test_two_sessions_step_one_shared_decoding_independently(make_model, encode_
     for step in range(shared.n_steps, -1, -1):  # Bob steps back while Alice steps forward
         bob = StepView.of(shared, step)
         alice = StepView.of(shared, min(alice.step + 1, shared.n_steps))
-        assert bob.generated == tokens[:step] and alice.generated == tokens[:alice.step]
+        assert bob.generated == tokens[:step] and alice.generated == tokens[: alice.step]
     assert shared.generated == tokens and shared.records == records and shared.n_steps == len(tokens)
     assert not any(hasattr(shared, name) for name in ("step", "back", "goto", "reset", "set_forced"))
 
@@ -222,8 +251,11 @@ def test_compare_cache_gives_the_same_log_probs(make_model, encode_src):
 
 def test_resolve_piece(tokenizer):
     # A word-start piece whose text without ▁ is not a piece of its own: typing it without ▁ finds the ▁ piece.
-    piece = next(p for p in (tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))
-                 if p.startswith("▁") and len(p) > 2 and tokenizer.token_to_id(p[1:]) is None)
+    piece = next(
+        p
+        for p in (tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))
+        if p.startswith("▁") and len(p) > 2 and tokenizer.token_to_id(p[1:]) is None
+    )
     assert lab.resolve_piece(tokenizer, piece) == tokenizer.token_to_id(piece)
     assert lab.resolve_piece(tokenizer, piece[1:]) == tokenizer.token_to_id(piece)
     assert lab.resolve_piece(tokenizer, "_" + piece[1:]) == tokenizer.token_to_id(piece)

@@ -93,11 +93,18 @@ def shown(at, folder: Path = CKPT):
     limit = decoding_cap(ckpt.config, src_ids, ckpt.generation)
     loop_times = LOOP_TIMES if settings["guard"] else 0
     if settings["strategy"] == "beam":
-        result = beam_search(ckpt.model, src_ids, int(settings["beam"]), float(settings["alpha"]), max_new_tokens=limit,
-                             loop_times=loop_times)
+        result = beam_search(
+            ckpt.model,
+            src_ids,
+            int(settings["beam"]),
+            float(settings["alpha"]),
+            max_new_tokens=limit,
+            loop_times=loop_times,
+        )
         return result, beam_states(result, float(settings["alpha"]), ckpt.config.eos_id)
-    return lab.lab_decoding(ckpt.model, src_ids, lab.sampling_config(settings), at.session_state["dl_forced"], limit,
-                            loop_times=loop_times)
+    return lab.lab_decoding(
+        ckpt.model, src_ids, lab.sampling_config(settings), at.session_state["dl_forced"], limit, loop_times=loop_times
+    )
 
 
 def generated(at) -> list[int]:
@@ -161,16 +168,19 @@ def test_sampling_with_a_seed_replays_and_the_link_reproduces_it():
     assert tokens and at.query_params["strategy"] == "sample" and at.query_params["seed"] == "7"
     assert at.query_params["temperature"] == "1.5"
     # Same seed in a fresh session (opened from the link): the same tokens.
-    again = page(**{k: at.query_params[k] for k in ("text", "strategy", "seed", "temperature", "step")
-                   if k in at.query_params})  # the default sentence is left out of the link
+    again = page(
+        **{k: at.query_params[k] for k in ("text", "strategy", "seed", "temperature", "step") if k in at.query_params}
+    )  # the default sentence is left out of the link
     clean(again)
     assert generated(again) == tokens and again.session_state["dl_step"] == len(tokens)
 
 
 @needs_ckpt
 def test_the_loop_guard_keeps_a_loop_from_the_rule_and_says_which_token():
-    looping = ("No child should ever have to grow up in an environment that is not nurturing, caring, and "
-               "educational, but they do.")  # "… die nicht nur nur nur nur …"
+    looping = (
+        "No child should ever have to grow up in an environment that is not nurturing, caring, and "
+        "educational, but they do."
+    )  # "… die nicht nur nur nur nur …"
     free = page(text=looping, step="999")
     clean(free)
     assert find_loop(TextTokenizer.from_file(CKPT / "tokenizer.json").decode(generated(free)))
@@ -273,8 +283,17 @@ def test_beam_search_steps_through_the_tree():
 
 @needs_ckpt
 def test_garbage_query_params_never_raise():
-    at = page(temperature="-1", top_p="7", step="abc", forced="zz", top_k="99999999", seed="x", beam="0",
-              alpha="nan", strategy="sample")
+    at = page(
+        temperature="-1",
+        top_p="7",
+        step="abc",
+        forced="zz",
+        top_k="99999999",
+        seed="x",
+        beam="0",
+        alpha="nan",
+        strategy="sample",
+    )
     clean(at)
     noted = " ".join(w.value for w in at.info)
     assert "`temperature`" in noted and "`top_p`" in noted and "`forced`" in noted
@@ -293,6 +312,7 @@ def test_garbage_query_params_never_raise():
 def test_presentation_mode_draws_every_table_as_html():
     """In presentation mode a table is an HTML table that CSS enlarges, not the canvas data grid."""
     from ui import presentation
+
     at = st_testing.AppTest.from_string(WRAPPER, default_timeout=TIMEOUT)
     for key, value in {"strategy": "beam", "beam": "2", "step": "1"}.items():
         at.query_params[key] = value

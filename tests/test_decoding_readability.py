@@ -75,13 +75,18 @@ def test_a_wide_beams_newest_labels_stand_apart_from_its_scores():
     """At beam width 8 the newest step's two-line labels (token over score, under each of 16 nodes) stacked onto
     the next rank's: each is one line now, right of its node, with room left on the axis for it."""
     width, steps_so_far, total = 8, 4, 15
-    steps = [[(j % width, 100 + 16 * t + j, -0.4 * t - 0.3 * j - 10.0, j < width) for j in range(2 * width)]
-             for t in range(steps_so_far)]
+    steps = [
+        [(j % width, 100 + 16 * t + j, -0.4 * t - 0.3 * j - 10.0, j < width) for j in range(2 * width)]
+        for t in range(steps_so_far)
+    ]
     result = SimpleNamespace(steps=steps, hypotheses=[SimpleNamespace(tokens=[100 + 16 * t for t in range(4)])])
     fig = beam_tree_figure(result, lambda i: f"▁werde{i}", eos_id=2, n_steps=total, ranks=2 * width)
     nodes = next(t for t in fig.data if t.name == "candidates")
-    newest = [(text, place) for text, place, x in zip(nodes.text, nodes.textposition, nodes.x, strict=True)
-              if x == steps_so_far]
+    newest = [
+        (text, place)
+        for text, place, x in zip(nodes.text, nodes.textposition, nodes.x, strict=True)
+        if x == steps_so_far
+    ]
     assert len(newest) == 2 * width
     for text, place in newest:
         assert "<br>" not in text and place == "middle right"
@@ -100,10 +105,26 @@ def test_a_wide_beams_newest_labels_stand_apart_from_its_scores():
 # --- tables -----------------------------------------------------------------------------------------------------
 def test_tables_use_one_number_format_yes_no_and_whole_tokens():
     """Tables mixed 0.761 / 0.59 / 0.2271 / "true" and cut "▁werde" to "▁wer…" in a narrow column."""
-    rows = [{"step": 1, "token": "▁werde", "p": 0.761, "p (after the rule)": 0.59, "log P": -0.2271,
-             "finished": True, "forced": "★"},
-            {"step": 2, "token": "▁Hausaufgaben", "p": 1.0, "p (after the rule)": 0.2, "log P": -12.5,
-             "finished": False, "forced": ""}]
+    rows = [
+        {
+            "step": 1,
+            "token": "▁werde",
+            "p": 0.761,
+            "p (after the rule)": 0.59,
+            "log P": -0.2271,
+            "finished": True,
+            "forced": "★",
+        },
+        {
+            "step": 2,
+            "token": "▁Hausaufgaben",
+            "p": 1.0,
+            "p (after the rule)": 0.2,
+            "log P": -12.5,
+            "finished": False,
+            "forced": "",
+        },
+    ]
     frame, formats, widths = table_parts(rows)
     shown = {c: [formats[c].format(v) if c in formats else str(v) for v in frame[c]] for c in frame.columns}
     assert shown["p"] == ["0.761", "1.000"] and shown["p (after the rule)"] == ["0.590", "0.200"]
@@ -119,9 +140,11 @@ st_testing = pytest.importorskip("streamlit.testing.v1")
 def page(ckpt: Path, **query: str):
     if not (ckpt / "model.safetensors").is_file():
         pytest.skip(f"{ckpt.name} is missing")
-    wrapper = (f"import pathlib, runpy\nimport streamlit as st\n"
-               f"st.session_state['app_ckpt_path'] = pathlib.Path({str(ckpt)!r})\n"
-               f"runpy.run_path({str(PAGE)!r}, run_name='__main__')\n")
+    wrapper = (
+        f"import pathlib, runpy\nimport streamlit as st\n"
+        f"st.session_state['app_ckpt_path'] = pathlib.Path({str(ckpt)!r})\n"
+        f"runpy.run_path({str(PAGE)!r}, run_name='__main__')\n"
+    )
     at = st_testing.AppTest.from_string(wrapper, default_timeout=TIMEOUT)
     for key, value in query.items():
         at.query_params[key] = value
@@ -178,6 +201,7 @@ def test_a_decoder_only_model_has_no_cross_attention_tab_and_suggests_its_own_to
     example = box.placeholder.removeprefix("e.g. ")
     assert example != "▁Haus"
     from model.checkpoint import load_checkpoint
+
     tok = load_checkpoint(BROWN).tokenizer
     from tests.test_decoding_page import shown
 
@@ -214,8 +238,11 @@ def test_a_probability_bar_shows_its_probability_not_its_share_of_the_top():
 
 def test_the_softmax_panels_run_from_0_to_100_percent():
     """The lab's softmax panel ran 0–53 % when the top token had 38 %: its bars looked nearly certain."""
-    pipe = choose_next(torch.linspace(0.0, -3.0, 40), SamplingConfig("sample", temperature=1.0, top_k=5),
-                       torch.Generator().manual_seed(0))
+    pipe = choose_next(
+        torch.linspace(0.0, -3.0, 40),
+        SamplingConfig("sample", temperature=1.0, top_k=5),
+        torch.Generator().manual_seed(0),
+    )
     fig = pipeline_figure(pipe, _piece, temperature=1.0)
     for axis in (fig.layout.xaxis3, fig.layout.xaxis4):
         assert axis.range[0] == 0 and 1.0 <= axis.range[1] <= 1.2

@@ -34,8 +34,9 @@ try:
     NGINX = nginx.find_nginx()
 except DeployError as exc:
     NGINX, NO_NGINX = None, str(exc)
-needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install -y nginx; "
-                                                       "make test installs it when run as root)")
+needs_nginx = pytest.mark.skipif(
+    NGINX is None, reason="nginx is not installed (apt-get install -y nginx; make test installs it when run as root)"
+)
 
 
 def get(url: str, path: str = WORKER_HEALTH, worker: str | None = None) -> http.client.HTTPResponse:
@@ -85,7 +86,7 @@ def cluster():
 def test_render_gives_each_worker_its_upstream_with_the_others_as_backups():
     conf = nginx.render([nginx.Upstream("w1", "10.0.0.1:8501"), nginx.Upstream("w2", "10.0.0.2:8501")], "8080")
     assert not nginx.FIELD.search(conf) and "listen 8080;" in conf
-    w1 = conf[conf.index("upstream ae_w1 {"):]
+    w1 = conf[conf.index("upstream ae_w1 {") :]
     w1 = w1[: w1.index("}")]
     assert "server 10.0.0.1:8501 max_fails=1" in w1 and "server 10.0.0.2:8501 max_fails=1 fail_timeout=5s backup;" in w1
     assert "w2 ae_w2;" in conf and '"~(^| )10\\.0\\.0\\.2:8501$" w2;' in conf
@@ -131,8 +132,14 @@ def test_compose_file_parses_and_puts_the_front_before_healthy_workers():
     assert [a for a in front["command"] if ":8501" in a] == [f"{a}:8501" for a in apps]
     assert all(front["depends_on"][a]["condition"] == "service_healthy" for a in apps)
     dockerfile = (DEPLOY / "Dockerfile").read_text()
-    for needed in ("HEALTHCHECK", "/_stcore/health", "STOPSIGNAL SIGTERM", "USER explorer",
-                   "download.pytorch.org/whl/cpu", "deploy.serve"):
+    for needed in (
+        "HEALTHCHECK",
+        "/_stcore/health",
+        "STOPSIGNAL SIGTERM",
+        "USER explorer",
+        "download.pytorch.org/whl/cpu",
+        "deploy.serve",
+    ):
         assert needed in dockerfile, needed
 
 
@@ -172,8 +179,9 @@ def open_stream(url: str, worker: str | None = None):
     from websockets.sync.client import connect
 
     headers = {"Cookie": f"ae_worker={worker}"} if worker else {}
-    return connect(url.replace("http://", "ws://") + "/_stcore/stream", additional_headers=headers, proxy=None,
-                   open_timeout=15)
+    return connect(
+        url.replace("http://", "ws://") + "/_stcore/stream", additional_headers=headers, proxy=None, open_timeout=15
+    )
 
 
 def run_app(ws) -> None:
@@ -227,8 +235,13 @@ def test_the_front_alone_serves_a_worker_started_as_a_container_starts_it(tmp_pa
         pytest.skip(NO_NGINX)
     port = free_port()
     with open(tmp_path / "worker.log", "wb") as log:
-        app = subprocess.Popen([sys.executable, "-m", "deploy.worker", "--host", "127.0.0.1", "--port", str(port)],
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        app = subprocess.Popen(
+            [sys.executable, "-m", "deploy.worker", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         with serving(upstreams=[f"localhost:{port}"]) as front:
             assert front.workers == [] and len(front.pids()) == 1  # nginx only
@@ -276,8 +289,13 @@ def test_sigterm_stops_every_process_it_started(tmp_path):
     port = free_port()
     (tmp_path / "tmp").mkdir()
     with open(tmp_path / "serve.log", "wb") as log:
-        serve = subprocess.Popen(serve_command("--workers", "2", "--port", str(port)), cwd=ROOT, stdout=log,
-                                 stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+        serve = subprocess.Popen(
+            serve_command("--workers", "2", "--port", str(port)),
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+        )
     try:
         deadline = time.monotonic() + 120
         while not healthy(f"http://127.0.0.1:{port}/_stcore/health"):
@@ -303,8 +321,14 @@ def test_sigterm_stops_every_process_it_started(tmp_path):
 
 def run_serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """``python -m deploy.serve ARGS`` to its end; the prefix it keeps after an error goes under ``tmp_path``."""
-    return subprocess.run(serve_command(*args), cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    return subprocess.run(
+        serve_command(*args),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
 
 
 def test_without_nginx_it_says_how_to_install_it(tmp_path):

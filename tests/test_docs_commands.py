@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-         *sorted(p for p in (ROOT / "checkpoints").glob("*/*.md") if (p.parent / "card.json").is_file())]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted(p for p in (ROOT / "checkpoints").glob("*/*.md") if (p.parent / "card.json").is_file()),
+]
 #: Our top-level packages: a command or import of anything else (streamlit, torch) is not ours to check.
 OURS = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
 _MODULE = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")

@@ -96,9 +96,11 @@ def test_slugs_as_github_makes_them():
 
 def test_the_parser_skips_code_and_reads_every_link(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# Title\n\n```bash\n# not a heading [x](nowhere.md)\n```\n\n`[y](nowhere.md)` and\n"
-                    "[a\nlink](other.md#part) ![img](pic.png \"title\") [web](https://example.org)\n\n## Title\n",
-                    encoding="utf-8")
+    page.write_text(
+        "# Title\n\n```bash\n# not a heading [x](nowhere.md)\n```\n\n`[y](nowhere.md)` and\n"
+        '[a\nlink](other.md#part) ![img](pic.png "title") [web](https://example.org)\n\n## Title\n',
+        encoding="utf-8",
+    )
     assert links(page) == ["other.md#part", "pic.png", "https://example.org"]
     assert anchors(page) == {"title", "title-1"}
 
@@ -131,8 +133,10 @@ def test_readme_is_short():
 @pytest.mark.parametrize("card", CARDS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_model_card_is_a_card(card):
     lines = card.read_text(encoding="utf-8").count("\n")
-    assert lines <= CARD_MAX_LINES, (f"{card.relative_to(ROOT)} has {lines} lines: a card describes the shipped model "
-                                     f"(at most {CARD_MAX_LINES}); move its training history into HISTORY.md beside it")
+    assert lines <= CARD_MAX_LINES, (
+        f"{card.relative_to(ROOT)} has {lines} lines: a card describes the shipped model "
+        f"(at most {CARD_MAX_LINES}); move its training history into HISTORY.md beside it"
+    )
 
 
 def test_the_translator_keeps_its_history_beside_its_card():

@@ -178,8 +178,10 @@ def test_a_loop_and_the_loop_guard_on_a_projector(server, new_page):
     """A sentence the translator loops on: the Translate page explains the loop and shows the guarded translation;
     the Decoding lab's loop guard, switched on by a person, says at step 14 which token it kept from the rule (a
     third "nur" after "… die nicht nur nur")."""
-    looping = ("No+child+should+ever+have+to+grow+up+in+an+environment+that+is+not+nurturing,+caring,+and+"
-               "educational,+but+they+do.")
+    looping = (
+        "No+child+should+ever+have+to+grow+up+in+an+environment+that+is+not+nurturing,+caring,+and+"
+        "educational,+but+they+do."
+    )
     page = new_page(PROJECTOR)
     open_translate(page, server, f"?text={looping}")
     page.get_by_role("button", name="Run to end").click()  # the note comes with the loop, not before it is written
@@ -219,13 +221,16 @@ def test_a_student_switches_to_the_language_model_and_steps_through_a_prompt(ser
     shot(page, "language-model.png")
 
 
-@pytest.mark.parametrize("path, title, name", [
-    ("positional", "Positional encoding", "positional.png"),
-    ("tokenization", "Tokenization", "tokenization.png"),
-    ("lecture", "Worked examples", "lecture.png"),
-    ("attention?tab=Model+grid", "Attention", "attention-grid.png"),
-    ("attention?tab=Head+statistics&kind=cross", "Attention", "attention-stats.png"),
-])
+@pytest.mark.parametrize(
+    "path, title, name",
+    [
+        ("positional", "Positional encoding", "positional.png"),
+        ("tokenization", "Tokenization", "tokenization.png"),
+        ("lecture", "Worked examples", "lecture.png"),
+        ("attention?tab=Model+grid", "Attention", "attention-grid.png"),
+        ("attention?tab=Head+statistics&kind=cross", "Attention", "attention-stats.png"),
+    ],
+)
 def test_every_page_renders_in_the_browser(server, new_page, path, title, name):
     page = new_page(DESKTOP)
     page.goto(f"{server}/{path}")

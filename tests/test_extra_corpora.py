@@ -29,30 +29,39 @@ def write_shared(tmp_path):
     """A shared data folder with two general-domain files (news with a held-out sentence and two references of it,
     a FLORES sentence, a paragraph, a misaligned pair, an untranslated string, a duplicate) and FLORES devtest."""
     held_out = english_in(DEFAULT_VALID)
-    news = ["The market fell sharply.\tDer Markt fiel stark.\tnewstest2017",
-            f"{held_out}\tDer Minister sprach.\tnewstest2019",
-            f"{held_out}\tDie Ministerin sprach.\tnt19-HQp",
-            f"{FLORES_EN}\tWissenschaftler kündigten am Montag einen neuen Diabetestest an.\tnewstest2015",
-            f"{'Long sentence. ' * 30}\t{'Langer Satz. ' * 30}\tgeneraltest2023",
-            "A short headline about the vote.\tEine kurze Überschrift zur Abstimmung, die viel zu lang geraten ist "
-            "und nicht zum Englischen passt.\tnewstest2012",
-            "apt-get install foo\tapt-get install foo\tnewstest2010",
-            "The market fell sharply.\tDer Markt fiel stark.\tnewstest2017",
-            "OK.\tIn Ordnung.\tnewstest2011"]
+    news = [
+        "The market fell sharply.\tDer Markt fiel stark.\tnewstest2017",
+        f"{held_out}\tDer Minister sprach.\tnewstest2019",
+        f"{held_out}\tDie Ministerin sprach.\tnt19-HQp",
+        f"{FLORES_EN}\tWissenschaftler kündigten am Montag einen neuen Diabetestest an.\tnewstest2015",
+        f"{'Long sentence. ' * 30}\t{'Langer Satz. ' * 30}\tgeneraltest2023",
+        "A short headline about the vote.\tEine kurze Überschrift zur Abstimmung, die viel zu lang geraten ist "
+        "und nicht zum Englischen passt.\tnewstest2012",
+        "apt-get install foo\tapt-get install foo\tnewstest2010",
+        "The market fell sharply.\tDer Markt fiel stark.\tnewstest2017",
+        "OK.\tIn Ordnung.\tnewstest2011",
+    ]
     wiki = ["The river flows north.\tDer Fluss fließt nach Norden.\tmlqe-pe-train"]
     write_lines(tmp_path / "extra" / "train" / "wmt-news-extra.en-de.tsv.gz", news)
     write_lines(tmp_path / "extra" / "train" / "mlqe-pe.en-de.tsv.gz", wiki)
     write_lines(tmp_path.joinpath(*FLORES), [f"{FLORES_EN}\tWissenschaftler gaben am Montag einen neuen Test bekannt."])
-    return {"shared": tmp_path, "out": tmp_path / "prepared", "held_out": held_out,
-            "train": tmp_path / "extra" / "train"}
+    return {
+        "shared": tmp_path,
+        "out": tmp_path / "prepared",
+        "held_out": held_out,
+        "train": tmp_path / "extra" / "train",
+    }
 
 
 def test_a_file_reads_with_or_without_the_sub_source_and_bad_ones_are_named(tmp_path):
     path = tmp_path / "x.en-de.tsv.gz"
     write_lines(path, ["Hi.\tHallo.\tsrc-a", "", "Go.\tGeh.", "\tleer\tsrc"])
     assert read_extra(path) == [Pair("Hi.", "Hallo."), Pair("Go.", "Geh.")]
-    for lines, match in ((["Hi.\tHallo.\ta\tb"], "line 1: expected 'English<TAB>German<TAB>sub-source', got 4"),
-                         (["Hi.", "Go.\tGeh."], "line 1:.*got 1 column"), (["", ""], "holds no")):
+    for lines, match in (
+        (["Hi.\tHallo.\ta\tb"], "line 1: expected 'English<TAB>German<TAB>sub-source', got 4"),
+        (["Hi.", "Go.\tGeh."], "line 1:.*got 1 column"),
+        (["", ""], "holds no"),
+    ):
         write_lines(path, lines)
         with pytest.raises(DataError, match=match):
             read_extra(path)
@@ -61,9 +70,15 @@ def test_a_file_reads_with_or_without_the_sub_source_and_bad_ones_are_named(tmp_
 
 
 def test_cleaning_drops_long_misaligned_untranslated_and_repeated_pairs_only():
-    pairs = [Pair("A" * (MAX_CHARS + 1), "B"), Pair("Short.", "Ein viel zu langer deutscher Satz hier."),
-             Pair("foo --bar", "foo --bar"), Pair("Yes.", "Ja."), Pair("Yes.", "Ja."), Pair("OK.", "In Ordnung."),
-             Pair("Yes.", "Jawohl.")]
+    pairs = [
+        Pair("A" * (MAX_CHARS + 1), "B"),
+        Pair("Short.", "Ein viel zu langer deutscher Satz hier."),
+        Pair("foo --bar", "foo --bar"),
+        Pair("Yes.", "Ja."),
+        Pair("Yes.", "Ja."),
+        Pair("OK.", "In Ordnung."),
+        Pair("Yes.", "Jawohl."),
+    ]
     cleaned = clean_pairs(pairs)
     assert cleaned.pairs == [Pair("Yes.", "Ja."), Pair("OK.", "In Ordnung."), Pair("Yes.", "Jawohl.")]
     assert cleaned.dropped == {"too long": 1, "length ratio": 1, "untranslated": 1, "duplicate": 1}
@@ -106,7 +121,7 @@ def test_the_cli_prints_what_cleaning_dropped_and_all_says_when_extra_is_absent(
     assert "gnome-help.en-de.tsv.gz, line 1" in capsys.readouterr().err
     assert cli.corpora_to_prepare("all", tmp_path / "nowhere") == ("tatoeba", "multi30k", "bcontrast")
     assert "extra: not prepared, no folder" in capsys.readouterr().out
-    assert cli.corpora_to_prepare("all", shared["shared"])[-len(EXTRA_CORPORA):] == EXTRA_CORPORA
+    assert cli.corpora_to_prepare("all", shared["shared"])[-len(EXTRA_CORPORA) :] == EXTRA_CORPORA
 
 
 def test_a_mixture_weighs_each_general_domain_file_by_its_stem(shared):
@@ -134,9 +149,26 @@ def test_the_suite_scores_flores_and_checks_every_set_for_repeated_words(shared,
     assert any(m.startswith("flores200-devtest: not found") for m in elsewhere)
     ckpt = save_checkpoint(tmp_path / "tiny", make_model(), tokenizer, {"step": 1})
     report = tmp_path / "suite.json"
-    assert evaluate.main(["--checkpoint", str(ckpt), "--suite", "--suite-strategies", "greedy", "--suite-sets",
-                          "flores200-devtest,everyday", "--prepared", str(shared["out"]), "--shared",
-                          str(shared["shared"]), "--json", str(report)]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--checkpoint",
+                str(ckpt),
+                "--suite",
+                "--suite-strategies",
+                "greedy",
+                "--suite-sets",
+                "flores200-devtest,everyday",
+                "--prepared",
+                str(shared["out"]),
+                "--shared",
+                str(shared["shared"]),
+                "--json",
+                str(report),
+            ]
+        )
+        == 0
+    )
     got = json.loads(report.read_text())
     assert [r["name"] for r in got["sets"]] == ["everyday", "flores200-devtest"]
     assert got["sets"][1]["repeats"]["greedy"]["checked"] == 1
@@ -146,13 +178,22 @@ def test_the_suite_scores_flores_and_checks_every_set_for_repeated_words(shared,
 
 
 def test_the_repeat_check_reads_the_first_outputs_and_the_report_says_so():
-    assert repeat_check(["Das ist gut.", "ja ja nein", "Die die Katze"]) == {"checked": 3, "longest": 2,
-                                                                              "repeating": 1, "looping": 0}
+    assert repeat_check(["Das ist gut.", "ja ja nein", "Die die Katze"]) == {
+        "checked": 3,
+        "longest": 2,
+        "repeating": 1,
+        "looping": 0,
+    }
     assert repeat_check(["nein nein"] * 5, checked=2) == {"checked": 2, "longest": 2, "repeating": 2, "looping": 0}
     assert repeat_check(["Frauen, die die Kinder", "die die die die"])["looping"] == 1
-    row = {"name": "s", "sentences": 1, "references": 1, "scores": {"greedy": {"bleu": 1.0, "chrf": 2.0}},
-           "repeats": {"greedy": {"checked": 1, "longest": 1, "repeating": 0}},
-           "reference_repeats": {"checked": 1, "longest": 2, "repeating": 1}}
+    row = {
+        "name": "s",
+        "sentences": 1,
+        "references": 1,
+        "scores": {"greedy": {"bleu": 1.0, "chrf": 2.0}},
+        "repeats": {"greedy": {"checked": 1, "longest": 1, "repeating": 0}},
+        "reference_repeats": {"checked": 1, "longest": 2, "repeating": 1},
+    }
     report = {"sets": [row], "goal": {"The cat sat on the mat.": {"greedy": "x"}}}
     assert "no output repeats a word twice in a row" in markdown(report, [])
     assert "| s | 1 | 0 (–; 1) | 1 (2) |" in markdown(report, [])  # a report written before loops were counted
@@ -177,8 +218,12 @@ def test_the_pieces_command_prints_its_table_without_translating(shared, make_mo
     from model.checkpoint import save_checkpoint
 
     ckpt = save_checkpoint(tmp_path / "tiny", make_model(), tokenizer, {"step": 1})
-    assert evaluate.main(["--checkpoint", str(ckpt), "--pieces", "--prepared", str(shared["out"]), "--shared",
-                          str(shared["shared"])]) == 0
+    assert (
+        evaluate.main(
+            ["--checkpoint", str(ckpt), "--pieces", "--prepared", str(shared["out"]), "--shared", str(shared["shared"])]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "| flores200-devtest | English | 1 |" in out and "| flores200-devtest | German | 1 |" in out
     assert "- missing: multi30k test2016" in out and "BLEU" not in out
@@ -197,7 +242,7 @@ def test_the_adaptation_preset_continues_the_shipped_model_on_the_mixture_and_th
         prepared_path(corpus, "train", tmp_path).touch()
     assert validate_form(form) == []
     cmd = build_command(form, "runs/x")
-    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1:])
+    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1 :])
     check_args(args)
     shares = parse_repeats(args.mix, {})
     assert args.init_from == "checkpoints/en-de" and shares["multi30k"] == 4 and shares["wmt-news-extra"] == 2

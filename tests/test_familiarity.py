@@ -35,8 +35,9 @@ RIGHT = {
     "He played the piano.": "Er spielte Klavier.",
     "I would like a cup of coffee.": "Ich hätte gerne eine Tasse Kaffee.",
     # the self-attention classic: "it" is the animal ("es", neuter like "das Tier"), and the negation stays
-    "The animal didn't cross the street because it was too tired.":
-        "Das Tier überquerte die Straße nicht, weil es zu müde war.",
+    "The animal didn't cross the street because it was too tired.": (
+        "Das Tier überquerte die Straße nicht, weil es zu müde war."
+    ),
 }
 
 
@@ -95,7 +96,7 @@ def test_every_lecture_preset_is_familiar_and_hard_ones_are_labelled(shipped):
     lm = load_checkpoint(ROOT / "checkpoints" / "brown-lm")
     for text in LM_PRESETS:
         assert not familiarity(lm.tokenizer, text).far, text
-    assert set(HARD_PRESETS) < set(PRESETS) and PRESETS[-len(HARD_PRESETS):] == list(HARD_PRESETS)
+    assert set(HARD_PRESETS) < set(PRESETS) and PRESETS[-len(HARD_PRESETS) :] == list(HARD_PRESETS)
     assert preset_label("Bobby likes blackberries.") == "Bobby likes blackberries.  ·  hard: a rare word"
     assert preset_label(PRESETS[0]) == PRESETS[0]
 
@@ -124,8 +125,14 @@ def test_far_scores_split_the_chrf_by_the_warning(shipped):
 
 
 def test_the_suite_report_has_a_row_of_far_and_other_chrf_per_set():
-    row = {"name": "flores200-devtest", "sentences": 2, "references": 2, "scores": {"greedy": {"bleu": 1, "chrf": 2}},
-           "repeats": {}, "far": {"greedy": {"far": 1, "far_chrf": 20.5, "rest_chrf": 40.25}}}
+    row = {
+        "name": "flores200-devtest",
+        "sentences": 2,
+        "references": 2,
+        "scores": {"greedy": {"bleu": 1, "chrf": 2}},
+        "repeats": {},
+        "far": {"greedy": {"far": 1, "far_chrf": 20.5, "rest_chrf": 40.25}},
+    }
     report = {"sets": [row], "goal": {"The cat sat on the mat.": {"greedy": "x"}}}
     text = markdown(report, [])
     assert "| flores200-devtest | 1 of 2 | 20.50 | 40.25 |" in text

@@ -55,11 +55,13 @@ def test_a_figure_built_without_validation_sends_what_the_validated_one_sends(na
 
     w = np.random.default_rng(1).random((6, 5)).astype(np.float32)
     q, k = [f"▁q{i}" for i in range(6)], [f"▁k{i}" for i in range(5)]
-    build = {"heatmap": lambda: attention_heatmap(w, q, k, title="a title"),
-             "causal heatmap": lambda: attention_heatmap(np.tril(np.ones((5, 5), np.float32)), k, k, causal=True),
-             "grid": lambda: model_grid_figure(np.stack([np.stack([w, w])] * 2), q, k, title="g", highlight=(0, 1)),
-             "token bars": lambda: token_bar_figure(w[0], k, title="bars", mark=1),
-             "lines": lambda: lines_figure(w, q, k, title="lines")}[name]
+    build = {
+        "heatmap": lambda: attention_heatmap(w, q, k, title="a title"),
+        "causal heatmap": lambda: attention_heatmap(np.tril(np.ones((5, 5), np.float32)), k, k, causal=True),
+        "grid": lambda: model_grid_figure(np.stack([np.stack([w, w])] * 2), q, k, title="g", highlight=(0, 1)),
+        "token bars": lambda: token_bar_figure(w[0], k, title="bars", mark=1),
+        "lines": lambda: lines_figure(w, q, k, title="lines"),
+    }[name]
     sent = {}
     for check in ("", "1"):
         monkeypatch.setenv(VALIDATE_ENV, check)

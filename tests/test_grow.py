@@ -39,7 +39,9 @@ def test_the_grown_translator_gives_the_same_logits_and_its_new_layers_learn(tmp
     with torch.no_grad():
         assert torch.equal(deep.model(SRC, TGT), model(SRC, TGT))
     assert deep.card["task"] == "test" and deep.card["grown"]["layers"] == {
-        "encoder_layers": [2, 4], "decoder_layers": [2, 3]}
+        "encoder_layers": [2, 4],
+        "decoder_layers": [2, 3],
+    }
     # a new layer copies the old one's features and starts with a zero write into the residual stream …
     new = deep.model.decoder_layers[1]
     assert torch.equal(new.self_attn.q_proj.weight, model.decoder_layers[0].self_attn.q_proj.weight)
@@ -67,8 +69,7 @@ def test_bad_requests_are_refused_with_a_message(tmp_path, make_model, tokenizer
     save_checkpoint(tmp_path / "pre", make_model(seed=1, norm_first=True), tokenizer)
     with pytest.raises(CheckpointError, match="encoder_layers: can only grow"):
         grow_depth(tmp_path / "pre", tmp_path / "x", 1, 4)
-    assert main([str(tmp_path / "x"), str(tmp_path / "missing"), "--encoder-layers", "4",
-                 "--decoder-layers", "4"]) == 2
+    assert main([str(tmp_path / "x"), str(tmp_path / "missing"), "--encoder-layers", "4", "--decoder-layers", "4"]) == 2
     assert "not found" in capsys.readouterr().err
     assert main([str(tmp_path / "ok"), str(tmp_path / "pre"), "--encoder-layers", "3", "--decoder-layers", "2"]) == 0
     assert json.loads((tmp_path / "ok" / "config.json").read_text())["n_encoder_layers"] == 3

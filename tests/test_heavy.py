@@ -75,6 +75,7 @@ def test_at_most_slots_run_at_once_and_the_others_see_their_place_in_line():
             with lock:
                 running[0] -= 1
             return name
+
         return compute
 
     first = start(gate.run, "a", work("a"))

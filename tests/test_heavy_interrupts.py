@@ -22,8 +22,6 @@ from serving.heavy import Gate, TooBusy
 INTERRUPTIONS = [lambda: RerunException(RerunData()), lambda: StopException()]
 
 
-
-
 def assert_free(gate: Gate) -> None:
     """Nothing held, and the next computation runs at once (not after ``max_wait_s``)."""
     assert gate._busy == 0 and not gate._running and not gate._line and gate.sharing() == 0
@@ -34,9 +32,11 @@ def assert_free(gate: Gate) -> None:
 
 def interrupting(exception, when):
     """A ``notify`` that raises ``exception()`` at its first call whose message ``when(message)`` accepts."""
+
     def notify(message):
         if when(message):
             raise exception()
+
     return notify
 
 
@@ -59,6 +59,7 @@ def test_an_interrupted_visitor_gives_back_everything_they_held(point, exception
 
         def compute():
             raise exception()
+
     with pytest.raises((RerunException, StopException)):
         gate.run("k", compute, "the decoding", notify)
     release.set()
@@ -85,8 +86,9 @@ def test_a_wait_for_another_visitors_computation_has_a_time_limit():
 def test_a_visitor_waiting_for_a_shared_result_does_not_hold_up_the_line():
     gate = Gate(slots=2, max_wait_s=JOIN_S)
     release_x, release_y, release_k = threading.Event(), threading.Event(), threading.Event()
-    threads = [start(gate.run, name, lambda e=event: e.wait(JOIN_S))
-               for name, event in (("x", release_x), ("y", release_y))]
+    threads = [
+        start(gate.run, name, lambda e=event: e.wait(JOIN_S)) for name, event in (("x", release_x), ("y", release_y))
+    ]
     until(lambda: gate.computed == 2)
     threads.append(start(gate.run, "k", lambda: release_k.wait(JOIN_S) and "k"))  # first in line for k
     until(lambda: gate.waiting() == 1)

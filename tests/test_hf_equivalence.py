@@ -69,8 +69,9 @@ def test_marian_config_and_info(hf_marian):
 def _marian_reference_forward(hf_marian, src_batch, tgt):
     ids, mask = _padded(src_batch, hf_marian.cfg.pad_id)
     with torch.no_grad():
-        return ids, hf_marian.reference(input_ids=ids, attention_mask=mask, decoder_input_ids=tgt,
-                                     output_attentions=True)
+        return ids, hf_marian.reference(
+            input_ids=ids, attention_mask=mask, decoder_input_ids=tgt, output_attentions=True
+        )
 
 
 def _targets(cfg, n_rows: int, length: int, seed: int) -> torch.Tensor:
@@ -89,8 +90,11 @@ def test_marian_logits_and_every_attention_weight_equal_transformers(hf_marian):
         out = model.decode(tgt, memory, model.src_mask(src), trace=True)
         _close(model.logits(out.hidden), ref.logits)
         _close(model(src, tgt), ref.logits)  # the fast path too
-    for ours, theirs in [(enc_w, ref.encoder_attentions), (out.self_weights, ref.decoder_attentions),
-                         (out.cross_weights, ref.cross_attentions)]:
+    for ours, theirs in [
+        (enc_w, ref.encoder_attentions),
+        (out.self_weights, ref.decoder_attentions),
+        (out.cross_weights, ref.cross_attentions),
+    ]:
         assert len(ours) == len(theirs) == 2
         for w_ours, w_theirs in zip(ours, theirs, strict=True):  # [batch, heads, q_len, k_len], every layer and head
             assert w_ours.shape == w_theirs.shape
@@ -105,8 +109,9 @@ def test_marian_cached_steps_equal_the_full_forward(hf_marian):
     with torch.no_grad():
         memory, _ = model.encode(src)
         for t in range(tgt.size(1)):
-            out = model.decode(tgt[:, t: t + 1], memory if t == 0 else None, model.src_mask(src), cache=cache,
-                               trace=True)
+            out = model.decode(
+                tgt[:, t : t + 1], memory if t == 0 else None, model.src_mask(src), cache=cache, trace=True
+            )
             _close(model.logits(out.hidden)[0, 0], ref.logits[0, t])
             for layer in range(2):
                 _close(out.self_weights[layer][0, :, 0], ref.decoder_attentions[layer][0, :, t, : t + 1])
@@ -119,9 +124,20 @@ def _marian_generate(hf_marian, src_batch, max_new_tokens: int, eos: int) -> lis
     pad = hf_marian.cfg.pad_id
     ids, mask = _padded(src_batch, pad)
     out = hf_marian.reference.generate(
-        input_ids=ids, attention_mask=mask, do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
-        decoder_start_token_id=pad, pad_token_id=pad, eos_token_id=eos, bad_words_ids=[[pad]],
-        forced_eos_token_id=None, min_length=0, repetition_penalty=1.0, no_repeat_ngram_size=0)
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        decoder_start_token_id=pad,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        bad_words_ids=[[pad]],
+        forced_eos_token_id=None,
+        min_length=0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+    )
     return [_until(row[1:], eos) for row in out.tolist()]
 
 
@@ -197,7 +213,7 @@ def test_gpt2_cached_steps_equal_the_full_forward(hf_gpt2):
     with torch.no_grad():
         ref = hf_gpt2.reference(input_ids=ids, output_attentions=True)
         for t in range(ids.size(1)):
-            out = hf_gpt2.model.decode(ids[:, t: t + 1], cache=cache, trace=True)
+            out = hf_gpt2.model.decode(ids[:, t : t + 1], cache=cache, trace=True)
             _close(hf_gpt2.model.logits(out.hidden)[0, 0], ref.logits[0, t])
             for layer in range(2):
                 _close(out.self_weights[layer][0, :, 0], ref.attentions[layer][0, :, t, : t + 1])
@@ -205,10 +221,19 @@ def test_gpt2_cached_steps_equal_the_full_forward(hf_gpt2):
 
 def _gpt2_generate(hf_gpt2, prompt: list[int], max_new_tokens: int, eos: int) -> list[int]:
     ids = torch.tensor([prompt])
-    out = hf_gpt2.reference.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, num_beams=1,
-                                  max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos,
-                                  min_length=0, repetition_penalty=1.0, no_repeat_ngram_size=0)
-    return out[0, len(prompt):].tolist()
+    out = hf_gpt2.reference.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        pad_token_id=eos,
+        min_length=0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.mark.parametrize("eos", ["config", "varied"])

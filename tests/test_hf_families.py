@@ -34,8 +34,11 @@ def test_a_folder_is_read_as_its_familys_architecture_and_card(tmp_path):
 
 
 def test_another_model_type_is_refused_naming_the_families():
-    with pytest.raises(ConfigError, match="model_type 'bert' is not supported; this explorer runs marian and gpt2 "
-                                          r"models \(MarianMT translators, GPT-2 language models\)"):
+    with pytest.raises(
+        ConfigError,
+        match="model_type 'bert' is not supported; this explorer runs marian and gpt2 "
+        r"models \(MarianMT translators, GPT-2 language models\)",
+    ):
         family("bert")
     with pytest.raises(ConfigError, match="model_type 'bert' is not supported"):
         hf_config.hf_to_model_config({"model_type": "bert"})

@@ -72,24 +72,32 @@ def test_a_pickle_with_code_is_refused(hf_marian, tmp_path):
     assert _UNPICKLED == []
 
 
-@pytest.mark.parametrize("case,match", [
-    ("corrupt", "corrupt or unreadable"),
-    ("truncated", "corrupt or unreadable"),
-    ("no weights", "no weights file"),
-    ("no config", "config.json is missing"),
-    ("bad config", "unreadable"),
-    ("bert", "model_type 'bert' is not supported.*marian and gpt2"),
-    ("own vocabularies", "separate source and target vocabularies"),
-    ("decoder vocab", "separate source and target vocabularies"),
-    ("heads differ", "encoder_attention_heads"),
-    ("activation", "activation_function 'tanh'"),
-    ("wrong shapes", "do not fit config.json"),
-])
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        ("corrupt", "corrupt or unreadable"),
+        ("truncated", "corrupt or unreadable"),
+        ("no weights", "no weights file"),
+        ("no config", "config.json is missing"),
+        ("bad config", "unreadable"),
+        ("bert", "model_type 'bert' is not supported.*marian and gpt2"),
+        ("own vocabularies", "separate source and target vocabularies"),
+        ("decoder vocab", "separate source and target vocabularies"),
+        ("heads differ", "encoder_attention_heads"),
+        ("activation", "activation_function 'tanh'"),
+        ("wrong shapes", "do not fit config.json"),
+    ],
+)
 def test_errors_are_checkpoint_errors_with_plain_messages(hf_marian, tmp_path, case, match):
     folder = tmp_path / "model"
-    changes = {"bert": {"model_type": "bert"}, "own vocabularies": {"share_encoder_decoder_embeddings": False},
-               "decoder vocab": {"decoder_vocab_size": 50}, "heads differ": {"decoder_attention_heads": 2},
-               "activation": {"activation_function": "tanh"}, "wrong shapes": {"d_model": 32}}.get(case, {})
+    changes = {
+        "bert": {"model_type": "bert"},
+        "own vocabularies": {"share_encoder_decoder_embeddings": False},
+        "decoder vocab": {"decoder_vocab_size": 50},
+        "heads differ": {"decoder_attention_heads": 2},
+        "activation": {"activation_function": "tanh"},
+        "wrong shapes": {"d_model": 32},
+    }.get(case, {})
     _copy_config(hf_marian.folder, folder, **changes)
     weights = (hf_marian.folder / "model.safetensors").read_bytes()
     if case == "corrupt":
@@ -132,14 +140,28 @@ def test_config_defaults_are_the_transformers_classes_defaults():
     marian = hf_to_model_config({"model_type": "marian"})
     ref = MarianConfig()
     assert (marian.vocab_size, marian.d_model, marian.n_heads, marian.d_ff) == (
-        ref.vocab_size, ref.d_model, ref.encoder_attention_heads, ref.encoder_ffn_dim)
+        ref.vocab_size,
+        ref.d_model,
+        ref.encoder_attention_heads,
+        ref.encoder_ffn_dim,
+    )
     assert (marian.max_len, marian.pad_id, marian.eos_id, marian.activation) == (
-        ref.max_position_embeddings, ref.pad_token_id, ref.eos_token_id, "gelu")
+        ref.max_position_embeddings,
+        ref.pad_token_id,
+        ref.eos_token_id,
+        "gelu",
+    )
     assert marian.scale_embeddings is ref.scale_embedding
     gpt = hf_to_model_config({"model_type": "gpt2"})
     ref = GPT2Config()
     assert (gpt.vocab_size, gpt.d_model, gpt.n_heads, gpt.n_decoder_layers, gpt.max_len, gpt.eos_id) == (
-        ref.vocab_size, ref.n_embd, ref.n_head, ref.n_layer, ref.n_positions, ref.eos_token_id)
+        ref.vocab_size,
+        ref.n_embd,
+        ref.n_head,
+        ref.n_layer,
+        ref.n_positions,
+        ref.eos_token_id,
+    )
     assert gpt.d_ff == 4 * ref.n_embd and gpt.norm_eps == ref.layer_norm_epsilon
 
 
@@ -148,7 +170,10 @@ def test_model_package_never_imports_transformers():
     offenders = []
     for path in sorted((ROOT / "model").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             offenders += [str(path.relative_to(ROOT)) for n in names if n.split(".")[0] == "transformers"]
     assert not offenders

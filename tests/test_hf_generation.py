@@ -34,9 +34,18 @@ from ui import state
 
 #: What an opus-mt download's generation_config.json says (its ids those of the tiny model), with a small cap so
 #: that the cap binds, and the length penalty and stopping rule at which generate's beam search is ours.
-MARIAN_GENERATION = {"bad_words_ids": [[96]], "decoder_start_token_id": 96, "eos_token_id": 0,
-                     "forced_eos_token_id": 0, "max_length": 8, "num_beams": 3, "length_penalty": 0.0,
-                     "early_stopping": True, "pad_token_id": 96, "renormalize_logits": True}
+MARIAN_GENERATION = {
+    "bad_words_ids": [[96]],
+    "decoder_start_token_id": 96,
+    "eos_token_id": 0,
+    "forced_eos_token_id": 0,
+    "max_length": 8,
+    "num_beams": 3,
+    "length_penalty": 0.0,
+    "early_stopping": True,
+    "pad_token_id": 96,
+    "renormalize_logits": True,
+}
 
 
 def _write_generation(folder: Path, **keys) -> None:
@@ -68,8 +77,14 @@ def _generate(reference, folder: Path, src: list[list[int]], force_eos: bool = F
 # --- the generation config read ---------------------------------------------------------------------------------
 def test_the_generation_config_is_read(marian):
     folder, _, model, generation = marian
-    assert generation == GenerationDefaults("generation_config.json", max_length=8, num_beams=3, length_penalty=0.0,
-                                            bad_words_ids=(96,), forced_eos_token_id=0)
+    assert generation == GenerationDefaults(
+        "generation_config.json",
+        max_length=8,
+        num_beams=3,
+        length_penalty=0.0,
+        bad_words_ids=(96,),
+        forced_eos_token_id=0,
+    )
     assert generation.length_cap(1) == 7 and generation.length_cap(20) == 1  # generate adds one token at least
     assert GenerationDefaults(max_length=8, max_new_tokens=3).length_cap(1) == 3  # max_new_tokens wins
     assert GenerationDefaults().length_cap(1) is None and GenerationDefaults().beam_defaults() == {}
@@ -93,17 +108,20 @@ def test_bad_words_of_the_generation_config_are_never_generated(marian, tmp_path
     assert cfg.suppress_ids == [5, 96]
 
 
-@pytest.mark.parametrize("content, says", [
-    ("{not json", "generation_config.json is unreadable"),
-    ("[1, 2]", "must hold a JSON object"),
-    ('{"num_beams": "four"}', "num_beams must be a whole number"),
-    ('{"max_length": 0}', "max_length must be a whole number"),
-    ('{"length_penalty": true}', "length_penalty must be a number"),
-    ('{"forced_eos_token_id": -1}', "forced_eos_token_id must be a token id ≥ 0"),
-    ('{"forced_eos_token_id": 100000}', "forced_eos_token_id 100000 of generation_config.json lies outside"),
-    ('{"bad_words_ids": [5]}', "bad_words_ids must be a list of lists"),
-    ('{"bad_words_ids": [[100000]]}', "lie outside the vocabulary"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{not json", "generation_config.json is unreadable"),
+        ("[1, 2]", "must hold a JSON object"),
+        ('{"num_beams": "four"}', "num_beams must be a whole number"),
+        ('{"max_length": 0}', "max_length must be a whole number"),
+        ('{"length_penalty": true}', "length_penalty must be a number"),
+        ('{"forced_eos_token_id": -1}', "forced_eos_token_id must be a token id ≥ 0"),
+        ('{"forced_eos_token_id": 100000}', "forced_eos_token_id 100000 of generation_config.json lies outside"),
+        ('{"bad_words_ids": [5]}', "bad_words_ids must be a list of lists"),
+        ('{"bad_words_ids": [[100000]]}', "lie outside the vocabulary"),
+    ],
+)
 def test_a_broken_generation_config_is_a_clear_error(marian, tmp_path, content, says):
     folder = marian[0]
     for name in ("config.json", "model.safetensors"):
@@ -132,8 +150,11 @@ def test_greedy_with_the_generation_config_equals_generate(marian, monkeypatch, 
         if len(ours.generated) == 7:  # at the cap: the config's </s>, forced unless the model chose it
             assert ours.generated[-1] == 0 and ours.records[-1].forced == (ours.records[-1].top(1)[0][0] != 0)
     assert max(lengths) == 7 and (eos == "config" or min(lengths) < 7)  # stopped at the cap, and at </s>
-    assert any(ours.records[-1].forced for ours in [state.new_stepper(model, s, generation) for s in SOURCES]
-               if (ours.run_to_end() or True))  # the tiny model runs on: the cap forces </s> somewhere
+    assert any(
+        ours.records[-1].forced
+        for ours in [state.new_stepper(model, s, generation) for s in SOURCES]
+        if (ours.run_to_end() or True)
+    )  # the tiny model runs on: the cap forces </s> somewhere
 
 
 @pytest.mark.parametrize("eos", ["config", "varied"])
@@ -146,8 +167,9 @@ def test_beam_search_with_the_generation_config_equals_generate(marian, monkeypa
     settings, _ = lab.settings_from_link({}, model.cfg.vocab_size, generation)
     assert (settings["beam"], settings["alpha"]) == (3, 0.0)
     for src in SOURCES:
-        result = beam_search(model, src, settings["beam"], settings["alpha"],
-                             max_new_tokens=decoding_cap(model.cfg, src, generation))
+        result = beam_search(
+            model, src, settings["beam"], settings["alpha"], max_new_tokens=decoding_cap(model.cfg, src, generation)
+        )
         theirs = _generate(reference, folder, [src], eos_token_id=eos_id)[0]
         assert _until(list(result.hypotheses[0].tokens), eos_id) == _until(theirs, eos_id), src
 
@@ -160,10 +182,13 @@ def test_gpt2_greedy_stops_at_the_generation_configs_max_length(tmp_path):
         ours = state.new_stepper(model, prompt[1:], info["generation"])
         assert ours.prefix == prompt and ours.max_new_tokens == 4
         ours.run_to_end()
-        theirs = reference.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
-                                    generation_config=transformers.GenerationConfig.from_pretrained(tmp_path),
-                                    pad_token_id=100)
-        assert ours.generated == theirs[0, len(prompt):].tolist()
+        theirs = reference.generate(
+            input_ids=torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt)),
+            generation_config=transformers.GenerationConfig.from_pretrained(tmp_path),
+            pad_token_id=100,
+        )
+        assert ours.generated == theirs[0, len(prompt) :].tolist()
 
 
 # --- in the app ---------------------------------------------------------------------------------------------------
@@ -172,10 +197,12 @@ def app_root(tmp_path_factory):
     """One opus-mt folder with a tokenizer and an opus-mt generation_config.json (beam 5, no length penalty)."""
     root = tmp_path_factory.mktemp("hf-gen-app")
     tok = write_tiny_marian_tokenizer(root / "opus-mt-gen")
-    write_tiny_marian_model(root / "opus-mt-gen", vocab_size=tok["vocab_size"], pad_id=tok["pad_id"],
-                            eos_id=tok["eos_id"])
-    _write_generation(root / "opus-mt-gen", bad_words_ids=[[tok["pad_id"]]], max_length=6, num_beams=5,
-                      forced_eos_token_id=0)
+    write_tiny_marian_model(
+        root / "opus-mt-gen", vocab_size=tok["vocab_size"], pad_id=tok["pad_id"], eos_id=tok["eos_id"]
+    )
+    _write_generation(
+        root / "opus-mt-gen", bad_words_ids=[[tok["pad_id"]]], max_length=6, num_beams=5, forced_eos_token_id=0
+    )
     return root
 
 
@@ -201,8 +228,9 @@ def test_the_pages_say_when_the_last_token_was_forced(app_root, monkeypatch, pag
     at = open_app(monkeypatch, app_root, "opus-mt-gen", page, text="The cat sat on the mat.", **{key: "5"})
     assert_clean(at)
     said = [c.value for c in at.caption if "forced_eos_token_id" in c.value]
-    assert len(said) == 1 and "generation_config.json ends a decoding that reaches its length limit" in said[0], \
-        [c.value for c in at.caption]
+    assert len(said) == 1 and "generation_config.json ends a decoding that reaches its length limit" in said[0], [
+        c.value for c in at.caption
+    ]
     earlier = open_app(monkeypatch, app_root, "opus-mt-gen", page, text="The cat sat on the mat.", **{key: "4"})
     assert not any("forced_eos_token_id" in c.value for c in earlier.caption)
 

@@ -48,8 +48,7 @@ def test_a_half_precision_marian_with_its_positional_tables_loads(marian, tmp_pa
     model, _, _ = load_hf_model(tmp_path)
     # the same computation as the reference run on the rounded weights
     rounded = tiny_marian()  # its positional tables stay exact (computed), as ours
-    rounded.load_state_dict({k: v.float() for k, v in state_dict.items() if "embed_positions" not in k},
-                            strict=False)
+    rounded.load_state_dict({k: v.float() for k, v in state_dict.items() if "embed_positions" not in k}, strict=False)
     src, tgt = torch.tensor([SOURCES[0]]), torch.tensor([[96, 5, 9, 14]])
     with torch.no_grad():
         theirs = rounded(input_ids=src, decoder_input_ids=tgt).logits

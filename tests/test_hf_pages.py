@@ -106,8 +106,10 @@ def test_the_picker_shows_size_and_source_and_keeps_the_folder_name(monkeypatch,
     box = at.sidebar.selectbox(key="app_ckpt")
     assert box.value == MARIAN and at.query_params["ckpt"] == MARIAN
     labels = {o for o in box.options if o.startswith(("opus", "gpt2"))}
-    assert re.fullmatch(r"opus-mt-tiny · \d+ kB · Hugging Face tiny/opus-mt-en-de", next(iter(
-        o for o in labels if o.startswith("opus")))), labels
+    assert re.fullmatch(
+        r"opus-mt-tiny · \d+ kB · Hugging Face tiny/opus-mt-en-de",
+        next(iter(o for o in labels if o.startswith("opus"))),
+    ), labels
     assert re.fullmatch(r"gpt2-tiny · \d+ kB · Hugging Face", next(o for o in labels if o.startswith("gpt2")))
     assert "en-de" in box.options  # ours keep their plain names
     summary = " ".join(c.value for c in at.sidebar.caption)
@@ -283,11 +285,14 @@ def _other_type(folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
 
 
-@pytest.mark.parametrize("name, breaker, says", [
-    ("truncated", _truncate, "corrupt or unreadable"),
-    ("no-source-spm", lambda f: (f / "source.spm").unlink(), "source.spm is missing"),
-    ("bert", _other_type, "model_type 'bert' is not supported"),
-])
+@pytest.mark.parametrize(
+    "name, breaker, says",
+    [
+        ("truncated", _truncate, "corrupt or unreadable"),
+        ("no-source-spm", lambda f: (f / "source.spm").unlink(), "source.spm is missing"),
+        ("bert", _other_type, "model_type 'bert' is not supported"),
+    ],
+)
 def test_a_broken_folder_gives_a_clear_error_not_a_traceback(monkeypatch, hf_root, tmp_path, name, breaker, says):
     _broken(tmp_path, hf_root.path / MARIAN, name, breaker)
     with pytest.raises(CheckpointError, match=re.escape(says)):
@@ -310,8 +315,9 @@ def test_load_checkpoint_gives_the_logits_of_transformers(hf_root):
     gpt2 = load_checkpoint(hf_root.path / GPT2)
     ids = torch.tensor([[gpt2.config.bos_id] + gpt2.tokenizer.encode("The weather is nice").ids])
     with torch.no_grad():
-        torch.testing.assert_close(gpt2.model(None, ids), hf_root.reference[GPT2](input_ids=ids).logits,
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            gpt2.model(None, ids), hf_root.reference[GPT2](input_ids=ids).logits, atol=1e-5, rtol=0
+        )
 
 
 # --- training: never from a Hugging Face folder ----------------------------------------------------------------
@@ -351,14 +357,19 @@ def test_in_the_browser_translate_with_marian_then_the_attention_page(hf_root):
 
     artifacts = ROOT / "test-artifacts"
     try:
-        with served_page(artifacts / "streamlit-hf-server.log", {"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)},
-                         viewport=(1600, 1000), timeout_ms=120_000) as (url, page):
+        with served_page(
+            artifacts / "streamlit-hf-server.log",
+            {"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)},
+            viewport=(1600, 1000),
+            timeout_ms=120_000,
+        ) as (url, page):
             page.goto(f"{url}/?ckpt={MARIAN}")
             page.get_by_text(re.compile(r"Step 0 of \d+")).wait_for()
             # The sidebar's checkpoint box can draw after the step line; expect() retries until it shows the label.
             box = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Checkpoint")
-            expect(box).to_match_aria_snapshot(r'- combobox "Checkpoint": /opus-mt-tiny · \d+ kB · Hugging Face/',
-                                               timeout=30_000)
+            expect(box).to_match_aria_snapshot(
+                r'- combobox "Checkpoint": /opus-mt-tiny · \d+ kB · Hugging Face/', timeout=30_000
+            )
             for step in (1, 2):
                 page.get_by_role("button", name="Next").click()
                 page.get_by_text(re.compile(rf"Step {step} of \d+")).wait_for()

@@ -25,12 +25,31 @@ transformers = pytest.importorskip("transformers")
 
 LONG = ("Der Hund läuft schnell über die Straße, 42 Mal! " * 250)[:10_000]
 TEXTS = [
-    "The cat sat on the mat.", "Herr Müller trinkt im Café auf der Straße.", "Ärger, Öl, Übel, ß, é, è, ñ",
-    "cafe\u0301 (combining accent)", "It costs 1,234.56 € — or 3/4 of $99.", "Wait... what?! (yes); \"quoted\" 'x'",
-    "I ❤️ 🙂🐍 emoji", "日本語のテキスト and 中文", "مرحبا بالعالم", "ﬁne ① Ｆｕｌｌ", "", " ", "   \t\n  ",
-    "a\tb\nc\rd", "bell\x07 and nul\x00 and esc\x1b", "zero\u200bwidth\u00a0nbsp", "  leading and trailing  ",
-    "</s> <pad> <unk> <|endoftext|> <s>", ">>de<< The weather is nice.", ">>xx<< unknown code", "a >>de<< inside",
-    ">> spaced << code", ">>de<<", "<<>>", LONG,
+    "The cat sat on the mat.",
+    "Herr Müller trinkt im Café auf der Straße.",
+    "Ärger, Öl, Übel, ß, é, è, ñ",
+    "cafe\u0301 (combining accent)",
+    "It costs 1,234.56 € — or 3/4 of $99.",
+    "Wait... what?! (yes); \"quoted\" 'x'",
+    "I ❤️ 🙂🐍 emoji",
+    "日本語のテキスト and 中文",
+    "مرحبا بالعالم",
+    "ﬁne ① Ｆｕｌｌ",
+    "",
+    " ",
+    "   \t\n  ",
+    "a\tb\nc\rd",
+    "bell\x07 and nul\x00 and esc\x1b",
+    "zero\u200bwidth\u00a0nbsp",
+    "  leading and trailing  ",
+    "</s> <pad> <unk> <|endoftext|> <s>",
+    ">>de<< The weather is nice.",
+    ">>xx<< unknown code",
+    "a >>de<< inside",
+    ">> spaced << code",
+    ">>de<<",
+    "<<>>",
+    LONG,
 ]
 
 
@@ -72,7 +91,11 @@ def test_marian_special_ids_and_sizes_equal_marian_tokenizer(marian):
     assert tok.kind == "unigram" and tok.backend is None and tok.bos_id is None
     assert (tok.unk_id, tok.eos_id, tok.pad_id) == (ref.unk_token_id, ref.eos_token_id, ref.pad_token_id)
     assert (tok.unk_id, tok.eos_id, tok.pad_id, tok.vocab_size) == (
-        info["unk_id"], info["eos_id"], info["pad_id"], info["vocab_size"])
+        info["unk_id"],
+        info["eos_id"],
+        info["pad_id"],
+        info["vocab_size"],
+    )
     assert tok.vocab_size == ref.vocab_size == len(ref)
     for i in range(tok.vocab_size):
         assert tok.id_to_token(i) == ref.convert_ids_to_tokens(i)
@@ -117,8 +140,7 @@ def test_marian_language_code_is_one_token(marian):
     enc = tok.encode(">>de<< Die Katze")
     assert enc.ids[0] == code and enc.tokens[0] == ">>de<<" and enc.offsets[0] == (0, 6)
     assert enc.ids[1:] == tok.encode("Die Katze").ids
-    assert [(s - 6, e - 6) for s, e in enc.offsets[1:]] == [(max(s, 0), e) for s, e in
-                                                            tok.encode(" Die Katze").offsets]
+    assert [(s - 6, e - 6) for s, e in enc.offsets[1:]] == [(max(s, 0), e) for s, e in tok.encode(" Die Katze").offsets]
     assert tok.encode(">>xx<< Katze").ids[0] == tok.unk_id  # a code missing from vocab.json
     assert code not in tok.encode("Katze >>de<<").ids  # only at the start
     assert tok.decode([code] + tok.encode("Katze").ids) == ">>de<< Katze"  # as MarianTokenizer decodes it
@@ -248,25 +270,53 @@ def test_prepare_source_with_hf_tokenizers(marian, gpt2):
         assert any("<unk>" in n for n in src.notes) == (tok.kind == "unigram")
 
 
-@pytest.mark.parametrize("model_type,files,broken,match", [
-    ("marian", ["target.spm", "vocab.json"], None, "source.spm is missing"),
-    ("marian", ["source.spm", "vocab.json"], None, "target.spm is missing"),
-    ("marian", ["source.spm", "target.spm"], None, "vocab.json is missing"),
-    ("marian", ["source.spm", "target.spm", "vocab.json"], ("source.spm", b"not a model"), "source.spm is not a valid"),
-    ("marian", ["source.spm", "target.spm", "vocab.json"], ("vocab.json", b"{oops"), "vocab.json .* not valid JSON"),
-    ("marian", ["source.spm", "target.spm", "vocab.json"], ("vocab.json", b'{"a": 0}'), "vocab.json has no '<unk>'"),
-    ("marian", ["source.spm", "target.spm", "vocab.json"], ("vocab.json", b'["a"]'), "vocab.json must map"),
-    ("marian", ["source.spm", "target.spm", "vocab.json"], ("tokenizer_config.json", b"{"), "tokenizer_config.json"),
-    ("marian", ["source.spm", "target.spm", "vocab.json"], ("tokenizer_config.json", b'{"separate_vocabs": true}'),
-     "separate"),
-    ("gpt2", [], None, "neither tokenizer.json nor vocab.json"),
-    ("gpt2", ["vocab.json"], None, "merges.txt"),
-    ("gpt2", ["vocab.json", "merges.txt"], ("merges.txt", b"#version: 0.2\nq z\n"), "vocab.json / merges.txt"),
-    ("gpt2", ["tokenizer.json"], ("tokenizer.json", b"{not json"), "tokenizer.json in .* is not a valid"),
-    ("bert", [], None, "model_type 'bert' is not supported"),
-])
-def test_missing_or_broken_files_raise_value_error_naming_the_file(marian, gpt2, tmp_path, model_type, files,
-                                                                   broken, match):
+@pytest.mark.parametrize(
+    "model_type,files,broken,match",
+    [
+        ("marian", ["target.spm", "vocab.json"], None, "source.spm is missing"),
+        ("marian", ["source.spm", "vocab.json"], None, "target.spm is missing"),
+        ("marian", ["source.spm", "target.spm"], None, "vocab.json is missing"),
+        (
+            "marian",
+            ["source.spm", "target.spm", "vocab.json"],
+            ("source.spm", b"not a model"),
+            "source.spm is not a valid",
+        ),
+        (
+            "marian",
+            ["source.spm", "target.spm", "vocab.json"],
+            ("vocab.json", b"{oops"),
+            "vocab.json .* not valid JSON",
+        ),
+        (
+            "marian",
+            ["source.spm", "target.spm", "vocab.json"],
+            ("vocab.json", b'{"a": 0}'),
+            "vocab.json has no '<unk>'",
+        ),
+        ("marian", ["source.spm", "target.spm", "vocab.json"], ("vocab.json", b'["a"]'), "vocab.json must map"),
+        (
+            "marian",
+            ["source.spm", "target.spm", "vocab.json"],
+            ("tokenizer_config.json", b"{"),
+            "tokenizer_config.json",
+        ),
+        (
+            "marian",
+            ["source.spm", "target.spm", "vocab.json"],
+            ("tokenizer_config.json", b'{"separate_vocabs": true}'),
+            "separate",
+        ),
+        ("gpt2", [], None, "neither tokenizer.json nor vocab.json"),
+        ("gpt2", ["vocab.json"], None, "merges.txt"),
+        ("gpt2", ["vocab.json", "merges.txt"], ("merges.txt", b"#version: 0.2\nq z\n"), "vocab.json / merges.txt"),
+        ("gpt2", ["tokenizer.json"], ("tokenizer.json", b"{not json"), "tokenizer.json in .* is not a valid"),
+        ("bert", [], None, "model_type 'bert' is not supported"),
+    ],
+)
+def test_missing_or_broken_files_raise_value_error_naming_the_file(
+    marian, gpt2, tmp_path, model_type, files, broken, match
+):
     source = (marian if model_type == "marian" else gpt2)[3]
     for name in files:
         shutil.copy(source / name, tmp_path / name)

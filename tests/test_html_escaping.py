@@ -20,8 +20,12 @@ from ui.widgets import output_html, table_html
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
 from viz.lens import lens_table_html, lens_table_svg
 
-PAYLOADS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '"><svg onload=alert(1)>',
-            "a\n\n<img src=x onerror=alert(1)>"]
+PAYLOADS = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    '"><svg onload=alert(1)>',
+    "a\n\n<img src=x onerror=alert(1)>",
+]
 #: A tag a payload would open, as it would appear unescaped.
 TAG = re.compile(r"<\s*/?\s*(script|img)\b|<svg\s+onload", re.IGNORECASE)
 
@@ -33,9 +37,17 @@ def assert_inert(html: str, what: str, markdown: bool = True) -> None:
 
 
 def lens_args(piece: str) -> dict:
-    return dict(layer_labels=[piece, "2"], top_pieces=[[piece, "b"], ["c", piece]], top_probs=[[0.6, 0.4], [0.7, 0.3]],
-                chosen_cols=[0, 1], chosen_probs=[0.6, 0.3], chosen_ranks=[1, 2], chosen_piece=piece, first_top=0,
-                title=piece)
+    return dict(
+        layer_labels=[piece, "2"],
+        top_pieces=[[piece, "b"], ["c", piece]],
+        top_probs=[[0.6, 0.4], [0.7, 0.3]],
+        chosen_cols=[0, 1],
+        chosen_probs=[0.6, 0.3],
+        chosen_ranks=[1, 2],
+        chosen_piece=piece,
+        first_top=0,
+        title=piece,
+    )
 
 
 BUILDERS = {
@@ -46,8 +58,9 @@ BUILDERS = {
     "tokens_html": lambda p: tokens_html([p, "b"], current=0),
     "lens_table_html": lambda p: lens_table_html(**lens_args(p)),
     "lens_table_svg": lambda p: lens_table_svg(**lens_args(p)),
-    "token_spans_html": lambda p: token_spans_html(p + " " + p, [p, p, "<unk>"], [5, 6, 3],
-                                                   [(0, len(p)), (len(p), len(p)), (len(p) + 1, 2 * len(p) + 1)]),
+    "token_spans_html": lambda p: token_spans_html(
+        p + " " + p, [p, p, "<unk>"], [5, 6, 3], [(0, len(p)), (len(p), len(p)), (len(p) + 1, 2 * len(p) + 1)]
+    ),
     "token_spans_html (unknown piece)": lambda p: token_spans_html(p, [p], [3], [(0, len(p))], unk=p),
     "pieces_html": lambda p: pieces_html([p, "b"], [True, False]),
     "cell_html": cell_html,
@@ -99,8 +112,9 @@ def html_drawn(at) -> list[str]:
     return markdown + [e.proto.body for e in at.get("html")]
 
 
-@pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(),
-                    reason="checkpoints/en-de is missing")
+@pytest.mark.skipif(
+    not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(), reason="checkpoints/en-de is missing"
+)
 @pytest.mark.parametrize("page, query", VISITS, ids=[f"{p}-{q.get('ckpt', 'en-de')}" for p, q in VISITS])
 def test_a_sentence_from_the_link_reaches_no_page_as_markup(page, query, monkeypatch):
     from streamlit.testing.v1 import AppTest
@@ -120,8 +134,9 @@ def test_a_sentence_from_the_link_reaches_no_page_as_markup(page, query, monkeyp
         assert_inert(h, page)
 
 
-@pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(),
-                    reason="checkpoints/en-de is missing")
+@pytest.mark.skipif(
+    not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(), reason="checkpoints/en-de is missing"
+)
 def test_a_run_or_checkpoint_folder_name_reaches_no_page_as_markup(tmp_path, monkeypatch):
     """Folder names are the visitor's too (a run named in the form, a folder someone copied in): the Training
     page's table in presentation mode (HTML, not the data grid) and the sidebar's picker draw them as text."""

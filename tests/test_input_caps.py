@@ -16,8 +16,9 @@ from ui.limits import DEMO_MAX_CHARS, DEMO_TRAIN_TEXT_CHARS, TRAIN_TEXT_CHARS, U
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZATION = ROOT / "app_pages" / "tokenization" / "tokenization.py"
-needs_ckpt = pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(),
-                                reason="checkpoints/en-de is missing")
+needs_ckpt = pytest.mark.skipif(
+    not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(), reason="checkpoints/en-de is missing"
+)
 
 
 @pytest.fixture(autouse=True)

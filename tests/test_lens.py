@@ -83,7 +83,8 @@ def test_the_lens_records_the_streams_alone_and_they_are_the_traces(make_model, 
     recorder = Recorder(modules=False)
     with torch.inference_mode():
         model.decode(torch.tensor([tgt]), recorder=recorder) if src_ids is None else model.decode(
-            torch.tensor([tgt]), model.encode(torch.tensor([src_ids]), recorder=recorder)[0], recorder=recorder)
+            torch.tensor([tgt]), model.encode(torch.tensor([src_ids]), recorder=recorder)[0], recorder=recorder
+        )
     assert not recorder.attention and len(recorder.streams["decoder"]) == 4  # no module recorded; 3 layers + input
 
 
@@ -115,8 +116,9 @@ def test_sampled_and_forced_tokens_are_the_tokens_the_lens_follows(make_model, e
     assert lens.steps[1].token_id == 7
     for step in lens.steps:  # the rank says whether the token taken is the layer's top guess
         for layer, rank in enumerate(step.chosen_ranks):
-            assert (rank == 1) == (step.top_ids[layer][0] == step.token_id) or \
-                step.top_probs[layer][0] == step.chosen_probs[layer]  # a tie
+            assert (rank == 1) == (step.top_ids[layer][0] == step.token_id) or step.top_probs[layer][
+                0
+            ] == step.chosen_probs[layer]  # a tie
         first = step.first_top_layer
         assert first is None or (step.chosen_ranks[first] == 1 and all(r > 1 for r in step.chosen_ranks[:first]))
 
@@ -135,8 +137,11 @@ def test_the_lens_is_small_and_frozen(make_model, encode_src):
     with pytest.raises(dataclasses.FrozenInstanceError):
         lens.steps = ()  # type: ignore[misc]
     # the top guesses come most probable first and within 0–1
-    assert all(row == tuple(sorted(row, reverse=True)) and 0 <= row[-1] <= row[0] <= 1
-               for s in lens.steps for row in s.top_probs)
+    assert all(
+        row == tuple(sorted(row, reverse=True)) and 0 <= row[-1] <= row[0] <= 1
+        for s in lens.steps
+        for row in s.top_probs
+    )
 
 
 def test_bad_input_raises_a_clear_error(make_model, encode_src):
@@ -149,8 +154,9 @@ def test_bad_input_raises_a_clear_error(make_model, encode_src):
         logit_lens(model, encode_src("Yes, please."), [1], [5] * (model.cfg.max_len + 2))
 
 
-@pytest.mark.parametrize("name, text", [("en-de", "My brother lives in Berlin."),
-                                        ("brown-lm", "She looked at him and")])
+@pytest.mark.parametrize(
+    "name, text", [("en-de", "My brother lives in Berlin."), ("brown-lm", "She looked at him and")]
+)
 def test_the_shipped_models_last_layer_is_their_output(name, text):
     folder = ROOT / "checkpoints" / name
     if not (folder / "model.safetensors").is_file():
@@ -169,10 +175,17 @@ def test_the_shipped_models_last_layer_is_their_output(name, text):
 
 # --- viz --------------------------------------------------------------------------------------------------------
 def _table(draw=lens_table_html, **overrides) -> str:
-    args = dict(layer_labels=["1", "2", "3"], top_pieces=[["▁a", "<b>"], ["▁lebt", "▁a"], ["▁lebt", "x"]],
-                top_probs=[[0.5, 0.2], [0.6, 0.3], [0.9, 0.05]], chosen_cols=[None, 0, 0],
-                chosen_probs=[0.01, 0.6, 0.9], chosen_ranks=[7, 1, 1], chosen_piece="▁lebt", first_top=1,
-                title="Step 3: what each decoder layer would predict")
+    args = dict(
+        layer_labels=["1", "2", "3"],
+        top_pieces=[["▁a", "<b>"], ["▁lebt", "▁a"], ["▁lebt", "x"]],
+        top_probs=[[0.5, 0.2], [0.6, 0.3], [0.9, 0.05]],
+        chosen_cols=[None, 0, 0],
+        chosen_probs=[0.01, 0.6, 0.9],
+        chosen_ranks=[7, 1, 1],
+        chosen_piece="▁lebt",
+        first_top=1,
+        title="Step 3: what each decoder layer would predict",
+    )
     args.update(overrides)
     return draw(**args)
 
@@ -186,7 +199,13 @@ def test_the_svg_of_a_step_is_a_valid_picture_of_the_same_table():
     assert root.tag == f"{ns}svg" and float(root.get("width")) > 0 and float(root.get("height")) > 0
     cells = root.findall(f"{ns}g")
     assert [(g.get("data-layer"), g.get("data-p")) for g in cells] == [
-        ("0", "0.5000"), ("0", "0.2000"), ("1", "0.6000"), ("1", "0.3000"), ("2", "0.9000"), ("2", "0.0500")]
+        ("0", "0.5000"),
+        ("0", "0.2000"),
+        ("1", "0.6000"),
+        ("1", "0.3000"),
+        ("2", "0.9000"),
+        ("2", "0.0500"),
+    ]
     assert [g.get("data-layer") for g in cells if g.get("data-chosen")] == ["1", "2"]
     texts = ["".join(t.itertext()) for t in root.iter(f"{ns}text")]
     assert "<b>" in texts and "2 ★" in texts and "3 · output" in texts and "1.0% #7" in texts
@@ -201,8 +220,11 @@ def test_the_svg_of_a_step_is_a_valid_picture_of_the_same_table():
 def test_the_table_has_a_row_per_layer_marks_the_token_taken_and_escapes_pieces():
     html = _table()
     assert len(re.findall(r"<tr data-layer=", html)) == 3
-    assert re.findall(r'<tr data-layer="(\d)" data-p="([\d.]+)"', html) == [("0", "0.0100"), ("1", "0.6000"),
-                                                                          ("2", "0.9000")]
+    assert re.findall(r'<tr data-layer="(\d)" data-p="([\d.]+)"', html) == [
+        ("0", "0.0100"),
+        ("1", "0.6000"),
+        ("2", "0.9000"),
+    ]
     assert html.count("data-chosen") == 2  # not among layer 1's top pieces
     assert "2 ★" in html and html.count("★") == 2  # the row and the note
     assert "&lt;b&gt;" in html and "<b>" not in html
@@ -225,8 +247,9 @@ def test_the_heatmap_holds_every_step_and_layer_and_labels_cells_when_they_fit()
     assert heat.zmin == 0 and heat.zmax == 1
     assert list(np.asarray(heat.text)[2]) == ["▁e", "▁f"]
     assert list(fig.layout.yaxis.ticktext) == ["1", "2", "3 · output"]
-    narrow = lens_figure(np.zeros((3, 40)), [["▁abcdefgh"] * 40] * 3, [f"{i}" for i in range(40)],
-                         ["1", "2", "3"], width=430)
+    narrow = lens_figure(
+        np.zeros((3, 40)), [["▁abcdefgh"] * 40] * 3, [f"{i}" for i in range(40)], ["1", "2", "3"], width=430
+    )
     assert narrow.data[0].text is None  # too narrow for its text: the hover keeps it
     with pytest.raises(ValueError, match="do not fit"):
         lens_figure(probs, guesses, ["1"], ["1", "2", "3"])

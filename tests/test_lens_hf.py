@@ -50,8 +50,9 @@ def test_marian_lens_is_the_projection_of_each_post_ln_layer(hf_marian):
     inputs = torch.tensor([list(decoding.prefix + decoding.generated[:-1])])
     with torch.no_grad():
         out = ref(input_ids=torch.tensor([src]), decoder_input_ids=inputs, output_hidden_states=True)
-        layers = [reference_probs(cfg, ref.lm_head(h[0]) + ref.final_logits_bias[0])
-                  for h in out.decoder_hidden_states[1:]]
+        layers = [
+            reference_probs(cfg, ref.lm_head(h[0]) + ref.final_logits_bias[0]) for h in out.decoder_hidden_states[1:]
+        ]
     torch.testing.assert_close(layers[-1], reference_probs(cfg, out.logits[0]), atol=1e-6, rtol=0)
     compare_layers(lens, decoding, layers, cfg.vocab_size)
 

@@ -25,8 +25,12 @@ from ui.state import new_stepper
 
 SHIPPED = [name for name in ("en-de", "brown-lm") if (ROOT / "checkpoints" / name / "model.safetensors").is_file()]
 NAMES = SHIPPED + [MARIAN, GPT2]
-TEXT = {"en-de": "My brother lives in Berlin.", "brown-lm": "She looked at him and", MARIAN: "The cat sat on the mat.",
-        GPT2: "The cat sat on the mat."}
+TEXT = {
+    "en-de": "My brother lives in Berlin.",
+    "brown-lm": "She looked at him and",
+    MARIAN: "The cat sat on the mat.",
+    GPT2: "The cat sat on the mat.",
+}
 
 
 def folder(hf_root, name: str):

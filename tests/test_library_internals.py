@@ -24,38 +24,69 @@ LOAD_CLIENT = "benchmarks/load_client.py and benchmarks/page_view.py"
 #: (protobuf module, message, dotted field path) the load client reads or writes. A path walks into sub-messages;
 #: ``oneof:type`` names a oneof group.
 PROTO_FIELDS = [
-    ("ForwardMsg_pb2", "ForwardMsg", path) for path in (
-        "oneof:type", "delta", "page_info_changed.query_string", "navigation.page_script_hash",
-        "session_event.script_compilation_exception.message", "script_finished", "metadata.delta_path",
-        "delta.oneof:type", "delta.fragment_id", "delta.add_block", "delta.new_element",
-        "delta.add_block.oneof:type", "delta.add_block.tab_container.id",
-        "delta.add_block.tab_container.default_tab_index", "delta.add_block.tab.label",
-        "delta.new_element.oneof:type", "delta.new_element.markdown.body", "delta.new_element.exception.type",
-        "delta.new_element.exception.message", "delta.new_element.plotly_chart.spec",
-        "delta.new_element.selectbox.raw_value", "delta.new_element.selectbox.default",
-        "delta.new_element.selectbox.set_value", "delta.new_element.selectbox.options",
-        "delta.new_element.multiselect.raw_values", "delta.new_element.slider.value",
-        "delta.new_element.checkbox.value", "delta.new_element.button.id", "delta.new_element.button.label",
+    ("ForwardMsg_pb2", "ForwardMsg", path)
+    for path in (
+        "oneof:type",
+        "delta",
+        "page_info_changed.query_string",
+        "navigation.page_script_hash",
+        "session_event.script_compilation_exception.message",
+        "script_finished",
+        "metadata.delta_path",
+        "delta.oneof:type",
+        "delta.fragment_id",
+        "delta.add_block",
+        "delta.new_element",
+        "delta.add_block.oneof:type",
+        "delta.add_block.tab_container.id",
+        "delta.add_block.tab_container.default_tab_index",
+        "delta.add_block.tab.label",
+        "delta.new_element.oneof:type",
+        "delta.new_element.markdown.body",
+        "delta.new_element.exception.type",
+        "delta.new_element.exception.message",
+        "delta.new_element.plotly_chart.spec",
+        "delta.new_element.selectbox.raw_value",
+        "delta.new_element.selectbox.default",
+        "delta.new_element.selectbox.set_value",
+        "delta.new_element.selectbox.options",
+        "delta.new_element.multiselect.raw_values",
+        "delta.new_element.slider.value",
+        "delta.new_element.checkbox.value",
+        "delta.new_element.button.id",
+        "delta.new_element.button.label",
     )
 ] + [
-    ("BackMsg_pb2", "BackMsg", path) for path in (
-        "rerun_script.query_string", "rerun_script.page_name", "rerun_script.page_script_hash",
-        "rerun_script.fragment_id", "rerun_script.widget_states.widgets.id",
-        "rerun_script.widget_states.widgets.trigger_value", "rerun_script.widget_states.widgets.string_value",
-        "rerun_script.widget_states.widgets.bool_value", "rerun_script.widget_states.widgets.double_value",
+    ("BackMsg_pb2", "BackMsg", path)
+    for path in (
+        "rerun_script.query_string",
+        "rerun_script.page_name",
+        "rerun_script.page_script_hash",
+        "rerun_script.fragment_id",
+        "rerun_script.widget_states.widgets.id",
+        "rerun_script.widget_states.widgets.trigger_value",
+        "rerun_script.widget_states.widgets.string_value",
+        "rerun_script.widget_states.widgets.bool_value",
+        "rerun_script.widget_states.widgets.double_value",
         "rerun_script.widget_states.widgets.string_array_value.data",
         "rerun_script.widget_states.widgets.double_array_value.data",
     )
 ]
 #: ``ForwardMsg.ScriptFinishedStatus`` values the load client compares with.
-FINISHED_STATUSES = ["FINISHED_SUCCESSFULLY", "FINISHED_WITH_COMPILE_ERROR", "FINISHED_EARLY_FOR_RERUN",
-                     "FINISHED_FRAGMENT_RUN_SUCCESSFULLY"]
+FINISHED_STATUSES = [
+    "FINISHED_SUCCESSFULLY",
+    "FINISHED_WITH_COMPILE_ERROR",
+    "FINISHED_EARLY_FOR_RERUN",
+    "FINISHED_FRAGMENT_RUN_SUCCESSFULLY",
+]
 
 
 def _gone(what: str, user: str) -> str:
-    return (f"Streamlit {streamlit.__version__}: its internal {what} is gone or renamed; {user} depends on it "
-            "(written against Streamlit 1.65-1.67's streamlit.proto). Update the user, or pin Streamlit below this "
-            "version in requirements.txt.")
+    return (
+        f"Streamlit {streamlit.__version__}: its internal {what} is gone or renamed; {user} depends on it "
+        "(written against Streamlit 1.65-1.67's streamlit.proto). Update the user, or pin Streamlit below this "
+        "version in requirements.txt."
+    )
 
 
 def _walk(descriptor, path: str) -> str | None:
@@ -87,8 +118,9 @@ def test_the_protobuf_fields_the_load_client_uses_exist(module, message, path):
 def test_the_script_finished_statuses_exist(status):
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-    assert status in ForwardMsg.ScriptFinishedStatus.keys(), _gone(f"ForwardMsg.ScriptFinishedStatus.{status}",
-                                                                   LOAD_CLIENT)
+    assert status in ForwardMsg.ScriptFinishedStatus.keys(), _gone(
+        f"ForwardMsg.ScriptFinishedStatus.{status}", LOAD_CLIENT
+    )
 
 
 def test_the_load_client_imports_and_builds_a_rerun():
@@ -96,8 +128,13 @@ def test_the_load_client_imports_and_builds_a_rerun():
     from benchmarks.page_view import FIELDS, PageView, Widget
 
     view = PageView(query_string="text=a", page_hash="h")
-    values = {"string_value": "x", "bool_value": True, "double_value": 1.5, "string_array_value": ["a"],
-              "double_array_value": [0.5]}
+    values = {
+        "string_value": "x",
+        "bool_value": True,
+        "double_value": 1.5,
+        "string_array_value": ["a"],
+        "double_array_value": [0.5],
+    }
     view.values = {f"w{i}": (name, values[name]) for i, name in enumerate(sorted(set(FIELDS.values())))}
     try:
         msg = view.rerun(Widget("b", "button", "Next", None, []))
@@ -112,9 +149,11 @@ def test_plotly_still_takes_the_private_validate_switch():
     tests), a misspelt property raises. Either half failing means Plotly changed its private constructor."""
     import plotly.graph_objects as go
 
-    why = (f"Plotly {plotly.__version__}: the private go.Figure(..., _validate=...) that viz.theme.figure uses "
-           "{}; written against Plotly 5.20-7.x. Update viz.theme.figure, or pin Plotly below this version in "
-           "requirements.txt.")
+    why = (
+        f"Plotly {plotly.__version__}: the private go.Figure(..., _validate=...) that viz.theme.figure uses "
+        "{}; written against Plotly 5.20-7.x. Update viz.theme.figure, or pin Plotly below this version in "
+        "requirements.txt."
+    )
     bad = {"data": [{"type": "bar", "y": [1]}], "layout": {"bogusprop": 1}}
     try:
         fast = go.Figure(bad, _validate=False)

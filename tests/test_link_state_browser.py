@@ -58,13 +58,17 @@ def test_the_attention_controls_keep_their_link_values_after_an_empty_sentence()
         pytest.fail(str(exc))
 
 
-LONG = ("Alice went to the market in the morning. She bought apples, pears and fresh bread for her mother, who was "
-        "ill at home with a bad cold and a fever.")
+LONG = (
+    "Alice went to the market in the morning. She bought apples, pears and fresh bread for her mother, who was "
+    "ill at home with a bad cold and a fever."
+)
 
 
-@pytest.mark.parametrize("text, present", [(LONG, False), (LONG, True),
-                                           ("The children play in the garden with the dog.", True)],
-                         ids=["long-output", "long-output-presenting", "two-line-output-presenting"])
+@pytest.mark.parametrize(
+    "text, present",
+    [(LONG, False), (LONG, True), ("The children play in the garden with the dog.", True)],
+    ids=["long-output", "long-output-presenting", "two-line-output-presenting"],
+)
 def test_the_ten_next_tokens_stay_on_a_projectors_first_screen(text, present):
     """At 1280×720 the top-10 list fell below the screen under a four-line output (and, in presentation mode, under a
     two-line one): the output box now scrolls past three lines (two when presenting) and the status line heads the

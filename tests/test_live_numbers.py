@@ -27,9 +27,10 @@ from teaching import live
 
 ROOT = Path(__file__).resolve().parent.parent
 EN_DE, BROWN = ROOT / "checkpoints" / "en-de", ROOT / "checkpoints" / "brown-lm"
-needs_ckpt = pytest.mark.skipif(not (EN_DE / "model.safetensors").is_file()
-                                or not (BROWN / "model.safetensors").is_file(),
-                                reason="the shipped checkpoints are missing")
+needs_ckpt = pytest.mark.skipif(
+    not (EN_DE / "model.safetensors").is_file() or not (BROWN / "model.safetensors").is_file(),
+    reason="the shipped checkpoints are missing",
+)
 ATOL = 1e-6
 
 
@@ -51,11 +52,19 @@ def assert_weights_are_the_traces(model, tok, src_ids, tgt_ids, heads=None) -> N
 
 
 # --- the numbers: tiny models of every shape ---------------------------------------------------------------------
-@pytest.mark.parametrize("overrides", [
-    dict(norm_first=False), dict(norm_first=True), dict(pos_encoding="learned"), dict(pos_encoding="rope"),
-    dict(pos_encoding="alibi"), dict(arch="decoder-only", n_encoder_layers=0, norm_first=True),
-    dict(arch="decoder-only", n_encoder_layers=0, pos_encoding="rope"),
-], ids=["post-ln", "pre-ln", "learned", "rope", "alibi", "decoder-only", "decoder-only-rope"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(norm_first=False),
+        dict(norm_first=True),
+        dict(pos_encoding="learned"),
+        dict(pos_encoding="rope"),
+        dict(pos_encoding="alibi"),
+        dict(arch="decoder-only", n_encoder_layers=0, norm_first=True),
+        dict(arch="decoder-only", n_encoder_layers=0, pos_encoding="rope"),
+    ],
+    ids=["post-ln", "pre-ln", "learned", "rope", "alibi", "decoder-only", "decoder-only-rope"],
+)
 def test_the_weights_are_the_models_own(make_model, tokenizer, encode_src, overrides):
     try:
         model = make_model(**overrides)
@@ -111,8 +120,12 @@ def test_the_values_are_frozen_and_read_only(make_model, encode_src):
 
 def test_bad_choices_are_refused_with_a_reason(make_model, encode_src):
     model, src = make_model(), encode_src("Good night.")
-    for kind, layer, head, says in (("self", 0, 0, "attention kinds"), ("encoder", 2, 0, "layer 3"),
-                                    ("cross", 0, 4, "head 5"), ("encoder", -1, 0, "layer 0")):
+    for kind, layer, head, says in (
+        ("self", 0, 0, "attention kinds"),
+        ("encoder", 2, 0, "layer 3"),
+        ("cross", 0, 4, "head 5"),
+        ("encoder", -1, 0, "layer 0"),
+    ):
         with pytest.raises(ValueError, match=says):
             head_of(model, src, [1], kind, layer, head)
     with pytest.raises(ValueError, match="no tokens"):  # a trace read back from a run's files has no modules
@@ -175,6 +188,7 @@ def test_hugging_face_weights_are_the_attention_pages(hf_root, name):
 # --- the page -----------------------------------------------------------------------------------------------------
 def open_lecture(monkeypatch, checkpoints: Path | None = None, **query: str):
     from streamlit.testing.v1 import AppTest
+
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("ATTENTION_EXPLORER_DEMO", raising=False)
     if checkpoints is None:
@@ -227,8 +241,11 @@ def test_the_live_numbers_of_the_shipped_translator_and_their_link(monkeypatch):
     link = dict(at.query_params)
     assert link == {"numbers": "live", "kind": "cross", "layer": "3", "head": "5"}
     again = open_lecture(monkeypatch, **link)
-    assert (again.radio(key="we_kind").value, again.selectbox(key="we_layer").value,
-            again.selectbox(key="we_head").value) == ("cross", 2, 4)
+    assert (
+        again.radio(key="we_kind").value,
+        again.selectbox(key="we_layer").value,
+        again.selectbox(key="we_head").value,
+    ) == ("cross", 2, 4)
     assert dict(again.query_params) == link
 
 
@@ -239,9 +256,11 @@ def test_leaving_the_live_numbers_takes_their_choices_out_of_the_link(monkeypatc
     assert not at.exception and not {"numbers", "kind", "layer", "head"} & set(at.query_params)
     at.radio(key="we_numbers").set_value("live").run()  # back again: the link and the controls agree
     link = dict(at.query_params)
-    assert (at.radio(key="we_kind").value, at.selectbox(key="we_layer").value + 1,
-            at.selectbox(key="we_head").value + 1) == (link.get("kind", "encoder"), int(link.get("layer", 1)),
-                                                       int(link.get("head", 1)))
+    assert (
+        at.radio(key="we_kind").value,
+        at.selectbox(key="we_layer").value + 1,
+        at.selectbox(key="we_head").value + 1,
+    ) == (link.get("kind", "encoder"), int(link.get("layer", 1)), int(link.get("head", 1)))
 
 
 @needs_ckpt
@@ -278,11 +297,15 @@ def test_the_editable_matrices_survive_a_visit_to_the_live_numbers(monkeypatch):
     assert at.query_params["q"] == "1,0,0;0,1,0;0,0,1"
     at.radio(key="we_numbers").set_value("example").run()
     assert not at.exception and at.query_params["q"] == "1,0,0;0,1,0;0,0,1" and "numbers" not in at.query_params
-    (scores,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                 if json.loads(c.proto.spec)["layout"]["title"]["text"] == "1. Scores QKᵀ"]
+    (scores,) = [
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if json.loads(c.proto.spec)["layout"]["title"]["text"] == "1. Scores QKᵀ"
+    ]
     from test_attention_views import z_of
 
     from teaching.worked import REF_K
+
     np.testing.assert_allclose(z_of(scores["data"][0]), REF_K.T)  # Q = I: the scores are Kᵀ
 
 

@@ -32,6 +32,7 @@ PROJECTOR = (1280, 720)
 def server(tmp_path_factory):
     """The app, with a tiny MarianMT and GPT-2 folder offered beside the shipped models."""
     from hf_fixtures import write_hf_root
+
     root, _ = write_hf_root(tmp_path_factory.mktemp("hf-live-browser"))
     try:
         with serve(ARTIFACTS / "streamlit-live-numbers.log", {"ATTENTION_EXPLORER_CHECKPOINTS": str(root)}) as url:

@@ -63,23 +63,30 @@ def run(view: PageView, msgs: list[ForwardMsg], fragment_id: str = "") -> list[i
 
 def test_a_run_gives_widgets_by_label_with_their_values_and_the_step_shown():
     view = PageView()
-    statuses = run(view, [
-        element([0, 0], "button", id="b-next", label="Next"),
-        element([0, 1], "selectbox", id="s-layer", label="Layer", options=["layer 1", "layer 2"], default=1),
-        element([0, 2], "checkbox", id="c-words", label="Word level", default=False),
-        element([0, 3], "markdown", body="**Step 2 of 8** · KV cache: 1.0 KiB"),
-        block([0, 4], "tab_container", id="t-tab", default_tab_index=0),
-        block([0, 4, 0], "tab", label="Heads"), block([0, 4, 1], "tab", label="Summaries"),
-        finished(),
-    ])
+    statuses = run(
+        view,
+        [
+            element([0, 0], "button", id="b-next", label="Next"),
+            element([0, 1], "selectbox", id="s-layer", label="Layer", options=["layer 1", "layer 2"], default=1),
+            element([0, 2], "checkbox", id="c-words", label="Word level", default=False),
+            element([0, 3], "markdown", body="**Step 2 of 8** · KV cache: 1.0 KiB"),
+            block([0, 4], "tab_container", id="t-tab", default_tab_index=0),
+            block([0, 4, 0], "tab", label="Heads"),
+            block([0, 4, 1], "tab", label="Summaries"),
+            finished(),
+        ],
+    )
     assert statuses[-1] == FINISHED and statuses[:-1] == [None] * 7
     assert view.find("Next").id == "b-next" and view.find("Layer", "selectbox").id == "s-layer"
     assert view.find("Missing") is None and view.find("Next", "selectbox") is None
     assert view.step == (2, 8) and view.exceptions == []
     tabs = view.widgets["t-tab"]
     assert tabs.kind == "tabs" and tabs.options == ["Heads", "Summaries"]
-    assert view.values == {"s-layer": ("string_value", "layer 2"), "c-words": ("bool_value", False),
-                           "t-tab": ("string_value", "Heads")}
+    assert view.values == {
+        "s-layer": ("string_value", "layer 2"),
+        "c-words": ("bool_value", False),
+        "t-tab": ("string_value", "Heads"),
+    }
 
     states = {w.id: w for w in view.rerun(trigger=view.find("Next")).rerun_script.widget_states.widgets}
     assert states["b-next"].trigger_value is True
@@ -89,15 +96,39 @@ def test_a_run_gives_widgets_by_label_with_their_values_and_the_step_shown():
 
 def test_a_fragment_run_keeps_the_widgets_outside_it_and_a_value_the_server_sets_wins():
     view = PageView()
-    run(view, [element([0, 0], "button", id="b-next", label="Next"),
-               element([0, 1, 0], "selectbox", "frag", id="s-head", label="Head", options=["mean", "head 1"],
-                       default=0)])
+    run(
+        view,
+        [
+            element([0, 0], "button", id="b-next", label="Next"),
+            element([0, 1, 0], "selectbox", "frag", id="s-head", label="Head", options=["mean", "head 1"], default=0),
+        ],
+    )
     view.values["s-head"] = ("string_value", "head 1")  # the visitor chose it
-    run(view, [element([0, 1, 0], "selectbox", "frag", id="s-head", label="Head", options=["mean", "head 1"],
-                       default=0), finished()], fragment_id="frag")
+    run(
+        view,
+        [
+            element([0, 1, 0], "selectbox", "frag", id="s-head", label="Head", options=["mean", "head 1"], default=0),
+            finished(),
+        ],
+        fragment_id="frag",
+    )
     assert set(view.widgets) == {"b-next", "s-head"} and view.values["s-head"] == ("string_value", "head 1")
-    run(view, [element([0, 0], "selectbox", id="s-head", label="Head", options=["mean", "head 1"], default=0,
-                       set_value=True, raw_value="mean"), finished()])
+    run(
+        view,
+        [
+            element(
+                [0, 0],
+                "selectbox",
+                id="s-head",
+                label="Head",
+                options=["mean", "head 1"],
+                default=0,
+                set_value=True,
+                raw_value="mean",
+            ),
+            finished(),
+        ],
+    )
     assert set(view.widgets) == {"s-head"} and view.values["s-head"] == ("string_value", "mean")
 
 
@@ -131,12 +162,26 @@ def test_percentiles_and_the_report_row():
     assert percentile([7.0], 95) == 7.0
     assert errors_cell(Counter()) == "0" and errors_cell(Counter(timeout=2, mismatch=1)) == "3 (2 timeout, 1 mismatch)"
     previous = Record(1, server={"rss_mb": 500.0})
-    record = Record(11, first_loads=[Outcome("first load", 0.5), Outcome("first load", None, ["http"])],
-                    actions=[Outcome("Next", 0.1), Outcome("Next", 0.3), Outcome("Back", None, ["timeout"])],
-                    window_s=10.0, server={"cpu_cores": 1.25, "rss_mb": 530.0}, client_cpu_cores=0.1)
+    record = Record(
+        11,
+        first_loads=[Outcome("first load", 0.5), Outcome("first load", None, ["http"])],
+        actions=[Outcome("Next", 0.1), Outcome("Next", 0.3), Outcome("Back", None, ["timeout"])],
+        window_s=10.0,
+        server={"cpu_cores": 1.25, "rss_mb": 530.0},
+        client_cpu_cores=0.1,
+    )
     row, numbers = level_row(record, previous)
-    assert row == ("11", "0.50 / 0.50", "0.20 / 0.29 / 0.30", "2 (1 http, 1 timeout)", "1.25", "530", "3.0", "0.2",
-                   "0.10")
+    assert row == (
+        "11",
+        "0.50 / 0.50",
+        "0.20 / 0.29 / 0.30",
+        "2 (1 http, 1 timeout)",
+        "1.25",
+        "530",
+        "3.0",
+        "0.2",
+        "0.10",
+    )
     assert numbers["mb_per_session"] == pytest.approx(3.0) and numbers["by_action_s"]["Next"]["n"] == 2
 
 
@@ -160,8 +205,10 @@ def test_server_flags_become_streamlit_environment_variables():
 
 def test_another_checkout_is_served_with_its_own_settings_not_this_ones(tmp_path):
     here, there = tmp_path / "here", tmp_path / "there"
-    for folder, toml in ((here, "[runner]\npostScriptGC = false\n[server]\nfolderWatchBlacklist = ['.venv']\n"),
-                         (there, "[server]\nheadless = true\n")):
+    for folder, toml in (
+        (here, "[runner]\npostScriptGC = false\n[server]\nfolderWatchBlacklist = ['.venv']\n"),
+        (there, "[server]\nheadless = true\n"),
+    ):
         (folder / ".streamlit").mkdir(parents=True)
         (folder / ".streamlit" / "config.toml").write_text(toml)
     assert app_dir_env(there, root=here) == {"STREAMLIT_RUNNER_POST_SCRIPT_GC": "true"}  # Streamlit's default
@@ -186,8 +233,10 @@ def server():
 
 
 def test_the_burst_is_a_hundred_visitors_within_five_seconds_unless_told_otherwise():
-    assert (options(parse_args(["--scenario", "burst"]), "burst").levels,
-            options(parse_args(["--scenario", "burst"]), "burst").ramp_s) == ([100], 5.0)
+    assert (
+        options(parse_args(["--scenario", "burst"]), "burst").levels,
+        options(parse_args(["--scenario", "burst"]), "burst").ramp_s,
+    ) == ([100], 5.0)
     told = options(parse_args(["--scenario", "burst", "--levels", "1,10", "--ramp", "2"]), "burst")
     assert (told.levels, told.ramp_s) == ([1, 10], 2.0)
     lecture = options(parse_args([]), "lecture")

@@ -15,26 +15,29 @@ from decoding.loops import LOOP_TIMES, find_loop, longest_repeat, loop_completio
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("text,phrase,times", [
-    ("his own own own own own own own own", "own", 8),
-    ("Bobby likes to be able to be able to be able to be able to be", "to be able", 4),
-    ("aber für die die die die vorhergesetzte", "die", 4),
-    ("Sport Sport Sport und andere", "Sport", 3),
-    ("„Nein“, „nein“, nein!", None, None),  # case kept: a capital is another word
-    ("Frauen, die die Kinder sehen, und die die Stadt", None, None),  # twice is right German
-    ("Pago Pago liegt auf Samoa.", None, None),
-    ("", None, None),
-    ("a b a b", None, None),  # a phrase twice
-    ("a b a b a b c c c c c", "a b", 3),  # the loop over more words wins: 6 words of "a b" against 5 of "c"
-    ("a b a b a b c c c c c c c", "c", 7),
-])
+@pytest.mark.parametrize(
+    "text,phrase,times",
+    [
+        ("his own own own own own own own own", "own", 8),
+        ("Bobby likes to be able to be able to be able to be able to be", "to be able", 4),
+        ("aber für die die die die vorhergesetzte", "die", 4),
+        ("Sport Sport Sport und andere", "Sport", 3),
+        ("„Nein“, „nein“, nein!", None, None),  # case kept: a capital is another word
+        ("Frauen, die die Kinder sehen, und die die Stadt", None, None),  # twice is right German
+        ("Pago Pago liegt auf Samoa.", None, None),
+        ("", None, None),
+        ("a b a b", None, None),  # a phrase twice
+        ("a b a b a b c c c c c", "a b", 3),  # the loop over more words wins: 6 words of "a b" against 5 of "c"
+        ("a b a b a b c c c c c c c", "c", 7),
+    ],
+)
 def test_a_loop_is_a_phrase_three_times_or_more_in_a_row(text, phrase, times):
     loop = find_loop(text)
     if phrase is None:
         assert loop is None
     else:
         assert loop is not None and (loop.text, loop.times) == (phrase, times)
-        assert words(text)[loop.start:loop.start + len(loop.phrase)] == list(loop.phrase)
+        assert words(text)[loop.start : loop.start + len(loop.phrase)] == list(loop.phrase)
 
 
 def test_the_longer_loop_in_words_is_the_one_named():
@@ -89,7 +92,8 @@ def test_the_translate_page_shows_the_translation_the_loop_guard_gives(monkeypat
     # (how many times depends on the weights; a loop is three or more)
     at.text_input(key="tr_text").set_value(
         "No child should ever have to grow up in an environment that is not nurturing, caring, and educational, "
-        "but they do.").run()
+        "but they do."
+    ).run()
     _run_to_end(at)
     assert not at.exception
     loops = [i.value for i in at.info if "goes round in a loop" in i.value]
@@ -102,7 +106,7 @@ def test_the_translate_page_shows_the_translation_the_loop_guard_gives(monkeypat
 
 def _ends_in_loop(ids: list[int], times: int, max_tokens: int) -> bool:
     """The definition, written out: some phrase of 1..max_tokens tokens ends ``ids`` ``times`` times in a row."""
-    return any(len(ids) >= times * n and ids[-times * n:] == ids[-n:] * times for n in range(1, max_tokens + 1))
+    return any(len(ids) >= times * n and ids[-times * n :] == ids[-n:] * times for n in range(1, max_tokens + 1))
 
 
 @pytest.mark.parametrize("times", [2, 3])

@@ -24,8 +24,9 @@ def test_scores_that_are_all_zero_sit_on_a_0_to_100_axis_not_minus_1_to_1():
     """A young run's BLEU was 0 at every evaluation (or it had evaluated once): Plotly drew it on −1…1, as if a score
     could be negative."""
     once = [{"step": 10, "valid_loss": 7.0, "valid_bleu": 0.0, "valid_chrf": 0.0}]
-    fig = run_figure(once, {"BLEU": "valid_bleu", "chrF": "valid_chrf"}, "Validation BLEU / chrF", "score (0–100)",
-                     score=True)
+    fig = run_figure(
+        once, {"BLEU": "valid_bleu", "chrF": "valid_chrf"}, "Validation BLEU / chrF", "score (0–100)", score=True
+    )
     assert list(fig.layout.yaxis.range) == [0.0, SCORE_MIN_TOP]
     runs = {"a": once + [{"step": 20, "valid_bleu": 0.0}], "b": [{"step": 5, "loss": 3.0}]}
     for metric in ("valid_bleu", "valid_chrf"):
@@ -39,9 +40,13 @@ def test_scores_that_are_all_zero_sit_on_a_0_to_100_axis_not_minus_1_to_1():
 def test_the_pages_write_the_projections_as_the_paper_does():
     """The Worked examples said W^Q, W^K, W^V, W^O and the Ablation tab "Wᴼ": one notation, the paper's."""
     other = re.compile(r"W[ᵠᴷⱽᴼ]|W_[QKVO]\b|W_?[qkvo]\b")
-    offenders = [f"{path.relative_to(ROOT)}:{n}" for folder in ("app_pages", "ui", "viz", "charts", "teaching")
-                 for path in sorted((ROOT / folder).glob("*.py"))
-                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if other.search(line)]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in ("app_pages", "ui", "viz", "charts", "teaching")
+        for path in sorted((ROOT / folder).glob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if other.search(line)
+    ]
     assert offenders == []
 
 
@@ -62,15 +67,34 @@ def _fake_run(root: Path, name: str) -> None:
     """A finished run folder with a long name and one evaluation."""
     run = root / name
     run.mkdir(parents=True)
-    lines = [{"step": 5, "loss": 6.0, "lr": 1e-4, "grad_norm": 1.0, "tokens_per_s": 3000.0, "tokens_seen": 6000,
-              "time_s": 3.0},
-             {"step": 10, "valid_loss": 5.9, "valid_bleu": 0.0, "valid_chrf": 1.2, "time_s": 6.0}]
+    lines = [
+        {
+            "step": 5,
+            "loss": 6.0,
+            "lr": 1e-4,
+            "grad_norm": 1.0,
+            "tokens_per_s": 3000.0,
+            "tokens_seen": 6000,
+            "time_s": 3.0,
+        },
+        {"step": 10, "valid_loss": 5.9, "valid_bleu": 0.0, "valid_chrf": 1.2, "time_s": 6.0},
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    (run / "status.json").write_text(json.dumps({"state": "finished", "pid": 0, "step": 10, "max_steps": 10,
-                                                 "started": "2026-01-01T12:00:00+00:00",
-                                                 "updated": "2026-01-01T12:01:00+00:00"}))
-    (run / "config.json").write_text(json.dumps({"d_model": 32, "n_heads": 2, "n_encoder_layers": 1,
-                                                 "pos_encoding": "sinusoidal"}))
+    (run / "status.json").write_text(
+        json.dumps(
+            {
+                "state": "finished",
+                "pid": 0,
+                "step": 10,
+                "max_steps": 10,
+                "started": "2026-01-01T12:00:00+00:00",
+                "updated": "2026-01-01T12:01:00+00:00",
+            }
+        )
+    )
+    (run / "config.json").write_text(
+        json.dumps({"d_model": 32, "n_heads": 2, "n_encoder_layers": 1, "pos_encoding": "sinusoidal"})
+    )
 
 
 def test_the_runs_table_wraps_instead_of_cutting_off_its_columns(tmp_path, monkeypatch):
@@ -89,6 +113,7 @@ def test_the_runs_table_wraps_instead_of_cutting_off_its_columns(tmp_path, monke
     (runs,) = [t for t in at.table if "started" in t.value.columns]
     assert runs.value["name"].tolist() == ["a-run-with-a-rather-long-name"]
     assert not [d for d in at.dataframe if "started" in d.value.columns]
-    charts = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
-              for c in at.get("plotly_chart")}
+    charts = {
+        json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")
+    }
     assert charts["Validation BLEU / chrF"]["layout"]["yaxis"]["range"][0] == 0

@@ -27,8 +27,23 @@ from reading.trace import trace_pair
 from teaching.live import live_head
 
 ATOL = 1e-6
-QK_FIELDS = ("q_raw", "k_raw", "q", "k", "products", "scores", "scores_unrotated", "bias", "mask", "logits", "weights",
-             "v", "weighted", "output", "key_positions")
+QK_FIELDS = (
+    "q_raw",
+    "k_raw",
+    "q",
+    "k",
+    "products",
+    "scores",
+    "scores_unrotated",
+    "bias",
+    "mask",
+    "logits",
+    "weights",
+    "v",
+    "weighted",
+    "output",
+    "key_positions",
+)
 
 
 def _case(model, encode_src, encode_tgt):
@@ -43,8 +58,9 @@ def _close(a, b, atol=ATOL) -> bool:
     if a.dtype == torch.bool:
         return torch.equal(a, b)
     finite = torch.isfinite(b)  # float32 rounding grows with the value: an absolute and a relative tolerance
-    return torch.equal(torch.isfinite(a), finite) and torch.allclose(a[finite].double(), b[finite].double(),
-                                                                     rtol=1e-5, atol=atol)
+    return torch.equal(torch.isfinite(a), finite) and torch.allclose(
+        a[finite].double(), b[finite].double(), rtol=1e-5, atol=atol
+    )
 
 
 def assert_views_equal_the_references(model, src, tgt) -> int:
@@ -63,16 +79,21 @@ def assert_views_equal_the_references(model, src, tgt) -> int:
             for name, value in expected.items():
                 assert _close(getattr(live, name), value), (kind, layer, head, name)
             for query in range(m.q.size(1)):
-                got, want = query_key(trace, kind, layer, head, query), ref.query_key(
-                    model, module_inputs, kind, layer, head, query)
+                got, want = (
+                    query_key(trace, kind, layer, head, query),
+                    ref.query_key(model, module_inputs, kind, layer, head, query),
+                )
                 for name in QK_FIELDS:
                     assert _close(getattr(got, name), getattr(want, name)), (kind, layer, head, query, name)
                 assert (got.slope, got.query_position, got.d_k) == (want.slope, want.query_position, want.d_k)
                 checked += 1
     # attribution's attention side and the what-if: the last query of the prefix
     step = Step(src or (), tgt, 3)
-    reading, outputs, old = read_attention(model, step), read_outputs(model, step), ref.last_query_reading(
-        model, src, tgt)
+    reading, outputs, old = (
+        read_attention(model, step),
+        read_outputs(model, step),
+        ref.last_query_reading(model, src, tgt),
+    )
     self_w, self_v = torch.stack(old["self_w"]), torch.stack(old["self_v"])
     assert _close(reading.prefix_weights, self_w) and _close(reading.prefix_norms, self_v.norm(dim=-1), 1e-5)
     assert _close(outputs.self_heads, self_v.sum(dim=2), 1e-5)

@@ -20,8 +20,10 @@ import pytest
 from ui import page_state as P
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [ROOT / "app.py", *(f for room in ("app_pages", "reading_views", "ui", "serving")
-                             for f in sorted((ROOT / room).rglob("*.py")))]
+SOURCES = [
+    ROOT / "app.py",
+    *(f for room in ("app_pages", "reading_views", "ui", "serving") for f in sorted((ROOT / room).rglob("*.py"))),
+]
 SESSION_NAMES = {"session_state", "ss"}
 #: Names that stand for ``st.query_params`` in the source.
 PARAM_NAMES = {"query_params"}
@@ -134,8 +136,11 @@ def _declares(text: str, exact: bool) -> P.Field | None:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_key_and_parameter_the_code_spells_out_is_declared(path):
     keys, params = uses(path)
-    undeclared = [f"line {line}: key {text!r}{'' if exact else '…'}" for text, exact, line in keys
-                  if _declares(text, exact) is None]
+    undeclared = [
+        f"line {line}: key {text!r}{'' if exact else '…'}"
+        for text, exact, line in keys
+        if _declares(text, exact) is None
+    ]
     undeclared += [f"line {line}: link parameter {name!r}" for name, line in params if name not in DECLARED_PARAMS]
     assert not undeclared, "not declared in ui/page_state.py: " + "; ".join(undeclared)
 
@@ -144,9 +149,11 @@ def test_the_scan_finds_what_it_looks_for(tmp_path):
     """The scan itself: a page that reads an undeclared key or parameter is caught (else the test above passes by
     finding nothing)."""
     page = tmp_path / "page.py"
-    page.write_text('import streamlit as st\nfrom ui import url\nst.session_state["zz_new"] = 1\n'
-                    'st.selectbox("x", [1], key=f"zz_{1}")\nurl.int_param(st.query_params, "zz_param", 0, 0, 1)\n'
-                    'if "zz_in" in st.query_params:\n    pass\nst.session_state.get("tr_step")\n')
+    page.write_text(
+        'import streamlit as st\nfrom ui import url\nst.session_state["zz_new"] = 1\n'
+        'st.selectbox("x", [1], key=f"zz_{1}")\nurl.int_param(st.query_params, "zz_param", 0, 0, 1)\n'
+        'if "zz_in" in st.query_params:\n    pass\nst.session_state.get("tr_step")\n'
+    )
     keys, params = uses(page)
     assert [(t, e) for t, e, _ in keys] == [("zz_new", True), ("zz_", False), ("tr_step", True)]
     assert sorted(n for n, _ in params) == ["zz_in", "zz_param"]
@@ -175,8 +182,11 @@ def test_every_declared_field_is_used():
     for page in P.PAGES:
         for f in dataclasses.fields(page):
             field = getattr(page, f.name)
-            if isinstance(field, P.Field) and f'"{field.key}' not in code \
-                    and f"{records[id(page)]}.{f.name}" not in code:
+            if (
+                isinstance(field, P.Field)
+                and f'"{field.key}' not in code
+                and f"{records[id(page)]}.{f.name}" not in code
+            ):
                 unused.append(field.key)
     assert not unused, unused
 
@@ -195,10 +205,27 @@ def test_each_link_parameter_means_one_thing_on_a_page():
 
 
 def test_an_event_forgets_what_is_declared_to_go_with_it():
-    session = {"tr_step": 3, "tr_layer": 1, "tr_attr_layer": 2, "tr_attr_word": 0, "tr_attr_method": "ig",
-               "at_sweep_for": ("x",), "dl_w_beam": 4, "dl_w_seed": 3, "app_text": "A dog."}
-    params = {"step": "3", "layer": "2", "attr_layer": "2", "whatif_word": "1", "sweep": "1", "beam": "4",
-              "seed": "3", "text": "A dog."}
+    session = {
+        "tr_step": 3,
+        "tr_layer": 1,
+        "tr_attr_layer": 2,
+        "tr_attr_word": 0,
+        "tr_attr_method": "ig",
+        "at_sweep_for": ("x",),
+        "dl_w_beam": 4,
+        "dl_w_seed": 3,
+        "app_text": "A dog.",
+    }
+    params = {
+        "step": "3",
+        "layer": "2",
+        "attr_layer": "2",
+        "whatif_word": "1",
+        "sweep": "1",
+        "beam": "4",
+        "seed": "3",
+        "text": "A dog.",
+    }
     P.forget("model", session, params)
     assert set(session) == {"tr_step", "tr_attr_word", "tr_attr_method", "at_sweep_for", "dl_w_seed", "app_text"}
     # the beam's width is read from the link again for the next model: its default may be that model's own
@@ -208,8 +235,9 @@ def test_an_event_forgets_what_is_declared_to_go_with_it():
 
 
 # --- at run time: what a visit leaves in the session ----------------------------------------------------------
-needs_ckpt = pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").exists(),
-                                reason="needs the shipped checkpoint")
+needs_ckpt = pytest.mark.skipif(
+    not (ROOT / "checkpoints" / "en-de" / "model.safetensors").exists(), reason="needs the shipped checkpoint"
+)
 #: Keys Streamlit or the test harness keep in every session (not the app's).
 NOT_THE_APPS = ("$$",)
 
@@ -220,11 +248,18 @@ def session_keys(at) -> list[str]:
 
 
 @needs_ckpt
-@pytest.mark.parametrize("page, query", [("translate", {"step": "2", "lens": "1", "attr": "1"}),
-                                         ("attention", {"tab": "Tokens & lines"}),
-                                         ("decoding", {"step": "2"}),
-                                         ("positional", {}), ("tokenization", {}),
-                                         ("lecture", {"numbers": "live"}), ("training", {})])
+@pytest.mark.parametrize(
+    "page, query",
+    [
+        ("translate", {"step": "2", "lens": "1", "attr": "1"}),
+        ("attention", {"tab": "Tokens & lines"}),
+        ("decoding", {"step": "2"}),
+        ("positional", {}),
+        ("tokenization", {}),
+        ("lecture", {"numbers": "live"}),
+        ("training", {}),
+    ],
+)
 def test_a_visit_keeps_only_declared_keys(page, query):
     from streamlit.testing.v1 import AppTest
 
@@ -236,7 +271,9 @@ def test_a_visit_keeps_only_declared_keys(page, query):
         at.switch_page(f"app_pages/{page}/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     # a form's submit button is kept under "FormSubmitter:<the form's key>-<its label>"
-    keys = [k.removeprefix("FormSubmitter:").rsplit("-", 1)[0] if k.startswith("FormSubmitter:") else k
-            for k in session_keys(at)]
+    keys = [
+        k.removeprefix("FormSubmitter:").rsplit("-", 1)[0] if k.startswith("FormSubmitter:") else k
+        for k in session_keys(at)
+    ]
     undeclared = [k for k in keys if P.owner(k) is None]
     assert not undeclared, undeclared

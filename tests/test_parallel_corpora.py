@@ -52,34 +52,47 @@ def sources(tmp_path):
     """A Tatoeba zip (with the attribution column), a Multi30K raw folder and a BConTrasT folder, with known
     overlaps: 'Good morning, everyone.' is in the shipped everyday set, 'Two dogs play.' is in Multi30K's test."""
     held_out = english_in(TATOEBA_TEST)
-    lines = ["I am hungry.\tIch habe Hunger.\t" + ATTRIBUTION,
-             "I am hungry.\tIch bin hungrig.\t" + ATTRIBUTION,
-             "Good morning, everyone.\tGuten Morgen, alle zusammen.\t" + ATTRIBUTION,
-             "Two dogs play!\tZwei Hunde spielen!\t" + ATTRIBUTION,
-             f"{held_out}\tSatz A.\t{ATTRIBUTION}", f"{held_out}\tSatz B.\t{ATTRIBUTION}",
-             "We walk home.\tWir gehen nach Hause."]  # the 2018 export has no third column
+    lines = [
+        "I am hungry.\tIch habe Hunger.\t" + ATTRIBUTION,
+        "I am hungry.\tIch bin hungrig.\t" + ATTRIBUTION,
+        "Good morning, everyone.\tGuten Morgen, alle zusammen.\t" + ATTRIBUTION,
+        "Two dogs play!\tZwei Hunde spielen!\t" + ATTRIBUTION,
+        f"{held_out}\tSatz A.\t{ATTRIBUTION}",
+        f"{held_out}\tSatz B.\t{ATTRIBUTION}",
+        "We walk home.\tWir gehen nach Hause.",
+    ]  # the 2018 export has no third column
     zpath = tmp_path / "src" / "deu-eng.zip"
     zpath.parent.mkdir(parents=True)
     with zipfile.ZipFile(zpath, "w") as z:
         z.writestr("_about.txt", "about")
         z.writestr("deu.txt", "\n".join(lines) + "\n")
     m30k = tmp_path / "src" / "multi30k"
-    splits = {"train": (["A man rides a horse.", "Two dogs play!"], ["Ein Mann reitet.", "Zwei Hunde spielen!"]),
-              "val": (["A girl sings."], ["Ein Mädchen singt."]),
-              "test_2016_flickr": (["Two dogs play."], ["Zwei Hunde spielen."]),
-              "test_2017_flickr": (["A cat sleeps."], ["Eine Katze schläft."]),
-              "test_2017_mscoco": (["A bus drives."], ["Ein Bus fährt."]),
-              "test_2018_flickr": (["A boy runs."], ["Ein Junge rennt."])}
+    splits = {
+        "train": (["A man rides a horse.", "Two dogs play!"], ["Ein Mann reitet.", "Zwei Hunde spielen!"]),
+        "val": (["A girl sings."], ["Ein Mädchen singt."]),
+        "test_2016_flickr": (["Two dogs play."], ["Zwei Hunde spielen."]),
+        "test_2017_flickr": (["A cat sleeps."], ["Eine Katze schläft."]),
+        "test_2017_mscoco": (["A bus drives."], ["Ein Bus fährt."]),
+        "test_2018_flickr": (["A boy runs."], ["Ein Junge rennt."]),
+    }
     for stem, (en, de) in splits.items():
         write_lines(m30k / f"{stem}.en.gz", en)
         write_lines(m30k / f"{stem}.de.gz", de)
     bc = tmp_path / "src" / "bcontrast"
-    write_lines(bc / "train.en-de.tsv.gz", ["Hi, how can I help you?\tHallo, wie kann ich helfen?",
-                                            "I want a pizza.\tIch möchte eine Pizza."])
+    write_lines(
+        bc / "train.en-de.tsv.gz",
+        ["Hi, how can I help you?\tHallo, wie kann ich helfen?", "I want a pizza.\tIch möchte eine Pizza."],
+    )
     write_lines(bc / "dev.en-de.tsv.gz", ["Thanks.\tDanke."])
     write_lines(bc / "test.en-de.tsv.gz", ["I want a pizza.\tIch will eine Pizza."])
-    return {"tatoeba": zpath, "multi30k": m30k, "bcontrast": bc, "held_out": held_out,
-            "out": tmp_path / "prepared", "shared": tmp_path / "no-shared"}
+    return {
+        "tatoeba": zpath,
+        "multi30k": m30k,
+        "bcontrast": bc,
+        "held_out": held_out,
+        "out": tmp_path / "prepared",
+        "shared": tmp_path / "no-shared",
+    }
 
 
 def test_tatoeba_reads_the_zip_with_or_without_the_attribution_column(sources, tmp_path):
@@ -91,8 +104,9 @@ def test_tatoeba_reads_the_zip_with_or_without_the_attribution_column(sources, t
     assert read_tatoeba(txt) == [Pair("Hi.", "Hallo."), Pair("Run!", "Lauf!")]
 
 
-@pytest.mark.parametrize("content,match", [(None, "No Tatoeba export"), ("no tab here\n", "expected 'English<TAB>"),
-                                           ("\n\n", "holds no")])
+@pytest.mark.parametrize(
+    "content,match", [(None, "No Tatoeba export"), ("no tab here\n", "expected 'English<TAB>"), ("\n\n", "holds no")]
+)
 def test_bad_tatoeba_files_get_a_clear_error(tmp_path, content, match):
     path = tmp_path / "deu.txt"
     if content is not None:
@@ -161,8 +175,10 @@ def test_the_cli_prepares_and_reports_errors_without_a_traceback(sources, capsys
     assert cli.main(["prepare", "multi30k", "--source", str(sources["multi30k"]), "--out", str(out)]) == 0
     assert "multi30k: train 1, valid 1" in capsys.readouterr().out  # "Two dogs play!" is a test sentence
     # a mixture written elsewhere (to carry to a lent machine) leaves the prepared folder's own mixture alone
-    assert cli.main(["prepare", "mixture", "--repeat", "multi30k=3,ding=0", "--out", str(out), "--to",
-                     str(out / "gpu")]) == 0
+    assert (
+        cli.main(["prepare", "mixture", "--repeat", "multi30k=3,ding=0", "--out", str(out), "--to", str(out / "gpu")])
+        == 0
+    )
     assert f"-> {out / 'gpu'}/mixture" in capsys.readouterr().out
     assert len(read_tsv(prepared_path("mixture", "train", out / "gpu"))) == 3
     assert not prepared_path("mixture", "train", out).exists()
@@ -183,8 +199,9 @@ def test_interleave_puts_every_source_in_the_first_rows():
 
 # --- evaluation.suite ------------------------------------------------------------------------------------------
 def test_several_references_are_scored_together():
-    sources, refs = grouped([Pair("I am hungry.", "Ich habe Hunger."), Pair("Go.", "Geh."),
-                             Pair("I am hungry.", "Ich bin hungrig.")])
+    sources, refs = grouped(
+        [Pair("I am hungry.", "Ich habe Hunger."), Pair("Go.", "Geh."), Pair("I am hungry.", "Ich bin hungrig.")]
+    )
     assert sources == ["I am hungry.", "Go."] and refs == [["Ich habe Hunger.", "Ich bin hungrig."], ["Geh."]]
     # The second reference is the one the output matches: with both it scores 100, with only the first it does not.
     both = corpus_scores(["Ich bin hungrig.", "Geh."], refs)
@@ -194,8 +211,16 @@ def test_several_references_are_scored_together():
         corpus_scores([], [])
 
 
-@pytest.mark.parametrize("text,run", [("", 0), ("Das ist gut.", 1), ("Gebäude Gebäude Gebäude Gebäude.", 4),
-                                      ("ja, ja, ja nein", 3), ("Die die Katze", 1)])
+@pytest.mark.parametrize(
+    "text,run",
+    [
+        ("", 0),
+        ("Das ist gut.", 1),
+        ("Gebäude Gebäude Gebäude Gebäude.", 4),
+        ("ja, ja, ja nein", 3),
+        ("Die die Katze", 1),
+    ],
+)
 def test_longest_repeat_counts_one_word_back_to_back(text, run):
     assert longest_repeat(text) == run
 
@@ -219,7 +244,7 @@ def test_the_real_pairs_preset_trains_on_the_mixture_with_its_shares(sources, mo
     assert validate_form({**form, "mix": "tatoeba=0,multi30k=0,bcontrast=0,ding=0"}) != []
     assert "unknown corpus" in validate_form({**form, "mix": "europarl=1"})[0]
     cmd = build_command(form, "runs/x")
-    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1:])
+    args = build_parser().parse_args(cmd[cmd.index("trainer.train") + 1 :])
     assert args.mix == "tatoeba=1,multi30k=2,bcontrast=1,ding=1" and args.train_tsv is None
     assert args.vocab_from == "sentences" and args.select == "chrf"
     check_args(args)
@@ -248,15 +273,32 @@ def test_the_suite_scores_the_named_sets_and_refuses_an_unknown_name(sources, ma
 
     prepare_corpora({c: sources[c] for c in ("tatoeba", "multi30k", "bcontrast")}, sources["out"], sources["shared"])
     ckpt = save_checkpoint(tmp_path / "tiny", make_model(), tokenizer, {"step": 1})
-    common = ["--checkpoint", str(ckpt), "--suite", "--suite-strategies", "greedy", "--prepared", str(sources["out"]),
-              "--shared", str(sources["shared"])]
+    common = [
+        "--checkpoint",
+        str(ckpt),
+        "--suite",
+        "--suite-strategies",
+        "greedy",
+        "--prepared",
+        str(sources["out"]),
+        "--shared",
+        str(sources["shared"]),
+    ]
     report = tmp_path / "suite.json"
     assert evaluate.main([*common, "--suite-sets", "tatoeba held-out, multi30k test2016", "--json", str(report)]) == 0
     got = json.loads(report.read_text())
     assert [(r["name"], r["sentences"], r["references"]) for r in got["sets"]] == [
-        ("multi30k test2016", 1, 1), ("tatoeba held-out", 1, 2)]
-    assert list(got["goal"]) == ["The cat sat on the mat.", "I am hungry.", "Bobby likes blackberries.",
-                                 "The weather is nice today.", "My brother lives in Berlin.", "Thank you very much."]
+        ("multi30k test2016", 1, 1),
+        ("tatoeba held-out", 1, 2),
+    ]
+    assert list(got["goal"]) == [
+        "The cat sat on the mat.",
+        "I am hungry.",
+        "Bobby likes blackberries.",
+        "The weather is nice today.",
+        "My brother lives in Berlin.",
+        "Thank you very much.",
+    ]
     assert got["missing"] == []  # newstest is missing here, but it was not asked for
     capsys.readouterr()
     assert evaluate.main([*common, "--suite-sets", "tatoeba,everyday"]) == 2
@@ -264,8 +306,9 @@ def test_the_suite_scores_the_named_sets_and_refuses_an_unknown_name(sources, ma
     assert "no evaluation set named 'tatoeba'" in out and "tatoeba held-out" in out and "Traceback" not in out
     # With the loop guard: an untrained model's goal sentences stop looping, and the report says how it decoded.
     guarded = tmp_path / "guarded.json"
-    assert evaluate.main([*common, "--suite-sets", "multi30k test2016", "--loop-guard", "2",
-                          "--json", str(guarded)]) == 0
+    assert (
+        evaluate.main([*common, "--suite-sets", "multi30k test2016", "--loop-guard", "2", "--json", str(guarded)]) == 0
+    )
     assert "with the loop guard: no phrase of 1–8 tokens 2 times in a row" in capsys.readouterr().out
     outs = [o["greedy"] for o in json.loads(guarded.read_text())["goal"].values()]
     assert json.loads(guarded.read_text())["decoding"]["loop_times"] == 2

@@ -43,10 +43,10 @@ def test_the_distribution_is_the_models_and_the_heads_add_up(make_model, step_id
         x = model.embed_tokens(tgt)
         layer = model.decoder_layers[0]
         h = layer.res_self.norm(x) if layer.res_self.norm_first else x
-        whole, _ = layer.self_attn(h, h, model.tgt_mask(tgt), trace=True,
-                                   positions=torch.arange(tgt.size(1)))
-    np.testing.assert_allclose(out.self_heads[0].sum(0) + layer.self_attn.out_proj.bias.detach().numpy(),
-                               whole[0, -1].numpy(), atol=1e-5)
+        whole, _ = layer.self_attn(h, h, model.tgt_mask(tgt), trace=True, positions=torch.arange(tgt.size(1)))
+    np.testing.assert_allclose(
+        out.self_heads[0].sum(0) + layer.self_attn.out_proj.bias.detach().numpy(), whole[0, -1].numpy(), atol=1e-5
+    )
 
 
 def test_an_unchanged_step_changes_nothing_and_a_masked_word_moves_the_cross_heads(make_model, step_ids):

@@ -26,11 +26,21 @@ def root(tmp_path) -> Path:
     return tmp_path / "root"
 
 
-@pytest.mark.parametrize("name, why", [
-    ("..", "not a folder name"), ("../outside", "is a path"), ("ok/../../outside", "is a path"),
-    ("/etc", "is a path"), ("a\\b", "is a path"), ("", "not a folder name"), ("...", "not a folder name"),
-    ("ok\x00", "control character"), ("ok\n", "control character"), ("o\x1b[31mk", "control character"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("..", "not a folder name"),
+        ("../outside", "is a path"),
+        ("ok/../../outside", "is a path"),
+        ("/etc", "is a path"),
+        ("a\\b", "is a path"),
+        ("", "not a folder name"),
+        ("...", "not a folder name"),
+        ("ok\x00", "control character"),
+        ("ok\n", "control character"),
+        ("o\x1b[31mk", "control character"),
+    ],
+)
 def test_names_that_are_paths_or_hold_control_characters_are_refused(root, name, why):
     problem = folder_problem(root, name)
     assert problem and why in problem
@@ -85,8 +95,19 @@ def test_the_checkpoint_picker_lists_no_link_out_of_its_folder(root):
 
 # --- the link's ?ckpt= ------------------------------------------------------------------------------------------
 @needs_ckpt
-@pytest.mark.parametrize("raw", ["../checkpoints/en-de", "checkpoints/../checkpoints/en-de", str(EN_DE),
-                                 "/etc/passwd", "en-de\x00", "en-de\x1b[2J", "..", "brown-lm/../en-de"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "../checkpoints/en-de",
+        "checkpoints/../checkpoints/en-de",
+        str(EN_DE),
+        "/etc/passwd",
+        "en-de\x00",
+        "en-de\x1b[2J",
+        "..",
+        "brown-lm/../en-de",
+    ],
+)
 def test_a_checkpoint_in_the_link_is_a_name_from_the_list(raw, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

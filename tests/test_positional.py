@@ -84,8 +84,7 @@ def test_module_with_offset_adds_table_slice(offset):
     pe = PositionalEncoding("sinusoidal", 20, 8)
     x = torch.randn(2, 7, 8)
     out = pe(x, offset=offset)
-    torch.testing.assert_close(out - x, sinusoidal_table(20, 8)[offset : offset + 7].expand(2, 7, 8), atol=1e-6,
-                               rtol=0)
+    torch.testing.assert_close(out - x, sinusoidal_table(20, 8)[offset : offset + 7].expand(2, 7, 8), atol=1e-6, rtol=0)
 
 
 def test_module_offset_is_consistent_with_full_sequence():
@@ -147,9 +146,9 @@ def test_alibi_slopes_and_bias_follow_the_paper():
     from model.attention import alibi_bias, alibi_slopes
 
     slopes = alibi_slopes(8)
-    assert slopes.tolist() == pytest.approx([2 ** -1, 2 ** -2, 2 ** -3, 2 ** -4, 2 ** -5, 2 ** -6, 2 ** -7, 2 ** -8])
-    assert alibi_slopes(4).tolist() == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
+    assert slopes.tolist() == pytest.approx([2**-1, 2**-2, 2**-3, 2**-4, 2**-5, 2**-6, 2**-7, 2**-8])
+    assert alibi_slopes(4).tolist() == pytest.approx([2**-2, 2**-4, 2**-6, 2**-8])
     bias = alibi_bias(slopes, torch.arange(3), torch.arange(3))
     assert bias.shape == (8, 3, 3)
     assert torch.allclose(bias[0], torch.tensor([[0, -0.5, -1.0], [-0.5, 0, -0.5], [-1.0, -0.5, 0]]))
-    assert bias[1, 2, 0] == pytest.approx(-2 * 2 ** -2)
+    assert bias[1, 2, 0] == pytest.approx(-2 * 2**-2)

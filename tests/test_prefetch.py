@@ -25,14 +25,17 @@ def assert_free(gate: Gate) -> None:
     assert stats["busy"] == stats["running"] == stats["waiting"] == stats["sharing"] == stats["background"] == 0
 
 
-def blocked(gate: Gate, key, release: threading.Event, started: threading.Event | None = None,
-            value="visitor's") -> threading.Thread:
+def blocked(
+    gate: Gate, key, release: threading.Event, started: threading.Event | None = None, value="visitor's"
+) -> threading.Thread:
     """A visitor computing ``key`` until ``release`` is set."""
+
     def compute():
         if started is not None:
             started.set()
         assert release.wait(JOIN_S)
         return value
+
     return start(gate.run, key, compute)
 
 
@@ -87,6 +90,7 @@ def test_prefetch_never_exceeds_its_cap_and_runs_one_job_at_a_time_newest_first(
             g.prefetch(name, lambda: name)
             with lock:
                 running[0] -= 1
+
         return work
 
     prefetcher.ask("first", [job("first")], gate)

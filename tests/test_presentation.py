@@ -72,8 +72,9 @@ def test_enlarged_is_a_copy_with_every_axis_label_at_least_min_tick():
     for axis in axes:
         assert axis.tickfont.size >= MIN_TICK >= 14 and axis.title.font.size >= MIN_TICK
     assert big.layout.font.size > 12 and big.layout.title.font.size > 12
-    assert [a.font.size for a in big.layout.annotations] == [round((a.font.size or 12) * presentation.SCALE)
-                                                             for a in fig.layout.annotations]
+    assert [a.font.size for a in big.layout.annotations] == [
+        round((a.font.size or 12) * presentation.SCALE) for a in fig.layout.annotations
+    ]
     assert big.data[0].textfont.size == 11  # numbers in cells grow a little only (they must stay inside)
 
 
@@ -123,9 +124,15 @@ def test_presentation_mode_enlarges_the_attention_charts_for_this_session_only()
 # --- tables (the data grid draws on a canvas that no CSS reaches) -----------------------------------------------
 def test_a_projected_table_is_escaped_html_with_large_text():
     from ui.widgets import table_html
-    out = table_html([{"token": "<bos>", "error": 1.5e-7, "p": 0.123456789, "kept": True},
-                      {"token": "▁a&b", "error": 2e-3, "p": -12.345, "kept": False}],
-                     formats={"error": "{:.2e}", "missing": "{:.1f}"}, height=300)
+
+    out = table_html(
+        [
+            {"token": "<bos>", "error": 1.5e-7, "p": 0.123456789, "kept": True},
+            {"token": "▁a&b", "error": 2e-3, "p": -12.345, "kept": False},
+        ],
+        formats={"error": "{:.2e}", "missing": "{:.1f}"},
+        height=300,
+    )
     assert 'class="dataframe ae-table"' in out and "max-height:300px" in out
     assert "&lt;bos&gt;" in out and "<bos>" not in out and "▁a&amp;b" in out
     assert "1.50e-07" in out and "0.123457" in out and "-12.345" in out and "True" in out

@@ -45,12 +45,18 @@ def in_viewport(page, locator, what: str) -> None:
     view = page.viewport_size
     assert box is not None, what
     assert box["x"] >= 0 and box["y"] >= 0, (what, box)
-    assert box["x"] + box["width"] <= view["width"] + 1 and box["y"] + box["height"] <= view["height"] + 1, \
-        (what, box, view)
+    assert box["x"] + box["width"] <= view["width"] + 1 and box["y"] + box["height"] <= view["height"] + 1, (
+        what,
+        box,
+        view,
+    )
 
 
-@pytest.mark.parametrize("viewport, present", [(PROJECTOR, True), (PROJECTOR, False), (FULL_HD, True)],
-                         ids=["1280x720-presentation", "1280x720-normal", "1920x1080-presentation"])
+@pytest.mark.parametrize(
+    "viewport, present",
+    [(PROJECTOR, True), (PROJECTOR, False), (FULL_HD, True)],
+    ids=["1280x720-presentation", "1280x720-normal", "1920x1080-presentation"],
+)
 def test_translate_step_view_fits_the_screen(server, new_page, viewport, present):
     page = new_page(viewport)
     open_translate(page, server, "?text=The+cat+sat+on+the+mat." + ("&present=1" if present else ""))
@@ -98,27 +104,37 @@ CHART_TEXTS_JS = """(root) => [...root.querySelectorAll('svg text')].filter(t =>
                 return {text: t.textContent, x: r.x, y: r.y, w: r.width, h: r.height,
                         size: parseFloat(getComputedStyle(t).fontSize)}; }).filter(b => b.w > 0)"""
 #: The layer the Attention page opens the shipped translator on (its card may name one; else the last).
-OPEN_LAYER = opening_layer(json.loads((ROOT / "checkpoints" / "en-de" / "card.json").read_text(encoding="utf-8")),
-                           ModelConfig.from_json(ROOT / "checkpoints" / "en-de" / "config.json").n_decoder_layers)
+OPEN_LAYER = opening_layer(
+    json.loads((ROOT / "checkpoints" / "en-de" / "card.json").read_text(encoding="utf-8")),
+    ModelConfig.from_json(ROOT / "checkpoints" / "en-de" / "config.json").n_decoder_layers,
+)
 PAGES = {  # page → (path, text that says the page is drawn, the main chart's text)
     # a title may wrap between "·" and "head" on a narrow chart (its lines are separate SVG texts)
-    "attention": ("attention?text=The+cat+sat+on+the+mat.", "Translation:",
-                  re.compile(rf"layer {OPEN_LAYER + 1} ·\s*head 1")),  # the layer the page opens on
+    "attention": (
+        "attention?text=The+cat+sat+on+the+mat.",
+        "Translation:",
+        re.compile(rf"layer {OPEN_LAYER + 1} ·\s*head 1"),
+    ),  # the layer the page opens on
     "decoding": ("decoding?text=The+cat+sat+on+the+mat.&step=3", "Step 3", "to the next token"),
 }
 
 
 def overlapping(boxes: list[dict], slack: float = 1.0) -> list[tuple[str, str]]:
     """Pairs of texts whose boxes intersect by more than ``slack`` px each way."""
-    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
-            if min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"]) > slack
-            and min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"]) > slack]
+    return [
+        (a["text"], b["text"])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"]) > slack
+        and min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"]) > slack
+    ]
 
 
 @pytest.mark.parametrize("name", list(PAGES))
 # 1280×720 only: the smaller screen is the harder case (the Translate test above also checks 1920×1080)
-@pytest.mark.parametrize("viewport, present", [(PROJECTOR, True), (PROJECTOR, False)],
-                         ids=["1280x720-presentation", "1280x720-normal"])
+@pytest.mark.parametrize(
+    "viewport, present", [(PROJECTOR, True), (PROJECTOR, False)], ids=["1280x720-presentation", "1280x720-normal"]
+)
 def test_the_main_chart_starts_on_the_first_screen(server, new_page, name, viewport, present):
     path, drawn, chart_text = PAGES[name]
     page = new_page(viewport)

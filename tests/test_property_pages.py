@@ -103,10 +103,32 @@ def test_live_bpe_trainer_on_any_text(train_text, vocab):
 
 # --- ui/ parsers and viz text helpers -----------------------------------------------------------------------------
 NUMBERISH = st.one_of(
-    st.integers(-10**6, 10**6).map(str),
+    st.integers(-(10**6), 10**6).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(str),
-    st.sampled_from(["", " ", "nan", "inf", "-inf", "1e400", "9" * 5000, "١٢", "1_0", "0x10", "3:1234,5:88", "all",
-                     "MEAN", "cross L2 H3", "encoder L1 H1", "self L9 H9", "1:2:3", ",,,", "2:-1", "\x00"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "nan",
+            "inf",
+            "-inf",
+            "1e400",
+            "9" * 5000,
+            "١٢",
+            "1_0",
+            "0x10",
+            "3:1234,5:88",
+            "all",
+            "MEAN",
+            "cross L2 H3",
+            "encoder L1 H1",
+            "self L9 H9",
+            "1:2:3",
+            ",,,",
+            "2:-1",
+            "\x00",
+        ]
+    ),
 )
 URL_VALUE = st.one_of(NUMBERISH, SHORT_TEXT)
 
@@ -132,9 +154,14 @@ def test_ui_parsers_and_text_helpers_take_any_string(ende, raw):
     settings_out, notes = lab.settings_from_link({k: raw for k in keys}, 8000)
     lab.sampling_config(settings_out)  # always valid for the widgets
     assert all(isinstance(n, str) for n in notes)
-    for _value, note in (url.int_param({"n": raw}, "n", 5, 0, 100), url.float_param({"x": raw}, "x", 0.5, 0.0, 1.0),
-                         url.bool_param({"b": raw}, "b", True), url.int_list_param({"d": raw}, "d", [], 0, 63),
-                         url.text_param({"t": raw}, "t", "", 100), url.matrix_param({"m": raw}, "m", np.eye(2))):
+    for _value, note in (
+        url.int_param({"n": raw}, "n", 5, 0, 100),
+        url.float_param({"x": raw}, "x", 0.5, 0.0, 1.0),
+        url.bool_param({"b": raw}, "b", True),
+        url.int_list_param({"d": raw}, "d", [], 0, 63),
+        url.text_param({"t": raw}, "t", "", 100),
+        url.matrix_param({"m": raw}, "m", np.eye(2)),
+    ):
         assert note is None or isinstance(note, str)
     assert 0 <= url.int_param({"n": raw}, "n", 5, 0, 100)[0] <= 100
     piece = lab.resolve_piece(ende.tokenizer, raw)

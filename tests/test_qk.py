@@ -65,8 +65,11 @@ def _pre_wo_outputs(model, src, tgt) -> dict:
     for kind, n in model.cfg.attention_layers().items():
         for layer in range(n):
             out_proj = attention_module(model, kind, layer).out_proj
-            hooks.append(out_proj.register_forward_pre_hook(
-                lambda mod, args, where=(kind, layer): seen.__setitem__(where, args[0][0].clone())))
+            hooks.append(
+                out_proj.register_forward_pre_hook(
+                    lambda mod, args, where=(kind, layer): seen.__setitem__(where, args[0][0].clone())
+                )
+            )
     try:
         trace_pair(model, _Pieces(), src, tgt)
     finally:
@@ -84,7 +87,7 @@ def check_against_the_model(model, src, tgt) -> int:
     for kind, layer, head, query, rec in _every_record(model, src, tgt):
         row = trace.attention[kind][layer, head, query]
         assert (rec.weights - row).abs().max() <= ATOL, (kind, layer, head, query)
-        assert torch.allclose(rec.output, pre_wo[(kind, layer)][query, head * d_k:(head + 1) * d_k], atol=ATOL)
+        assert torch.allclose(rec.output, pre_wo[(kind, layer)][query, head * d_k : (head + 1) * d_k], atol=ATOL)
         assert torch.allclose(rec.contributions.sum(-1), rec.scores, atol=1e-5)
         assert torch.allclose(rec.products, rec.q[None] * rec.k, atol=ATOL)
         assert torch.allclose(rec.weighted.sum(0), rec.output, atol=ATOL)
@@ -99,8 +102,9 @@ def check_against_the_model(model, src, tgt) -> int:
 
 
 @pytest.mark.parametrize("name, overrides", CONFIGS, ids=[c[0] for c in CONFIGS])
-def test_every_weight_equals_the_heatmap_and_the_output_what_wo_receives(make_model, encode_src, encode_tgt, name,
-                                                                         overrides):
+def test_every_weight_equals_the_heatmap_and_the_output_what_wo_receives(
+    make_model, encode_src, encode_tgt, name, overrides
+):
     model = make_model(**overrides)
     src, tgt = _pair(model, encode_src, encode_tgt)
     kinds = len(model.cfg.attention_layers())
@@ -108,8 +112,7 @@ def test_every_weight_equals_the_heatmap_and_the_output_what_wo_receives(make_mo
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_the_module_input_is_what_the_forward_feeds_it_pre_or_post_ln(make_model, encode_src, encode_tgt,
-                                                                      norm_first):
+def test_the_module_input_is_what_the_forward_feeds_it_pre_or_post_ln(make_model, encode_src, encode_tgt, norm_first):
     model = make_model(norm_first=norm_first)
     src, tgt = _pair(model, encode_src, encode_tgt)
     inputs = trace_pair(model, None, src, tgt).modules
@@ -148,14 +151,17 @@ def test_alibi_adds_minus_m_times_the_distance(make_model, encode_src, encode_tg
     assert cross.bias is None and cross.slope is None
 
 
-@pytest.mark.parametrize("call, says", [
-    (lambda m, s, t: inspect_query(m, s, t, "self", 0, 0, 0), "no 'self' attention"),
-    (lambda m, s, t: inspect_query(m, s, t, "cross", 2, 0, 0), "layer 2 is out of range"),
-    (lambda m, s, t: inspect_query(m, s, t, "cross", 0, 4, 0), "head 4 is out of range"),
-    (lambda m, s, t: inspect_query(m, s, t, "decoder", 0, 0, 99), "query 99 is out of range"),
-    (lambda m, s, t: inspect_query(m, None, t, "decoder", 0, 0, 0), "needs src_ids"),
-    (lambda m, s, t: inspect_query(m, s, [], "decoder", 0, 0, 0), "at least one input id"),
-])
+@pytest.mark.parametrize(
+    "call, says",
+    [
+        (lambda m, s, t: inspect_query(m, s, t, "self", 0, 0, 0), "no 'self' attention"),
+        (lambda m, s, t: inspect_query(m, s, t, "cross", 2, 0, 0), "layer 2 is out of range"),
+        (lambda m, s, t: inspect_query(m, s, t, "cross", 0, 4, 0), "head 4 is out of range"),
+        (lambda m, s, t: inspect_query(m, s, t, "decoder", 0, 0, 99), "query 99 is out of range"),
+        (lambda m, s, t: inspect_query(m, None, t, "decoder", 0, 0, 0), "needs src_ids"),
+        (lambda m, s, t: inspect_query(m, s, [], "decoder", 0, 0, 0), "at least one input id"),
+    ],
+)
 def test_bad_requests_get_a_clear_message(make_model, encode_src, encode_tgt, call, says):
     model = make_model()
     src, tgt = _pair(model, encode_src, encode_tgt)
@@ -171,8 +177,11 @@ def test_the_record_is_frozen_and_its_tensors_immutable(make_model, encode_src, 
         rec.weights = None
     with pytest.raises(RuntimeError):
         rec.weights.mul_(2)  # an inference tensor: shared by every visitor, it refuses an in-place change
-    assert all(getattr(rec, f.name).is_inference() for f in dataclasses.fields(QueryKey)
-               if isinstance(getattr(rec, f.name), torch.Tensor))
+    assert all(
+        getattr(rec, f.name).is_inference()
+        for f in dataclasses.fields(QueryKey)
+        if isinstance(getattr(rec, f.name), torch.Tensor)
+    )
 
 
 # --- the Hugging Face fixtures --------------------------------------------------------------------------------------
@@ -196,8 +205,15 @@ def test_score_figure_labels_every_key_blanks_the_mask_and_draws_the_weights(mak
     rec, n = _figure_record(make_model, encode_src, encode_tgt)
     labels = [f"▁k{j}" for j in range(n)]
     contributions, mask = rec.contributions.numpy(), rec.mask.numpy()
-    fig = score_figure(contributions, rec.scores.numpy(), rec.weights.numpy(), labels, mask=mask, own=2,
-                       title="How “k2” scores every key")
+    fig = score_figure(
+        contributions,
+        rec.scores.numpy(),
+        rec.weights.numpy(),
+        labels,
+        mask=mask,
+        own=2,
+        title="How “k2” scores every key",
+    )
     heat, scores, *rest = fig.data
     weights = next(t for t in fig.data if t.name == "weight")
     assert list(fig.layout.yaxis.ticktext) == ["▁k0", "▁k1", "<b>▁k2</b>"] + labels[3:]
@@ -227,21 +243,35 @@ def test_sorting_draws_the_dimensions_by_their_part(make_model, encode_src, enco
 
 
 def test_rope_and_alibi_markers_and_the_vector_panels(make_model, encode_src, encode_tgt):
-    rope, n = _figure_record(make_model, encode_src, encode_tgt, arch="decoder-only", n_encoder_layers=0,
-                             pos_encoding="rope")
+    rope, n = _figure_record(
+        make_model, encode_src, encode_tgt, arch="decoder-only", n_encoder_layers=0, pos_encoding="rope"
+    )
     labels = [str(j) for j in range(n)]
-    fig = score_figure(rope.contributions.numpy(), rope.scores.numpy(), rope.weights.numpy(), labels,
-                       mask=rope.mask.numpy(), unrotated=rope.scores_unrotated.numpy())
+    fig = score_figure(
+        rope.contributions.numpy(),
+        rope.scores.numpy(),
+        rope.weights.numpy(),
+        labels,
+        mask=rope.mask.numpy(),
+        unrotated=rope.scores_unrotated.numpy(),
+    )
     ring = next(t for t in fig.data if t.name == "without RoPE's rotation")
     assert np.allclose(np.asarray(ring.x, dtype=float)[:3], rope.scores_unrotated.numpy()[:3], atol=1e-6)
-    panels = vectors_figure([("before", rope.q_raw.numpy(), rope.k_raw.numpy()),
-                             ("after", rope.q.numpy(), rope.k.numpy())], "2", labels)
+    panels = vectors_figure(
+        [("before", rope.q_raw.numpy(), rope.k_raw.numpy()), ("after", rope.q.numpy(), rope.k.numpy())], "2", labels
+    )
     assert len(panels.data) == 4  # q over the keys, twice
     assert np.allclose(np.asarray(panels.data[3].z), rope.k.numpy(), atol=1e-6)
     assert list(panels.layout.yaxis.ticktext) == ["q · 2"] and list(panels.layout.yaxis3.ticktext) == labels
     alibi, _ = _figure_record(make_model, encode_src, encode_tgt, pos_encoding="alibi")
-    fig = score_figure(alibi.contributions.numpy(), alibi.scores.numpy(), alibi.weights.numpy(), labels,
-                       mask=alibi.mask.numpy(), bias=alibi.bias.numpy())
+    fig = score_figure(
+        alibi.contributions.numpy(),
+        alibi.scores.numpy(),
+        alibi.weights.numpy(),
+        labels,
+        mask=alibi.mask.numpy(),
+        bias=alibi.bias.numpy(),
+    )
     diamond = next(t for t in fig.data if t.name == "+ ALiBi bias = logit")
     seen = alibi.mask.numpy()
     assert np.allclose(np.asarray(diamond.x, dtype=float)[seen], alibi.logits.numpy()[seen], atol=1e-6)
@@ -279,8 +309,11 @@ def test_the_colours_are_stops_that_draw_alike_with_and_without_validation(monke
     plotly.js, whose "RdBu" is another scale (blue, grey, red): the figures carry the stops themselves."""
     monkeypatch.setenv("ATTENTION_EXPLORER_VALIDATE_FIGURES", "0")
     c = np.array([[1.0, -1.0], [0.5, 0.0]])
-    figs = [score_figure(c, c.sum(1), np.array([0.6, 0.4]), ["a", "b"]),
-            vectors_figure([("x", c[0], c)], "q", ["a", "b"]), values_figure(c, c.sum(0), ["a", "b"])]
+    figs = [
+        score_figure(c, c.sum(1), np.array([0.6, 0.4]), ["a", "b"]),
+        vectors_figure([("x", c[0], c)], "q", ["a", "b"]),
+        values_figure(c, c.sum(0), ["a", "b"]),
+    ]
     for fig in figs:
         for trace in fig.to_dict()["data"]:
             if trace["type"] == "heatmap":

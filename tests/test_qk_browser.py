@@ -30,9 +30,15 @@ def qk_server(hf_root):
     yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-qk-server.log")
 
 
-@pytest.mark.parametrize("ckpt, kind, present", [
-    ("en-de", "cross", False), ("en-de", "decoder", True), ("brown-lm", "self", False),
-    ("opus-mt-tiny", "cross", True)])
+@pytest.mark.parametrize(
+    "ckpt, kind, present",
+    [
+        ("en-de", "cross", False),
+        ("en-de", "decoder", True),
+        ("brown-lm", "self", False),
+        ("opus-mt-tiny", "cross", True),
+    ],
+)
 def test_the_tab_is_drawn_readably_at_1280x720(qk_server, new_page, ckpt, kind, present):
     page = new_page(PROJECTOR)
     query = f"ckpt={ckpt}&kind={kind}&head=2&tab={quote_plus('Query · key')}&query=3"

@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TAB = "Query · key"
 needs_models = pytest.mark.skipif(
     not all((ROOT / "checkpoints" / n / "model.safetensors").is_file() for n in ("en-de", "brown-lm")),
-    reason="the shipped checkpoints are missing")
+    reason="the shipped checkpoints are missing",
+)
 
 
 def open_attention(**query: str) -> AppTest:
@@ -82,7 +83,7 @@ def test_the_translator_weights_are_the_heatmap_row(kind, query):
     assert any(re.search(r"gives most weight to .+ weight \*\*\d\.\d\d\*\*", m.value) for m in at.markdown)
     if kind == "decoder":  # the future is masked: its rows grey, "masked (−∞)" beside them, weight 0
         assert any(t.get("name") == "masked" for t in charts(at)[0]["data"])
-        assert np.all(qk_weights(at)[query + 1:] == 0)
+        assert np.all(qk_weights(at)[query + 1 :] == 0)
     assert "Download these numbers (.npz)" in [b.proto.label for b in at.get("download_button")]
 
 
@@ -125,8 +126,12 @@ def test_bad_query_and_sort_values_get_a_note_never_a_traceback(bad):
 @needs_models
 def test_the_tab_s_controls_are_in_the_link_and_a_fresh_session_restores_them():
     at = open_url_page("attention", {"tab": TAB})
-    controls = [("radio", "at_kind", "decoder"), ("selectbox", "at_head", 3), ("selectbox", "at_token_query", 4),
-                ("toggle", "at_qk_sort", True)]
+    controls = [
+        ("radio", "at_kind", "decoder"),
+        ("selectbox", "at_head", 3),
+        ("selectbox", "at_token_query", 4),
+        ("toggle", "at_qk_sort", True),
+    ]
     for kind, key, value in controls:
         getattr(at, kind)(key=key).set_value(value).run()
         assert_clean(at)
@@ -154,9 +159,17 @@ def positions_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("qk-positions")
     tokenizer = load_checkpoint(ROOT / "checkpoints" / "en-de").tokenizer
     for name, arch, pos in (("tiny-rope-lm", "decoder-only", "rope"), ("tiny-alibi", "encoder-decoder", "alibi")):
-        cfg = ModelConfig(arch=arch, vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4,
-                          n_encoder_layers=2 if arch == "encoder-decoder" else 0, n_decoder_layers=2, d_ff=64,
-                          pos_encoding=pos, norm_first=True)
+        cfg = ModelConfig(
+            arch=arch,
+            vocab_size=tokenizer.vocab_size,
+            d_model=32,
+            n_heads=4,
+            n_encoder_layers=2 if arch == "encoder-decoder" else 0,
+            n_decoder_layers=2,
+            d_ff=64,
+            pos_encoding=pos,
+            norm_first=True,
+        )
         torch.manual_seed(0)
         save_checkpoint(root / name, Transformer(cfg).eval(), tokenizer, {"task": f"test {pos} model"})
     return root
@@ -192,4 +205,3 @@ def test_hugging_face_models_weights_are_the_heatmap_row(monkeypatch, name, hf_r
     check_weights_are_the_heatmap_row(at, 1)
     shown = json.dumps(charts(at), ensure_ascii=False)
     assert ("▁" if name == "opus-mt-tiny" else "␣") in shown and "Ġ" not in shown
-

@@ -32,11 +32,14 @@ def test_each_weight_is_within_half_a_step_of_its_row_and_vectors_stay_float16()
     assert dequantize_state(plain) is plain and not is_quantized(plain)
 
 
-@pytest.mark.parametrize("broken,match", [
-    (lambda s: s.pop("w" + SCALE_SUFFIX), "has no scale per row"),
-    (lambda s: s.update({"w" + SCALE_SUFFIX: torch.ones(3)}), "has no scale per row"),
-    (lambda s: s.update({"gone" + SCALE_SUFFIX: torch.ones(3)}), "have no weights"),
-])
+@pytest.mark.parametrize(
+    "broken,match",
+    [
+        (lambda s: s.pop("w" + SCALE_SUFFIX), "has no scale per row"),
+        (lambda s: s.update({"w" + SCALE_SUFFIX: torch.ones(3)}), "has no scale per row"),
+        (lambda s: s.update({"gone" + SCALE_SUFFIX: torch.ones(3)}), "have no weights"),
+    ],
+)
 def test_scales_that_do_not_fit_are_refused(broken, match):
     state = quantize_state({"w": torch.randn(6, 40), "v": torch.randn(2, 40)})
     broken(state)
@@ -90,7 +93,8 @@ def test_a_checkpoint_with_broken_scales_is_refused_with_a_message(tmp_path, mak
 
 
 def test_named_matrices_kept_in_float16_make_a_mixed_file_that_loads_and_translates_like_float32(
-        tmp_path, make_model, tokenizer):
+    tmp_path, make_model, tokenizer
+):
     model = make_model(seed=3, d_model=64, d_ff=128)
     a = save_checkpoint(tmp_path / "fp32", model, tokenizer)
     assert average_main([str(tmp_path / "mixed"), str(a), "--int8", "--keep-fp16", "embed.weight"]) == 0
@@ -117,8 +121,9 @@ def test_named_matrices_kept_in_float16_make_a_mixed_file_that_loads_and_transla
 def test_keeping_a_tensor_that_is_not_there_is_refused_with_a_message(tmp_path, make_model, tokenizer, capsys):
     with pytest.raises(ValueError, match="no floating tensor to keep in float16 named 'embed'"):
         quantize_state({"w": torch.randn(6, 40)}, keep=["embed"])
-    state = quantize_state({"a.attn.w": torch.randn(6, 40), "b.attn.w": torch.randn(6, 40), "ff.w": torch.randn(6, 40)},
-                           keep=["*.attn.*"])  # a pattern keeps every tensor it matches
+    state = quantize_state(
+        {"a.attn.w": torch.randn(6, 40), "b.attn.w": torch.randn(6, 40), "ff.w": torch.randn(6, 40)}, keep=["*.attn.*"]
+    )  # a pattern keeps every tensor it matches
     assert [k for k, t in state.items() if t.dtype == torch.float16] == ["a.attn.w", "b.attn.w"]
     a = save_checkpoint(tmp_path / "a", make_model(seed=1), tokenizer)
     assert average_main([str(tmp_path / "q"), str(a), "--int8", "--keep-fp16", "embedding"]) == 2

@@ -12,8 +12,10 @@ from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, open_tran
 pytestmark = pytest.mark.xdist_group("browser")
 
 #: 25 pieces and <eos> for the shipped translator (its 16k vocabulary).
-LONG = ("Although+it+was+raining+heavily,+the+children+played+football+in+the+park+until+their+parents+called+them+"
-        "home+for+a+late+dinner.")
+LONG = (
+    "Although+it+was+raining+heavily,+the+children+played+football+in+the+park+until+their+parents+called+them+"
+    "home+for+a+late+dinner."
+)
 
 #: Each source label's box as drawn (the upright text, not its narrow column), with its text and tier.
 LABEL_BOXES_JS = """() => [...document.querySelectorAll('.ae-align th.ae-align-col')].map(th => {
@@ -43,4 +45,5 @@ def test_the_alignment_labels_of_a_long_source_stand_apart_at_1280(server, new_p
     assert_no_traceback(page)
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator(".ae-align").filter(has_text="Alignment so far").screenshot(
-        path=str(ARTIFACTS / f"alignment-26-pieces-1280{'-presentation' if present else ''}.png"))
+        path=str(ARTIFACTS / f"alignment-26-pieces-1280{'-presentation' if present else ''}.png")
+    )

@@ -31,9 +31,32 @@ from training.device import (
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
 from training.state import TrainerState
 
-TINY = ["--limit-train", "200", "--eval-every", "4", "--eval-sentences", "8", "--d-model", "32", "--n-heads", "2",
-        "--d-ff", "64", "--vocab-size", "400", "--warmup", "4", "--log-every", "2", "--no-progress", "--threads", "1",
-        "--no-snapshots", "--batch-tokens", "600"]
+TINY = [
+    "--limit-train",
+    "200",
+    "--eval-every",
+    "4",
+    "--eval-sentences",
+    "8",
+    "--d-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--d-ff",
+    "64",
+    "--vocab-size",
+    "400",
+    "--warmup",
+    "4",
+    "--log-every",
+    "2",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--no-snapshots",
+    "--batch-tokens",
+    "600",
+]
 
 
 # --- word dropout ---------------------------------------------------------------------------------------------
@@ -183,11 +206,25 @@ def test_dict_share_reads_the_dictionary_beside_a_sentence_tsv(tmp_path):
     from corpora.files import Pair, write_tsv_gz
     from training.data import load_data
 
-    for name, pair in (("pairs", Pair("I like tea.", "Ich mag Tee.")), ("valid", Pair("Tea.", "Tee.")),
-                       ("phrases", Pair("green tea", "grüner Tee")), ("words", Pair("blackberries", "Brombeeren"))):
+    for name, pair in (
+        ("pairs", Pair("I like tea.", "Ich mag Tee.")),
+        ("valid", Pair("Tea.", "Tee.")),
+        ("phrases", Pair("green tea", "grüner Tee")),
+        ("words", Pair("blackberries", "Brombeeren")),
+    ):
         write_tsv_gz(tmp_path / f"{name}.tsv.gz", [pair])
-    config, _ = parse_config(["--out", "x", "--data-dir", str(tmp_path), "--train-tsv", str(tmp_path / "pairs.tsv.gz"),
-                              "--dict-share", "0.05"])
+    config, _ = parse_config(
+        [
+            "--out",
+            "x",
+            "--data-dir",
+            str(tmp_path),
+            "--train-tsv",
+            str(tmp_path / "pairs.tsv.gz"),
+            "--dict-share",
+            "0.05",
+        ]
+    )
     sentences, phrases, words, _ = load_data(config)
     assert [p.src for p in sentences] == ["I like tea."]
     assert [p.tgt for p in phrases] == ["grüner Tee"] and [p.tgt for p in words] == ["Brombeeren"]
@@ -209,13 +246,49 @@ def test_bpe_dropout_works_on_a_copy(tokenizer):
 def recipe_runs(tmp_path_factory):
     """A tiny run with every knob on, then a warm start from its best checkpoint."""
     root = tmp_path_factory.mktemp("recipe")
-    knobs = ["--dict-share", "0.3", "--bpe-dropout", "0.1", "--src-word-dropout", "0.1", "--tgt-word-dropout", "0.1",
-             "--decoder-layerdrop", "0.2", "--activation-dropout", "0.3", "--weight-decay", "0.01",
-             "--encoder-layers", "2", "--decoder-layers", "1", "--vocab-from", "sentences", "--keep-last", "2",
-             "--precision", "fp32"]
+    knobs = [
+        "--dict-share",
+        "0.3",
+        "--bpe-dropout",
+        "0.1",
+        "--src-word-dropout",
+        "0.1",
+        "--tgt-word-dropout",
+        "0.1",
+        "--decoder-layerdrop",
+        "0.2",
+        "--activation-dropout",
+        "0.3",
+        "--weight-decay",
+        "0.01",
+        "--encoder-layers",
+        "2",
+        "--decoder-layers",
+        "1",
+        "--vocab-from",
+        "sentences",
+        "--keep-last",
+        "2",
+        "--precision",
+        "fp32",
+    ]
     full = run_main(train.main, ["--out", root / "full", "--max-steps", "12", *TINY, *knobs])
-    warm = run_main(train.main, ["--out", root / "warm", "--init-from", root / "full" / "best", "--max-steps", "4",
-                                 "--peak-lr", "1e-3", "--dropout", "0.05", *TINY])
+    warm = run_main(
+        train.main,
+        [
+            "--out",
+            root / "warm",
+            "--init-from",
+            root / "full" / "best",
+            "--max-steps",
+            "4",
+            "--peak-lr",
+            "1e-3",
+            "--dropout",
+            "0.05",
+            *TINY,
+        ],
+    )
     return {"root": root, "full": full, "warm": warm}
 
 
@@ -269,8 +342,9 @@ def test_a_warm_start_continues_the_schedule_of_a_chain_of_warm_starts(make_mode
     started at (``recipe_extra.lr_step_offset`` of a warm-started run's card), not its step alone, which restarted
     the decay too early on the second warm start."""
     cpu = torch.device("cpu")
-    chained = save_checkpoint(tmp_path / "warm", make_model(), tokenizer,
-                              {"step": 4, "recipe_extra": {"lr_step_offset": 12, "rewarmup": 200}})
+    chained = save_checkpoint(
+        tmp_path / "warm", make_model(), tokenizer, {"step": 4, "recipe_extra": {"lr_step_offset": 12, "rewarmup": 200}}
+    )
     config = TrainConfig(out=str(tmp_path / "next"), init_from=str(chained))
     *_, warm = warm_start(config, cpu)
     assert warm.lr_step_offset == 16 and warm.init_card["step"] == 4
@@ -293,8 +367,9 @@ def test_a_warm_start_carries_the_lineage_legs_into_its_card(make_model, tokeniz
     assert card["legs"] == legs and "legs" not in card["init_from"]
     assert card["total"]["tokens_seen"] == 50 and card["init_from"]["checkpoint"] == str(start)
     plain = save_checkpoint(tmp_path / "plain", make_model(), tokenizer, {"step": 7})
-    model, _, _, config = warm_start(TrainConfig(out=str(tmp_path / "next2"), init_from=str(plain)),
-                                     torch.device("cpu"))
+    model, _, _, config = warm_start(
+        TrainConfig(out=str(tmp_path / "next2"), init_from=str(plain)), torch.device("cpu")
+    )
     assert "legs" not in best_card(model, config, torch.device("cpu"), state, {}, 60.0, 1, "valid chrf")
 
 
@@ -304,8 +379,10 @@ def test_init_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_patience_stops_a_run_that_no_longer_improves(tmp_path):
-    rc, out, err = run_main(train.main, ["--out", tmp_path / "p", "--max-steps", "400", "--select", "loss",
-                                         "--patience", "1", "--peak-lr", "0", *TINY])
+    rc, out, err = run_main(
+        train.main,
+        ["--out", tmp_path / "p", "--max-steps", "400", "--select", "loss", "--patience", "1", "--peak-lr", "0", *TINY],
+    )
     assert rc == 0, err
     assert "(patience)" in out  # a learning rate of 0 cannot improve on the first evaluation
     status = json.loads((tmp_path / "p" / "status.json").read_text())

@@ -110,11 +110,17 @@ def test_the_ab_table_reads_run_folders(tmp_path, capsys):
         run = tmp_path / f"ab-{name}"
         run.mkdir()
         (run / "train_args.json").write_text("{}")
-        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [
-            {"step": 500, "loss": 4.0, "tokens_seen": 700_000, "time_s": 300},
-            {"step": 500, "valid_loss": 4.2, "valid_chrf": chrf - 1, "valid_bleu": 2.0, "time_s": 320},
-            {"step": 1000, "loss": 3.5, "tokens_seen": 1_400_000, "time_s": 600},
-            {"step": 1000, "valid_loss": 3.9, "valid_chrf": chrf, "valid_bleu": 3.0, "time_s": 630}]))
+        (run / "metrics.jsonl").write_text(
+            "\n".join(
+                json.dumps(r)
+                for r in [
+                    {"step": 500, "loss": 4.0, "tokens_seen": 700_000, "time_s": 300},
+                    {"step": 500, "valid_loss": 4.2, "valid_chrf": chrf - 1, "valid_bleu": 2.0, "time_s": 320},
+                    {"step": 1000, "loss": 3.5, "tokens_seen": 1_400_000, "time_s": 600},
+                    {"step": 1000, "valid_loss": 3.9, "valid_chrf": chrf, "valid_bleu": 3.0, "time_s": 630},
+                ]
+            )
+        )
     (tmp_path / "ab-broken").mkdir()  # no files: left out, no traceback
     assert recipe.main(["--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -15,9 +15,31 @@ from training.checkpoints import PROBE_SENTENCES
 from training.runs import read_status, snapshot_steps, write_status
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
-        "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",
-        "--no-progress", "--threads", "1"]
+TINY = [
+    "--limit-train",
+    "200",
+    "--eval-every",
+    "6",
+    "--eval-sentences",
+    "10",
+    "--d-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--layers",
+    "1",
+    "--d-ff",
+    "64",
+    "--vocab-size",
+    "500",
+    "--warmup",
+    "5",
+    "--log-every",
+    "3",
+    "--no-progress",
+    "--threads",
+    "1",
+]
 
 
 def test_snapshot_steps_are_log_spaced_and_end_at_max():
@@ -38,8 +60,14 @@ def test_write_status_merges_and_read_status_tolerates_garbage(tmp_path):
 
 
 def run_train(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "trainer.train", "--out", str(out), *TINY, *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer.train", "--out", str(out), *TINY, *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def test_a_finished_run_has_status_snapshots_and_probes(tmp_path):
@@ -97,9 +125,25 @@ def test_a_hard_killed_run_can_be_resumed_from_its_last_evaluation(tmp_path):
     first = read_status(tmp_path / "run")
     state = json.loads((tmp_path / "run" / "last" / "trainer_state.json").read_text())
     assert state["step"] >= 6
-    resumed = subprocess.run([sys.executable, "-m", "trainer.train", "--out", str(tmp_path / "run"), "--resume",
-                              "--max-steps", str(state["step"] + 3), "--no-progress", "--threads", "1"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=240)
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.train",
+            "--out",
+            str(tmp_path / "run"),
+            "--resume",
+            "--max-steps",
+            str(state["step"] + 3),
+            "--no-progress",
+            "--threads",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     status = read_status(tmp_path / "run")
     assert status["step"] == state["step"] + 3

@@ -43,8 +43,14 @@ def test_tiny_temperature_equals_greedy():
 
 
 def test_invalid_parameters_are_refused_or_clamped():
-    for bad in (dict(temperature=0.0), dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-1),
-                dict(strategy="nucleus")):
+    for bad in (
+        dict(temperature=0.0),
+        dict(temperature=-1.0),
+        dict(top_p=0.0),
+        dict(top_p=1.5),
+        dict(top_k=-1),
+        dict(strategy="nucleus"),
+    ):
         with pytest.raises(SamplingError):
             SamplingConfig(**{"strategy": "sample", **bad}).validate()
     assert SamplingConfig("sample", top_k=10**6).validate(vocab_size=500).top_k == 500
@@ -104,8 +110,16 @@ def test_beam_states_replay_the_search_and_match_teacher_forced_log_probs(make_m
 
 
 # --- batched beam search (evaluation) ------------------------------------------------------------------------
-BATCH_TEXTS = ["The cat sleeps.", "a dog", "Where is the station?", "I am tired.", "Thank you very much.",
-               "The street is long and the weather is nice.", "Hi", "We go home."]
+BATCH_TEXTS = [
+    "The cat sleeps.",
+    "a dog",
+    "Where is the station?",
+    "I am tired.",
+    "Thank you very much.",
+    "The street is long and the weather is nice.",
+    "Hi",
+    "We go home.",
+]
 
 
 #: Ways to push the random tiny model towards <eos>: ``(constant, scale)`` adds ``constant + scale · hidden[0]`` to
@@ -128,8 +142,9 @@ def _push_eos(monkeypatch, model, constant: float, scale: float) -> None:
 
 @pytest.mark.parametrize("push", EOS_PUSH)
 @pytest.mark.parametrize("beam_size,alpha", [(1, 0.0), (1, 0.6), (2, 0.6), (3, 0.0), (4, 0.6), (5, 1.0)])
-def test_batched_beam_search_equals_the_single_sentence_search(make_model, encode_src, monkeypatch, push,
-                                                               beam_size, alpha):
+def test_batched_beam_search_equals_the_single_sentence_search(
+    make_model, encode_src, monkeypatch, push, beam_size, alpha
+):
     model = make_model(seed=1)
     _push_eos(monkeypatch, model, *push)
     srcs = [encode_src(t) for t in BATCH_TEXTS]
@@ -174,8 +189,10 @@ def test_the_loop_guard_holds_in_beam_search_and_beam_one_is_still_greedy(make_m
     for k in (1, 3):
         for result in beam_search_batch(model, srcs, k, 0.6, max_new_tokens=24, loop_times=3):
             assert not any(looped(list(h.tokens)) for h in result.hypotheses)
-    beam_one = [strip_eos(r.hypotheses[0].tokens, model.cfg.eos_id)
-                for r in beam_search_batch(model, srcs, 1, 0.6, max_new_tokens=24, loop_times=3)]
+    beam_one = [
+        strip_eos(r.hypotheses[0].tokens, model.cfg.eos_id)
+        for r in beam_search_batch(model, srcs, 1, 0.6, max_new_tokens=24, loop_times=3)
+    ]
     assert beam_one == greedy_batch(model, srcs, max_new_tokens=24, loop_times=3)
     one = beam_search(model, srcs[0], 3, 0.6, max_new_tokens=24, loop_times=3)
     assert not any(looped(list(h.tokens)) for h in one.hypotheses)

@@ -38,8 +38,10 @@ pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a
 FAR = "The+quarterly+earnings+exceeded+analysts+expectations+despite+inflationary+headwinds."
 PHONE = (390, 844)
 #: A phone's browser as it names itself (Chrome on Android).
-PHONE_AGENT = ("Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 "
-               "Mobile Safari/537.36")
+PHONE_AGENT = (
+    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 "
+    "Mobile Safari/537.36"
+)
 #: Texts (pieces, with their rank) of the next-token list and the lens table whose box is narrower than the text.
 CUT_JS = """() => [...document.querySelectorAll('.ae-topk-piece, .ae-lens td div')]
     .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)"""
@@ -48,8 +50,13 @@ CUT_JS = """() => [...document.querySelectorAll('.ae-topk-piece, .ae-lens td div
 @pytest.fixture
 def phone_page(browser):
     """A page in a fresh phone-sized browser context with a phone's User-Agent; closed after the test."""
-    context = browser.new_context(viewport={"width": PHONE[0], "height": PHONE[1]}, device_scale_factor=1,
-                                  is_mobile=True, has_touch=True, user_agent=PHONE_AGENT)
+    context = browser.new_context(
+        viewport={"width": PHONE[0], "height": PHONE[1]},
+        device_scale_factor=1,
+        is_mobile=True,
+        has_touch=True,
+        user_agent=PHONE_AGENT,
+    )
     context.set_default_timeout(60_000)
     yield context.new_page()
     context.close()
@@ -68,8 +75,9 @@ def test_next_the_ten_tokens_and_the_lens_toggle_fit_1280x720_under_the_warning(
     page.locator(".ae-lens").wait_for()
     for k in (19, 20):  # late in a long output: the output box is at its fullest
         click_and_wait_step(page, "Next", k)
-    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed",
-                                                                        "true" if present else "false")
+    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute(
+        "data-collapsed", "true" if present else "false"
+    )
     in_viewport(page, page.get_by_role("button", name="Next"), "the Next button")
     rows = page.locator(".ae-topk-row")
     expect(rows).to_have_count(10)
@@ -130,15 +138,21 @@ def test_translate_on_a_phone(server, phone_page):
     assert top >= 0
     chips = page.get_by_text("Cross-attention of step 3", exact=False)
     shade = page.get_by_text("Shade = attention weight", exact=False)
-    for what, box in (("the ten next tokens", page.locator(".ae-topk").bounding_box()),
-                      ("the cross-attention heading", chips.bounding_box()),
-                      ("the cross-attention", shade.bounding_box())):
+    for what, box in (
+        ("the ten next tokens", page.locator(".ae-topk").bounding_box()),
+        ("the cross-attention heading", chips.bounding_box()),
+        ("the cross-attention", shade.bounding_box()),
+    ):
         assert box["y"] + box["height"] <= top + PHONE[1], (what, box, top)
     # nothing of the step view runs out of the screen's width, and no token label runs into another
     rows = _boxes(page.locator(".ae-topk-row"))
     assert all(r["x"] >= 0 and r["x"] + r["width"] <= PHONE[0] + 1 for r in rows), rows
-    labels = [dict(text=t, **b) for t, b in zip(page.locator(".ae-topk-piece").all_inner_texts(),
-                                                _boxes(page.locator(".ae-topk-piece")), strict=True)]
+    labels = [
+        dict(text=t, **b)
+        for t, b in zip(
+            page.locator(".ae-topk-piece").all_inner_texts(), _boxes(page.locator(".ae-topk-piece")), strict=True
+        )
+    ]
     assert overlapping([dict(b, w=b["width"], h=b["height"]) for b in labels]) == []
     assert page.evaluate(CUT_JS) == []
     assert_no_traceback(page)
@@ -172,25 +186,34 @@ def test_attention_on_a_phone(server, phone_page, tab):
         texts = [t for t in chart.evaluate(CHART_TEXTS_JS) if t["text"].strip()]
         assert len(texts) >= 8, texts
         assert overlapping(texts) == [], (tab, i)
-        assert all(t["x"] >= box["x"] - 1 and t["x"] + t["w"] <= box["x"] + box["width"] + 1 for t in texts), \
-            [t for t in texts if t["x"] + t["w"] > box["x"] + box["width"] + 1]
+        assert all(t["x"] >= box["x"] - 1 and t["x"] + t["w"] <= box["x"] + box["width"] + 1 for t in texts), [
+            t for t in texts if t["x"] + t["w"] > box["x"] + box["width"] + 1
+        ]
         # the title is clear of the chart's toolbars, which show at its top when the chart is touched
         chart.hover()
         page.wait_for_timeout(300)
         bars = [b for b in _boxes(page.locator('.modebar, [data-testid="stElementToolbar"]')) if b and b["width"]]
         title = [t for t in texts if t["y"] < box["y"] + 80 and t["size"] >= 16]
         assert title, texts
-        assert overlapping(title + [dict(text="toolbar", x=b["x"], y=b["y"], w=b["width"], h=b["height"])
-                                    for b in bars]) == [], (title, bars)
+        assert (
+            overlapping(title + [dict(text="toolbar", x=b["x"], y=b["y"], w=b["width"], h=b["height"]) for b in bars])
+            == []
+        ), (title, bars)
     assert_no_traceback(page)
-    page.screenshot(path=str(ARTIFACTS / f"small-attention-{'heads' if tab == 'Heads' else 'qk'}-390x844.png"),
-                    full_page=True)
+    page.screenshot(
+        path=str(ARTIFACTS / f"small-attention-{'heads' if tab == 'Heads' else 'qk'}-390x844.png"), full_page=True
+    )
 
 
 # --- presentation mode from a link -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("path, drawn", [("?text=The+cat+sat+on+the+mat.&step=2", "Step 2 of"),
-                                         ("attention?text=The+cat+sat+on+the+mat.", "Translation:"),
-                                         ("decoding?text=The+cat+sat+on+the+mat.&step=2", "Step 2")])
+@pytest.mark.parametrize(
+    "path, drawn",
+    [
+        ("?text=The+cat+sat+on+the+mat.&step=2", "Step 2 of"),
+        ("attention?text=The+cat+sat+on+the+mat.", "Translation:"),
+        ("decoding?text=The+cat+sat+on+the+mat.&step=2", "Step 2"),
+    ],
+)
 def test_a_link_with_present_1_opens_in_presentation_mode(server, new_page, path, drawn):
     """A link's ``&present=1``, as a first visit: the sidebar is collapsed, its toggle is on and the page's text is
     enlarged (what a screenshot shows), and the link keeps it."""
@@ -200,8 +223,9 @@ def test_a_link_with_present_1_opens_in_presentation_mode(server, new_page, path
     settle(page)
     expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed", "true")
     expect(page.get_by_role("switch", name="Presentation mode")).to_be_checked()
-    sizes = page.locator('[data-testid="stMain"] [data-testid="stMarkdown"] [data-testid="stMarkdownContainer"] > p'
-                         ).evaluate_all("ps => ps.map(p => parseFloat(getComputedStyle(p).fontSize))")
+    sizes = page.locator(
+        '[data-testid="stMain"] [data-testid="stMarkdown"] [data-testid="stMarkdownContainer"] > p'
+    ).evaluate_all("ps => ps.map(p => parseFloat(getComputedStyle(p).fontSize))")
     assert sizes and min(sizes) >= 17.5, sizes  # 1.12rem; 16 px outside presentation mode
     assert "present=1" in page.url
     assert_no_traceback(page)

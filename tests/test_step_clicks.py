@@ -51,8 +51,9 @@ def _at_repo_root(monkeypatch):
 
 
 def open_page(page: str, **query: str) -> AppTest:
-    at = AppTest.from_string(WRAPPER.format(ckpt=str(CKPT), page=str(ROOT / "app_pages" / page / f"{page}.py")),
-                             default_timeout=90)
+    at = AppTest.from_string(
+        WRAPPER.format(ckpt=str(CKPT), page=str(ROOT / "app_pages" / page / f"{page}.py")), default_timeout=90
+    )
     for key, value in query.items():
         at.query_params[key] = value
     return at.run()
@@ -96,6 +97,7 @@ def test_the_session_keeps_the_step_number_not_a_decoding_that_runs_could_share(
             return True
         return isinstance(value, (tuple, list)) and any(holds_a_decoding(v) for v in value)
 
-    kept = {k: type(at.session_state[k]).__name__ for k in at.session_state.keys()
-            if holds_a_decoding(at.session_state[k])}
+    kept = {
+        k: type(at.session_state[k]).__name__ for k in at.session_state.keys() if holds_a_decoding(at.session_state[k])
+    }
     assert not kept, kept

@@ -78,7 +78,7 @@ def test_scaling_demo_shows_the_expectation_not_one_noisy_draw():
     0.7613 at 256)."""
     rows = worked.scaling_demo(seed=0)
     d_ks = [r["d_k"] for r in rows]
-    assert d_ks == [2 ** i for i in range(11)]  # evenly spaced on a log axis
+    assert d_ks == [2**i for i in range(11)]  # evenly spaced on a log axis
     for r in rows:
         assert r["score_std"] == pytest.approx(math.sqrt(r["d_k"]), rel=1e-12)  # exact
         assert r["score_std_sampled"] == pytest.approx(math.sqrt(r["d_k"]), rel=0.02)  # and the draws agree
@@ -132,6 +132,7 @@ def test_block_rotation_shifts_positions(d_model, k):
 def test_position_numbers_follow_the_papers():
     """teaching.positions computes with the model's code; the papers' formulas, written out here, must agree."""
     from teaching import positions
+
     assert positions.rope_angles(10, 8).shape == (10, 4)
     assert positions.rope_angles(5, 4)[3, 1] == pytest.approx(3 * 10000 ** (-2 / 4), rel=1e-6)
     theta = np.arange(7)[:, None] * 10000.0 ** (-np.arange(0, 8, 2) / 8)[None, :]  # Su et al. 2021
@@ -146,6 +147,7 @@ def test_position_numbers_follow_the_papers():
 def test_alibi_slopes_are_read_from_the_loaded_model():
     from model.attention import MultiHeadAttention
     from teaching import positions
+
     layer = MultiHeadAttention(16, 8, position="alibi")
     np.testing.assert_allclose(positions.model_alibi_slopes(layer, 8), 2.0 ** -np.arange(1, 9))  # Press et al.
     layer.slopes = layer.slopes * 3  # a model whose slopes differ is shown as it is, not as the formula says
@@ -171,6 +173,7 @@ def test_viz_shapes():
 # --- the pages --------------------------------------------------------------------------------------------
 def _app(page: str, **params):
     from streamlit.testing.v1 import AppTest
+
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     for k, v in params.items():
         at.query_params[k] = v
@@ -200,11 +203,16 @@ def test_positional_page_renders():
 
 
 @needs_ckpt
-@pytest.mark.parametrize("params,expect", [
-    ({"d_model": "7"}, "even"), ({"length": "0"}, "outside 1–512; showing 1"),
-    ({"length": "100000"}, "outside 1–512; showing 512"), ({"d_model": "4096"}, "outside 2–1024; showing 1024"),
-    ({"offset": "999"}, "offset"),
-])
+@pytest.mark.parametrize(
+    "params,expect",
+    [
+        ({"d_model": "7"}, "even"),
+        ({"length": "0"}, "outside 1–512; showing 1"),
+        ({"length": "100000"}, "outside 1–512; showing 512"),
+        ({"d_model": "4096"}, "outside 2–1024; showing 1024"),
+        ({"offset": "999"}, "offset"),
+    ],
+)
 def test_positional_page_bad_inputs_warn(params, expect):
     at = _app("app_pages/positional/positional.py", **params)
     assert expect in _warnings(at) + _notes(at)
@@ -281,8 +289,11 @@ def lecture_app():
 def test_lecture_weights_times_v_names_the_feature_columns_of_v(lecture_app):
     """Weights × V has one column per feature of V, named as V's editor names them (d0, d1, …); v0, v1, … name V's
     rows (one per key), which the output does not have."""
-    (out,) = [json.loads(c.proto.spec) for c in lecture_app.get("plotly_chart")
-              if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("5. Weights × V")]
+    (out,) = [
+        json.loads(c.proto.spec)
+        for c in lecture_app.get("plotly_chart")
+        if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith("5. Weights × V")
+    ]
     assert list(out["data"][0]["x"]) == ["d0", "d1", "d2"]  # V's editor: rows v0…v2, columns d0…d2
     assert list(out["data"][0]["y"]) == ["q0", "q1", "q2"]
 
@@ -324,10 +335,19 @@ def test_positional_page_for_other_encodings(kind, tmp_path, monkeypatch):
     from model.checkpoint import save_checkpoint
     from model.config import ConfigError, ModelConfig
     from model.transformer import Transformer
+
     tok = TextTokenizer.train(["the cat sat", "die Katze sitzt"], vocab_size=40, min_frequency=1)
     try:
-        cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
-                          d_ff=32, max_len=16, pos_encoding=kind)
+        cfg = ModelConfig(
+            vocab_size=tok.vocab_size,
+            d_model=16,
+            n_heads=2,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            d_ff=32,
+            max_len=16,
+            pos_encoding=kind,
+        )
         cfg.validate()
     except (ConfigError, TypeError) as exc:
         pytest.skip(f"{kind} not available: {exc}")

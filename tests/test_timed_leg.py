@@ -22,10 +22,28 @@ def leg(tmp_path_factory):
     """One timed run of a tiny model on the Ding pairs: 6 s of training, half of it cooling down, exported."""
     root = tmp_path_factory.mktemp("timed")
     i = TINY.index("--threads")
-    args = TINY[:i] + TINY[i + 2:]
-    rc = timed_leg.main(["--run", str(root / "run"), "--budget-s", "6", "--cooldown-share", "0.5",
-                         "--export", str(root / "export"), "--", *args, "--eval-every", "40", "--threads", "1",
-                         "--device", "cpu", "--no-snapshots"])
+    args = TINY[:i] + TINY[i + 2 :]
+    rc = timed_leg.main(
+        [
+            "--run",
+            str(root / "run"),
+            "--budget-s",
+            "6",
+            "--cooldown-share",
+            "0.5",
+            "--export",
+            str(root / "export"),
+            "--",
+            *args,
+            "--eval-every",
+            "40",
+            "--threads",
+            "1",
+            "--device",
+            "cpu",
+            "--no-snapshots",
+        ]
+    )
     assert rc == 0, (root / "run" / "train.log").read_text()
     return root
 
@@ -83,19 +101,24 @@ def test_speed_is_read_from_the_last_logged_windows(tmp_path):
 
 def test_a_new_run_can_reuse_a_tokenizer_and_says_so_when_it_cannot(leg, tmp_path):
     given = leg / "run" / "last" / "tokenizer.json"
-    rc, _, err = run_main(train.main, ["--out", tmp_path / "a", "--max-steps", "1", "--tokenizer", given.parent, *TINY,
-                                       "--vocab-size", "300"])
+    rc, _, err = run_main(
+        train.main,
+        ["--out", tmp_path / "a", "--max-steps", "1", "--tokenizer", given.parent, *TINY, "--vocab-size", "300"],
+    )
     assert rc == 0, err
     assert (tmp_path / "a" / "last" / "tokenizer.json").read_text() == given.read_text()  # not a new 300-piece BPE
     assert json.loads((tmp_path / "a" / "config.json").read_text())["vocab_size"] == 500
     rc, _, err = run_main(train.main, ["--out", tmp_path / "b", "--max-steps", "1", "--tokenizer", tmp_path, *TINY])
     assert rc == 2 and "no tokenizer.json" in err
     (tmp_path / "bad.json").write_text("{not json")
-    rc, _, err = run_main(train.main, ["--out", tmp_path / "c", "--max-steps", "1", "--tokenizer",
-                                       tmp_path / "bad.json", *TINY])
+    rc, _, err = run_main(
+        train.main, ["--out", tmp_path / "c", "--max-steps", "1", "--tokenizer", tmp_path / "bad.json", *TINY]
+    )
     assert rc == 2 and "not a valid tokenizer" in err
-    rc, _, err = run_main(train.main, ["--out", tmp_path / "d", "--max-steps", "1", "--tokenizer", given,
-                                       "--init-from", leg / "run" / "last", *TINY])
+    rc, _, err = run_main(
+        train.main,
+        ["--out", tmp_path / "d", "--max-steps", "1", "--tokenizer", given, "--init-from", leg / "run" / "last", *TINY],
+    )
     assert rc == 2 and "--init-from keeps" in err
 
 
@@ -120,9 +143,24 @@ def test_join_refuses_a_folder_that_is_no_export(tmp_path):
 
 def test_a_probed_leg_trains_with_the_fastest_variant_and_brings_the_report_back(tmp_path):
     i = TINY.index("--threads")
-    args = [*TINY[:i], *TINY[i + 2:], "--eval-every", "40", "--threads", "1", "--device", "cpu", "--no-snapshots"]
-    rc = timed_leg.main(["--run", str(tmp_path / "run"), "--budget-s", "6", "--cooldown-share", "0.5", "--probe",
-                         "--probe-variants", "base,fused+pad8", "--export", str(tmp_path / "export"), "--", *args])
+    args = [*TINY[:i], *TINY[i + 2 :], "--eval-every", "40", "--threads", "1", "--device", "cpu", "--no-snapshots"]
+    rc = timed_leg.main(
+        [
+            "--run",
+            str(tmp_path / "run"),
+            "--budget-s",
+            "6",
+            "--cooldown-share",
+            "0.5",
+            "--probe",
+            "--probe-variants",
+            "base,fused+pad8",
+            "--export",
+            str(tmp_path / "export"),
+            "--",
+            *args,
+        ]
+    )
     assert rc == 0, (tmp_path / "run" / "train.log").read_text()
     report = json.loads((tmp_path / "export" / "probe.json").read_text())
     assert [r["variant"] for r in report["rows"]] == ["base", "fused+pad8"]

@@ -26,9 +26,11 @@ def tokenizers(tmp_path_factory) -> dict[str, Tokenizer]:
     root = tmp_path_factory.mktemp("tokenizers")
     write_tiny_marian_tokenizer(root / "marian")
     write_tiny_gpt2_tokenizer(root / "gpt2")
-    return {"bpe": TextTokenizer.train(TOKENIZER_LINES, vocab_size=200, min_frequency=1),
-            "unigram": load_hf_tokenizer(root / "marian", "marian"),
-            "byte-bpe": load_hf_tokenizer(root / "gpt2", "gpt2")}
+    return {
+        "bpe": TextTokenizer.train(TOKENIZER_LINES, vocab_size=200, min_frequency=1),
+        "unigram": load_hf_tokenizer(root / "marian", "marian"),
+        "byte-bpe": load_hf_tokenizer(root / "gpt2", "gpt2"),
+    }
 
 
 def protocol_members() -> set[str]:
@@ -118,11 +120,24 @@ def _to_str(tok) -> None:
 
 #: One check per protocol member.
 EXERCISE = {
-    "kind": lambda tok: tok.kind in KINDS, "word_start": _word_start, "pad_id": lambda tok: _special(tok, "pad_id"),
-    "bos_id": lambda tok: _special(tok, "bos_id"), "eos_id": _eos, "unk_id": lambda tok: _special(tok, "unk_id"),
-    "vocab_size": _vocab_size, "backend": _backend, "source_model": _source_model, "encode": _encode,
-    "encode_batch": _encode_batch, "decode": _decode, "tokens": _tokens, "id_to_token": _id_to_token,
-    "token_to_id": _token_to_id, "display": _display, "from_display": _from_display, "to_str": _to_str,
+    "kind": lambda tok: tok.kind in KINDS,
+    "word_start": _word_start,
+    "pad_id": lambda tok: _special(tok, "pad_id"),
+    "bos_id": lambda tok: _special(tok, "bos_id"),
+    "eos_id": _eos,
+    "unk_id": lambda tok: _special(tok, "unk_id"),
+    "vocab_size": _vocab_size,
+    "backend": _backend,
+    "source_model": _source_model,
+    "encode": _encode,
+    "encode_batch": _encode_batch,
+    "decode": _decode,
+    "tokens": _tokens,
+    "id_to_token": _id_to_token,
+    "token_to_id": _token_to_id,
+    "display": _display,
+    "from_display": _from_display,
+    "to_str": _to_str,
 }
 
 
@@ -151,7 +166,11 @@ def test_an_object_missing_a_member_is_not_a_tokenizer(tokenizers):
 
 def test_pages_and_ui_never_probe_a_tokenizer():
     probe = re.compile(r"getattr\((tok|tokenizer)\b")
-    found = [f"{path.relative_to(ROOT)}:{n}" for folder in ("app_pages", "ui", "model", "teaching")
-             for path in sorted((ROOT / folder).rglob("*.py"))
-             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if probe.search(line)]
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in ("app_pages", "ui", "model", "teaching")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if probe.search(line)
+    ]
     assert not found, found

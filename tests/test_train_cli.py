@@ -25,6 +25,7 @@ from training.schedule import factor_for_peak, noam_lr
 def test_a_finished_run_gives_back_the_signal_handlers_and_its_trainer(tmp_path):
     """Called in-process, the trainer must not leave its SIGINT/SIGTERM handlers behind: they would swallow the
     caller's Ctrl-C and keep the trainer, its model and (under DDP) its process group alive until exit."""
+
     def live_trainers():
         gc.collect()
         # type(), not isinstance(): isinstance reads __class__, which warns on torch's deprecated module objects
@@ -168,8 +169,9 @@ def test_evaluate_cli(best, tmp_path):
     assert rc == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     ckpt = load_checkpoint(best)
-    expected = evaluate.validation_loss(ckpt.model, encode_examples(ckpt.tokenizer, read_tsv(tsv), ckpt.config),
-                                        4000, torch.device("cpu"), "fp32")
+    expected = evaluate.validation_loss(
+        ckpt.model, encode_examples(ckpt.tokenizer, read_tsv(tsv), ckpt.config), 4000, torch.device("cpu"), "fp32"
+    )
     assert result["loss"] == pytest.approx(expected, abs=1e-4)  # the references' loss, no label smoothing
     assert result["perplexity"] == pytest.approx(math.exp(result["loss"]), rel=1e-3)
 
@@ -190,8 +192,9 @@ def test_evaluate_cli_threads(best, monkeypatch):
 
 
 def test_evaluate_cli_beam_search(best):
-    rc, out, err = run_main(evaluate.main, ["--checkpoint", best, "--limit", "6", "--strategy", "beam", "--beam", "2",
-                                            "--alpha", "1.0"])
+    rc, out, err = run_main(
+        evaluate.main, ["--checkpoint", best, "--limit", "6", "--strategy", "beam", "--beam", "2", "--alpha", "1.0"]
+    )
     assert rc == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result["strategy"] == "beam" and result["beam"] == 2 and result["alpha"] == 1.0

@@ -41,8 +41,9 @@ def lm_runs(tmp_path_factory):
     straight = run_main(train.main, ["--out", root / "straight", "--max-steps", "12", "--test-at-end", *LM])
     first_half = run_main(train.main, ["--out", root / "resumed", "--max-steps", "6", *LM])
     torch.manual_seed(123)  # the resumed run must not depend on the state of the process it runs in
-    second_half = run_main(train.main, ["--out", root / "resumed", "--resume", "--max-steps", "12",
-                                        "--no-progress", "--threads", "1"])
+    second_half = run_main(
+        train.main, ["--out", root / "resumed", "--resume", "--max-steps", "12", "--no-progress", "--threads", "1"]
+    )
     return {"root": root, "straight": straight, "first_half": first_half, "second_half": second_half}
 
 
@@ -97,7 +98,7 @@ def test_probes_continue_the_probe_prompts_with_self_attention(lm_runs):
         att = probe["attention"]["self"]  # [layers][heads][q][k], causal
         assert len(att) == 1 and len(att[0]) == 2 and len(att[0][0]) == len(tokens) == len(att[0][0][0])
         for row_i, row in enumerate(att[0][1]):
-            assert abs(sum(row) - 1) < 1e-2 and all(x == 0 for x in row[row_i + 1:])
+            assert abs(sum(row) - 1) < 1e-2 and all(x == 0 for x in row[row_i + 1 :])
 
 
 def test_resume_of_a_language_model_is_exact(lm_runs):
@@ -120,8 +121,9 @@ def test_resume_of_a_language_model_is_exact(lm_runs):
 @pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="no torch.distributed with gloo")
 def test_a_language_model_trains_under_torchrun(tmp_path):
     """Two CPU processes (gloo): the sharding does not depend on the architecture."""
-    run = torchrun(tmp_path / "ddp", "--arch", "decoder-only", *DDP_TINY, "--max-steps", 4, "--log-every", 2,
-                   "--eval-every", 4)
+    run = torchrun(
+        tmp_path / "ddp", "--arch", "decoder-only", *DDP_TINY, "--max-steps", 4, "--log-every", 2, "--eval-every", 4
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     folder = tmp_path / "ddp"
     assert load_checkpoint(folder / "best").config.arch == "decoder-only"
@@ -141,8 +143,12 @@ def test_language_model_examples_are_the_sides_of_the_pairs(lm_runs):
     cfg, tok = ckpt.config, ckpt.tokenizer
     pairs = [Pair("The house is big.", "Das Haus ist groß."), Pair("Good morning.", "Guten Morgen.")]
     examples = encode_examples(tok, pairs, cfg)
-    assert [tok.decode(e.tgt[1:-1]) for e in examples] == ["The house is big.", "Das Haus ist groß.",
-                                                          "Good morning.", "Guten Morgen."]
+    assert [tok.decode(e.tgt[1:-1]) for e in examples] == [
+        "The house is big.",
+        "Das Haus ist groß.",
+        "Good morning.",
+        "Guten Morgen.",
+    ]
     assert all(e.src == [] and e.tgt[0] == cfg.bos_id and e.tgt[-1] == cfg.eos_id for e in examples)
     batch = collate(examples, [0, 3], cfg.pad_id, "cpu")
     longest = max(len(examples[0].tgt), len(examples[3].tgt))
@@ -159,6 +165,7 @@ def test_the_translate_cli_continues_a_prompt_with_a_language_model(lm_runs, tmp
     """``python -m decoding.translate`` with a decoder-only checkpoint continues the text (it used to ignore it and
     generate from <bos> alone): the JSON says ``continuation``, and its trace covers <bos> + prompt + output."""
     from decoding import translate
+
     best = lm_runs["root"] / "straight" / "best"
     tok = load_checkpoint(best).tokenizer
     rc, out, err = run_main(translate.main, ["--checkpoint", best, "--json", "The house"])
@@ -178,6 +185,7 @@ def test_the_translate_cli_continues_a_prompt_with_a_language_model(lm_runs, tmp
 
 def test_the_evaluate_cli_scores_a_language_model_by_perplexity(lm_runs, tmp_path):
     from evaluation import evaluate
+
     best = lm_runs["root"] / "straight" / "best"
     path = tmp_path / "text.txt"
     path.write_text("The house is big.\nShe reads a book.\n", encoding="utf-8")
@@ -215,8 +223,9 @@ def test_a_trained_language_model_opens_in_the_app(lm_runs, monkeypatch, tmp_pat
 
 def test_a_language_model_trains_on_the_brown_corpus(tmp_path):
     """``--corpus brown``: English sentences only, test-at-end on the Brown test split, the card says so."""
-    rc, out, err = run_main(train.main, ["--out", tmp_path / "brown", "--corpus", "brown", "--max-steps", "6",
-                                         "--test-at-end", *LM])
+    rc, out, err = run_main(
+        train.main, ["--out", tmp_path / "brown", "--corpus", "brown", "--max-steps", "6", "--test-at-end", *LM]
+    )
     assert rc == 0, err
     card = json.loads((tmp_path / "brown" / "best" / "card.json").read_text())
     text = json.dumps(card)
@@ -228,11 +237,14 @@ def test_a_language_model_trains_on_the_brown_corpus(tmp_path):
     assert len(tok.encode("The jury said it.").ids) <= 6
 
 
-@pytest.mark.parametrize("extra, message", [
-    ([], "English only"),  # a translator
-    (["--arch", "decoder-only", "--train-tsv", "x.tsv"], "give one"),
-    (["--arch", "decoder-only", "--phrases-per-epoch", "5"], "not --corpus brown"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ([], "English only"),  # a translator
+        (["--arch", "decoder-only", "--train-tsv", "x.tsv"], "give one"),
+        (["--arch", "decoder-only", "--phrases-per-epoch", "5"], "not --corpus brown"),
+    ],
+)
 def test_the_brown_corpus_refuses_what_it_cannot_do(tmp_path, extra, message):
     rc, _, err = run_main(train.main, ["--out", tmp_path / "x", "--corpus", "brown", *TINY, *extra])
     assert rc == 2 and message in err

@@ -45,18 +45,43 @@ def test_resume_is_exact(cli_runs):
         {"step": 6, "event": "stopped", "reason": "max_steps"},
         {"step": 12, "event": "stopped", "reason": "max_steps"},
     ]
-    assert [r["valid_loss"] for r in records if "valid_loss" in r] == \
-        [r["valid_loss"] for r in read_records(straight) if "valid_loss" in r]
+    assert [r["valid_loss"] for r in records if "valid_loss" in r] == [
+        r["valid_loss"] for r in read_records(straight) if "valid_loss" in r
+    ]
 
 
 # What the trainer wrote before its options became a TrainConfig and its state a TrainerState (2e4cffe and earlier):
 # trainer_state.json without world_size (a single process), and an older one from before --select.
-STATE_KEYS_BEFORE = ("step", "epoch", "batch", "tokens_seen", "train_seconds", "best_valid_loss", "best_step",
-                     "best_metrics", "best_score", "evals_since_best", "last_eval_step")
+STATE_KEYS_BEFORE = (
+    "step",
+    "epoch",
+    "batch",
+    "tokens_seen",
+    "train_seconds",
+    "best_valid_loss",
+    "best_step",
+    "best_metrics",
+    "best_score",
+    "evals_since_best",
+    "last_eval_step",
+)
 STATE_KEYS_BEFORE_SELECT = STATE_KEYS_BEFORE[:8]
 #: Options a train_args.json written before them lacks (all at their defaults in TINY).
-NEWER_OPTIONS = ("cooldown_steps", "tokenizer", "lr_step_offset", "rewarmup", "select", "patience", "keep_last", "mix",
-                 "dict_share", "bpe_dropout", "vocab_from", "peak_tflops", "precision")
+NEWER_OPTIONS = (
+    "cooldown_steps",
+    "tokenizer",
+    "lr_step_offset",
+    "rewarmup",
+    "select",
+    "patience",
+    "keep_last",
+    "mix",
+    "dict_share",
+    "bpe_dropout",
+    "vocab_from",
+    "peak_tflops",
+    "precision",
+)
 
 
 @pytest.mark.parametrize("state_keys", [STATE_KEYS_BEFORE, STATE_KEYS_BEFORE_SELECT], ids=["today", "before-select"])
@@ -94,14 +119,25 @@ def test_train_config_reads_what_a_run_saved():
     assert ignored == ["gone"] and config.init_card == {"step": 3}
     assert TrainConfig.from_saved(config.to_saved()) == (config, [])
     assert "init_card" not in TrainConfig(out="x").to_saved() and "init_card" not in build_parser().parse_args(
-        ["--out", "x"])
+        ["--out", "x"]
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.max_steps = 3  # a changed value is a new config (dataclasses.replace)
 
 
 def test_the_trainer_state_counts_steps_and_keeps_the_best_evaluation():
-    state = TrainerState.from_dict({"step": 4, "epoch": 1, "batch": 2, "tokens_seen": 10, "best_valid_loss": 2.0,
-                                    "best_step": 2, "best_metrics": {}, "from_a_newer_trainer": 1})
+    state = TrainerState.from_dict(
+        {
+            "step": 4,
+            "epoch": 1,
+            "batch": 2,
+            "tokens_seen": 10,
+            "best_valid_loss": 2.0,
+            "best_step": 2,
+            "best_metrics": {},
+            "from_a_newer_trainer": 1,
+        }
+    )
     assert state.world_size == 1 and state.best_score is None and state.evals_since_best == 0
     state.advance(2, 5)
     assert (state.step, state.batch, state.tokens_seen) == (5, 3, 15)
@@ -124,6 +160,7 @@ def test_a_second_trainer_in_a_live_runs_folder_is_refused_and_touches_nothing(c
     import shutil
     import subprocess
     import sys
+
     folder = tmp_path / "busy"
     shutil.copytree(cli_runs["root"] / "resumed", folder)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -157,6 +194,7 @@ def test_a_bare_resume_trains_with_the_runs_saved_threads(cli_runs, tmp_path, mo
     was set before the saved options were read, so a resumed one-thread run took every core and, next to another
     run, slowed to a tenth of its speed (OpenMP threads fighting for the cores)."""
     import shutil
+
     folder = tmp_path / "threads"
     shutil.copytree(cli_runs["root"] / "resumed", folder)
     saved = json.loads((folder / "train_args.json").read_text())
@@ -176,13 +214,17 @@ def test_given_options_names_only_what_was_typed():
     parser = build_parser()
     assert given_options(parser, ["--out", "r", "--resume"]) == {"out", "resume"}
     assert given_options(parser, ["--out", "r", "--max-steps", "5", "--test-at-end"]) == {
-        "out", "max_steps", "test_at_end"}
+        "out",
+        "max_steps",
+        "test_at_end",
+    }
 
 
 def test_resume_without_limits_keeps_the_saved_ones(cli_runs, tmp_path):
     """A bare ``--resume`` keeps the run's own --max-steps (12, not the CLI default) and its settings; typed
     options still override."""
     import shutil
+
     folder = tmp_path / "again"
     shutil.copytree(cli_runs["root"] / "resumed", folder)
     rc, out, err = run_main(train.main, ["--out", folder, "--resume"])
@@ -201,6 +243,7 @@ def test_a_resume_names_the_time_limit_it_keeps(cli_runs, tmp_path):
     """A copy resumed with a larger ``--max-steps`` keeps the earlier leg's ``--max-minutes``: the first line says
     so, instead of the leg stopping on the clock long before its steps without a word."""
     import shutil
+
     folder = tmp_path / "clock"
     shutil.copytree(cli_runs["root"] / "resumed", folder)
     saved = json.loads((folder / "train_args.json").read_text())
@@ -208,18 +251,22 @@ def test_a_resume_names_the_time_limit_it_keeps(cli_runs, tmp_path):
     rc, out, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "13"])
     assert rc == 0, err
     first = out.splitlines()[0]
-    assert first == (f"resuming {folder} at step 12: this leg stops at step 13 or after 32 minutes, whichever comes "
-                     "first (--max-minutes 32 kept from the saved run; type an option to change it)")
+    assert first == (
+        f"resuming {folder} at step 12: this leg stops at step 13 or after 32 minutes, whichever comes "
+        "first (--max-minutes 32 kept from the saved run; type an option to change it)"
+    )
     rc, out, err = run_main(train.main, ["--out", folder, "--resume", "--max-steps", "14", "--max-minutes", "90"])
     assert rc == 0, err
-    assert out.splitlines()[0] == (f"resuming {folder} at step 13: this leg stops at step 14 or after 90 minutes, "
-                                   "whichever comes first")
+    assert out.splitlines()[0] == (
+        f"resuming {folder} at step 13: this leg stops at step 14 or after 90 minutes, whichever comes first"
+    )
 
 
 def test_a_resumed_copy_cools_down_to_its_max_steps(cli_runs, tmp_path):
     """``--resume --max-steps 15 --cooldown-steps 3`` on a copy of a 12-step run: steps 13–15 take the schedule's
     rate times 3/3, 2/3, 1/3 (logged at every step here), and the option is saved for a bare resume."""
     import shutil
+
     folder = tmp_path / "cool"
     shutil.copytree(cli_runs["root"] / "resumed", folder)
     saved = json.loads((folder / "train_args.json").read_text())

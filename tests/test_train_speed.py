@@ -85,12 +85,21 @@ def test_the_compiled_step_meets_every_shape_with_one_graph_and_the_same_losses(
 def test_variants_become_trainer_flags_and_the_fastest_keeps_the_batch():
     assert probe.variant_flags("base", 24000) == []
     assert probe.variant_flags("compile+fused+pad64+batch2", 24000) == [
-        "--fused-optimizer", "--compile", "--pad-multiple", "64", "--batch-tokens", "48000"]
+        "--fused-optimizer",
+        "--compile",
+        "--pad-multiple",
+        "64",
+        "--batch-tokens",
+        "48000",
+    ]
     with pytest.raises(ValueError, match="unknown variant part 'fast'"):
         probe.variant_changes("fused+fast", 24000)
-    rows = [{"variant": "base", "batch_tokens": 10, "tokens_per_s": 1.0},
-            {"variant": "fused", "batch_tokens": 10, "tokens_per_s": 2.0},
-            {"variant": "batch2", "batch_tokens": 20, "tokens_per_s": 3.0}, {"variant": "compile", "error": "x"}]
+    rows = [
+        {"variant": "base", "batch_tokens": 10, "tokens_per_s": 1.0},
+        {"variant": "fused", "batch_tokens": 10, "tokens_per_s": 2.0},
+        {"variant": "batch2", "batch_tokens": 20, "tokens_per_s": 3.0},
+        {"variant": "compile", "error": "x"},
+    ]
     assert probe.fastest(rows) == "fused" and probe.fastest(rows, same_batch=False) == "batch2"
     assert probe.fastest([{"variant": "base", "error": "x"}]) == "base"
 
@@ -104,8 +113,22 @@ def test_the_probe_times_each_variant_reports_a_failing_one_and_profiles(tmp_pat
         return real(trainer)
 
     monkeypatch.setattr(probe, "shapes_per_epoch", failing_when_fused)
-    rc, out, err = run_main(probe.main, ["--variants", "base,fused,pad8,batch2", "--seconds", "0.3", "--profile",
-                                         "--report", tmp_path / "report", "--", "--out", tmp_path / "run", *EXACT])
+    rc, out, err = run_main(
+        probe.main,
+        [
+            "--variants",
+            "base,fused,pad8,batch2",
+            "--seconds",
+            "0.3",
+            "--profile",
+            "--report",
+            tmp_path / "report",
+            "--",
+            "--out",
+            tmp_path / "run",
+            *EXACT,
+        ],
+    )
     assert rc == 0, err
     result = json.loads((tmp_path / "report" / "probe.json").read_text())
     rows = {r["variant"]: r for r in result["rows"]}

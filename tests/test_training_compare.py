@@ -103,7 +103,7 @@ def test_compare_tolerates_runs_being_written(tmp_path, monkeypatch):
     # "running": its pid is this (live) process, so the page polls it
     fake_run(tmp_path, "writing", age=100, state="running", pid=os.getpid(), evals=(), tail='{"step": 250, "loss": 4.')
     fake_run(tmp_path, "fresh", age=200, steps=(), evals=())
-    fake_run(tmp_path, "garbage", age=300, tail="not json\n[1, 2]\n{\"step\": \"x\", \"loss\": 1}\n")
+    fake_run(tmp_path, "garbage", age=300, tail='not json\n[1, 2]\n{"step": "x", "loss": 1}\n')
     (tmp_path / "nometrics").mkdir()
     at = page(monkeypatch, tmp_path)
     assert at.table[0].value.set_index("name")["state"]["writing"] == "running"
@@ -127,8 +127,9 @@ def test_a_baseline_run_says_why_it_has_no_snapshots(tmp_path, monkeypatch):
     run.mkdir(parents=True)
     (run / "train_args.json").write_text(_json.dumps({"impl": "torch", "max_steps": 10}))
     (run / "status.json").write_text(_json.dumps({"state": "finished", "step": 10, "max_steps": 10}))
-    (run / "metrics.jsonl").write_text(_json.dumps({"step": 5, "loss": 7.0, "lr": 1e-3, "tokens_seen": 100,
-                                                    "time_s": 1.0}) + "\n")
+    (run / "metrics.jsonl").write_text(
+        _json.dumps({"step": 5, "loss": 7.0, "lr": 1e-3, "tokens_seen": 100, "time_s": 1.0}) + "\n"
+    )
     monkeypatch.setenv("ATTENTION_EXPLORER_RUNS", str(tmp_path / "runs"))
     at = AppTest.from_file(str(PAGE), default_timeout=60).run()
     assert not at.exception
@@ -150,13 +151,28 @@ def fake_lm_run(root: Path, name: str, *, age: float) -> Path:
 
     run = fake_run(root, name, age=age, evals=())
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    lines += [{"step": s, "valid_loss": round(7 - s / 50, 3), "valid_ppl": round(math.exp(7 - s / 50), 2),
-               "time_s": 0.5 * s + 2} for s in (100, 200)]
+    lines += [
+        {
+            "step": s,
+            "valid_loss": round(7 - s / 50, 3),
+            "valid_ppl": round(math.exp(7 - s / 50), 2),
+            "time_s": 0.5 * s + 2,
+        }
+        for s in (100, 200)
+    ]
     lines.sort(key=lambda r: r["step"])
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     tok = TextTokenizer.train(["The cat sat on the mat.", "Die Katze saß auf der Matte."] * 5, vocab_size=120)
-    cfg = ModelConfig(arch="decoder-only", vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=0,
-                      n_decoder_layers=1, d_ff=32, max_len=24)
+    cfg = ModelConfig(
+        arch="decoder-only",
+        vocab_size=tok.vocab_size,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=0,
+        n_decoder_layers=1,
+        d_ff=32,
+        max_len=24,
+    )
     (run / "config.json").write_text(json.dumps(cfg.to_dict()))
     (run / "train_args.json").write_text(json.dumps({"arch": "decoder-only", "impl": "ours", "max_steps": 200}))
     torch.manual_seed(0)

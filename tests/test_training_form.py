@@ -39,13 +39,57 @@ def test_validate_form_errors():
 def test_build_command_is_the_cli():
     form = {**TF.preset_form("2-minute CPU demo"), "norm_first": True, "data": "sentences+phrases"}
     cmd = TF.build_command(form, "runs/x")
-    assert cmd == [sys.executable, "-m", "trainer.train", "--out", "runs/x", "--phrases-per-epoch", "2000",
-                   "--limit-train", "3000", "--vocab-size", "2000", "--arch", "encoder-decoder", "--d-model", "64",
-                   "--n-heads", "2", "--layers", "2", "--d-ff", "256", "--dropout", "0.1", "--pos-encoding",
-                   "sinusoidal", "--norm-first", "--peak-lr", "0.001", "--warmup", "200", "--label-smoothing", "0.1",
-                   "--batch-tokens", "1500", "--max-steps", "100000", "--max-minutes", "2.0", "--seed", "1",
-                   "--device", "auto", "--log-every", "10", "--eval-every", "100", "--eval-sentences", "50",
-                   "--no-progress"]  # TrainConfig's order: the always-shown recipe plus what differs from a default
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "trainer.train",
+        "--out",
+        "runs/x",
+        "--phrases-per-epoch",
+        "2000",
+        "--limit-train",
+        "3000",
+        "--vocab-size",
+        "2000",
+        "--arch",
+        "encoder-decoder",
+        "--d-model",
+        "64",
+        "--n-heads",
+        "2",
+        "--layers",
+        "2",
+        "--d-ff",
+        "256",
+        "--dropout",
+        "0.1",
+        "--pos-encoding",
+        "sinusoidal",
+        "--norm-first",
+        "--peak-lr",
+        "0.001",
+        "--warmup",
+        "200",
+        "--label-smoothing",
+        "0.1",
+        "--batch-tokens",
+        "1500",
+        "--max-steps",
+        "100000",
+        "--max-minutes",
+        "2.0",
+        "--seed",
+        "1",
+        "--device",
+        "auto",
+        "--log-every",
+        "10",
+        "--eval-every",
+        "100",
+        "--eval-sentences",
+        "50",
+        "--no-progress",
+    ]  # TrainConfig's order: the always-shown recipe plus what differs from a default
     args = build_parser().parse_args(cmd[3:])  # the trainer accepts it
     assert args.d_model == 64 and args.norm_first and args.max_minutes == 2.0
     tsv = TF.build_command({**form, "data": "tsv", "train_tsv": "/r/train.tsv"}, "r")
@@ -58,8 +102,12 @@ def test_decoder_only_form(tmp_path):
     lm = TF.preset_form("2-minute CPU demo, language model")
     assert lm["arch"] == "decoder-only" and TF.validate_form(lm) == []
     for data in TF.DATA_SOURCES:  # every data choice makes sense for a language model too (both sides as texts)
-        form = {**lm, "data": data, "train_tsv": "/r/train.tsv" if data == "tsv" else None,
-                "mix": "ding=1" if data == "mixture" else None}  # the shipped Ding pairs need no preparing
+        form = {
+            **lm,
+            "data": data,
+            "train_tsv": "/r/train.tsv" if data == "tsv" else None,
+            "mix": "ding=1" if data == "mixture" else None,
+        }  # the shipped Ding pairs need no preparing
         assert TF.validate_form(form) == [], data
         cmd = TF.build_command(form, "runs/lm")
         assert cmd[cmd.index("--arch") + 1] == "decoder-only"
@@ -79,8 +127,14 @@ def _other_value(name: str, field):
     """A value of option ``name`` other than its default, of its type."""
     if field.metadata.get("choices"):
         return next(c for c in field.metadata["choices"] if c != field.default)
-    special = {"pos_encoding": "rope", "device": "cpu", "data_dir": "/data", "valid_tsv": "/v.tsv",
-               "init_from": "checkpoints/en-de", "tokenizer": "checkpoints/en-de/tokenizer.json"}
+    special = {
+        "pos_encoding": "rope",
+        "device": "cpu",
+        "data_dir": "/data",
+        "valid_tsv": "/v.tsv",
+        "init_from": "checkpoints/en-de",
+        "tokenizer": "checkpoints/en-de/tokenizer.json",
+    }
     if name in special:
         return special[name]
     kind = value_type(name)
@@ -143,8 +197,11 @@ def test_the_page_shows_a_timed_run_by_its_minutes(tmp_path, monkeypatch):
     run = fake_run(tmp_path, "timed", age=10, state="running", pid=os.getpid(), steps=(50, 90))
     status = json.loads((run / "status.json").read_text())
     now = datetime.now(timezone.utc)
-    (run / "status.json").write_text(json.dumps({**status, "max_steps": 100_000, "max_minutes": 2.0,
-                                                 "started": (now - timedelta(seconds=30)).isoformat()}))
+    (run / "status.json").write_text(
+        json.dumps(
+            {**status, "max_steps": 100_000, "max_minutes": 2.0, "started": (now - timedelta(seconds=30)).isoformat()}
+        )
+    )
     at = page(monkeypatch, tmp_path)
     header = " ".join(m.value for m in at.markdown)
     assert "of 2 minutes · step 90" in header and "of 100000" not in header

@@ -32,9 +32,24 @@ expect = sync_api.expect
 expect.set_options(timeout=30_000)  # a busy 2-core machine draws the page's later elements seconds after its first
 
 #: A tiny translator that trains until stopped (2-minute limit per leg), snapshots at steps 0, 10, 30, 100, 300, …
-FORM = {**TF.preset_form("2-minute CPU demo"), "d_model": 32, "n_heads": 2, "layers": 1, "d_ff": 64,
-        "max_steps": 100_000, "max_minutes": 2.0, "limit_train": 200, "eval_every": 100_000, "eval_sentences": 5,
-        "vocab_size": 500, "warmup": 5, "log_every": 5, "threads": 1, "device": "cpu", "batch_tokens": 600}
+FORM = {
+    **TF.preset_form("2-minute CPU demo"),
+    "d_model": 32,
+    "n_heads": 2,
+    "layers": 1,
+    "d_ff": 64,
+    "max_steps": 100_000,
+    "max_minutes": 2.0,
+    "limit_train": 200,
+    "eval_every": 100_000,
+    "eval_sentences": 5,
+    "vocab_size": 500,
+    "warmup": 5,
+    "log_every": 5,
+    "threads": 1,
+    "device": "cpu",
+    "batch_tokens": 600,
+}
 
 
 @pytest.fixture
@@ -76,8 +91,9 @@ def test_the_page_follows_a_resumed_run(stopped_run):
     root, run = stopped_run
     first_leg = R.read_status(run)
     try:
-        with served_page(ARTIFACTS / "streamlit-training-live.log", {"ATTENTION_EXPLORER_RUNS": str(root)},
-                         timeout_ms=60_000) as (url, page):
+        with served_page(
+            ARTIFACTS / "streamlit-training-live.log", {"ATTENTION_EXPLORER_RUNS": str(root)}, timeout_ms=60_000
+        ) as (url, page):
             page.goto(f"{url}/training")
             page.get_by_text(re.compile(r"demo — state stopped")).wait_for()
             shown = snapshot_step(page)
@@ -90,8 +106,9 @@ def test_the_page_follows_a_resumed_run(stopped_run):
             expect(page.get_by_text(re.compile(r"demo — state (starting|running)"))).to_be_visible(timeout=15_000)
             expect(page.get_by_text(re.compile(r"demo — state running"))).to_be_visible(timeout=120_000)
             expect(stop).to_be_enabled(timeout=15_000)  # without a reload
-            expect(page.get_by_text(re.compile(r"this leg [\d.]+ of 2 minutes · total [\d.]+ minutes")).first) \
-                .to_be_visible(timeout=15_000)
+            expect(
+                page.get_by_text(re.compile(r"this leg [\d.]+ of 2 minutes · total [\d.]+ minutes")).first
+            ).to_be_visible(timeout=15_000)
 
             # The runs table and heads forming keep up with the trainer (they were drawn once with the page).
             step = table_step(page)

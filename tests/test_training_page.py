@@ -159,8 +159,9 @@ def test_page_form_brown_corpus(tmp_path, monkeypatch):
     """The Brown corpus is refused for a translator (message, nothing launched) and preselected by the
     language-model preset, whose launch passes ``--corpus brown``."""
     launched = []
-    monkeypatch.setattr(L, "launch", lambda form, root, name=None, train_tsv_bytes=None:
-                        launched.append(form) or Path(root) / "lm-run")
+    monkeypatch.setattr(
+        L, "launch", lambda form, root, name=None, train_tsv_bytes=None: launched.append(form) or Path(root) / "lm-run"
+    )
     at = page(monkeypatch, tmp_path)
     preset = at.selectbox(key="tn_form_preset").value
     at.radio(key=f"tn_form_data_{preset}").set_value("brown")
@@ -182,8 +183,9 @@ def test_page_form_mixture_shares(tmp_path, monkeypatch):
 
     monkeypatch.setattr(parallel, "PREPARED", tmp_path / "prepared")  # nothing prepared
     launched = []
-    monkeypatch.setattr(L, "launch", lambda form, root, name=None, train_tsv_bytes=None:
-                        launched.append(form) or Path(root) / "mix-run")
+    monkeypatch.setattr(
+        L, "launch", lambda form, root, name=None, train_tsv_bytes=None: launched.append(form) or Path(root) / "mix-run"
+    )
     at = page(monkeypatch, tmp_path)
     at.selectbox(key="tn_form_preset").set_value("real sentence pairs (Tatoeba + Multi30K + BConTrasT + Ding)").run()
     preset = at.selectbox(key="tn_form_preset").value
@@ -258,7 +260,7 @@ def test_run_without_status_but_fresh_metrics_is_not_deletable(tmp_path):
 
 
 def test_open_in_explorer_lists_the_copy_in_the_sidebar(finished, tmp_path, monkeypatch):
-    """"Open in explorer" copied best/ after the sidebar's picker had been drawn, so the copy showed only after a
+    """ "Open in explorer" copied best/ after the sidebar's picker had been drawn, so the copy showed only after a
     reload. The whole app (app.py draws the picker, then the page) with a temporary checkpoint folder."""
     import ui.checkpoints as C
 

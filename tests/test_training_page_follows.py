@@ -56,8 +56,13 @@ def test_a_resumed_run_is_starting_until_its_trainer_writes_its_status(tmp_path,
 def test_launching_a_run_watches_it(tmp_path, monkeypatch):
     """After starting a second run, "Watch run" stayed on the first one: the keyed picker ignored the new index."""
     fake_run(tmp_path, "first", age=100)
-    monkeypatch.setattr(L, "launch", lambda form, root, name=None, train_tsv_bytes=None:
-                        fake_run(Path(root), "second", age=0, state="running", pid=os.getpid()))
+    monkeypatch.setattr(
+        L,
+        "launch",
+        lambda form, root, name=None, train_tsv_bytes=None: fake_run(
+            Path(root), "second", age=0, state="running", pid=os.getpid()
+        ),
+    )
     at = page(monkeypatch, tmp_path)
     assert run_picker(at).value == "first"
     at.button[0].click().run()  # Start training
@@ -78,8 +83,9 @@ def add_snapshots(run: Path, steps) -> None:
     from training.checkpoints import probe_record
 
     tok = TextTokenizer.train(["The cat sat on the mat.", "Die Katze saß auf der Matte."] * 5, vocab_size=120)
-    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
-                      d_ff=32, max_len=24)
+    cfg = ModelConfig(
+        vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32, max_len=24
+    )
     torch.manual_seed(0)
     model = Transformer(cfg).eval()
     record = probe_record(model, tok, 0, ["The cat sat."])
@@ -108,8 +114,15 @@ def test_heads_forming_follows_new_snapshots(tmp_path, monkeypatch):
 def test_progress_of_a_resumed_run_counts_its_legs():
     """A 2-minute run resumed said "2.0 of 2" after 4 minutes of training: the limit counts per leg, and the line
     says so, with the run's total beside it."""
-    status = {"step": 900, "max_steps": 100_000, "max_minutes": 2.0, "started": "2025-12-31T23:00:00+00:00",
-              "leg_started": START, "leg": 2, "earlier_seconds": 120.0}
+    status = {
+        "step": 900,
+        "max_steps": 100_000,
+        "max_minutes": 2.0,
+        "started": "2025-12-31T23:00:00+00:00",
+        "leg_started": START,
+        "leg": 2,
+        "earlier_seconds": 120.0,
+    }
     fraction, text = progress(status, now=T0 + 72)
     assert text == "this leg 1.2 of 2 minutes · total 3.2 minutes · step 900" and fraction == pytest.approx(0.6)
     ended = {**status, "updated": "2026-01-01T00:02:00+00:00"}
@@ -141,8 +154,10 @@ def test_the_runs_table_writes_counts_as_whole_numbers_beside_a_run_without_them
     from app_pages.training.run_view import table_row
     from ui.widgets import static_styler
 
-    rows = [table_row({"name": "a", "step": 400, "max_steps": 1200, "loss": 3.47401, "bleu": 11.96}),
-            table_row({"name": "b", "step": None, "max_steps": None, "loss": None, "bleu": None})]
+    rows = [
+        table_row({"name": "a", "step": 400, "max_steps": 1200, "loss": 3.47401, "bleu": 11.96}),
+        table_row({"name": "b", "step": None, "max_steps": None, "loss": None, "bleu": None}),
+    ]
     html = static_styler(pd.DataFrame(rows)).to_html()
     assert ">400<" in html and ">1,200<" in html and ">3.474<" in html and ">11.96<" in html
     assert ".0000" not in html and "nan" not in html.lower()

@@ -17,8 +17,9 @@ from reading.trace import trace_pair
 ATOL = 1e-5
 VARIANTS = [
     dict(arch=arch, norm_first=nf, pos_encoding=pos)
-    for arch, nf, pos in itertools.product(("encoder-decoder", "decoder-only"), (False, True),
-                                           ("sinusoidal", "learned", "rope", "alibi"))
+    for arch, nf, pos in itertools.product(
+        ("encoder-decoder", "decoder-only"), (False, True), ("sinusoidal", "learned", "rope", "alibi")
+    )
 ]
 VARIANT_IDS = [f"{v['arch']}-{'preLN' if v['norm_first'] else 'postLN'}-{v['pos_encoding']}" for v in VARIANTS]
 
@@ -274,6 +275,7 @@ def test_a_decoder_only_stepper_continues_the_prompt_it_is_given_as_src_ids(make
     decoding starts from <bos> + that prompt (it used to start from <bos> alone and ignore the text)."""
     from decoding.beam import beam_search
     from model.config import decoder_prefix, lm_prompt
+
     model = make_model(arch="decoder-only")
     cfg = model.cfg
     prompt = [5, 6, 7, cfg.eos_id]
@@ -314,9 +316,9 @@ def test_a_start_token_equal_to_pad_is_not_masked(make_model, arch):
     body = random_ids(5, model.cfg.vocab_size, 13)
     with torch.no_grad():
         as_pad.embed.weight[model.cfg.pad_id] = model.embed.weight[model.cfg.bos_id]
-        plain = model.decode(torch.cat([torch.tensor([model.cfg.bos_id]), body])[None], memory, memory_mask,
-                             trace=True)
-        padded = as_pad.decode(torch.cat([torch.tensor([model.cfg.pad_id]), body])[None], memory, memory_mask,
-                               trace=True)
+        plain = model.decode(torch.cat([torch.tensor([model.cfg.bos_id]), body])[None], memory, memory_mask, trace=True)
+        padded = as_pad.decode(
+            torch.cat([torch.tensor([model.cfg.pad_id]), body])[None], memory, memory_mask, trace=True
+        )
     torch.testing.assert_close(padded.hidden, plain.hidden, atol=ATOL, rtol=0)
     assert (padded.self_weights[0][0, :, :, 0] > 0).all()

@@ -17,11 +17,18 @@ BAD_NUMBERS = ["-1", "-99999", "99999999999", "1e400", "nan", "inf", "-inf", "ab
 
 # --- the readers -------------------------------------------------------------------------------------------------
 def test_a_missing_parameter_gives_the_default_without_a_note():
-    for read in (lambda p: url.int_param(p, "n", 3, 0, 9), lambda p: url.float_param(p, "x", 0.5, 0.0, 1.0),
-                 lambda p: url.choice_param(p, "c", ["a", "b"], "a"), lambda p: url.bool_param(p, "b", True),
-                 lambda p: url.text_param(p, "t", "hi", 10), lambda p: url.int_list_param(p, "l", [1], 0, 9),
-                 lambda p: url.choices_param(p, "s", ["a", "b"], ["b"]), lambda p: url.head_param(p, "h", 4, "all"),
-                 lambda p: url.index_param(p, "i", 3, 2), lambda p: url.forced_param(p, "f", 10, 10)):
+    for read in (
+        lambda p: url.int_param(p, "n", 3, 0, 9),
+        lambda p: url.float_param(p, "x", 0.5, 0.0, 1.0),
+        lambda p: url.choice_param(p, "c", ["a", "b"], "a"),
+        lambda p: url.bool_param(p, "b", True),
+        lambda p: url.text_param(p, "t", "hi", 10),
+        lambda p: url.int_list_param(p, "l", [1], 0, 9),
+        lambda p: url.choices_param(p, "s", ["a", "b"], ["b"]),
+        lambda p: url.head_param(p, "h", 4, "all"),
+        lambda p: url.index_param(p, "i", 3, 2),
+        lambda p: url.forced_param(p, "f", 10, 10),
+    ):
         value, note = read({})
         assert note is None
     assert url.matrix_param({}, "m", np.eye(2))[1] is None
@@ -55,8 +62,9 @@ def test_float_param_never_gives_nan_or_out_of_range(raw):
 
 @pytest.mark.parametrize("raw", ["nucleus", "", "-1", "nan", "ALL HEADS"])
 def test_choice_param_ignores_unknown_choices(raw):
-    value, note = url.choice_param({"kind": raw}, "kind", ["encoder", "decoder", "cross"], "cross",
-                                   what="attention kind")
+    value, note = url.choice_param(
+        {"kind": raw}, "kind", ["encoder", "decoder", "cross"], "cross", what="attention kind"
+    )
     assert value == "cross" and "`kind` (attention kind)" in note and "encoder, decoder, cross" in note
     assert url.choice_param({"kind": "DECODER"}, "kind", ["encoder", "decoder"], "encoder") == ("decoder", None)
     assert url.choice_param({"heads": "4"}, "heads", {"1": 1, "2": 2, "4": 4}, 2) == (4, None)
@@ -96,8 +104,9 @@ def test_list_params_drop_bad_entries():
     assert url.int_list_param({"dims": "4,0,x,-1,99,4"}, "dims", [], 0, 63)[0] == [0, 4]
     assert url.int_list_param({"dims": ""}, "dims", [1], 0, 9) == ([], None)
     assert "x" in url.int_list_param({"dims": "x"}, "dims", [], 0, 9)[1]
-    picked, note = url.choices_param({"ablate": "cross L1 H2,bogus,encoder L1 H1"}, "ablate",
-                                     ["encoder L1 H1", "cross L1 H2"])
+    picked, note = url.choices_param(
+        {"ablate": "cross L1 H2,bogus,encoder L1 H1"}, "ablate", ["encoder L1 H1", "cross L1 H2"]
+    )
     assert picked == ["encoder L1 H1", "cross L1 H2"] and "bogus" in note
 
 
@@ -117,8 +126,9 @@ def test_forced_and_matrix_params():
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-needs_ckpt = pytest.mark.skipif(not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(),
-                                reason="checkpoints/en-de is missing")
+needs_ckpt = pytest.mark.skipif(
+    not (ROOT / "checkpoints" / "en-de" / "model.safetensors").is_file(), reason="checkpoints/en-de is missing"
+)
 
 #: (page, parameters set to a valid value so that the page draws the controls under test, parameters under test)
 PAGE_PARAMS = [
@@ -178,8 +188,9 @@ def test_every_page_notes_bad_parameters_and_never_raises(page, valid, names, ba
 
 
 @needs_ckpt
-@pytest.mark.parametrize("query, written", [({}, {}), ({"ckpt": "brown-lm"}, {"ckpt": "brown-lm"})],
-                         ids=["translator", "language-model"])
+@pytest.mark.parametrize(
+    "query, written", [({}, {}), ({"ckpt": "brown-lm"}, {"ckpt": "brown-lm"})], ids=["translator", "language-model"]
+)
 def test_a_visit_without_parameters_writes_no_default_into_the_link(query, written):
     """Visiting ``/`` wrote the default sentence into the link (``?text=Bobby+likes+blackberries.``): defaults are
     left out, so a link says only what differs from a fresh visit. Typing the default back takes it out again."""
@@ -210,10 +221,16 @@ def test_worked_examples_with_seed_minus_one():
 
 
 @needs_ckpt
-@pytest.mark.parametrize("page, name, cap", [("translate", "text", 2000), ("attention", "text", 2000),
-                                             ("tokenization", "tok_text", 2000),
-                                             ("tokenization", "train_text", 20000),
-                                             ("attention", "compare_text", 2000)])
+@pytest.mark.parametrize(
+    "page, name, cap",
+    [
+        ("translate", "text", 2000),
+        ("attention", "text", 2000),
+        ("tokenization", "tok_text", 2000),
+        ("tokenization", "train_text", 20000),
+        ("attention", "compare_text", 2000),
+    ],
+)
 def test_over_long_texts_in_the_link_are_cut_with_a_note(page, name, cap):
     query = {name: "word " * (cap // 5 + 100)}
     if name == "compare_text":
@@ -225,31 +242,72 @@ def test_over_long_texts_in_the_link_are_cut_with_a_note(page, name, cap):
 
 #: page → (the link it opens with, then each control set in turn: (widget kind, key, value)).
 CONTROLS = {
-    "translate": ({"text": "The cat sat on the mat.", "step": "2"},
-                  [("selectbox", "tr_layer", 0), ("selectbox", "tr_head", 1)]),
-    "translate-attribution": ({"text": "The cat sat on the mat.", "step": "2", "attr": "1"},
-                              [("selectbox", "tr_attr_method", "attention"), ("selectbox", "tr_attr_layer", 1),
-                               ("selectbox", "tr_attr_head", 2), ("selectbox", "tr_attr_steps", 64)]),
-    "attention-tokens": ({"tab": "Tokens & lines"},
-                         [("radio", "at_kind", "encoder"), ("selectbox", "at_layer", 0),
-                          ("selectbox", "at_head", 2), ("toggle", "at_words", True), ("selectbox", "at_token_query", 2),
-                          ("selectbox", "at_token_key", 1), ("slider", "at_token_threshold", 0.2),
-                          ("toggle", "at_token_focus", True)]),
+    "translate": (
+        {"text": "The cat sat on the mat.", "step": "2"},
+        [("selectbox", "tr_layer", 0), ("selectbox", "tr_head", 1)],
+    ),
+    "translate-attribution": (
+        {"text": "The cat sat on the mat.", "step": "2", "attr": "1"},
+        [
+            ("selectbox", "tr_attr_method", "attention"),
+            ("selectbox", "tr_attr_layer", 1),
+            ("selectbox", "tr_attr_head", 2),
+            ("selectbox", "tr_attr_steps", 64),
+        ],
+    ),
+    "attention-tokens": (
+        {"tab": "Tokens & lines"},
+        [
+            ("radio", "at_kind", "encoder"),
+            ("selectbox", "at_layer", 0),
+            ("selectbox", "at_head", 2),
+            ("toggle", "at_words", True),
+            ("selectbox", "at_token_query", 2),
+            ("selectbox", "at_token_key", 1),
+            ("slider", "at_token_threshold", 0.2),
+            ("toggle", "at_token_focus", True),
+        ],
+    ),
     "attention-grid": ({"tab": "Model grid"}, [("radio", "at_grid_style", "Altair (click a head to open it)")]),
     "attention-stats": ({"tab": "Head statistics"}, [("selectbox", "at_stat", "max")]),
     "attention-ablation": ({"tab": "Ablation"}, [("multiselect", "at_ablate", ["encoder L2 H3", "cross L1 H1"])]),
     "attention-compare": ({"tab": "Compare"}, [("text_input", "at_cmp_text", "Time flies like an arrow.")]),
-    "attention-compare-checkpoint": ({"tab": "Compare"}, [("radio", "at_cmp_mode", "another checkpoint"),
-                                                          ("selectbox", "at_cmp_ckpt", "runs/r1/best")]),
-    "decoding": ({"step": "3"}, [("radio", "dl_w_strategy", "sample"), ("slider", "dl_w_temperature", 0.7),
-                                 ("number_input", "dl_w_top_k", 40), ("slider", "dl_w_top_p", 0.9),
-                                 ("number_input", "dl_w_seed", 3)]),
-    "decoding-beam": ({}, [("radio", "dl_w_strategy", "beam"), ("slider", "dl_w_beam", 3),
-                           ("slider", "dl_w_alpha", 1.0)]),
-    "positional": ({}, [("number_input", "pe_d_model", 32), ("number_input", "pe_length", 20),
-                        ("number_input", "pe_offset", -3), ("multiselect", "pe_dims", [0, 2, 7])]),
-    "tokenization": ({}, [("text_area", "tk_text", "Hello there, general Kenobi."), ("selectbox", "tk_word", 1),
-                          ("text_area", "tk_train_text", "a cat\na hat\na bat"), ("slider", "tk_vocab", 50)]),
+    "attention-compare-checkpoint": (
+        {"tab": "Compare"},
+        [("radio", "at_cmp_mode", "another checkpoint"), ("selectbox", "at_cmp_ckpt", "runs/r1/best")],
+    ),
+    "decoding": (
+        {"step": "3"},
+        [
+            ("radio", "dl_w_strategy", "sample"),
+            ("slider", "dl_w_temperature", 0.7),
+            ("number_input", "dl_w_top_k", 40),
+            ("slider", "dl_w_top_p", 0.9),
+            ("number_input", "dl_w_seed", 3),
+        ],
+    ),
+    "decoding-beam": (
+        {},
+        [("radio", "dl_w_strategy", "beam"), ("slider", "dl_w_beam", 3), ("slider", "dl_w_alpha", 1.0)],
+    ),
+    "positional": (
+        {},
+        [
+            ("number_input", "pe_d_model", 32),
+            ("number_input", "pe_length", 20),
+            ("number_input", "pe_offset", -3),
+            ("multiselect", "pe_dims", [0, 2, 7]),
+        ],
+    ),
+    "tokenization": (
+        {},
+        [
+            ("text_area", "tk_text", "Hello there, general Kenobi."),
+            ("selectbox", "tk_word", 1),
+            ("text_area", "tk_train_text", "a cat\na hat\na bat"),
+            ("slider", "tk_vocab", 50),
+        ],
+    ),
     "lecture": ({}, [("checkbox", "we_scale", False), ("checkbox", "we_causal", True), ("radio", "we_heads", 4)]),
 }
 
@@ -280,8 +338,9 @@ def test_every_control_is_in_the_link_and_a_fresh_session_restores_it(case, tmp_
 
 
 @needs_ckpt
-@pytest.mark.parametrize("page", ["translate", "attention", "decoding", "positional", "tokenization", "lecture",
-                                  "training"])
+@pytest.mark.parametrize(
+    "page", ["translate", "attention", "decoding", "positional", "tokenization", "lecture", "training"]
+)
 def test_a_first_visit_of_any_page_writes_no_default_into_the_link(page):
     """The Attention page wrote its defaults into the link on a first visit (``?kind=cross&layer=6&head=all``):
     a link says only what differs from a fresh visit, on every page."""

@@ -24,6 +24,7 @@ def test_one_word_start_convention_the_tokenizers_own():
     assert display_token("berries") == "berries"
     assert display_token("<eos>") == "<eos>"
     from viz.labels import WORD_START_NOTE
+
     assert "▁" in WORD_START_NOTE and "·" not in WORD_START_NOTE
 
 
@@ -68,6 +69,7 @@ def test_alignment_html_is_a_grid_of_weights_with_escaped_labels():
 
 def test_scale_colours_follow_the_attention_scale():
     from viz.theme import ATTENTION_SCALE
+
     assert scale_colours([0.0, 1.0]) == [ATTENTION_SCALE[0][1], ATTENTION_SCALE[-1][1]]
     assert scale_colours([0.6]) == [ATTENTION_SCALE[-2][1]]  # a stop is hit exactly
     low, nan, zero, high, one = scale_colours([-3, float("nan"), 0.0, 7, 1])
@@ -110,9 +112,14 @@ def test_colours_and_fonts_are_named_once_in_the_theme():
 
     root = pathlib.Path(__file__).resolve().parents[1]
     literal = re.compile(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b(?!;)|Consolas|Helvetica")
-    offenders = [f"{path.relative_to(root)}:{n}" for folder in ("viz", "charts", "app_pages", "ui")
-                 for path in sorted((root / folder).glob("*.py")) if path.name != "theme.py"
-                 for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
+    offenders = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in ("viz", "charts", "app_pages", "ui")
+        for path in sorted((root / folder).glob("*.py"))
+        if path.name != "theme.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if literal.search(line)
+    ]
     assert offenders == []
 
 
@@ -123,6 +130,7 @@ def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
     from types import SimpleNamespace
 
     from charts.beam import beam_tree_figure
+
     steps = [[(0, 10 + t, -0.5 * t - j, j < 2) for j in range(4)] for t in range(30)]
     result = SimpleNamespace(steps=steps, hypotheses=[SimpleNamespace(tokens=[10 + t for t in range(30)])])
     fig = beam_tree_figure(result, lambda i: f"▁verylongpiece{i}", eos_id=2)
@@ -133,8 +141,9 @@ def test_beam_tree_labels_of_neighbouring_steps_do_not_collide():
     older = [t for t, x in zip(texts, xs, strict=True) if x < 30]
     assert all("<br>" not in t and len(t) <= 8 for t in older)
     newest = [(t, p) for t, p, x in zip(texts, places, xs, strict=True) if x == 30]
-    assert newest and all("<br>" not in t and p == "middle right" and t.split()[-1].lstrip("-")[0].isdigit()
-                          for t, p in newest)
+    assert newest and all(
+        "<br>" not in t and p == "middle right" and t.split()[-1].lstrip("-")[0].isdigit() for t, p in newest
+    )
     assert nodes.textfont.size >= 13
 
 
@@ -143,11 +152,12 @@ def test_pipeline_panels_keep_their_axis_labels_apart():
     from types import SimpleNamespace
 
     from charts.next_token import pipeline_figure
+
     logits = torch.linspace(-15, 0, 20)
     probs = torch.softmax(logits, -1)
-    pipe = SimpleNamespace(logits=logits, scaled=logits, probs=probs, final=probs,
-                           keep=torch.ones(20, dtype=torch.bool),
-                           token_id=19)
+    pipe = SimpleNamespace(
+        logits=logits, scaled=logits, probs=probs, final=probs, keep=torch.ones(20, dtype=torch.bool), token_id=19
+    )
     fig = pipeline_figure(pipe, lambda i: f"▁t{i}", top=15, temperature=1.0)
     domains = [fig.layout[f"xaxis{'' if i == 1 else i}"].domain for i in range(1, 5)]
     assert all(b[0] - a[1] >= 0.06 for a, b in zip(domains, domains[1:], strict=False))
@@ -157,8 +167,11 @@ def test_pipeline_panels_keep_their_axis_labels_apart():
 
 def test_long_titles_are_wrapped_not_cut_off():
     from viz.theme import wrap_title
+
     assert wrap_title("Cross-attention so far (last decoder layer, mean over heads)").split("<br>") == [
-        "Cross-attention so far", "(last decoder layer, mean over heads)"]
+        "Cross-attention so far",
+        "(last decoder layer, mean over heads)",
+    ]
     title = "Decoder masked self-attention · layer 1 · head 2"
     assert wrap_title(title) == title
 
@@ -168,10 +181,23 @@ def test_kv_cache_figure_text_is_readable_and_its_token_labels_keep_apart():
     ran into each other."""
     from charts.kv_cache import KV_MIN_STRIP, KV_PLOT_PX, kv_cache_figure, kv_tick_plan
     from viz.theme import MIN_READABLE
-    short = kv_cache_figure(3, positions=4, src_len=8, target_tokens=["<bos>", "▁Die", "▁Katze", "▁sa"],
-                            source_tokens=["▁The", "▁cat", "▁sat", "▁on", "▁the", "▁mat", ".", "<eos>"], title="Step 3")
-    long = kv_cache_figure(3, positions=30, src_len=40, target_tokens=[f"▁wort{i}" for i in range(30)],
-                           source_tokens=[f"▁word{i}xx" for i in range(40)], title="Step 29")
+
+    short = kv_cache_figure(
+        3,
+        positions=4,
+        src_len=8,
+        target_tokens=["<bos>", "▁Die", "▁Katze", "▁sa"],
+        source_tokens=["▁The", "▁cat", "▁sat", "▁on", "▁the", "▁mat", ".", "<eos>"],
+        title="Step 3",
+    )
+    long = kv_cache_figure(
+        3,
+        positions=30,
+        src_len=40,
+        target_tokens=[f"▁wort{i}" for i in range(30)],
+        source_tokens=[f"▁word{i}xx" for i in range(40)],
+        title="Step 29",
+    )
     for fig in (short, long, kv_cache_figure(2, positions=0, src_len=4)):
         axes = [fig.layout[a] for a in fig.layout if a.startswith(("xaxis", "yaxis"))]
         sizes = [ax.tickfont.size or fig.layout.font.size for ax in axes]

@@ -25,8 +25,10 @@ def shares(rows: int, cols: int, seed: int = 0) -> np.ndarray:
 
 
 def column_labels(fragment: str) -> list[str]:
-    return [html.unescape(re.sub(r"<[^>]+>", "", m)) for m in
-            re.findall(r'<th class="ae-attr-col"[^>]*>(.*?)</th>', fragment)]
+    return [
+        html.unescape(re.sub(r"<[^>]+>", "", m))
+        for m in re.findall(r'<th class="ae-attr-col"[^>]*>(.*?)</th>', fragment)
+    ]
 
 
 @pytest.mark.parametrize("width", [390, 880, 120])

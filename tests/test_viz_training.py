@@ -26,19 +26,39 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def log_line(step, loss=5.0, tokens=None, time_s=None, **extra):
-    return {"step": step, "epoch": 0, "loss": loss, "lr": 1e-4 * step / 50, "grad_norm": 1.0,
-            "tokens_per_s": 3000.0, "tokens_seen": 1000 * step if tokens is None else tokens,
-            "time_s": step * 0.6 if time_s is None else time_s, **extra}
+    return {
+        "step": step,
+        "epoch": 0,
+        "loss": loss,
+        "lr": 1e-4 * step / 50,
+        "grad_norm": 1.0,
+        "tokens_per_s": 3000.0,
+        "tokens_seen": 1000 * step if tokens is None else tokens,
+        "time_s": step * 0.6 if time_s is None else time_s,
+        **extra,
+    }
 
 
 def eval_line(step, valid_loss=4.0, time_s=None):
-    return {"step": step, "valid_loss": valid_loss, "valid_bleu": 1.5, "valid_chrf": 12.0,
-            "time_s": step * 0.6 + 3 if time_s is None else time_s}
+    return {
+        "step": step,
+        "valid_loss": valid_loss,
+        "valid_bleu": 1.5,
+        "valid_chrf": 12.0,
+        "time_s": step * 0.6 + 3 if time_s is None else time_s,
+    }
 
 
-RUN_A = [log_line(50, 8.0), log_line(100, 7.0), eval_line(100, 6.5), log_line(150, 6.0), log_line(200, 5.5),
-         eval_line(200, 5.8), {"step": 200, "test_bleu": 2.0, "test_chrf": 20.0},
-         {"step": 200, "event": "stopped", "reason": "max_steps"}]
+RUN_A = [
+    log_line(50, 8.0),
+    log_line(100, 7.0),
+    eval_line(100, 6.5),
+    log_line(150, 6.0),
+    log_line(200, 5.5),
+    eval_line(200, 5.8),
+    {"step": 200, "test_bleu": 2.0, "test_chrf": 20.0},
+    {"step": 200, "event": "stopped", "reason": "max_steps"},
+]
 RUN_B = [log_line(50, 8.5, tokens=2000 * 50), log_line(100, 7.5, tokens=2000 * 100)]  # no evaluation yet
 
 
@@ -68,8 +88,7 @@ def test_styles_follow_the_given_order_not_the_dict():
 
 
 def test_x_axis_tokens_seen_interpolates_evaluation_lines():
-    recs = [log_line(100, tokens=10_000), log_line(200, tokens=30_000), eval_line(150), eval_line(250),
-            eval_line(0)]
+    recs = [log_line(100, tokens=10_000), log_line(200, tokens=30_000), eval_line(150), eval_line(250), eval_line(0)]
     xs, ys = run_series(recs, "valid_loss", "tokens seen")
     assert xs == [0.0, 20_000.0, 30_000.0]  # step 0 = 0 tokens; 150 between the logs; past the last: the last
     xs, _ = run_series(recs, "loss", "tokens seen")
@@ -81,8 +100,12 @@ def test_x_axis_tokens_seen_interpolates_evaluation_lines():
 
 
 def test_x_axis_wall_time_in_minutes():
-    recs = [log_line(100, time_s=60.0), log_line(200, time_s=180.0), eval_line(200, time_s=240.0),
-            {"step": 300, "loss": 4.0}]  # no time_s: left out of the time axis only
+    recs = [
+        log_line(100, time_s=60.0),
+        log_line(200, time_s=180.0),
+        eval_line(200, time_s=240.0),
+        {"step": 300, "loss": 4.0},
+    ]  # no time_s: left out of the time axis only
     assert run_series(recs, "loss", "wall time (minutes)") == ([1.0, 3.0], [5.0, 5.0])
     assert run_series(recs, "valid_loss", "wall time (minutes)") == ([4.0], [4.0])
     assert run_series(recs, "loss", "step")[0] == [100, 200, 300]
@@ -91,10 +114,23 @@ def test_x_axis_wall_time_in_minutes():
 
 
 def test_bad_records_are_skipped():
-    recs = ["garbage", None, 3, [1, 2], {}, {"loss": 1.0}, {"step": "7", "loss": 1.0}, {"step": True, "loss": 1.0},
-            {"step": -5, "loss": 1.0}, {"step": 10, "loss": "nan"}, {"step": 11, "loss": float("nan")},
-            {"step": 12, "loss": float("inf")}, {"step": 13, "loss": True}, {"step": 14.5, "loss": 2.0},
-            log_line(20, 3.0)]
+    recs = [
+        "garbage",
+        None,
+        3,
+        [1, 2],
+        {},
+        {"loss": 1.0},
+        {"step": "7", "loss": 1.0},
+        {"step": True, "loss": 1.0},
+        {"step": -5, "loss": 1.0},
+        {"step": 10, "loss": "nan"},
+        {"step": 11, "loss": float("nan")},
+        {"step": 12, "loss": float("inf")},
+        {"step": 13, "loss": True},
+        {"step": 14.5, "loss": 2.0},
+        log_line(20, 3.0),
+    ]
     for x in X_AXES:
         xs, ys = run_series(recs, "loss", x)
         assert len(xs) == len(ys) == 1 and ys == [3.0], x
@@ -139,9 +175,14 @@ def test_the_real_trainer_log_has_every_curve(tmp_path):
 def test_run_figure_one_run_several_series():
     """The Training page's live charts: one trace per series in palette order, bad records skipped, a series
     without points kept in the legend, room for the tick labels, and a log axis only over a wide range."""
-    records = [{"step": 10, "loss": 8.0, "lr": 2e-4}, {"step": 20, "loss": 7.5, "lr": 4e-4}, "garbage",
-               {"step": 20, "valid_loss": 7.4, "valid_ppl": 1636.0}, {"step": "x", "loss": 1.0},
-               {"step": 30, "loss": float("nan")}]
+    records = [
+        {"step": 10, "loss": 8.0, "lr": 2e-4},
+        {"step": 20, "loss": 7.5, "lr": 4e-4},
+        "garbage",
+        {"step": 20, "valid_loss": 7.4, "valid_ppl": 1636.0},
+        {"step": "x", "loss": 1.0},
+        {"step": 30, "loss": float("nan")},
+    ]
     fig = run_figure(records, {"train loss": "loss", "valid loss": "valid_loss", "BLEU": "valid_bleu"}, "Loss", "nats")
     train, valid, bleu = fig.data
     assert list(train.x) == [10, 20] and list(train.y) == [8.0, 7.5] and list(valid.x) == [20]
@@ -152,8 +193,13 @@ def test_run_figure_one_run_several_series():
     assert lr.layout.yaxis.exponentformat == "e" and not lr.layout.showlegend  # 2e-4, not 200μ; title names it
     narrow = run_figure(records, {"ppl": "valid_ppl"}, "Perplexity", "ppl", log_y=True)
     assert narrow.layout.yaxis.type != "log"  # one point: a log axis would have no readable ticks
-    wide = run_figure([{"step": 1, "valid_ppl": 2000.0}, {"step": 2, "valid_ppl": 90.0}], {"ppl": "valid_ppl"},
-                      "Perplexity", "ppl", log_y=True)
+    wide = run_figure(
+        [{"step": 1, "valid_ppl": 2000.0}, {"step": 2, "valid_ppl": 90.0}],
+        {"ppl": "valid_ppl"},
+        "Perplexity",
+        "ppl",
+        log_y=True,
+    )
     assert wide.layout.yaxis.type == "log"
     assert len(run_figure([], {"loss": "loss"}, "Loss", "nats").data) == 1  # nothing logged yet: no error
 
@@ -161,6 +207,7 @@ def test_run_figure_one_run_several_series():
 def test_legend_sits_under_the_axis_title_not_on_it():
     """The legend at y = −0.22 of the plot covered the x-axis title on the Training charts."""
     from viz.theme import AXIS_ROOM, LEGEND_ROW
+
     runs = {f"run-{i}": [{"step": s, "loss": 5.0 - s / 100} for s in (10, 20, 30)] for i in range(12)}
     fig = compare_figure(runs, "loss")
     legend = fig.layout.legend
@@ -173,13 +220,36 @@ def test_legend_sits_under_the_axis_title_not_on_it():
 
 # --- a checkpoint's training legs --------------------------------------------------------------------------------
 LEGS = [
-    {"leg": "leg 1", "train_minutes": 100, "tokens_seen": 13e6, "valid_chrf": 24.7, "everyday_chrf": 35.1,
-     "test_chrf": 23.7, "flores_chrf": 12.0, "shipped": True},
-    {"leg": "leg 2", "train_minutes": 215, "tokens_seen": 19e6, "valid_chrf": 26.0, "everyday_chrf": 37.7,
-     "test_chrf": 24.8, "flores_chrf": 13.0, "shipped": True},
-    {"leg": "leg 3 (tried)", "train_minutes": 300, "tokens_seen": 25e6, "valid_chrf": 26.1, "everyday_chrf": 37.0,
-     "shipped": False},
-    "garbage", {"leg": "no tokens", "train_minutes": 9, "valid_chrf": 99.0},
+    {
+        "leg": "leg 1",
+        "train_minutes": 100,
+        "tokens_seen": 13e6,
+        "valid_chrf": 24.7,
+        "everyday_chrf": 35.1,
+        "test_chrf": 23.7,
+        "flores_chrf": 12.0,
+        "shipped": True,
+    },
+    {
+        "leg": "leg 2",
+        "train_minutes": 215,
+        "tokens_seen": 19e6,
+        "valid_chrf": 26.0,
+        "everyday_chrf": 37.7,
+        "test_chrf": 24.8,
+        "flores_chrf": 13.0,
+        "shipped": True,
+    },
+    {
+        "leg": "leg 3 (tried)",
+        "train_minutes": 300,
+        "tokens_seen": 25e6,
+        "valid_chrf": 26.1,
+        "everyday_chrf": 37.0,
+        "shipped": False,
+    },
+    "garbage",
+    {"leg": "no tokens", "train_minutes": 9, "valid_chrf": 99.0},
     {"leg": "bad", "tokens_seen": 5e6, "valid_chrf": math.nan},
 ]
 
@@ -224,8 +294,10 @@ def test_legs_figure_takes_the_cards_labels_for_its_sets():
 def test_the_curve_runs_through_the_evaluations_before_the_shipped_model():
     """A card marks only the model shipped now: the trainer's evaluations and the models shipped before it are the
     curve that led there, drawn solid up to it, never a dotted branch back from it to the first evaluation."""
-    legs = [{"leg": f"step {s}", "tokens_seen": t, "valid_chrf": c, "shipped": False}
-            for s, t, c in ((1000, 2.2e7, 41.1), (4940, 1.075e8, 54.2))]
+    legs = [
+        {"leg": f"step {s}", "tokens_seen": t, "valid_chrf": c, "shipped": False}
+        for s, t, c in ((1000, 2.2e7, 41.1), (4940, 1.075e8, 54.2))
+    ]
     legs.append({"leg": "the soup", "tokens_seen": 1.112e8, "valid_chrf": 54.16, "shipped": True})
     legs.append({"leg": "tried after it", "tokens_seen": 1.15e8, "valid_chrf": 54.5, "shipped": False})
     fig = legs_figure(legs)
@@ -238,8 +310,10 @@ def test_the_curve_runs_through_the_evaluations_before_the_shipped_model():
 def test_legs_figure_counts_tokens_so_a_gpu_run_and_a_cpu_leg_after_it_share_one_axis():
     """A lineage that began on a GPU and went on on two CPU cores: its minutes differ ~100-fold between the two,
     its tokens do not, so the axis and the hover count tokens and never name a machine's minutes."""
-    legs = [{"leg": "GPU run's end", "train_minutes": 8.2, "tokens_seen": 1.075e8, "everyday_chrf": 79.0},
-            {"leg": "CPU leg soup", "train_minutes": 89.0, "tokens_seen": 1.112e8, "everyday_chrf": 78.1}]
+    legs = [
+        {"leg": "GPU run's end", "train_minutes": 8.2, "tokens_seen": 1.075e8, "everyday_chrf": 79.0},
+        {"leg": "CPU leg soup", "train_minutes": 89.0, "tokens_seen": 1.112e8, "everyday_chrf": 78.1},
+    ]
     fig = legs_figure(legs)
     assert list(fig.data[0].x) == [107.5, 111.2]
     assert "minutes" not in fig.layout.xaxis.title.text and "M tokens" in fig.data[0].hovertemplate
@@ -249,8 +323,10 @@ def test_legs_figure_counts_tokens_so_a_gpu_run_and_a_cpu_leg_after_it_share_one
 def test_legs_figure_draws_a_score_measured_only_along_the_way_as_its_curve():
     """The trainer's valid chrF is taken at every evaluation of a run and never on the shipped model itself: all of
     its rows say shipped False, and the chart once drew none of them (an empty series beside two lone dots)."""
-    legs = [{"leg": f"step {s}", "train_minutes": m, "tokens_seen": 1e7 * m, "valid_chrf": c, "shipped": False}
-            for s, m, c in ((1000, 1.8, 41.1), (2000, 3.3, 49.5), (4940, 8.2, 54.2))]
+    legs = [
+        {"leg": f"step {s}", "train_minutes": m, "tokens_seen": 1e7 * m, "valid_chrf": c, "shipped": False}
+        for s, m, c in ((1000, 1.8, 41.1), (2000, 3.3, 49.5), (4940, 8.2, 54.2))
+    ]
     legs.append({"leg": "shipped", "train_minutes": 8.2, "tokens_seen": 1e8, "everyday_chrf": 79.0, "shipped": True})
     fig = legs_figure(legs)
     valid = [t for t in fig.data if t.name == LEG_SCORES["valid_chrf"]]

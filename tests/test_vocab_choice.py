@@ -12,8 +12,12 @@ from model.baseline import build_model
 from model.checkpoint import save_checkpoint
 from tools import vocab
 
-NEWS = ["The central bank raised interest rates again on Thursday.", "Parliament debated the budget for hours.",
-        "The minister announced new measures against inflation.", "Markets fell sharply after the announcement."]
+NEWS = [
+    "The central bank raised interest rates again on Thursday.",
+    "Parliament debated the budget for hours.",
+    "The minister announced new measures against inflation.",
+    "Markets fell sharply after the announcement.",
+]
 
 
 @pytest.fixture
@@ -45,20 +49,32 @@ def test_a_larger_vocabulary_cuts_fewer_words_and_the_table_says_what_it_weighs(
     assert "fp16 MB" not in vocab.table([small], [test], None)
 
 
-def test_the_command_learns_on_the_mixture_and_names_bad_input_without_a_traceback(shared, make_model, tokenizer,
-                                                                                   tmp_path, capsys):
+def test_the_command_learns_on_the_mixture_and_names_bad_input_without_a_traceback(
+    shared, make_model, tokenizer, tmp_path, capsys
+):
     prepare_corpora({"wmt-news-extra": shared["train"], "mlqe-pe": shared["train"]}, shared["out"], shared["shared"])
     ckpt = save_checkpoint(tmp_path / "tiny", make_model(), tokenizer, {"step": 1})
-    common = ["--mix", "wmt-news-extra=2,mlqe-pe=1", "--prepared", str(shared["out"]), "--shared",
-              str(shared["shared"]), "--sets", "flores200-devtest"]
+    common = [
+        "--mix",
+        "wmt-news-extra=2,mlqe-pe=1",
+        "--prepared",
+        str(shared["out"]),
+        "--shared",
+        str(shared["shared"]),
+        "--sets",
+        "flores200-devtest",
+    ]
     assert vocab.main(common + ["--sizes", "100,120", "--compare", str(ckpt), "--save", str(tmp_path / "v")]) == 0
     out = capsys.readouterr().out
     assert f"| {ckpt} (as shipped) |" in out and out.count("| learned") == 2
     assert "flores200-devtest EN split" in out and "int8 MB" in out
     assert sorted(p.suffix for p in (tmp_path / "v").iterdir()) == [".json", ".json"]
-    for bad, message in ((["--sizes", "eight"], "whole numbers"), (["--sizes", "10"], "at least 100"),
-                         (["--compare", str(tmp_path / "nowhere")], "error:"),
-                         (["--mix", "gnome-help=1"], "gnome-help not prepared")):
+    for bad, message in (
+        (["--sizes", "eight"], "whole numbers"),
+        (["--sizes", "10"], "at least 100"),
+        (["--compare", str(tmp_path / "nowhere")], "error:"),
+        (["--mix", "gnome-help=1"], "gnome-help not prepared"),
+    ):
         assert vocab.main(common + bad) == 2
         assert message in capsys.readouterr().out
     assert vocab.main(common[:-1] + ["no such set"]) == 2

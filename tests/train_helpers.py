@@ -7,9 +7,31 @@ import io
 import json
 from pathlib import Path
 
-TINY = ["--limit-train", "200", "--eval-every", "6", "--eval-sentences", "10", "--d-model", "32", "--n-heads", "2",
-        "--layers", "1", "--d-ff", "64", "--vocab-size", "500", "--warmup", "5", "--log-every", "3",
-        "--no-progress", "--threads", "1"]
+TINY = [
+    "--limit-train",
+    "200",
+    "--eval-every",
+    "6",
+    "--eval-sentences",
+    "10",
+    "--d-model",
+    "32",
+    "--n-heads",
+    "2",
+    "--layers",
+    "1",
+    "--d-ff",
+    "64",
+    "--vocab-size",
+    "500",
+    "--warmup",
+    "5",
+    "--log-every",
+    "3",
+    "--no-progress",
+    "--threads",
+    "1",
+]
 
 
 def run_main(fn, argv) -> tuple[int, str, str]:

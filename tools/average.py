@@ -30,7 +30,11 @@ def _architecture(config: dict) -> dict:
 
 
 def average_checkpoints(
-    folders: list[str | Path], out: str | Path, fp16: bool = False, int8: bool = False, keep_fp16: tuple[str, ...] = (),
+    folders: list[str | Path],
+    out: str | Path,
+    fp16: bool = False,
+    int8: bool = False,
+    keep_fp16: tuple[str, ...] = (),
 ) -> Path:
     """Write the mean of ``folders`` (≥ 1 checkpoint folders) to ``out`` and return it, in float32, float16
     (``fp16``) or int8 matrices with float32 row scales (``int8``, :func:`model.quantize.quantize_state`), where
@@ -89,11 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoints", nargs="+", help="checkpoint folders of the same model, e.g. runs/X/evals/step-*")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--fp16", action="store_true", help="store the mean in float16 (half the size)")
-    size.add_argument("--int8", action="store_true", help="store the matrices as int8 with a scale per row (a quarter "
-                      "of float32; measure the loss with evaluation.evaluate --loss)")
-    p.add_argument("--keep-fp16", action="append", default=[], metavar="NAME",
-                   help="with --int8: keep this tensor in float16 (repeatable; a shell pattern matches "
-                        "several), e.g. embed.weight, the tied embedding and output projection, or '*_attn.*'")
+    size.add_argument(
+        "--int8",
+        action="store_true",
+        help="store the matrices as int8 with a scale per row (a quarter "
+        "of float32; measure the loss with evaluation.evaluate --loss)",
+    )
+    p.add_argument(
+        "--keep-fp16",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --int8: keep this tensor in float16 (repeatable; a shell pattern matches "
+        "several), e.g. embed.weight, the tied embedding and output projection, or '*_attn.*'",
+    )
     args = p.parse_args(argv)
     if args.keep_fp16 and not args.int8:
         p.error("--keep-fp16 goes with --int8")

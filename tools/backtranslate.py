@@ -100,9 +100,10 @@ def check_tag(tokenizer, tag: str) -> None:
     enc = tokenizer.encode(tag)
     if tokenizer.unk_id in enc.ids:
         works = tokenizer.unk_id not in tokenizer.encode(TAG).ids
-        raise DataError(f"the tag {tag!r} has characters the vocabulary does not know (it reads as "
-                        f"{' '.join(enc.tokens)}): choose another with --tag"
-                        + (f", for example {TAG!r}" if works else ""))
+        raise DataError(
+            f"the tag {tag!r} has characters the vocabulary does not know (it reads as "
+            f"{' '.join(enc.tokens)}): choose another with --tag" + (f", for example {TAG!r}" if works else "")
+        )
 
 
 def translate_chunk(ckpt, texts: list[str], settings: Settings, chunk_index: int) -> list[str]:
@@ -128,8 +129,10 @@ def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = Tru
     """
     ckpt = load_checkpoint(settings.checkpoint)
     if (ckpt.card or {}).get("direction") != "de-en" or not ckpt.config.is_encoder_decoder:
-        raise DataError(f"{settings.checkpoint} is not a German → English translator (its card says no direction "
-                        "de-en): train one with python -m trainer.train --reverse")
+        raise DataError(
+            f"{settings.checkpoint} is not a German → English translator (its card says no direction "
+            "de-en): train one with python -m trainer.train --reverse"
+        )
     check_tag(ckpt.tokenizer, settings.tag)
     sentences = german_sentences(Path(settings.mono), out, limit=settings.limit)
     out = Path(out)
@@ -143,21 +146,26 @@ def backtranslate(settings: Settings, out: Path = PREPARED, progress: bool = Tru
         done = _whole_chunks(partial, len(sentences))
     else:
         meta.write_text(json.dumps(asdict(settings), indent=1) + "\n", encoding="utf-8")
-    with partial.open("a", encoding="utf-8") as f, tqdm(total=len(sentences), initial=done, unit="sentence",
-                                                         disable=not progress) as bar:
+    with (
+        partial.open("a", encoding="utf-8") as f,
+        tqdm(total=len(sentences), initial=done, unit="sentence", disable=not progress) as bar,
+    ):
         for start in range(done, len(sentences), CHUNK):  # whole chunks: a chunk's seed is its index
-            german = sentences[start:start + CHUNK]
+            german = sentences[start : start + CHUNK]
             english = translate_chunk(ckpt, german, settings, start // CHUNK)
-            f.writelines(f"{' '.join(f'{settings.tag} {en}'.split())}\t{de}\n"
-                         for en, de in zip(english, german, strict=True))
+            f.writelines(
+                f"{' '.join(f'{settings.tag} {en}'.split())}\t{de}\n" for en, de in zip(english, german, strict=True)
+            )
             f.flush()
             bar.update(len(german))
     pairs = [Pair(*line.rstrip("\n").split("\t")) for line in partial.open(encoding="utf-8")]
     cleaned = clean_synthetic(pairs, settings.tag)
     final = prepared_path(CORPUS, "train", out)
     write_tsv_gz(final, cleaned.pairs)
-    meta.write_text(json.dumps({**asdict(settings), "translated": len(pairs), "dropped": cleaned.dropped}, indent=1)
-                    + "\n", encoding="utf-8")
+    meta.write_text(
+        json.dumps({**asdict(settings), "translated": len(pairs), "dropped": cleaned.dropped}, indent=1) + "\n",
+        encoding="utf-8",
+    )
     partial.unlink()
     return final, cleaned
 
@@ -170,7 +178,7 @@ def clean_synthetic(pairs: list[Pair], tag: str) -> Cleaned:
     whose English says less than its German teaches the English → German model to invent words."""
 
     def why(pair: Pair) -> str | None:
-        english = pair.src[len(tag):].strip() if tag and pair.src.startswith(tag) else pair.src.strip()
+        english = pair.src[len(tag) :].strip() if tag and pair.src.startswith(tag) else pair.src.strip()
         if not english:
             return "empty"
         return drop_reason(Pair(english, pair.tgt)) or ("looping" if find_loop(english) else None)
@@ -192,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.backtranslate", description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", required=True, help="a German → English model (trained with --reverse)")
     parser.add_argument("--mono", default=str(MONO), help="German text, one sentence per line (plain or .gz)")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="sample",
-                        help="sample (top-k), beam (its best) or greedy English sources")
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="sample",
+        help="sample (top-k), beam (its best) or greedy English sources",
+    )
     parser.add_argument("--top-k", type=int, default=10, help="with --strategy sample: the tokens sampled from")
     parser.add_argument("--beam", type=int, default=4, help="with --strategy beam: the beam width")
     parser.add_argument("--tag", default=TAG, help="written before every synthetic English side ('' for none)")
@@ -202,16 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=PREPARED, help="folder of the prepared corpora")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    settings = Settings(str(args.checkpoint), str(args.mono), args.strategy, args.top_k, args.beam, args.tag,
-                        args.seed, args.limit)
+    settings = Settings(
+        str(args.checkpoint), str(args.mono), args.strategy, args.top_k, args.beam, args.tag, args.seed, args.limit
+    )
     try:
         path, cleaned = backtranslate(settings, args.out, progress=not args.no_progress)
     except (DataError, CheckpointError, SamplingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     why = ", ".join(f"{reason} {n:,}" for reason, n in cleaned.dropped.items())
-    print(f"wrote {path}: {len(cleaned.pairs):,} synthetic pairs" + (f" (dropped: {why})" if why else "")
-          + f"; train on them with --mix …,{CORPUS}=1")
+    print(
+        f"wrote {path}: {len(cleaned.pairs):,} synthetic pairs"
+        + (f" (dropped: {why})" if why else "")
+        + f"; train on them with --mix …,{CORPUS}=1"
+    )
     return 0
 
 

@@ -56,12 +56,16 @@ def add_sets(card: dict, greedy: dict, beam: dict) -> tuple[dict, list[str]]:
         raise CardError("the card has no suite scores to add to (no 'suite' and 'beam'): carry it across a leg")
     said = beam_decoding(beam)
     if said != card["beam"].get("decoding"):
-        raise CardError(f"the beam report was decoded with {said}, the card's beam scores with "
-                        f"{card['beam'].get('decoding')}: score them the same way")
+        raise CardError(
+            f"the beam report was decoded with {said}, the card's beam scores with "
+            f"{card['beam'].get('decoding')}: score them the same way"
+        )
     new = copy.deepcopy(card)
     added = []
-    for strategy, report, scores, repeats in (("greedy", greedy, new["suite"].setdefault("greedy", {}), "repeats"),
-                                              ("beam", beam, new["beam"], "repeats_beam")):
+    for strategy, report, scores, repeats in (
+        ("greedy", greedy, new["suite"].setdefault("greedy", {}), "repeats"),
+        ("beam", beam, new["beam"], "repeats_beam"),
+    ):
         kept = new["suite"].get(repeats)
         per_set = isinstance(kept, dict) and strategy not in kept  # an older card keeps one summary per strategy
         found = repeats_of(report, strategy)
@@ -79,9 +83,13 @@ def markdown_rows(rows: list[dict]) -> list[str]:
     """``rows`` (the card's ``legs`` entries that have a valid loss) as rows of the curve table under *Training
     procedure* in the model card (:func:`card_pages`): label, minutes, tokens (millions), valid loss (nats/token),
     valid chrF."""
-    return [f"| {r['leg']} | {r.get('train_minutes', r.get('cpu_minutes'))} | {r['tokens_seen'] / 1e6:.1f}M | "
-            f"{r['valid_loss']:.4f} | "
-            f"{r['valid_chrf'] if r.get('valid_chrf') is not None else '–'} |" for r in rows if "valid_loss" in r]
+    return [
+        f"| {r['leg']} | {r.get('train_minutes', r.get('cpu_minutes'))} | {r['tokens_seen'] / 1e6:.1f}M | "
+        f"{r['valid_loss']:.4f} | "
+        f"{r['valid_chrf'] if r.get('valid_chrf') is not None else '–'} |"
+        for r in rows
+        if "valid_loss" in r
+    ]
 
 
 def card_pages(card_json: str | Path) -> tuple[Path, Path]:
@@ -92,10 +100,24 @@ def card_pages(card_json: str | Path) -> tuple[Path, Path]:
     return folder / "README.md", folder / "HISTORY.md"
 
 
-def append_leg(card: dict, run: str | Path | Sequence[str | Path], leg: int, parent: str, valid: dict, greedy: dict,
-               beam: dict, selected_by: str, cooldown_from: int | None = None, every: int = 1000,
-               date: str | None = None, shipped_label: str | None = None, data_note: str = "", command: str = "",
-               machine: str | None = None, own_valid: str | None = None) -> dict:
+def append_leg(
+    card: dict,
+    run: str | Path | Sequence[str | Path],
+    leg: int,
+    parent: str,
+    valid: dict,
+    greedy: dict,
+    beam: dict,
+    selected_by: str,
+    cooldown_from: int | None = None,
+    every: int = 1000,
+    date: str | None = None,
+    shipped_label: str | None = None,
+    data_note: str = "",
+    command: str = "",
+    machine: str | None = None,
+    own_valid: str | None = None,
+) -> dict:
     """``card`` (the card the leg started from) carried across one more leg: a new dict, ``card`` untouched.
 
     ``valid`` is the ``--loss`` report of ``python -m evaluation.evaluate --tsv`` on the shipped candidate; the old
@@ -125,15 +147,19 @@ def append_leg(card: dict, run: str | Path | Sequence[str | Path], leg: int, par
     new.update(total)
     if card.get("parameters") not in (None, count):  # grown (or otherwise changed) in this leg: say from what
         new.setdefault("architecture_changes", []).append(
-            {"leg": leg, "parameters": [card.get("parameters"), count], **depths})
+            {"leg": leg, "parameters": [card.get("parameters"), count], **depths}
+        )
     new["parameters"] = count
     new["total"] = {"tokens_seen": total["tokens_seen"], "train_minutes": new["train_minutes"]}
     if apart:
         new["total"]["cpu_minutes"] = new["cpu_minutes"]
     if date:
         new["date"] = date
-    new["valid"] = {"split": "mixture valid", **{k: valid[k] for k in ("bleu", "chrf", "loss", "perplexity")
-                                                if k in valid}, "sentences": valid.get("sentences")}
+    new["valid"] = {
+        "split": "mixture valid",
+        **{k: valid[k] for k in ("bleu", "chrf", "loss", "perplexity") if k in valid},
+        "sentences": valid.get("sentences"),
+    }
     fields = suite_fields(greedy, beam)
     new.update(fields)
     new["selected_by"] = selected_by
@@ -147,9 +173,17 @@ def append_leg(card: dict, run: str | Path | Sequence[str | Path], leg: int, par
         new.setdefault("leg_curves", {})[f"leg{leg}"] = {"valid_set": own_valid, "rows": rows}
     else:
         legs += rows
-    legs.append({"leg": shipped_label or f"leg {leg} · shipped", minutes_key: total[minutes_key],
-                 "tokens_seen": total["tokens_seen"], "valid_chrf": None,
-                 "everyday_chrf": fields["everyday"]["chrf"], "test_chrf": fields["test"]["chrf"], "shipped": True})
+    legs.append(
+        {
+            "leg": shipped_label or f"leg {leg} · shipped",
+            minutes_key: total[minutes_key],
+            "tokens_seen": total["tokens_seen"],
+            "valid_chrf": None,
+            "everyday_chrf": fields["everyday"]["chrf"],
+            "test_chrf": fields["test"]["chrf"],
+            "shipped": True,
+        }
+    )
     flores = fields["suite"]["greedy"].get(FLORES_NAME)
     if flores:  # the general domain beside the everyday set on the card's chart (charts.training.LEG_SCORES)
         legs[-1]["flores_chrf"] = flores["chrf"]
@@ -160,8 +194,12 @@ def append_leg(card: dict, run: str | Path | Sequence[str | Path], leg: int, par
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.card", description=__doc__.split("\n\n")[0])
     p.add_argument("--card", required=True, help="card.json of the checkpoint the leg started from")
-    p.add_argument("--run", nargs="+", help="the leg's run folder (the cooled copy, when there is one); a leg that "
-                   "went on as new runs, each --init-from the one before's end: every folder, in order")
+    p.add_argument(
+        "--run",
+        nargs="+",
+        help="the leg's run folder (the cooled copy, when there is one); a leg that "
+        "went on as new runs, each --init-from the one before's end: every folder, in order",
+    )
     p.add_argument("--leg", type=int, default=None, help="the leg's number in the lineage")
     p.add_argument("--parent", help='where the leg started, e.g. "leg 7 soup"')
     p.add_argument("--cooldown-from", type=int, default=None, help="run step where the cooldown began")
@@ -174,27 +212,54 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-note", default="", help="what the leg changed in the data")
     p.add_argument("--command", default="", help="the leg's training command(s)")
     p.add_argument("--date", default=None, help="the card's date (YYYY-MM-DD)")
-    p.add_argument("--machine", choices=("cpu", "gpu"), default=None, help="where the leg ran; cpu after a "
-                   "GPU-trained card counts its minutes apart, as cpu_minutes")
-    p.add_argument("--own-valid", default=None, help="the name of the leg's own valid set, when its trainer scored "
-                   "another set than the card's curve: its rows go to leg_curves, not into the chart's legs")
+    p.add_argument(
+        "--machine",
+        choices=("cpu", "gpu"),
+        default=None,
+        help="where the leg ran; cpu after a GPU-trained card counts its minutes apart, as cpu_minutes",
+    )
+    p.add_argument(
+        "--own-valid",
+        default=None,
+        help="the name of the leg's own valid set, when its trainer scored "
+        "another set than the card's curve: its rows go to leg_curves, not into the chart's legs",
+    )
     p.add_argument("--out", required=True, help="the new card.json to write")
-    p.add_argument("--add-sets", action="store_true", help="no leg: add to --card the scores of the sets it has "
-                   "none for, from --greedy and --beam reports of the shipped checkpoint itself")
+    p.add_argument(
+        "--add-sets",
+        action="store_true",
+        help="no leg: add to --card the scores of the sets it has "
+        "none for, from --greedy and --beam reports of the shipped checkpoint itself",
+    )
     args = p.parse_args(argv)
     if args.add_sets:
         return _main_add_sets(args)
-    needed = [f"--{k.replace('_', '-')}" for k in ("run", "leg", "parent", "valid", "selected_by")
-              if getattr(args, k) is None]
+    needed = [
+        f"--{k.replace('_', '-')}" for k in ("run", "leg", "parent", "valid", "selected_by") if getattr(args, k) is None
+    ]
     if needed:
         p.error(f"a leg needs {', '.join(needed)} (or give --add-sets)")
     try:
         card = read_object(args.card, "card")
         valid, greedy, beam = (read_object(getattr(args, k), f"--{k} report") for k in ("valid", "greedy", "beam"))
-        new = append_leg(card, args.run, args.leg, args.parent, valid, greedy, beam, selected_by=args.selected_by,
-                         cooldown_from=args.cooldown_from, every=args.every, date=args.date,
-                         shipped_label=args.shipped_label, data_note=args.data_note, command=args.command,
-                         machine=args.machine, own_valid=args.own_valid)
+        new = append_leg(
+            card,
+            args.run,
+            args.leg,
+            args.parent,
+            valid,
+            greedy,
+            beam,
+            selected_by=args.selected_by,
+            cooldown_from=args.cooldown_from,
+            every=args.every,
+            date=args.date,
+            shipped_label=args.shipped_label,
+            data_note=args.data_note,
+            command=args.command,
+            machine=args.machine,
+            own_valid=args.own_valid,
+        )
     except CardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -203,11 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     readme, history = card_pages(args.card)
     unit = "GPU" if str(new.get("device", "")).startswith("cuda") else "CPU"  # as the pages read a card's minutes
     cpu = f" + {new['cpu_minutes']} CPU-min" if "cpu_minutes" in new else ""
-    print(f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} {unit}-min{cpu}, "
-          f"{len(new['legs'])} curve rows; the leg's rows for the curve table under 'Training procedure' in "
-          f"{readme} (what the leg tried and why goes to {history}):")
+    print(
+        f"wrote {out}: step {new['step']:,}, {new['tokens_seen']:,} tokens, {new['train_minutes']} {unit}-min{cpu}, "
+        f"{len(new['legs'])} curve rows; the leg's rows for the curve table under 'Training procedure' in "
+        f"{readme} (what the leg tried and why goes to {history}):"
+    )
     curve = (new.get("leg_curves") or {}).get(f"leg{args.leg}", {}).get("rows") if args.own_valid else None
-    print("\n".join(markdown_rows(curve or new["legs"][len(card.get("legs", [])):])))
+    print("\n".join(markdown_rows(curve or new["legs"][len(card.get("legs", [])) :])))
     return 0
 
 
@@ -220,8 +287,11 @@ def _main_add_sets(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     atomic_write_json(Path(args.out), new)
-    print(f"wrote {args.out}: added {', '.join(added)}" if added else
-          f"wrote {args.out}: the card already scores every set of the reports; nothing added")
+    print(
+        f"wrote {args.out}: added {', '.join(added)}"
+        if added
+        else f"wrote {args.out}: the card already scores every set of the reports; nothing added"
+    )
     return 0
 
 

@@ -62,8 +62,10 @@ def chain_metrics(run: str | Path | Sequence[str | Path]) -> tuple[list[dict], l
     step = tokens = seconds = 0
     for folder in run_folders(run):
         t, v = read_metrics(folder)
-        train += [dict(r, step=step + r["step"], tokens_seen=tokens + r["tokens_seen"],
-                       time_s=seconds + r.get("time_s", 0)) for r in t]
+        train += [
+            dict(r, step=step + r["step"], tokens_seen=tokens + r["tokens_seen"], time_s=seconds + r.get("time_s", 0))
+            for r in t
+        ]
         valid += [dict(r, step=step + r["step"], time_s=seconds + r.get("time_s", 0)) for r in v]
         step += max(r["step"] for r in t + v)  # the next run starts from this one's last/, its last step
         tokens += max((r["tokens_seen"] for r in t), default=0)
@@ -80,9 +82,15 @@ def tokens_at(train_rows: list[dict], step: int) -> int:
     return seen
 
 
-def leg_rows(run: str | Path | Sequence[str | Path], start: dict, leg: int, parent: str,
-             cooldown_from: int | None = None, every: int = 1000,
-             minutes_key: str = "train_minutes") -> tuple[list[dict], dict]:
+def leg_rows(
+    run: str | Path | Sequence[str | Path],
+    start: dict,
+    leg: int,
+    parent: str,
+    cooldown_from: int | None = None,
+    every: int = 1000,
+    minutes_key: str = "train_minutes",
+) -> tuple[list[dict], dict]:
     """The card's curve rows for one leg, and the leg's totals.
 
     Args:
@@ -109,13 +117,22 @@ def leg_rows(run: str | Path | Sequence[str | Path], start: dict, leg: int, pare
         if s % every and s != last:
             continue
         where = " (cooldown)" if cooldown_from is not None and s > cooldown_from else ""
-        rows.append({"leg": f"leg {leg}, from {parent}{where} · step {start['step'] + s:,}",
-                     minutes_key: round(start[minutes_key] + r.get("time_s", 0) / 60, 1),
-                     "tokens_seen": start["tokens_seen"] + tokens_at(train, s),
-                     "valid_loss": r["valid_loss"], "valid_chrf": r.get("valid_chrf"), "shipped": False})
+        rows.append(
+            {
+                "leg": f"leg {leg}, from {parent}{where} · step {start['step'] + s:,}",
+                minutes_key: round(start[minutes_key] + r.get("time_s", 0) / 60, 1),
+                "tokens_seen": start["tokens_seen"] + tokens_at(train, s),
+                "valid_loss": r["valid_loss"],
+                "valid_chrf": r.get("valid_chrf"),
+                "shipped": False,
+            }
+        )
     seconds = max(r.get("time_s", 0) for r in train + valid)
-    total = {"step": start["step"] + last, "tokens_seen": start["tokens_seen"] + max(r["tokens_seen"] for r in train),
-             minutes_key: round(start[minutes_key] + seconds / 60, 1)}
+    total = {
+        "step": start["step"] + last,
+        "tokens_seen": start["tokens_seen"] + max(r["tokens_seen"] for r in train),
+        minutes_key: round(start[minutes_key] + seconds / 60, 1),
+    }
     return rows, total
 
 
@@ -135,7 +152,9 @@ def parameters(run: str | Path | Sequence[str | Path]) -> tuple[int, dict]:
     except ConfigError as exc:
         raise CardError(f"{folders[-1]}: {exc}") from None
     return Transformer.count_parameters(cfg), {
-        "n_encoder_layers": cfg.n_encoder_layers, "n_decoder_layers": cfg.n_decoder_layers}
+        "n_encoder_layers": cfg.n_encoder_layers,
+        "n_decoder_layers": cfg.n_decoder_layers,
+    }
 
 
 def by_set(report: dict, strategy: str) -> dict:
@@ -145,11 +164,14 @@ def by_set(report: dict, strategy: str) -> dict:
         CardError: a report without the strategy's scores.
     """
     try:
-        return {r["name"]: {"sentences": r["sentences"], **{k: r["scores"][strategy][k] for k in ("bleu", "chrf")}}
-                for r in report["sets"]}
+        return {
+            r["name"]: {"sentences": r["sentences"], **{k: r["scores"][strategy][k] for k in ("bleu", "chrf")}}
+            for r in report["sets"]
+        }
     except (KeyError, TypeError):
-        raise CardError(f"the suite report has no {strategy} scores: write it with --suite-strategies "
-                        f"{strategy} --json FILE") from None
+        raise CardError(
+            f"the suite report has no {strategy} scores: write it with --suite-strategies {strategy} --json FILE"
+        ) from None
 
 
 def repeats_of(report: dict, strategy: str) -> dict:
@@ -168,17 +190,22 @@ def suite_fields(greedy: dict, beam: dict, checkpoint: str = "checkpoints/en-de"
     """
     gs, bs = by_set(greedy, "greedy"), by_set(beam, "beam")
     fields = {}
-    for key, name, split in (("test", "multi30k test2016", "Multi30K test2016"),
-                             ("everyday", "everyday", "assets/eval/everyday.tsv"),
-                             ("ding_test", "ding test", "Ding test sentences")):
+    for key, name, split in (
+        ("test", "multi30k test2016", "Multi30K test2016"),
+        ("everyday", "everyday", "assets/eval/everyday.tsv"),
+        ("ding_test", "ding test", "Ding test sentences"),
+    ):
         if name not in gs:
             raise CardError(f"the greedy report has no '{name}' set (was ../shared/data there?)")
         fields[key] = {"split": split, **gs[name], "decoding": "greedy"}
-    fields["suite"] = {"greedy": gs, "goal": {s: {"greedy": o["greedy"]} for s, o in greedy["goal"].items()},
-                       "repeats": repeats_of(greedy, "greedy"),
-                       "command": f"python -m evaluation.evaluate --suite --checkpoint {checkpoint}",
-                       "goal_beam": {s: {"beam": o["beam"]} for s, o in beam["goal"].items()},
-                       "repeats_beam": repeats_of(beam, "beam")}
+    fields["suite"] = {
+        "greedy": gs,
+        "goal": {s: {"greedy": o["greedy"]} for s, o in greedy["goal"].items()},
+        "repeats": repeats_of(greedy, "greedy"),
+        "command": f"python -m evaluation.evaluate --suite --checkpoint {checkpoint}",
+        "goal_beam": {s: {"beam": o["beam"]} for s, o in beam["goal"].items()},
+        "repeats_beam": repeats_of(beam, "beam"),
+    }
     fields["beam"] = {"decoding": beam_decoding(beam), **bs, "limit": 0}
     return fields
 
@@ -191,6 +218,8 @@ def beam_decoding(beam: dict) -> str:
     """
     decoding = beam.get("decoding") or {}
     if not {"beam", "alpha"} <= decoding.keys():
-        raise CardError("the beam report does not say its beam width and alpha (under 'decoding'): write it with "
-                        "python -m evaluation.evaluate --suite --json FILE")
+        raise CardError(
+            "the beam report does not say its beam width and alpha (under 'decoding'): write it with "
+            "python -m evaluation.evaluate --suite --json FILE"
+        )
     return f"beam {decoding['beam']}, length penalty alpha {decoding['alpha']}"

@@ -65,14 +65,19 @@ def grow_depth(checkpoint: str | Path, out: str | Path, encoder_layers: int, dec
     ckpt = load_checkpoint(checkpoint)  # validates config, tokenizer and weights
     config = ckpt.config.to_dict()
     if not config.get("norm_first", False):
-        raise CheckpointError("only a pre-norm model (norm_first) grows exactly: a post-norm block with a zero "
-                              "branch still normalises, so it is no identity")
+        raise CheckpointError(
+            "only a pre-norm model (norm_first) grows exactly: a post-norm block with a zero "
+            "branch still normalises, so it is no identity"
+        )
     wanted = {"n_encoder_layers": encoder_layers, "n_decoder_layers": decoder_layers}
     if config["arch"] == "decoder-only":
         wanted.pop("n_encoder_layers")
     state = model_state(ckpt.model)  # the weights just loaded and validated, without the tied output copy
-    grown = {k: v.float() if v.is_floating_point() else v for k, v in state.items()
-             if not any(k.startswith(prefix + ".") for prefix in STACKS.values())}
+    grown = {
+        k: v.float() if v.is_floating_point() else v
+        for k, v in state.items()
+        if not any(k.startswith(prefix + ".") for prefix in STACKS.values())
+    }
     growth = {}
     for key, n_new in wanted.items():
         prefix, n_old = STACKS[key], config[key]
@@ -87,12 +92,15 @@ def grow_depth(checkpoint: str | Path, out: str | Path, encoder_layers: int, dec
                 t = (t.float() if t.is_floating_point() else t).clone()  # a copied layer shares no storage
                 if fresh and name.endswith(RESIDUAL_WRITERS):
                     t = torch.zeros_like(t)
-                grown[f"{prefix}.{j}.{name[len(f'{prefix}.{i}.'):]}"] = t
+                grown[f"{prefix}.{j}.{name[len(f'{prefix}.{i}.') :]}"] = t
         config[key] = n_new
         growth[prefix] = [n_old, n_new]
     card = dict(ckpt.card)
-    card["grown"] = {"from": str(checkpoint), "layers": growth,
-                     "rule": "new layers copy the one before, with zeroed residual projections (identity)"}
+    card["grown"] = {
+        "from": str(checkpoint),
+        "layers": growth,
+        "rule": "new layers copy the one before, with zeroed residual projections (identity)",
+    }
     write_checkpoint_files(out, config, ckpt.tokenizer.to_str(), grown, card)
     load_checkpoint(out)  # what was written loads, or this raises here rather than in the trainer
     return out

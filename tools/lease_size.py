@@ -35,8 +35,12 @@ def tree_files(repo: Path) -> list[Path]:
     not ignore (``git ls-files --cached --others --exclude-standard``). Raises ``RuntimeError`` outside a git
     checkout."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
-                             capture_output=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=repo,
+            capture_output=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         raise RuntimeError(f"{repo} is not a git checkout: {exc}") from None
     files = [repo / name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
@@ -73,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     for path, size in m["carried"].items():
         print(f"carried {path}: {size / mib:.1f} MiB" + ("" if size else " (not here)"))
     verdict = "fits" if m["margin"] >= 0 else "REFUSED: over the limit"
-    print(f"total {m['total'] / mib:.1f} MiB of {m['limit'] / mib:.0f} MiB: {verdict} "
-          f"({abs(m['margin']) / mib:.1f} MiB {'to spare' if m['margin'] >= 0 else 'too much'})")
+    print(
+        f"total {m['total'] / mib:.1f} MiB of {m['limit'] / mib:.0f} MiB: {verdict} "
+        f"({abs(m['margin']) / mib:.1f} MiB {'to spare' if m['margin'] >= 0 else 'too much'})"
+    )
     return 0 if m["margin"] >= 0 else 1
 
 

@@ -94,9 +94,25 @@ def probe_first(args, trainer_args: list[str], log: Path) -> list[str]:
     """Run the throughput probe on ``trainer_args`` (report in ``RUN/probe/``); the flags of the fastest variant
     that worked, ``[]`` (base) when the probe failed or none did."""
     folder = args.run / "probe"
-    rc = train(["--variants", args.probe_variants, "--budget-s", str(args.probe_budget_s), "--profile", "--report",
-                str(folder), "--", *trainer_args, "--out", str(folder), "--max-steps", "1000000"], log,
-               module="trainer.probe")
+    rc = train(
+        [
+            "--variants",
+            args.probe_variants,
+            "--budget-s",
+            str(args.probe_budget_s),
+            "--profile",
+            "--report",
+            str(folder),
+            "--",
+            *trainer_args,
+            "--out",
+            str(folder),
+            "--max-steps",
+            "1000000",
+        ],
+        log,
+        module="trainer.probe",
+    )
     report = folder / "probe.json"
     if rc or not report.is_file():
         say(f"the probe failed (exit code {rc}): training with the base options", log)
@@ -140,8 +156,9 @@ def export(run: Path, dest: Path) -> list[Path]:
     with tarfile.open(dest / "run.tar.gz", "w:gz") as tar:
         tar.add(run, arcname=run.name, filter=lambda m: None if m.name.endswith(".safetensors") else m)
     # the probe's table and profile beside the weights too, to be read without unpacking
-    reports = [shutil.copy(f, dest / f.name) for f in (run / "probe" / n for n in ("probe.json", "profile.txt"))
-               if f.is_file()]
+    reports = [
+        shutil.copy(f, dest / f.name) for f in (run / "probe" / n for n in ("probe.json", "profile.txt")) if f.is_file()
+    ]
     return written + [dest / "run.tar.gz", *map(Path, reports)]
 
 
@@ -179,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--join", type=Path, help="an export folder to put back together (with --into)")
     p.add_argument("--into", type=Path, help="the run folder --join writes")
     argv = sys.argv[1:] if argv is None else argv
-    trainer_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    trainer_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.join:
         join(args.join, args.into)
@@ -202,11 +219,26 @@ def main(argv: list[str] | None = None) -> int:
     # the second leg starts up (and compiles) again: its steps fill what is left of its share after that
     start_up = min(start_up_seconds(run, rate), left_s / 2)
     cool = max(1, int(rate * (left_s - start_up)))
-    print(f"first leg: {step} steps, {rate:.2f} steps/s, {start_up:.0f} s to start; cooldown of {cool} steps "
-          f"(~{left_s:.0f} s with the start); {time.time() - started:.0f} s so far", flush=True)
-    rc = train(["--out", str(run), "--resume", "--max-steps", str(step + cool), "--cooldown-steps", str(cool),
-                # a safety net only: the steps were sized to end the leg in time
-                "--max-minutes", f"{max(left_s * 1.5, left_s + 60) / 60:.2f}"], log)
+    print(
+        f"first leg: {step} steps, {rate:.2f} steps/s, {start_up:.0f} s to start; cooldown of {cool} steps "
+        f"(~{left_s:.0f} s with the start); {time.time() - started:.0f} s so far",
+        flush=True,
+    )
+    rc = train(
+        [
+            "--out",
+            str(run),
+            "--resume",
+            "--max-steps",
+            str(step + cool),
+            "--cooldown-steps",
+            str(cool),
+            # a safety net only: the steps were sized to end the leg in time
+            "--max-minutes",
+            f"{max(left_s * 1.5, left_s + 60) / 60:.2f}",
+        ],
+        log,
+    )
     if rc:
         return rc
     if args.export:

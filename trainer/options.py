@@ -49,31 +49,52 @@ def given_options(parser: argparse.ArgumentParser, argv: list[str] | None) -> se
 # What ``--resume`` may change: limits and the machine. An option left off the command line keeps the saved
 # run's value (a resumed run is not silently cut to the default --max-steps, nor loses --test-at-end); the
 # model and data options always come from the saved run.
-RESUME_OVERRIDABLE = ("max_steps", "max_minutes", "no_progress", "threads", "device", "test_at_end", "snapshots",
-                      "compile", "peak_tflops", "precision", "patience", "cooldown_steps")
+RESUME_OVERRIDABLE = (
+    "max_steps",
+    "max_minutes",
+    "no_progress",
+    "threads",
+    "device",
+    "test_at_end",
+    "snapshots",
+    "compile",
+    "peak_tflops",
+    "precision",
+    "patience",
+    "cooldown_steps",
+)
 
 
 def check_args(args: TrainConfig) -> None:
     """Refuse combinations the trainer cannot run. Raises ``ValueError`` (``main`` exits with code 2)."""
     if args.impl != "ours" and args.arch != "encoder-decoder":
-        raise ValueError(f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
-                         f"train --arch {args.arch} with --impl ours")
+        raise ValueError(
+            f"--impl {args.impl} (the torch.nn.Transformer baseline) is encoder-decoder only; "
+            f"train --arch {args.arch} with --impl ours"
+        )
     if args.cooldown_steps > args.max_steps:
-        raise ValueError(f"--cooldown-steps {args.cooldown_steps} is longer than --max-steps {args.max_steps}: the "
-                         "decay ends at --max-steps")
+        raise ValueError(
+            f"--cooldown-steps {args.cooldown_steps} is longer than --max-steps {args.max_steps}: the "
+            "decay ends at --max-steps"
+        )
     if args.tokenizer and args.init_from:  # (a resumed run saved its own tokenizer in last/)
         raise ValueError("--tokenizer is for a new model; --init-from keeps its checkpoint's tokenizer")
     if args.mix and (args.train_tsv or args.corpus == "brown"):
         raise ValueError("--mix names the training data; leave out --train-tsv and --corpus brown")
     if args.reverse and (args.corpus == "brown" or args.arch != "encoder-decoder"):
-        raise ValueError("--reverse swaps the sides of translation pairs: it trains an encoder-decoder German → "
-                         "English translator, not a language model")
+        raise ValueError(
+            "--reverse swaps the sides of translation pairs: it trains an encoder-decoder German → "
+            "English translator, not a language model"
+        )
     if args.corpus == "brown":
         if args.arch != "decoder-only":
-            raise ValueError("--corpus brown is English only: it trains a language model (--arch decoder-only), "
-                             "not a translator")
+            raise ValueError(
+                "--corpus brown is English only: it trains a language model (--arch decoder-only), not a translator"
+            )
         if args.train_tsv or args.valid_tsv:
             raise ValueError("--corpus brown and --train-tsv/--valid-tsv both name the training data; give one")
         if args.phrases_per_epoch or args.words_per_epoch or args.sentence_repeat != 1:
-            raise ValueError("--phrases-per-epoch, --words-per-epoch and --sentence-repeat are for the Ding pairs, "
-                             "not --corpus brown")
+            raise ValueError(
+                "--phrases-per-epoch, --words-per-epoch and --sentence-repeat are for the Ding pairs, "
+                "not --corpus brown"
+            )

@@ -52,7 +52,7 @@ def variant_changes(name: str, batch_tokens: int) -> dict:
     """The :class:`~training.config.TrainConfig` changes of variant ``name`` (see the module docstring) for a run
     of ``batch_tokens``. Raises ``ValueError`` for an unknown modifier."""
     changes = {"fused_optimizer": False, "compile": False, "pad_multiple": 1, "batch_tokens": batch_tokens}
-    for part in ([] if name == "base" else name.split("+")):
+    for part in [] if name == "base" else name.split("+"):
         if part == "fused":
             changes["fused_optimizer"] = True
         elif part == "compile":
@@ -73,8 +73,11 @@ def variant_flags(name: str, batch_tokens: int) -> list[str]:
     for key, value in variant_changes(name, batch_tokens).items():
         if value is True:
             flags.append(flag_of(key))
-        elif value is not False and not (key == "pad_multiple" and value == 1) and not (
-                key == "batch_tokens" and value == batch_tokens):
+        elif (
+            value is not False
+            and not (key == "pad_multiple" and value == 1)
+            and not (key == "batch_tokens" and value == batch_tokens)
+        ):
             flags += [flag_of(key), str(value)]
     return flags
 
@@ -95,8 +98,11 @@ def shapes_per_epoch(trainer) -> dict:
     among them (what ``--pad-multiple`` reduces; the rows vary with the lengths under a token budget) and the
     number of steps."""
     examples, steps = trainer.plan.steps(0)
-    shapes = {padded_shape([examples[i] for i in idx], trainer.config.pad_multiple, trainer.cfg.max_len)
-              for micro in steps for idx in micro}
+    shapes = {
+        padded_shape([examples[i] for i in idx], trainer.config.pad_multiple, trainer.cfg.max_len)
+        for micro in steps
+        for idx in micro
+    }
     return {"shapes": len(shapes), "lengths": len({s[1:] for s in shapes}), "steps": len(steps)}
 
 
@@ -150,10 +156,15 @@ def measure(trainer, name: str, args, batch_tokens: int) -> dict:
         n, tokens, flops = n + 1, tokens + t, flops + f
     synchronize(device)
     elapsed = time.perf_counter() - start
-    row.update(steps=n, seconds=round(elapsed, 3), steps_per_s=round(n / elapsed, 3),
-               tokens_per_s=round(tokens / elapsed, 1), vs_baseline=round(tokens / elapsed / args.baseline_tokens_s, 3),
-               mfu=round(flops / elapsed / (trainer.peak_total * 1e12), 5) if trainer.peak_total else None,
-               loss=round(float(loss), 4))
+    row.update(
+        steps=n,
+        seconds=round(elapsed, 3),
+        steps_per_s=round(n / elapsed, 3),
+        tokens_per_s=round(tokens / elapsed, 1),
+        vs_baseline=round(tokens / elapsed / args.baseline_tokens_s, 3),
+        mfu=round(flops / elapsed / (trainer.peak_total * 1e12), 5) if trainer.peak_total else None,
+        loss=round(float(loss), 4),
+    )
     if device.type == "cuda":
         stats = torch.cuda.memory_stats(device)
         row.update(peak_bytes=torch.cuda.max_memory_allocated(device), alloc_retries=stats.get("num_alloc_retries"))
@@ -184,8 +195,10 @@ def profile(trainer, path: Path, batch_tokens: int, steps: int = 10) -> None:
     lines = [f"{steps} base steps, {wall:.3f} s wall ({wall / steps * 1000:.1f} ms a step) on {trainer.device}"]
     if cuda:
         busy = sum(e.self_device_time_total for e in averages) / 1e6
-        lines.append(f"device busy {busy:.3f} s = {busy / wall:.0%} of the wall time (far under 100 %: the host, "
-                     "not the GPU, sets the pace)")
+        lines.append(
+            f"device busy {busy:.3f} s = {busy / wall:.0%} of the wall time (far under 100 %: the host, "
+            "not the GPU, sets the pace)"
+        )
         lines += ["", "by self device time:", averages.table(sort_by="self_device_time_total", row_limit=30)]
     lines += ["", "by self CPU time:", averages.table(sort_by="self_cpu_time_total", row_limit=30)]
     path.write_text("\n".join(lines) + "\n")
@@ -193,23 +206,28 @@ def profile(trainer, path: Path, batch_tokens: int, steps: int = 10) -> None:
 
 def table(rows: list[dict]) -> str:
     """The rows as a fixed-width text table."""
+
     def cell(row, key, fmt):
         value = row.get(key)
         return format(value, fmt) if value is not None else "—".rjust(int(fmt.split(".")[0].rstrip(",d")))
 
-    head = f"{'variant':<30} {'steps/s':>8} {'tokens/s':>11} {'×base':>6} {'MFU':>7} {'peak bytes':>14} " \
-           f"{'syncs':>5} {'shapes':>6} {'lengths':>7} {'warm s':>7}"
+    head = (
+        f"{'variant':<30} {'steps/s':>8} {'tokens/s':>11} {'×base':>6} {'MFU':>7} {'peak bytes':>14} "
+        f"{'syncs':>5} {'shapes':>6} {'lengths':>7} {'warm s':>7}"
+    )
     out = [head]
     for r in rows:
         if "error" in r:
             says = r["error"] if r["error"].startswith("skipped") else f"failed: {r['error']}"
             out.append(f"{r['variant']:<30} {says}")
             continue
-        out.append(f"{r['variant']:<30} {cell(r, 'steps_per_s', '8.2f')} {cell(r, 'tokens_per_s', '11,.0f')} "
-                   f"{cell(r, 'vs_baseline', '6.2f')} {cell(r, 'mfu', '7.2%')} {cell(r, 'peak_bytes', '14,d')} "
-                   f"{cell(r, 'syncs_per_step', '5d')} {cell(r, 'shapes_per_epoch', '6d')} "
-                   f"{cell(r, 'lengths_per_epoch', '7d')} "
-                   f"{cell(r, 'warmup_s', '7.1f')}")
+        out.append(
+            f"{r['variant']:<30} {cell(r, 'steps_per_s', '8.2f')} {cell(r, 'tokens_per_s', '11,.0f')} "
+            f"{cell(r, 'vs_baseline', '6.2f')} {cell(r, 'mfu', '7.2%')} {cell(r, 'peak_bytes', '14,d')} "
+            f"{cell(r, 'syncs_per_step', '5d')} {cell(r, 'shapes_per_epoch', '6d')} "
+            f"{cell(r, 'lengths_per_epoch', '7d')} "
+            f"{cell(r, 'warmup_s', '7.1f')}"
+        )
     return "\n".join(out)
 
 
@@ -224,7 +242,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """``(own options, trainer options)``: the trainer's come after ``--``."""
     if "--" not in argv:
         return argv, []
-    return argv[: argv.index("--")], argv[argv.index("--") + 1:]
+    return argv[: argv.index("--")], argv[argv.index("--") + 1 :]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per variant")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first")
     p.add_argument("--min-steps", type=int, default=3, help="timed steps per variant at least")
-    p.add_argument("--budget-s", type=float, default=30.0,
-                   help="start no variant after this many seconds (counted from the end of the set-up)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=30.0,
+        help="start no variant after this many seconds (counted from the end of the set-up)",
+    )
     p.add_argument("--baseline-tokens-s", type=float, default=BASELINE_TOKENS_S)
     p.add_argument("--profile", action="store_true", help="also write profile.txt (~10 base steps)")
     p.add_argument("--report", type=Path, help="folder for probe.json and profile.txt (default: the trainer's --out)")
@@ -257,8 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     report = args.report or Path(config.out)
     report.mkdir(parents=True, exist_ok=True)
     started = time.time()  # the budget is the variants': the data and model are loaded as the trainer loads them
-    print(f"probe on {torch.cuda.get_device_name(device) if device.type == 'cuda' else device}, torch "
-          f"{torch.__version__}; set-up {started - set_up:.1f} s", flush=True)
+    print(
+        f"probe on {torch.cuda.get_device_name(device) if device.type == 'cuda' else device}, torch "
+        f"{torch.__version__}; set-up {started - set_up:.1f} s",
+        flush=True,
+    )
     rows = []
     for name in names:
         if time.time() - started > args.budget_s:
@@ -275,15 +300,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:  # after the table, which matters more if the time runs out
         profile(trainer, report / "profile.txt", config.batch_tokens)
         print(f"wrote {report / 'profile.txt'}", flush=True)
-    result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
-              "torch": torch.__version__, "baseline_tokens_s": args.baseline_tokens_s, "trainer_args": trainer_args,
-              "set_up_seconds": round(started - set_up, 1), "seconds": round(time.time() - started, 1), "rows": rows,
-              "fastest": fastest(rows),
-              "fastest_any_batch": fastest(rows, same_batch=False)}
+    result = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "torch": torch.__version__,
+        "baseline_tokens_s": args.baseline_tokens_s,
+        "trainer_args": trainer_args,
+        "set_up_seconds": round(started - set_up, 1),
+        "seconds": round(time.time() - started, 1),
+        "rows": rows,
+        "fastest": fastest(rows),
+        "fastest_any_batch": fastest(rows, same_batch=False),
+    }
     (report / "probe.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\n{table(rows)}\n×base: tokens/s over {args.baseline_tokens_s:,.0f} (the last lease, H100: compare on "
-          f"the same GPU only); fastest: {result['fastest']} (any batch: {result['fastest_any_batch']}); "
-          f"{result['seconds']} s; wrote {report / 'probe.json'}")
+    print(
+        f"\n{table(rows)}\n×base: tokens/s over {args.baseline_tokens_s:,.0f} (the last lease, H100: compare on "
+        f"the same GPU only); fastest: {result['fastest']} (any batch: {result['fastest_any_batch']}); "
+        f"{result['seconds']} s; wrote {report / 'probe.json'}"
+    )
     return 0
 
 

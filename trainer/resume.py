@@ -30,10 +30,14 @@ def refuse_busy_folder(out: Path) -> None:
         return
     owner = trained_folder(status["pid"])
     if owner is not None and owner != out.resolve():
-        raise RunBusyError(f"{out} is a copy of {owner}, taken while process {status['pid']} was still training it "
-                           f"(the copied status.json says running): wait until that run stops, then copy it again")
-    raise RunBusyError(f"{out} is being trained by process {status['pid']} right now: stop it first "
-                       f"(kill -TERM {status['pid']} saves last/), or choose another --out")
+        raise RunBusyError(
+            f"{out} is a copy of {owner}, taken while process {status['pid']} was still training it "
+            f"(the copied status.json says running): wait until that run stops, then copy it again"
+        )
+    raise RunBusyError(
+        f"{out} is being trained by process {status['pid']} right now: stop it first "
+        f"(kill -TERM {status['pid']} saves last/), or choose another --out"
+    )
 
 
 def saved_config(out: Path) -> tuple[TrainConfig, dict]:
@@ -69,8 +73,10 @@ def resolve_config(config: TrainConfig, ctx: Dist, given: set[str] | None) -> Tr
         config = replace(saved, **typed, resume=True, out=config.out)
         if ctx.is_main:
             if ignored:
-                print(f"warning: {out / TRAIN_ARGS} has {', '.join(ignored)}, which this trainer does not know: "
-                      "ignored", file=sys.stderr)
+                print(
+                    f"warning: {out / TRAIN_ARGS} has {', '.join(ignored)}, which this trainer does not know: ignored",
+                    file=sys.stderr,
+                )
             write_train_args(out, {**ignored, **config.to_saved()})
             print(resume_limits(out, config, given))
     check_args(config)
@@ -87,8 +93,11 @@ def resume_limits(out: Path, config: TrainConfig, given: set[str] | None) -> str
     stop = f"step {config.max_steps:,}"
     if config.max_minutes:
         stop += f" or after {config.max_minutes:g} minutes, whichever comes first"
-    kept = [f"{flag_of(k)} {getattr(config, k):g}" for k in ("max_steps", "max_minutes", "cooldown_steps")
-            if getattr(config, k) and given is not None and k not in given]
+    kept = [
+        f"{flag_of(k)} {getattr(config, k):g}"
+        for k in ("max_steps", "max_minutes", "cooldown_steps")
+        if getattr(config, k) and given is not None and k not in given
+    ]
     line = f"resuming {out} at step {step:,}: this leg stops at {stop}"
     if kept:
         line += f" ({', '.join(kept)} kept from the saved run; type an option to change it)"

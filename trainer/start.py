@@ -21,8 +21,9 @@ from training.runs import write_config, write_train_args
 from training.state import TrainerState, load_resume_state, read_state
 
 
-def new_model(config: TrainConfig, ctx: Dist, device, sentences, phrases,
-              words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
+def new_model(
+    config: TrainConfig, ctx: Dist, device, sentences, phrases, words
+) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig]:
     """A fresh model: the ``--tokenizer`` given, else a BPE vocabulary learned on rank 0 (and sent to the others),
     then random weights. Raises ``DataError`` when ``--tokenizer`` names no readable tokenizer."""
     tok: TextTokenizer | None = None
@@ -37,18 +38,27 @@ def new_model(config: TrainConfig, ctx: Dist, device, sentences, phrases,
     assert tok is not None, "rank 0 reads or learns the vocabulary, the other ranks receive it"
     c = config
     cfg = ModelConfig(
-        arch=c.arch, vocab_size=tok.vocab_size, d_model=c.d_model, n_heads=c.n_heads,
+        arch=c.arch,
+        vocab_size=tok.vocab_size,
+        d_model=c.d_model,
+        n_heads=c.n_heads,
         n_encoder_layers=(c.encoder_layers or c.layers) if c.arch == "encoder-decoder" else 0,
         n_decoder_layers=c.decoder_layers or c.layers,
-        d_ff=c.d_ff, dropout=c.dropout, attention_dropout=c.attention_dropout,
-        activation_dropout=c.activation_dropout, decoder_layerdrop=c.decoder_layerdrop,
-        pos_encoding=c.pos_encoding, norm_first=c.norm_first, max_len=c.max_len,
+        d_ff=c.d_ff,
+        dropout=c.dropout,
+        attention_dropout=c.attention_dropout,
+        activation_dropout=c.activation_dropout,
+        decoder_layerdrop=c.decoder_layerdrop,
+        pos_encoding=c.pos_encoding,
+        norm_first=c.norm_first,
+        max_len=c.max_len,
     )
     return build_model(cfg, c.impl).to(device), tok, cfg  # the same on every rank; DDP broadcasts rank 0's
 
 
-def model_to_train(config: TrainConfig, ctx: Dist, device: torch.device, given: set[str] | None, sentences, phrases,
-                   words) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig, TrainConfig]:
+def model_to_train(
+    config: TrainConfig, ctx: Dist, device: torch.device, given: set[str] | None, sentences, phrases, words
+) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig, TrainConfig]:
     """``(model, tokenizer, model config, config)``, the model in training mode: ``last/``'s (``--resume``), the
     ``--init-from`` checkpoint's (``config`` then has the options the warm start has in fact), or a new one; a
     new run also writes ``train_args.json`` and ``config.json`` into ``config.out``."""
@@ -80,6 +90,8 @@ def initial_state(config: TrainConfig, ctx: Dist, opt: torch.optim.Optimizer) ->
     last = Path(config.out) / "last"
     saved_world = read_state(last).world_size
     if saved_world != ctx.world_size:
-        raise DataError(f"{config.out} was trained by {saved_world} process(es); resume it with the same "
-                        f"number (this launch has {ctx.world_size})")
+        raise DataError(
+            f"{config.out} was trained by {saved_world} process(es); resume it with the same "
+            f"number (this launch has {ctx.world_size})"
+        )
     return load_resume_state(last, opt, ctx.rank)

@@ -130,8 +130,9 @@ def padded_shape(chosen: list[Example], multiple: int = 1, max_len: int | None =
     return len(chosen), src_len, tgt_len
 
 
-def collate(examples: list[Example], idx: list[int], pad: int, device, multiple: int = 1,
-            max_len: int | None = None) -> Batch:
+def collate(
+    examples: list[Example], idx: list[int], pad: int, device, multiple: int = 1, max_len: int | None = None
+) -> Batch:
     """The :class:`Batch` of ``examples[i] for i in idx``, padded with ``pad`` and moved to ``device``; with
     ``multiple`` > 1 padded further, to the lengths :func:`padded_shape` gives (shapes then repeat from step to
     step; the extra padding is masked like any other and changes no loss).
@@ -158,8 +159,9 @@ def collate(examples: list[Example], idx: list[int], pad: int, device, multiple:
 def loss_fn(logits: torch.Tensor, target: torch.Tensor, pad: int, smoothing: float) -> torch.Tensor:
     """Mean cross-entropy in nats/token over the non-pad tokens of ``target [batch, len]``, from ``logits
     [batch, len, vocab]``, with label smoothing ``smoothing`` (paper §5.4; 0 = plain cross-entropy)."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1),
-                           ignore_index=pad, label_smoothing=smoothing)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), target.reshape(-1), ignore_index=pad, label_smoothing=smoothing
+    )
 
 
 def word_dropout(ids: torch.Tensor, p: float, unk_id: int, keep: tuple[int, ...]) -> torch.Tensor:
@@ -209,8 +211,9 @@ class EpochPlan:
     whose random merges ``tokenizers`` draws from its own unseeded generator, the segmentations are not).
     """
 
-    def __init__(self, sentences, phrases, words, config: TrainConfig, encode, per_pair: int = 1,
-                 reencode: bool = False):
+    def __init__(
+        self, sentences, phrases, words, config: TrainConfig, encode, per_pair: int = 1, reencode: bool = False
+    ):
         self.config, self.encode, self.per_pair, self.reencode = config, encode, per_pair, reencode
         self.raw = {"sentences": sentences, "phrases": phrases, "words": words}
         self.cached = {} if reencode else {k: encode(v) for k, v in self.raw.items()}
@@ -253,17 +256,22 @@ class EpochPlan:
         chosen = self.take("sentences") * self.config.sentence_repeat
         sent_batches = make_batches(chosen, max(1, round(self.config.batch_tokens * (1 - share))), gen)
         dict_budget = max(1, round(self.config.batch_tokens * share))
-        sample = (self.take("phrases", list(range(min(n_phrases, 2000))))
-                  + self.take("words", list(range(min(n_words, 1000)))))
+        sample = self.take("phrases", list(range(min(n_phrases, 2000)))) + self.take(
+            "words", list(range(min(n_words, 1000)))
+        )
         mean_size = sum(len(e.src) + len(e.tgt) for e in sample) / max(len(sample), 1)
         wanted = math.ceil(len(sent_batches) * dict_budget / mean_size * 1.1)  # padding in the buckets: ~10%
         total = n_phrases + n_words
-        order = torch.cat([torch.randperm(total, generator=gen)
-                           for _ in range(math.ceil(wanted / total))])[:wanted].tolist()
-        picked = (self.take("phrases", [i for i in order if i < n_phrases])
-                  + self.take("words", [i - n_phrases for i in order if i >= n_phrases]))
+        order = torch.cat([torch.randperm(total, generator=gen) for _ in range(math.ceil(wanted / total))])[
+            :wanted
+        ].tolist()
+        picked = self.take("phrases", [i for i in order if i < n_phrases]) + self.take(
+            "words", [i - n_phrases for i in order if i >= n_phrases]
+        )
         dict_batches = make_batches(picked, dict_budget, gen)
         offset = len(chosen)
-        steps = [[b] + ([[offset + i for i in dict_batches[k]]] if k < len(dict_batches) else [])
-                 for k, b in enumerate(sent_batches)]
+        steps = [
+            [b] + ([[offset + i for i in dict_batches[k]]] if k < len(dict_batches) else [])
+            for k, b in enumerate(sent_batches)
+        ]
         return chosen + picked, steps

@@ -63,8 +63,9 @@ def own_tokenizer(ckpt: Checkpoint) -> TextTokenizer:
     """``ckpt``'s tokenizer, which training needs as our own BPE (BPE-dropout copies it, checkpoints save it).
     Raises ``DataError`` for a checkpoint with another kind (a Hugging Face folder's)."""
     if not isinstance(ckpt.tokenizer, TextTokenizer):
-        raise DataError(f"{ckpt.path}: its tokenizer is not this project's BPE; a run starts only from a checkpoint "
-                        "of this project")
+        raise DataError(
+            f"{ckpt.path}: its tokenizer is not this project's BPE; a run starts only from a checkpoint of this project"
+        )
     return ckpt.tokenizer
 
 
@@ -85,8 +86,7 @@ def _rounded(attention: torch.Tensor) -> list:
 
 
 @torch.inference_mode()
-def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
-                 sentences: list[str] | None = None) -> dict:
+def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int, sentences: list[str] | None = None) -> dict:
     """The probe sentences at ``step``, greedily decoded with their attention (the model is left in its mode).
 
     ``sentences`` defaults to :data:`PROBE_SENTENCES` for a translator and :data:`LM_PROBE_PROMPTS` for a
@@ -118,8 +118,11 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
                 probe["translation"] = output
             else:
                 probe.update(continuation=output, prompt_tokens=len(stepper.prefix))
-            probe.update(src_tokens=trace.src_tokens, tgt_tokens=trace.tgt_tokens,
-                         attention={k: _rounded(v) for k, v in trace.attention.items()})
+            probe.update(
+                src_tokens=trace.src_tokens,
+                tgt_tokens=trace.tgt_tokens,
+                attention={k: _rounded(v) for k, v in trace.attention.items()},
+            )
             probes.append(probe)
     finally:
         model.train(was_training)
@@ -129,8 +132,9 @@ def probe_record(model: Transformer, tokenizer: TextTokenizer, step: int,
 def snapshot(model, tok, out: Path, step: int, sentences: list[str] | None = None) -> None:
     """Checkpoint ``checkpoints/step-N/`` (fp16) and the probe sentences' attention in ``probes.jsonl``
     (``sentences``: :func:`probe_record`'s default for the model, else these)."""
-    save_checkpoint(out / "checkpoints" / f"step-{step}", model, tok, {"step": step, "kind": "snapshot"},
-                    dtype=torch.float16)
+    save_checkpoint(
+        out / "checkpoints" / f"step-{step}", model, tok, {"step": step, "kind": "snapshot"}, dtype=torch.float16
+    )
     append_probes(out, probe_record(model, tok, step, sentences))
 
 
@@ -138,8 +142,9 @@ def keep_evaluation(model, tok, out: Path, step: int, keep: int) -> Path:
     """Save the weights at evaluation ``step`` as ``evals/step-N`` (fp32, for :mod:`tools.average`) and delete all
     but the last ``keep`` of them. Returns the new folder."""
     folder = save_checkpoint(out / EVALS_DIR / f"step-{step}", model, tok, {"step": step, "kind": "evaluation"})
-    kept = sorted((p for p in (out / EVALS_DIR).iterdir() if p.name.startswith("step-")),
-                  key=lambda p: int(p.name.split("-")[1]))
+    kept = sorted(
+        (p for p in (out / EVALS_DIR).iterdir() if p.name.startswith("step-")), key=lambda p: int(p.name.split("-")[1])
+    )
     for old in kept[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return folder
@@ -159,13 +164,16 @@ def hf_refusal(folder: str | Path) -> str | None:
     SentencePiece or GPT-2's byte-level tokenizer and its weights are not; the explorer's pages open such a folder
     directly."""
     if is_checkpoint_dir(folder) and not is_own_checkpoint_dir(folder):
-        return (f"{folder} is a Hugging Face model folder; a run starts only from a checkpoint of this project "
-                "(checkpoints/en-de, checkpoints/brown-lm or a run's best/). Open it on the other pages instead.")
+        return (
+            f"{folder} is a Hugging Face model folder; a run starts only from a checkpoint of this project "
+            "(checkpoints/en-de, checkpoints/brown-lm or a run's best/). Open it on the other pages instead."
+        )
     return None
 
 
-def warm_start(config: TrainConfig, device, given=frozenset()) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig,
-                                                                       TrainConfig]:
+def warm_start(
+    config: TrainConfig, device, given=frozenset()
+) -> tuple[torch.nn.Module, TextTokenizer, ModelConfig, TrainConfig]:
     """``(model, tokenizer, model config, config)`` of ``--init-from``: the checkpoint's weights, tokenizer and
     architecture, the model in training mode, and ``config`` as this run has it in fact.
 
@@ -196,18 +204,28 @@ def warm_start(config: TrainConfig, device, given=frozenset()) -> tuple[torch.nn
     card = ckpt.card or {}
     prior = card.get("init_from", {})
     init_card = {  # what the checkpoint had seen, totals over every warm start before it included
-        "checkpoint": str(config.init_from), "step": card.get("step"),
+        "checkpoint": str(config.init_from),
+        "step": card.get("step"),
         "tokens_seen": (card.get("tokens_seen") or 0) + (prior.get("tokens_seen") or 0),
         "train_minutes": round((card.get("train_minutes") or 0) + (prior.get("train_minutes") or 0), 1),
     }
     if isinstance(card.get("legs"), list):  # the lineage's scores leg by leg, carried into the new card
         init_card["legs"] = card["legs"]
     config = replace(
-        config, init_card=init_card, arch=cfg.arch, impl="ours", layers=cfg.n_decoder_layers,
-        encoder_layers=cfg.n_encoder_layers, decoder_layers=cfg.n_decoder_layers, vocab_size=cfg.vocab_size,
+        config,
+        init_card=init_card,
+        arch=cfg.arch,
+        impl="ours",
+        layers=cfg.n_decoder_layers,
+        encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers,
+        vocab_size=cfg.vocab_size,
         lr_step_offset=schedule_position(card) if config.lr_step_offset is None else config.lr_step_offset,
-        **{k: getattr(cfg, k) for k in ("d_model", "n_heads", "d_ff", "pos_encoding", "norm_first", "max_len",
-                                        *WARM_START_KNOBS)})
+        **{
+            k: getattr(cfg, k)
+            for k in ("d_model", "n_heads", "d_ff", "pos_encoding", "norm_first", "max_len", *WARM_START_KNOBS)
+        },
+    )
     return model, own_tokenizer(ckpt), cfg, config
 
 

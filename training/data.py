@@ -44,6 +44,7 @@ def load_data(config: TrainConfig) -> tuple[list[Pair], list[Pair], list[Pair], 
     else:
         sentences = read_tsv(config.train_tsv or dataset_path("train", data_dir))
         valid = read_tsv(config.valid_tsv or dataset_path("valid", data_dir))
+
     def dictionary(kind: str, per_epoch: int) -> list[Pair]:
         # an explicit --dict-share reads the dictionary for any sentences (a real-pairs TSV too); the per-epoch
         # counts keep their old meaning, the Ding recipe's, and stay off for a TSV

@@ -93,6 +93,8 @@ def hardware(world_size: int = 1) -> str:
         name = torch.cuda.get_device_name(0)
     else:
         threads = torch.get_num_threads()
-        name = (f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                f"{threads} thread{'' if threads == 1 else 's'})")
+        name = (
+            f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"{threads} thread{'' if threads == 1 else 's'})"
+        )
     return f"{world_size} × {name}" if world_size > 1 else name

@@ -95,8 +95,9 @@ def dist_from_env(environ=os.environ) -> Dist:
     world_size = int(environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return Dist()
-    return Dist(rank=int(environ["RANK"]), local_rank=int(environ.get("LOCAL_RANK", environ["RANK"])),
-                world_size=world_size)
+    return Dist(
+        rank=int(environ["RANK"]), local_rank=int(environ.get("LOCAL_RANK", environ["RANK"])), world_size=world_size
+    )
 
 
 T = TypeVar("T")
@@ -135,8 +136,9 @@ def process_group(ctx: Dist):
         return
     if not dist.is_available():
         raise ValueError("torchrun started several processes, but this torch build has no torch.distributed")
-    dist.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo", rank=ctx.rank,
-                            world_size=ctx.world_size, timeout=DIST_TIMEOUT)
+    dist.init_process_group(
+        "nccl" if ctx.device.type == "cuda" else "gloo", rank=ctx.rank, world_size=ctx.world_size, timeout=DIST_TIMEOUT
+    )
     try:
         yield
     except BaseException:
@@ -153,8 +155,16 @@ def process_group(ctx: Dist):
 # --- throughput and MFU ---------------------------------------------------------------------------
 # Dense bf16 tensor-core peak of one GPU, TFLOP/s (NVIDIA datasheets, without sparsity). First match of a
 # substring of ``torch.cuda.get_device_name`` wins, so the longer names come first.
-PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.0, "H200": 989.0, "A100": 312.0,
-               "L40S": 362.0, "L40": 181.0, "L4": 121.0}
+PEAK_TFLOPS = {
+    "H100 PCIe": 756.0,
+    "H100 NVL": 835.0,
+    "H100": 989.0,
+    "H200": 989.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L40": 181.0,
+    "L4": 121.0,
+}
 
 
 def peak_tflops_for(device_name: str) -> float | None:
@@ -177,13 +187,15 @@ def wrap_for_training(model, ctx: Dist, device: torch.device, compile_model: boo
     wrapped = model
     if ctx.enabled:
         wrapped = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     if compile_model:
         # Every batch has its own rows and lengths: compiled for one shape, the graph would be compiled again for
         # the second one seen (then generalised); symbolic sizes from the start compile it once. Without duck
         # sizing, a first batch whose source and target happen to be equally long does not tie the two sizes
         # together (the next batch would compile the graph again).
         import torch.fx.experimental._config as fx_config
+
         fx_config.use_duck_shape = False
         wrapped = torch.compile(wrapped, dynamic=True)
     return wrapped

@@ -42,7 +42,13 @@ from reading.trace import Trace
 from training.config import defaults
 
 STATUS, METRICS, PROBES, TRAIN_ARGS, CONFIG, LOG = (
-    "status.json", "metrics.jsonl", "probes.jsonl", "train_args.json", "config.json", "train.log")
+    "status.json",
+    "metrics.jsonl",
+    "probes.jsonl",
+    "train_args.json",
+    "config.json",
+    "train.log",
+)
 RUNS_ROOT = Path(__file__).resolve().parent.parent / "runs"
 #: Overrides :data:`RUNS_ROOT` (read at every call), e.g. for tests.
 RUNS_ENV = "ATTENTION_EXPLORER_RUNS"
@@ -209,11 +215,22 @@ class Snapshot:
                 continue
             if any(a.dim() != 4 for a in attention.values()):
                 continue
-            trace = Trace(src_tokens=tuple(rec.get("src_tokens") or ()), tgt_tokens=tuple(rec.get("tgt_tokens") or ()),
-                          src_ids=(), tgt_ids=(), attention=attention)
+            trace = Trace(
+                src_tokens=tuple(rec.get("src_tokens") or ()),
+                tgt_tokens=tuple(rec.get("tgt_tokens") or ()),
+                src_ids=(),
+                tgt_ids=(),
+                attention=attention,
+            )
             continues = "continuation" in rec
-            out.append(Probe(str(rec.get("source", "?")), str(rec.get("continuation" if continues else "translation",
-                                                                        "")), continues, trace))
+            out.append(
+                Probe(
+                    str(rec.get("source", "?")),
+                    str(rec.get("continuation" if continues else "translation", "")),
+                    continues,
+                    trace,
+                )
+            )
         return out
 
 
@@ -319,5 +336,6 @@ def model_summary(cfg: dict) -> str:
         return ""
     lm = cfg.get("arch") == "decoder-only"
     layers = cfg.get("n_decoder_layers") if lm else cfg.get("n_encoder_layers")
-    return (f"d{cfg.get('d_model')} · {cfg.get('n_heads')}h · {layers}L · {cfg.get('pos_encoding')}"
-            + (" · decoder-only" if lm else ""))
+    return f"d{cfg.get('d_model')} · {cfg.get('n_heads')}h · {layers}L · {cfg.get('pos_encoding')}" + (
+        " · decoder-only" if lm else ""
+    )

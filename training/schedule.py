@@ -60,5 +60,6 @@ def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0, fused: boo
     params = list(model.parameters())
     decay = [p for p in params if p.dim() >= 2]
     rest = [p for p in params if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                             **kw)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}], **kw
+    )

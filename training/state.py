@@ -117,8 +117,9 @@ def read_state(folder: Path) -> TrainerState:
         raise ValueError(f"{Path(folder) / STATE_FILE}: {exc}") from None
 
 
-def save_resume_state(folder: Path, model, tok, opt, state: TrainerState,
-                      rng_states: list[torch.Tensor] | None = None) -> None:
+def save_resume_state(
+    folder: Path, model, tok, opt, state: TrainerState, rng_states: list[torch.Tensor] | None = None
+) -> None:
     """Write ``last/``: the model as a checkpoint, the optimizer's moments, ``state`` and the CPU RNG state of every
     rank (``rng_states[r]``; default: this process's only)."""
     save_checkpoint(folder, model, tok, card={"kind": "resume state", "step": state.step, "epoch": state.epoch})
@@ -140,8 +141,11 @@ def load_resume_state(folder: Path, opt, rank: int = 0) -> TrainerState:
         for j, p in enumerate(group["params"]):
             # Adam's step count stays on the CPU, as torch's own load_state_dict leaves it: on a GPU every
             # parameter's bias correction would read it back, one wait for the device per parameter and step.
-            st = {k.split(".")[-1]: v if k.endswith(".step") else v.to(p.device)
-                  for k, v in tensors.items() if k.startswith(f"opt.{i}.{j}.")}
+            st = {
+                k.split(".")[-1]: v if k.endswith(".step") else v.to(p.device)
+                for k, v in tensors.items()
+                if k.startswith(f"opt.{i}.{j}.")
+            }
             if st:
                 opt.state[p] = st
     torch.set_rng_state(tensors[f"rng.torch.{rank}" if rank else "rng.torch"])

@@ -69,8 +69,10 @@ def require_checkpoint(summary: bool = True) -> Checkpoint:
     """
     folder = st.session_state.get(APP.ckpt.sub("path"))
     if folder is None:
-        st.error("No model is available. Put a checkpoint folder under `checkpoints/` or train one "
-                 "(`python -m trainer.train --out runs/NAME`).")
+        st.error(
+            "No model is available. Put a checkpoint folder under `checkpoints/` or train one "
+            "(`python -m trainer.train --out runs/NAME`)."
+        )
         st.stop()
     try:
         ckpt = _load(str(folder), folder_version(Path(folder)))
@@ -78,10 +80,12 @@ def require_checkpoint(summary: bool = True) -> Checkpoint:
         st.error(f"This checkpoint cannot be loaded: {exc}. Pick another one in the sidebar.")
         st.stop()
     if (ckpt.card or {}).get("direction") == "de-en":  # every page reads English and writes German
-        st.error("This checkpoint translates German → English: it is a back-translation model "
-                 "(`python -m trainer.train --reverse`), which makes synthetic pairs for an English → German one. "
-                 "The pages explore English → German translators and language models: pick another one in the "
-                 "sidebar.")
+        st.error(
+            "This checkpoint translates German → English: it is a back-translation model "
+            "(`python -m trainer.train --reverse`), which makes synthetic pairs for an English → German one. "
+            "The pages explore English → German translators and language models: pick another one in the "
+            "sidebar."
+        )
         st.stop()
     if summary:
         st.sidebar.caption(card_summary(ckpt))

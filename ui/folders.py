@@ -12,8 +12,17 @@ from model.checkpoint import Checkpoint
 from model.hf.card import folder_facts
 
 #: Files whose change makes a loaded checkpoint stale: ours, and a Hugging Face folder's (weights, tokenizers).
-VERSION_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "tokenizer.json", "tokenizer_config.json",
-                 "vocab.json", "merges.txt", "source.spm", "target.spm")
+VERSION_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+)
 
 
 def folder_version(path: Path) -> float:

@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from decoding.stepping import MAX_INPUT_CHARS
 from launching.launch import DEMO_ENV, demo_mode
 
-__all__ = ["DEMO_ENV", "DEMO_MAX_CHARS", "DEMO_TRAIN_TEXT_CHARS", "Limits", "TRAIN_TEXT_CHARS", "UPLOAD_MB",
-           "demo_mode", "limits"]
+__all__ = [
+    "DEMO_ENV",
+    "DEMO_MAX_CHARS",
+    "DEMO_TRAIN_TEXT_CHARS",
+    "Limits",
+    "TRAIN_TEXT_CHARS",
+    "UPLOAD_MB",
+    "demo_mode",
+    "limits",
+]
 
 #: Characters of text a visitor of the hosted demo may send (a sentence or two).
 DEMO_MAX_CHARS = 300
@@ -37,6 +45,7 @@ UPLOAD_MB = 50
 SWEEP_BUDGET = 1e11
 #: The same in the hosted demo (``ATTENTION_EXPLORER_DEMO``), where visitors share the CPU.
 DEMO_SWEEP_BUDGET = 4e10
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -71,6 +80,10 @@ class Limits:
 def limits() -> Limits:
     """The caps in force now (the environment is read at each call)."""
     demo = demo_mode()
-    return Limits(demo=demo, max_chars=DEMO_MAX_CHARS if demo else MAX_INPUT_CHARS,
-                  sweep_budget=DEMO_SWEEP_BUDGET if demo else SWEEP_BUDGET,
-                  training=not demo, train_text_chars=DEMO_TRAIN_TEXT_CHARS if demo else TRAIN_TEXT_CHARS)
+    return Limits(
+        demo=demo,
+        max_chars=DEMO_MAX_CHARS if demo else MAX_INPUT_CHARS,
+        sweep_budget=DEMO_SWEEP_BUDGET if demo else SWEEP_BUDGET,
+        training=not demo,
+        train_text_chars=DEMO_TRAIN_TEXT_CHARS if demo else TRAIN_TEXT_CHARS,
+    )

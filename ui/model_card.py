@@ -15,8 +15,9 @@ def card_summary(ckpt: Checkpoint) -> str:
     """One line about the model for the sidebar: its shape, and how it was trained and scored (ours) or where it
     came from (a Hugging Face folder: its authors trained it; no scores were measured here)."""
     card, cfg = ckpt.card, ckpt.config
-    parts = [f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, "
-             f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"]
+    parts = [
+        f"{cfg.arch}, d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers"
+    ]
     if card.get("model_type"):  # a Hugging Face folder (model.hf.card)
         parts.insert(0, f"{card.get('source')}: {card.get('origin')}")
         parts.append(f"{parameters_text(int(card.get('parameters') or 0))} parameters")
@@ -60,6 +61,7 @@ def training_time(card: Mapping, fmt: str = ".0f") -> str | None:
     """How long the card's model trained, each machine's minutes under its own name: ``"8 GPU-minutes"``, or for a
     GPU run continued on the CPU (the card's ``cpu_minutes``) ``"8 GPU-minutes and 89 CPU-minutes"``; ``None``
     when the card gives no minutes. ``fmt`` formats the numbers."""
+
     def number(value) -> TypeGuard[int | float]:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
 

@@ -70,8 +70,12 @@ class Field:
         """Whether ``key`` is this field's key or, for a family, one derived from it."""
         return key == self.key or (self.family and key.startswith(self.key + "_"))
 
-    def init(self, parse: Callable[[url.Params], url.Parsed[Any]], valid: Callable[[Any], bool] | None = None,
-             member: str | None = None) -> None:
+    def init(
+        self,
+        parse: Callable[[url.Params], url.Parsed[Any]],
+        valid: Callable[[Any], bool] | None = None,
+        member: str | None = None,
+    ) -> None:
         """Seed the widget (a family: its ``member``) from the link the first time it is drawn
         (:func:`ui.url.init_widget`)."""
         url.init_widget(self.sub(member) if member else self.key, parse, valid)
@@ -163,10 +167,21 @@ def _attribution(prefix: str) -> Field:
     """The attribution view's keys on a page (:class:`reading_views.attribution.Keys`), its what-if's
     (:mod:`reading_views.whatif`) among them: its layer and head belong to a model, its line over the steps and the
     what-if's word and replacement to a sentence."""
-    return Field(f"{prefix}attr", "attr", family=True, members=(
-        state("method", "attr_method"), state("steps", "attr_steps"), state("layer", "attr_layer", "model"),
-        state("head", "attr_head", "model"), state("line", None, "sentence"), state("whatif", "whatif"),
-        state("word", "whatif_word", "sentence"), state("with", "whatif_with", "sentence")))
+    return Field(
+        f"{prefix}attr",
+        "attr",
+        family=True,
+        members=(
+            state("method", "attr_method"),
+            state("steps", "attr_steps"),
+            state("layer", "attr_layer", "model"),
+            state("head", "attr_head", "model"),
+            state("line", None, "sentence"),
+            state("whatif", "whatif"),
+            state("word", "whatif_word", "sentence"),
+            state("with", "whatif_with", "sentence"),
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -205,16 +220,22 @@ class Attention(PageState):
     words: Field = state("at_words", "words")
     tab: Field = state("at_tab", "tab")
     # the query (shared by Tokens & lines and Query · key) and key picked, the lines' threshold and focus
-    token: Field = family("at_token", state("query", "query"), state("key", "key"), state("threshold", "threshold"),
-                          state("focus", "focus"))
+    token: Field = family(
+        "at_token",
+        state("query", "query"),
+        state("key", "key"),
+        state("threshold", "threshold"),
+        state("focus", "focus"),
+    )
     qk_sort: Field = state("at_qk_sort", "sort")
     grid: Field = family("at_grid", state("style", "grid"))  # its style, the chart's selection, the head opened
     stat: Field = state("at_stat", "stat")
     ablate: Field = state("at_ablate", "ablate", "model")
     # the button, and the sentence and heads a sweep was asked for (at_sweep_for)
     sweep: Field = family("at_sweep", state("for", "sweep", "sentence"))
-    compare: Field = family("at_cmp", state("mode", "compare"), state("text", "compare_text"),
-                            state("ckpt", "compare_ckpt"))
+    compare: Field = family(
+        "at_cmp", state("mode", "compare"), state("text", "compare_text"), state("ckpt", "compare_ckpt")
+    )
     export: Field = family("at_export")  # the downloads (the trace, the Query · key numbers)
     chart: Field = element("at_chart", family=True)  # charts and tables drawn per kind, layer and head
 
@@ -229,10 +250,17 @@ class Decoding(PageState):
     text_box: Field = family("dl_text")
     settings: Field = state("dl_settings", None, "model")  # the rule's settings as last applied
     # one widget a setting (dl_w_beam, …); a model forgets the beam's (see the class)
-    w: Field = family("dl_w", state("strategy", "strategy"), state("temperature", "temperature"),
-                      state("top_k", "top_k"), state("top_p", "top_p"), state("seed", "seed"),
-                      Field("beam", "beam", ("model",), keep_link=True),
-                      Field("alpha", "alpha", ("model",), keep_link=True), state("guard", "guard"))
+    w: Field = family(
+        "dl_w",
+        state("strategy", "strategy"),
+        state("temperature", "temperature"),
+        state("top_k", "top_k"),
+        state("top_p", "top_p"),
+        state("seed", "seed"),
+        Field("beam", "beam", ("model",), keep_link=True),
+        Field("alpha", "alpha", ("model",), keep_link=True),
+        state("guard", "guard"),
+    )
     forced: Field = Field("dl_forced", "forced", family=True)  # the forced tokens, and every set tried (…_branches)
     src_key: Field = state("dl_src_key")  # the sentence and model the step and forced tokens belong to
     step: Field = state("dl_step", "step")
@@ -314,7 +342,7 @@ def declared() -> list[Field]:
 def owner(key: str) -> Field | None:
     """The field that declares ``key`` (itself, or a family it derives from; the longest stem wins), or ``None``."""
     if key.startswith(STEP_BUTTONS):
-        key = key[len(STEP_BUTTONS):]
+        key = key[len(STEP_BUTTONS) :]
     found = [f for f in declared() if f.owns(key)]
     return max(found, key=lambda f: len(f.key)) if found else None
 

@@ -48,5 +48,6 @@ def word_start(tok: Tokenizer) -> str:
 def shown_trace(trace: Trace, tok: Tokenizer) -> Trace:
     """A copy of ``trace`` whose source and target tokens are the shown pieces (the attention tensors are shared,
     not copied)."""
-    return dataclasses.replace(trace, src_tokens=tuple(shown(tok, trace.src_tokens)),
-                               tgt_tokens=tuple(shown(tok, trace.tgt_tokens)))
+    return dataclasses.replace(
+        trace, src_tokens=tuple(shown(tok, trace.src_tokens)), tgt_tokens=tuple(shown(tok, trace.tgt_tokens))
+    )

@@ -73,9 +73,12 @@ def is_on() -> bool:
 
 def sidebar_toggle() -> bool:
     """The sidebar toggle; writes the mode into the link and adds the mode's CSS. Returns the mode."""
-    on = st.sidebar.toggle("Presentation mode", key=KEY,
-                           help="Larger fonts for tokens, charts and tables, captions in full contrast, the sidebar "
-                                "collapsed (open it again with the arrow at the top left). Kept in the link.")
+    on = st.sidebar.toggle(
+        "Presentation mode",
+        key=KEY,
+        help="Larger fonts for tokens, charts and tables, captions in full contrast, the sidebar "
+        "collapsed (open it again with the arrow at the top left). Kept in the link.",
+    )
     url.put(PARAM, bool(on), False)
     if on:
         st.sidebar.markdown(CSS, unsafe_allow_html=True)  # in the sidebar: no gap in the page
@@ -116,5 +119,8 @@ def enlarged(fig: go.Figure) -> go.Figure:
 
 def enlarged_altair(chart):
     """An Altair chart with larger axis, legend and title fonts (a new chart object; the original is kept)."""
-    return chart.configure_axis(labelFontSize=MIN_TICK, titleFontSize=MIN_TICK).configure_legend(
-        labelFontSize=MIN_TICK, titleFontSize=MIN_TICK).configure_title(fontSize=MIN_TICK + 2)
+    return (
+        chart.configure_axis(labelFontSize=MIN_TICK, titleFontSize=MIN_TICK)
+        .configure_legend(labelFontSize=MIN_TICK, titleFontSize=MIN_TICK)
+        .configure_title(fontSize=MIN_TICK + 2)
+    )

@@ -27,13 +27,16 @@ PHONE_PX = 640
 #: The Translate page's groups, in the order a phone shows them.
 TRANSLATE_ORDER = ("tr_box_main", "tr_box_view", "tr_box_attr", "tr_box_notes")
 
-_COLUMNS_OF = ('[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] > [data-testid="stVerticalBlock"] '
-               '> [data-testid="stLayoutWrapper"] > .st-key-{key})')
+_COLUMNS_OF = (
+    '[data-testid="stHorizontalBlock"]:has(> [data-testid="stColumn"] > [data-testid="stVerticalBlock"] '
+    '> [data-testid="stLayoutWrapper"] > .st-key-{key})'
+)
 _TRANSLATE = _COLUMNS_OF.format(key=TRANSLATE_ORDER[0])
 _ROW = '[class*="st-key-{prefix}"] [data-testid="stHorizontalBlock"]'
 #: Hidden but read: a button's label that a screen reader (and Playwright's get_by_role) still finds.
-_VISUALLY_HIDDEN = ("position:absolute !important; width:1px; height:1px; overflow:hidden; clip:rect(0 0 0 0); "
-                    "white-space:nowrap;")
+_VISUALLY_HIDDEN = (
+    "position:absolute !important; width:1px; height:1px; overflow:hidden; clip:rect(0 0 0 0); white-space:nowrap;"
+)
 
 CSS = (
     f"<style>@media (max-width: {PHONE_PX - 0.02}px) {{"
@@ -42,8 +45,10 @@ CSS = (
     f'{_TRANSLATE} > [data-testid="stColumn"], '
     f'{_TRANSLATE} > [data-testid="stColumn"] > [data-testid="stVerticalBlock"]'
     " {display: contents;}"
-    + "".join(f'{_TRANSLATE} [data-testid="stLayoutWrapper"]:has(> .st-key-{key}) {{order: {i + 1}; width: 100%;}}'
-              for i, key in enumerate(TRANSLATE_ORDER))
+    + "".join(
+        f'{_TRANSLATE} [data-testid="stLayoutWrapper"]:has(> .st-key-{key}) {{order: {i + 1}; width: 100%;}}'
+        for i, key in enumerate(TRANSLATE_ORDER)
+    )
     # rows of small controls stay rows
     + f"{_ROW.format(prefix=STEP_BUTTONS)}, {_ROW.format(prefix='tr_box_layer_head')}"
     " {flex-wrap: nowrap !important; gap: 0.5rem;}"
@@ -52,10 +57,10 @@ CSS = (
     "flex: 1 1 0 !important;}"
     f'{_ROW.format(prefix=STEP_BUTTONS)} > [data-testid="stColumn"]:not(:nth-child(3)) button '
     f'[data-testid="stMarkdownContainer"] {{{_VISUALLY_HIDDEN}}}'
-    f'{_ROW.format(prefix=STEP_BUTTONS)} button {{padding-left: 0.25rem; padding-right: 0.25rem;}}'
+    f"{_ROW.format(prefix=STEP_BUTTONS)} button {{padding-left: 0.25rem; padding-right: 0.25rem;}}"
     # a smaller title and page margins: more of the step on the first screen
     '[data-testid="stMain"] h1 {font-size: 2rem !important; padding-bottom: 0.25rem !important;}'
-    '.block-container {padding-left: 0.9rem !important; padding-right: 0.9rem !important; '
+    ".block-container {padding-left: 0.9rem !important; padding-right: 0.9rem !important; "
     "padding-top: 3.75rem !important;}"
     "}</style>"
 )

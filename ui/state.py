@@ -67,6 +67,7 @@ def preset_label(text: str) -> str:
     """How the presets box shows a preset: the sentence, and for one of :data:`HARD_PRESETS` what goes wrong."""
     return f"{text}  ·  {HARD_PRESETS[text]}" if text in HARD_PRESETS else text
 
+
 #: Prompts for a decoder-only model. It learned one sentence per sequence, so a finished sentence ("… .") is
 #: usually followed by <eos> at once: these are openings it can continue.
 LM_PRESETS = [
@@ -90,8 +91,15 @@ def checkpoint_picker() -> Path | None:
     if note:
         st.sidebar.warning(note)
     labels = {n: checkpoint_label(n, options[n]) for n in names}  # the values stay names: ?ckpt= links hold them
-    name = st.sidebar.selectbox("Checkpoint", names, index=names.index(wanted), key="app_ckpt",
-                                format_func=labels.__getitem__, on_change=_on_checkpoint_change, args=(options,))
+    name = st.sidebar.selectbox(
+        "Checkpoint",
+        names,
+        index=names.index(wanted),
+        key="app_ckpt",
+        format_func=labels.__getitem__,
+        on_change=_on_checkpoint_change,
+        args=(options,),
+    )
     url.put("ckpt", name, names[0])  # the default checkpoint stays out of the link, also after switching back
     return options[name]
 
@@ -194,8 +202,9 @@ def sentence_box(ckpt: Checkpoint, box: Field) -> str:
             ss[text_key] = ss[preset_key]
 
     col_preset, col_text = st.columns([1.4, 2])  # at 1280 px a preset's full sentence fits its box
-    col_preset.selectbox("Lecture presets", [own] + presets, key=preset_key, on_change=use_preset,
-                         format_func=preset_label)
+    col_preset.selectbox(
+        "Lecture presets", [own] + presets, key=preset_key, on_change=use_preset, format_func=preset_label
+    )
     return col_text.text_input(input_label(ckpt), key=text_key)
 
 
@@ -229,23 +238,32 @@ def source_for(ckpt: Checkpoint, text: str, brief: bool = False) -> SourceInput 
     for note in src.notes:
         st.info(note)
     if unknown_share(ckpt.tokenizer, src.text) > MOSTLY_UNKNOWN:
-        st.warning("The model cannot read most of this text: its vocabulary has no pieces for these characters, "
-                   "which it sees as <unk>. Whatever it writes below is made up, not a translation.")
+        st.warning(
+            "The model cannot read most of this text: its vocabulary has no pieces for these characters, "
+            "which it sees as <unk>. Whatever it writes below is made up, not a translation."
+        )
     elif far := familiarity(ckpt.tokenizer, src.text).message(
-            "translation" if cfg.is_encoder_decoder else "continuation", brief=brief):
+        "translation" if cfg.is_encoder_decoder else "continuation", brief=brief
+    ):
         st.warning(far)
     return src
 
 
-def new_stepper(model, src_ids: list[int], generation: GenerationDefaults | None = None,
-                loop_times: int = 0) -> Stepper:
+def new_stepper(
+    model, src_ids: list[int], generation: GenerationDefaults | None = None, loop_times: int = 0
+) -> Stepper:
     """A :class:`Stepper` for either architecture: an encoder-decoder translates ``src_ids``; a decoder-only model
     continues them (the text without its ``<eos>`` becomes the prompt after ``<bos>``). Its length cap is a Hugging
     Face model's own (``generation``: ``ckpt.generation``, :func:`~model.hf.generation.decoding_cap`), else ours,
     and a decoding that reaches it ends with the token its generation config forces there, if any. ``loop_times``:
     the stepper's loop guard (0 = none)."""
-    return Stepper(model, src_ids, max_new_tokens=decoding_cap(model.cfg, src_ids, generation),
-                   forced_eos_id=forced_eos(generation), loop_times=loop_times)
+    return Stepper(
+        model,
+        src_ids,
+        max_new_tokens=decoding_cap(model.cfg, src_ids, generation),
+        forced_eos_id=forced_eos(generation),
+        loop_times=loop_times,
+    )
 
 
 def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
@@ -257,8 +275,9 @@ def greedy_run(ckpt: Checkpoint, src: SourceInput) -> Decoding:
     key = ("greedy", *version, tuple(src.ids))
     if ckpt.config.is_encoder_decoder:
         return batcher.batched(batcher.FIRST_DECODES, key, (ckpt, tuple(src.ids)), "the translation", group=version)
-    return heavy.shared(key, lambda: decode(new_stepper(ckpt.model, list(src.ids), ckpt.generation)),
-                        "the continuation")
+    return heavy.shared(
+        key, lambda: decode(new_stepper(ckpt.model, list(src.ids), ckpt.generation)), "the continuation"
+    )
 
 
 def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trace, Trace]:
@@ -271,21 +290,26 @@ def traced(ckpt: Checkpoint, src: SourceInput, tgt_ids: list[int]) -> tuple[Trac
         raw = trace_pair(ckpt.model, ckpt.tokenizer, list(src.ids), list(tgt_ids), list(offsets))
         return raw, shown_trace(raw, ckpt.tokenizer)
 
-    return heavy.shared(("trace", *checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_ids), offsets), compute,
-                        "the attention of this sentence")
+    return heavy.shared(
+        ("trace", *checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_ids), offsets),
+        compute,
+        "the attention of this sentence",
+    )
 
 
 def guarded_translation(ckpt: Checkpoint, src: SourceInput, times: int = LOOP_TIMES) -> str:
     """What :func:`greedy_run` writes for ``src`` with the loop guard (no phrase ``times`` times in a row; the same
     stepper, length cap and forced end), as text: computed once per checkpoint version and ids through the gate for
     heavy work, shared by every session."""
+
     def compute() -> str:
         stepper = new_stepper(ckpt.model, list(src.ids), ckpt.generation, loop_times=times)
         stepper.run_to_end()
         return ckpt.tokenizer.decode(stepper.output_ids())
 
-    return heavy.shared(("guarded", times, *checkpoint_version(ckpt), tuple(src.ids)), compute,
-                        "the translation without the loop")
+    return heavy.shared(
+        ("guarded", times, *checkpoint_version(ckpt), tuple(src.ids)), compute, "the translation without the loop"
+    )
 
 
 def full_translation(ckpt: Checkpoint, src: SourceInput) -> tuple[list[int], list[int]]:

@@ -36,7 +36,7 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 def _quote(raw: Any) -> str:
     """A bad value as a note quotes it: cut, and a NUL or other control character written ``\\x00``, so that the
     note shows what the link held instead of an invisible character."""
-    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(raw)[:_QUOTE + 1])
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in str(raw)[: _QUOTE + 1])
     return text if len(text) <= _QUOTE else text[:_QUOTE] + "…"
 
 
@@ -91,8 +91,9 @@ def int_param(params: Params, name: str, default: int, lo: int, hi: int, what: s
     return _clamped(value, lo, hi, what, str)
 
 
-def float_param(params: Params, name: str, default: float, lo: float, hi: float,
-                what: str | None = None) -> Parsed[float]:
+def float_param(
+    params: Params, name: str, default: float, lo: float, hi: float, what: str | None = None
+) -> Parsed[float]:
     """``?name=`` as a finite float in ``[lo, hi]``; garbage or NaN/∞ → ``default`` with a note, out of range →
     clamped with a note."""
     raw = _raw(params, name)
@@ -104,19 +105,23 @@ def float_param(params: Params, name: str, default: float, lo: float, hi: float,
         if not math.isfinite(value):
             raise ValueError(raw)
     except (TypeError, ValueError, OverflowError):
-        return default, (f"Ignored {what} = “{_quote(raw)}” from the link (not a finite number); "
-                         f"showing {_fmt(default)}.")
+        return default, (
+            f"Ignored {what} = “{_quote(raw)}” from the link (not a finite number); showing {_fmt(default)}."
+        )
     return _clamped(value, lo, hi, what, _fmt)
 
 
 @overload
-def choice_param(params: Params, name: str, choices: Mapping[str, T], default: T,
-                 what: str | None = None) -> Parsed[T]: ...
+def choice_param(
+    params: Params, name: str, choices: Mapping[str, T], default: T, what: str | None = None
+) -> Parsed[T]: ...
 @overload
-def choice_param(params: Params, name: str, choices: Sequence[str], default: str,
-                 what: str | None = None) -> Parsed[str]: ...
-def choice_param(params: Params, name: str, choices: Sequence[str] | Mapping[str, Any], default: Any,
-                 what: str | None = None) -> Parsed[Any]:
+def choice_param(
+    params: Params, name: str, choices: Sequence[str], default: str, what: str | None = None
+) -> Parsed[str]: ...
+def choice_param(
+    params: Params, name: str, choices: Sequence[str] | Mapping[str, Any], default: Any, what: str | None = None
+) -> Parsed[Any]:
     """``?name=`` as one of ``choices`` (exact, else case-insensitive). A mapping maps the URL spelling to the
     value (``{"1": 0, "2": 1}``). Unknown → ``default`` with a note that lists (a few of) the choices."""
     raw = _raw(params, name)
@@ -139,8 +144,14 @@ def index_param(params: Params, name: str, n: int, default: int, what: str | Non
     return value - 1, note
 
 
-def head_param(params: Params, name: str, n_heads: int, default: int | str, words: Sequence[str] = ("all", "mean"),
-               what: str | None = None) -> Parsed[int | str]:
+def head_param(
+    params: Params,
+    name: str,
+    n_heads: int,
+    default: int | str,
+    words: Sequence[str] = ("all", "mean"),
+    what: str | None = None,
+) -> Parsed[int | str]:
     """``?head=``: one of ``words`` (``all``, ``mean``) or a head counted from 1 → the head selectbox's value (the
     word, or the 0-based head). Anything else → ``default`` with a note."""
     table: dict[str, int | str] = {w: w for w in words}
@@ -173,13 +184,16 @@ def text_param(params: Params, name: str, default: str, max_chars: int, what: st
     value = params[name]
     value = str(value[-1] if isinstance(value, (list, tuple)) and value else value)
     if len(value) > max_chars:
-        return value[:max_chars], (f"The {_label(name, what)} in the link had {len(value):,} characters; "
-                                   f"only the first {max_chars:,} are used.")
+        return value[:max_chars], (
+            f"The {_label(name, what)} in the link had {len(value):,} characters; "
+            f"only the first {max_chars:,} are used."
+        )
     return value, None
 
 
-def int_list_param(params: Params, name: str, default: Sequence[int], lo: int, hi: int, max_items: int = 64,
-                   what: str | None = None) -> Parsed[list[int]]:
+def int_list_param(
+    params: Params, name: str, default: Sequence[int], lo: int, hi: int, max_items: int = 64, what: str | None = None
+) -> Parsed[list[int]]:
     """``?name=0,1,4`` as a sorted list of distinct integers in ``[lo, hi]`` (at most ``max_items``). Entries that
     are not such integers are dropped with a note; an empty value gives an empty list."""
     raw = _raw(params, name)
@@ -201,13 +215,23 @@ def int_list_param(params: Params, name: str, default: Sequence[int], lo: int, h
         kept = kept[:max_items]
     note = None
     if bad:
-        note = (f"Ignored entries of {_label(name, what)} from the link that are not whole numbers in {lo}–{hi}: "
-                + ", ".join(_quote(b) for b in bad[:5]) + ("…" if len(bad) > 5 else "") + ".")
+        note = (
+            f"Ignored entries of {_label(name, what)} from the link that are not whole numbers in {lo}–{hi}: "
+            + ", ".join(_quote(b) for b in bad[:5])
+            + ("…" if len(bad) > 5 else "")
+            + "."
+        )
     return kept, note
 
 
-def choices_param(params: Params, name: str, choices: Sequence[str], default: Sequence[str] = (),
-                  sep: str = ",", what: str | None = None) -> Parsed[list[str]]:
+def choices_param(
+    params: Params,
+    name: str,
+    choices: Sequence[str],
+    default: Sequence[str] = (),
+    sep: str = ",",
+    what: str | None = None,
+) -> Parsed[list[str]]:
     """``?name=a,b`` (or the parameter repeated, ``?name=a&name=b``) as a list of distinct entries of ``choices``
     (in the order of ``choices``); unknown entries are dropped with a note."""
     every = params.get_all(name) if hasattr(params, "get_all") else []
@@ -219,8 +243,12 @@ def choices_param(params: Params, name: str, choices: Sequence[str], default: Se
     picked = [c for c in choices if c in wanted]
     note = None
     if bad:
-        note = (f"Ignored entries of {_label(name, what)} from the link that this model does not have: "
-                + ", ".join(_quote(b) for b in bad[:5]) + ("…" if len(bad) > 5 else "") + ".")
+        note = (
+            f"Ignored entries of {_label(name, what)} from the link that this model does not have: "
+            + ", ".join(_quote(b) for b in bad[:5])
+            + ("…" if len(bad) > 5 else "")
+            + "."
+        )
     return picked, note
 
 
@@ -242,11 +270,14 @@ def matrix_param(params: Params, name: str, default: np.ndarray, what: str | Non
         rows = [[float(cell) for cell in row.split(",")] for row in raw.split(";")]
         matrix = np.array(rows, dtype=float)
     except (TypeError, ValueError, OverflowError):
-        return default, (f"Ignored {what} = “{_quote(raw)}” from the link (not a matrix of numbers); "
-                         "showing the example.")
+        return default, (
+            f"Ignored {what} = “{_quote(raw)}” from the link (not a matrix of numbers); showing the example."
+        )
     if matrix.shape != default.shape or not np.isfinite(matrix).all():
-        return default, (f"Ignored {what} from the link: it needs {default.shape[0]}×{default.shape[1]} finite "
-                         "numbers; showing the example.")
+        return default, (
+            f"Ignored {what} from the link: it needs {default.shape[0]}×{default.shape[1]} finite "
+            "numbers; showing the example."
+        )
     return matrix, None
 
 
@@ -277,8 +308,11 @@ def forced_param(params: Params, name: str, vocab_size: int, max_steps: int) -> 
             bad.append(part)
     note = None
     if bad:
-        note = (f"Ignored entries of `{name}` (forced tokens) from the link that are not step:token_id within range: "
-                + ", ".join(_quote(b) for b in bad[:5]) + ".")
+        note = (
+            f"Ignored entries of `{name}` (forced tokens) from the link that are not step:token_id within range: "
+            + ", ".join(_quote(b) for b in bad[:5])
+            + "."
+        )
     return forced, note
 
 
@@ -292,8 +326,7 @@ def show_notes(*notes: str | None) -> None:
             st.info(note, icon=":material/link:")
 
 
-def init_widget(key: str, parse: Callable[[Params], Parsed[Any]],
-                valid: Callable[[Any], bool] | None = None) -> None:
+def init_widget(key: str, parse: Callable[[Params], Parsed[Any]], valid: Callable[[Any], bool] | None = None) -> None:
     """Seed the widget ``key`` from the link the first time it is drawn in this session: ``parse(params)`` gives
     ``(value, note)`` and the note is shown. Later runs leave the user's choice alone, unless ``valid(value)`` says
     it no longer fits (another model or sentence): then it silently becomes the default, ``parse({})``."""
@@ -338,7 +371,9 @@ def put_text(name: str, text: str, default: str | None = None) -> str | None:
     left out and a sentence saying so is returned (for a caption); otherwise ``None``."""
     if len(text) > URL_TEXT_MAX:
         put(name, None)
-        return (f"This text has {len(text):,} characters, more than the {URL_TEXT_MAX} a link keeps: the link "
-                "(and a reload) leaves it out.")
+        return (
+            f"This text has {len(text):,} characters, more than the {URL_TEXT_MAX} a link keeps: the link "
+            "(and a reload) leaves it out."
+        )
     put(name, text, default)
     return None

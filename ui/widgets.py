@@ -31,11 +31,13 @@ def output_html(text: str, prompt: str = "", empty: str = "(empty output)", more
     # At most OUTPUT_LINES lines (fewer in presentation mode, ui/presentation.py), scrolled beyond: a long output
     # pushed the step's numbers below a projector's 720 px. Scrolled to its end (column-reverse): while stepping,
     # the newest token is the one to see
-    return (f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'
-            f'border-left:6px solid {ACCENT};background:{ACCENT_BG};border-radius:4px;margin:0.1rem 0 0.5rem 0">'
-            f'<div class="ae-output-text" style="max-height:{OUTPUT_LINES * 1.35}em;overflow-y:auto;display:flex;'
-            f'flex-direction:column-reverse"><div>{body}</div></div>'
-            "</div>")
+    return (
+        f'<div class="ae-output" style="font-size:1.6rem;line-height:1.35;padding:0.5rem 1rem;'
+        f'border-left:6px solid {ACCENT};background:{ACCENT_BG};border-radius:4px;margin:0.1rem 0 0.5rem 0">'
+        f'<div class="ae-output-text" style="max-height:{OUTPUT_LINES * 1.35}em;overflow-y:auto;display:flex;'
+        f'flex-direction:column-reverse"><div>{body}</div></div>'
+        "</div>"
+    )
 
 
 #: What :func:`output_box` says before a step-by-step decoding has taken its first step (``empty=``): what will
@@ -54,8 +56,10 @@ def output_box(text: str, prompt: str = "", where=None, empty: str = "(empty out
 
 # --- the step buttons ---------------------------------------------------------------------------------------
 #: Why a step's token was not the rule's: a Hugging Face folder's generation config forces a last token at the cap.
-FORCED_AT_CAP = ("this model's generation_config.json ends a decoding that reaches its length limit with this token "
-                 "(forced_eos_token_id), as transformers' generate does.")
+FORCED_AT_CAP = (
+    "this model's generation_config.json ends a decoding that reaches its length limit with this token "
+    "(forced_eos_token_id), as transformers' generate does."
+)
 
 
 def _move_step(key: str, delta: int | None, to: int, total: int) -> None:
@@ -77,14 +81,39 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
     # in a keyed container: on a phone the four stay in one row, Next's label alone (ui.responsive)
     b1, b2, b3, b4 = st.container(key=f"{STEP_BUTTONS}{key}").columns([1, 1, 1, 1.35], gap="small")
     # Material icons, not emoji: a lecture-room PC may have no emoji font.
-    b1.button("Reset", icon=":material/first_page:", width="stretch", disabled=step == 0, on_click=_move_step,
-              args=(key, None, 0, total))
-    b2.button("Back", icon=":material/chevron_left:", width="stretch", disabled=step == 0, on_click=_move_step,
-              args=(key, -1, 0, total))
-    b3.button("Next", icon=":material/chevron_right:", width="stretch", type="primary", disabled=at_end,
-              on_click=_move_step, args=(key, 1, 0, total))
-    b4.button("Run to end", icon=":material/last_page:", width="stretch", disabled=at_end, on_click=_move_step,
-              args=(key, None, total, total))
+    b1.button(
+        "Reset",
+        icon=":material/first_page:",
+        width="stretch",
+        disabled=step == 0,
+        on_click=_move_step,
+        args=(key, None, 0, total),
+    )
+    b2.button(
+        "Back",
+        icon=":material/chevron_left:",
+        width="stretch",
+        disabled=step == 0,
+        on_click=_move_step,
+        args=(key, -1, 0, total),
+    )
+    b3.button(
+        "Next",
+        icon=":material/chevron_right:",
+        width="stretch",
+        type="primary",
+        disabled=at_end,
+        on_click=_move_step,
+        args=(key, 1, 0, total),
+    )
+    b4.button(
+        "Run to end",
+        icon=":material/last_page:",
+        width="stretch",
+        disabled=at_end,
+        on_click=_move_step,
+        args=(key, None, total, total),
+    )
     if status:
         st.markdown(status)
 
@@ -114,14 +143,18 @@ def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def table_html(data: pd.DataFrame | Sequence[Mapping[str, Any]], formats: Mapping[str, str] | None = None,
-               height: int | None = None) -> str:
+def table_html(
+    data: pd.DataFrame | Sequence[Mapping[str, Any]],
+    formats: Mapping[str, str] | None = None,
+    height: int | None = None,
+) -> str:
     """``data`` as an HTML table (class ``ae-table``, styled by :data:`ui.presentation.CSS`), every header and cell
     HTML-escaped, the index left out. ``formats``: column → ``str.format`` spec (e.g. ``{"error": "{:.2e}"}``);
     other floats get 6 significant digits. ``height`` (px): scroll vertically beyond it (``None``: every row)."""
     frame = pd.DataFrame(data)
-    formatters: dict[Any, Callable[[Any], str]] = {c: str(f).format for c, f in (formats or {}).items()
-                                                  if c in frame.columns}
+    formatters: dict[Any, Callable[[Any], str]] = {
+        c: str(f).format for c, f in (formats or {}).items() if c in frame.columns
+    }
     for column in frame.columns:
         formatters.setdefault(column, _fmt)
     body = frame.to_html(index=False, escape=True, border=0, classes="ae-table", formatters=formatters, na_rep="")
@@ -144,8 +177,15 @@ def static_styler(frame: pd.DataFrame, formats: Mapping[str, str] | None = None)
     return frame.style.format(spec, na_rep="")
 
 
-def show_table(data: pd.DataFrame | Sequence[Mapping[str, Any]], where=None, *, wrap: bool = False,
-               formats: Mapping[str, str] | None = None, height: int | None = None, **kwargs):
+def show_table(
+    data: pd.DataFrame | Sequence[Mapping[str, Any]],
+    where=None,
+    *,
+    wrap: bool = False,
+    formats: Mapping[str, str] | None = None,
+    height: int | None = None,
+    **kwargs,
+):
     """The one way a page shows a table, the index hidden.
 
     Normally ``st.dataframe`` (sortable, scrollable), or ``st.table`` when ``wrap`` (static cells in which long

@@ -83,8 +83,9 @@ def check_labels(shape: tuple[int, ...], q_labels: Sequence[str], k_labels: Sequ
 COLORBAR_PX = 80
 
 
-def key_plan(query_labels: Sequence[str], key_labels: Sequence[str], width: float, colorbar_px: float = COLORBAR_PX
-             ) -> LabelPlan:
+def key_plan(
+    query_labels: Sequence[str], key_labels: Sequence[str], width: float, colorbar_px: float = COLORBAR_PX
+) -> LabelPlan:
     """How a heatmap ``width`` px wide writes its key labels (:func:`viz.theme.label_plan`), less the room its
     colour bar (``colorbar_px``), axis title and query labels take (labels as shown: :func:`display_token`,
     shortened)."""
@@ -134,23 +135,32 @@ def attention_heatmap(
     z = causal_blank(w) if causal else w.copy()
     q_disp = [display_token(t) for t in query_labels]
     k_disp = [display_token(t) for t in key_labels]
-    hover = np.array([[f"query <b>{plotly_escape(q)}</b> (row {i})<br>key <b>{plotly_escape(k)}</b> (column {j})"
-                       for j, k in enumerate(k_disp)] for i, q in enumerate(q_disp)])
-    data = [dict(
-        type="heatmap",
-        z=z,
-        x=list(range(k_len)),
-        y=list(range(q_len)),
-        customdata=hover,
-        hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
-        colorscale=ATTENTION_SCALE,
-        zmin=0.0,
-        zmax=zmax if zmax is not None else (float(np.nanmax(z)) if np.isfinite(z).any() else 1.0) or 1.0,
-        xgap=1,
-        ygap=1,
-        # on a phone's narrow chart the title above the bar ran into its top number: beside the bar there
-        colorbar=dict(title=dict(text="weight", side="right" if width < NARROW_PX else "top"), thickness=14),
-    )]
+    hover = np.array(
+        [
+            [
+                f"query <b>{plotly_escape(q)}</b> (row {i})<br>key <b>{plotly_escape(k)}</b> (column {j})"
+                for j, k in enumerate(k_disp)
+            ]
+            for i, q in enumerate(q_disp)
+        ]
+    )
+    data = [
+        dict(
+            type="heatmap",
+            z=z,
+            x=list(range(k_len)),
+            y=list(range(q_len)),
+            customdata=hover,
+            hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
+            colorscale=ATTENTION_SCALE,
+            zmin=0.0,
+            zmax=zmax if zmax is not None else (float(np.nanmax(z)) if np.isfinite(z).any() else 1.0) or 1.0,
+            xgap=1,
+            ygap=1,
+            # on a phone's narrow chart the title above the bar ran into its top number: beside the bar there
+            colorbar=dict(title=dict(text="weight", side="right" if width < NARROW_PX else "top"), thickness=14),
+        )
+    ]
     title = wrap_title(title, title_chars(width)) if title else ""
     top = max(50, title_margin(title, 26, 24)) if title else 20
     q_short, k_short = [shorten(t) for t in q_disp], [shorten(t) for t in k_disp]
@@ -180,8 +190,11 @@ def scale_colours(values, scale: Sequence[Sequence] = ATTENTION_SCALE) -> list[s
     Plotly colour ``scale`` of ``[position, "#rrggbb"]`` stops, sampled by Plotly itself
     (``plotly.colors.sample_colorscale``), so that HTML views match the heatmaps' colours."""
     v = np.clip(np.nan_to_num(np.asarray(values, dtype=float).reshape(-1), nan=0.0), 0.0, 1.0)
-    return ["#%02x%02x%02x" % tuple(round(c) for c in unlabel_rgb(rgb))
-            for rgb in sample_colorscale(scale, v.tolist())] if v.size else []
+    return (
+        ["#%02x%02x%02x" % tuple(round(c) for c in unlabel_rgb(rgb)) for rgb in sample_colorscale(scale, v.tolist())]
+        if v.size
+        else []
+    )
 
 
 #: Height of a row of :func:`alignment_html`, px: one line of a 14 px label with a little air.
@@ -193,8 +206,14 @@ ALIGN_PX = 390
 ALIGN_ROW_HEAD_EM = 7.5
 
 
-def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequence[str], title: str = "",
-                   current: int | None = -1, width: int = ALIGN_PX) -> str:
+def alignment_html(
+    weights,
+    target_labels: Sequence[str],
+    source_labels: Sequence[str],
+    title: str = "",
+    current: int | None = -1,
+    width: int = ALIGN_PX,
+) -> str:
     """Cross-attention as a translation alignment, drawn as an HTML grid (one row per generated piece, one column
     per source piece, each cell shaded on :data:`~viz.theme.ATTENTION_SCALE` from 0 to 1, hover = the weight).
 
@@ -230,15 +249,19 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
     min_col = LINE_EM * MIN_READABLE / tiers
     depth_em = max((len(t) for t in shown), default=0) * MONO_CHAR_EM + 0.6  # one tier of labels, in em
     # Streamlit's markdown styles tables (borders, padding, stripes): every cell says its own.
-    label = (f"font-family:{MONO};font-size:14px;color:{INK};font-weight:400;white-space:nowrap;border:0;"
-             "background:none")
+    label = f"font-family:{MONO};font-size:14px;color:{INK};font-weight:400;white-space:nowrap;border:0;background:none"
     head = "".join(
         f'<th class="ae-align-col" data-tier="{j % tiers}" style="{label};vertical-align:bottom;padding:0 0 4px 0;'
         f'overflow:visible"><div style="display:flex;flex-direction:column;align-items:center">'
         f'<div style="writing-mode:vertical-rl;transform:rotate(180deg);line-height:1.15">{escape_html(k)}</div>'
-        + (f'<div style="width:1px;height:{(j % tiers) * depth_em:.2f}em;background:{GREY}"></div>' if j % tiers
-           else "") + "</div></th>"
-        for j, k in enumerate(shown))
+        + (
+            f'<div style="width:1px;height:{(j % tiers) * depth_em:.2f}em;background:{GREY}"></div>'
+            if j % tiers
+            else ""
+        )
+        + "</div></th>"
+        for j, k in enumerate(shown)
+    )
     colours = np.array(scale_colours(w), dtype=object).reshape(w.shape)  # one call: per cell was 8x slower
     rows = []
     for i, (q, row) in enumerate(zip(target_labels, w, strict=True)):
@@ -247,24 +270,35 @@ def alignment_html(weights, target_labels: Sequence[str], source_labels: Sequenc
         cells = "".join(
             f'<td data-w="{x:.4f}" title="{q_disp} → {escape_html(k)}: {x:.3f}" '
             f'style="background:{colour};border:0;padding:0;border-radius:2px"></td>'
-            for k, x, colour in zip(shown, np.nan_to_num(row), colours[i], strict=True))
+            for k, x, colour in zip(shown, np.nan_to_num(row), colours[i], strict=True)
+        )
         mark = f"border-right:4px solid {ACCENT};font-weight:700" if newest else f"border-right:4px solid {WHITE}"
-        rows.append(f'<tr style="height:{ALIGN_ROW_PX}px"><th class="ae-align-row" style="{label};text-align:right;'
-                    f'padding:0 8px 0 0;{mark}">{q_disp}</th>{cells}</tr>')
+        rows.append(
+            f'<tr style="height:{ALIGN_ROW_PX}px"><th class="ae-align-row" style="{label};text-align:right;'
+            f'padding:0 8px 0 0;{mark}">{q_disp}</th>{cells}</tr>'
+        )
     stops = ", ".join(f"{c} {100 * float(p):.0f}%" for p, c in ATTENTION_SCALE)
-    legend = (f'<div class="ae-align-legend" style="display:flex;flex-wrap:wrap;justify-content:space-between;'
-              f'align-items:center;gap:4px 12px;margin-top:6px;font-size:14px;color:{SUBTLE}">'
-              f"<span>rows: generated · columns: source</span>"
-              f'<span style="display:flex;align-items:center;gap:6px">weight 0<span style="width:110px;height:12px;'
-              f'border:1px solid {BORDER};background:linear-gradient(to right, {stops})"></span>1</span></div>')
-    heading = (f'<div class="ae-align-title" style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">'
-               f"{escape_html(title)}</div>" if title else "")
+    legend = (
+        f'<div class="ae-align-legend" style="display:flex;flex-wrap:wrap;justify-content:space-between;'
+        f'align-items:center;gap:4px 12px;margin-top:6px;font-size:14px;color:{SUBTLE}">'
+        f"<span>rows: generated · columns: source</span>"
+        f'<span style="display:flex;align-items:center;gap:6px">weight 0<span style="width:110px;height:12px;'
+        f'border:1px solid {BORDER};background:linear-gradient(to right, {stops})"></span>1</span></div>'
+    )
+    heading = (
+        f'<div class="ae-align-title" style="font-weight:600;font-size:1.05rem;color:{INK};margin-bottom:4px">'
+        f"{escape_html(title)}</div>"
+        if title
+        else ""
+    )
     min_width = head_px + min_col * len(shown)
-    return (f'<div class="ae-align">{heading}<div style="overflow-x:auto"><table style="width:100%;'
-            f'min-width:{min_width:.0f}px;table-layout:fixed;border-collapse:separate;border-spacing:2px;margin:0">'
-            f'<colgroup><col style="width:{ALIGN_ROW_HEAD_EM}em">{"<col>" * len(shown)}</colgroup>'
-            f'<thead><tr><th style="border:0;background:none"></th>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>{legend}</div>')
+    return (
+        f'<div class="ae-align">{heading}<div style="overflow-x:auto"><table style="width:100%;'
+        f'min-width:{min_width:.0f}px;table-layout:fixed;border-collapse:separate;border-spacing:2px;margin:0">'
+        f'<colgroup><col style="width:{ALIGN_ROW_HEAD_EM}em">{"<col>" * len(shown)}</colgroup>'
+        f'<thead><tr><th style="border:0;background:none"></th>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>{legend}</div>"
+    )
 
 
 def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> str:
@@ -293,7 +327,7 @@ def highlight_tokens_html(tokens: Sequence[str], weights, caption: str = "") -> 
             f'<sub style="font-size:0.8rem;margin-left:4px">{weight:.{places}f}</sub></span>'
         )
     if top < 0 and len(w):
-        caption = (caption + " — " if caption else "") + f"every weight is below {0.5 * 10 ** -places:g}"
+        caption = (caption + " — " if caption else "") + f"every weight is below {0.5 * 10**-places:g}"
     elif places == 3:
         caption = (caption + " — " if caption else "") + f"the largest weight is only {peak:.3f}"
     cap = f'<div style="color:{SUBTLE};font-size:0.9rem;margin-top:2px">{escape_html(caption)}</div>' if caption else ""
@@ -307,7 +341,7 @@ def tokens_html(tokens: Sequence[str], current: int | None = None) -> str:
         active = i == current
         chips.append(
             f'<span style="display:inline-block;margin:3px 2px;padding:4px 8px;border-radius:6px;'
-            f'font-size:1.15rem;font-family:monospace;border:1px solid {ACCENT if active else BORDER};'
+            f"font-size:1.15rem;font-family:monospace;border:1px solid {ACCENT if active else BORDER};"
             f'background:{ACCENT_PALE if active else CHIP_BG}">{escape_html(display_token(tok))}</span>'
         )
     return f'<div style="line-height:2.2">{"".join(chips) or "<i>nothing yet</i>"}</div>'

@@ -74,35 +74,66 @@ def lines_figure(
     q_disp = [display_token(t) for t in q_labels]
     k_disp = [display_token(t) for t in k_labels]
     rows = [query] if query is not None and 0 <= query < q_len else range(q_len)
-    pairs = [(float(w[i, j]), i, j) for i in rows for j in range(k_len)
-             if np.isfinite(w[i, j]) and w[i, j] >= threshold]
+    pairs = [
+        (float(w[i, j]), i, j) for i in rows for j in range(k_len) if np.isfinite(w[i, j]) and w[i, j] >= threshold
+    ]
     pairs.sort()  # weakest first, so that the strong lines are drawn on top
     pairs = pairs[-max_lines:] if max_lines else pairs
-    data = [dict(type="scatter", x=[0, 1], y=[i, j], mode="lines", opacity=weight,
-                 line=dict(color=LINE_COLOR, width=2.5), hoverinfo="skip", showlegend=False, meta=[i, j],
-                 name=f"{q_disp[i]} → {k_disp[j]}")
-            for weight, i, j in pairs]
+    data = [
+        dict(
+            type="scatter",
+            x=[0, 1],
+            y=[i, j],
+            mode="lines",
+            opacity=weight,
+            line=dict(color=LINE_COLOR, width=2.5),
+            hoverinfo="skip",
+            showlegend=False,
+            meta=[i, j],
+            name=f"{q_disp[i]} → {k_disp[j]}",
+        )
+        for weight, i, j in pairs
+    ]
     marked = query if query is not None and 0 <= query < q_len else None
-    data.append(dict(
-        type="scatter", x=[0] * q_len, y=list(range(q_len)), mode="text+markers", text=q_disp,
-        textposition="middle left",
-        textfont=dict(family=MONO, size=14, color=[HIGHLIGHT if i == marked else TEXT_COLOR for i in range(q_len)]),
-        marker=dict(size=7, color=[HIGHLIGHT if i == marked else LINE_COLOR for i in range(q_len)]),
-        hovertemplate="query %{text} (row %{y})<extra></extra>", showlegend=False, name="queries",
-    ))
-    data.append(dict(
-        type="scatter", x=[1] * k_len, y=list(range(k_len)), mode="text+markers", text=k_disp,
-        textposition="middle right", textfont=dict(family=MONO, size=14, color=TEXT_COLOR),
-        marker=dict(size=7, color=LINE_COLOR),
-        hovertemplate="key %{text} (column %{y})<extra></extra>", showlegend=False, name="keys",
-    ))
+    data.append(
+        dict(
+            type="scatter",
+            x=[0] * q_len,
+            y=list(range(q_len)),
+            mode="text+markers",
+            text=q_disp,
+            textposition="middle left",
+            textfont=dict(family=MONO, size=14, color=[HIGHLIGHT if i == marked else TEXT_COLOR for i in range(q_len)]),
+            marker=dict(size=7, color=[HIGHLIGHT if i == marked else LINE_COLOR for i in range(q_len)]),
+            hovertemplate="query %{text} (row %{y})<extra></extra>",
+            showlegend=False,
+            name="queries",
+        )
+    )
+    data.append(
+        dict(
+            type="scatter",
+            x=[1] * k_len,
+            y=list(range(k_len)),
+            mode="text+markers",
+            text=k_disp,
+            textposition="middle right",
+            textfont=dict(family=MONO, size=14, color=TEXT_COLOR),
+            marker=dict(size=7, color=LINE_COLOR),
+            hovertemplate="key %{text} (column %{y})<extra></extra>",
+            showlegend=False,
+            name="keys",
+        )
+    )
     n = max(q_len, k_len)
     longest = max((len(t) for t in q_disp + k_disp), default=4)
     pad = min(1.5, 0.1 + 0.045 * longest)
     note = dict(showarrow=False, font=dict(size=14, color=SUBTLE), y=-0.9)
     layout = dict(
         title=theme.title(title),
-        font=FONT, height=min(1400, 90 + 28 * n), margin=dict(l=10, r=10, t=60 if title else 30, b=10),
+        font=FONT,
+        height=min(1400, 90 + 28 * n),
+        margin=dict(l=10, r=10, t=60 if title else 30, b=10),
         plot_bgcolor=WHITE,
         xaxis=dict(visible=False, range=[-pad, 1 + pad]),
         yaxis=dict(visible=False, autorange="reversed"),
@@ -143,26 +174,49 @@ def token_bar_figure(
     roomy = plot_px / max(len(w), 1) >= 4 * 0.55 * FONT["size"] + 6
     top = int(np.argmax(w)) if len(w) else -1
     values = [f"{v:.2f}" if v >= 0.005 and (roomy or i == top) else "" for i, v in enumerate(w)]
-    data = [dict(
-        type="bar", x=list(range(len(w))), y=w, marker=dict(color=colors), customdata=disp,
-        hovertemplate="%{customdata} (position %{x})<br>" + value_title + " %{y:.3f}<extra></extra>",
-        text=values, textposition="outside", cliponaxis=False, constraintext="none" if not roomy else "both",
-    )]
+    data = [
+        dict(
+            type="bar",
+            x=list(range(len(w))),
+            y=w,
+            marker=dict(color=colors),
+            customdata=disp,
+            hovertemplate="%{customdata} (position %{x})<br>" + value_title + " %{y:.3f}<extra></extra>",
+            text=values,
+            textposition="outside",
+            cliponaxis=False,
+            constraintext="none" if not roomy else "both",
+        )
+    ]
     # each line wrapped for the chart's width (the subtitle is 14 px, so more of it fits), then escaped
-    heads = [wrap_title(t, theme.title_chars(width, 16 if i == 0 else MIN_READABLE)).split("<br>")
-             for i, t in enumerate(t for t in (title, subtitle) if t)]
+    heads = [
+        wrap_title(t, theme.title_chars(width, 16 if i == 0 else MIN_READABLE)).split("<br>")
+        for i, t in enumerate(t for t in (title, subtitle) if t)
+    ]
     lines = [[plotly_escape(part) for part in parts] for parts in heads]
-    text = "<br>".join(lines[0]) + "".join(f"<br><span style='font-size:{MIN_READABLE}px;color:{MUTED}'>{part}</span>"
-                                           for parts in lines[1:] for part in parts) if lines else ""
+    text = (
+        "<br>".join(lines[0])
+        + "".join(
+            f"<br><span style='font-size:{MIN_READABLE}px;color:{MUTED}'>{part}</span>"
+            for parts in lines[1:]
+            for part in parts
+        )
+        if lines
+        else ""
+    )
     n_lines = sum(len(parts) for parts in lines)
     # the bars keep their 200 px however deep the labels under them are (a fixed height left them 130 px)
     under = labels_depth(short, plan) + 10 + AXIS_TITLE_PX + theme.TITLE_STANDOFF
     layout = dict(
-        title=theme.title(text), font=FONT,
-        height=int(200 + under + 26 + 28 * n_lines), margin=dict(l=10, r=10, t=26 + 28 * n_lines, b=10),
-        plot_bgcolor=WHITE, bargap=0.2,
-        yaxis=dict(range=[0, 1.1], title=dict(text=value_title, standoff=theme.TITLE_STANDOFF), gridcolor=GRID,
-                   automargin=True),
+        title=theme.title(text),
+        font=FONT,
+        height=int(200 + under + 26 + 28 * n_lines),
+        margin=dict(l=10, r=10, t=26 + 28 * n_lines, b=10),
+        plot_bgcolor=WHITE,
+        bargap=0.2,
+        yaxis=dict(
+            range=[0, 1.1], title=dict(text=value_title, standoff=theme.TITLE_STANDOFF), gridcolor=GRID, automargin=True
+        ),
     )
     token_xaxes_into(data, layout, short, plan, dict(family=MONO, color=TEXT_COLOR), axis_title)
     return theme.figure(data, layout)
@@ -172,8 +226,9 @@ def token_bar_figure(
 DIFF_COLORBAR_PX = 120
 
 
-def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], title: str = "",
-                       width: int = PAGE_PX) -> go.Figure:
+def difference_heatmap(
+    a, b, q_labels: Sequence[str], k_labels: Sequence[str], title: str = "", width: int = PAGE_PX
+) -> go.Figure:
     """Cell-by-cell difference ``b − a`` of two attention maps of the same shape ``[q_len, k_len]``.
 
     Red = the second attends more, blue = the first attends more; the scale is symmetric around 0 and
@@ -196,14 +251,29 @@ def difference_heatmap(a, b, q_labels: Sequence[str], k_labels: Sequence[str], t
     plan = key_plan(q_disp, k_disp, width, DIFF_COLORBAR_PX)
     under = labels_depth(k_disp, plan) + 10 + AXIS_TITLE_PX + theme.TITLE_STANDOFF
     height = int(top + max(30, theme.LINE_EM * plan.size + 2) * diff.shape[0] + under + 10)
-    fig = go.Figure(go.Heatmap(
-        z=diff, x=list(range(diff.shape[1])), y=list(range(diff.shape[0])), colorscale="RdBu", reversescale=True,
-        zmid=0.0, zmin=-(bound or 1.0), zmax=bound or 1.0, xgap=1, ygap=1,
-        hovertemplate="row %{y}, column %{x}<br>difference %{z:+.3f}<extra></extra>",
-        colorbar=dict(title=dict(text="second − first"), thickness=14),
-    ))
-    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), font=FONT, plot_bgcolor=MASKED_BG,
-                      height=height, margin=dict(l=10, r=10, t=top, b=10))
+    fig = go.Figure(
+        go.Heatmap(
+            z=diff,
+            x=list(range(diff.shape[1])),
+            y=list(range(diff.shape[0])),
+            colorscale="RdBu",
+            reversescale=True,
+            zmid=0.0,
+            zmin=-(bound or 1.0),
+            zmax=bound or 1.0,
+            xgap=1,
+            ygap=1,
+            hovertemplate="row %{y}, column %{x}<br>difference %{z:+.3f}<extra></extra>",
+            colorbar=dict(title=dict(text="second − first"), thickness=14),
+        )
+    )
+    fig.update_layout(
+        title=dict(text=title, x=0.0, xanchor="left"),
+        font=FONT,
+        plot_bgcolor=MASKED_BG,
+        height=height,
+        margin=dict(l=10, r=10, t=top, b=10),
+    )
     # no zero lines: they would show through the empty masked cells of the first row
     set_token_xaxes(fig, k_disp, plan, dict(family=MONO, color=TEXT_COLOR), "keys (attended to) →")
     fig.update_yaxes(**token_yaxis(q_disp, plan.size, "queries (attending) ↓"), autorange="reversed")

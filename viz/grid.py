@@ -37,7 +37,6 @@ GRID_HOVER_CELLS = 60_000
 ALTAIR_GRID_CELLS = 40_000
 
 
-
 def model_grid_figure(
     attn,
     q_labels: Sequence[str],
@@ -107,40 +106,86 @@ def model_grid_figure(
         height=int(top + plot_h + bottom),
         margin=dict(l=10, r=10, t=top, b=bottom),
         plot_bgcolor=MASKED_BG if causal else WHITE,
-        coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=1.0,
-                       colorbar=dict(title=dict(text="weight"), thickness=12,
-                                     len=min(1.0, 300 / max(1, n_rows * panel)))),
+        coloraxis=dict(
+            colorscale=ATTENTION_SCALE,
+            cmin=0.0,
+            cmax=1.0,
+            colorbar=dict(title=dict(text="weight"), thickness=12, len=min(1.0, 300 / max(1, n_rows * panel))),
+        ),
         annotations=[],
     )
     for r, c, (x0, x1), (y0, y1) in subplot_domains(n_rows, n_cols, h_spacing, v_spacing):
         i = r * n_cols + c + 1
         suffix = "" if i == 1 else str(i)
         name = f"{row_names[r]} · {col_names[c]}"
-        data.append(dict(
-            type="heatmap", z=z_all[r, c], x=list(range(k_len)), y=list(range(q_len)), coloraxis="coloraxis",
-            customdata=hover, name=name, xaxis=f"x{suffix}", yaxis=f"y{suffix}",
-            hovertemplate=(f"{plotly_escape(name)}<br>"
-                           + ("%{customdata}" if hover is not None else "query %{y} → key %{x}")
-                           + "<br>weight %{z:.3f}<extra></extra>"),
-            xgap=1 if n <= 40 else 0, ygap=1 if n <= 40 else 0,
-        ))
+        data.append(
+            dict(
+                type="heatmap",
+                z=z_all[r, c],
+                x=list(range(k_len)),
+                y=list(range(q_len)),
+                coloraxis="coloraxis",
+                customdata=hover,
+                name=name,
+                xaxis=f"x{suffix}",
+                yaxis=f"y{suffix}",
+                hovertemplate=(
+                    f"{plotly_escape(name)}<br>"
+                    + ("%{customdata}" if hover is not None else "query %{y} → key %{x}")
+                    + "<br>weight %{z:.3f}<extra></extra>"
+                ),
+                xgap=1 if n <= 40 else 0,
+                ygap=1 if n <= 40 else 0,
+            )
+        )
         xaxis = dict(hidden, anchor=f"y{suffix}", domain=[x0, x1])
         yaxis = dict(hidden, anchor=f"x{suffix}", domain=[y0, y1], autorange="reversed")
         if key_labels and r == n_rows - 1:
-            xaxis.update(showticklabels=True, tickvals=list(range(k_len)), ticktext=k_short, tickangle=plan.angle,
-                         tickfont=tick_font, automargin=True)
+            xaxis.update(
+                showticklabels=True,
+                tickvals=list(range(k_len)),
+                ticktext=k_short,
+                tickangle=plan.angle,
+                tickfont=tick_font,
+                automargin=True,
+            )
         if labelled and c == 0:
-            yaxis.update(showticklabels=True, tickvals=list(range(q_len)), ticktext=q_short,
-                         tickfont=dict(tick_font, size=MIN_READABLE), automargin=True)
+            yaxis.update(
+                showticklabels=True,
+                tickvals=list(range(q_len)),
+                ticktext=q_short,
+                tickfont=dict(tick_font, size=MIN_READABLE),
+                automargin=True,
+            )
         layout[f"xaxis{suffix}"], layout[f"yaxis{suffix}"] = xaxis, yaxis
-        layout["annotations"].append(dict(  # the panel's title, over its top edge
-            text=name, x=(x0 + x1) / 2, y=y1, xref="paper", yref="paper", xanchor="center", yanchor="bottom",
-            showarrow=False, font=dict(size=MIN_READABLE, color=TEXT_COLOR)))
+        layout["annotations"].append(
+            dict(  # the panel's title, over its top edge
+                text=name,
+                x=(x0 + x1) / 2,
+                y=y1,
+                xref="paper",
+                yref="paper",
+                xanchor="center",
+                yanchor="bottom",
+                showarrow=False,
+                font=dict(size=MIN_READABLE, color=TEXT_COLOR),
+            )
+        )
     if highlight is not None and 0 <= highlight[0] < n_rows and 0 <= highlight[1] < n_cols:
         idx = highlight[0] * n_cols + highlight[1] + 1
         suffix = "" if idx == 1 else str(idx)
-        layout["shapes"] = [dict(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.03, x1=1.03,
-                                 y0=-0.03, y1=1.03, line=dict(color=HIGHLIGHT, width=3))]
+        layout["shapes"] = [
+            dict(
+                type="rect",
+                xref=f"x{suffix} domain",
+                yref=f"y{suffix} domain",
+                x0=-0.03,
+                x1=1.03,
+                y0=-0.03,
+                y1=1.03,
+                line=dict(color=HIGHLIGHT, width=3),
+            )
+        ]
     return theme.figure(data, layout)
 
 
@@ -189,30 +234,58 @@ def model_grid_altair(
         raise ValueError(f"{w.size} cells is too many for the clickable grid (limit {ALTAIR_GRID_CELLS})")
     gap = max(2, round(0.25 * max(q_len, k_len)))
     bx, by = k_len + gap, q_len + gap
-    layer, head, i, j = np.meshgrid(np.arange(n_layers), np.arange(n_heads), np.arange(q_len), np.arange(k_len),
-                                    indexing="ij")
+    layer, head, i, j = np.meshgrid(
+        np.arange(n_layers), np.arange(n_heads), np.arange(q_len), np.arange(k_len), indexing="ij"
+    )
     keep = np.ones(w.shape, dtype=bool)
     if causal:
-        keep &= (j <= i + (k_len - q_len))
+        keep &= j <= i + (k_len - q_len)
     q_disp = np.array([display_token(t) for t in q_labels], dtype=object)
     k_disp = np.array([display_token(t) for t in k_labels], dtype=object)
     x0 = head * bx + j
     y0 = layer * by + i
-    df = pd.DataFrame({
-        "layer": (layer + 1)[keep], "head": (head + 1)[keep], "query": q_disp[i[keep]], "key": k_disp[j[keep]],
-        "weight": w[keep].round(4), "x0": x0[keep], "x1": x0[keep] + 1, "y0": y0[keep], "y1": y0[keep] + 1,
-    })
+    df = pd.DataFrame(
+        {
+            "layer": (layer + 1)[keep],
+            "head": (head + 1)[keep],
+            "query": q_disp[i[keep]],
+            "key": k_disp[j[keep]],
+            "weight": w[keep].round(4),
+            "x0": x0[keep],
+            "x1": x0[keep] + 1,
+            "y0": y0[keep],
+            "y1": y0[keep] + 1,
+        }
+    )
     stops = [s for s, _ in ATTENTION_SCALE]
     colors = [c for _, c in ATTENTION_SCALE]
-    pick = alt.selection_point(name="head_pick", fields=["layer", "head"], on="click", clear="dblclick",
-                               value=[{"layer": selected[0] + 1, "head": selected[1] + 1}] if selected else None)
+    pick = alt.selection_point(
+        name="head_pick",
+        fields=["layer", "head"],
+        on="click",
+        clear="dblclick",
+        value=[{"layer": selected[0] + 1, "head": selected[1] + 1}] if selected else None,
+    )
     px = cell or int(max(4, min(18, 520 // max(1, n_heads * bx), 420 // max(1, n_layers * by))))
-    x_axis = alt.Axis(values=[h * bx + k_len / 2 for h in range(n_heads)],
-                      labelExpr=f"'head ' + (floor(datum.value / {bx}) + 1)", title=None, grid=False, ticks=False,
-                      domain=False, orient="top", labelFontSize=MIN_READABLE)
-    y_axis = alt.Axis(values=[layer * by + q_len / 2 for layer in range(n_layers)],
-                      labelExpr=f"'layer ' + (floor(datum.value / {by}) + 1)", title=None, grid=False, ticks=False,
-                      domain=False, labelFontSize=MIN_READABLE)
+    x_axis = alt.Axis(
+        values=[h * bx + k_len / 2 for h in range(n_heads)],
+        labelExpr=f"'head ' + (floor(datum.value / {bx}) + 1)",
+        title=None,
+        grid=False,
+        ticks=False,
+        domain=False,
+        orient="top",
+        labelFontSize=MIN_READABLE,
+    )
+    y_axis = alt.Axis(
+        values=[layer * by + q_len / 2 for layer in range(n_layers)],
+        labelExpr=f"'layer ' + (floor(datum.value / {by}) + 1)",
+        title=None,
+        grid=False,
+        ticks=False,
+        domain=False,
+        labelFontSize=MIN_READABLE,
+    )
     return (
         alt.Chart(df)
         .mark_rect(stroke=WHITE, strokeWidth=0.3 if px >= 8 else 0)
@@ -221,11 +294,17 @@ def model_grid_altair(
             x2="x1:Q",
             y=alt.Y("y0:Q", axis=y_axis, scale=alt.Scale(domain=[n_layers * by - gap, 0], nice=False)),
             y2="y1:Q",
-            color=alt.Color("weight:Q", scale=alt.Scale(domain=stops, range=colors, clamp=True),
-                            legend=alt.Legend(title="weight")),
+            color=alt.Color(
+                "weight:Q", scale=alt.Scale(domain=stops, range=colors, clamp=True), legend=alt.Legend(title="weight")
+            ),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.35)),
-            tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("head:O"), alt.Tooltip("query:N"), alt.Tooltip("key:N"),
-                     alt.Tooltip("weight:Q", format=".3f")],
+            tooltip=[
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("head:O"),
+                alt.Tooltip("query:N"),
+                alt.Tooltip("key:N"),
+                alt.Tooltip("weight:Q", format=".3f"),
+            ],
         )
         .add_params(pick)
         .properties(width=px * (n_heads * bx - gap), height=px * (n_layers * by - gap))

@@ -67,16 +67,27 @@ def head_stat_heatmap(
         lo = zmin if zmin is not None else min(0.0, float(finite.min()) if finite.size else 0.0)
         hi = zmax if zmax is not None else (float(finite.max()) if finite.size else 1.0)
         scale = dict(colorscale=ATTENTION_SCALE, zmin=lo, zmax=hi if hi > lo else lo + 1.0)
-    fig = go.Figure(go.Heatmap(
-        z=v, x=[f"head {j + 1}" for j in range(n_cols)], y=[f"{row_label} {i + 1}" for i in range(n_rows)],
-        text=[[cell_number(x, decimals) for x in row] for row in v], texttemplate="%{text}",
-        textfont=dict(size=MIN_READABLE),
-        hovertemplate="%{y} · %{x}<br>" + plotly_escape(name) + " %{z:.3f}<extra></extra>",
-        xgap=2, ygap=2, colorbar=dict(title=dict(text=name), thickness=14), **scale,
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=v,
+            x=[f"head {j + 1}" for j in range(n_cols)],
+            y=[f"{row_label} {i + 1}" for i in range(n_rows)],
+            text=[[cell_number(x, decimals) for x in row] for row in v],
+            texttemplate="%{text}",
+            textfont=dict(size=MIN_READABLE),
+            hovertemplate="%{y} · %{x}<br>" + plotly_escape(name) + " %{z:.3f}<extra></extra>",
+            xgap=2,
+            ygap=2,
+            colorbar=dict(title=dict(text=name), thickness=14),
+            **scale,
+        )
+    )
     fig.update_layout(
         title=theme.title(title if title is not None else name),
-        font=FONT, height=140 + 56 * n_rows, margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor=WHITE,
+        font=FONT,
+        height=140 + 56 * n_rows,
+        margin=dict(l=10, r=10, t=50, b=10),
+        plot_bgcolor=WHITE,
     )
     fig.update_yaxes(autorange="reversed", automargin=True)
     # head names under the cells: above them, they ran into the title
@@ -84,8 +95,9 @@ def head_stat_heatmap(
     return fig
 
 
-def sweep_heatmaps(drops: Mapping[str, object], titles: Mapping[str, str] | None = None,
-                   name: str = "drop (nats)") -> list[go.Figure]:
+def sweep_heatmaps(
+    drops: Mapping[str, object], titles: Mapping[str, str] | None = None, name: str = "drop (nats)"
+) -> list[go.Figure]:
     """The ablation sweep: per attention kind, the drop in the output's log-probability when each head alone is
     removed, as a layers × heads heatmap (:func:`head_stat_heatmap`, diverging).
 
@@ -99,8 +111,10 @@ def sweep_heatmaps(drops: Mapping[str, object], titles: Mapping[str, str] | None
     arrays = {kind: as_array(d) for kind, d in drops.items()}
     finite = [np.abs(a[np.isfinite(a)]).max() for a in arrays.values() if np.isfinite(a).any()]
     bound = float(max(finite)) if finite else 1.0
-    return [head_stat_heatmap(a, name, diverging=True, zmax=bound or 1.0, title=(titles or {}).get(kind, kind))
-            for kind, a in arrays.items()]
+    return [
+        head_stat_heatmap(a, name, diverging=True, zmax=bound or 1.0, title=(titles or {}).get(kind, kind))
+        for kind, a in arrays.items()
+    ]
 
 
 def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") -> go.Figure:
@@ -115,21 +129,46 @@ def log_prob_figure(labels: Sequence[str], base, ablated=None, title: str = "") 
         raise ValueError("one log-probability per token is needed")
     disp = [display_token(t) for t in labels]
     x = list(range(len(b)))
-    fig = go.Figure(go.Bar(x=x, y=b, name="all heads", marker_color=PALE_BLUE, customdata=disp,
-                           hovertemplate="%{customdata}<br>all heads: %{y:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=x,
+            y=b,
+            name="all heads",
+            marker_color=PALE_BLUE,
+            customdata=disp,
+            hovertemplate="%{customdata}<br>all heads: %{y:.3f}<extra></extra>",
+        )
+    )
     if ablated is not None:
         a = as_array(ablated).reshape(-1)
         if len(a) != len(b):
             raise ValueError("base and ablated need the same length")
-        fig.add_trace(go.Bar(x=x, y=a, name="heads removed", marker_color=HIGHLIGHT, customdata=disp,
-                             hovertemplate="%{customdata}<br>heads removed: %{y:.3f}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=a,
+                name="heads removed",
+                marker_color=HIGHLIGHT,
+                customdata=disp,
+                hovertemplate="%{customdata}<br>heads removed: %{y:.3f}<extra></extra>",
+            )
+        )
     fig.update_layout(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15, color=TEXT_COLOR)), font=FONT, barmode="group",
-        height=360, margin=dict(l=10, r=10, t=50 if title else 20, b=10), plot_bgcolor=WHITE,
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15, color=TEXT_COLOR)),
+        font=FONT,
+        barmode="group",
+        height=360,
+        margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+        plot_bgcolor=WHITE,
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=1, xanchor="right"),
     )
-    fig.update_xaxes(tickvals=x, ticktext=[shorten(t) for t in disp], tickangle=-45, automargin=True,
-                     tickfont=dict(family=MONO, size=MIN_READABLE if len(b) <= 24 else 11),
-                     title_text="translation tokens")
+    fig.update_xaxes(
+        tickvals=x,
+        ticktext=[shorten(t) for t in disp],
+        tickangle=-45,
+        automargin=True,
+        tickfont=dict(family=MONO, size=MIN_READABLE if len(b) <= 24 else 11),
+        title_text="translation tokens",
+    )
     fig.update_yaxes(title_text="log-probability (nats)", gridcolor=GRID, zerolinecolor=ZERO_LINE, automargin=True)
     return fig

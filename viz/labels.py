@@ -24,17 +24,21 @@ KIND_SHORT = {
 
 #: How word starts are shown: a piece is shown as the tokenizer stores it, ``▁`` marking a word start (the space
 #: before the word). Every page uses this one convention (:func:`viz.attention.display_token`).
-WORD_START_NOTE = ("`▁` marks a piece that starts a word (it stands for the space before it); a piece without it "
-                   "continues the word before.")
+WORD_START_NOTE = (
+    "`▁` marks a piece that starts a word (it stands for the space before it); a piece without it "
+    "continues the word before."
+)
 #: The same for each kind of tokenizer (``tok.kind``): GPT-2's byte-level pieces are shown readably, its ``Ġ``
 #: (a leading space) as ``␣``.
 WORD_START_NOTES = {
     "bpe": WORD_START_NOTE,
     "unigram": WORD_START_NOTE,
-    "byte-bpe": ("`␣` marks a piece that starts with a space, so a new word (GPT-2 stores it as `Ġ`); a piece "
-                 "without it continues the word before, or starts the text. Pieces are shown as the text they "
-                 "stand for (GPT-2 stores `ü` as the two bytes `Ã¼`); `<0xF0>` is a byte that is only part of a "
-                 "character."),
+    "byte-bpe": (
+        "`␣` marks a piece that starts with a space, so a new word (GPT-2 stores it as `Ġ`); a piece "
+        "without it continues the word before, or starts the text. Pieces are shown as the text they "
+        "stand for (GPT-2 stores `ü` as the two bytes `Ã¼`); `<0xF0>` is a byte that is only part of a "
+        "character."
+    ),
 }
 
 
@@ -53,9 +57,9 @@ def kind_note(kind: str, q_len: int, k_len: int, translation: bool = True) -> st
     notes = {
         "encoder": f"Every {source} piece attends to every {source} piece (no mask).",
         "decoder": f"Each {target} input piece attends to itself and the pieces before it; the grey upper triangle "
-                   "is masked (the future is hidden).",
+        "is masked (the future is hidden).",
         "cross": f"Each {target} input piece (a query; it predicts the next token) attends to the {source} pieces "
-                 f"(keys and values come from the encoder output, the memory). Lengths may differ: {q_len} × {k_len}.",
+        f"(keys and values come from the encoder output, the memory). Lengths may differ: {q_len} × {k_len}.",
         "self": "Each piece attends to itself and the pieces before it.",
     }
     return " ".join(notes.get(kind, kind).split())

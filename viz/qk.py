@@ -74,9 +74,20 @@ def _runs(indices: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, mask=None, bias=None,
-                 unrotated=None, order=None, own: int | None = None, title: str = "", width: int = PAGE_PX
-                 ) -> go.Figure:
+def score_figure(
+    contributions,
+    scores,
+    weights,
+    key_labels: Sequence[str],
+    *,
+    mask=None,
+    bias=None,
+    unrotated=None,
+    order=None,
+    own: int | None = None,
+    title: str = "",
+    width: int = PAGE_PX,
+) -> go.Figure:
     """One query's scores, a row per key: what each dimension adds (heatmap), the score (bars), the weight (bars).
 
     Args:
@@ -110,45 +121,110 @@ def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, m
     hover = [[f"key <b>{labels[j]}</b> · dimension {int(order[i])}" for i in range(d_k)] for j in rows]
     shown_s = np.where(seen, s, 0.0)
     data = [
-        dict(type="heatmap", z=z, x=list(range(d_k)), y=rows,
-             **signed_colours(signed_bound(z), "q_d·k_d/√d_k", side="top"), customdata=hover, xgap=0.5, ygap=1,
-             hovertemplate="%{customdata}<br>q_d·k_d/√d_k %{z:+.4f}<extra></extra>"),
-        dict(type="bar", x=shown_s, y=rows, xaxis="x2", yaxis="y2", orientation="h",
-             marker=dict(color=[POSITIVE if v >= 0 else NEGATIVE for v in shown_s]),
-             text=[f"{v:+.2f}" if m else "" for v, m in zip(s, seen, strict=True)], textposition="outside",
-             cliponaxis=False,
-             customdata=labels, hovertemplate="%{customdata}: score %{x:+.4f}<extra></extra>", showlegend=False,
-             name="score"),
+        dict(
+            type="heatmap",
+            z=z,
+            x=list(range(d_k)),
+            y=rows,
+            **signed_colours(signed_bound(z), "q_d·k_d/√d_k", side="top"),
+            customdata=hover,
+            xgap=0.5,
+            ygap=1,
+            hovertemplate="%{customdata}<br>q_d·k_d/√d_k %{z:+.4f}<extra></extra>",
+        ),
+        dict(
+            type="bar",
+            x=shown_s,
+            y=rows,
+            xaxis="x2",
+            yaxis="y2",
+            orientation="h",
+            marker=dict(color=[POSITIVE if v >= 0 else NEGATIVE for v in shown_s]),
+            text=[f"{v:+.2f}" if m else "" for v, m in zip(s, seen, strict=True)],
+            textposition="outside",
+            cliponaxis=False,
+            customdata=labels,
+            hovertemplate="%{customdata}: score %{x:+.4f}<extra></extra>",
+            showlegend=False,
+            name="score",
+        ),
     ]
     extremes = [shown_s]
     if bias is not None:
         b = checked(bias, 1, "bias")
         logit = np.where(seen, s + b, np.nan)
         extremes.append(logit)
-        data.append(dict(type="scatter", x=logit, y=rows, xaxis="x2", yaxis="y2", mode="markers",
-                         marker=dict(symbol="diamond", size=11, color=INK), name="+ ALiBi bias = logit",
-                         customdata=np.stack([b, np.nan_to_num(logit)], -1),
-                         hovertemplate="bias %{customdata[0]:+.4f}<br>logit %{customdata[1]:+.4f}<extra></extra>"))
+        data.append(
+            dict(
+                type="scatter",
+                x=logit,
+                y=rows,
+                xaxis="x2",
+                yaxis="y2",
+                mode="markers",
+                marker=dict(symbol="diamond", size=11, color=INK),
+                name="+ ALiBi bias = logit",
+                customdata=np.stack([b, np.nan_to_num(logit)], -1),
+                hovertemplate="bias %{customdata[0]:+.4f}<br>logit %{customdata[1]:+.4f}<extra></extra>",
+            )
+        )
     if unrotated is not None:
         u = np.where(seen, checked(unrotated, 1, "unrotated"), np.nan)
         extremes.append(u)
-        data.append(dict(type="scatter", x=u, y=rows, xaxis="x2", yaxis="y2", mode="markers",
-                         name="without RoPE's rotation", hovertemplate="without rotation %{x:+.4f}<extra></extra>",
-                         marker=dict(symbol="circle-open", size=11, color=SUBTLE, line=dict(width=2))))
+        data.append(
+            dict(
+                type="scatter",
+                x=u,
+                y=rows,
+                xaxis="x2",
+                yaxis="y2",
+                mode="markers",
+                name="without RoPE's rotation",
+                hovertemplate="without rotation %{x:+.4f}<extra></extra>",
+                marker=dict(symbol="circle-open", size=11, color=SUBTLE, line=dict(width=2)),
+            )
+        )
     lo = min([0.0] + [float(np.nanmin(e)) for e in extremes if np.isfinite(e).any()])
     hi = max([0.0] + [float(np.nanmax(e)) for e in extremes if np.isfinite(e).any()])
     pad = (0.8 if width < NARROW_PX else 0.45) * (hi - lo or 1.0)  # room for the numbers beside the bars
     left = lo - (pad if lo < 0 else 0.05 * pad)
     masked = [j for j in rows if not seen[j]]
     if masked:  # written from the panel's left edge: from 0 it ran out of the panel
-        data.append(dict(type="scatter", x=[left] * len(masked), y=masked, xaxis="x2", yaxis="y2", mode="text",
-                         text=["masked (−∞)"] * len(masked), textposition="middle right", cliponaxis=False,
-                         textfont=dict(size=MIN_READABLE, color=SUBTLE), hoverinfo="skip", showlegend=False,
-                         name="masked"))
-    data.append(dict(type="bar", x=w, y=rows, xaxis="x3", yaxis="y3", orientation="h", marker=dict(color=BLUE),
-                     text=[f"{v:.2f}" if v >= 0.005 else "" for v in w], textposition="outside", cliponaxis=False,
-                     customdata=labels, showlegend=False, name="weight",
-                     hovertemplate="%{customdata}: weight %{x:.4f}<extra></extra>"))
+        data.append(
+            dict(
+                type="scatter",
+                x=[left] * len(masked),
+                y=masked,
+                xaxis="x2",
+                yaxis="y2",
+                mode="text",
+                text=["masked (−∞)"] * len(masked),
+                textposition="middle right",
+                cliponaxis=False,
+                textfont=dict(size=MIN_READABLE, color=SUBTLE),
+                hoverinfo="skip",
+                showlegend=False,
+                name="masked",
+            )
+        )
+    data.append(
+        dict(
+            type="bar",
+            x=w,
+            y=rows,
+            xaxis="x3",
+            yaxis="y3",
+            orientation="h",
+            marker=dict(color=BLUE),
+            text=[f"{v:.2f}" if v >= 0.005 else "" for v in w],
+            textposition="outside",
+            cliponaxis=False,
+            customdata=labels,
+            showlegend=False,
+            name="weight",
+            hovertemplate="%{customdata}: weight %{x:.4f}<extra></extra>",
+        )
+    )
     row = key_row_px(n)
     plot_h = row * n
     # A phone's width (under NARROW_PX) gives the bars more of it and the panels shorter titles: laid out as on a
@@ -162,26 +238,72 @@ def score_figure(contributions, scores, weights, key_labels: Sequence[str], *, m
     sorted_note = " (sorted by mean |part|)" if list(order) != list(range(d_k)) else ""
     layout.update(
         bargap=0.25,
-        xaxis=dict(dimension_axis(order, plot_px), domain=domains[0], anchor="y",
-                   title=axis_title("dimension d" + sorted_note)),
-        xaxis2=dict(domain=domains[1], anchor="y2", range=[left, hi + pad], gridcolor=GRID, zeroline=True,
-                    zerolinecolor=ZERO_LINE, **(dict(nticks=3) if narrow else {})),
-        xaxis3=dict(domain=domains[2], anchor="y3", range=[0, 1.7 if narrow else 1.3],
-                    tickvals=[0, 1] if narrow else [0, 0.5, 1], gridcolor=GRID),
+        xaxis=dict(
+            dimension_axis(order, plot_px), domain=domains[0], anchor="y", title=axis_title("dimension d" + sorted_note)
+        ),
+        xaxis2=dict(
+            domain=domains[1],
+            anchor="y2",
+            range=[left, hi + pad],
+            gridcolor=GRID,
+            zeroline=True,
+            zerolinecolor=ZERO_LINE,
+            **(dict(nticks=3) if narrow else {}),
+        ),
+        xaxis3=dict(
+            domain=domains[2],
+            anchor="y3",
+            range=[0, 1.7 if narrow else 1.3],
+            tickvals=[0, 1] if narrow else [0, 0.5, 1],
+            gridcolor=GRID,
+        ),
         yaxis=dict(token_yaxis(labels, MIN_READABLE, "keys"), **key_axis, anchor="x"),
         yaxis2=dict(key_axis, anchor="x2", matches="y", showticklabels=False),
         yaxis3=dict(key_axis, anchor="x3", matches="y", showticklabels=False),
-        annotations=[panel_title(t, d) for t, d in zip(
-            ("part per dimension", "score", "weight") if narrow
-            else ("each dimension's part of the score", "score q·k/√d_k", "weight"), domains, strict=True)],
-        legend=dict(orientation="h", x=domains[1][0], xanchor="left", y=-UNDER_PX / plot_h, yanchor="top",
-                    font=dict(size=MIN_READABLE)),
+        annotations=[
+            panel_title(t, d)
+            for t, d in zip(
+                ("part per dimension", "score", "weight")
+                if narrow
+                else ("each dimension's part of the score", "score q·k/√d_k", "weight"),
+                domains,
+                strict=True,
+            )
+        ],
+        legend=dict(
+            orientation="h",
+            x=domains[1][0],
+            xanchor="left",
+            y=-UNDER_PX / plot_h,
+            yanchor="top",
+            font=dict(size=MIN_READABLE),
+        ),
         # the masked keys' rows greyed across every panel (the mask, not a value of 0), one band per run of them
-        shapes=[dict(type="rect", xref=f"x{col if col > 1 else ''} domain", yref="y", x0=0, x1=1, y0=start - 0.5,
-                     y1=end + 0.5, fillcolor=MASKED_BG, line=dict(width=0), layer="below")
-                for start, end in _runs(masked) for col in (1, 2, 3)])
-    data[0]["colorbar"].update(orientation="h", x=sum(domains[0]) / 2, xanchor="center",
-                               len=domains[0][1] - domains[0][0], y=-UNDER_PX / plot_h, yanchor="top")
+        shapes=[
+            dict(
+                type="rect",
+                xref=f"x{col if col > 1 else ''} domain",
+                yref="y",
+                x0=0,
+                x1=1,
+                y0=start - 0.5,
+                y1=end + 0.5,
+                fillcolor=MASKED_BG,
+                line=dict(width=0),
+                layer="below",
+            )
+            for start, end in _runs(masked)
+            for col in (1, 2, 3)
+        ],
+    )
+    data[0]["colorbar"].update(
+        orientation="h",
+        x=sum(domains[0]) / 2,
+        xanchor="center",
+        len=domains[0][1] - domains[0][0],
+        y=-UNDER_PX / plot_h,
+        yanchor="top",
+    )
     return figure(data, layout)
 
 

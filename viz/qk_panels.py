@@ -55,8 +55,16 @@ def signed_bound(*arrays) -> float:
 def signed_colours(bound: float, title: str, show: bool = True, side: str = "right") -> dict:
     """A heatmap's diverging colours from ``-bound`` to ``bound``, and its colour bar (``show``) with 14 px numbers:
     on the trace, not a shared colour axis, so that presentation mode enlarges them as every trace's."""
-    return dict(zmin=-bound, zmax=bound, zmid=0.0, **DIVERGING, showscale=show, colorbar=dict(
-        title=dict(text=title, side=side, font=AXIS_TITLE_FONT), thickness=12, tickfont=dict(size=MIN_READABLE)))
+    return dict(
+        zmin=-bound,
+        zmax=bound,
+        zmid=0.0,
+        **DIVERGING,
+        showscale=show,
+        colorbar=dict(
+            title=dict(text=title, side=side, font=AXIS_TITLE_FONT), thickness=12, tickfont=dict(size=MIN_READABLE)
+        ),
+    )
 
 
 def dimension_axis(order: np.ndarray, plot_px: float) -> dict:
@@ -66,8 +74,15 @@ def dimension_axis(order: np.ndarray, plot_px: float) -> dict:
     need = max(2, len(str(n - 1))) * MONO_CHAR_EM * MIN_READABLE * ENLARGED + 10
     every = next((s for s in _DIM_STEPS if s * plot_px / max(n, 1) >= need), n)
     kept = list(range(0, n, every))
-    return dict(tickvals=kept, ticktext=[str(int(order[i])) for i in kept], tickangle=0, showgrid=False,
-                zeroline=False, automargin=True, range=[-0.5, n - 0.5])
+    return dict(
+        tickvals=kept,
+        ticktext=[str(int(order[i])) for i in kept],
+        tickangle=0,
+        showgrid=False,
+        zeroline=False,
+        automargin=True,
+        range=[-0.5, n - 0.5],
+    )
 
 
 def key_row_px(n_rows: int) -> int:
@@ -80,8 +95,13 @@ def base_layout(title: str, width: int, plot_rows_px: float, bottom: int) -> dic
     ``plot_rows_px`` px between the title (with the panels' own titles under it) and ``bottom`` px of room."""
     text = wrap_title(title, title_chars(width)) if title else ""
     top = title_margin(text, 30, 24) + 26
-    return dict(title=_title(text), font=FONT, height=int(top + plot_rows_px + bottom),
-                margin=dict(l=10, r=10, t=top, b=bottom), plot_bgcolor=WHITE)
+    return dict(
+        title=_title(text),
+        font=FONT,
+        height=int(top + plot_rows_px + bottom),
+        margin=dict(l=10, r=10, t=top, b=bottom),
+        plot_bgcolor=WHITE,
+    )
 
 
 def panel_domains(weights: Sequence[float], spacing: float) -> list[list[float]]:
@@ -98,8 +118,17 @@ def panel_domains(weights: Sequence[float], spacing: float) -> list[list[float]]
 
 def panel_title(text: str, domain: Sequence[float], y: float = 1.0) -> dict:
     """A panel's title above it (what ``make_subplots``' subplot titles are): 16 px, centred on its x ``domain``."""
-    return dict(text=text, x=(domain[0] + domain[1]) / 2, y=y, xref="paper", yref="paper", xanchor="center",
-                yanchor="bottom", showarrow=False, font=dict(size=16))
+    return dict(
+        text=text,
+        x=(domain[0] + domain[1]) / 2,
+        y=y,
+        xref="paper",
+        yref="paper",
+        xanchor="center",
+        yanchor="bottom",
+        showarrow=False,
+        font=dict(size=16),
+    )
 
 
 def axis_title(text: str) -> dict:
@@ -117,5 +146,6 @@ def shown_keys(key_labels: Sequence[str], own: int | None) -> list[str]:
 
 def dimensions_px(width: int, labels: Sequence[str]) -> float:
     """The plot area's width in a figure ``width`` px wide, less the key labels at its left and a colour bar."""
-    return max(width - 20 - label_px([shorten(display_token(t)) for t in labels], MIN_READABLE) * ENLARGED
-               - 40 - 90, 100.0)
+    return max(
+        width - 20 - label_px([shorten(display_token(t)) for t in labels], MIN_READABLE) * ENLARGED - 40 - 90, 100.0
+    )

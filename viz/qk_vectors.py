@@ -34,8 +34,16 @@ from viz.theme import (
 from viz.token_labels import display_token, plotly_escape, shorten, token_yaxis
 
 
-def _stacked(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], first: Sequence[str], rest: Sequence[str],
-             order: np.ndarray, hover: str, title: str, colour_title: str, width: int) -> go.Figure:
+def _stacked(
+    panels: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    first: Sequence[str],
+    rest: Sequence[str],
+    order: np.ndarray,
+    hover: str,
+    title: str,
+    colour_title: str,
+    width: int,
+) -> go.Figure:
     """Panels side by side, each a one-row heatmap (``first``) over a heatmap of one row per ``rest`` label, on one
     diverging colour scale, the columns in ``order``. Axes are numbered as ``make_subplots`` numbers them: the top
     row's panels first (``x``/``y``, ``x2``/``y2``, …), then the bottom row's."""
@@ -55,12 +63,27 @@ def _stacked(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], first: Sequen
             i = r * cols + col + 1
             ax = "" if i == 1 else str(i)
             text = [[f"<b>{labels[k]}</b> · dimension {int(order[d])}" for d in dims] for k in range(len(labels))]
-            data.append(dict(type="heatmap", z=z, x=dims, y=list(range(len(labels))), xaxis=f"x{ax}",
-                             yaxis=f"y{ax}", **signed_colours(bound, colour_title, show=i == 1), xgap=0.5, ygap=1,
-                             customdata=text, hovertemplate="%{customdata}<br>" + hover + " %{z:+.4f}<extra></extra>"))
+            data.append(
+                dict(
+                    type="heatmap",
+                    z=z,
+                    x=dims,
+                    y=list(range(len(labels))),
+                    xaxis=f"x{ax}",
+                    yaxis=f"y{ax}",
+                    **signed_colours(bound, colour_title, show=i == 1),
+                    xgap=0.5,
+                    ygap=1,
+                    customdata=text,
+                    hovertemplate="%{customdata}<br>" + hover + " %{z:+.4f}<extra></extra>",
+                )
+            )
             base = str(cols + col + 1)  # the panel's bottom axis, which writes the dimensions
-            x_axis = dict(dimension_axis(order, plot_px), title=axis_title("dimension d")) if r else \
-                dict(matches=f"x{base}", ticks="", showticklabels=False, showgrid=False, zeroline=False)
+            x_axis = (
+                dict(dimension_axis(order, plot_px), title=axis_title("dimension d"))
+                if r
+                else dict(matches=f"x{base}", ticks="", showticklabels=False, showgrid=False, zeroline=False)
+            )
             y_axis = dict(token_yaxis(labels, MIN_READABLE), autorange="reversed")
             if col:  # one column of labels, at the left
                 y_axis.update(matches=f"y{r * cols + 1 if r else ''}", showticklabels=False)
@@ -70,8 +93,14 @@ def _stacked(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], first: Sequen
     return figure(data, layout)
 
 
-def vectors_figure(panels: Sequence[tuple[str, object, object]], query_label: str, key_labels: Sequence[str],
-                   order=None, title: str = "", width: int = PAGE_PX) -> go.Figure:
+def vectors_figure(
+    panels: Sequence[tuple[str, object, object]],
+    query_label: str,
+    key_labels: Sequence[str],
+    order=None,
+    title: str = "",
+    width: int = PAGE_PX,
+) -> go.Figure:
     """The query vector over every key vector, entry by entry, in one or more panels side by side (RoPE: before
     and after the rotation).
 
@@ -108,5 +137,13 @@ def values_figure(weighted, output, key_labels: Sequence[str], title: str = "", 
     if wv.shape != (len(key_labels), len(out)):
         raise ValueError(f"weighted must be [{len(key_labels)}, {len(out)}] to go with the output and labels")
     order = np.arange(len(out))
-    return _stacked([("output = Σ_j w_j · v_j (above) and each w_j · v_j", out, wv)], ["output"],
-                    shown_keys(key_labels, None), order, "value", title, "value", width)
+    return _stacked(
+        [("output = Σ_j w_j · v_j (above) and each w_j · v_j", out, wv)],
+        ["output"],
+        shown_keys(key_labels, None),
+        order,
+        "value",
+        title,
+        "value",
+        width,
+    )

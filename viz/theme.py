@@ -60,8 +60,14 @@ ERROR_BORDER = "#b91c1c"
 #: A sequential scale on 0–1 that stays readable on a projector: white → deep blue, rising fast at low weights
 #: so that 0.05–0.3 are visible, while one fixed range keeps heads comparable (a uniform head stays pale).
 #: ``[stop, colour]`` lists, not tuples: plotly's ``sample_colorscale`` reads a tuple as one colour.
-ATTENTION_SCALE: list[list[float | str]] = [[0.0, WHITE], [0.04, "#e3eef8"], [0.12, "#a9cde6"], [0.3, "#4f97c9"],
-                                            [0.6, BLUE], [1.0, "#0b2f66"]]
+ATTENTION_SCALE: list[list[float | str]] = [
+    [0.0, WHITE],
+    [0.04, "#e3eef8"],
+    [0.12, "#a9cde6"],
+    [0.3, "#4f97c9"],
+    [0.6, BLUE],
+    [1.0, "#0b2f66"],
+]
 #: Worked examples' number matrices: light (smallest) to dark (largest), linear (the values are any reals, not
 #: weights). Given as stops, not as Plotly's name "Blues": plotly.js reads that name as dark blue → light grey, the
 #: reverse of the attention heatmap beside the matrices, where grey means "masked".
@@ -214,8 +220,9 @@ class LabelPlan(NamedTuple):
     fits: bool = True
 
 
-def label_plan(labels, axis_px: float, size: int = MIN_READABLE, smallest: int = SMALL_TOKEN,
-               max_tiers: int = MAX_TIERS) -> LabelPlan:
+def label_plan(
+    labels, axis_px: float, size: int = MIN_READABLE, smallest: int = SMALL_TOKEN, max_tiers: int = MAX_TIERS
+) -> LabelPlan:
     """How to write *every one* of ``labels`` (one per cell, monospace) along an axis ``axis_px`` long, none
     left out and none overlapping: level at ``size`` px when the longest fits its cell; else upright, in as few
     tiers as possible (1, 2, … ``max_tiers``), at the largest size from ``size`` down to ``smallest`` that keeps
@@ -284,8 +291,9 @@ def legend_below(names, width: int = 600) -> tuple[dict, int]:
     margin (px) that keeps :data:`AXIS_ROOM` for the tick labels and axis title above it.
     """
     rows = legend_rows(names, width)
-    legend = dict(orientation="h", yref="container", y=0.0, yanchor="bottom", xanchor="left", x=0.0,
-                  font=dict(size=MIN_READABLE))
+    legend = dict(
+        orientation="h", yref="container", y=0.0, yanchor="bottom", xanchor="left", x=0.0, font=dict(size=MIN_READABLE)
+    )
     return legend, AXIS_ROOM + LEGEND_ROW * rows
 
 

@@ -56,30 +56,56 @@ def token_axes(labels: Sequence[str], plan: LabelPlan, font: dict, title: str = 
     axes = []
     for t in range(plan.tiers):
         kept = list(range(t, len(labels), plan.tiers))
-        axis = dict(tickvals=kept, ticktext=[labels[i] for i in kept], tickangle=plan.angle, tickfont=tick_font,
-                    showgrid=False, zeroline=False, automargin=True, **common)
+        axis = dict(
+            tickvals=kept,
+            ticktext=[labels[i] for i in kept],
+            tickangle=plan.angle,
+            tickfont=tick_font,
+            showgrid=False,
+            zeroline=False,
+            automargin=True,
+            **common,
+        )
         if t:
-            axis.update(overlaying="x", matches="x", anchor="y", side="bottom", ticks="outside", ticklen=t * depth,
-                        tickcolor=GREY)
+            axis.update(
+                overlaying="x",
+                matches="x",
+                anchor="y",
+                side="bottom",
+                ticks="outside",
+                ticklen=t * depth,
+                tickcolor=GREY,
+            )
         axes.append(axis)
     if title:
         axes[-1].update(title=dict(text=title, font=AXIS_TITLE_FONT, standoff=TITLE_STANDOFF))
     return axes
 
 
-def token_xaxes_into(data: list[dict], layout: dict, labels: Sequence[str], plan: LabelPlan, font: dict,
-                     title: str = "", **common) -> None:
+def token_xaxes_into(
+    data: list[dict], layout: dict, labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "", **common
+) -> None:
     """Put :func:`token_axes`' x axes into a ``layout`` dict, with an empty trace in ``data`` on each overlay axis
     (Plotly draws an axis only when a trace uses it). ``data``'s first trace stays the data."""
     for t, axis in enumerate(token_axes(labels, plan, font, title, **common)):
         layout[f"xaxis{t + 1 if t else ''}"] = axis
         if t:
-            data.append(dict(type="scatter", x=[None], y=[None], xaxis=f"x{t + 1}", hoverinfo="skip",
-                             showlegend=False, name=f"key labels, tier {t + 1}"))
+            data.append(
+                dict(
+                    type="scatter",
+                    x=[None],
+                    y=[None],
+                    xaxis=f"x{t + 1}",
+                    hoverinfo="skip",
+                    showlegend=False,
+                    name=f"key labels, tier {t + 1}",
+                )
+            )
 
 
-def set_token_xaxes(fig: go.Figure, labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "",
-                    **common) -> None:
+def set_token_xaxes(
+    fig: go.Figure, labels: Sequence[str], plan: LabelPlan, font: dict, title: str = "", **common
+) -> None:
     """Lay ``fig``'s x axis out as :func:`token_axes` says (:func:`token_xaxes_into`, for a figure already
     built)."""
     data: list[dict] = []
@@ -101,9 +127,14 @@ def labels_depth(labels: Sequence[str], plan: LabelPlan) -> float:
 def token_yaxis(labels: Sequence[str], size: int, title: str = "") -> dict:
     """A vertical axis that writes every one of ``labels`` (one per row, level, monospace ``size`` px; the
     figure must give each row a line), its ``title`` :data:`viz.theme.TITLE_STANDOFF` px from them."""
-    axis = dict(tickvals=list(range(len(labels))), ticktext=list(labels), tickfont=dict(family=MONO, size=size,
-                color=INK), showgrid=False, zeroline=False, automargin=True)
+    axis = dict(
+        tickvals=list(range(len(labels))),
+        ticktext=list(labels),
+        tickfont=dict(family=MONO, size=size, color=INK),
+        showgrid=False,
+        zeroline=False,
+        automargin=True,
+    )
     if title:
         axis["title"] = dict(text=title, font=AXIS_TITLE_FONT, standoff=TITLE_STANDOFF)
     return axis
-

@@ -46,13 +46,18 @@ def attention_page() -> None:
         st.stop()
     all_ids, output_ids = state.full_translation(ckpt, src)
     said, guide_col = st.columns([3, 1], vertical_alignment="center")
-    said.markdown(f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:** "
-                  f"{tok.decode(output_ids) or '(empty output)'}")
-    said.caption("**Rows = queries**, **columns = keys**; each row sums to 1. Hover a cell for the pair and its "
-                 "weight.")
+    said.markdown(
+        f"**{'Translation' if cfg.is_encoder_decoder else 'Continuation'}:** "
+        f"{tok.decode(output_ids) or '(empty output)'}"
+    )
+    said.caption(
+        "**Rows = queries**, **columns = keys**; each row sums to 1. Hover a cell for the pair and its weight."
+    )
     guide = guide_col.expander("How to read these maps")
-    guide.markdown("Each heatmap is one attention head: **rows = queries** (the token doing the looking), **columns = "
-                   "keys** (the tokens looked at). " + pieces.word_note(tok))
+    guide.markdown(
+        "Each heatmap is one attention head: **rows = queries** (the token doing the looking), **columns = "
+        "keys** (the tokens looked at). " + pieces.word_note(tok)
+    )
 
     tgt_inputs = strip_eos(all_ids, cfg.eos_id)  # <eos> is an output, never a decoder input
     # one traced forward pass per sentence, shared by every visitor; every label below is a piece as shown (GPT-2's Ġ
@@ -64,22 +69,30 @@ def attention_page() -> None:
     # the Head box wide enough for "mean over heads" at 1280 px
     c1, c2, c3, c4 = st.columns([2.6, 1, 1.3, 1], vertical_alignment="bottom")
     # Each control: the session's value, else the link's (clamped, with a note), else the default; then into the link.
-    url.init_widget("at_kind", lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
-                    valid=lambda k: k in kinds)
+    url.init_widget(
+        "at_kind",
+        lambda p: url.choice_param(p, "kind", kinds, kinds[-1], what="attention kind"),
+        valid=lambda k: k in kinds,
+    )
     kind = c1.radio("Attention", kinds, format_func=lambda k: KIND_SHORT[k], horizontal=True, key="at_kind")
     n_layers = trace.attention[kind].shape[0]
     open_layer = model_card.opening_layer(ckpt.card, n_layers)  # the card may name one that shows more than the last
-    url.init_widget("at_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
-                    valid=lambda v: v in range(n_layers))
-    url.init_widget("at_head", lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
-                    valid=lambda h: h in ("all", "mean") or h in range(cfg.n_heads))
+    url.init_widget(
+        "at_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer), valid=lambda v: v in range(n_layers)
+    )
+    url.init_widget(
+        "at_head",
+        lambda p: url.head_param(p, "head", cfg.n_heads, "all"),
+        valid=lambda h: h in ("all", "mean") or h in range(cfg.n_heads),
+    )
     url.init_widget("at_words", lambda p: url.bool_param(p, "words", False, what="word level"))
     layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key="at_layer")
-    head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="at_head",
-                        format_func=head_name)
-    words = c4.toggle("Word level", key="at_words",
-                      help="Merge pieces into words: sum over a word's key pieces, mean over its query pieces "
-                           "(rows still sum to 1).")
+    head = c3.selectbox("Head", ["all"] + list(range(cfg.n_heads)) + ["mean"], key="at_head", format_func=head_name)
+    words = c4.toggle(
+        "Word level",
+        key="at_words",
+        help="Merge pieces into words: sum over a word's key pieces, mean over its query pieces (rows still sum to 1).",
+    )
     url.put("kind", kind, kinds[-1])  # defaults stay out of the link: it says only what differs from a visit
     url.put("layer", layer + 1, open_layer + 1)
     url.put("head", url.format_head(head), "all")
@@ -93,7 +106,8 @@ def attention_page() -> None:
     # the open tab is kept in the link like every other choice (ui/url.py: a bad ?tab= is noted), and only it runs
     ATTENTION.tab.init(lambda p: url.choice_param(p, "tab", TABS, TABS[0]), valid=lambda t: t in TABS)
     tab_heads, tab_tokens, tab_qk, tab_grid, tab_summary, tab_stats, tab_ablation, tab_compare = st.tabs(
-        TABS, key=ATTENTION.tab.key, on_change="rerun")
+        TABS, key=ATTENTION.tab.key, on_change="rerun"
+    )
     ATTENTION.tab.put(st.session_state[ATTENTION.tab.key], TABS[0])
 
     # --- Heads ------------------------------------------------------------------------------------------------------
@@ -109,12 +123,32 @@ def attention_page() -> None:
                     if h % per_row == 0:
                         cols = st.columns(per_row)
                     with cols[h % per_row]:
-                        plot(shared(attention_heatmap, weights[h], q_labels, k_labels, causal=causal, width=width,
-                                    title=view_title(kind, layer, h, words)), key=f"at_chart_hm_{kind}_{layer}_{h}")
+                        plot(
+                            shared(
+                                attention_heatmap,
+                                weights[h],
+                                q_labels,
+                                k_labels,
+                                causal=causal,
+                                width=width,
+                                title=view_title(kind, layer, h, words),
+                            ),
+                            key=f"at_chart_hm_{kind}_{layer}_{h}",
+                        )
             else:
                 w, _ = view.one_head()
-                plot(shared(attention_heatmap, w, q_labels, k_labels, causal=causal, height=620,
-                            width=responsive.figure_px(PAGE_PX), title=view_title(kind, layer, head, words)))
+                plot(
+                    shared(
+                        attention_heatmap,
+                        w,
+                        q_labels,
+                        k_labels,
+                        causal=causal,
+                        height=620,
+                        width=responsive.figure_px(PAGE_PX),
+                        title=view_title(kind, layer, head, words),
+                    )
+                )
 
     # --- the reading tabs (app_pages/attention/reading_tabs.py) -----------------------------------------------------
     if tab_tokens.open:
@@ -146,11 +180,15 @@ def attention_page() -> None:
         st.write("Source:", " ".join(f"{t}({i})" for t, i in zip(trace.src_tokens, trace.src_ids, strict=True)))
         st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids, strict=True)))
         st.download_button(  # the file is made when asked for, not at every click of every visitor
-            "Download the attention tensors (.npz)", data=lambda: views.attention_npz(raw_trace),
+            "Download the attention tensors (.npz)",
+            data=lambda: views.attention_npz(raw_trace),
             file_name="attention.npz",
-            mime="application/octet-stream", key="at_export_trace", on_click="ignore", icon=":material/download:",
+            mime="application/octet-stream",
+            key="at_export_trace",
+            on_click="ignore",
+            icon=":material/download:",
             help="One float32 array [layers, heads, queries, keys] per kind (" + ", ".join(kinds) + ") plus the tokens "
-                 "and ids; load with numpy.load. Piece level, whatever the word-level switch says.",
+            "and ids; load with numpy.load. Piece level, whatever the word-level switch says.",
         )
         st.caption("Every chart's camera button (top right, on hover) saves it as SVG.")
 

@@ -41,8 +41,11 @@ def _log_probs(ckpt: Checkpoint, src_ids: tuple, tgt_ids: tuple, heads: tuple) -
         masks = views.head_masks(heads, ckpt.config.attention_layers(), ckpt.config.n_heads)
         return tuple(sequence_log_probs(ckpt.model, list(src_ids) or None, list(tgt_ids), masks).tolist())
 
-    return heavy.shared(("log_probs", *checkpoints.checkpoint_version(ckpt), src_ids, tgt_ids, heads), compute,
-                        "the scores of this translation")
+    return heavy.shared(
+        ("log_probs", *checkpoints.checkpoint_version(ckpt), src_ids, tgt_ids, heads),
+        compute,
+        "the scores of this translation",
+    )
 
 
 def _greedy_without(ckpt: Checkpoint, src_ids: tuple, heads: tuple, max_new: int) -> tuple[int, ...]:
@@ -50,8 +53,11 @@ def _greedy_without(ckpt: Checkpoint, src_ids: tuple, heads: tuple, max_new: int
         masks = views.head_masks(heads, ckpt.config.attention_layers(), ckpt.config.n_heads)
         return tuple(greedy_with_head_masks(ckpt.model, list(src_ids) or None, masks, max_new_tokens=max_new))
 
-    return heavy.shared(("without", *checkpoints.checkpoint_version(ckpt), src_ids, heads, max_new), compute,
-                        "the translation without those heads")
+    return heavy.shared(
+        ("without", *checkpoints.checkpoint_version(ckpt), src_ids, heads, max_new),
+        compute,
+        "the translation without those heads",
+    )
 
 
 def _sweep(ckpt: Checkpoint, src_ids: tuple, tgt_ids: tuple, layers: tuple) -> MappingProxyType:
@@ -59,8 +65,9 @@ def _sweep(ckpt: Checkpoint, src_ids: tuple, tgt_ids: tuple, layers: tuple) -> M
         swept = ablation_sweep(ckpt.model, list(src_ids) or None, list(tgt_ids), {k: list(v) for k, v in layers})
         return MappingProxyType({k: tuple(map(tuple, v.tolist())) for k, v in swept.items()})
 
-    return heavy.shared(("sweep", *checkpoints.checkpoint_version(ckpt), src_ids, tgt_ids, layers), compute,
-                        "the sweep of every head")
+    return heavy.shared(
+        ("sweep", *checkpoints.checkpoint_version(ckpt), src_ids, tgt_ids, layers), compute, "the sweep of every head"
+    )
 
 
 # --- Ablation ------------------------------------------------------------------------------------------------------
@@ -70,12 +77,17 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
     layer, saying so."""
     tok, cfg = ckpt.tokenizer, ckpt.config
     ckpt_path, ckpt_mtime = checkpoints.checkpoint_version(ckpt)
-    st.caption("Switch heads off (their output is zeroed before W^O) and score **the translation above** again "
-               "(teacher forcing): the log-probability of each of its tokens, with and without those heads.")
+    st.caption(
+        "Switch heads off (their output is zeroed before W^O) and score **the translation above** again "
+        "(teacher forcing): the log-probability of each of its tokens, with and without those heads."
+    )
     counts = cfg.attention_layers()
     options = views.head_options(counts, cfg.n_heads)
-    url.init_widget("at_ablate", lambda p: url.choices_param(p, "ablate", options, what="heads switched off"),
-                    valid=lambda v: set(v) <= set(options))
+    url.init_widget(
+        "at_ablate",
+        lambda p: url.choices_param(p, "ablate", options, what="heads switched off"),
+        valid=lambda v: set(v) <= set(options),
+    )
     chosen = st.multiselect("Heads to switch off", options, key="at_ablate", placeholder="e.g. cross L2 H3")
     url.put("ablate", sorted(chosen, key=options.index), [])
     heads = tuple(sorted(chosen, key=options.index))
@@ -91,16 +103,24 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         ablated = _log_probs(ckpt, src_key, tgt_key, heads)
         change = sum(ablated) - sum(base)
         m2.metric("Total log-prob, heads removed", f"{sum(ablated):.3f}", delta=f"{change:+.3f} nats")
-        m3.metric("Probability of the translation", f"× {math.exp(change):.3g}",
-                  help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.")
-        plot(shared(log_prob_figure, scored, base, ablated,
-                    title=f"Per-token log-probability · {len(heads)} head(s) off"))
+        m3.metric(
+            "Probability of the translation",
+            f"× {math.exp(change):.3g}",
+            help="exp(change): how much likelier (> 1) or less likely (< 1) the same translation becomes.",
+        )
+        plot(
+            shared(
+                log_prob_figure, scored, base, ablated, title=f"Per-token log-probability · {len(heads)} head(s) off"
+            )
+        )
         limit = decoding_cap(cfg, list(src.ids), ckpt.generation)  # the cap of the translation above
         new_ids = _greedy_without(ckpt, src_key, heads, limit)
         new_out = [t for t in new_ids[1:] if t != cfg.eos_id]
         same = new_out == list(output_ids)
-        st.markdown(f"**Greedy translation without {', '.join(heads)}:** {tok.decode(new_out) or '(empty output)'} "
-                    f"{'— *unchanged*' if same else '— *changed*'}")
+        st.markdown(
+            f"**Greedy translation without {', '.join(heads)}:** {tok.decode(new_out) or '(empty output)'} "
+            f"{'— *unchanged*' if same else '— *changed*'}"
+        )
     else:
         m2.metric("Total log-prob, heads removed", "—")
         plot(shared(log_prob_figure, scored, base, title="Per-token log-probability, all heads"))
@@ -113,28 +133,37 @@ def ablation_tab(ckpt: Checkpoint, src, all_ids: list[int], output_ids: list[int
         st.session_state["at_sweep_for"] = sweep_key if wanted else None
         url.show_notes(note)
     positions = len(all_ids) + (len(src.ids) if cfg.is_encoder_decoder else 0)
-    plan = views.sweep_plan(counts, cfg.n_heads, ckpt.model.num_parameters(), positions, view.kind, view.layer,
-                            limits().sweep_budget)
+    plan = views.sweep_plan(
+        counts, cfg.n_heads, ckpt.model.num_parameters(), positions, view.kind, view.layer, limits().sweep_budget
+    )
     if plan.note:
         st.info(plan.note)
     label = {"all": "Sweep all heads", "kind": "Sweep this kind's heads", "layer": "Sweep this layer's heads"}
-    if st.button(label.get(plan.scope, "Sweep all heads"), key="at_sweep", disabled=not plan.scorings,
-                 help=f"{plan.scorings} scorings of the translation, one per head"):
+    if st.button(
+        label.get(plan.scope, "Sweep all heads"),
+        key="at_sweep",
+        disabled=not plan.scorings,
+        help=f"{plan.scorings} scorings of the translation, one per head",
+    ):
         st.session_state["at_sweep_for"] = sweep_key
     swept = st.session_state.get("at_sweep_for") == sweep_key
     url.put("sweep", swept, False)
     if swept and plan.scorings:
         layers = tuple((k, tuple(v)) for k, v in plan.layers.items())
         result = _sweep(ckpt, src_key, tgt_key, layers)
-        st.caption("Drop in the translation's total log-probability when that head alone is removed (nats): "
-                   "**red = the head helped** this output, blue = the output got likelier without it.")
+        st.caption(
+            "Drop in the translation's total log-probability when that head alone is removed (nats): "
+            "**red = the head helped** this output, blue = the output got likelier without it."
+        )
         # one kind per row, at the page's width: side by side, the cells were too narrow for their numbers
         figures = sweep_heatmaps(result, {k: KIND_SHORT[k] for k in result})
         for k, fig in zip(result, figures, strict=True):
             plot(fig, key=f"at_chart_sweep_{k}")
         if len(figures) > 1:
-            st.caption("All maps share one colour scale (± the largest drop of any head), so a colour means the "
-                       "same drop in each.")
+            st.caption(
+                "All maps share one colour scale (± the largest drop of any head), so a colour means the "
+                "same drop in each."
+            )
 
 
 # --- Compare -------------------------------------------------------------------------------------------------------
@@ -145,23 +174,29 @@ def comparable_checkpoints(ckpt: Checkpoint) -> dict[str, Path]:
     here = checkpoint_folder(ckpt).resolve()
     candidates = dict(checkpoints.available_checkpoints())
     candidates.update({f"runs/{name}": path for name, path in run_checkpoints().items()})
-    return {name: path for name, path in candidates.items()
-            if Path(path).resolve() != here and checkpoint_arch(path) == ckpt.config.arch}
+    return {
+        name: path
+        for name, path in candidates.items()
+        if Path(path).resolve() != here and checkpoint_arch(path) == ckpt.config.arch
+    }
 
 
 def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) -> None:
     """The current view beside the same view of a second sentence or a second checkpoint, and their difference."""
     tok, cfg = ckpt.tokenizer, ckpt.config
     modes = {"sentence": "another sentence", "checkpoint": "another checkpoint"}
-    url.init_widget("at_cmp_mode", lambda p: url.choice_param(p, "compare", modes, modes["sentence"],
-                                                                what="comparison"))
+    url.init_widget(
+        "at_cmp_mode", lambda p: url.choice_param(p, "compare", modes, modes["sentence"], what="comparison")
+    )
     mode = st.radio("Compare with", list(modes.values()), horizontal=True, key="at_cmp_mode")
     url.put("compare", next(k for k, v in modes.items() if v == mode), "sentence")
     other_trace, other_name = None, ""
     if mode == "another sentence":
         default = next(p for p in state.presets_for(ckpt) if p != src.text)
-        url.init_widget("at_cmp_text", lambda p: url.text_param(p, "compare_text", default, limits().max_chars,
-                                                                  what="second sentence"))
+        url.init_widget(
+            "at_cmp_text",
+            lambda p: url.text_param(p, "compare_text", default, limits().max_chars, what="second sentence"),
+        )
         other_text = st.text_input("Second sentence", key="at_cmp_text")
         too_long = url.put_text("compare_text", other_text, default)
         if too_long:
@@ -174,24 +209,37 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
     else:
         others = comparable_checkpoints(ckpt)
         if not others:
-            shipped = {n: checkpoint_arch(p) for n, p in checkpoints.available_checkpoints().items()
-                       if Path(p) != checkpoint_folder(ckpt)}
+            shipped = {
+                n: checkpoint_arch(p)
+                for n, p in checkpoints.available_checkpoints().items()
+                if Path(p) != checkpoint_folder(ckpt)
+            }
             other_archs = ", ".join(f"{n} ({a})" for n, a in shipped.items())
-            st.info(f"No other {cfg.arch} checkpoint to compare with. "
-                    + (f"The other checkpoints ({other_archs}) have a different architecture: their attention kinds "
-                       "differ (a decoder-only model has no encoder and no cross-attention), so no difference map "
-                       "exists. " if shipped else "")
-                    + "A training run of this architecture leaves comparable checkpoints (its `best/`, snapshots and "
-                      "kept evaluations, listed here by run): start one on the Training page, e.g. the preset "
-                      "that continues the shipped translator.")
+            st.info(
+                f"No other {cfg.arch} checkpoint to compare with. "
+                + (
+                    f"The other checkpoints ({other_archs}) have a different architecture: their attention kinds "
+                    "differ (a decoder-only model has no encoder and no cross-attention), so no difference map "
+                    "exists. "
+                    if shipped
+                    else ""
+                )
+                + "A training run of this architecture leaves comparable checkpoints (its `best/`, snapshots and "
+                "kept evaluations, listed here by run): start one on the Training page, e.g. the preset "
+                "that continues the shipped translator."
+            )
             if "compare_ckpt" in st.query_params:
-                url.show_notes("Ignored `compare_ckpt` (second checkpoint) = "
-                               f"“{str(st.query_params['compare_ckpt'])[:30]}” "
-                               "from the link: no checkpoint of this architecture is available here.")
+                url.show_notes(
+                    "Ignored `compare_ckpt` (second checkpoint) = "
+                    f"“{str(st.query_params['compare_ckpt'])[:30]}” "
+                    "from the link: no checkpoint of this architecture is available here."
+                )
             return
-        url.init_widget("at_cmp_ckpt", lambda p: url.choice_param(p, "compare_ckpt", list(others),
-                                                                    next(iter(others)), what="second checkpoint"),
-                        valid=lambda n: n in others)
+        url.init_widget(
+            "at_cmp_ckpt",
+            lambda p: url.choice_param(p, "compare_ckpt", list(others), next(iter(others)), what="second checkpoint"),
+            valid=lambda n: n in others,
+        )
         name = st.selectbox("Second checkpoint", list(others), key="at_cmp_ckpt")
         url.put("compare_ckpt", name, next(iter(others)))
         other, error = checkpoints.load_other(others[name])
@@ -219,19 +267,26 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
     pick = view.head if isinstance(view.head, int) and view.head < o_attn.shape[1] else "mean"
     first = view.weights[pick] if isinstance(pick, int) else view.weights.mean(0)
     second = o_attn[o_layer][pick] if isinstance(pick, int) else o_attn[o_layer].mean(0)
-    st.caption(f"{KIND_SHORT[kind]} · layer {layer + 1} · {head_name(pick)}{view.unit}. "
-               f"Second: {end_sentence(other_name)}")
+    st.caption(
+        f"{KIND_SHORT[kind]} · layer {layer + 1} · {head_name(pick)}{view.unit}. Second: {end_sentence(other_name)}"
+    )
     left, right = st.columns(2)
     with left:
-        plot(shared(attention_heatmap, first, view.q_labels, view.k_labels, causal=causal, title="First"),
-             key="at_chart_cmp_a")
+        plot(
+            shared(attention_heatmap, first, view.q_labels, view.k_labels, causal=causal, title="First"),
+            key="at_chart_cmp_a",
+        )
     with right:
         plot(shared(attention_heatmap, second, o_q, o_k, causal=causal, title="Second"), key="at_chart_cmp_b")
     if tuple(first.shape) == tuple(second.shape):
         a = causal_blank(first.numpy()) if causal else first
         b = causal_blank(second.numpy()) if causal else second
-        plot(shared(difference_heatmap, a, b, view.q_labels, view.k_labels, title="Difference (second − first)"),
-             key="at_chart_cmp_d")
+        plot(
+            shared(difference_heatmap, a, b, view.q_labels, view.k_labels, title="Difference (second − first)"),
+            key="at_chart_cmp_d",
+        )
     else:
-        st.info(f"The two maps have different shapes ({tuple(first.shape)} vs {tuple(second.shape)}), so "
-                "there is no cell-by-cell difference: compare their patterns side by side.")
+        st.info(
+            f"The two maps have different shapes ({tuple(first.shape)} vs {tuple(second.shape)}), so "
+            "there is no cell-by-cell difference: compare their patterns side by side."
+        )

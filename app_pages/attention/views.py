@@ -32,8 +32,9 @@ STAT_HELP = {
     "eos": "weight on the source's final <eos>",
     "max": "mean of each row's largest weight (1 = always one key)",
 }
-_HEAD_LABEL = re.compile(rf"^\s*({'|'.join(ENCODER_DECODER_KINDS + DECODER_ONLY_KINDS)})\s+L(\d+)\s+H(\d+)\s*$",
-                         re.IGNORECASE)
+_HEAD_LABEL = re.compile(
+    rf"^\s*({'|'.join(ENCODER_DECODER_KINDS + DECODER_ONLY_KINDS)})\s+L(\d+)\s+H(\d+)\s*$", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,9 @@ def word_labels(pieces: Sequence[str]) -> list[str]:
     return ["".join(parts) for parts in words]  # only a word's first piece can carry the mark
 
 
-def word_level(weights: torch.Tensor, q_pieces: Sequence[str], k_pieces: Sequence[str]
-               ) -> tuple[torch.Tensor, list[str], list[str]]:
+def word_level(
+    weights: torch.Tensor, q_pieces: Sequence[str], k_pieces: Sequence[str]
+) -> tuple[torch.Tensor, list[str], list[str]]:
     """Word-level attention: ``[..., q_len, k_len]`` → ``([..., n_query_words, n_key_words], q_words, k_words)``.
 
     Sums over a word's key pieces and averages over its query pieces (:func:`reading.analysis.merge_words`), so
@@ -136,8 +138,12 @@ def head_label(kind: str, layer: int, head: int) -> str:
 
 def head_options(layer_counts: Mapping[str, int], n_heads: int) -> list[str]:
     """Every head of the model as a label, kind by kind (``layer_counts``: kind → number of layers)."""
-    return [head_label(kind, layer, head) for kind, n_layers in layer_counts.items()
-            for layer in range(n_layers) for head in range(n_heads)]
+    return [
+        head_label(kind, layer, head)
+        for kind, n_layers in layer_counts.items()
+        for layer in range(n_layers)
+        for head in range(n_heads)
+    ]
 
 
 def parse_head_label(label: str) -> tuple[str, int, int] | None:
@@ -184,8 +190,15 @@ class SweepPlan:
     note: str | None = None
 
 
-def sweep_plan(layer_counts: Mapping[str, int], n_heads: int, n_parameters: int, n_positions: int, kind: str,
-               layer: int, budget: float = SWEEP_BUDGET) -> SweepPlan:
+def sweep_plan(
+    layer_counts: Mapping[str, int],
+    n_heads: int,
+    n_parameters: int,
+    n_positions: int,
+    kind: str,
+    layer: int,
+    budget: float = SWEEP_BUDGET,
+) -> SweepPlan:
     """The largest of: every head, the heads of every layer of ``kind``, the heads of ``kind``'s ``layer``, whose
     cost fits ``budget``.
 
@@ -199,23 +212,36 @@ def sweep_plan(layer_counts: Mapping[str, int], n_heads: int, n_parameters: int,
     what = KIND_SHORT.get(kind, kind).lower()
     options: list[tuple[str, dict[str, tuple[int, ...]], str | None]] = [
         ("all", {k: tuple(range(n)) for k, n in layer_counts.items()}, None),
-        ("kind", {kind: tuple(range(layer_counts.get(kind, 0)))},
-         f"the {n_heads * layer_counts.get(kind, 0)} heads of the kind shown above ({what}); pick another kind "
-         "above to sweep its heads"),
-        ("layer", {kind: (layer,)},
-         f"the {n_heads} heads of the layer shown above ({what}, layer {layer + 1}); pick another layer or kind "
-         "above to sweep its heads"),
+        (
+            "kind",
+            {kind: tuple(range(layer_counts.get(kind, 0)))},
+            f"the {n_heads * layer_counts.get(kind, 0)} heads of the kind shown above ({what}); pick another kind "
+            "above to sweep its heads",
+        ),
+        (
+            "layer",
+            {kind: (layer,)},
+            f"the {n_heads} heads of the layer shown above ({what}, layer {layer + 1}); pick another layer or kind "
+            "above to sweep its heads",
+        ),
     ]
     size = parameters_text(n_parameters)
-    why = (f"Removing each of this model's {total} heads in turn scores the output {total} times, each through "
-           f"{size} parameters: too slow here, so the sweep covers ")
+    why = (
+        f"Removing each of this model's {total} heads in turn scores the output {total} times, each through "
+        f"{size} parameters: too slow here, so the sweep covers "
+    )
     for scope, layers, covers in options:
         scorings = n_heads * sum(len(v) for v in layers.values())
         if scorings and per_scoring * (scorings + 1) <= budget:  # + 1: the scoring with every head
             return SweepPlan(layers, scope, scorings, None if covers is None else why + covers + ".")
-    return SweepPlan({}, "none", 0, f"Even the {n_heads} heads of one layer are too many to sweep for this model "
-                                    f"({size} parameters) and this text ({n_positions} positions): try a shorter "
-                                    "sentence.")
+    return SweepPlan(
+        {},
+        "none",
+        0,
+        f"Even the {n_heads} heads of one layer are too many to sweep for this model "
+        f"({size} parameters) and this text ({n_positions} positions): try a shorter "
+        "sentence.",
+    )
 
 
 # --- tables and export ----------------------------------------------------------------------------------------

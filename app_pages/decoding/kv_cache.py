@@ -19,8 +19,9 @@ from serving import heavy
 from ui import pieces, widgets
 
 
-def kv_cache_tab(ckpt: Checkpoint, run: StepView, step: int, src_ids: list[int], src_tokens: list[str],
-                 cmp_key) -> None:
+def kv_cache_tab(
+    ckpt: Checkpoint, run: StepView, step: int, src_ids: list[int], src_tokens: list[str], cmp_key
+) -> None:
     """What the KV cache holds after ``step`` (bytes per part, checked against the formula layers × heads × d_k ×
     positions × 2 × 4 bytes), the cache drawn, and a button that times decoding with and without it
     (:func:`app_pages.decoding.lab.compare_cache`, ms per step, best of 3). ``cmp_key`` identifies the decoded tokens,
@@ -37,26 +38,42 @@ def kv_cache_tab(ckpt: Checkpoint, run: StepView, step: int, src_ids: list[int],
     m3.metric("Total", f"{held_bytes['total'] / 1024:.1f} KiB")
     per = f"{cfg.n_decoder_layers} layers × {cfg.n_heads} heads × {cfg.d_k} (d_k)"
     agree = "matches" if formula == held_bytes else "differs from"
-    cross_line = (f"Cross: {per} × {src_len} source pieces × 2 × 4 bytes = {formula['cross']:,} B. " if src_len
-                  else "No cross-attention (decoder-only model). ")
-    st.caption(f"Self: {per} × {positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
-               f"{cross_line}"
-               f"The formula {agree} the cache's own count ({held_bytes['total']:,} B).")
+    cross_line = (
+        f"Cross: {per} × {src_len} source pieces × 2 × 4 bytes = {formula['cross']:,} B. "
+        if src_len
+        else "No cross-attention (decoder-only model). "
+    )
+    st.caption(
+        f"Self: {per} × {positions} positions × 2 (K and V) × 4 bytes = {formula['self']:,} B. "
+        f"{cross_line}"
+        f"The formula {agree} the cache's own count ({held_bytes['total']:,} B)."
+    )
     widgets.show_figure(
-        kv_cache_figure(cfg.n_decoder_layers, positions, new_rows=len(run.prefix) if step == 1 else 1,
-                        src_len=src_len,
-                        target_tokens=pieces.of_ids(tok, run.tokens[:positions]), source_tokens=src_tokens,
-                        cross_new=step == 1, title=f"Step {step}: what the decoder keeps instead of recomputing"),
+        kv_cache_figure(
+            cfg.n_decoder_layers,
+            positions,
+            new_rows=len(run.prefix) if step == 1 else 1,
+            src_len=src_len,
+            target_tokens=pieces.of_ids(tok, run.tokens[:positions]),
+            source_tokens=src_tokens,
+            cross_new=step == 1,
+            title=f"Step {step}: what the decoder keeps instead of recomputing",
+        ),
         key="dl_chart_kv",
     )
-    st.markdown("**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
-                "the whole prefix every step without it.")
+    st.markdown(
+        "**Cache on vs. off**: the same tokens decoded by feeding one token per step with the cache, or "
+        "the whole prefix every step without it."
+    )
     if st.button(f"Measure both over these {step} steps", icon=":material/timer:", key="dl_cache_measure"):
         # in the gate for heavy work: no other computation of this server runs during the timing (nor is slowed by
         # it); measured afresh at each click, never shared
-        timing = heavy.shared(("kv-timing", cmp_key), lambda: lab.compare_cache(ckpt.model, src_ids,
-                                                                                list(run.generated)),
-                              "the KV-cache timing", keep=False)
+        timing = heavy.shared(
+            ("kv-timing", cmp_key),
+            lambda: lab.compare_cache(ckpt.model, src_ids, list(run.generated)),
+            "the KV-cache timing",
+            keep=False,
+        )
         ss["dl_cache_cmp"] = (cmp_key, timing)
     held_cmp = ss.get("dl_cache_cmp")
     if not (held_cmp and held_cmp[0] == cmp_key):
@@ -70,5 +87,7 @@ def kv_cache_tab(ckpt: Checkpoint, run: StepView, step: int, src_ids: list[int],
         f"Largest difference of any log-probability over {res.steps} steps × {cfg.vocab_size:,} tokens: "
         f"**{res.max_abs_diff:.1e}** (the same result, up to float rounding)."
     )
-    st.caption("For a short sentence and a small model the difference is small; it grows with the length, "
-               "since without the cache step n recomputes all n positions in every layer.")
+    st.caption(
+        "For a short sentence and a small model the difference is small; it grows with the length, "
+        "since without the cache step n recomputes all n positions in every layer."
+    )

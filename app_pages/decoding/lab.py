@@ -39,9 +39,15 @@ ALPHA_RANGE = (0.0, 2.0)
 DEFAULTS = dict(strategy="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, beam=4, alpha=0.6, guard=False)
 
 
-def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfig,
-                 forced: Mapping[int, int] | None = None, max_new_tokens: int | None = None,
-                 forced_eos_id: int | None = None, loop_times: int = 0) -> Decoding:
+def lab_decoding(
+    model: Transformer,
+    src_ids: list[int],
+    sampling: SamplingConfig,
+    forced: Mapping[int, int] | None = None,
+    max_new_tokens: int | None = None,
+    forced_eos_id: int | None = None,
+    loop_times: int = 0,
+) -> Decoding:
     """One sentence decoded to its end under one rule, with forced tokens, frozen.
 
     Args:
@@ -58,8 +64,7 @@ def lab_decoding(model: Transformer, src_ids: list[int], sampling: SamplingConfi
         pick) and ``forced``.
     """
     forced = {int(k): int(v) for k, v in (forced or {}).items()}
-    stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens, forced_eos_id=forced_eos_id,
-                      loop_times=loop_times)
+    stepper = Stepper(model, src_ids, max_new_tokens=max_new_tokens, forced_eos_id=forced_eos_id, loop_times=loop_times)
     chooser = Chooser(sampling)
     pipelines: list[Pipeline] = []
     suggested: list[int] = []
@@ -91,12 +96,16 @@ def lab_defaults(generation: GenerationDefaults | None = None) -> dict:
     """The lab's settings for a model: :data:`DEFAULTS`, where a Hugging Face model's ``generation`` states a beam
     width or length penalty those (brought into the widgets' ranges). A link leaves these out."""
     own = generation.beam_defaults() if generation else {}
-    return dict(DEFAULTS, beam=min(max(own.get("beam", DEFAULTS["beam"]), BEAM_RANGE[0]), BEAM_RANGE[1]),
-                alpha=min(max(own.get("alpha", DEFAULTS["alpha"]), ALPHA_RANGE[0]), ALPHA_RANGE[1]))
+    return dict(
+        DEFAULTS,
+        beam=min(max(own.get("beam", DEFAULTS["beam"]), BEAM_RANGE[0]), BEAM_RANGE[1]),
+        alpha=min(max(own.get("alpha", DEFAULTS["alpha"]), ALPHA_RANGE[0]), ALPHA_RANGE[1]),
+    )
 
 
-def settings_from_link(params: Mapping[str, str], vocab_size: int,
-                       generation: GenerationDefaults | None = None) -> tuple[dict, list[str]]:
+def settings_from_link(
+    params: Mapping[str, str], vocab_size: int, generation: GenerationDefaults | None = None
+) -> tuple[dict, list[str]]:
     """The lab's settings from the link's query parameters (read by :mod:`ui.url`): every key of :data:`DEFAULTS`,
     each within its widget's range, and the notes about values that were clamped or ignored. A parameter the link
     leaves out takes its default (:func:`lab_defaults`)."""
@@ -121,8 +130,13 @@ def sampling_config(settings: Mapping) -> SamplingConfig:
         SamplingError: a value out of range.
     """
     if settings["strategy"] == "sample":
-        return SamplingConfig("sample", float(settings["temperature"]), int(settings["top_k"]),
-                              float(settings["top_p"]), int(settings["seed"])).validate()
+        return SamplingConfig(
+            "sample",
+            float(settings["temperature"]),
+            int(settings["top_k"]),
+            float(settings["top_p"]),
+            int(settings["seed"]),
+        ).validate()
     return SamplingConfig("greedy").validate()
 
 

@@ -18,8 +18,9 @@ st.title("Worked examples")
 st.caption("Small matrices you can edit; every intermediate is shown with 4 decimals. Rows are tokens.")
 
 
-def editor(label: str, default: np.ndarray, param: str, prefix: str = "d", title: str = "",
-           row_prefix: str = "t") -> np.ndarray | None:
+def editor(
+    label: str, default: np.ndarray, param: str, prefix: str = "d", title: str = "", row_prefix: str = "t"
+) -> np.ndarray | None:
     """An editable matrix under its heading (``**label**`` and ``title``), rows named ``{row_prefix}0, …`` and
     columns ``{prefix}0, …``; kept in the link as ``?param=1,0;0,1`` when it differs from ``default``, and in the
     session under ``LECTURE.matrix.sub(param)``. ``None``
@@ -32,8 +33,11 @@ def editor(label: str, default: np.ndarray, param: str, prefix: str = "d", title
         url.show_notes(note)
     st.markdown(f"**{label}**" + (f" — {title}" if title else ""))
     matrix = st.session_state[base]
-    frame = pd.DataFrame(matrix, columns=[f"{prefix}{j}" for j in range(default.shape[1])],
-                         index=[f"{row_prefix}{i}" for i in range(len(matrix))])
+    frame = pd.DataFrame(
+        matrix,
+        columns=[f"{prefix}{j}" for j in range(default.shape[1])],
+        index=[f"{row_prefix}{i}" for i in range(len(matrix))],
+    )
     edited = st.data_editor(frame, key=key, hide_index=False, width="stretch")
     values = pd.DataFrame(edited).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(values).all():
@@ -88,9 +92,15 @@ def lecture_page() -> None:
                 st.warning(str(exc))
             else:
                 # the output's columns are V's feature columns (named as in V's editor); v0, v1… name V's rows
-                lecture_live.attention_steps_view(r, q.shape[1], scale, causal, [f"q{i}" for i in range(q.shape[0])],
-                                                  [f"k{j}" for j in range(k.shape[0])],
-                                                  [f"d{j}" for j in range(v.shape[1])])
+                lecture_live.attention_steps_view(
+                    r,
+                    q.shape[1],
+                    scale,
+                    causal,
+                    [f"q{i}" for i in range(q.shape[0])],
+                    [f"k{j}" for j in range(k.shape[0])],
+                    [f"d{j}" for j in range(v.shape[1])],
+                )
 
     st.subheader("The causal mask example")
     st.markdown("Scores E (no scaling), keys after each query set to −∞, then softmax per row:")
@@ -104,8 +114,10 @@ def lecture_page() -> None:
 
     # --- LayerNorm ------------------------------------------------------------------------------------------
     st.header("Layer normalisation")
-    st.latex(r"\mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
-             r"\quad\text{per token, over its } d_{model} \text{ features}")
+    st.latex(
+        r"\mathrm{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta"
+        r"\quad\text{per token, over its } d_{model} \text{ features}"
+    )
     x_default = np.array([[1.0, 2.0, 3.0, 4.0], [2.0, -1.0, 0.5, 0.0], [10.0, 10.0, 10.0, 11.0]])
     # The editor's grid draws its numbers in small type (no CSS reaches its canvas): beside it, X as large as the steps
     # below, the numbers a lecture reads out.
@@ -114,8 +126,12 @@ def lecture_page() -> None:
         x = editor("X", x_default, "x", title="one row per token, one column per feature", row_prefix="token ")
     if x is not None:
         with x_show:
-            show(x, "X: the input, one row per token", [f"token {i}" for i in range(x.shape[0])],
-                 [f"d{j}" for j in range(x.shape[1])])
+            show(
+                x,
+                "X: the input, one row per token",
+                [f"token {i}" for i in range(x.shape[0])],
+                [f"d{j}" for j in range(x.shape[1])],
+            )
     g1, g2 = st.columns(2)
     with g1:
         gamma = editor("γ", np.ones((1, 4)), "gamma", title="scale, one per feature", row_prefix="γ")
@@ -130,8 +146,9 @@ def lecture_page() -> None:
             tokens = [f"token {i}" for i in range(x.shape[0])]
             a, b = st.columns(2)
             with a:
-                show(np.stack([ln["mean"], ln["var"]], axis=1), "Mean and variance of each row", tokens,
-                     ["mean", "var"])
+                show(
+                    np.stack([ln["mean"], ln["var"]], axis=1), "Mean and variance of each row", tokens, ["mean", "var"]
+                )
             with b:
                 show(ln["normalised"], "(x − mean) / √(var + ε): mean 0, variance 1", tokens)
             show(ln["output"], "γ ⊙ normalised + β", tokens)
@@ -139,44 +156,63 @@ def lecture_page() -> None:
 
     # --- multi-head split ---------------------------------------------------------------------------------
     st.header("Multi-head: split and concatenate")
-    url.init_widget("we_heads", lambda p: url.choice_param(p, "heads", {"1": 1, "2": 2, "4": 4}, 2,
-                                                             what="1, 2 or 4"))
+    url.init_widget("we_heads", lambda p: url.choice_param(p, "heads", {"1": 1, "2": 2, "4": 4}, 2, what="1, 2 or 4"))
     heads = st.radio("Heads (d_model = 4)", [1, 2, 4], horizontal=True, key="we_heads")
     url.put("heads", heads, 2)
     xm = np.arange(12, dtype=float).reshape(3, 4)
     split = worked.split_heads(xm, heads)
-    st.markdown(f"`X [seq=3, d_model=4]` → reshape `[3, {heads}, {4 // heads}]` → transpose → "
-                f"`[heads={heads}, seq=3, d_k={4 // heads}]` → each head attends on its own → concat → `[3, 4]`.")
+    st.markdown(
+        f"`X [seq=3, d_model=4]` → reshape `[3, {heads}, {4 // heads}]` → transpose → "
+        f"`[heads={heads}, seq=3, d_k={4 // heads}]` → each head attends on its own → concat → `[3, 4]`."
+    )
     cols = st.columns(heads + 1)
     with cols[0]:
         show(xm, "X [3, 4]", [f"t{i}" for i in range(3)], [f"f{j}" for j in range(4)])
     for h in range(heads):
         with cols[h + 1]:
-            show(split[h], f"head {h} [3, {4 // heads}]", [f"t{i}" for i in range(3)],
-                 [f"f{h * (4 // heads) + j}" for j in range(4 // heads)])
-    st.caption(f"concat(heads) equals X again: {np.array_equal(worked.concat_heads(split), xm)}. "
-               "In the model, Q, K and V are projected first (W^Q, W^K, W^V) and the concatenation is followed by W^O.")
+            show(
+                split[h],
+                f"head {h} [3, {4 // heads}]",
+                [f"t{i}" for i in range(3)],
+                [f"f{h * (4 // heads) + j}" for j in range(4 // heads)],
+            )
+    st.caption(
+        f"concat(heads) equals X again: {np.array_equal(worked.concat_heads(split), xm)}. "
+        "In the model, Q, K and V are projected first (W^Q, W^K, W^V) and the concatenation is followed by W^O."
+    )
 
     st.header("Why divide by √d_k?")
     seed, note = url.int_param(st.query_params, "seed", 0, 0, 2**31 - 1)  # only the link sets it
     url.show_notes(note)
     LECTURE.seed.put(seed, 0)
     rows = _scaling(seed)
-    st.markdown("Let the entries of q and k be independent with mean 0 and variance 1. Each product qᵢkᵢ then has "
-                "variance 1, so the score q·k, a sum of d_k of them, has **variance d_k and standard deviation √d_k**: "
-                "the bigger the head, the further apart the scores, and the softmax saturates (one key gets nearly all "
-                "the weight, and the gradients through the others vanish). Dividing by √d_k brings the spread back to "
-                "1 at every d_k.")
+    st.markdown(
+        "Let the entries of q and k be independent with mean 0 and variance 1. Each product qᵢkᵢ then has "
+        "variance 1, so the score q·k, a sum of d_k of them, has **variance d_k and standard deviation √d_k**: "
+        "the bigger the head, the further apart the scores, and the softmax saturates (one key gets nearly all "
+        "the weight, and the gradients through the others vanish). Dividing by √d_k brings the spread back to "
+        "1 at every d_k."
+    )
     show_figure(scaling_chart(rows, N_KEYS))
-    st.caption(f"Left: exact (std of q·k = √d_k). Right: the mean over {N_DRAWS:,} random draws of one query and "
-               f"{N_KEYS} keys (seed {seed}); a uniform softmax gives each key 1/{N_KEYS}, with entropy "
-               f"ln {N_KEYS} = {np.log(N_KEYS):.3f} nats.")
-    SCALING_COLUMNS = {"d_k": "d_k", "score_std": "std of q·k = √d_k", "score_std_sampled": "std, sampled",
-                       "max_raw": "max weight, q·k", "max_scaled": "max weight, ÷√d_k",
-                       "entropy_raw": "entropy, q·k", "entropy_scaled": "entropy, ÷√d_k"}
-    show_table([{label: r[key] for key, label in SCALING_COLUMNS.items()} for r in rows],
-               formats={label: "{:.3f}" for key, label in SCALING_COLUMNS.items() if key != "d_k"},
-               height=36 * (len(rows) + 1) + 3)  # every d_k, without a scrollbar
+    st.caption(
+        f"Left: exact (std of q·k = √d_k). Right: the mean over {N_DRAWS:,} random draws of one query and "
+        f"{N_KEYS} keys (seed {seed}); a uniform softmax gives each key 1/{N_KEYS}, with entropy "
+        f"ln {N_KEYS} = {np.log(N_KEYS):.3f} nats."
+    )
+    SCALING_COLUMNS = {
+        "d_k": "d_k",
+        "score_std": "std of q·k = √d_k",
+        "score_std_sampled": "std, sampled",
+        "max_raw": "max weight, q·k",
+        "max_scaled": "max weight, ÷√d_k",
+        "entropy_raw": "entropy, q·k",
+        "entropy_scaled": "entropy, ÷√d_k",
+    }
+    show_table(
+        [{label: r[key] for key, label in SCALING_COLUMNS.items()} for r in rows],
+        formats={label: "{:.3f}" for key, label in SCALING_COLUMNS.items() if key != "d_k"},
+        height=36 * (len(rows) + 1) + 3,
+    )  # every d_k, without a scrollbar
 
     # --- errata ---------------------------------------------------------------------------------------------
     # A neutral note, not an error box: nothing on this page went wrong; these are corrections to read.

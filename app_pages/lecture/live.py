@@ -59,8 +59,14 @@ def live_mode() -> bool:
     """The picker between the editable example and the live numbers (``?numbers=live``); True for the live mode.
     In the editable example the live mode's parameters (:data:`LIVE_PARAMS`) are taken out of the link."""
     url.init_widget(MODE_KEY, lambda p: url.choice_param(p, "numbers", list(MODES), "example", what="numbers"))
-    mode = st.radio("Numbers", list(MODES), format_func=MODES.get, horizontal=True, key=MODE_KEY,
-                    help="The live numbers are one head of the model picked in the sidebar, on the shared sentence.")
+    mode = st.radio(
+        "Numbers",
+        list(MODES),
+        format_func=MODES.get,
+        horizontal=True,
+        key=MODE_KEY,
+        help="The live numbers are one head of the model picked in the sidebar, on the shared sentence.",
+    )
     url.put("numbers", mode, "example")
     if mode != "live":  # the editable example has no kind, layer or head: a link to it must not carry them
         for name in LIVE_PARAMS:
@@ -100,13 +106,17 @@ def _live(ckpt, box: Field) -> None:
     model, cfg = ckpt.model, ckpt.config
     kinds = live.kinds_of(model)
     c1, c2, c3 = st.columns([2.6, 1, 1], vertical_alignment="bottom")
-    url.init_widget(KIND_KEY, lambda p: url.choice_param(p, "kind", kinds, kinds[0], what="attention kind"),
-                    valid=lambda k: k in kinds)
+    url.init_widget(
+        KIND_KEY,
+        lambda p: url.choice_param(p, "kind", kinds, kinds[0], what="attention kind"),
+        valid=lambda k: k in kinds,
+    )
     kind = c1.radio("Attention", kinds, format_func=KIND_SHORT.get, horizontal=True, key=KIND_KEY)
     n_layers = live.layers_of(model, kind)
     url.init_widget(LAYER_KEY, lambda p: url.index_param(p, "layer", n_layers, 0), valid=lambda v: v in range(n_layers))
-    url.init_widget(HEAD_KEY, lambda p: url.index_param(p, "head", cfg.n_heads, 0),
-                    valid=lambda v: v in range(cfg.n_heads))
+    url.init_widget(
+        HEAD_KEY, lambda p: url.index_param(p, "head", cfg.n_heads, 0), valid=lambda v: v in range(cfg.n_heads)
+    )
     layer = c2.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"layer {i + 1}", key=LAYER_KEY)
     head = c3.selectbox("Head", list(range(cfg.n_heads)), format_func=head_name, key=HEAD_KEY)
     url.put("kind", kind, kinds[0])
@@ -115,9 +125,11 @@ def _live(ckpt, box: Field) -> None:
 
     tgt_inputs = strip_eos(state.full_translation(ckpt, src)[0], cfg.eos_id)  # as the Attention page's trace has them
     raw_trace, trace = state.traced(ckpt, src, tgt_inputs)
-    numbers = heavy.shared(("live head", *checkpoints.checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_inputs), kind,
-                            layer, head),
-                           lambda: live.live_head(model, raw_trace, kind, layer, head), "this head's numbers")
+    numbers = heavy.shared(
+        ("live head", *checkpoints.checkpoint_version(ckpt), tuple(src.ids), tuple(tgt_inputs), kind, layer, head),
+        lambda: live.live_head(model, raw_trace, kind, layer, head),
+        "this head's numbers",
+    )
     q_pieces, k_pieces = trace.labels(kind)
     _cut_steps(numbers, q_pieces, k_pieces)
     _full_width(numbers, raw_trace, q_pieces, k_pieces)
@@ -130,12 +142,16 @@ def _cut_steps(h: live.LiveHead, q_pieces, k_pieces) -> None:
     ql, kl = chart_labels(q_pieces)[: c.n_q], chart_labels(k_pieces)[: c.n_k]
     features = [f"f{j}" for j in range(c.n_features)]
     columns = [f"d{j}" for j in range(c.n_cols)]
-    st.markdown(f"**X** = {h.x_note()}: one row per token, d_model = {h.d_model} features"
-                + (f"; the keys and values read **memory** = {h.x_kv_note()}." if h.kind == "cross" else "."))
-    st.caption(f"Cut to what a lecture can read: the first {c.n_q} of {c.q_total} queries and {c.n_k} of {c.k_total} "
-               f"keys, {c.n_features} of the {h.d_model} features of X (the rows of W), {c.n_cols} of this head's "
-               f"d_k = {h.d_k} columns. $Q = XW^Q + b^Q$ sums over all {h.d_model} features: its {c.n_cols} columns "
-               "shown are exactly the model's.")
+    st.markdown(
+        f"**X** = {h.x_note()}: one row per token, d_model = {h.d_model} features"
+        + (f"; the keys and values read **memory** = {h.x_kv_note()}." if h.kind == "cross" else ".")
+    )
+    st.caption(
+        f"Cut to what a lecture can read: the first {c.n_q} of {c.q_total} queries and {c.n_k} of {c.k_total} "
+        f"keys, {c.n_features} of the {h.d_model} features of X (the rows of W), {c.n_cols} of this head's "
+        f"d_k = {h.d_k} columns. $Q = XW^Q + b^Q$ sums over all {h.d_model} features: its {c.n_cols} columns "
+        "shown are exactly the model's."
+    )
     inputs = st.columns(2)  # X at half width: its few columns need no more
     show_matrix(m["x_q"], f"X: {c.n_features} of {h.d_model} features", ql, features, inputs[0])
     if h.kind == "cross":
@@ -150,10 +166,13 @@ def _cut_steps(h: live.LiveHead, q_pieces, k_pieces) -> None:
                 title = f"{letter} = XW<sup>{letter}</sup> + b<sup>{letter}</sup>: {c.n_cols} of {h.d_k}"
                 rows = ql if name == "q" else kl
             show_matrix(m[name], title, rows, columns, where)
-    biases = "; ".join(f"$b^{n[-1].upper()}$ = (" + ", ".join(f"{x:.4f}" for x in m[n][0]) + ", …)"
-                       for n in ("b_q", "b_k", "b_v"))
-    st.caption(f"The biases' first {c.n_cols} entries: {biases}."
-               + (" Q and K are shown after RoPE's rotation by position." if h.position == "rope" else ""))
+    biases = "; ".join(
+        f"$b^{n[-1].upper()}$ = (" + ", ".join(f"{x:.4f}" for x in m[n][0]) + ", …)" for n in ("b_q", "b_k", "b_v")
+    )
+    st.caption(
+        f"The biases' first {c.n_cols} entries: {biases}."
+        + (" Q and K are shown after RoPE's rotation by position." if h.position == "rope" else "")
+    )
     r = worked.attention_steps(m["q"], m["k"], m["v"], scale=True, causal=h.causal)
     attention_steps_view(r, c.n_cols, True, h.causal, ql, kl, columns)
     st.markdown(_why_different(h, c, q_pieces, k_pieces))
@@ -174,15 +193,20 @@ def _why_different(h: live.LiveHead, c: live.Cut, q_pieces, k_pieces) -> str:
             f"({full / root:.4f}), the steps above by √{c.n_cols} = {root_cut:.4g} ({shown / root_cut:.4f}): each "
             "divides by the root of the number of products it adds, which keeps the spread of its scores alike "
             "(*Why divide by √d_k?* below), but the products of the dropped columns are missing, so the weights "
-            "differ.")
+            "differ."
+        )
     if c.drops_keys and not h.causal:  # a causal row sees only earlier keys, all of them in the window
-        reasons.append(f"The softmax above shares each row among {c.n_k} keys; the model's among all {c.k_total}, "
-                       "so its rows in the window below sum to less than 1.")
+        reasons.append(
+            f"The softmax above shares each row among {c.n_k} keys; the model's among all {c.k_total}, "
+            "so its rows in the window below sum to less than 1."
+        )
     if h.position == "alibi":
         reasons.append("The model also adds ALiBi's −m·|i − j| to its scores, which the steps above leave out.")
     if not reasons:
-        return ("**Step 4 is the model's weights**: the steps above use every column of the head and every key "
-                "(compare the window below).")
+        return (
+            "**Step 4 is the model's weights**: the steps above use every column of the head and every key "
+            "(compare the window below)."
+        )
     return "**Why step 4 is not the model's weights.** " + " ".join(reasons)
 
 
@@ -193,20 +217,36 @@ def _full_width(h: live.LiveHead, raw_trace, q_pieces, k_pieces) -> None:
     title = view_title(h.kind, h.layer, h.head)
     st.subheader(f"The model's weights: all {h.d_k} columns, ÷ √{h.d_k}")
     a, b = st.columns(2)
-    show_matrix(h.weights[: c.n_q, : c.n_k], f"The window above: {c.n_q} × {c.n_k} of {c.q_total} × {c.k_total}",
-                chart_labels(q_pieces)[: c.n_q], chart_labels(k_pieces)[: c.n_k], a)
-    show_figure(figures.shared(attention_heatmap, h.weights, list(q_pieces), list(k_pieces), title=title,
-                               causal=h.causal, width=HALF_PX), b)
+    show_matrix(
+        h.weights[: c.n_q, : c.n_k],
+        f"The window above: {c.n_q} × {c.n_k} of {c.q_total} × {c.k_total}",
+        chart_labels(q_pieces)[: c.n_q],
+        chart_labels(k_pieces)[: c.n_k],
+        a,
+    )
+    show_figure(
+        figures.shared(
+            attention_heatmap, h.weights, list(q_pieces), list(k_pieces), title=title, causal=h.causal, width=HALF_PX
+        ),
+        b,
+    )
     page = raw_trace.attention[h.kind][h.layer, h.head].double().numpy()
     diff = float(np.abs(page - h.weights).max())
-    st.caption(f"The Attention page's heatmap of {title} for this sentence differs from these weights by at most "
-               f"{diff:.1e}{' (bit for bit the same)' if diff == 0 else ''}: the same numbers, computed with the "
-               "model's own projections and softmax. This head's output, weights × V, goes with the other heads' into "
-               f"Concat(head$_1$, …, head$_{{{h.n_heads}}}$) $W^O$.")
+    st.caption(
+        f"The Attention page's heatmap of {title} for this sentence differs from these weights by at most "
+        f"{diff:.1e}{' (bit for bit the same)' if diff == 0 else ''}: the same numbers, computed with the "
+        "model's own projections and softmax. This head's output, weights × V, goes with the other heads' into "
+        f"Concat(head$_1$, …, head$_{{{h.n_heads}}}$) $W^O$."
+    )
     st.download_button(  # made when asked for, not at every click
-        "Download this head's numbers (.npz)", data=lambda: live.npz_bytes(h, q_pieces, k_pieces),
-        file_name=f"{h.kind}-layer{h.layer + 1}-head{h.head + 1}.npz", mime="application/octet-stream",
-        key="we_export", on_click="ignore", icon=":material/download:",
+        "Download this head's numbers (.npz)",
+        data=lambda: live.npz_bytes(h, q_pieces, k_pieces),
+        file_name=f"{h.kind}-layer{h.layer + 1}-head{h.head + 1}.npz",
+        mime="application/octet-stream",
+        key="we_export",
+        on_click="ignore",
+        icon=":material/download:",
         help="Every row and column, float64: X (and the memory), this head's W^Q, W^K, W^V, biases and rows of W^O, "
-             "Q, K, V, the weights and the output, with the tokens; load with numpy.load.")
+        "Q, K, V, the weights and the output, with the tokens; load with numpy.load.",
+    )
     st.caption("Every chart's camera button (top right, on hover) saves it as SVG.")

@@ -47,9 +47,12 @@ def train_bpe(text: str, vocab_size: int) -> TrainedBPE:
     lines = [line for line in text.splitlines() if line.strip()]
     mine = TextTokenizer.train(lines, vocab_size=vocab_size, min_frequency=1)
     enc = mine.encode(lines[0])
-    return TrainedBPE(merges=tuple((a, b) for a, b in merge_table(mine.to_str()).merges), vocab_size=mine.vocab_size,
-                      first_line=lines[0],
-                      first=tuple(zip(enc.tokens, enc.ids, ((s, e) for s, e in enc.offsets), strict=True)))
+    return TrainedBPE(
+        merges=tuple((a, b) for a, b in merge_table(mine.to_str()).merges),
+        vocab_size=mine.vocab_size,
+        first_line=lines[0],
+        first=tuple(zip(enc.tokens, enc.ids, ((s, e) for s, e in enc.offsets), strict=True)),
+    )
 
 
 def trained(text: str, vocab_size: int) -> TrainedBPE:
@@ -59,8 +62,12 @@ def trained(text: str, vocab_size: int) -> TrainedBPE:
 
 
 def merges_frame(merges, start: int, show=str) -> pd.DataFrame:
-    return pd.DataFrame([{"rank": start + i, "left": show(a), "right": show(b), "new piece": show(a + b)}
-                         for i, (a, b) in enumerate(merges)])
+    return pd.DataFrame(
+        [
+            {"rank": start + i, "left": show(a), "right": show(b), "new piece": show(a + b)}
+            for i, (a, b) in enumerate(merges)
+        ]
+    )
 
 
 ckpt = checkpoints.require_checkpoint()
@@ -72,8 +79,11 @@ table = None if kind == "unigram" else _merges(*checkpoints.checkpoint_version(c
 
 def pick_word(label: str, words: list[str]) -> int:
     """The word box (its number kept in ``?word=``): the index of the chosen word."""
-    url.init_widget("tk_word", lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
-                    valid=lambda i: i in range(len(words)))
+    url.init_widget(
+        "tk_word",
+        lambda p: url.int_param(p, "word", 0, 0, len(words) - 1, what="word number"),
+        valid=lambda i: i in range(len(words)),
+    )
     ss = st.session_state
     if ss.get("tk_word_of") not in (None, words):
         # A new text: the box's value (a word number) may be unchanged while its label ("2: ▁word") is not. A
@@ -90,19 +100,28 @@ def show_tokens(text: str) -> None:
     enc = tok.encode(text)
     st.subheader(f"{len(enc.tokens)} pieces")
     st.markdown(token_spans_html(text, [show(t) for t in enc.tokens], enc.ids, enc.offsets), unsafe_allow_html=True)
-    st.caption("Each chip: the characters it covers (␣ = space), then the piece and its id. "
-               + ("Pieces of one character that has several bytes all cover that character." if kind == "byte-bpe"
-                  else "A dashed ∅ chip is a bare `▁` word-start marker that covers no character of its own."))
+    st.caption(
+        "Each chip: the characters it covers (␣ = space), then the piece and its id. "
+        + (
+            "Pieces of one character that has several bytes all cover that character."
+            if kind == "byte-bpe"
+            else "A dashed ∅ chip is a bare `▁` word-start marker that covers no character of its own."
+        )
+    )
     unk = [text[s:e] for p, (s, e) in zip(enc.tokens, enc.offsets, strict=True) if p == "<unk>"]
     if unk:
-        st.warning(f"{len(unk)} piece(s) are `<unk>` (red): the characters {', '.join(repr(u) for u in unk)} "
-                   "never occurred in the training data, so the model cannot tell them apart.")
+        st.warning(
+            f"{len(unk)} piece(s) are `<unk>` (red): the characters {', '.join(repr(u) for u in unk)} "
+            "never occurred in the training data, so the model cannot tell them apart."
+        )
 
     st.subheader("Characters, words, pieces")
     seg = segmentations(text, [show(t) for t in enc.tokens])
     show_table([{"unit": k, "count": len(v), "sequence": " | ".join(v)} for k, v in seg.items()])
-    st.caption("Characters give long sequences over a tiny alphabet; words a huge vocabulary with no answer "
-               "for unseen words; BPE pieces sit in between.")
+    st.caption(
+        "Characters give long sequences over a tiny alphabet; words a huge vocabulary with no answer "
+        "for unseen words; BPE pieces sit in between."
+    )
 
     if table is None:  # a unigram tokenizer: no merges to replay
         show_unigram(text)
@@ -125,13 +144,16 @@ def show_tokens(text: str) -> None:
             a, b = (cell_html(show(x)) for x in step.merge)
             how = f"merge #{step.rank}: <code>{a}</code> + <code>{b}</code>"
         rows.append(f"| {n} | {how} | {pieces_html([show(p) for p in step.pieces], mark)} |")
-    st.markdown("| step | rule (lowest rank present) | pieces |\n|---|---|---|\n" + "\n".join(rows),
-                unsafe_allow_html=True)
+    st.markdown(
+        "| step | rule (lowest rank present) | pieces |\n|---|---|---|\n" + "\n".join(rows), unsafe_allow_html=True
+    )
     final = steps[-1].pieces
     expected = own_pieces(tok.backend, word, byte_level=kind == "byte-bpe")
-    st.caption(f"Final: {' '.join(map(show, final))} — the tokenizer's own output for this word"
-               + ("" if expected is None or expected == final else f" differs: {' '.join(map(show, expected))}")
-               + ".")
+    st.caption(
+        f"Final: {' '.join(map(show, final))} — the tokenizer's own output for this word"
+        + ("" if expected is None or expected == final else f" differs: {' '.join(map(show, expected))}")
+        + "."
+    )
 
 
 def show_unigram(text: str) -> None:
@@ -149,10 +171,12 @@ def show_unigram(text: str) -> None:
     show_table(unigram.piece_rows(tok, splits[0]), c1)
     c2.markdown(f"**The {len(splits)} most probable splits**")
     show_table(unigram.split_rows(splits), c2)
-    st.caption("Each piece has a probability p learned from the training text; a split's probability is the "
-               "product of its pieces' (log P: the sum of their log p), and the tokenizer takes the most probable "
-               "split (first row). Fewer, longer pieces usually win, because every extra factor p < 1 lowers the "
-               "product. BPE instead replays its learned merges in order and never weighs alternatives.")
+    st.caption(
+        "Each piece has a probability p learned from the training text; a split's probability is the "
+        "product of its pieces' (log P: the sum of their log p), and the tokenizer takes the most probable "
+        "split (first row). Fewer, longer pieces usually win, because every extra factor p < 1 lowers the "
+        "product. BPE instead replays its learned merges in order and never weighs alternatives."
+    )
 
 
 @st.fragment
@@ -161,21 +185,27 @@ def tokenization_page() -> None:
     around it (the navigation, the sidebar's picker and summary)."""
     st.title("Tokenization")
     if table is None:  # a unigram tokenizer: no merges to replay
-        st.caption("The model never sees letters or words: a SentencePiece unigram language-model tokenizer "
-                   f"(Kudo 2018) cuts the text into pieces from a vocabulary of {tok.vocab_size}, each piece with a "
-                   "learned probability; of all ways to cut a word it takes the most probable. "
-                   + pieces.word_note(tok))
+        st.caption(
+            "The model never sees letters or words: a SentencePiece unigram language-model tokenizer "
+            f"(Kudo 2018) cuts the text into pieces from a vocabulary of {tok.vocab_size}, each piece with a "
+            "learned probability; of all ways to cut a word it takes the most probable. " + pieces.word_note(tok)
+        )
     elif kind == "byte-bpe":
-        st.caption("The model never sees letters or words: a byte-level byte-pair-encoding (BPE) tokenizer "
-                   "(Radford et al. 2019; BPE: Sennrich et al. 2016) cuts the text's UTF-8 bytes into pieces from a "
-                   f"vocabulary of {tok.vocab_size}, so no text is unknown. It stores a space as `Ġ`, glued to the "
-                   "word after it; every page writes it `␣`, and a byte that is only part of a character (an emoji is "
-                   "four) as `<0xF0>`.")
+        st.caption(
+            "The model never sees letters or words: a byte-level byte-pair-encoding (BPE) tokenizer "
+            "(Radford et al. 2019; BPE: Sennrich et al. 2016) cuts the text's UTF-8 bytes into pieces from a "
+            f"vocabulary of {tok.vocab_size}, so no text is unknown. It stores a space as `Ġ`, glued to the "
+            "word after it; every page writes it `␣`, and a byte that is only part of a character (an emoji is "
+            "four) as `<0xF0>`."
+        )
     else:
-        st.caption("The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. "
-                   "2016) cuts the text into pieces from a vocabulary of "
-                   f"{tok.vocab_size} learned from the training data. " + pieces.word_note(tok)
-                   + " Every page shows pieces this way.")
+        st.caption(
+            "The model never sees letters or words: a byte-pair-encoding (BPE) tokenizer (Sennrich et al. "
+            "2016) cuts the text into pieces from a vocabulary of "
+            f"{tok.vocab_size} learned from the training data. "
+            + pieces.word_note(tok)
+            + " Every page shows pieces this way."
+        )
 
     # --- the text -----------------------------------------------------------------------------------------
     shared = state.current_text(ckpt)
@@ -185,7 +215,6 @@ def tokenization_page() -> None:
     too_long = url.put_text("tok_text", text, shared)  # the shared sentence is in the link already
     if too_long:
         st.caption(too_long)
-
 
     if not text.strip():
         st.warning("Type some text to tokenize.")
@@ -203,9 +232,16 @@ def tokenization_page() -> None:
     else:
         lengths = piece_lengths(table.vocab)
     counts = pd.Series(lengths).value_counts().sort_index()
-    show_figure(bar(counts.index.tolist(), counts.values.tolist(),
-                    "Piece length (characters, " + ("␣" if kind == "byte-bpe" else "▁") + " not counted)",
-                     "length", "pieces"), **PLOT)
+    show_figure(
+        bar(
+            counts.index.tolist(),
+            counts.values.tolist(),
+            "Piece length (characters, " + ("␣" if kind == "byte-bpe" else "▁") + " not counted)",
+            "length",
+            "pieces",
+        ),
+        **PLOT,
+    )
     c1, c2 = st.columns(2)
     if table is None:  # a unigram tokenizer: no merges to replay
         most, least = unigram.vocab_extremes(tok, 20)
@@ -222,8 +258,10 @@ def tokenization_page() -> None:
 
     # --- live trainer ---------------------------------------------------------------------------------------
     st.subheader("Train your own BPE")
-    url.init_widget("tk_train_text", lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT,
-                                                                caps.train_text_chars, what="training text"))
+    url.init_widget(
+        "tk_train_text",
+        lambda p: url.text_param(p, "train_text", DEFAULT_TRAIN_TEXT, caps.train_text_chars, what="training text"),
+    )
     url.init_widget("tk_vocab", lambda p: url.int_param(p, "vocab", 120, 30, 2000, what="vocabulary size"))
     train_text = st.text_area("Training text (one sentence per line)", key="tk_train_text", height=140)
     too_long = url.put_text("train_text", train_text, DEFAULT_TRAIN_TEXT)
@@ -236,10 +274,12 @@ def tokenization_page() -> None:
     else:
         if len(train_text) > caps.train_text_chars:
             st.warning(f"Only the first {caps.train_text_chars:,} characters are used.")
-            train_text = train_text[:caps.train_text_chars]
+            train_text = train_text[: caps.train_text_chars]
         mine = trained(train_text, vocab_size)
-        st.markdown(f"Learned **{len(mine.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
-                    f"(asked for {vocab_size}; all characters seen are always kept).")
+        st.markdown(
+            f"Learned **{len(mine.merges)}** merges; vocabulary **{mine.vocab_size}** pieces "
+            f"(asked for {vocab_size}; all characters seen are always kept)."
+        )
         show_table(merges_frame(mine.merges[:20], 0))
         tokens, ids, offsets = zip(*mine.first, strict=True) if mine.first else ((), (), ())
         st.markdown(token_spans_html(mine.first_line, tokens, ids, offsets), unsafe_allow_html=True)

@@ -27,8 +27,10 @@ def _heads_forming(run_dir: Path) -> None:
     snapshots = R.read_probes(run_dir)
     if not snapshots:
         if R.read_train_args(run_dir).get("impl", "ours") != "ours":
-            st.info("This run trains the torch.nn.Transformer baseline, whose attention cannot be traced: it has no "
-                    "attention snapshots. Compare its curves with another run's above.")
+            st.info(
+                "This run trains the torch.nn.Transformer baseline, whose attention cannot be traced: it has no "
+                "attention snapshots. Compare its curves with another run's above."
+            )
         else:
             st.info("No attention snapshots yet (they are taken at steps 0, 10, 30, 100, 300, …).")
         return
@@ -45,8 +47,9 @@ def _heads_forming(run_dir: Path) -> None:
         chosen = st.session_state[key]
         st.session_state["tn_hf_pin"] = None if chosen == steps[-1] else (run_dir.name, chosen)
 
-    snap_step = (st.select_slider("snapshot step", steps, value=start, key=key, on_change=pinned)
-                 if len(steps) > 1 else steps[0])
+    snap_step = (
+        st.select_slider("snapshot step", steps, value=start, key=key, on_change=pinned) if len(steps) > 1 else steps[0]
+    )
     probes = snapshots[steps.index(snap_step)].probes
     if not probes:
         return
@@ -72,6 +75,12 @@ def _heads_forming(run_dir: Path) -> None:
         for hi in range(n_heads):
             if hi % 2 == 0:
                 cols = st.columns(2)
-            fig = attention_heatmap(attention[li, hi].numpy(), q_lab, k_lab, title=f"layer {li + 1} · head {hi + 1}",
-                                    causal=kind in CAUSAL_KINDS, width=HALF_PX)
+            fig = attention_heatmap(
+                attention[li, hi].numpy(),
+                q_lab,
+                k_lab,
+                title=f"layer {li + 1} · head {hi + 1}",
+                causal=kind in CAUSAL_KINDS,
+                width=HALF_PX,
+            )
             show_figure(fig, where=cols[hi % 2], key=f"tn_chart_hf_{kind}_{li}_{hi}")

@@ -17,8 +17,10 @@ DATA_LABELS = {
     "brown": "Brown corpus (English)",
 }
 #: :data:`model.config.ARCHITECTURES` as the form's picker shows them.
-ARCH_LABELS = {"encoder-decoder": "encoder-decoder (English → German translator)",
-               "decoder-only": "decoder-only (GPT-style language model)"}
+ARCH_LABELS = {
+    "encoder-decoder": "encoder-decoder (English → German translator)",
+    "decoder-only": "decoder-only (GPT-style language model)",
+}
 
 
 def _time(iso) -> float | None:
@@ -49,8 +51,9 @@ def table_row(row: dict) -> dict:
     return out
 
 
-def progress(status: dict, max_minutes: float | None = None, now: float | None = None,
-             live: bool = True) -> tuple[float, str] | None:
+def progress(
+    status: dict, max_minutes: float | None = None, now: float | None = None, live: bool = True
+) -> tuple[float, str] | None:
     """``(fraction done, text)`` of a run by the limit that ends it first, or ``None`` when it has no limit to
     measure against.
 

@@ -24,15 +24,19 @@ def _model(ckpt) -> tuple:
 def about(ckpt) -> None:
     """What the page shows and how good the model is: below the step view (at step 0, right under the buttons)."""
     if ckpt.config.arch == "decoder-only":
-        st.caption("This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
-                   "continues your English prompt. Step through the decoding: at every step the model scores every "
-                   "token of its vocabulary, the most probable one is taken (greedy decoding), and masked "
-                   "self-attention shows which earlier tokens it looked at to choose it.")
+        st.caption(
+            "This checkpoint is a GPT-style language model: it has no encoder and translates nothing; it "
+            "continues your English prompt. Step through the decoding: at every step the model scores every "
+            "token of its vocabulary, the most probable one is taken (greedy decoding), and masked "
+            "self-attention shows which earlier tokens it looked at to choose it."
+        )
     else:
-        st.caption(f"English → German with {model_card.who_computes(ckpt)}. Step through the decoding: at every step "
-                   "the model "
-                   "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
-                   "cross-attention shows which English pieces the decoder looked at to choose it.")
+        st.caption(
+            f"English → German with {model_card.who_computes(ckpt)}. Step through the decoding: at every step "
+            "the model "
+            "scores every token of its vocabulary, the most probable one is taken (greedy decoding), and "
+            "cross-attention shows which English pieces the decoder looked at to choose it."
+        )
         if quality := model_card.quality_line(ckpt):
             st.caption(quality)
 
@@ -47,21 +51,27 @@ def attention_view(ckpt, view: StepView, src) -> None:
     if step == 0:
         url.put("layer", st.session_state["tr_layer"] + 1, open_layer + 1)
         url.put("head", url.format_head(st.session_state["tr_head"]), "mean")
-        st.markdown("**Source pieces** (encoder input, after tokenization)" if cfg.is_encoder_decoder
-                    else "**Prompt pieces** (after tokenization, behind `<bos>`; this decoder-only model continues "
-                         "them)")
+        st.markdown(
+            "**Source pieces** (encoder input, after tokenization)"
+            if cfg.is_encoder_decoder
+            else "**Prompt pieces** (after tokenization, behind `<bos>`; this decoder-only model continues them)"
+        )
         # what the model is fed: the encoder reads the source with <eos>; a prompt goes in without it
-        st.markdown(tokens_html(pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder
-                                else pieces.of_ids(tok, view.prefix)),
-                    unsafe_allow_html=True)
+        st.markdown(
+            tokens_html(pieces.shown(tok, src.tokens) if cfg.is_encoder_decoder else pieces.of_ids(tok, view.prefix)),
+            unsafe_allow_html=True,
+        )
         st.info("Press **Next** to let the decoder produce its first token.")
         return
     record = view.records[step - 1]
     c1, c2 = st.container(key="tr_box_layer_head").columns(2)  # side by side on a phone too (ui.responsive)
-    layer = c1.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"decoder layer {i + 1}",
-                         key="tr_layer")
-    head = c2.selectbox("Head", ["mean"] + list(range(cfg.n_heads)), key="tr_head",
-                        format_func=lambda h: "mean over heads" if h == "mean" else f"head {h + 1}")
+    layer = c1.selectbox("Layer", list(range(n_layers)), format_func=lambda i: f"decoder layer {i + 1}", key="tr_layer")
+    head = c2.selectbox(
+        "Head",
+        ["mean"] + list(range(cfg.n_heads)),
+        key="tr_head",
+        format_func=lambda h: "mean over heads" if h == "mean" else f"head {h + 1}",
+    )
     url.put("layer", layer + 1, open_layer + 1)
     url.put("head", url.format_head(head), "mean")
     if record.cross_attention is not None:
@@ -72,15 +82,23 @@ def attention_view(ckpt, view: StepView, src) -> None:
         row = record.self_attention[layer]
         keys = pieces.of_ids(tok, view.tokens[: row.shape[-1]])
     weights = row[head] if isinstance(head, int) else row.mean(0)  # "mean" or a head
-    st.markdown(highlight_tokens_html(keys, weights,
-                                      caption="Shade = attention weight; outlined = the strongest piece."),
-                unsafe_allow_html=True)
+    st.markdown(
+        highlight_tokens_html(keys, weights, caption="Shade = attention weight; outlined = the strongest piece."),
+        unsafe_allow_html=True,
+    )
     matrix = view.cross_attention_matrix()
     if matrix is not None:
         matrix = matrix[layer][head] if isinstance(head, int) else matrix[layer].mean(0)
         # an HTML grid, not a Plotly heatmap: the page loads no Plotly and redraws nothing heavy per click
-        st.markdown(alignment_html(matrix, pieces.of_ids(tok, view.generated), pieces.shown(tok, src.tokens),
-                                   title="Alignment so far: generated × source pieces"), unsafe_allow_html=True)
+        st.markdown(
+            alignment_html(
+                matrix,
+                pieces.of_ids(tok, view.generated),
+                pieces.shown(tok, src.tokens),
+                title="Alignment so far: generated × source pieces",
+            ),
+            unsafe_allow_html=True,
+        )
 
 
 @st.fragment
@@ -125,17 +143,25 @@ def translate_page() -> None:
         # first Next told the class the answer before the steps that explain it. Run to end shows it all.
         output = tok.decode(view.output_ids())
         # a continuation reads on from its prompt, shown greyed before it
-        widgets.output_box(output, prompt="" if ckpt.config.is_encoder_decoder else src.text,
-                           empty=widgets.BEFORE_FIRST_STEP, more=step < total_steps)
+        widgets.output_box(
+            output,
+            prompt="" if ckpt.config.is_encoder_decoder else src.text,
+            empty=widgets.BEFORE_FIRST_STEP,
+            more=step < total_steps,
+        )
 
         # --- step-through: a step button reruns this fragment. A click that arrives during its run interrupts
         # the run and counts (the buttons move the step relatively, in callbacks: _move_step) ------------------
         # From step 1 on the status line heads the list of next tokens and the cache's size goes under it (one line
         # less: at 1280×720 the tenth token stays on the first screen under a long output)
         cache = f"KV cache: {view.cache_nbytes()['total'] / 1024:.1f} KiB"
-        widgets.step_buttons(TRANSLATE.step.key, step, total_steps, at_end=step >= total_steps,
-                             status=f"**Step {step} of {total_steps}** · "
-                                    + ("the 10 most probable next tokens" if step else cache))
+        widgets.step_buttons(
+            TRANSLATE.step.key,
+            step,
+            total_steps,
+            at_end=step >= total_steps,
+            status=f"**Step {step} of {total_steps}** · " + ("the 10 most probable next tokens" if step else cache),
+        )
         if step:
             record = view.records[step - 1]
             ids, probs = record.top(10)
@@ -143,12 +169,16 @@ def translate_page() -> None:
             # HTML bars, not a chart: nothing for Plotly to redraw on each click
             st.markdown(top_tokens_html(pieces.of_ids(tok, ids), probs, chosen), unsafe_allow_html=True)
             logp = float(sum(math.log(max(r.prob, 1e-12)) for r in view.records))
-            how = (f"forced: {widgets.FORCED_AT_CAP} Greedy would have taken "
-                   f"**{html.escape(pieces.of_id(tok, ids[0]))}**" if record.forced
-                   else "greedy: the most probable token")
-            st.caption(f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
-                       f"p = {record.prob:.3f} ({how}). Sequence log-probability so far: "
-                       f"{logp:.2f} (the sum of log p of each chosen token). {cache}.")
+            how = (
+                f"forced: {widgets.FORCED_AT_CAP} Greedy would have taken **{html.escape(pieces.of_id(tok, ids[0]))}**"
+                if record.forced
+                else "greedy: the most probable token"
+            )
+            st.caption(
+                f"Chosen: **{html.escape(pieces.of_id(tok, record.token_id))}** with "
+                f"p = {record.prob:.3f} ({how}). Sequence log-probability so far: "
+                f"{logp:.2f} (the sum of log p of each chosen token). {cache}."
+            )
     with left, st.container(key="tr_box_notes"):
         if step:
             st.markdown("**Generated so far** (decoder output; the newest token is outlined)")
@@ -158,16 +188,24 @@ def translate_page() -> None:
         if loop := find_loop(output):
             st.info(loop.message("translation" if cfg.is_encoder_decoder else "continuation"))
             if cfg.is_encoder_decoder:  # what the fix gives: the same greedy decoding, forbidden to loop
-                st.markdown(f"**With the loop guard** (greedy, but a token that would write a phrase {LOOP_TIMES} "
-                            f"times in a row is never chosen): {html.escape(state.guarded_translation(ckpt, src))}")
+                st.markdown(
+                    f"**With the loop guard** (greedy, but a token that would write a phrase {LOOP_TIMES} "
+                    f"times in a row is never chosen): {html.escape(state.guarded_translation(ckpt, src))}"
+                )
         about(ckpt)
 
     # The layer and head shown from step 1 on: read from the link now, so that a bad value is noted at once.
     with right, st.container(key="tr_box_view"):
-        url.init_widget("tr_layer", lambda p: url.index_param(p, "layer", n_layers, open_layer),
-                        valid=lambda v: v in range(n_layers))
-        url.init_widget("tr_head", lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
-                        valid=lambda h: h == "mean" or h in range(cfg.n_heads))
+        url.init_widget(
+            "tr_layer",
+            lambda p: url.index_param(p, "layer", n_layers, open_layer),
+            valid=lambda v: v in range(n_layers),
+        )
+        url.init_widget(
+            "tr_head",
+            lambda p: url.head_param(p, "head", cfg.n_heads, "mean", ("mean",)),
+            valid=lambda h: h == "mean" or h in range(cfg.n_heads),
+        )
         # The lens's toggle (?lens=1) and table first: on the first screen beside the Next button, so that stepping
         # with the lens on needs no scrolling (under the attention, it began below a projector's 720 px)
         lens_view.translate_lens(ckpt, src.ids, run, step)

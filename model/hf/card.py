@@ -15,8 +15,10 @@ from model.errors import CheckpointError
 from model.hf.families import FAMILIES
 from model.hf.loader import read_json, weights_path
 
-COMPUTED_BY = ("Every number on the pages is computed by this project's own Transformer code (model/) with the "
-               "folder's weights; the transformers library is not used.")
+COMPUTED_BY = (
+    "Every number on the pages is computed by this project's own Transformer code (model/) with the "
+    "folder's weights; the transformers library is not used."
+)
 _LICENSE_LINE = re.compile(r"^license:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
 
 
@@ -82,8 +84,13 @@ def hf_card(folder: str | Path, info: dict) -> dict:
     kind = info["model_type"]
     known = FAMILIES.get(kind)
     declared = hf_cfg.get("architectures")
-    architecture = declared[0] if isinstance(declared, list) and declared and isinstance(declared[0], str) \
-        else known.architecture if known else kind
+    architecture = (
+        declared[0]
+        if isinstance(declared, list) and declared and isinstance(declared[0], str)
+        else known.architecture
+        if known
+        else kind
+    )
     card = {
         "source": source_name(folder, hf_cfg),
         "architecture": architecture,

@@ -13,27 +13,60 @@ from model.hf.families import family
 
 #: ``MarianConfig``'s defaults for the keys read here.
 MARIAN_DEFAULTS = {
-    "vocab_size": 58101, "decoder_vocab_size": None, "max_position_embeddings": 1024, "encoder_layers": 12,
-    "encoder_ffn_dim": 4096, "encoder_attention_heads": 16, "decoder_layers": 12, "decoder_ffn_dim": 4096,
-    "decoder_attention_heads": 16, "decoder_layerdrop": 0.0, "activation_function": "gelu", "d_model": 1024,
-    "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0, "decoder_start_token_id": 58100,
-    "scale_embedding": False, "pad_token_id": 58100, "eos_token_id": 0, "share_encoder_decoder_embeddings": True,
-    "tie_word_embeddings": True, "bad_words_ids": None,
+    "vocab_size": 58101,
+    "decoder_vocab_size": None,
+    "max_position_embeddings": 1024,
+    "encoder_layers": 12,
+    "encoder_ffn_dim": 4096,
+    "encoder_attention_heads": 16,
+    "decoder_layers": 12,
+    "decoder_ffn_dim": 4096,
+    "decoder_attention_heads": 16,
+    "decoder_layerdrop": 0.0,
+    "activation_function": "gelu",
+    "d_model": 1024,
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "decoder_start_token_id": 58100,
+    "scale_embedding": False,
+    "pad_token_id": 58100,
+    "eos_token_id": 0,
+    "share_encoder_decoder_embeddings": True,
+    "tie_word_embeddings": True,
+    "bad_words_ids": None,
 }
 
 #: ``GPT2Config``'s defaults for the keys read here.
 GPT2_DEFAULTS = {
-    "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
-    "activation_function": "gelu_new", "resid_pdrop": 0.1, "attn_pdrop": 0.1, "layer_norm_epsilon": 1e-5,
-    "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False,
-    "bos_token_id": 50256, "eos_token_id": 50256, "tie_word_embeddings": True,
+    "vocab_size": 50257,
+    "n_positions": 1024,
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "n_inner": None,
+    "activation_function": "gelu_new",
+    "resid_pdrop": 0.1,
+    "attn_pdrop": 0.1,
+    "layer_norm_epsilon": 1e-5,
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "add_cross_attention": False,
+    "bos_token_id": 50256,
+    "eos_token_id": 50256,
+    "tie_word_embeddings": True,
 }
 
 #: ``transformers``' ``ACT2FN`` names → ``ModelConfig.activation``. ``gelu_new``, ``gelu_fast`` and
 #: ``gelu_pytorch_tanh`` are three spellings of the same tanh approximation of GELU.
 ACTIVATION_NAMES = {
-    "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh", "swish": "silu", "silu": "silu",
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "swish": "silu",
+    "silu": "silu",
 }
 
 #: Marian's ``<unk>`` id when the folder has no ``vocab.json`` to read it from: the Marian converter writes
@@ -88,8 +121,10 @@ def _same(hf: dict, defaults: dict, encoder_key: str, decoder_key: str) -> int:
     """A size our Transformer shares between encoder and decoder; refused when the model has two."""
     enc, dec = _get(hf, defaults, encoder_key), _get(hf, defaults, decoder_key)
     if enc != dec:
-        raise ConfigError(f"{encoder_key} ({enc}) differs from {decoder_key} ({dec}); "
-                          "this explorer's Transformer uses one value for both")
+        raise ConfigError(
+            f"{encoder_key} ({enc}) differs from {decoder_key} ({dec}); "
+            "this explorer's Transformer uses one value for both"
+        )
     return enc
 
 
@@ -142,8 +177,10 @@ def _gpt2(hf: dict, unk_id: int | None) -> ModelConfig:
     if _get(hf, d, "add_cross_attention"):
         raise ConfigError("this GPT-2 has cross-attention layers (add_cross_attention); only plain GPT-2 is supported")
     if not _get(hf, d, "scale_attn_weights") or _get(hf, d, "scale_attn_by_inverse_layer_idx"):
-        raise ConfigError("this GPT-2 scales its attention scores differently (scale_attn_weights false or "
-                          "scale_attn_by_inverse_layer_idx true); the explorer's attention divides by √d_k")
+        raise ConfigError(
+            "this GPT-2 scales its attention scores differently (scale_attn_weights false or "
+            "scale_attn_by_inverse_layer_idx true); the explorer's attention divides by √d_k"
+        )
     d_model = _get(hf, d, "n_embd")
     eos = _one_id(_get(hf, d, "eos_token_id"), "eos_token_id")
     bos = _get(hf, d, "bos_token_id")

@@ -37,12 +37,27 @@ class Family:
 
 
 #: ``model_type`` → its :class:`Family`.
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (
-    Family("marian", "MarianMT translators", "encoder-decoder", "MarianMTModel",
-           "trained by its authors on GPUs (OPUS-MT: Tiedemann & Thottingal 2020), not here", "unigram"),
-    Family("gpt2", "GPT-2 language models", "decoder-only", "GPT2LMHeadModel",
-           "trained by its authors at OpenAI (Radford et al. 2019), not here", "byte-bpe"),
-)}
+FAMILIES: dict[str, Family] = {
+    f.model_type: f
+    for f in (
+        Family(
+            "marian",
+            "MarianMT translators",
+            "encoder-decoder",
+            "MarianMTModel",
+            "trained by its authors on GPUs (OPUS-MT: Tiedemann & Thottingal 2020), not here",
+            "unigram",
+        ),
+        Family(
+            "gpt2",
+            "GPT-2 language models",
+            "decoder-only",
+            "GPT2LMHeadModel",
+            "trained by its authors at OpenAI (Radford et al. 2019), not here",
+            "byte-bpe",
+        ),
+    )
+}
 
 
 def family(model_type) -> Family:

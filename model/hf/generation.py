@@ -86,8 +86,10 @@ class GenerationDefaults:
             return None
         note = f"{' and '.join(said).capitalize()} from this model's {self.source}"
         if self.length_penalty is not None:
-            note += (" (transformers divides a beam's log P by length^penalty, this lab by ((5 + length) / 6)^α, "
-                     "so long beams may rank differently)")
+            note += (
+                " (transformers divides a beam's log P by length^penalty, this lab by ((5 + length) / 6)^α, "
+                "so long beams may rank differently)"
+            )
         return note + "."
 
 
@@ -130,8 +132,10 @@ def _one_token_words(value, where: str) -> tuple[int, ...]:
     our decodings do not ban."""
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(isinstance(w, list) and w and all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in w) for w in value):
+    if not isinstance(value, list) or not all(
+        isinstance(w, list) and w and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in w)
+        for w in value
+    ):
         raise CheckpointError(f"{where}: bad_words_ids must be a list of lists of token ids, got {value!r}")
     return tuple(sorted({w[0] for w in value if len(w) == 1}))
 

@@ -141,13 +141,17 @@ def load_hf_model(folder: str | Path, device: str | torch.device = "cpu") -> tup
         raise CheckpointError(f"{folder}: bad_words_ids of {generation.source}: {exc}") from exc
     forced = generation.forced_eos_token_id
     if forced is not None and forced >= cfg.vocab_size:
-        raise CheckpointError(f"{folder}: forced_eos_token_id {forced} of {generation.source} lies outside the "
-                              f"vocabulary of {cfg.vocab_size} tokens")
+        raise CheckpointError(
+            f"{folder}: forced_eos_token_id {forced} of {generation.source} lies outside the "
+            f"vocabulary of {cfg.vocab_size} tokens"
+        )
     path = weights_path(folder)
     if path is None:
         sharded = any(folder.glob("*.index.json"))
-        raise CheckpointError(f"{folder} has no weights file ({' or '.join(WEIGHT_FILES)})"
-                              + ("; weights split into shards are not supported" if sharded else ""))
+        raise CheckpointError(
+            f"{folder} has no weights file ({' or '.join(WEIGHT_FILES)})"
+            + ("; weights split into shards are not supported" if sharded else "")
+        )
     try:
         state = to_our_state(kind, read_state(path), cfg)
     except WeightsError as exc:
@@ -159,11 +163,18 @@ def load_hf_model(folder: str | Path, device: str | torch.device = "cpu") -> tup
         raise CheckpointError(f"{path}: weights do not fit config.json: {exc}") from exc
     missing = set(result.missing_keys) - ({"generator.weight"} if cfg.tie_embeddings else set())
     if missing or result.unexpected_keys:
-        raise CheckpointError(f"{path}: weights do not match config.json (missing {sorted(missing)[:3]}, "
-                              f"unexpected {sorted(result.unexpected_keys)[:3]})")
+        raise CheckpointError(
+            f"{path}: weights do not match config.json (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:3]})"
+        )
     model.to(device).eval()
-    info = {"model_type": kind, "parameters": model.num_parameters(), "file_bytes": path.stat().st_size,
-            "weights_file": path.name, "generation": generation}
+    info = {
+        "model_type": kind,
+        "parameters": model.num_parameters(),
+        "file_bytes": path.stat().st_size,
+        "weights_file": path.name,
+        "generation": generation,
+    }
     if isinstance(hf_cfg.get("_name_or_path"), str):
         info["name_or_path"] = hf_cfg["_name_or_path"]
     return model, cfg, info

@@ -50,8 +50,18 @@ def _token_name(value, default: str) -> str:
 
 def _clean_up(text: str) -> str:
     """``transformers``' ``clean_up_tokenization`` (only applied when ``tokenizer_config.json`` asks for it)."""
-    for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-                     (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+    for old, new in (
+        (" .", "."),
+        (" ?", "?"),
+        (" !", "!"),
+        (" ,", ","),
+        (" ' ", "'"),
+        (" n't", "n't"),
+        (" 'm", "'m"),
+        (" 's", "'s"),
+        (" 've", "'ve"),
+        (" 're", "'re"),
+    ):
         text = text.replace(old, new)
     return text
 
@@ -114,7 +124,7 @@ def split_language_code(text: str) -> tuple[str, str]:
     its language code (``">>de<< Hi"`` → ``(">>de<<", " Hi")``), exactly as ``MarianTokenizer`` does; otherwise
     ``("", text)``."""
     if text.startswith(">>") and (end := text.find("<<")) != -1:
-        return text[:end + 2], text[end + 2:]
+        return text[: end + 2], text[end + 2 :]
     return "", text
 
 
@@ -140,8 +150,9 @@ class MarianTextTokenizer(_PieceLookup):
     def __init__(self, source_model: bytes, target_model: bytes, vocab: dict[str, int], config: dict | None = None):
         config = config or {}
         if config.get("separate_vocabs"):
-            raise ValueError("tokenizer_config.json asks for separate source and target vocabularies, "
-                             "which are not supported")
+            raise ValueError(
+                "tokenizer_config.json asks for separate source and target vocabularies, which are not supported"
+            )
         if not isinstance(vocab, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in vocab.items()):
             raise ValueError("vocab.json must map pieces to integer ids")
         self.source_model = _load_spm(source_model, "source.spm")
@@ -159,8 +170,12 @@ class MarianTextTokenizer(_PieceLookup):
         self._special_ids = set(ids.values()) | {vocab[t] for t in extra if t in vocab}
         self._clean = bool(config.get("clean_up_tokenization_spaces", False))
         digest = hashlib.sha256()
-        for part in (source_model, target_model, json.dumps(vocab, sort_keys=True).encode(),
-                     json.dumps([sorted(ids.items()), sorted(self._special_ids), self._clean]).encode()):
+        for part in (
+            source_model,
+            target_model,
+            json.dumps(vocab, sort_keys=True).encode(),
+            json.dumps([sorted(ids.items()), sorted(self._special_ids), self._clean]).encode(),
+        ):
             digest.update(hashlib.sha256(part).digest())
         self._id = json.dumps({"kind": self.kind, "sha256": digest.hexdigest(), "vocab_size": len(vocab)})
 

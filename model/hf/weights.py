@@ -26,14 +26,30 @@ class WeightsError(ValueError):
 
 
 #: Marian layer sub-module names → ours, per stack.
-MARIAN_ENCODER = {"self_attn": "self_attn", "self_attn_layer_norm": "res_attn.norm", "fc1": "ffn.linear1",
-                  "fc2": "ffn.linear2", "final_layer_norm": "res_ffn.norm"}
-MARIAN_DECODER = {"self_attn": "self_attn", "self_attn_layer_norm": "res_self.norm", "encoder_attn": "cross_attn",
-                  "encoder_attn_layer_norm": "res_cross.norm", "fc1": "ffn.linear1", "fc2": "ffn.linear2",
-                  "final_layer_norm": "res_ffn.norm"}
+MARIAN_ENCODER = {
+    "self_attn": "self_attn",
+    "self_attn_layer_norm": "res_attn.norm",
+    "fc1": "ffn.linear1",
+    "fc2": "ffn.linear2",
+    "final_layer_norm": "res_ffn.norm",
+}
+MARIAN_DECODER = {
+    "self_attn": "self_attn",
+    "self_attn_layer_norm": "res_self.norm",
+    "encoder_attn": "cross_attn",
+    "encoder_attn_layer_norm": "res_cross.norm",
+    "fc1": "ffn.linear1",
+    "fc2": "ffn.linear2",
+    "final_layer_norm": "res_ffn.norm",
+}
 #: GPT-2 block sub-module names → ours (``attn.c_attn`` is split separately).
-GPT2_BLOCK = {"attn.c_proj": "self_attn.out_proj", "mlp.c_fc": "ffn.linear1", "mlp.c_proj": "ffn.linear2",
-              "ln_1": "res_self.norm", "ln_2": "res_ffn.norm"}
+GPT2_BLOCK = {
+    "attn.c_proj": "self_attn.out_proj",
+    "mlp.c_fc": "ffn.linear1",
+    "mlp.c_proj": "ffn.linear2",
+    "ln_1": "res_self.norm",
+    "ln_2": "res_ffn.norm",
+}
 #: GPT-2 sub-modules that are ``Conv1D`` (weights stored ``[in, out]``).
 GPT2_CONV1D = ("attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 #: Tolerance when a Marian file's own float32 sinusoidal table is compared with ours (:func:`table_atol`).
@@ -44,7 +60,7 @@ _LAYER = re.compile(r"^(encoder\.layers|decoder\.layers|h)\.(\d+)\.(.+)\.(weight
 
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """Keys without a leading ``prefix`` (``"model."`` / ``"transformer."``), whether the file has it or not."""
-    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+    return {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in state.items()}
 
 
 def marian_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
@@ -70,8 +86,13 @@ def marian_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, tor
         out["generator.weight"] = hf["lm_head.weight"]
     # A MarianModel without the LM head has no bias; MarianMTModel's starts at zeros too.
     out["generator.bias"] = hf.get("final_logits_bias", torch.zeros(1, cfg.vocab_size)).reshape(-1)
-    ignored = {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight",
-               "final_logits_bias"}
+    ignored = {
+        "shared.weight",
+        "encoder.embed_tokens.weight",
+        "decoder.embed_tokens.weight",
+        "lm_head.weight",
+        "final_logits_bias",
+    }
     for stack in ("encoder", "decoder"):
         key = f"{stack}.embed_positions.weight"
         if key in hf:
@@ -109,8 +130,10 @@ def _check_table(table: torch.Tensor, cfg: ModelConfig) -> None:
     ours = sinusoidal_table(cfg.max_len, cfg.d_model, layout=cfg.pos_layout)
     atol = table_atol(table.dtype)
     if table.shape != ours.shape or not torch.allclose(table.float(), ours, atol=atol, rtol=0):
-        raise WeightsError(f"the positional table in the weights ({tuple(table.shape)}) is not Marian's sinusoidal "
-                           f"table for max_len {cfg.max_len}, d_model {cfg.d_model}")
+        raise WeightsError(
+            f"the positional table in the weights ({tuple(table.shape)}) is not Marian's sinusoidal "
+            f"table for max_len {cfg.max_len}, d_model {cfg.d_model}"
+        )
 
 
 def gpt2_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
@@ -121,8 +144,12 @@ def gpt2_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch
     """
     hf = strip_prefix(hf, "transformer.")
     out: dict[str, torch.Tensor] = {}
-    for theirs, ours in (("wte.weight", "embed.weight"), ("wpe.weight", "pos.table"), ("ln_f.weight",
-                         "decoder_norm.weight"), ("ln_f.bias", "decoder_norm.bias")):
+    for theirs, ours in (
+        ("wte.weight", "embed.weight"),
+        ("wpe.weight", "pos.table"),
+        ("ln_f.weight", "decoder_norm.weight"),
+        ("ln_f.bias", "decoder_norm.bias"),
+    ):
         if theirs not in hf:
             raise WeightsError(f"{theirs} is missing from the GPT-2 weights")
         out[ours] = hf[theirs]

@@ -42,6 +42,10 @@ if "ATTENTION_EXPLORER_RUNS" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["ATTENTION_EXPLORER_RUNS"], ignore_errors=True)
 
 torch.set_num_threads(1)
+# ... and so is every process a test starts (a trainer the Training page launches, an app, torchrun's ranks): two
+# threads each on two cores shared by two test workers spun against each other, and a 12-step run that takes 6 s
+# alone took 40 s in the suite. (The trainer's --threads 0 reads this; a test that wants more says so.)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: Short EN/DE pairs (umlauts and ß included) for the tiny tokenizer and the overfitting test.
 PAIRS: list[tuple[str, str]] = [

@@ -10,7 +10,7 @@ import pytest
 from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, settle
 from test_presentation_browser import in_viewport
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
+pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
 CASES = {"en-de": ("My+brother+lives+in+Berlin.", 6 + 1 + 3), "brown-lm": ("She+looked+at+him+and", 1 + 5 + 2)}
 #: Every column label of the grid: its box and font size, as drawn.

@@ -12,7 +12,7 @@ from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, s
 from test_hf_pages import MARIAN
 from test_presentation_browser import in_viewport
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
+pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
 CASES = {"en-de": ("My+brother+lives+in+Berlin.", 6), "brown-lm": ("She+looked+at+him+and", 4), MARIAN: ("The+cat", 2)}
 #: Font sizes (px) of every text of the lens table, as drawn.

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve, settled
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (tests/browser_helpers.py)
+pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"

@@ -29,7 +29,7 @@ from ui.presentation import MIN_TICK
 
 #: make test runs two xdist workers (--dist loadgroup): the browser tests share one, one after another — two apps
 #: and two Chromiums at once on a 2-core machine slow clicks enough to break timing-sensitive tests.
-pytestmark = pytest.mark.xdist_group("browser")
+pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
 FULL_HD = (1920, 1080)  # (width, height) in CSS pixels, as PROJECTOR
 

@@ -15,7 +15,7 @@ from test_presentation_browser import overlapping
 
 from ui.presentation import MIN_TICK
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (see browser_helpers.py)
+pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
 #: Texts of one SVG selector inside a chart: content, box (px, as drawn) and computed font size.
 TEXTS_JS = """(root, selector) => [...root.querySelectorAll(selector)].filter(t => t.textContent.trim())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, open_translate
 
-pytestmark = pytest.mark.xdist_group("browser")
+pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
 #: 25 pieces and <eos> for the shipped translator (its 16k vocabulary).
 LONG = (

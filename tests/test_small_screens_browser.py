@@ -32,7 +32,7 @@ from test_presentation_browser import CHART_TEXTS_JS, in_viewport, overlapping
 
 from ui.widgets import BEFORE_FIRST_STEP
 
-pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
+pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
 #: Nine words, eight of them cut into pieces by the shipped translator's vocabulary: the far-from-training warning.
 FAR = "The+quarterly+earnings+exceeded+analysts+expectations+despite+inflationary+headwinds."

@@ -24,6 +24,7 @@ code it checks.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,23 @@ def test_the_trainer_process_imports_nothing_of_the_app():
         if n.startswith(("launching.launch", "launching.form")) or top(n) in {"ui", "app_pages", "streamlit", "app"}
     ]
     assert not banned, f"the trainer process imports the app: {sorted(banned)}"
+
+
+def test_the_container_image_copies_every_room_the_app_imports():
+    """``deploy/Dockerfile`` copies the rooms one by one: a room added to the house and missing there gave an image
+    whose app failed at its first import. The app is ``app.py``, the page scripts it navigates to (by path, not by
+    import), the serving front, and the trainer the Training page starts as a process (by command)."""
+    starts = [
+        "app",
+        "deploy.serve",
+        "deploy.worker",
+        "trainer.train",
+        *(m for m in GRAPH if m.startswith("app_pages.")),
+    ]
+    needed = {top(n) for start in starts for n in {start, *import_closure(start)}} & set(PACKAGES)
+    copied = set(re.findall(r"^COPY (\w+)/ \1/$", (ROOT / "deploy" / "Dockerfile").read_text(), re.MULTILINE))
+    assert "model" in needed and "serving" in needed  # the walk follows the app's imports
+    assert not needed - copied, f"deploy/Dockerfile copies no {sorted(needed - copied)}"
+    # the build context sends only what its allow-list names (BuildKit reads it beside the Dockerfile)
+    sent = set(re.findall(r"^!(\w+)/$", (ROOT / "deploy" / "Dockerfile.dockerignore").read_text(), re.MULTILINE))
+    assert not needed - sent, f"deploy/Dockerfile.dockerignore keeps {sorted(needed - sent)} out of the build"

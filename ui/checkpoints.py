@@ -15,7 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from model.checkpoint import Checkpoint, CheckpointError, list_checkpoints, load_checkpoint
-from ui import url
+from training.runs import safe_folders
 from ui.folders import checkpoint_folder, folder_version
 from ui.model_card import card_summary
 from ui.page_state import APP
@@ -37,7 +37,8 @@ def available_checkpoints() -> dict[str, Path]:
     """Display name → folder, for every checkpoint folder under the :func:`checkpoint_roots` (first name wins)."""
     found: dict[str, Path] = {}
     for root in checkpoint_roots():
-        for path in url.safe_folders(root, list_checkpoints(root)):  # no link out of the root, no odd name
+        # a link's ?ckpt= can then only name a folder that is there, by a plain name, and no link out of its root
+        for path in safe_folders(root, list_checkpoints(root)):
             found.setdefault(path.name, path)
     return found
 

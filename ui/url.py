@@ -18,10 +18,6 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar, overload
 
 import numpy as np
 
-# The sidebar's checkpoint picker (ui.state) lists the folders under each root through safe_folders: a link's
-# ?ckpt= can then only name a folder that is there, by a plain name, and no link out of its root.
-from training.runs import folder_problem, safe_folders  # noqa: F401  (re-exported for ui.state)
-
 T = TypeVar("T")
 Params = Mapping[str, Any]
 Parsed = tuple[T, "str | None"]

@@ -47,9 +47,10 @@ dev: setup
 serve: setup nginx
 	$(PY) -m deploy.serve --workers $(WORKERS) --port $(PORT)
 
-# Lint and types first (seconds, and a minute for mypy's first look at the tree), then every test
+# Lint and types first (seconds, and a minute for mypy's first look at the tree), then every test: three workers on two
+# cores, because the browser tests wait on their app and Chromium (with two, a tenth of the cores stood idle)
 test: setup-dev chromium nginx lint
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -n 3 --dist loadgroup tests
 
 lint: setup-dev
 	$(PY) -m ruff check .

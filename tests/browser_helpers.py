@@ -16,10 +16,10 @@ import pytest
 
 from benchmarks.app_server import CHROMIUM, ServerError, serve
 
-#: The mark of the browser tests that click and wait (steps, bursts, runs, a killed worker). make test runs two xdist
-#: workers (--dist loadgroup): these share one, one after another. The tests of what a page looks like (layout,
-#: readability, labels at a size: no click races a clock) are the group "browser-views", which the other worker
-#: takes beside the unit tests: the one browser group was the suite's critical path (605 of its 613 s).
+#: The mark of the browser tests that click and wait (steps, bursts, runs, a killed worker). make test runs three
+#: xdist workers (--dist loadgroup): these share one, one after another. The tests of what a page looks like (layout,
+#: readability, labels at a size: no click races a clock) are the group "browser-views", which another worker takes
+#: beside the unit tests: the one browser group was the suite's critical path (605 of its 613 s).
 BROWSER_GROUP = pytest.mark.xdist_group("browser")
 
 ROOT = Path(__file__).resolve().parent.parent

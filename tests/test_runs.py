@@ -9,37 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from train_helpers import TINY
 
 from model.checkpoint import load_checkpoint
 from training.checkpoints import PROBE_SENTENCES
 from training.runs import read_status, snapshot_steps, write_status
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = [
-    "--limit-train",
-    "200",
-    "--eval-every",
-    "6",
-    "--eval-sentences",
-    "10",
-    "--d-model",
-    "32",
-    "--n-heads",
-    "2",
-    "--layers",
-    "1",
-    "--d-ff",
-    "64",
-    "--vocab-size",
-    "500",
-    "--warmup",
-    "5",
-    "--log-every",
-    "3",
-    "--no-progress",
-    "--threads",
-    "1",
-]
 
 
 def test_snapshot_steps_are_log_spaced_and_end_at_max():

@@ -15,7 +15,7 @@ does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -76,6 +76,11 @@ class QueryKey:
     def contributions(self) -> torch.Tensor:
         """``[keys, d_k]`` what each dimension adds to each score, ``q_d·k_{j,d} / √d_k``; rows sum to ``scores``."""
         return self.products * self.scale
+
+
+#: The fields of :class:`QueryKey` that hold tensors, in field order (``scores_unrotated`` and ``bias`` are ``None``
+#: where the model has no rotation or bias): what a download writes and what the trace's tests compare.
+TENSORS: tuple[str, ...] = tuple(f.name for f in fields(QueryKey) if "Tensor" in str(f.type))
 
 
 @torch.inference_mode()

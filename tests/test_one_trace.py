@@ -21,29 +21,12 @@ from decoding.stepping import Stepper
 from reading.attention_scores import read_attention
 from reading.lens import logit_lens
 from reading.patching import read_outputs
-from reading.qk import query_key
+from reading.qk import TENSORS, query_key
 from reading.step import Step
 from reading.trace import trace_pair
 from teaching.live import live_head
 
 ATOL = 1e-6
-QK_FIELDS = (
-    "q_raw",
-    "k_raw",
-    "q",
-    "k",
-    "products",
-    "scores",
-    "scores_unrotated",
-    "bias",
-    "mask",
-    "logits",
-    "weights",
-    "v",
-    "weighted",
-    "output",
-    "key_positions",
-)
 
 
 def _case(model, encode_src, encode_tgt):
@@ -83,7 +66,7 @@ def assert_views_equal_the_references(model, src, tgt) -> int:
                     query_key(trace, kind, layer, head, query),
                     ref.query_key(model, module_inputs, kind, layer, head, query),
                 )
-                for name in QK_FIELDS:
+                for name in TENSORS:
                     assert _close(getattr(got, name), getattr(want, name)), (kind, layer, head, query, name)
                 assert (got.slope, got.query_position, got.d_k) == (want.slope, want.query_position, want.d_k)
                 checked += 1

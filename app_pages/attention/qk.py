@@ -17,7 +17,7 @@ import streamlit as st
 
 from app_pages.attention import views
 from model.checkpoint import Checkpoint
-from reading.qk import QueryKey, query_key
+from reading.qk import TENSORS, QueryKey, query_key
 from reading.trace import Trace
 from serving.figures import shared
 from ui import responsive, url, widgets
@@ -40,27 +40,7 @@ def record_npz(rec: QueryKey, query_label: str, key_labels: list[str]) -> bytes:
     """``rec`` as a compressed ``.npz``: one float32 array per tensor of :class:`reading.qk.QueryKey` (``q``, ``k``,
     ``products``, ``scores``, ``logits``, ``weights``, ``v``, ``weighted``, ``output``…; ``bias`` and
     ``scores_unrotated`` where the model has them), ``mask`` (bool), ``query_token`` and ``key_tokens``."""
-    arrays = {
-        name: getattr(rec, name).numpy()
-        for name in (
-            "q_raw",
-            "k_raw",
-            "q",
-            "k",
-            "products",
-            "scores",
-            "scores_unrotated",
-            "bias",
-            "mask",
-            "logits",
-            "weights",
-            "v",
-            "weighted",
-            "output",
-            "key_positions",
-        )
-        if getattr(rec, name) is not None
-    }
+    arrays = {name: getattr(rec, name).numpy() for name in TENSORS if getattr(rec, name) is not None}
     arrays.update(
         query_token=np.array(query_label),
         key_tokens=np.array(key_labels, dtype=str),

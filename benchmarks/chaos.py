@@ -171,6 +171,7 @@ def report(result: dict, workers: list, args) -> int:
     rows = [
         ("double clicks during heavy work (sweeps among them)", f"{tally.double_clicks} ({tally.sweeps})"),
         ("… merged by Streamlit into one run", str(tally.merged)),
+        ("… their second run read late (after the click's wait)", str(tally.late)),
         ("double click p50 / p95 s", f"{fmt(doubles['p50'])} / {fmt(doubles['p95'])}"),
         ("visitors who left mid-computation", str(tally.left)),
         ("hostile links opened", str(tally.hostile)),

@@ -148,9 +148,7 @@ PAGE_PARAMS = [
     ("tokenization", {}, ["word", "vocab"]),
     ("lecture", {}, ["scaled", "causal", "heads", "seed", "q", "k", "v", "x", "gamma", "beta"]),
 ]
-#: Values that are bad for every parameter above, except where listed as fine: below the range, above it, and not a
-#: number. Only one of the last kind: the page gets its default from any of them, and how each reader tells them
-#: apart ("abc", "", "1e400", …) is checked reader by reader above ("nan" is the one a bound check lets through).
+#: Bad for each parameter above (unless FINE): below, above, not a number ("abc" and the like: the readers' tests).
 BAD_VALUES = ["-1", "99999999999", "nan"]
 FINE = {("offset", "-1")}  # the linear map's offset k may be negative
 

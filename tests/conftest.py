@@ -252,6 +252,26 @@ def new_page(browser):
         page.context.close()
 
 
+# --- make serve's front: nginx before two app workers ----------------------------------------------------------------
+@pytest.fixture(scope="session")
+def cluster():
+    """:func:`deploy.serve.serving` with two workers, as ``make serve`` starts them: ``cluster.url`` (nginx),
+    ``cluster.workers`` and ``cluster.notes`` (what it said: a worker's exit, its restart). Shared by the deploy and
+    failover tests, both in the browser group (one xdist worker, one test after another): two app workers and nginx
+    cost as much to start as two apps. A test that kills a worker waits until it is back. Skips without nginx."""
+    from deploy import DeployError, nginx
+    from deploy.serve import serving
+
+    try:
+        nginx.find_nginx()
+    except DeployError as exc:
+        pytest.skip(str(exc))
+    notes: list[str] = []
+    with serving(workers=2, say=notes.append) as running:
+        running.notes = notes
+        yield running
+
+
 # --- tiny Hugging Face folders ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def hf_root(tmp_path_factory):

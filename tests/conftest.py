@@ -216,8 +216,7 @@ def server():
 
 @pytest.fixture(scope="session")
 def hf_server(hf_root):
-    """The app with the tiny Hugging Face folders of ``hf_root`` offered beside the shipped models, shared (as
-    ``server`` is) by the browser tests that open them. Yields the base URL."""
+    """The app with ``hf_root``'s tiny folders beside the shipped models, shared as ``server`` is. Yields the URL."""
     from browser_helpers import serve_app
 
     yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-hf-server.log")
@@ -252,13 +251,10 @@ def new_page(browser):
         page.context.close()
 
 
-# --- make serve's front: nginx before two app workers ----------------------------------------------------------------
 @pytest.fixture(scope="session")
 def cluster():
-    """:func:`deploy.serve.serving` with two workers, as ``make serve`` starts them: ``cluster.url`` (nginx),
-    ``cluster.workers`` and ``cluster.notes`` (what it said: a worker's exit, its restart). Shared by the deploy and
-    failover tests, both in the browser group (one xdist worker, one test after another): two app workers and nginx
-    cost as much to start as two apps. A test that kills a worker waits until it is back. Skips without nginx."""
+    """``make serve``'s nginx before two workers (:func:`deploy.serve.serving`; ``.notes``: what it said), shared by the
+    deploy and failover tests (a test that kills a worker waits until it is back). Skips without nginx."""
     from deploy import DeployError, nginx
     from deploy.serve import serving
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.app_server import CHROMIUM, ServerError, serve
+from viz.theme import VALIDATE_ENV
 
 #: The mark of the browser tests that click and wait (steps, bursts, runs, a killed worker). make test runs three
 #: xdist workers (--dist loadgroup): these share one, one after another. The tests of what a page looks like (layout,
@@ -45,9 +46,12 @@ PROJECTOR = (1280, 720)
 
 # --- the server -----------------------------------------------------------------------------------------------
 def serve_app(env_overrides: dict[str, str], log_name: str):
-    """The app on a free port (:func:`benchmarks.app_server.serve`). Yields the base URL."""
+    """The app on a free port (:func:`benchmarks.app_server.serve`), building its figures as the served app does:
+    without Plotly's validation, which the test process turns on for the figures its own tests build (a served app
+    inherited it, so the browser saw figures no visitor gets, built up to hundreds of times slower). Yields the base
+    URL."""
     try:
-        with serve(ARTIFACTS / log_name, env_overrides) as url:
+        with serve(ARTIFACTS / log_name, {VALIDATE_ENV: "0", **env_overrides}) as url:
             yield url
     except ServerError as exc:
         pytest.fail(str(exc))

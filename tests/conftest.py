@@ -199,8 +199,9 @@ def hf_gpt2(tmp_path_factory) -> SimpleNamespace:
 
 
 # --- the browser tests' app and Chromium ----------------------------------------------------------------------------
-# One app for every browser test module: xdist's loadgroup runs them all on one worker, and starting the app (and
-# loading its model on the first visit) again for each module cost seconds a module. Chromium is one per module:
+# One app for every browser test module, and one more with the tiny Hugging Face folders for those that open them
+# (session scope is per xdist worker: one of each per browser group that uses it). Starting the app (and loading its
+# model on the first visit) again for each module cost seconds a module. Chromium is one per module:
 # Playwright's sync API keeps an event loop running on the worker's thread while it is open, and a later module's
 # asyncio.run (the load benchmark's client) or its own Playwright then fails. Every test opens its own browser
 # context, so no test sees another's session. browser_helpers is imported inside the fixtures: importing
@@ -211,6 +212,14 @@ def server():
     from browser_helpers import serve_app
 
     yield from serve_app({}, "streamlit-server.log")
+
+
+@pytest.fixture(scope="session")
+def hf_server(hf_root):
+    """The app with ``hf_root``'s tiny folders beside the shipped models, shared as ``server`` is. Yields the URL."""
+    from browser_helpers import serve_app
+
+    yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-hf-server.log")
 
 
 @pytest.fixture(scope="module")
@@ -240,6 +249,23 @@ def new_page(browser):
     yield factory
     for page in pages:
         page.context.close()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """``make serve``'s nginx before two workers (:func:`deploy.serve.serving`; ``.notes``: what it said), shared by the
+    deploy and failover tests (a test that kills a worker waits until it is back). Skips without nginx."""
+    from deploy import DeployError, nginx
+    from deploy.serve import serving
+
+    try:
+        nginx.find_nginx()
+    except DeployError as exc:
+        pytest.skip(str(exc))
+    notes: list[str] = []
+    with serving(workers=2, say=notes.append) as running:
+        running.notes = notes
+        yield running
 
 
 # --- tiny Hugging Face folders ----------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ TINY = [
     "--no-progress",
     "--no-snapshots",
 ]
+LM = ["--arch", "decoder-only", *TINY]
 TIMEOUT = 120  # seconds for one launch; a hang in an all-reduce fails the test instead of stalling it
 
 
@@ -108,11 +109,13 @@ def rank_pid(agent_pid: int, rank: int) -> int | None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """``stopped``: SIGTERM to rank 1 alone mid-run; ``resumed``: it continued to ``stop + 3`` steps with
-    ``--resume``; ``straight``: the same recipe run to that step in one go."""
+    ``--resume``; ``straight``: the same recipe run to that step in one go. The recipe is a language model
+    (decoder-only): what these runs check does not depend on the architecture, they also show that the sharding does
+    not, and the translator's two-process step is checked to the number by the one-step test."""
     root = tmp_path_factory.mktemp("ddp")
     stopped = root / "stopped"
     proc = subprocess.Popen(
-        torchrun_cmd(stopped, *TINY, "--max-steps", 10_000, "--log-every", 1, "--eval-every", 10_000),
+        torchrun_cmd(stopped, *LM, "--max-steps", 10_000, "--log-every", 1, "--eval-every", 10_000),
         cwd=ROOT,
         env=env(),
         stdout=subprocess.PIPE,
@@ -144,7 +147,7 @@ def runs(tmp_path_factory):
         resumed, "--resume", "--max-steps", final, "--device", "cpu", "--threads", "1", "--no-progress"
     )
     straight = root / "straight"
-    straight_run = torchrun(straight, *TINY, "--max-steps", final, "--log-every", 2, "--eval-every", 3)
+    straight_run = torchrun(straight, *LM, "--max-steps", final, "--log-every", 2, "--eval-every", 3)
     return {
         "root": root,
         "stopped": (proc.returncode, stopped_log),
@@ -169,8 +172,10 @@ def test_two_process_run_writes_once_from_rank_0(runs):
     assert evals == sorted(set(range(3, final + 1, 3)) | {final})
     assert recs[-1] == {"step": final, "event": "stopped", "reason": "max_steps"}
     assert all(r["tokens_per_s"] > 0 and "mfu" not in r for r in recs if "loss" in r)  # CPU: no peak, no mfu
+    assert all("valid_ppl" in r and "valid_bleu" not in r for r in recs if "valid_loss" in r)  # a language model's
     best = load_checkpoint(folder / "best")
     assert best.config.d_model == 32 and best.config.vocab_size == best.tokenizer.vocab_size
+    assert best.config.arch == "decoder-only"
     card = json.loads((folder / "best" / "card.json").read_text())
     assert card["recipe"]["processes"] == 2 and card["hardware"].startswith("2 × CPU")
     state = json.loads((folder / "last" / "trainer_state.json").read_text())

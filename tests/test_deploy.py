@@ -1,9 +1,9 @@
 """Many app processes behind nginx (deploy/): affinity by cookie, websockets, a worker killed and brought back, a
 prompt and complete stop, clear errors, and deployment files that parse and name their probes and affinity.
 
-The served tests start 2 workers + nginx through :func:`deploy.serve.serving` once for the module, and
-``python -m deploy.serve`` once for the stop test. They need nginx (``make test`` installs it as root); without
-it they skip with a message.
+The served tests use 2 workers + nginx through :func:`deploy.serve.serving` (conftest's ``cluster``, which the
+failover test shares), and ``python -m deploy.serve`` once for the stop test. They need nginx (``make test``
+installs it as root); without it they skip with a message.
 """
 
 from __future__ import annotations
@@ -68,16 +68,6 @@ def affinity_cookie(response) -> str | None:
 
 def address(worker) -> str:
     return f"127.0.0.1:{worker.port}"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if NGINX is None:
-        pytest.skip(NO_NGINX)
-    notes: list[str] = []
-    with serving(workers=2, say=notes.append) as running:
-        running.notes = notes
-        yield running
 
 
 # --- the files --------------------------------------------------------------------------------------------
@@ -209,7 +199,7 @@ def test_a_websocket_opens_on_the_cookies_worker(cluster):
 
 def test_a_killed_worker_is_routed_around_and_brought_back(cluster):
     w1, w2 = cluster.workers
-    old_pid = w1.pid
+    old_pid, said = w1.pid, len(cluster.notes)  # the cluster is shared: what it says from here on
     with open_stream(cluster.url, w2.name) as ws:
         os.kill(old_pid, signal.SIGKILL)
         pinned = [get(cluster.url, worker=w1.name) for _ in range(10)]
@@ -221,7 +211,7 @@ def test_a_killed_worker_is_routed_around_and_brought_back(cluster):
     while not (w1.pid != old_pid and healthy(f"http://{address(w1)}{WORKER_HEALTH}")):
         assert time.monotonic() < deadline, f"w1 was not restarted: {cluster.notes}"
         time.sleep(0.3)
-    assert any(n.startswith("w1 exited with code -9") for n in cluster.notes)
+    assert any(n.startswith("w1 exited with code -9") for n in cluster.notes[said:])
     # once its 5 s out of rotation are over, the cookie that names it reaches it again
     while answered(get(cluster.url, worker=w1.name)) != address(w1):
         assert time.monotonic() < deadline, "the restarted worker never got its cookie's requests back"

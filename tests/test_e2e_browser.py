@@ -33,24 +33,22 @@ pytestmark = BROWSER_GROUP
 
 
 @pytest.fixture(scope="module")
-def first_visit_server():
-    """An app no one has visited yet (the shared ``server`` has served other modules' tests). Yields the base URL."""
-    yield from serve_app({}, "streamlit-first-visit-server.log")
-
-
-@pytest.fixture(scope="module")
-def training_server(tmp_path_factory):
-    """The app with its runs folder in a temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root)``."""
+def fresh_server(tmp_path_factory):
+    """An app no one has visited yet (the shared ``server`` has served other modules' tests), its runs folder in a
+    temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root)``. The deep-link test is the first in this
+    module, so it visits this app first; the Training page's test comes last and launches the only run here (one
+    app for the two: a server start costs seconds of CPU)."""
     runs = tmp_path_factory.mktemp("browser-runs")
-    for url in serve_app({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-training-server.log"):
+    for url in serve_app({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-fresh-server.log"):
         yield url, runs
 
 
 # --- tests ----------------------------------------------------------------------------------
-def test_deep_link_as_first_visit_shows_the_full_app(first_visit_server, new_page):
+def test_deep_link_as_first_visit_shows_the_full_app(fresh_server, new_page):
     """A fresh server whose first visitor opens /attention directly still runs app.py (sidebar, model)."""
+    url, _ = fresh_server
     page = new_page()
-    page.goto(f"{first_visit_server}/attention?text=The+cat+sat+on+the+mat.")
+    page.goto(f"{url}/attention?text=The+cat+sat+on+the+mat.")
     page.get_by_text("Hover a cell for the pair").wait_for()
     settle(page)
     sidebar = page.locator('[data-testid="stSidebar"]')
@@ -242,10 +240,10 @@ def test_every_page_renders_in_the_browser(server, new_page, path, title, name):
     shot(page, name)
 
 
-def test_training_page_launches_and_watches_a_language_model_run(training_server, new_page):
+def test_training_page_launches_and_watches_a_language_model_run(fresh_server, new_page):
     """As a student would: pick the language-model preset (Brown corpus), cut it to 12 steps, start it, and watch
     the live charts until the run has finished; then the run is in the table and its heads-forming slider works."""
-    url, runs = training_server
+    url, runs = fresh_server
     page = new_page(DESKTOP)
     page.goto(f"{url}/training")
     page.get_by_role("heading", name="Training").first.wait_for()

@@ -16,9 +16,8 @@ import time
 import pytest
 from browser_helpers import ARTIFACTS, assert_no_traceback, click_and_wait_step, expect, settle, step_of
 
-from deploy import DeployError, nginx
 from deploy.procs import healthy
-from deploy.serve import WORKER_HEALTH, serving
+from deploy.serve import WORKER_HEALTH
 
 pytestmark = pytest.mark.xdist_group("browser")  # one app and one Chromium at a time (browser_helpers.py)
 
@@ -44,18 +43,6 @@ TITLE_REDRAWN = """() => window.aeTitleWentStale && [...document.querySelectorAl
     .some(h => h.innerText.trim() === "Translate")"""
 
 
-@pytest.fixture(scope="module")
-def front():
-    try:
-        nginx.find_nginx()
-    except DeployError as exc:
-        pytest.skip(str(exc))
-    notes: list[str] = []
-    with serving(workers=2, say=notes.append) as running:
-        running.notes = notes
-        yield running
-
-
 def _worker_of(page, cluster):
     """The worker the page's affinity cookie names (nginx sets it on the page's first answer)."""
     names = [c["value"] for c in page.context.cookies() if c["name"] == "ae_worker"]
@@ -63,9 +50,9 @@ def _worker_of(page, cluster):
     return next(w for w in cluster.workers if w.name == names[0])
 
 
-def test_the_page_comes_back_on_another_worker_at_the_same_sentence_and_step(front, new_page):
+def test_the_page_comes_back_on_another_worker_at_the_same_sentence_and_step(cluster, new_page):
     page = new_page((1280, 720))
-    page.goto(front.url + "/")
+    page.goto(cluster.url + "/")
     box = page.get_by_label("English sentence")
     box.wait_for()
     settle(page)
@@ -77,7 +64,7 @@ def test_the_page_comes_back_on_another_worker_at_the_same_sentence_and_step(fro
         click_and_wait_step(page, "Next", k)
     page.wait_for_url(re.compile(r"step=3"))
     assert "text=The+cat" in page.url or "text=The%20cat" in page.url, page.url
-    dead = _worker_of(page, front)
+    dead = _worker_of(page, cluster)
     old_pid = dead.pid
     page.evaluate(WATCH_TITLE)
     os.kill(old_pid, signal.SIGKILL)
@@ -86,7 +73,7 @@ def test_the_page_comes_back_on_another_worker_at_the_same_sentence_and_step(fro
     # cookie there: a new session, drawn from the link. (The old page stays on screen meanwhile, so what it shows
     # proves nothing until then.)
     deadline = time.monotonic() + RESTORE_S
-    while _worker_of(page, front) is dead:
+    while _worker_of(page, cluster) is dead:
         assert time.monotonic() < deadline, "the page never reconnected to the other worker"
         page.wait_for_timeout(100)
     # A Next clicked while the new session's first run is still going (the other worker has not served this model
@@ -108,13 +95,13 @@ def test_the_page_comes_back_on_another_worker_at_the_same_sentence_and_step(fro
     # the supervisor starts the killed worker again; new visitors (no cookie) reach it again
     deadline = time.monotonic() + RESTORE_S
     while not (dead.pid != old_pid and healthy(f"http://127.0.0.1:{dead.port}{WORKER_HEALTH}")):
-        assert time.monotonic() < deadline, f"the killed worker was not restarted: {front.notes}"
+        assert time.monotonic() < deadline, f"the killed worker was not restarted: {cluster.notes}"
         time.sleep(0.5)
     reached = set()
     while dead.name not in reached:
         assert time.monotonic() < deadline, f"no new visitor reached the restarted worker ({reached})"
         visitor = new_page((1280, 720))
-        visitor.goto(front.url + "/")
+        visitor.goto(cluster.url + "/")
         visitor.get_by_label("English sentence").wait_for()
-        reached.add(_worker_of(visitor, front).name)
+        reached.add(_worker_of(visitor, cluster).name)
         visitor.context.close()

@@ -344,47 +344,36 @@ def test_the_trainer_refuses_a_hugging_face_folder(monkeypatch, hf_root, tmp_pat
 
 
 # --- in the browser ------------------------------------------------------------------------------------------------
-@pytest.mark.xdist_group("browser")
-def test_in_the_browser_translate_with_marian_then_the_attention_page(hf_root):
+# In the group of the browser tests that look at pages (browser_helpers.py): its steps wait for each other, and the
+# app with the tiny folders (conftest's hf_server) is already served there for the lens and query-key tests.
+@pytest.mark.xdist_group("browser-views")
+def test_in_the_browser_translate_with_marian_then_the_attention_page(hf_server, new_page):
     """The app served with the tiny Marian folder: translate two steps, then the Attention page; screenshots
     ``test-artifacts/hf-marian-translate.png`` and ``hf-marian-attention.png``."""
-    from benchmarks.app_server import CHROMIUM, ServerError, served_page
+    from browser_helpers import ARTIFACTS, expect
 
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"Chromium not found at {CHROMIUM} (Debian: apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    from playwright.sync_api import expect
-
-    artifacts = ROOT / "test-artifacts"
-    try:
-        with served_page(
-            artifacts / "streamlit-hf-server.log",
-            {"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)},
-            viewport=(1600, 1000),
-            timeout_ms=120_000,
-        ) as (url, page):
-            page.goto(f"{url}/?ckpt={MARIAN}")
-            page.get_by_text(re.compile(r"Step 0 of \d+")).wait_for()
-            # The sidebar's checkpoint box can draw after the step line; expect() retries until it shows the label.
-            box = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Checkpoint")
-            expect(box).to_match_aria_snapshot(
-                r'- combobox "Checkpoint": /opus-mt-tiny · \d+ kB · Hugging Face/', timeout=30_000
-            )
-            for step in (1, 2):
-                page.get_by_role("button", name="Next").click()
-                page.get_by_text(re.compile(rf"Step {step} of \d+")).wait_for()
-            page.locator(".ae-align").filter(has_text="Alignment so far").wait_for()
-            body = page.inner_text("body")
-            assert "Traceback" not in body and "▁" in body
-            page.wait_for_timeout(500)
-            page.screenshot(path=str(artifacts / "hf-marian-translate.png"))
-            page.locator('[data-testid="stSidebarNav"] a', has_text="Attention").click()
-            page.get_by_text("Hover a cell for the pair").wait_for()
-            page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
-            page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidgetRunningIcon\"]')")
-            page.wait_for_timeout(1500)  # Plotly draws in the next frames
-            assert page.locator('[data-testid="stException"]').count() == 0
-            assert "Traceback" not in page.inner_text("body")
-            page.screenshot(path=str(artifacts / "hf-marian-attention.png"))
-    except ServerError as exc:
-        pytest.fail(str(exc))
+    page = new_page((1600, 1000))
+    page.goto(f"{hf_server}/?ckpt={MARIAN}")
+    page.get_by_text(re.compile(r"Step 0 of \d+")).wait_for()
+    # The sidebar's checkpoint box can draw after the step line; expect() retries until it shows the label.
+    box = page.locator('[data-testid="stSidebar"]').get_by_role("combobox", name="Checkpoint")
+    expect(box).to_match_aria_snapshot(
+        r'- combobox "Checkpoint": /opus-mt-tiny · \d+ kB · Hugging Face/', timeout=30_000
+    )
+    for step in (1, 2):
+        page.get_by_role("button", name="Next").click()
+        page.get_by_text(re.compile(rf"Step {step} of \d+")).wait_for()
+    page.locator(".ae-align").filter(has_text="Alignment so far").wait_for()
+    body = page.inner_text("body")
+    assert "Traceback" not in body and "▁" in body
+    page.wait_for_timeout(500)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "hf-marian-translate.png"))
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Attention").click()
+    page.get_by_text("Hover a cell for the pair").wait_for()
+    page.locator('[data-testid="stPlotlyChart"]').first.wait_for()
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidgetRunningIcon\"]')")
+    page.wait_for_timeout(1500)  # Plotly draws in the next frames
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "Traceback" not in page.inner_text("body")
+    page.screenshot(path=str(ARTIFACTS / "hf-marian-attention.png"))

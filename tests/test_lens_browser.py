@@ -8,7 +8,7 @@ Screenshots go to ``test-artifacts/lens-*.png``.
 from __future__ import annotations
 
 import pytest
-from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, serve_app, settle
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, expect, settle
 from test_hf_pages import MARIAN
 from test_presentation_browser import in_viewport
 
@@ -26,17 +26,11 @@ def layout(page) -> tuple[float, float, float]:
     return top_list["y"] - button["y"], top_list["x"] - button["x"], top_list["height"]
 
 
-@pytest.fixture(scope="module")
-def server(hf_root):
-    """The app with the shipped models and the tiny Hugging Face folders."""
-    yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-lens-server.log")
-
-
 @pytest.mark.parametrize("name", list(CASES))
-def test_the_lens_on_translate_and_in_the_lab(server, new_page, name):
+def test_the_lens_on_translate_and_in_the_lab(hf_server, new_page, name):
     text, layers = CASES[name]
     page = new_page(PROJECTOR)
-    page.goto(f"{server}/?ckpt={name}&text={text}&step=2&lens=1&present=1")
+    page.goto(f"{hf_server}/?ckpt={name}&text={text}&step=2&lens=1&present=1")
     lens = page.locator(".ae-lens")
     lens.wait_for()
     settle(page)
@@ -57,7 +51,7 @@ def test_the_lens_on_translate_and_in_the_lab(server, new_page, name):
     assert "lens=" not in page.url
     assert max(abs(a - b) for a, b in zip(layout(page), top_list, strict=True)) < 1
 
-    page.goto(f"{server}/decoding?ckpt={name}&text={text}&step=2&lens=1&present=1")
+    page.goto(f"{hf_server}/decoding?ckpt={name}&text={text}&step=2&lens=1&present=1")
     page.get_by_text("Decoding lab", exact=True).first.wait_for()
     settle(page)
     page.get_by_role("tab", name="Logit lens").click()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve, settled
+from benchmarks.app_server import CHROMIUM, chromium, open_page, settled
 
 pytestmark = pytest.mark.xdist_group("browser-views")  # what a page looks like: tests/browser_helpers.py
 
@@ -29,29 +29,16 @@ PROJECTOR = (1280, 720)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The app, with a tiny MarianMT and GPT-2 folder offered beside the shipped models."""
-    from hf_fixtures import write_hf_root
-
-    root, _ = write_hf_root(tmp_path_factory.mktemp("hf-live-browser"))
-    try:
-        with serve(ARTIFACTS / "streamlit-live-numbers.log", {"ATTENTION_EXPLORER_CHECKPOINTS": str(root)}) as url:
-            yield url
-    except ServerError as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture(scope="module")
 def browser():
     with chromium() as b:
         yield b
 
 
 @pytest.mark.parametrize("ckpt, heads", [("en-de", 6), ("brown-lm", 4), ("opus-mt-tiny", 4), ("gpt2-tiny", 4)])
-def test_the_live_numbers_in_the_browser(server, browser, ckpt, heads):
+def test_the_live_numbers_in_the_browser(hf_server, browser, ckpt, heads):
     page = open_page(browser, PROJECTOR, RUN_TIMEOUT_MS)
     try:
-        page.goto(f"{server}/lecture?numbers=live&present=1" + ("" if ckpt == "en-de" else f"&ckpt={ckpt}"))
+        page.goto(f"{hf_server}/lecture?numbers=live&present=1" + ("" if ckpt == "en-de" else f"&ckpt={ckpt}"))
         page.locator('[data-testid="stPlotlyChart"]:has-text("Scores")').first.wait_for(timeout=RUN_TIMEOUT_MS)
         settled(page, timeout_ms=RUN_TIMEOUT_MS)
         assert page.locator('[data-testid="stException"]').count() == 0

@@ -14,7 +14,7 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from benchmarks.app_server import CHROMIUM, ServerError, chromium, open_page, serve
+from benchmarks.app_server import CHROMIUM, chromium, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 if not Path(CHROMIUM).is_file():
@@ -58,15 +58,6 @@ def expected_steps(ckpt_name: str, text: str) -> int:
 def shown_step(page) -> tuple[int, int]:
     m = re.search(r"Step (\d+) of (\d+)", page.inner_text("body"))
     return (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
-
-
-@pytest.fixture(scope="module")
-def server():
-    try:
-        with serve(ROOT / "test-artifacts" / "streamlit-many-visitors.log") as url:
-            yield url
-    except ServerError as exc:
-        pytest.fail(str(exc))
 
 
 def test_eight_visitors_stepping_at_once_each_see_only_their_own_state(server):

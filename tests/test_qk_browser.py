@@ -10,7 +10,7 @@ from __future__ import annotations
 from urllib.parse import quote_plus
 
 import pytest
-from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, serve_app, settle
+from browser_helpers import ARTIFACTS, PROJECTOR, assert_no_traceback, settle
 from test_presentation_browser import overlapping
 
 from ui.presentation import MIN_TICK
@@ -24,12 +24,6 @@ TEXTS_JS = """(root, selector) => [...root.querySelectorAll(selector)].filter(t 
                         size: parseFloat(getComputedStyle(t).fontSize)}; }).filter(b => b.w > 0)"""
 
 
-@pytest.fixture(scope="module")
-def qk_server(hf_root):
-    """The app with the tiny Hugging Face folders beside the shipped models. Yields the base URL."""
-    yield from serve_app({"ATTENTION_EXPLORER_CHECKPOINTS": str(hf_root.path)}, "streamlit-qk-server.log")
-
-
 @pytest.mark.parametrize(
     "ckpt, kind, present",
     [
@@ -39,11 +33,11 @@ def qk_server(hf_root):
         ("opus-mt-tiny", "cross", True),
     ],
 )
-def test_the_tab_is_drawn_readably_at_1280x720(qk_server, new_page, ckpt, kind, present):
+def test_the_tab_is_drawn_readably_at_1280x720(hf_server, new_page, ckpt, kind, present):
     page = new_page(PROJECTOR)
     query = f"ckpt={ckpt}&kind={kind}&head=2&tab={quote_plus('Query · key')}&query=3"
     query += "&present=1" if present else ""
-    page.goto(f"{qk_server}/attention?{query}")
+    page.goto(f"{hf_server}/attention?{query}")
     score = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="scores every key")
     score.wait_for()
     settle(page)

@@ -46,16 +46,16 @@ def run_train(out: Path, *extra: str) -> subprocess.Popen:
     )
 
 
-def test_a_finished_run_has_status_snapshots_and_probes(tmp_path):
-    proc = run_train(tmp_path / "run", "--max-steps", "12")
-    output, _ = proc.communicate(timeout=240)
-    assert proc.returncode == 0, output
-    status = read_status(tmp_path / "run")
-    assert status["state"] == "finished" and status["exit_code"] == 0 and status["step"] == 12
-    for step in snapshot_steps(12):
-        assert load_checkpoint(tmp_path / "run" / "checkpoints" / f"step-{step}").card["step"] == step
-    records = [json.loads(line) for line in (tmp_path / "run" / "probes.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == snapshot_steps(12)
+def test_a_finished_run_has_status_snapshots_and_probes(finished):
+    """The Training page's tests' tiny run (conftest's ``finished``: 20 steps, one layer of two heads), which the
+    worker has made or makes once for them all: a trainer process of its own here cost seconds more."""
+    _, run = finished
+    status = read_status(run)
+    assert status["state"] == "finished" and status["exit_code"] == 0 and status["step"] == 20
+    for step in snapshot_steps(20):
+        assert load_checkpoint(run / "checkpoints" / f"step-{step}").card["step"] == step
+    records = [json.loads(line) for line in (run / "probes.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == snapshot_steps(20)
     probe = records[-1]["probes"][0]
     assert probe["source"] == PROBE_SENTENCES[0]
     cross = probe["attention"]["cross"]  # [layers][heads][tgt][src]

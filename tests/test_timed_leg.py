@@ -19,10 +19,13 @@ from training.runs import has_resume_state
 
 @pytest.fixture(scope="module")
 def leg(tmp_path_factory):
-    """One timed run of a tiny model on the Ding pairs: 6 s of training, half of it cooling down, exported."""
+    """One timed run of a tiny model on the Ding pairs, probed first (two variants, a fraction of a second each:
+    the probe's choice and report are what is checked, not its numbers), then 6 s of budget, at least half of it
+    left to train and half of that cooling down, exported. Every test here reads this one run: each leg is a
+    trainer process that starts up again, which costs more than the seconds it trains."""
     root = tmp_path_factory.mktemp("timed")
     i = TINY.index("--threads")
-    args = TINY[:i] + TINY[i + 2 :]
+    args = [*TINY[:i], *TINY[i + 2 :], "--eval-every", "40", "--threads", "1", "--device", "cpu", "--no-snapshots"]
     rc = timed_leg.main(
         [
             "--run",
@@ -31,17 +34,15 @@ def leg(tmp_path_factory):
             "6",
             "--cooldown-share",
             "0.5",
+            "--probe",
+            "--probe-variants",
+            "base,fused+pad8",
+            "--probe-seconds",
+            "0.1",
             "--export",
             str(root / "export"),
             "--",
             *args,
-            "--eval-every",
-            "40",
-            "--threads",
-            "1",
-            "--device",
-            "cpu",
-            "--no-snapshots",
         ]
     )
     assert rc == 0, (root / "run" / "train.log").read_text()
@@ -141,31 +142,12 @@ def test_join_refuses_a_folder_that_is_no_export(tmp_path):
         timed_leg.join(tmp_path, tmp_path / "runs" / "back")
 
 
-def test_a_probed_leg_trains_with_the_fastest_variant_and_brings_the_report_back(tmp_path):
-    i = TINY.index("--threads")
-    args = [*TINY[:i], *TINY[i + 2 :], "--eval-every", "40", "--threads", "1", "--device", "cpu", "--no-snapshots"]
-    rc = timed_leg.main(
-        [
-            "--run",
-            str(tmp_path / "run"),
-            "--budget-s",
-            "6",
-            "--cooldown-share",
-            "0.5",
-            "--probe",
-            "--probe-variants",
-            "base,fused+pad8",
-            "--export",
-            str(tmp_path / "export"),
-            "--",
-            *args,
-        ]
-    )
-    assert rc == 0, (tmp_path / "run" / "train.log").read_text()
-    report = json.loads((tmp_path / "export" / "probe.json").read_text())
+def test_a_probed_leg_trains_with_the_fastest_variant_and_brings_the_report_back(leg):
+    report = json.loads((leg / "export" / "probe.json").read_text())
     assert [r["variant"] for r in report["rows"]] == ["base", "fused+pad8"]
-    assert "by self CPU time" in (tmp_path / "export" / "profile.txt").read_text()
-    trained = json.loads((tmp_path / "run" / "train_args.json").read_text())
+    assert all(r["seconds"] < 3 for r in report["rows"])  # --probe-seconds, not the default 3 s a variant
+    assert "by self CPU time" in (leg / "export" / "profile.txt").read_text()
+    trained = json.loads((leg / "run" / "train_args.json").read_text())
     fused = report["fastest"] == "fused+pad8"
     assert (trained["fused_optimizer"], trained["pad_multiple"]) == ((True, 8) if fused else (False, 1))
-    assert "probe: training with " + report["fastest"] in (tmp_path / "run" / "train.log").read_text()
+    assert "probe: training with " + report["fastest"] in (leg / "run" / "train.log").read_text()

@@ -12,11 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from safetensors.torch import load_file
 from streamlit.testing.v1 import AppTest
-from test_ddp import TINY as DDP_TINY
-from test_ddp import torchrun
 from train_helpers import TINY, run_main
 
 from corpora.files import Pair
@@ -116,20 +113,6 @@ def test_resume_of_a_language_model_is_exact(lm_runs):
     evals = [(r["valid_loss"], r["valid_ppl"]) for r in _records(resumed) if "valid_loss" in r]
     assert evals == [(r["valid_loss"], r["valid_ppl"]) for r in _records(straight) if "valid_loss" in r]
     assert load_checkpoint(resumed / "best").config.arch == "decoder-only"
-
-
-@pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="no torch.distributed with gloo")
-def test_a_language_model_trains_under_torchrun(tmp_path):
-    """Two CPU processes (gloo): the sharding does not depend on the architecture."""
-    run = torchrun(
-        tmp_path / "ddp", "--arch", "decoder-only", *DDP_TINY, "--max-steps", 4, "--log-every", 2, "--eval-every", 4
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    folder = tmp_path / "ddp"
-    assert load_checkpoint(folder / "best").config.arch == "decoder-only"
-    (evaluation,) = [r for r in _records(folder) if "valid_loss" in r]
-    assert evaluation["step"] == 4 and "valid_ppl" in evaluation and "valid_bleu" not in evaluation
-    assert json.loads((folder / "best" / "card.json").read_text())["recipe"]["processes"] == 2
 
 
 def test_the_baseline_refuses_decoder_only(tmp_path):

@@ -148,8 +148,8 @@ PAGE_PARAMS = [
     ("tokenization", {}, ["word", "vocab"]),
     ("lecture", {}, ["scaled", "causal", "heads", "seed", "q", "k", "v", "x", "gamma", "beta"]),
 ]
-#: Values that are bad for every parameter above, except where listed as fine.
-BAD_VALUES = ["-1", "99999999999", "nan", "abc"]
+#: Bad for each parameter above (unless FINE): below, above, not a number ("abc" and the like: the readers' tests).
+BAD_VALUES = ["-1", "99999999999", "nan"]
 FINE = {("offset", "-1")}  # the linear map's offset k may be negative
 
 

@@ -11,9 +11,10 @@ Written for a lent GPU machine, which gives a session minutes rather than hours 
    speed turned out to be;
 
 With ``--probe``, :mod:`trainer.probe` runs first (``--probe-budget-s``, its own seconds taken out of the budget,
-which keeps at least half) and the first leg trains with the fastest variant that worked (base when none did; one
-that changes ``--batch-tokens`` only with ``--probe-any-batch``); the second leg inherits it. The probe's table and
-profile land in ``RUN/probe/`` and, with ``--export``, beside the weights.
+which keeps at least half; ``--probe-seconds`` timed a variant, 3 by default) and the first leg trains with the
+fastest variant that worked (base when none did; one that changes ``--batch-tokens`` only with
+``--probe-any-batch``); the second leg inherits it. The probe's table and profile land in ``RUN/probe/`` and,
+with ``--export``, beside the weights.
 
 Then, with ``--export``, it writes ``last/``'s weights as float16 safetensors shards of at most :data:`SHARD_BYTES`
 (``weights-NN.safetensors``) and the run folder without its weights (``run.tar.gz``: metrics, logs, cards,
@@ -100,6 +101,8 @@ def probe_first(args, trainer_args: list[str], log: Path) -> list[str]:
             args.probe_variants,
             "--budget-s",
             str(args.probe_budget_s),
+            "--seconds",
+            str(args.probe_seconds),
             "--profile",
             "--report",
             str(folder),
@@ -192,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe", action="store_true", help="probe the speed variants first; train with the fastest")
     p.add_argument("--probe-variants", default=DEFAULT_VARIANTS, help="the variants the probe times")
     p.add_argument("--probe-budget-s", type=float, default=30.0, help="the probe starts no variant after this")
+    p.add_argument("--probe-seconds", type=float, default=3.0, help="timed seconds per variant the probe spends")
     p.add_argument("--probe-any-batch", action="store_true", help="let the probe's choice change --batch-tokens")
     p.add_argument("--join", type=Path, help="an export folder to put back together (with --into)")
     p.add_argument("--into", type=Path, help="the run folder --join writes")

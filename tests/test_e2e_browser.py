@@ -35,18 +35,20 @@ pytestmark = BROWSER_GROUP
 @pytest.fixture(scope="module")
 def fresh_server(tmp_path_factory):
     """An app no one has visited yet (the shared ``server`` has served other modules' tests), its runs folder in a
-    temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root)``. The deep-link test is the first in this
-    module, so it visits this app first; the Training page's test comes last and launches the only run here (one
-    app for the two: a server start costs seconds of CPU)."""
+    temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root, visits)``, ``visits`` the tests that
+    have used it. The deep-link test is the first in this module and says so; the Training page's test comes last
+    and launches the only run here (one app for the two: a server start costs seconds of CPU)."""
     runs = tmp_path_factory.mktemp("browser-runs")
     for url in serve_app({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-fresh-server.log"):
-        yield url, runs
+        yield url, runs, []
 
 
 # --- tests ----------------------------------------------------------------------------------
 def test_deep_link_as_first_visit_shows_the_full_app(fresh_server, new_page):
     """A fresh server whose first visitor opens /attention directly still runs app.py (sidebar, model)."""
-    url, _ = fresh_server
+    url, _, visits = fresh_server
+    assert not visits, f"the app was visited before this first visit, by {visits}: keep this test first here"
+    visits.append("deep link")
     page = new_page()
     page.goto(f"{url}/attention?text=The+cat+sat+on+the+mat.")
     page.get_by_text("Hover a cell for the pair").wait_for()
@@ -243,7 +245,8 @@ def test_every_page_renders_in_the_browser(server, new_page, path, title, name):
 def test_training_page_launches_and_watches_a_language_model_run(fresh_server, new_page):
     """As a student would: pick the language-model preset (Brown corpus), cut it to 12 steps, start it, and watch
     the live charts until the run has finished; then the run is in the table and its heads-forming slider works."""
-    url, runs = fresh_server
+    url, runs, visits = fresh_server
+    visits.append("training")
     page = new_page(DESKTOP)
     page.goto(f"{url}/training")
     page.get_by_role("heading", name="Training").first.wait_for()

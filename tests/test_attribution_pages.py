@@ -124,6 +124,8 @@ def test_the_next_steps_are_prefetched_and_a_next_finds_them_ready(monkeypatch, 
     next_step(at)
     assert "Step 4: what" in grids(at)[0]
     assert heavy.GATE.computed == computed  # Next found its step's attribution and faithfulness ready
+    # steps 4 and 5 are read: a click on step 3 asks the prefetcher for nothing more
+    assert not step_attribution.prefetch_after(ckpt, src, run, 3, n_steps, None, None)
 
 
 @needs_en_de

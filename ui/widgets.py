@@ -168,7 +168,7 @@ _RULE = "1px solid rgb(232, 229, 226)"
 
 def styled_table_html(rows: Sequence[Mapping[str, Any]], formats: Mapping[str, str] | None = None) -> str:
     """``rows`` (column → value, the first row's columns) as HTML that looks as ``st.table`` draws them: a rounded
-    frame, 14 px text, greyed headers, numbers right-aligned, text on one line; every header and cell escaped, no
+    frame, 14 px text, greyed headers, numbers right-aligned, text wrapped in a narrow column; every cell escaped, no
     index. ``formats``: column → ``str.format`` spec; other floats get 6 significant digits, ``None`` a blank cell.
 
     For a table built once and drawn on every click through ``st.markdown``: ``st.table`` marshals a pandas Styler
@@ -184,7 +184,7 @@ def styled_table_html(rows: Sequence[Mapping[str, Any]], formats: Mapping[str, s
 
     def cell(tag: str, text: str, style: str, last_col: bool, last_row: bool) -> str:
         rules = ("" if last_col else f"border-right:{_RULE};") + ("" if last_row else f"border-bottom:{_RULE};")
-        style += f"border:0;{rules}white-space:nowrap;vertical-align:middle"
+        style += f"border:0;{rules}vertical-align:middle"
         return f'<{tag} style="{style}">{escape_html(text)}</{tag}>'
 
     head = "".join(

@@ -22,6 +22,7 @@ from reading.gradients import MAX_STEPS, TOLERANCE
 from reading_views import whatif as whatif_view
 from reading_views.attribution_scores import attribution_npz, share_matrices
 from reading_views.step_attribution import prefetch_after, shared_attribution, shared_faithfulness, step_inputs
+from serving import figures
 from ui import pieces, presentation, url, widgets
 from ui.page_state import DECODING, TRANSLATE, Field
 
@@ -44,6 +45,8 @@ NAMES = {
 DEFAULT_METHOD = "integrated_gradients"
 #: Integration points offered: the default, and more where the gap is large (each costs proportionally more).
 STEP_CHOICES = (24, 64, 128)
+#: How the faithfulness table writes its numbers.
+FAITH_FORMATS = {"comprehensiveness ↑": "{:.3f}", "sufficiency ↓": "{:.3f}"}
 FAITHFUL_NOTE = (
     "**Faithfulness** (ERASER, DeYoung et al. 2020): mask with `<unk>` the source pieces a method ranks "
     "highest (its top 10 %, 20 %, 50 %). *Comprehensiveness* is how much p(token) drops when they are "
@@ -216,6 +219,13 @@ def faithfulness_rows(faith: Faithfulness) -> list[dict]:
     return rows
 
 
+def faithfulness_html(rows: list[dict], large: bool) -> str:
+    """The faithfulness table (:func:`faithfulness_rows`) as HTML: drawn as ``st.table`` draws it, or in presentation
+    mode (``large``) as :func:`ui.widgets.show_table` draws tables there. Built once per step and ranking for the
+    room (:mod:`serving.figures`): ``st.table`` of a pandas Styler was the view's largest cost on every click."""
+    return widgets.table_html(rows, FAITH_FORMATS) if large else widgets.styled_table_html(rows, FAITH_FORMATS)
+
+
 def share_line(ckpt: Checkpoint, src_ids: Sequence[int], decoding: Decoding, step: int, n_steps: int) -> str:
     """The source's share at steps 1 … ``step`` as a line (each step's attribution shared, so a step already seen
     costs nothing)."""
@@ -249,8 +259,11 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         pre,
         negative,
     )
+    large = presentation.is_on()
+    # built once per step, method, layer, head and mode for every visitor (serving.figures): the room redraws the
+    # same few grids on every click
     st.markdown(
-        attribution_html(*grid, current=METHODS.index(method), title=title, large=presentation.is_on()),
+        figures.shared(attribution_html, *grid, current=METHODS.index(method), title=title, large=large),
         unsafe_allow_html=True,
     )
     st.caption(
@@ -283,9 +296,11 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         faith = None
         st.info(f"No faithfulness for this step: {exc}.")
     if faith is not None:
-        widgets.show_table(
-            faithfulness_rows(faith), wrap=True, formats={"comprehensiveness ↑": "{:.3f}", "sufficiency ↓": "{:.3f}"}
-        )
+        table = figures.shared(faithfulness_html, faithfulness_rows(faith), large)
+        if large:
+            st.html(table)
+        else:
+            st.markdown(table, unsafe_allow_html=True)
         st.caption(
             FAITHFUL_NOTE + f" Here k = {', '.join(map(str, faith.counts))} piece(s); p(token) = "
             f"{faith.probability:.3f}."

@@ -106,14 +106,22 @@ def prefetch_after(
 ) -> bool:
     """Ask the prefetcher (:data:`serving.prefetch.PREFETCH`) for the attribution and the faithfulness (at ``layer`` /
     ``head``) of the :data:`AHEAD` steps after ``step`` (0: the first ones) of ``decoding``, computed in the
-    background at the gate's lowest priority. Returns whether a job was queued (none after the last step, or with
-    prefetch off). A step that cannot be attributed is left to the visitor's own request, which says why."""
-    later = [
-        step_inputs(ckpt, src_ids, decoding, t) for t in range(step + 1, min(step + AHEAD, len(decoding.generated)) + 1)
-    ]
+    background at the gate's lowest priority; steps whose both are kept already are left out. Returns whether a job
+    was queued (none after the last step, when every later step is read, or with prefetch off). A step that cannot
+    be attributed is left to the visitor's own request, which says why."""
+    version = checkpoint_version(ckpt)  # stats the folder's files: here, in the visitor's run, not in the worker
+    # Only the steps not read yet: once a room has read the sentence, a click asks nothing of the worker, whose
+    # wake-up on every visitor's click was work for the interpreter every session shares
+    later = []
+    for t in range(step + 1, min(step + AHEAD, len(decoding.generated)) + 1):
+        inputs = step_inputs(ckpt, src_ids, decoding, t)
+        kept = heavy.GATE.cached(attribution_key(version, inputs, n_steps)) and heavy.GATE.cached(
+            faithfulness_key(version, inputs, n_steps, layer, head)
+        )
+        if not kept:
+            later.append(inputs)
     if not later:
         return False
-    version = checkpoint_version(ckpt)  # stats the folder's files: here, in the visitor's run, not in the worker
 
     def attribution(inputs: StepInputs) -> Callable[[heavy.Gate], None]:
         def task(gate: heavy.Gate) -> None:

@@ -45,6 +45,18 @@ def test_nested_values_are_walked():
     assert nbytes("") == sys.getsizeof("")
 
 
+def test_a_string_counts_the_utf8_copy_it_keeps_once_sent():
+    """A shared HTML string is measured when it is put, before Streamlit sends it; sending it (protobuf reads it as
+    UTF-8) attaches a UTF-8 copy to a non-ASCII str, which the count includes from the start."""
+    from streamlit.proto.Markdown_pb2 import Markdown
+
+    for text in ("‖α·f(x)‖ " * 500, "é" * 10, "😀 a" * 7, "plain ascii " * 40):
+        counted = nbytes(text)
+        Markdown(body=text)  # what st.markdown does with it
+        assert counted == nbytes(text) == sys.getsizeof(text)
+    assert nbytes("‖α" * 1000) > 2 * 2000 + 5 * 1000  # two bytes a character, and the UTF-8 copy beside them
+
+
 def test_a_model_inside_a_result_counts_nothing(make_model):
     model = make_model()
     assert nbytes({"model": model, "n": 3}) < 1000  # the model cache owns it

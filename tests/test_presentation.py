@@ -8,6 +8,7 @@ The browser half (layout at 1280×720, font sizes as drawn) is in ``test_present
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -138,3 +139,27 @@ def test_a_projected_table_is_escaped_html_with_large_text():
     assert "1.50e-07" in out and "0.123457" in out and "-12.345" in out and "True" in out
     assert "<th>token</th>" in out and out.count("<tr") == 3
     assert presentation.TABLE_PX >= 16 and f"font-size: {presentation.TABLE_PX}px" in presentation.CSS
+
+
+def test_a_table_built_once_is_escaped_html_that_looks_as_st_table_draws_it():
+    """The HTML a view builds once and draws on every click in place of ``st.table``: its frame, greyed headers,
+    numbers right-aligned and text left, every cell escaped, a float formatted or to 6 digits, None blank."""
+    from ui.widgets import styled_table_html
+
+    out = styled_table_html(
+        [
+            {"method": "<bos>", "comp": 0.123456789, "n": 3, "note": "a&b"},
+            {"method": "random", "comp": -1.5, "n": None, "note": None},
+        ],
+        formats={"comp": "{:.3f}"},
+    )
+    assert out.startswith('<div class="ae-styled-table"') and "border-radius:8px" in out
+    assert "&lt;bos&gt;" in out and "<bos>" not in out and "a&amp;b" in out
+    assert ">0.123</td>" in out and ">-1.500</td>" in out and ">3</td>" in out
+    cells = re.findall(r"<td style=\"([^\"]*)\">([^<]*)</td>", out)
+    assert [text for _, text in cells] == ["&lt;bos&gt;", "0.123", "3", "a&amp;b", "random", "-1.500", "", ""]
+    align = [re.search(r"text-align:(\w+)", style).group(1) for style, _ in cells]
+    assert align == ["left", "right", "right", "left"] * 2  # a column with a blank is still a number column
+    assert out.count("<th ") == 4 and "rgba(47,45,43,0.7)" in out  # the headers greyed as st.table's
+    assert "border-right" not in cells[3][0] and "border-bottom" not in cells[-1][0]  # the frame closes the table
+    assert styled_table_html([]).count("<tr>") == 1  # no rows: an empty header, no error

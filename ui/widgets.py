@@ -162,6 +162,58 @@ def table_html(
     return f'<div class="ae-table-wrap" style="overflow-x:auto;{limit}">{body}</div>'
 
 
+#: ``st.table``'s frame and rules in Streamlit's light theme, which :func:`styled_table_html` draws.
+_RULE = "1px solid rgb(232, 229, 226)"
+
+
+def styled_table_html(rows: Sequence[Mapping[str, Any]], formats: Mapping[str, str] | None = None) -> str:
+    """``rows`` (column → value, the first row's columns) as HTML that looks as ``st.table`` draws them: a rounded
+    frame, 14 px text, greyed headers, numbers right-aligned, text wrapped in a narrow column; every cell escaped, no
+    index. ``formats``: column → ``str.format`` spec; other floats get 6 significant digits, ``None`` a blank cell.
+
+    For a table built once and drawn on every click through ``st.markdown``: ``st.table`` marshals a pandas Styler
+    each time (about 7 ms of the server's interpreter for five rows), sending this string a fraction of one."""
+    columns = list(rows[0]) if rows else []
+    spec = {c: str(f).format for c, f in (formats or {}).items()}
+
+    def numeric(column: str) -> bool:
+        values = [r.get(column) for r in rows if r.get(column) is not None]
+        return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+    align = {c: "right" if numeric(c) else "left" for c in columns}
+
+    def cell(tag: str, text: str, style: str, last_col: bool, last_row: bool) -> str:
+        rules = ("" if last_col else f"border-right:{_RULE};") + ("" if last_row else f"border-bottom:{_RULE};")
+        style += f"border:0;{rules}vertical-align:middle"
+        return f'<{tag} style="{style}">{escape_html(text)}</{tag}>'
+
+    head = "".join(
+        cell(
+            "th",
+            c,
+            "padding:4px 6px 4px 8px;font-weight:400;color:rgba(47,45,43,0.7);text-align:left;",
+            i == len(columns) - 1,
+            not rows,
+        )
+        for i, c in enumerate(columns)
+    )
+    body = []
+    for r, row in enumerate(rows):
+        cells = []
+        for i, c in enumerate(columns):
+            v = row.get(c)
+            text = "" if v is None else spec[c](v) if c in spec else _fmt(v)
+            cells.append(
+                cell("td", text, f"padding:4px 6px;text-align:{align[c]};", i == len(columns) - 1, r == len(rows) - 1)
+            )
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        f'<div class="ae-styled-table" style="border:{_RULE};border-radius:8px;overflow:auto;margin-bottom:1rem">'
+        '<table style="width:100%;margin:0;border:none;border-collapse:separate;border-spacing:0;font-size:14px;'
+        f'line-height:21px"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    )
+
+
 def _float_format(column: pd.Series):
     """How a static table writes a float column: whole numbers without decimals (a count with a blank cell is a
     float column to pandas: "400", not "400.0000"), others as :func:`_fmt`."""

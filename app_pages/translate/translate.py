@@ -10,6 +10,7 @@ from decoding.decoded import StepView
 from decoding.loops import LOOP_TIMES, find_loop
 from reading_views import attribution as attribution_view
 from reading_views import lens as lens_view
+from serving import figures
 from ui import checkpoints, model_card, pieces, state, url, widgets
 from ui.page_state import TRANSLATE
 from viz.attention import alignment_html, highlight_tokens_html, tokens_html
@@ -89,9 +90,11 @@ def attention_view(ckpt, view: StepView, src) -> None:
     matrix = view.cross_attention_matrix()
     if matrix is not None:
         matrix = matrix[layer][head] if isinstance(head, int) else matrix[layer].mean(0)
-        # an HTML grid, not a Plotly heatmap: the page loads no Plotly and redraws nothing heavy per click
+        # an HTML grid, not a Plotly heatmap: the page loads no Plotly and redraws nothing heavy per click; built
+        # once per step, layer and head for the room (serving.figures), whose visitors redraw the same few
         st.markdown(
-            alignment_html(
+            figures.shared(
+                alignment_html,
                 matrix,
                 pieces.of_ids(tok, view.generated),
                 pieces.shown(tok, src.tokens),

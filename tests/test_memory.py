@@ -3,6 +3,7 @@ a decoding kept for sharing holds what the pages show, not a vocabulary-wide row
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import sys
 from dataclasses import dataclass
@@ -169,3 +170,22 @@ def test_tidy_frees_what_only_reference_cycles_hold():
         assert alive() is None
     finally:
         gc.enable()
+
+
+def test_the_tuned_allocator_maps_a_large_block_even_after_a_larger_one_was_freed():
+    from serving.memory_probe import malloc_info
+
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "mallopt") or not malloc_info():
+        pytest.skip("not glibc 2.33+")
+    assert memory.tune_allocator({"MALLOC_MMAP_THRESHOLD_": "131072"}) == ["M_TRIM_THRESHOLD"]  # the operator's wins
+    assert memory.tune_allocator({}) == ["M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD"]
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.free(libc.malloc(8 * MB))  # by default this raises glibc's mmap threshold to 8 MB
+    before = malloc_info()["mmapped"]
+    block = libc.malloc(2 * MB)  # so by default this came from the heap, to stay after it is freed
+    try:
+        assert malloc_info()["mmapped"] >= before + 2 * MB
+    finally:
+        libc.free(block)

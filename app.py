@@ -12,7 +12,7 @@ from ui.state import checkpoint_picker
 
 heavy.configure_torch()  # one torch thread per computation: a server's cores belong to all its visitors
 metrics.publish()  # the gate's state on /_stcore/metrics, for the load benchmark and a watchdog
-memory.keep_giving_back()  # freed memory back to the system: visitors leave, caches drop entries
+memory.keep_giving_back()  # large blocks unmapped when freed, the rest trimmed: visitors leave, caches drop entries
 memory_probe.start_if_asked()  # where the memory goes, only when a soak sets its environment switch
 
 # Presentation mode is read first (from this session's toggle, or ?present=1 on a first visit): the sidebar

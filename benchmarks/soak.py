@@ -13,7 +13,8 @@ replaced, new sentences every minute, half of them near the input cap, on Transl
 attribution view for some) and the Attention page. The table adds what the heavy-work gate and the shared figures
 hold (``/_stcore/metrics``, :mod:`serving.metrics`), and the goal is resident memory under a bound: the memory once the
 model is loaded and warm (before any visitor) plus the caches' byte budgets (:data:`serving.memory.GATE_BYTES` +
-:data:`serving.memory.FIGURE_BYTES`), read once the warm-up visit has left and the server's trim has run.
+:data:`serving.memory.FIGURE_BYTES`), read once a warm-up visit of each kind (Translate, with the lens and the
+attribution view, the Attention page; :func:`benchmarks.soak_churn.run_churn`) has left and the server's trim has run.
 
 Where the memory goes, line by line: ``ATTENTION_EXPLORER_MEMORY_PROBE=/tmp/probe.jsonl python -m benchmarks.soak
 --churn`` makes the served app write what its allocator holds in use and free, the caches' own counts and its
@@ -84,13 +85,16 @@ async def soak(
     records: tuple[list[Outcome], int] | list[Record]
     if churn:
 
-        def settled() -> None:  # the model loaded and warm, the warm-up visit gone and its memory handed back
+        def settled(visited: str) -> None:  # the model loaded and warm, the warm-up visits gone, memory handed back
             nonlocal baseline
-            baseline = probe.sample()["rss_bytes"] / 1e6
+            warmed[visited] = probe.sample()["rss_bytes"] / 1e6
+            baseline = warmed[visited] if visited == "every page" else None
 
+        warmed: dict[str, float] = {}
         ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s, settled))
         while baseline is None:
             await asyncio.sleep(0.2)
+        print(f"after the warm-up visits: {', '.join(f'{k} {v:.0f} MB' for k, v in warmed.items())}", flush=True)
         watching = asyncio.create_task(sampler(stop))
         records = await ran
     else:
@@ -133,7 +137,7 @@ def churn_report(samples: list[tuple], ran, baseline: float, linger: int) -> Non
     loads = summary([o.seconds for o in outcomes if o.action == "first load" and o.seconds and not o.errors])
     acts = summary([o.seconds for o in outcomes if o.action != "first load" and o.seconds and not o.errors])
     print(
-        f"\nbaseline (model loaded, warm, no visitor) {baseline:.0f} MB + caches' budget "
+        f"\nbaseline (model loaded, every page visited once, no visitor) {baseline:.0f} MB + caches' budget "
         f"{(GATE_BYTES + FIGURE_BYTES) / 1e6:.0f} MB = bound {bound:.0f} MB; peak {peak:.0f} MB "
         f"({'under' if peak <= bound else 'OVER'} the bound); after everyone left: {samples[-1][1]:.0f} MB"
     )

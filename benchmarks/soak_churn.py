@@ -15,7 +15,6 @@ import asyncio
 import random
 import time
 from typing import Callable
-from urllib.parse import quote_plus
 
 from benchmarks.load_client import Outcome, Visitor
 from benchmarks.load_scenarios import AttentionBrowsing, StepThrough, demo_sentences
@@ -26,10 +25,12 @@ from serving.memory import GIVE_BACK_S
 PER_MINUTE = 8
 #: Characters of a long sentence: just under the input cap.
 LONG_CHARS = MAX_INPUT_CHARS - 20
-#: Seconds between the warm-up visit's departure and the first seat: one period of the server's trim
+#: Seconds between the warm-up visits' departure and a reading of the baseline: one period of the server's trim
 #: (:data:`serving.memory.GIVE_BACK_S`) and a moment, so that the baseline holds the model and the warm-up's sentence,
-#: not what its page run used for a moment.
+#: not what its page runs used for a moment.
 SETTLE_S = GIVE_BACK_S + 5
+#: The warm-up's sentence: short, so that what its visits leave in the caches is a few kB.
+WARM_TEXT = "My brother lives in Berlin."
 
 
 def churn_sentence(minute: int, k: int) -> str:
@@ -85,17 +86,38 @@ async def churn_visitor(
     return came
 
 
+async def warm_up(url: str, kinds: list[StepThrough | AttentionBrowsing]) -> None:
+    """One visit of each of ``kinds`` on :data:`WARM_TEXT`, one after another: opened, one action, closed."""
+    for does in kinds:
+        visitor = Visitor(url, 180)
+        try:
+            outcome = await visitor.open(does.page, does.query)
+            does.opened(visitor, outcome)
+            if not outcome.fatal:
+                await does.act(visitor)
+        finally:
+            await visitor.close()
+
+
 async def run_churn(
-    url: str, visitors: int, minutes: float, ramp_s: float, settled: Callable[[], None] = lambda: None
+    url: str, visitors: int, minutes: float, ramp_s: float, settled: Callable[[str], None] = lambda _: None
 ) -> tuple[list[Outcome], int]:
-    """``visitors`` seats of :func:`churn_visitor` for ``minutes``: ``(outcomes, visitors who came)``. ``settled()``
-    is called once the warm-up visit has left and the server has had :data:`SETTLE_S` to hand its transient memory
-    back, before the first seat opens (where the soak reads its baseline)."""
-    warm = Visitor(url, 180)
-    await warm.open("", f"text={quote_plus('My brother lives in Berlin.')}")
-    await warm.close()
+    """``visitors`` seats of :func:`churn_visitor` for ``minutes``: ``(outcomes, visitors who came)``.
+
+    First a warm-up: one Translate visit, then one of each other kind a churn visitor makes (the logit lens, the
+    attribution view, the Attention page), each followed by ``settled(what was visited)`` once the server has had
+    :data:`SETTLE_S` to hand its transient memory back; the last call comes before the first seat opens (where
+    the soak reads its baseline). A page's first visit loads its code and torch's state for its kind of work
+    (gradients for the attribution), which the process keeps whoever comes next: it is part of a warm server, not
+    of what the churn costs."""
+    rng = random.Random(0)
+    await warm_up(url, [StepThrough(WARM_TEXT, rng)])
     await asyncio.sleep(SETTLE_S)
-    settled()
+    settled("Translate")
+    others = [StepThrough(WARM_TEXT, rng, "&lens=1"), StepThrough(WARM_TEXT, rng, "&attr=1")]
+    await warm_up(url, [*others, AttentionBrowsing(WARM_TEXT, rng)])
+    await asyncio.sleep(SETTLE_S)
+    settled("every page")
     start, stop = time.monotonic(), asyncio.Event()
     outcomes: list[Outcome] = []
 

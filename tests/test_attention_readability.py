@@ -99,10 +99,15 @@ def test_masked_cells_are_one_grey_with_no_line_through_the_bos_row():
 
 # --- key labels -------------------------------------------------------------------------------------------------
 def label_tiers(fig) -> list:
-    """The x axes that write token labels: ``xaxis`` and the tiers that overlay it."""
+    """The x axes that write token labels: ``xaxis`` and the tiers that overlay it (not the hover's axis, which
+    writes none)."""
     layout = fig.layout
     return [
-        layout[n] for n in sorted(layout) if n.startswith("xaxis") and (n == "xaxis" or layout[n].overlaying == "x")
+        layout[n]
+        for n in sorted(layout)
+        if n.startswith("xaxis")
+        and (n == "xaxis" or layout[n].overlaying == "x")
+        and layout[n].showticklabels is not False
     ]
 
 

@@ -3,7 +3,9 @@ a decoding kept for sharing holds what the pages show, not a vocabulary-wide row
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -18,6 +20,7 @@ from decoding.stepping import TOP_KEPT, Stepper
 from serving import figures, memory
 from serving.heavy import Gate
 from serving.memory import ByteLRU, nbytes
+from tests.app_helpers import ROOT
 
 MB = 2**20
 
@@ -181,3 +184,37 @@ def test_tidy_frees_what_only_reference_cycles_hold():
         assert alive() is None
     finally:
         gc.enable()
+
+
+#: Run in a fresh interpreter (a heap without holes: a free chunk large enough is reused whatever the threshold):
+#: free an 8 MB block (by default glibc then raises its mmap threshold to 8 MB), allocate 2 MB, print the MB mapped.
+_MAPPED = """
+import ctypes, sys
+from serving import memory
+from serving.memory_probe import malloc_info
+if sys.argv[1] == "tuned":
+    memory.tune_allocator({})
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(8 << 20))
+before = malloc_info()["mmapped"]
+block = libc.malloc(2 << 20)
+print((malloc_info()["mmapped"] - before) >> 20)
+"""
+
+
+def test_the_tuned_allocator_maps_a_large_block_even_after_a_larger_one_was_freed():
+    from serving.memory_probe import malloc_info
+
+    if not hasattr(ctypes.CDLL(None), "mallopt") or not malloc_info():
+        pytest.skip("not glibc 2.33+")
+    assert memory.tune_allocator({"MALLOC_MMAP_THRESHOLD_": "131072"}) == ["M_TRIM_THRESHOLD"]  # the operator's wins
+    assert memory.tune_allocator({}) == ["M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD"]
+
+    def mapped(how: str) -> int:
+        run = subprocess.run([sys.executable, "-c", _MAPPED, how], capture_output=True, text=True, cwd=ROOT, check=True)
+        return int(run.stdout)
+
+    assert mapped("default") == 0  # from the heap, where it leaves a hole once freed
+    assert mapped("tuned") == 2

@@ -35,8 +35,22 @@ def test_heatmap_keeps_duplicate_tokens_apart_and_states_axes():
     assert np.asarray(hm.z).shape == (3, 4)
     assert list(hm.y) == [0, 1, 2]  # numeric rows: the two "the" stay two rows
     assert "queries" in fig.layout.yaxis.title.text and "keys" in fig.layout.xaxis.title.text
-    assert "query <b>▁the</b> (row 2)" in hm.customdata[2][0]
     assert fig.layout.yaxis.autorange == "reversed"  # first query on top
+    # the hover names a cell's query and key from axes that hold every piece, escaped (Plotly writes %{y} as the
+    # tick text there): "query <b>▁the</b> (row 2)" for row 2
+    assert hm.hovertemplate.startswith("query <b>%{y}</b> (row %{y:d})<br>key <b>%{x}</b> (column %{x:d})")
+    x_hover, y_hover = fig.layout[f"xaxis{hm.xaxis[1:]}"], fig.layout[f"yaxis{hm.yaxis[1:]}"]
+    assert list(y_hover.ticktext) == ["▁the", "▁cat", "▁the"] and list(y_hover.tickvals) == [0, 1, 2]
+    assert list(x_hover.ticktext) == ["▁the", "▁cat", "▁the", "&lt;eos&gt;"] and not x_hover.showticklabels
+    assert (x_hover.matches, y_hover.matches, y_hover.autorange) == ("x", "y", "reversed")
+
+
+def test_a_long_sentences_heatmap_carries_no_string_per_cell():
+    n = 128
+    w = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    labels = [f"▁piece{i}" for i in range(n)]
+    size = len(attention_heatmap(w, labels, labels, causal=True, title="t").to_json())
+    assert size < 400_000  # 231 kB; with a hover string per cell it was 2.48 MB
 
 
 def test_causal_heatmap_blanks_the_future_only():

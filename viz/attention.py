@@ -48,9 +48,9 @@ from viz.theme import title as _title
 from viz.token_labels import (
     AXIS_TITLE_PX,
     display_token,
+    hover_axes_into,
     label_px,
     labels_depth,
-    plotly_escape,
     shorten,
     token_xaxes_into,
     token_yaxis,
@@ -135,23 +135,12 @@ def attention_heatmap(
     z = causal_blank(w) if causal else w.copy()
     q_disp = [display_token(t) for t in query_labels]
     k_disp = [display_token(t) for t in key_labels]
-    hover = np.array(
-        [
-            [
-                f"query <b>{plotly_escape(q)}</b> (row {i})<br>key <b>{plotly_escape(k)}</b> (column {j})"
-                for j, k in enumerate(k_disp)
-            ]
-            for i, q in enumerate(q_disp)
-        ]
-    )
     data = [
         dict(
             type="heatmap",
             z=z,
             x=list(range(k_len)),
             y=list(range(q_len)),
-            customdata=hover,
-            hovertemplate="%{customdata}<br>weight %{z:.3f}<extra></extra>",
             colorscale=ATTENTION_SCALE,
             zmin=0.0,
             zmax=zmax if zmax is not None else (float(np.nanmax(z)) if np.isfinite(z).any() else 1.0) or 1.0,
@@ -182,6 +171,7 @@ def attention_heatmap(
     tick_font = dict(family=MONO, size=plan.size, color=INK)
     token_xaxes_into(data, layout, k_short, plan, tick_font, "keys (attended to) →")
     layout["yaxis"] = dict(token_yaxis(q_short, plan.size, "queries (attending) ↓"), autorange="reversed")
+    data[0]["hovertemplate"] = hover_axes_into(data, layout, q_disp, k_disp) + "<br>weight %{z:.3f}<extra></extra>"
     return figure(data, layout)
 
 

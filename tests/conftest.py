@@ -1,8 +1,7 @@
 """Shared fixtures for the model-core unit tests: a tiny BPE tokenizer and tiny Transformer factories.
 
-Everything is seeded and small (d_model 32, 4 heads, 2+2 layers) so that the whole suite runs in seconds on
-two CPU cores. Torch is limited to one thread: the models are too small to gain from more, and the tests
-must not starve other work on the machine.
+Everything is seeded and small (d_model 32, 4 heads, 2+2 layers). Torch runs one thread: the models are too small
+to gain from more, and the tests must not starve other work on the machine.
 """
 
 from __future__ import annotations
@@ -33,19 +32,20 @@ from model.transformer import Transformer
 # Every figure a test builds is validated by Plotly (viz.theme.figure skips it in the served app, for speed), so a
 # misspelt property fails a test instead of being drawn as nothing.
 os.environ.setdefault("ATTENTION_EXPLORER_VALIDATE_FIGURES", "1")
-# No test reads the developer's runs/ (a training run there, or one that died and still says "running", changed what
-# the Training page and the checkpoint picker showed, and failed tests): each test process, and every app it serves,
-# sees an empty runs folder unless the test sets its own.
+# No test reads the developer's runs/ (a run there, or a dead one still "running", changed what the Training page and
+# the picker showed): each test process, and every app it serves, sees an empty runs folder unless a test sets one.
 if "ATTENTION_EXPLORER_RUNS" not in os.environ:
     os.environ["ATTENTION_EXPLORER_RUNS"] = tempfile.mkdtemp(prefix="attention-explorer-test-runs-")
     # removed when this test process ends, so a suite leaves no folder behind in /tmp
     atexit.register(shutil.rmtree, os.environ["ATTENTION_EXPLORER_RUNS"], ignore_errors=True)
 
 torch.set_num_threads(1)
-# ... and so is every process a test starts (a trainer the Training page launches, an app, torchrun's ranks): two
-# threads each on two cores shared by two test workers spun against each other, and a 12-step run that takes 6 s
-# alone took 40 s in the suite. (The trainer's --threads 0 reads this; a test that wants more says so.)
+# ... and every process a test starts (a launched trainer, an app, torchrun's ranks; --threads 0 reads it): two
+# threads each on two shared cores spun against each other, a 12-step run took 40 s in the suite instead of 6 s.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The app trades compute for memory in glibc (serving.memory.ALLOCATOR: torch 20-45 % slower); no test measures
+# memory: test processes keep glibc's defaults, the apps they start map blocks from 4 MiB on.
+os.environ.update({"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)} | os.environ)
 
 #: Short EN/DE pairs (umlauts and ß included) for the tiny tokenizer and the overfitting test.
 PAIRS: list[tuple[str, str]] = [

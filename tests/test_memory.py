@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -186,21 +187,21 @@ def test_tidy_frees_what_only_reference_cycles_hold():
         gc.enable()
 
 
-#: Run in a fresh interpreter (a heap without holes: a free chunk large enough is reused whatever the threshold):
-#: free an 8 MB block (by default glibc then raises its mmap threshold to 8 MB), allocate 2 MB, print the MB mapped.
+#: Run in a fresh interpreter (a heap without holes: a free chunk large enough is reused whatever the threshold;
+#: and the test process keeps glibc's defaults): free a 16 MB block (by default glibc then raises its mmap threshold
+#: to 16 MB), allocate 8 MB, print the MB mapped, and which settings were applied.
 _MAPPED = """
 import ctypes, sys
 from serving import memory
 from serving.memory_probe import malloc_info
-if sys.argv[1] == "tuned":
-    memory.tune_allocator({})
+applied = memory.tune_allocator() if sys.argv[1] == "tuned" else []
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
-libc.free(libc.malloc(8 << 20))
+libc.free(libc.malloc(16 << 20))
 before = malloc_info()["mmapped"]
-block = libc.malloc(2 << 20)
-print((malloc_info()["mmapped"] - before) >> 20)
+block = libc.malloc(8 << 20)
+print((malloc_info()["mmapped"] - before) >> 20, ",".join(applied))
 """
 
 
@@ -209,12 +210,16 @@ def test_the_tuned_allocator_maps_a_large_block_even_after_a_larger_one_was_free
 
     if not hasattr(ctypes.CDLL(None), "mallopt") or not malloc_info():
         pytest.skip("not glibc 2.33+")
-    assert memory.tune_allocator({"MALLOC_MMAP_THRESHOLD_": "131072"}) == ["M_TRIM_THRESHOLD"]  # the operator's wins
-    assert memory.tune_allocator({}) == ["M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD"]
 
-    def mapped(how: str) -> int:
-        run = subprocess.run([sys.executable, "-c", _MAPPED, how], capture_output=True, text=True, cwd=ROOT, check=True)
-        return int(run.stdout)
+    def mapped(how: str, **environ: str) -> tuple[int, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | environ
+        run = subprocess.run(
+            [sys.executable, "-c", _MAPPED, how], capture_output=True, text=True, cwd=ROOT, check=True, env=env
+        )
+        mb, _, applied = run.stdout.strip().partition(" ")
+        return int(mb), applied
 
-    assert mapped("default") == 0  # from the heap, where it leaves a hole once freed
-    assert mapped("tuned") == 2
+    assert mapped("default") == (0, "")  # from the heap, where it leaves a hole once freed
+    assert mapped("tuned") == (8, "M_MMAP_THRESHOLD,M_TRIM_THRESHOLD")
+    # an operator's threshold (32 MiB, set at start-up) wins; the trim threshold is still applied
+    assert mapped("tuned", MALLOC_MMAP_THRESHOLD_=str(32 << 20)) == (0, "M_TRIM_THRESHOLD")

@@ -143,6 +143,13 @@ def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+def _cell_formatters(columns: Sequence[Any], formats: Mapping[str, str] | None) -> dict[Any, Callable[[Any], str]]:
+    """column → what writes its cells, the one rule of both HTML tables: ``formats``' ``str.format`` spec where one
+    is given, :func:`_fmt` elsewhere."""
+    spec = {c: str(f).format for c, f in (formats or {}).items()}
+    return {c: spec.get(c, _fmt) for c in columns}
+
+
 def table_html(
     data: pd.DataFrame | Sequence[Mapping[str, Any]],
     formats: Mapping[str, str] | None = None,
@@ -152,11 +159,7 @@ def table_html(
     HTML-escaped, the index left out. ``formats``: column → ``str.format`` spec (e.g. ``{"error": "{:.2e}"}``);
     other floats get 6 significant digits. ``height`` (px): scroll vertically beyond it (``None``: every row)."""
     frame = pd.DataFrame(data)
-    formatters: dict[Any, Callable[[Any], str]] = {
-        c: str(f).format for c, f in (formats or {}).items() if c in frame.columns
-    }
-    for column in frame.columns:
-        formatters.setdefault(column, _fmt)
+    formatters = _cell_formatters(list(frame.columns), formats)
     body = frame.to_html(index=False, escape=True, border=0, classes="ae-table", formatters=formatters, na_rep="")
     limit = f"max-height:{int(height)}px;overflow-y:auto;" if height else ""
     return f'<div class="ae-table-wrap" style="overflow-x:auto;{limit}">{body}</div>'
@@ -174,7 +177,7 @@ def styled_table_html(rows: Sequence[Mapping[str, Any]], formats: Mapping[str, s
     For a table built once and drawn on every click through ``st.markdown``: ``st.table`` marshals a pandas Styler
     each time (about 7 ms of the server's interpreter for five rows), sending this string a fraction of one."""
     columns = list(rows[0]) if rows else []
-    spec = {c: str(f).format for c, f in (formats or {}).items()}
+    write = _cell_formatters(columns, formats)
 
     def numeric(column: str) -> bool:
         values = [r.get(column) for r in rows if r.get(column) is not None]
@@ -202,7 +205,7 @@ def styled_table_html(rows: Sequence[Mapping[str, Any]], formats: Mapping[str, s
         cells = []
         for i, c in enumerate(columns):
             v = row.get(c)
-            text = "" if v is None else spec[c](v) if c in spec else _fmt(v)
+            text = "" if v is None else write[c](v)
             cells.append(
                 cell("td", text, f"padding:4px 6px;text-align:{align[c]};", i == len(columns) - 1, r == len(rows) - 1)
             )

@@ -27,9 +27,14 @@ from training.distributed import Dist, dist_from_env, model_flops_utilization, p
 from training.flops import matmul_weights_per_token, training_flops
 from training.schedule import factor_for_peak, noam_lr
 
-pytestmark = pytest.mark.skipif(
-    not (dist.is_available() and dist.is_gloo_available()), reason="this torch build has no torch.distributed with gloo"
-)
+# One worker runs every test here, so the module's torchrun launches are made once, not once per worker
+pytestmark = [
+    pytest.mark.skipif(
+        not (dist.is_available() and dist.is_gloo_available()),
+        reason="this torch build has no torch.distributed with gloo",
+    ),
+    pytest.mark.xdist_group("ddp-runs"),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [

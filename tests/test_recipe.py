@@ -31,6 +31,9 @@ from training.device import (
 from training.schedule import factor_for_peak, learning_rate, make_optimizer
 from training.state import TrainerState
 
+# One worker runs every test here, so the module's recipe runs are made once, not once per worker
+pytestmark = pytest.mark.xdist_group("recipe-runs")
+
 TINY = [
     "--limit-train",
     "200",

@@ -15,6 +15,9 @@ from model.checkpoint import load_checkpoint
 from training.checkpoints import PROBE_SENTENCES
 from training.runs import read_status, snapshot_steps, write_status
 
+# One worker runs this module and test_training_page.py, so conftest's finished run is made once, not per worker
+pytestmark = pytest.mark.xdist_group("finished-run")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

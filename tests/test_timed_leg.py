@@ -16,6 +16,9 @@ from tools import timed_leg
 from trainer import train
 from training.runs import has_resume_state
 
+# One worker runs every test here, so the module's timed leg is made once, not once per worker
+pytestmark = pytest.mark.xdist_group("timed-leg")
+
 
 @pytest.fixture(scope="module")
 def leg(tmp_path_factory):

@@ -21,6 +21,9 @@ from trainer.loop import Trainer
 from training.batches import encode_examples
 from training.schedule import factor_for_peak, noam_lr
 
+# One worker runs this module and test_train_resume.py, so conftest's cli_runs is made once, not once per worker
+pytestmark = pytest.mark.xdist_group("cli-runs")
+
 
 def test_a_finished_run_gives_back_the_signal_handlers_and_its_trainer(tmp_path):
     """Called in-process, the trainer must not leave its SIGINT/SIGTERM handlers behind: they would swallow the

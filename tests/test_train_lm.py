@@ -26,6 +26,9 @@ from training.config import TrainConfig
 from training.data import monolingual
 from training.runs import read_status, snapshot_steps
 
+# One worker runs every test here, so the module's language models are trained once, not once per worker
+pytestmark = pytest.mark.xdist_group("lm-runs")
+
 ROOT = Path(__file__).resolve().parent.parent
 LM = ["--arch", "decoder-only", *TINY]
 

@@ -18,6 +18,9 @@ from training.config import TrainConfig
 from training.schedule import cooldown_factor, factor_for_peak, noam_lr
 from training.state import TrainerState
 
+# One worker runs this module and test_train_cli.py, so conftest's cli_runs is made once, not once per worker
+pytestmark = pytest.mark.xdist_group("cli-runs")
+
 
 def test_resume_is_exact(cli_runs):
     for key in ("first_half", "second_half"):

@@ -23,7 +23,8 @@ from launching import launch as L
 from model.checkpoint import load_checkpoint
 from training import runs as R
 
-pytestmark = pytest.mark.usefixtures("training_page_env")
+# One worker runs this module and test_runs.py, so conftest's finished run is made once, not once per worker
+pytestmark = [pytest.mark.usefixtures("training_page_env"), pytest.mark.xdist_group("finished-run")]
 
 
 # --- real runs -------------------------------------------------------------------------------------------

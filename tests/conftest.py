@@ -46,6 +46,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The app trades compute for memory in glibc (serving.memory.ALLOCATOR: torch 20-45 % slower); no test measures
 # memory: test processes keep glibc's defaults, the apps they start map blocks from 4 MiB on.
 os.environ.update({"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)} | os.environ)
+# Prefetch reads the next steps' attribution in the background, which only a visitor's wait gains from: in the test
+# processes and the apps they serve it kept a core busy after each test that opened the view. The tests of prefetch
+# give themselves a prefetcher (serving.prefetch is imported after this line, so its PREFETCH is off).
+os.environ.setdefault("ATTENTION_EXPLORER_PREFETCH", "0")
 
 #: Short EN/DE pairs (umlauts and ß included) for the tiny tokenizer and the overfitting test.
 PAIRS: list[tuple[str, str]] = [

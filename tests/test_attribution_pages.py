@@ -101,7 +101,10 @@ def test_translate_at_step_3_shows_every_method_and_the_models_faithfulness(monk
 
 
 @needs_en_de
-def test_the_next_steps_are_prefetched_and_a_next_finds_them_ready(monkeypatch, tmp_path):
+def test_the_next_steps_are_prefetched_and_a_next_finds_them_ready(monkeypatch, tmp_path, request):
+    worker = prefetch.Prefetcher(cap=prefetch.CAP)  # the tests' own is off (conftest)
+    monkeypatch.setattr(prefetch, "PREFETCH", worker)
+    request.addfinalizer(worker.close)  # the Next below asks for more: torch must not compute as the process exits
     at = open_app(monkeypatch, tmp_path, "en-de", text=SENTENCE, step="3", attr="1")
     assert_clean(at)
     deadline = time.monotonic() + 300  # two steps' attribution in the background, on a busy machine

@@ -35,7 +35,7 @@ from typing import Callable, Hashable, TypeVar
 
 import streamlit as st
 
-from serving.memory import GATE_BYTES, WORK_BYTES, ByteLRU, nbytes
+from serving.memory import GATE_BYTES, ByteLRU, nbytes
 
 T = TypeVar("T")
 #: What :meth:`Gate.lookup` returns for a key whose value it does not hold.
@@ -59,23 +59,19 @@ class Gate:
 
     Args:
         slots: computations allowed to run at once (≥ 1).
-        budget: bytes the gate may hold, its kept results and its work in flight together (default
-            :data:`serving.memory.GATE_BYTES`).
-        work_bytes: the part of ``budget`` kept free of results for each slot's computation (default 0; the
-            process's :data:`GATE`: :data:`serving.memory.WORK_BYTES`). The results (:func:`serving.memory.nbytes`
-            of each, least recently used dropped first) hold ``budget - slots * work_bytes`` bytes at most.
+        budget: bytes the kept results may hold together (:func:`serving.memory.nbytes` of each; least recently used
+            dropped first; default :data:`serving.memory.GATE_BYTES`).
         max_wait_s: longest wait for a slot, or for another visitor's identical computation, before
             :class:`TooBusy` (seconds).
 
     Thread-safe: Streamlit runs every session's script in a thread of its own.
     """
 
-    def __init__(self, slots: int = 1, budget: int = GATE_BYTES, max_wait_s: float = 90.0, work_bytes: int = 0):
+    def __init__(self, slots: int = 1, budget: int = GATE_BYTES, max_wait_s: float = 90.0):
         self.slots = max(1, int(slots))
         self.max_wait_s = float(max_wait_s)
-        self.work_bytes = max(0, int(work_bytes))
         self._cond = threading.Condition()
-        self._results = ByteLRU(max(0, int(budget) - self.slots * self.work_bytes))
+        self._results = ByteLRU(budget)
         self._running: dict[Hashable, bool] = {}  # keys being computed now
         self._line: list[int] = []  # tickets waiting for a slot, in arrival order
         self._sharing = 0  # visitors waiting for another one's identical computation (outside the line)
@@ -265,9 +261,8 @@ class Gate:
         """Where the gate stands now: ``slots``, ``busy`` (slots in use), ``running`` (keys being computed),
         ``waiting`` (in line for a slot), ``sharing`` (waiting for another visitor's identical computation),
         ``computed`` (visitors' computations started so far), ``background`` (prefetches waiting for a slot),
-        ``prefetched`` (prefetches started so far), ``entries`` and ``bytes`` kept, ``budget`` (bytes the results
-        may hold), ``work_bytes`` (kept free for each slot's computation), ``evicted`` (entries dropped to stay
-        within the budget). With no visitor left, ``busy``, ``running``, ``waiting``
+        ``prefetched`` (prefetches started so far), ``entries`` and ``bytes`` kept, ``budget`` (bytes),
+        ``evicted`` (entries dropped to stay within it). With no visitor left, ``busy``, ``running``, ``waiting``
         and ``sharing`` are 0 once the last prefetch is done: anything else is a wedged slot."""
         with self._cond:
             return {
@@ -282,7 +277,6 @@ class Gate:
                 "entries": len(self._results),
                 "bytes": self._results.total,
                 "budget": self._results.budget,
-                "work_bytes": self.work_bytes,
                 "evicted": self._results.evicted,
             }
 
@@ -319,8 +313,8 @@ def configure_torch() -> int:
     return threads
 
 
-#: The process's one gate, shared by every session; its budget covers its results and the work in its slots.
-GATE = Gate(_slots_from_env(), work_bytes=WORK_BYTES)
+#: The process's one gate, shared by every session.
+GATE = Gate(_slots_from_env())
 
 
 def notifier() -> Callable[[str | None], None]:

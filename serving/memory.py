@@ -18,11 +18,10 @@ The budgets, in bytes (a visitor's own session state is not in them: Streamlit d
 The model itself (``st.cache_resource``, four checkpoints at most, ``ui.state.load``) and the small per-page
 caches (``st.cache_data`` with a handful of entries) are bounded by count: their entries are few and of known size.
 
-The gate's budget also covers its work in flight: it keeps its results within :data:`GATE_BYTES` less
-:data:`WORK_BYTES` for each slot, the room one heavy computation takes while it runs (a step's attribution of a
-128-piece sentence peaks 93 MB above its start, in passes of :data:`reading.gradients.PASS_TOKENS`; a batch of eight
-first decodings 53 MB). What each session's page run uses to draw its figures is in no budget (the Attention page's
-first run on such a sentence: 7–9 MB of Plotly JSON, ~50 MB while it is drawn).
+What work in flight uses is not in these budgets, only kept small where it was large: the gate runs one heavy
+computation at a time (a step's attribution of a 128-piece sentence peaks 93 MB above its start, in passes of
+:data:`reading.gradients.PASS_TOKENS`; a batch of eight first decodings 53 MB), and each session's page run draws its
+figures (the Attention page's first run on such a sentence: 7–9 MB of Plotly JSON, ~50 MB while it is drawn).
 """
 
 from __future__ import annotations
@@ -41,9 +40,6 @@ from typing import Any, Hashable, Iterator
 GATE_BYTES = 256 * 2**20
 #: Bytes the shared figures may hold (:mod:`serving.figures`).
 FIGURE_BYTES = 64 * 2**20
-#: Bytes of :data:`GATE_BYTES` the process's gate keeps free of results for each computation in flight: the largest
-#: peak measured above a computation's start (a step's attribution of a 128-piece sentence, 93 MB) with a margin.
-WORK_BYTES = 96 * 2**20
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray, range)
 

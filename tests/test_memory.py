@@ -18,7 +18,7 @@ from app_pages.decoding.lab import lab_decoding
 from decoding.decoded import decode
 from decoding.sampling import SamplingConfig
 from decoding.stepping import TOP_KEPT, Stepper
-from serving import figures, heavy, memory
+from serving import figures, memory
 from serving.heavy import Gate
 from serving.memory import ByteLRU, nbytes
 from tests.app_helpers import ROOT
@@ -87,17 +87,6 @@ def test_the_gate_keeps_results_within_its_byte_budget():
     assert stats["busy"] == stats["running"] == stats["waiting"] == stats["sharing"] == 0
     gate.run("big", lambda: np.zeros(MB))  # 8 MB: handed out, not kept
     assert not gate.cached("big")
-
-
-def test_the_gate_keeps_room_in_its_budget_for_each_computation_in_flight():
-    """Results and work together stay within the budget: the results get what each slot's computation leaves."""
-    gate = Gate(slots=2, budget=10 * MB, work_bytes=3 * MB)
-    for i in range(10):
-        gate.run(("sentence", i), lambda: np.zeros(MB // 8))  # 1 MB each
-    stats = gate.stats()
-    assert stats["budget"] == 4 * MB and stats["work_bytes"] == 3 * MB
-    assert stats["bytes"] <= 4 * MB and stats["entries"] <= 4
-    assert heavy.GATE.stats()["budget"] == memory.GATE_BYTES - heavy.GATE.slots * memory.WORK_BYTES > 0
 
 
 def test_shared_figures_are_bounded_in_bytes(monkeypatch):

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import re
 import signal
 import sys
 import time
@@ -36,6 +38,10 @@ from benchmarks.load_stats import errors_cell, fmt, summary
 from benchmarks.table import print_table
 from serving.metrics import read as read_metrics
 
+#: The workers' step log (:data:`ui.widgets.STEP_LOG`): every step callback and drawing of the step buttons, per
+#: session, so that a lost step is shown with what the server did for that session.
+STEP_LOG_ENV = "ATTENTION_EXPLORER_STEP_LOG"
+STEP_LOG = ROOT / "test-artifacts" / "chaos-steps.jsonl"
 #: Errors that end a session without being anyone's bug when its worker was killed.
 CUT_OFF = ("disconnect", "timeout", "http")
 
@@ -204,6 +210,11 @@ def report(result: dict, workers: list, args) -> int:
     print_table(rows)
     for line in sorted({f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300] for o in survivors if o.errors})[:8]:
         print(f"- {line}")
+    for o in survivors:
+        if "mismatch" in o.errors and (m := re.search(r"session ([0-9a-f-]{36})", o.detail)):
+            print(f"  the server's step log of session {m.group(1)} (the last 12 events):")
+            for event in session_steps(Path(os.environ.get(STEP_LOG_ENV, STEP_LOG)), m.group(1))[-12:]:
+                print(f"    {event}")
     ok = (
         not wedged
         and not counts.get("exception")
@@ -212,6 +223,19 @@ def report(result: dict, workers: list, args) -> int:
         and all(not p.errors for p in result["probes"].values())
     )
     return 0 if ok else 1
+
+
+def session_steps(path: Path, session: str) -> list[str]:
+    """The step log's events of one session, one line each (time, worker pid, event and its fields)."""
+    if not path.is_file():
+        return []
+    lines = []
+    for raw in path.read_text().splitlines():
+        event = json.loads(raw)
+        if event.get("session") == session:
+            fields = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("t", "pid", "session", "event"))
+            lines.append(f"{event['t']:.3f} pid {event['pid']} {event['event']} {fields}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if STEP_LOG_ENV not in os.environ:  # the workers inherit it
+        STEP_LOG.parent.mkdir(parents=True, exist_ok=True)
+        STEP_LOG.write_text("")
+        os.environ[STEP_LOG_ENV] = str(STEP_LOG)
     with served(args.workers) as (url, workers, kill):
         result = asyncio.run(run(url, workers, kill, args))
         result["tracebacks"] = sum(log_tracebacks(w[3]) for w in workers)  # the logs go with the cluster

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from urllib.parse import urlencode
 
 from benchmarks.load_client import Outcome, Visitor
@@ -226,7 +227,8 @@ class Chaos:
                 "late run",
                 0.0,
                 ["mismatch"],
-                f"after {late} late run(s), the page shows {shown}, expected step {self.target}",
+                f"after {late} late run(s), the page shows {shown}, expected step {self.target}"
+                f" (session {visitor.view.session_id}, {time.time():.3f})",
             )
         )
         self.short = False
@@ -246,4 +248,7 @@ class Chaos:
             self.expected = self.target
         elif said == "lost":
             outcome.errors.append("mismatch")
-            outcome.detail += f"; expected step {self.target} of {self.total}, the page shows {shown}"
+            outcome.detail += (
+                f"; expected step {self.target} of {self.total}, the page shows {shown}"
+                f" (session {visitor.view.session_id}, {time.time():.3f})"
+            )

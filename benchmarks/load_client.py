@@ -187,7 +187,7 @@ class Visitor:
             await self._socket().send(msg.SerializeToString())
             await asyncio.sleep(gap_s)
             await self._socket().send(msg.SerializeToString())
-            runs, early, status, shown = 0, 0, None, []
+            runs, early, status, shown, statuses = 0, 0, None, [], []
             while True:
                 try:
                     status = await asyncio.wait_for(self._read_run(), self.timeout_s if status is None else settle_s)
@@ -195,6 +195,7 @@ class Visitor:
                     if status is None:
                         return Outcome(f"{label} ×2", None, ["timeout"], f"no script_finished in {self.timeout_s:g} s")
                     break  # no further run: the last one read was the last
+                statuses.append(f"{status}@{time.perf_counter() - t0:.3f}s")
                 if status == EARLY_FOR_RERUN:
                     early += 1
                     self.view.begin_run()
@@ -210,7 +211,7 @@ class Visitor:
             f"{label} ×2",
             time.perf_counter() - t0 - settle_s,
             errors,
-            f"runs={runs} cut short={early}; " + "; ".join(shown)[:300],
+            f"runs={runs} cut short={early} ({' '.join(statuses)}); " + "; ".join(shown)[:300],
             merged=runs == 1 and not early,
         )
 

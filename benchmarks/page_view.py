@@ -72,6 +72,7 @@ class PageView:
 
     query_string: str = ""
     page_hash: str = ""
+    session_id: str = ""  # the server's id of this session (its step log, ``ATTENTION_EXPLORER_STEP_LOG``)
     widgets: dict[str, Widget] = field(default_factory=dict)
     values: dict[str, tuple[str, Any]] = field(default_factory=dict)
     step: tuple[int, int] | None = None
@@ -88,6 +89,8 @@ class PageView:
         kind = msg.WhichOneof("type")
         if kind == "delta":
             self._delta(msg)
+        elif kind == "new_session":
+            self.session_id = msg.new_session.initialize.session_id
         elif kind == "page_info_changed":
             self.query_string = msg.page_info_changed.query_string
         elif kind == "navigation":

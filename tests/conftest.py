@@ -15,6 +15,28 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
+# The environment first, before anything of the project is imported: modules read these at import.
+# Every figure a test builds is validated by Plotly (viz.theme.figure skips it in the served app, for speed), so a
+# misspelt property fails a test instead of being drawn as nothing.
+os.environ.setdefault("ATTENTION_EXPLORER_VALIDATE_FIGURES", "1")
+# No test reads the developer's runs/ (a run there, or a dead one still "running", changed what the Training page and
+# the picker showed): each test process, and every app it serves, sees an empty runs folder unless a test sets one.
+if "ATTENTION_EXPLORER_RUNS" not in os.environ:
+    os.environ["ATTENTION_EXPLORER_RUNS"] = tempfile.mkdtemp(prefix="attention-explorer-test-runs-")
+    # removed when this test process ends, so a suite leaves no folder behind in /tmp
+    atexit.register(shutil.rmtree, os.environ["ATTENTION_EXPLORER_RUNS"], ignore_errors=True)
+
+# One thread in every process a test starts (a launched trainer, an app, torchrun's ranks; --threads 0 reads it): two
+# threads each on two shared cores spun against each other, a 12-step run took 40 s in the suite instead of 6 s.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The app trades compute for memory in glibc (serving.memory.ALLOCATOR: torch 20-45 % slower); no test measures
+# memory: test processes keep glibc's defaults, the apps they start map blocks from 4 MiB on.
+os.environ.update({"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)} | os.environ)
+# Prefetch reads the next steps' attribution in the background, which only a visitor's wait gains from: in the test
+# processes and the apps they serve it kept a core busy after each test that opened the view. The tests of prefetch
+# give themselves a prefetcher (set before any project module is imported, so serving.prefetch reads PREFETCH off).
+os.environ.setdefault("ATTENTION_EXPLORER_PREFETCH", "0")
+
 import pytest
 import torch
 
@@ -29,27 +51,7 @@ from model.hf.loader import load_hf_model
 from model.tokenizer import TextTokenizer
 from model.transformer import Transformer
 
-# Every figure a test builds is validated by Plotly (viz.theme.figure skips it in the served app, for speed), so a
-# misspelt property fails a test instead of being drawn as nothing.
-os.environ.setdefault("ATTENTION_EXPLORER_VALIDATE_FIGURES", "1")
-# No test reads the developer's runs/ (a run there, or a dead one still "running", changed what the Training page and
-# the picker showed): each test process, and every app it serves, sees an empty runs folder unless a test sets one.
-if "ATTENTION_EXPLORER_RUNS" not in os.environ:
-    os.environ["ATTENTION_EXPLORER_RUNS"] = tempfile.mkdtemp(prefix="attention-explorer-test-runs-")
-    # removed when this test process ends, so a suite leaves no folder behind in /tmp
-    atexit.register(shutil.rmtree, os.environ["ATTENTION_EXPLORER_RUNS"], ignore_errors=True)
-
-torch.set_num_threads(1)
-# ... and every process a test starts (a launched trainer, an app, torchrun's ranks; --threads 0 reads it): two
-# threads each on two shared cores spun against each other, a 12-step run took 40 s in the suite instead of 6 s.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-# The app trades compute for memory in glibc (serving.memory.ALLOCATOR: torch 20-45 % slower); no test measures
-# memory: test processes keep glibc's defaults, the apps they start map blocks from 4 MiB on.
-os.environ.update({"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(128 << 10)} | os.environ)
-# Prefetch reads the next steps' attribution in the background, which only a visitor's wait gains from: in the test
-# processes and the apps they serve it kept a core busy after each test that opened the view. The tests of prefetch
-# give themselves a prefetcher (serving.prefetch is imported after this line, so its PREFETCH is off).
-os.environ.setdefault("ATTENTION_EXPLORER_PREFETCH", "0")
+torch.set_num_threads(1)  # this process too (OMP_NUM_THREADS above covers the ones it starts)
 
 #: Short EN/DE pairs (umlauts and ß included) for the tiny tokenizer and the overfitting test.
 PAIRS: list[tuple[str, str]] = [

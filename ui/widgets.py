@@ -5,6 +5,10 @@ Streamlit glue only: what is drawn comes from :mod:`viz`; what a step is comes f
 
 from __future__ import annotations
 
+import json
+import os
+import threading
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
@@ -62,13 +66,33 @@ FORCED_AT_CAP = (
 )
 
 
+#: A JSON-lines file that records every step callback and every drawing of the step buttons, per session, when
+#: set (``ATTENTION_EXPLORER_STEP_LOG``): how the chaos benchmark tells a click Streamlit never delivered from one
+#: the page did not count.
+STEP_LOG = os.environ.get("ATTENTION_EXPLORER_STEP_LOG", "")
+_STEP_LOG_LOCK = threading.Lock()
+
+
+def _log_step(event: str, **fields: Any) -> None:
+    if not STEP_LOG:
+        return
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx(suppress_warning=True)
+    line = {"t": time.time(), "pid": os.getpid(), "session": ctx.session_id if ctx else "", "event": event} | fields
+    with _STEP_LOG_LOCK, open(STEP_LOG, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def _move_step(key: str, delta: int | None, to: int, total: int) -> None:
     """Button callback: ``delta`` steps from the current one, or to ``to`` when ``delta`` is None; within
     ``[0, total]``. Relative on purpose: a click that arrives before the page has redrawn its buttons still
     counts from the step the previous click reached."""
     ss = st.session_state
-    target = to if delta is None else int(ss.get(key, 0)) + delta
+    before = int(ss.get(key, 0))
+    target = to if delta is None else before + delta
     ss[key] = min(max(target, 0), total)
+    _log_step("move", key=key, delta=delta, to=to, before=before, after=ss[key])
 
 
 def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = "") -> None:
@@ -78,6 +102,7 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
     The buttons move the step in ``on_click`` callbacks, which run before the script: the page (and the buttons'
     enabled state) is then drawn for the new step in the same run.
     """
+    _log_step("draw", key=key, step=step, total=total)
     # in a keyed container: on a phone the four stay in one row, Next's label alone (ui.responsive)
     b1, b2, b3, b4 = st.container(key=f"{STEP_BUTTONS}{key}").columns([1, 1, 1, 1.35], gap="small")
     # Material icons, not emoji: a lecture-room PC may have no emoji font.

@@ -138,6 +138,11 @@ def test_a_projected_table_is_escaped_html_with_large_text():
     assert "&lt;bos&gt;" in out and "<bos>" not in out and "▁a&amp;b" in out
     assert "1.50e-07" in out and "0.123457" in out and "-12.345" in out and "True" in out
     assert "<th>token</th>" in out and out.count("<tr") == 3
+    # numbers right-aligned (digits under digits, as st.table draws them), text and booleans left
+    assert '<th style="text-align:right">error</th>' in out and '<td style="text-align:right">-12.345</td>' in out
+    assert "<td>True</td>" in out and "<td>&lt;bos&gt;</td>" in out
+    blank = table_html([{"a": 1.0, "b": "x"}, {"a": None, "b": None}])
+    assert '<td style="text-align:right"></td><td></td></tr>' in blank  # a blank keeps its column's alignment
     assert presentation.TABLE_PX >= 16 and f"font-size: {presentation.TABLE_PX}px" in presentation.CSS
 
 

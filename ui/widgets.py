@@ -6,11 +6,13 @@ Streamlit glue only: what is drawn comes from :mod:`viz`; what a step is comes f
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -175,19 +177,55 @@ def _cell_formatters(columns: Sequence[Any], formats: Mapping[str, str] | None) 
     return {c: spec.get(c, _fmt) for c in columns}
 
 
+def _blank(value: Any) -> bool:
+    """A missing cell: ``None``, NaN (pandas' missing float), ``pd.NA`` or ``pd.NaT``."""
+    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, (bool, np.bool_))
+
+
+def _number_columns(columns: Sequence[Any], rows: Sequence[Sequence[Any]]) -> set[Any]:
+    """The columns whose cells (blanks aside) are all numbers: both HTML tables right-align them, as ``st.table``
+    does, so that digits line up under each other. ``rows``: cell values in ``columns``' order, ``None`` blank."""
+    number = set()
+    for i, c in enumerate(columns):
+        values = [row[i] for row in rows if row[i] is not None]
+        if values and all(_is_number(v) for v in values):
+            number.add(c)
+    return number
+
+
 def table_html(
     data: pd.DataFrame | Sequence[Mapping[str, Any]],
     formats: Mapping[str, str] | None = None,
     height: int | None = None,
 ) -> str:
     """``data`` as an HTML table (class ``ae-table``, styled by :data:`ui.presentation.CSS`), every header and cell
-    HTML-escaped, the index left out. ``formats``: column → ``str.format`` spec (e.g. ``{"error": "{:.2e}"}``);
-    other floats get 6 significant digits. ``height`` (px): scroll vertically beyond it (``None``: every row)."""
+    HTML-escaped, the index left out, number columns right-aligned. ``formats``: column → ``str.format`` spec (e.g.
+    ``{"error": "{:.2e}"}``); other floats get 6 significant digits; a missing value is a blank cell. ``height``
+    (px): scroll vertically beyond it (``None``: every row)."""
     frame = pd.DataFrame(data)
-    formatters = _cell_formatters(list(frame.columns), formats)
-    body = frame.to_html(index=False, escape=True, border=0, classes="ae-table", formatters=formatters, na_rep="")
+    columns = list(frame.columns)
+    write = _cell_formatters(columns, formats)
+    rows = [[None if _blank(v) else v for v in row] for row in frame.itertuples(index=False, name=None)]
+    right = _number_columns(columns, rows)
+
+    def cell(tag: str, column: Any, text: str) -> str:
+        style = ' style="text-align:right"' if column in right else ""
+        return f"<{tag}{style}>{escape_html(text)}</{tag}>"
+
+    head = "".join(cell("th", c, str(c)) for c in columns)
+
+    def line(row: Sequence[Any]) -> str:
+        cells = (cell("td", c, "" if v is None else write[c](v)) for c, v in zip(columns, row, strict=True))
+        return f"<tr>{''.join(cells)}</tr>"
+
+    body = "".join(line(row) for row in rows)
+    table = f'<table class="dataframe ae-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
     limit = f"max-height:{int(height)}px;overflow-y:auto;" if height else ""
-    return f'<div class="ae-table-wrap" style="overflow-x:auto;{limit}">{body}</div>'
+    return f'<div class="ae-table-wrap" style="overflow-x:auto;{limit}">{table}</div>'
 
 
 #: ``st.table``'s frame and rules in Streamlit's light theme, which :func:`styled_table_html` draws.
@@ -204,11 +242,8 @@ def styled_table_html(rows: Sequence[Mapping[str, Any]], formats: Mapping[str, s
     columns = list(rows[0]) if rows else []
     write = _cell_formatters(columns, formats)
 
-    def numeric(column: str) -> bool:
-        values = [r.get(column) for r in rows if r.get(column) is not None]
-        return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-    align = {c: "right" if numeric(c) else "left" for c in columns}
+    right = _number_columns(columns, [[r.get(c) for c in columns] for r in rows])
+    align = {c: "right" if c in right else "left" for c in columns}
 
     def cell(tag: str, text: str, style: str, last_col: bool, last_row: bool) -> str:
         rules = ("" if last_col else f"border-right:{_RULE};") + ("" if last_row else f"border-bottom:{_RULE};")

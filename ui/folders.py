@@ -6,6 +6,7 @@ No Streamlit: :mod:`ui.state` loads and caches the checkpoints, keyed by :func:`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from model.checkpoint import Checkpoint
@@ -25,9 +26,29 @@ VERSION_FILES = (
 )
 
 
+#: Seconds a folder's version is reused before its files are read again. A click reads it for every shared value it
+#: asks for (the decoding, each step's attribution and faithfulness, the checkpoint itself), nine stat calls each:
+#: py-spy found 3-4 % of a served process's samples there while visitors stepped with the attribution view. A folder
+#: retrained in place is still noticed, a second later.
+VERSION_TTL_S = 1.0
+_versions: dict[str, tuple[float, float]] = {}  # folder → (monotonic time read, version)
+
+
 def folder_version(path: Path) -> float:
     """The newest modification time of the folder's :data:`VERSION_FILES` that exist (a Marian folder has no
-    ``tokenizer.json``); 0.0 when none does."""
+    ``tokenizer.json``); 0.0 when none does. Read at most once per :data:`VERSION_TTL_S` per folder."""
+    now, key = time.monotonic(), str(path)
+    seen = _versions.get(key)
+    if seen is not None and now - seen[0] < VERSION_TTL_S:
+        return seen[1]
+    version = _read_version(path)
+    if len(_versions) > 256:  # folders come and go (runs, uploads): keep the table small
+        _versions.clear()
+    _versions[key] = (now, version)
+    return version
+
+
+def _read_version(path: Path) -> float:
     times = []
     for name in VERSION_FILES:
         try:

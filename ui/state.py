@@ -14,6 +14,7 @@ token ids), frozen (:class:`decoding.decoded.Decoding`), cached and shared by ev
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import streamlit as st
@@ -33,7 +34,7 @@ from ui.checkpoints import (
     available_checkpoints,
     checkpoint_version,
 )
-from ui.folders import checkpoint_label
+from ui.folders import checkpoint_label, folder_version
 from ui.limits import limits
 from ui.page_state import APP, PAGES, TRANSLATE, Field, forget
 from ui.pieces import shown_trace
@@ -162,7 +163,14 @@ def default_text() -> str:
     """The sentence a link without ``?text=`` shows: the first lecture preset for the picked checkpoint's kind of
     model (:func:`current_text` reads the link with it)."""
     folder = st.session_state.get("app_ckpt_path")
-    return presets_for_arch(checkpoint_arch(Path(folder)))[0] if folder is not None else PRESETS[0]
+    return presets_for_arch(_arch(folder, folder_version(Path(folder))))[0] if folder is not None else PRESETS[0]
+
+
+@lru_cache(maxsize=64)
+def _arch(folder: str, version: float) -> str:
+    """:func:`~model.checkpoint.checkpoint_arch` once per folder and version: every run asks (it reads and parses
+    ``config.json``)."""
+    return checkpoint_arch(Path(folder))
 
 
 def set_text(text: str) -> None:

@@ -148,3 +148,20 @@ def test_checkpoint_that_disappears(extra_root):
     assert not at.exception, [e.value for e in at.exception]
     assert at.warning or at.sidebar.warning or at.error
     assert "Traceback" not in messages(at)
+
+
+def test_a_folder_version_is_read_again_once_its_time_is_up(tmp_path, monkeypatch):
+    """A run asks for the version of its checkpoint's folder for every shared value: the files are stat'ed at most
+    once per VERSION_TTL_S, and a folder retrained in place is noticed once that has passed."""
+    import os
+
+    from ui import folders
+
+    (tmp_path / "config.json").write_text("{}")
+    os.utime(tmp_path / "config.json", (1_000, 1_000))
+    assert folders.folder_version(tmp_path) == 1_000
+    os.utime(tmp_path / "config.json", (2_000, 2_000))
+    assert folders.folder_version(tmp_path) == 1_000  # within the second: the version read a moment ago
+    monkeypatch.setattr(folders, "VERSION_TTL_S", 0.0)
+    assert folders.folder_version(tmp_path) == 2_000
+    assert folders.folder_version(tmp_path / "missing") == 0.0

@@ -232,10 +232,14 @@ def give_back() -> bool:
 #: 90–370 MB free between trims, with 4 MB mapped. The price is compute: every mapped block is zeroed page by page
 #: when first touched, and torch's mid-sized activations pay it (a step's attribution 0.60 -> 0.72 s, a small
 #: training step 45 % slower). A threshold of 2–4 MiB costs nothing measurable but leaves the holes (a 4-minute
-#: churned soak at 4 MiB: 294 MB free in the heaps, peak 246 MB over the bound); the server keeps memory.
+#: churned soak at 4 MiB: 294 MB free in the heaps, peak 246 MB over the bound); the server keeps memory. Two
+#: arenas: Streamlit runs every script run in a thread of its own, and glibc gives threads arenas of their own (up to
+#: 8 per core), each keeping what it freed (``make serve``'s workers had it from their environment,
+#: :data:`deploy.worker.MALLOC_ARENAS`; ``make run`` and the benchmarks' servers had glibc's default).
 ALLOCATOR = (
     ("M_MMAP_THRESHOLD", -3, 128 << 10, "MALLOC_MMAP_THRESHOLD_"),
     ("M_TRIM_THRESHOLD", -1, 128 << 10, "MALLOC_TRIM_THRESHOLD_"),
+    ("M_ARENA_MAX", -8, 2, "MALLOC_ARENA_MAX"),
 )
 
 

@@ -220,6 +220,6 @@ def test_the_tuned_allocator_maps_a_large_block_even_after_a_larger_one_was_free
         return int(mb), applied
 
     assert mapped("default") == (0, "")  # from the heap, where it leaves a hole once freed
-    assert mapped("tuned") == (8, "M_MMAP_THRESHOLD,M_TRIM_THRESHOLD")
-    # an operator's threshold (32 MiB, set at start-up) wins; the trim threshold is still applied
-    assert mapped("tuned", MALLOC_MMAP_THRESHOLD_=str(32 << 20)) == (0, "M_TRIM_THRESHOLD")
+    assert mapped("tuned") == (8, "M_MMAP_THRESHOLD,M_TRIM_THRESHOLD,M_ARENA_MAX")
+    # an operator's threshold (32 MiB, set at start-up) wins; the others are still applied
+    assert mapped("tuned", MALLOC_MMAP_THRESHOLD_=str(32 << 20)) == (0, "M_TRIM_THRESHOLD,M_ARENA_MAX")

@@ -7,9 +7,10 @@ No Streamlit: :mod:`ui.state` loads and caches the checkpoints, keyed by :func:`
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from pathlib import Path
 
-from model.checkpoint import Checkpoint
+from model.checkpoint import Checkpoint, checkpoint_arch
 from model.hf.card import folder_facts
 
 #: Files whose change makes a loaded checkpoint stale: ours, and a Hugging Face folder's (weights, tokenizers).
@@ -46,6 +47,17 @@ def folder_version(path: Path) -> float:
         _versions.clear()
     _versions[key] = (now, version)
     return version
+
+
+def folder_arch(path: str | Path) -> str:
+    """:func:`~model.checkpoint.checkpoint_arch` of a folder, read once per :func:`folder_version`: pages ask it on
+    every run (the default sentence, the checkpoints to compare with), and it reads and parses ``config.json``."""
+    return _arch(str(path), folder_version(Path(path)))
+
+
+@lru_cache(maxsize=256)
+def _arch(folder: str, version: float) -> str:
+    return checkpoint_arch(Path(folder))
 
 
 def _read_version(path: Path) -> float:

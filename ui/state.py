@@ -14,7 +14,6 @@ token ids), frozen (:class:`decoding.decoded.Decoding`), cached and shared by ev
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import streamlit as st
@@ -22,7 +21,7 @@ import streamlit as st
 from decoding.decoded import Decoding, decode
 from decoding.loops import LOOP_TIMES
 from decoding.stepping import InputError, SourceInput, Stepper, input_limit, prepare_source
-from model.checkpoint import Checkpoint, checkpoint_arch
+from model.checkpoint import Checkpoint
 from model.hf.generation import GenerationDefaults, decoding_cap, forced_eos
 from model.tokenizer import MOSTLY_UNKNOWN, unknown_share
 from reading.familiarity import familiarity
@@ -34,7 +33,7 @@ from ui.checkpoints import (
     available_checkpoints,
     checkpoint_version,
 )
-from ui.folders import checkpoint_label, folder_version
+from ui.folders import checkpoint_label, folder_arch
 from ui.limits import limits
 from ui.page_state import APP, PAGES, TRANSLATE, Field, forget
 from ui.pieces import shown_trace
@@ -119,7 +118,7 @@ def _on_checkpoint_change(options: dict[str, Path]) -> None:
     text = ss.get(APP.sentence.key)
     if folder is None or text is None:
         return
-    presets = presets_for_arch(checkpoint_arch(folder))
+    presets = presets_for_arch(folder_arch(folder))
     if text not in presets and text in PRESETS + LM_PRESETS:
         use_text(presets[0])
 
@@ -163,14 +162,7 @@ def default_text() -> str:
     """The sentence a link without ``?text=`` shows: the first lecture preset for the picked checkpoint's kind of
     model (:func:`current_text` reads the link with it)."""
     folder = st.session_state.get("app_ckpt_path")
-    return presets_for_arch(_arch(folder, folder_version(Path(folder))))[0] if folder is not None else PRESETS[0]
-
-
-@lru_cache(maxsize=64)
-def _arch(folder: str, version: float) -> str:
-    """:func:`~model.checkpoint.checkpoint_arch` once per folder and version: every run asks (it reads and parses
-    ``config.json``)."""
-    return checkpoint_arch(Path(folder))
+    return presets_for_arch(folder_arch(folder))[0] if folder is not None else PRESETS[0]
 
 
 def set_text(text: str) -> None:

@@ -14,14 +14,14 @@ import streamlit as st
 
 from app_pages.attention import views
 from decoding.stepping import strip_eos
-from model.checkpoint import Checkpoint, checkpoint_arch
+from model.checkpoint import Checkpoint
 from model.hf.generation import decoding_cap
 from reading.analysis import ablation_sweep, greedy_with_head_masks, sequence_log_probs
 from serving import heavy
 from serving.figures import shared
 from training.runs import run_checkpoints
 from ui import checkpoints, pieces, state, url, widgets
-from ui.folders import checkpoint_folder
+from ui.folders import checkpoint_folder, folder_arch
 from ui.limits import limits
 from viz.attention import attention_heatmap, causal_blank
 from viz.attention_views import difference_heatmap
@@ -177,7 +177,7 @@ def comparable_checkpoints(ckpt: Checkpoint) -> dict[str, Path]:
     return {
         name: path
         for name, path in candidates.items()
-        if Path(path).resolve() != here and checkpoint_arch(path) == ckpt.config.arch
+        if Path(path).resolve() != here and folder_arch(path) == ckpt.config.arch
     }
 
 
@@ -210,7 +210,7 @@ def compare_tab(ckpt: Checkpoint, src, tgt_inputs: list[int], view: views.View) 
         others = comparable_checkpoints(ckpt)
         if not others:
             shipped = {
-                n: checkpoint_arch(p)
+                n: folder_arch(p)
                 for n, p in checkpoints.available_checkpoints().items()
                 if Path(p) != checkpoint_folder(ckpt)
             }

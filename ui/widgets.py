@@ -178,8 +178,8 @@ def _cell_formatters(columns: Sequence[Any], formats: Mapping[str, str] | None) 
 
 
 def _blank(value: Any) -> bool:
-    """A missing cell: ``None``, NaN (pandas' missing float), ``pd.NA`` or ``pd.NaT``."""
-    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)
+    """A missing cell, as pandas says (``None``, NaN of any float type, ``pd.NA``, ``NaT``); a list in a cell is not."""
+    return bool(pd.api.types.is_scalar(value) and pd.isna(value))
 
 
 def _is_number(value: Any) -> bool:

@@ -33,6 +33,7 @@ _COLUMNS_OF = (
 )
 _TRANSLATE = _COLUMNS_OF.format(key=TRANSLATE_ORDER[0])
 _ROW = '[class*="st-key-{prefix}"] [data-testid="stHorizontalBlock"]'
+_STEPS = f'[data-testid="stHorizontalBlock"][class*="st-key-{STEP_BUTTONS}"]'
 #: Hidden but read: a button's label that a screen reader (and Playwright's get_by_role) still finds.
 _VISUALLY_HIDDEN = (
     "position:absolute !important; width:1px; height:1px; overflow:hidden; clip:rect(0 0 0 0); white-space:nowrap;"
@@ -49,15 +50,16 @@ CSS = (
         f'{_TRANSLATE} [data-testid="stLayoutWrapper"]:has(> .st-key-{key}) {{order: {i + 1}; width: 100%;}}'
         for i, key in enumerate(TRANSLATE_ORDER)
     )
-    # rows of small controls stay rows
-    + f"{_ROW.format(prefix=STEP_BUTTONS)}, {_ROW.format(prefix='tr_box_layer_head')}"
+    # rows of small controls stay rows: the step buttons' row (a horizontal container, itself the flex row) and
+    # Translate's Layer and Head (two columns)
+    + f"{_STEPS}, {_ROW.format(prefix='tr_box_layer_head')}"
     " {flex-wrap: nowrap !important; gap: 0.5rem;}"
-    f'{_ROW.format(prefix=STEP_BUTTONS)} > [data-testid="stColumn"], '
+    f'{_STEPS} > [data-testid="stElementContainer"], '
     f'{_ROW.format(prefix="tr_box_layer_head")} > [data-testid="stColumn"] {{min-width: 0 !important; width: auto; '
     "flex: 1 1 0 !important;}"
-    f'{_ROW.format(prefix=STEP_BUTTONS)} > [data-testid="stColumn"]:not(:nth-child(3)) button '
+    f'{_STEPS} > [data-testid="stElementContainer"]:not(:nth-child(3)) button '
     f'[data-testid="stMarkdownContainer"] {{{_VISUALLY_HIDDEN}}}'
-    f"{_ROW.format(prefix=STEP_BUTTONS)} button {{padding-left: 0.25rem; padding-right: 0.25rem;}}"
+    f"{_STEPS} button {{padding-left: 0.25rem; padding-right: 0.25rem;}}"
     # a smaller title and page margins: more of the step on the first screen
     '[data-testid="stMain"] h1 {font-size: 2rem !important; padding-bottom: 0.25rem !important;}'
     ".block-container {padding-left: 0.9rem !important; padding-right: 0.9rem !important; "

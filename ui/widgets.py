@@ -105,8 +105,9 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
     enabled state) is then drawn for the new step in the same run.
     """
     _log_step("draw", key=key, step=step, total=total)
-    # in a keyed container: on a phone the four stay in one row, Next's label alone (ui.responsive)
-    b1, b2, b3, b4 = st.container(key=f"{STEP_BUTTONS}{key}").columns([1, 1, 1, 1.35], gap="small")
+    # One keyed row (a horizontal container, not four columns: the same row in five blocks fewer, which every
+    # click of every visitor sends); on a phone the four stay in it, Next's label alone (ui.responsive)
+    b1 = b2 = b3 = b4 = st.container(key=f"{STEP_BUTTONS}{key}", horizontal=True, gap="small")
     # Material icons, not emoji: a lecture-room PC may have no emoji font.
     b1.button(
         "Reset",

@@ -137,6 +137,8 @@ def controls(ckpt: Checkpoint, keys: Keys) -> tuple[str, int | None, int | None,
             p, STEPS, {str(s): s for s in STEP_CHOICES}, STEP_CHOICES[0], what="integration points"
         ),
     )
+    # Two columns of two boxes, not two rows of two columns: the same 2 × 2 on screen in fewer layout blocks, each
+    # of which every visitor's every click sends and the server builds again
     c1, c2 = st.columns(2)
     method = c1.selectbox(
         "Method followed",
@@ -153,14 +155,13 @@ def controls(ckpt: Checkpoint, keys: Keys) -> tuple[str, int | None, int | None,
         "most; the stretches that miss are halved until the scores sum to within 1 % of "
         "the change (at most 256 points). More to start with: steadier, slower.",
     )
-    c3, c4 = st.columns(2)
-    layer = c3.selectbox(
+    layer = c1.selectbox(
         "Attention layer",
         ["mean"] + list(range(n_layers)),
         key=keys.layer,
         format_func=lambda v: "mean over layers" if v == "mean" else f"layer {v + 1}",
     )
-    head = c4.selectbox(
+    head = c2.selectbox(
         "Attention head",
         ["mean"] + list(range(n_heads)),
         key=keys.head,
@@ -266,10 +267,6 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         figures.shared(attribution_html, *grid, current=METHODS.index(method), title=title, large=large),
         unsafe_allow_html=True,
     )
-    st.caption(
-        f"Attention rows: {scope_text(layer, head)}. Shares are |score| over each side's total; the gradient "
-        "methods explain log p(token), the attention ones say where one sub-layer looked."
-    )
     if cfg.is_encoder_decoder:
         st.markdown(
             f"**Source vs prefix:** {reading.source_share:.0%} of this prediction comes from the English "
@@ -280,7 +277,11 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         st.markdown(
             "**No source:** a decoder-only model predicts from its prefix alone (the prompt and what it wrote)."
         )
-    st.caption(gap_line(reading))
+    # one caption of two lines: what the rows are, and the completeness check
+    st.caption(
+        f"Attention rows: {scope_text(layer, head)}. Shares are |score| over each side's total; the gradient "
+        f"methods explain log p(token), the attention ones say where one sub-layer looked.  \n{gap_line(reading)}"
+    )
     if cfg.is_encoder_decoder:
         if st.session_state.get(keys.line) or st.button(
             "Source share at every step so far",
@@ -305,8 +306,8 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
             FAITHFUL_NOTE + f" Here k = {', '.join(map(str, faith.counts))} piece(s); p(token) = "
             f"{faith.probability:.3f}."
         )
-    npz, svg = st.columns(2)
-    npz.download_button(
+    downloads = st.container(horizontal=True)  # side by side, wrapping on a phone
+    downloads.download_button(
         "Download the scores (.npz)",
         data=lambda: attribution_npz(ckpt, reading, faith, layer, head),
         file_name=f"attribution-step{step}.npz",
@@ -317,7 +318,7 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
         help="Every method's signed scores and shares, every layer's and head's attention, the "
         "completeness check and the faithfulness; load with numpy.load.",
     )
-    svg.download_button(  # the view draws no chart whose camera button would save a picture
+    downloads.download_button(  # the view draws no chart whose camera button would save a picture
         "Download the grid (.svg)",
         data=lambda: attribution_svg(*grid, title=title),
         file_name=f"attribution-step{step}.svg",
@@ -333,9 +334,9 @@ def step_view(ckpt: Checkpoint, src, decoding: Decoding, step: int, keys: Keys) 
     prefetch_after(ckpt, src.ids, decoding, step, n_steps, layer, head)
 
 
-@st.fragment
 def translate_attribution(ckpt: Checkpoint, src, run: Decoding, step: int) -> None:
-    """The Translate page's toggle and, when on, the view of ``step`` (a fragment: its controls rerun only this)."""
+    """The Translate page's toggle and, when on, the view of ``step`` (drawn in the page's fragment, which its
+    controls rerun: :func:`app_pages.translate.translate.attention_view` says why not a fragment of its own)."""
     if not toggle(TRANSLATE_KEYS.toggle):
         return
     if step == 0:

@@ -140,9 +140,9 @@ def download(ckpt: Checkpoint, lens: Lens, key: str, where=None) -> None:
     )
 
 
-@st.fragment
 def translate_lens(ckpt: Checkpoint, src_ids: Sequence[int], run: Decoding, step: int) -> None:
-    """The Translate page's toggle and, when on, the lens of ``step`` (a fragment: the toggle reruns only this)."""
+    """The Translate page's toggle and, when on, the lens of ``step`` (drawn in the page's fragment, which the toggle
+    reruns: :func:`app_pages.translate.translate.attention_view` says why not a fragment of its own)."""
     if not toggle(TRANSLATE.lens):
         return
     if step == 0:

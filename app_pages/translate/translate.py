@@ -42,11 +42,14 @@ def about(ckpt) -> None:
             st.caption(quality)
 
 
-@st.fragment
 def attention_view(ckpt, view: StepView, src) -> None:
     """The right column at one step: the source pieces before the first step; from step 1 on, the layer and head
-    boxes, the attention of the newest token and the alignment so far. A fragment: a change of layer or head
-    reruns only this, not the page, so the click answers sooner."""
+    boxes, the attention of the newest token and the alignment so far.
+
+    Not a fragment of its own (nor are the lens and the attribution view beside it): Streamlit deep-copies the stack
+    of containers around a nested fragment each time the page draws it, which cost every Next click about 2 ms of
+    the server's interpreter for the three of them (py-spy), while a change of layer or head, which a fragment made
+    cheaper, is rarer than a step. That change now reruns the page fragment, as a step does."""
     tok, cfg, n_layers, open_layer = _model(ckpt)
     step = view.step
     if step == 0:

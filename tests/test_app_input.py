@@ -261,3 +261,28 @@ def test_one_switch_turns_on_the_hosted_demo_for_every_page(monkeypatch):
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.switch_page(f"{PAGES}/training/training.py").run()
     assert any("training is switched off" in i.value for i in at.info)
+
+
+def test_a_sentence_is_read_once_for_the_room_and_each_run_gets_its_own_copy(monkeypatch):
+    """The source of a sentence and its warning are read once per checkpoint version and text and kept in the
+    gate's cache: a page's second run (a Next click, another visitor) tokenizes nothing, gets the same ids and the same
+    warning, and a change to its copy reaches no one else."""
+    from ui import state
+
+    ckpt = load_checkpoint(DEFAULT_CKPT)
+    text = f"The quokka {id(monkeypatch)} photosynthesises."  # far from the training data, and new to this process
+    calls = []
+    real = state.prepare_source
+    monkeypatch.setattr(state, "prepare_source", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    first, warning = state._read_source(ckpt, text, brief=True)
+    second, again = state._read_source(ckpt, text, brief=True)
+    assert calls == [text]
+    assert again == warning == (state.familiarity(ckpt.tokenizer, text).message("translation", brief=True) or "")
+    cfg = ckpt.config
+    expected = real(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
+    assert first == second == expected and first is not second
+    first.ids.append(0)
+    assert state._read_source(ckpt, text, brief=True)[0] == expected
+    assert calls == [text]
+    state._read_source(ckpt, text, brief=False)  # the long form of the warning is its own reading
+    assert calls == [text, text]

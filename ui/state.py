@@ -15,6 +15,7 @@ token ids), frozen (:class:`decoding.decoded.Decoding`), cached and shared by ev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple, cast
 
 import streamlit as st
 
@@ -229,24 +230,61 @@ def source_for(ckpt: Checkpoint, text: str, brief: bool = False) -> SourceInput 
     if too_long:
         st.warning(too_long)
         return None
-    cfg = ckpt.config
     try:
-        src = prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
+        src, warning = _read_source(ckpt, text, brief)
     except InputError as exc:
         st.warning(str(exc))
         return None
     for note in src.notes:
         st.info(note)
-    if unknown_share(ckpt.tokenizer, src.text) > MOSTLY_UNKNOWN:
-        st.warning(
-            "The model cannot read most of this text: its vocabulary has no pieces for these characters, "
-            "which it sees as <unk>. Whatever it writes below is made up, not a translation."
-        )
-    elif far := familiarity(ckpt.tokenizer, src.text).message(
-        "translation" if cfg.is_encoder_decoder else "continuation", brief=brief
-    ):
-        st.warning(far)
+    if warning:
+        st.warning(warning)
     return src
+
+
+#: What :func:`source_for` says of a text the model's vocabulary has no pieces for.
+UNREADABLE = (
+    "The model cannot read most of this text: its vocabulary has no pieces for these characters, which it sees as "
+    "<unk>. Whatever it writes below is made up, not a translation."
+)
+
+
+def _read_source(ckpt: Checkpoint, text: str, brief: bool) -> tuple[SourceInput, str]:
+    """``text`` tokenized for the model and the warning to show with it ('' for none), read once per checkpoint
+    version and text and kept for the room in the gate's cache (:meth:`serving.heavy.Gate.keep`, within its byte
+    budget): three tokenizations on every run of every page that shows a sentence were ~3 % of a Next click's time
+    in the server's interpreter. Kept as tuples; each call gets its own :class:`SourceInput`.
+
+    Raises:
+        InputError: as :func:`decoding.stepping.prepare_source` (not kept: it is said again on each run).
+    """
+    cfg = ckpt.config
+    key = ("source", *checkpoint_version(ckpt), text, brief)
+    kept = heavy.GATE.lookup(key)
+    if kept is heavy.MISSING:
+        src = prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
+        if unknown_share(ckpt.tokenizer, src.text) > MOSTLY_UNKNOWN:
+            warning = UNREADABLE
+        else:
+            kind = "translation" if cfg.is_encoder_decoder else "continuation"
+            warning = familiarity(ckpt.tokenizer, src.text).message(kind, brief=brief) or ""
+        offsets = tuple((start, end) for start, end in src.offsets)
+        kept = _Read(src.text, tuple(src.ids), tuple(src.tokens), offsets, src.truncated, tuple(src.notes), warning)
+        heavy.GATE.keep(key, kept)
+    r = cast(_Read, kept)
+    return SourceInput(r.text, list(r.ids), list(r.tokens), list(r.offsets), r.truncated, list(r.notes)), r.warning
+
+
+class _Read(NamedTuple):
+    """A :class:`SourceInput` and its warning as :func:`_read_source` keeps them for the room: immutable."""
+
+    text: str
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    offsets: tuple[tuple[int, int], ...]
+    truncated: bool
+    notes: tuple[str, ...]
+    warning: str
 
 
 def new_stepper(

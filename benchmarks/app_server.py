@@ -66,9 +66,12 @@ def healthy(url: str) -> bool:
 
 
 @contextmanager
-def serve(log_path: Path, env_overrides: dict[str, str] | None = None, script: str = "app.py") -> Iterator[str]:
-    """``streamlit run app.py`` (or another ``script``, relative to the repository) on a free port, its output in
-    ``log_path``. Yields the base URL.
+def serve(
+    log_path: Path, env_overrides: dict[str, str] | None = None, script: str = "app.py", root: Path = ROOT
+) -> Iterator[str]:
+    """``streamlit run app.py`` (or another ``script``, relative to ``root``: this repository, or another checkout of
+    it, e.g. a worktree of an older commit to compare with) on a free port, its output in ``log_path``. Yields the
+    base URL.
 
     Raises:
         ServerError: streamlit exited early or was not healthy after :data:`START_TIMEOUT_S` seconds.
@@ -96,7 +99,7 @@ def serve(log_path: Path, env_overrides: dict[str, str] | None = None, script: s
                 "--server.fileWatcherType",
                 "none",
             ],
-            cwd=ROOT,
+            cwd=root,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -127,3 +127,22 @@ def test_the_browser_stepping_app_sends_every_step_of_the_sentence():
     (html,) = [e.proto.body for e in at.get("html")]
     total = int(re.search(r"Step 0 of (\d+)", html).group(1))
     assert [int(k) for k in re.findall(r"Step (\d+) of \d+", html)] == list(range(total + 1))
+
+
+def test_click_cost_compares_two_trees_round_by_round():
+    """``benchmarks.click_cost --before TREE``: each view's CPU per click on both servers and the median over the
+    rounds of after ÷ before (each round's pair ran back to back); without a second tree, the one-tree table."""
+    from benchmarks.click_cost import compared_rows, rows
+
+    results = {
+        ("before", "plain"): {"cpu_ms": [20.0, 22.0, 30.0], "wall_s": [0.05, 0.06]},
+        ("after", "plain"): {"cpu_ms": [16.0, 22.0, 24.0], "wall_s": [0.05, 0.07]},
+        ("before", "attribution"): {"cpu_ms": [30.0, 30.0, 30.0], "wall_s": [0.06]},
+        ("after", "attribution"): {"cpu_ms": [24.0, 24.0, 27.0], "wall_s": [0.06]},
+    }
+    assert compared_rows(results) == [
+        ("plain", "24.0 (20.0–30.0)", "20.7 (16.0–24.0)", "0.800"),
+        ("attribution", "30.0 (30.0–30.0)", "25.0 (24.0–27.0)", "0.800"),
+    ]
+    one = {key: value for key, value in results.items() if key[0] == "after"}
+    assert rows(one) == [("plain", "20.7 (16.0–24.0)", "1.00", "60"), ("attribution", "25.0 (24.0–27.0)", "1.21", "60")]

@@ -107,9 +107,9 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
     _log_step("draw", key=key, step=step, total=total)
     # One keyed row (a horizontal container, not four columns: the same row in five blocks fewer, which every
     # click of every visitor sends); on a phone the four stay in it, Next's label alone (ui.responsive)
-    b1 = b2 = b3 = b4 = st.container(key=f"{STEP_BUTTONS}{key}", horizontal=True, gap="small")
+    row = st.container(key=f"{STEP_BUTTONS}{key}", horizontal=True, gap="small")
     # Material icons, not emoji: a lecture-room PC may have no emoji font.
-    b1.button(
+    row.button(
         "Reset",
         icon=":material/first_page:",
         width="stretch",
@@ -117,7 +117,7 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
         on_click=_move_step,
         args=(key, None, 0, total),
     )
-    b2.button(
+    row.button(
         "Back",
         icon=":material/chevron_left:",
         width="stretch",
@@ -125,7 +125,7 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
         on_click=_move_step,
         args=(key, -1, 0, total),
     )
-    b3.button(
+    row.button(
         "Next",
         icon=":material/chevron_right:",
         width="stretch",
@@ -134,7 +134,7 @@ def step_buttons(key: str, step: int, total: int, at_end: bool, status: str = ""
         on_click=_move_step,
         args=(key, 1, 0, total),
     )
-    b4.button(
+    row.button(
         "Run to end",
         icon=":material/last_page:",
         width="stretch",

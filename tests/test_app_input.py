@@ -265,8 +265,8 @@ def test_one_switch_turns_on_the_hosted_demo_for_every_page(monkeypatch):
 
 def test_a_sentence_is_read_once_for_the_room_and_each_run_gets_its_own_copy(monkeypatch):
     """The source of a sentence and its warning are read once per checkpoint version and text and kept in the
-    gate's cache: a page's second run (a Next click, another visitor) tokenizes nothing, gets the same ids and the same
-    warning, and a change to its copy reaches no one else."""
+    gate's cache: a page's second run (a Next click, another visitor, another page) tokenizes nothing, gets the same
+    ids and the same warning in either form, and a change to its copy reaches no one else."""
     from ui import state
 
     ckpt = load_checkpoint(DEFAULT_CKPT)
@@ -284,5 +284,6 @@ def test_a_sentence_is_read_once_for_the_room_and_each_run_gets_its_own_copy(mon
     first.ids.append(0)
     assert state._read_source(ckpt, text, brief=True)[0] == expected
     assert calls == [text]
-    state._read_source(ckpt, text, brief=False)  # the long form of the warning is its own reading
-    assert calls == [text, text]
+    _, long_form = state._read_source(ckpt, text, brief=False)  # the long form comes from the same reading
+    assert long_form == (state.familiarity(ckpt.tokenizer, text).message("translation") or "")
+    assert calls == [text]

@@ -250,29 +250,33 @@ UNREADABLE = (
 
 
 def _read_source(ckpt: Checkpoint, text: str, brief: bool) -> tuple[SourceInput, str]:
-    """``text`` tokenized for the model and the warning to show with it ('' for none), read once per checkpoint
-    version and text and kept for the room in the gate's cache (:meth:`serving.heavy.Gate.keep`, within its byte
-    budget): three tokenizations on every run of every page that shows a sentence were ~3 % of a Next click's time
-    in the server's interpreter. Kept as tuples; each call gets its own :class:`SourceInput`.
+    """``text`` tokenized for the model and the warning to show with it ('' for none; ``brief``: its two-line form),
+    read once per checkpoint version and text and kept for the room in the gate's cache
+    (:meth:`serving.heavy.Gate.keep`, within its byte budget): three tokenizations on every run of every page that
+    shows a sentence were ~3 % of a Next click's time in the server's interpreter. Both forms of the warning are kept
+    with it, so Translate (brief) and the other pages read a shared sentence once. Kept as tuples; each call gets its
+    own :class:`SourceInput`.
 
     Raises:
         InputError: as :func:`decoding.stepping.prepare_source` (not kept: it is said again on each run).
     """
     cfg = ckpt.config
-    key = ("source", *checkpoint_version(ckpt), text, brief)
+    key = ("source", *checkpoint_version(ckpt), text)
     kept = heavy.GATE.lookup(key)
     if kept is heavy.MISSING:
         src = prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
         if unknown_share(ckpt.tokenizer, src.text) > MOSTLY_UNKNOWN:
-            warning = UNREADABLE
+            warnings = (UNREADABLE, UNREADABLE)
         else:
             kind = "translation" if cfg.is_encoder_decoder else "continuation"
-            warning = familiarity(ckpt.tokenizer, src.text).message(kind, brief=brief) or ""
+            far = familiarity(ckpt.tokenizer, src.text)
+            warnings = (far.message(kind) or "", far.message(kind, brief=True) or "")
         offsets = tuple((start, end) for start, end in src.offsets)
-        kept = _Read(src.text, tuple(src.ids), tuple(src.tokens), offsets, src.truncated, tuple(src.notes), warning)
+        kept = _Read(src.text, tuple(src.ids), tuple(src.tokens), offsets, src.truncated, tuple(src.notes), *warnings)
         heavy.GATE.keep(key, kept)
     r = cast(_Read, kept)
-    return SourceInput(r.text, list(r.ids), list(r.tokens), list(r.offsets), r.truncated, list(r.notes)), r.warning
+    src = SourceInput(r.text, list(r.ids), list(r.tokens), list(r.offsets), r.truncated, list(r.notes))
+    return src, r.brief_warning if brief else r.warning
 
 
 class _Read(NamedTuple):
@@ -285,6 +289,7 @@ class _Read(NamedTuple):
     truncated: bool
     notes: tuple[str, ...]
     warning: str
+    brief_warning: str  #: the warning's two-line form (Translate's, above a projector's step view)
 
 
 def new_stepper(

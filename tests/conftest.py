@@ -53,6 +53,35 @@ from model.transformer import Transformer
 
 torch.set_num_threads(1)  # this process too (OMP_NUM_THREADS above covers the ones it starts)
 
+
+def scan_installed_components_once() -> None:
+    """Make Streamlit's scan of the installed packages for components once per test process.
+
+    Every new ``AppTest`` reads the metadata of every installed distribution, looking for Streamlit components
+    (``streamlit.components.v2.manifest_scanner``): 0.2 s of CPU, most of a small page's run, and the suite makes
+    ~700 of them. What is installed does not change while the suite runs. A served app scans once, at start.
+    tests/test_library_internals.py checks that this still reaches the scan Streamlit makes.
+    """
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # a Streamlit without it: each AppTest scans, as it did
+        return
+    if getattr(manifest_scanner.scan_component_manifests, "scanned_once", False):
+        return
+    scan = manifest_scanner.scan_component_manifests
+    found: list[list] = []
+
+    def scan_component_manifests(max_workers: int | None = None) -> list:
+        if not found:
+            found.append(scan(max_workers))
+        return list(found[0])
+
+    scan_component_manifests.scanned_once = True  # type: ignore[attr-defined]
+    manifest_scanner.scan_component_manifests = scan_component_manifests
+
+
+scan_installed_components_once()
+
 #: Short EN/DE pairs (umlauts and ß included) for the tiny tokenizer and the overfitting test.
 PAIRS: list[tuple[str, str]] = [
     ("Hello world.", "Hallo Welt."),

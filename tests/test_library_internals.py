@@ -188,3 +188,21 @@ def test_requirements_bound_the_internals_users_below_the_next_major(name):
     installed = version(name)
     assert any(s.operator == "<" for s in req.specifier), f"requirements.txt: {req} has no upper bound"
     assert req.specifier.contains(installed), f"the installed {name} {installed} is outside requirements.txt's {req}"
+
+
+def test_the_suite_scans_the_installed_components_once_and_an_apptest_still_reaches_that_scan():
+    """tests/conftest.py makes Streamlit's scan of the installed packages for components once per test process (each
+    new AppTest made it: 0.2 s of CPU each). If Streamlit moves the scan, the suite would silently be slower."""
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.components.v2.component_manager import BidiComponentManager
+
+    where = f"streamlit {streamlit.__version__}: streamlit.components.v2.manifest_scanner.scan_component_manifests"
+    assert getattr(manifest_scanner.scan_component_manifests, "scanned_once", False), f"{where} is not patched"
+    calls = []
+    patched = manifest_scanner.scan_component_manifests
+    manifest_scanner.scan_component_manifests = lambda *a, **k: calls.append(1) or patched(*a, **k)
+    try:
+        BidiComponentManager().discover_and_register_components(start_file_watching=False)
+    finally:
+        manifest_scanner.scan_component_manifests = patched
+    assert calls, f"{where}: AppTest's component manager no longer calls it (see tests/conftest.py)"

@@ -28,7 +28,10 @@ def leg(tmp_path_factory):
     trainer process that starts up again, which costs more than the seconds it trains."""
     root = tmp_path_factory.mktemp("timed")
     i = TINY.index("--threads")
-    args = [*TINY[:i], *TINY[i + 2 :], "--eval-every", "40", "--threads", "1", "--device", "cpu", "--no-snapshots"]
+    # a window logged every step: the first leg's speed needs two windows, and on a loaded machine its 1.8 s gave
+    # four steps, one window at TINY's every third
+    args = [*TINY[:i], *TINY[i + 2 :], "--eval-every", "40", "--log-every", "1", "--threads", "1", "--device", "cpu"]
+    args.append("--no-snapshots")
     rc = timed_leg.main(
         [
             "--run",

@@ -4,11 +4,13 @@ Importing this module skips the importing test module when Chromium, the shipped
 package is missing. The fixtures that use it (``server``, ``browser``, ``new_page``) are in ``conftest.py``.
 
 Uses Debian's Chromium (``/usr/bin/chromium``, or ``$CHROMIUM``) — never ``playwright install``, which
-downloads. Screenshots go to ``test-artifacts/`` (git-ignored) for a human look.
+downloads. Screenshots go to ``test-artifacts/`` (git-ignored) for a human look: the first screen of each page,
+or the whole page with ``ATTENTION_EXPLORER_FULL_SHOTS=1`` (see :func:`shot`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -98,11 +100,25 @@ def click_and_wait_step(page, label: str, expected_step: int | None = None) -> N
     settle(page)
 
 
+#: Set (to 1) for full-page screenshots: every shot then shows the whole page, for a person reviewing the pages.
+FULL_SHOTS_ENV = "ATTENTION_EXPLORER_FULL_SHOTS"
+
+
 def shot(page, name: str) -> Path:
-    """A full-page screenshot. Streamlit scrolls inside its main container, not the document, so a plain
-    ``full_page=True`` stops at the viewport: the viewport is stretched to the content height for the shot."""
+    """A screenshot in ``test-artifacts/``: what the viewport shows (the first screen, as a projector shows it), or
+    with ``ATTENTION_EXPLORER_FULL_SHOTS=1`` the whole page.
+
+    The whole page costs Chromium more than the page's load: Streamlit scrolls inside its main container, not the
+    document, so a plain ``full_page=True`` stops at the viewport, and the viewport is stretched to the content
+    height (up to 8,000 px) for the shot, which lays out and rasterizes that height in software and redraws every
+    Plotly chart twice (3.4-7.2 CPU-seconds a shot on this 2-core machine, against 0.2 for the viewport; the suite
+    takes ~35 of them)."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
+    if os.environ.get(FULL_SHOTS_ENV, "") in ("", "0"):
+        page.screenshot(path=str(path))
+        assert path.stat().st_size > 10_000
+        return path
     viewport = page.viewport_size
     height = page.evaluate(
         "() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']"

@@ -115,20 +115,19 @@ def shot(page, name: str) -> Path:
     takes ~35 of them)."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
-    if os.environ.get(FULL_SHOTS_ENV, "") in ("", "0"):
-        page.screenshot(path=str(path))
-        assert path.stat().st_size > 10_000
-        return path
+    whole = os.environ.get(FULL_SHOTS_ENV, "") not in ("", "0")
     viewport = page.viewport_size
-    height = page.evaluate(
-        "() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']"
-        '.map(id => document.querySelector(`[data-testid="${id}"]`))'
-        ".filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)"
-    )
-    page.set_viewport_size({"width": viewport["width"], "height": max(viewport["height"], min(int(height), 8000))})
-    page.wait_for_timeout(700)  # Plotly re-lays out on resize
-    page.screenshot(path=str(path), full_page=True)
-    page.set_viewport_size(viewport)
+    if whole:
+        height = page.evaluate(
+            "() => Math.max(...['stMain', 'stAppViewContainer', 'stSidebarContent']"
+            '.map(id => document.querySelector(`[data-testid="${id}"]`))'
+            ".filter(Boolean).map(el => el.scrollHeight), document.documentElement.scrollHeight)"
+        )
+        page.set_viewport_size({"width": viewport["width"], "height": max(viewport["height"], min(int(height), 8000))})
+        page.wait_for_timeout(700)  # Plotly re-lays out on resize
+    page.screenshot(path=str(path), full_page=whole)
+    if whole:
+        page.set_viewport_size(viewport)
     assert path.stat().st_size > 10_000
     return path
 

@@ -59,8 +59,8 @@ def scan_installed_components_once() -> None:
 
     Every new ``AppTest`` reads the metadata of every installed distribution, looking for Streamlit components
     (``streamlit.components.v2.manifest_scanner``): 0.2 s of CPU, most of a small page's run, and the suite makes
-    ~700 of them. What is installed does not change while the suite runs. A served app scans once, at start.
-    tests/test_library_internals.py checks that this still reaches the scan Streamlit makes.
+    hundreds of them (~850 AppTest runs). What is installed does not change while the suite runs. A served app
+    scans once, at start. tests/test_library_internals.py checks that this still reaches the scan Streamlit makes.
     """
     try:
         from streamlit.components.v2 import manifest_scanner

@@ -30,8 +30,11 @@ def leg(tmp_path_factory):
     i = TINY.index("--threads")
     # a window logged every step: the first leg's speed needs two windows, and on a loaded machine its 1.8 s gave
     # four steps, one window at TINY's every third
-    args = [*TINY[:i], *TINY[i + 2 :], "--eval-every", "40", "--log-every", "1", "--threads", "1", "--device", "cpu"]
-    args.append("--no-snapshots")
+    args = [
+        *TINY[:i],
+        *TINY[i + 2 :],
+        *("--eval-every", "40", "--log-every", "1", "--threads", "1", "--device", "cpu", "--no-snapshots"),
+    ]
     rc = timed_leg.main(
         [
             "--run",

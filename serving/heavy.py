@@ -348,7 +348,14 @@ def too_busy(exc: TooBusy) -> None:
 def shared(key: Hashable, compute: Callable[[], T], what: str, gate: Gate | None = None, keep: bool = True) -> T:
     """:meth:`Gate.run` in a page: while the visitor waits, a line in the page says how many computations are
     ahead (an empty placeholder otherwise: nothing is drawn when the value is ready). When the server is too busy,
-    a warning says so and the script run stops there (``st.stop``): the rest of the page is not drawn half-way."""
+    a warning says so and the script run stops there (``st.stop``): the rest of the page is not drawn half-way.
+
+    Outside a script run (a download button's data, made in Streamlit's own thread when the visitor asks for the
+    file) nothing is written while it waits, and :class:`TooBusy` is raised to the caller."""
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+    if get_script_run_ctx(suppress_warning=True) is None:  # a download made on click: no page to write in
+        return (gate or GATE).run(key, compute, what, lambda _message: None, keep)
     notify = notifier()
     try:
         return (gate or GATE).run(key, compute, what, notify, keep)

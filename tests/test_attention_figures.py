@@ -267,6 +267,31 @@ def test_npz_export_round_trip(make_model, tokenizer, encode_src, encode_tgt):
     assert "self" in lm_data.files and lm_data["src_tokens"].shape == (0,)
 
 
+def test_the_export_keeps_no_trace_alive_and_traces_a_dropped_one_again(ende):
+    """The download button's data (kept by Streamlit while the session lives) holds the trace weakly: the gate's
+    byte budget decides what stays, and a dropped trace is traced again when the visitor asks for the file."""
+    import gc
+
+    from decoding.stepping import input_limit, prepare_source
+    from serving import heavy
+    from ui import state
+
+    cfg = ende.config
+    src = prepare_source(ende.tokenizer, "Bobby likes blackberries.", input_limit(cfg), cfg.eos_id, cfg.unk_id)
+    tgt = [cfg.bos_id, *ende.tokenizer.encode("Bobby mag").ids]
+    raw, _ = state.traced(ende, src, tgt)  # through the gate, outside a script run: nothing drawn while it waits
+    data = views.trace_npz_when_asked(ende, src, tgt, raw)
+    first = np.load(io.BytesIO(data()))
+    assert np.allclose(first["cross"], raw.attention["cross"].numpy())
+
+    heavy.GATE._results.clear()  # as when the budget drops it
+    del raw, _
+    gc.collect()
+    assert not any(type(o).__name__ == "Trace" and o.src_ids == tuple(src.ids) for o in gc.get_objects())
+    again = np.load(io.BytesIO(data()))  # traced again, the same numbers
+    assert again.files == first.files and np.allclose(again["cross"], first["cross"])
+
+
 # --- model: greedy decoding with head masks ---------------------------------------------------------------------
 def test_greedy_with_all_ones_masks_equals_the_stepper(make_model, encode_src):
     model = make_model()

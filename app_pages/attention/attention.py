@@ -181,7 +181,7 @@ def attention_page() -> None:
         st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids, strict=True)))
         st.download_button(  # the file is made when asked for, not at every click of every visitor
             "Download the attention tensors (.npz)",
-            data=lambda: views.attention_npz(raw_trace),
+            data=views.trace_npz_when_asked(ckpt, src, tgt_inputs, raw_trace),
             file_name="attention.npz",
             mime="application/octet-stream",
             key="at_export_trace",

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import io
 import re
+import weakref
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
+from decoding.stepping import SourceInput
+from model.checkpoint import Checkpoint
 from model.config import CAUSAL_KINDS, DECODER_ONLY_KINDS, ENCODER_DECODER_KINDS
 from reading.analysis import merge_words, word_ids
 from reading.trace import Trace
+from ui import state
 from ui.limits import SWEEP_BUDGET
 from viz.labels import KIND_SHORT, parameters_text
 
@@ -276,3 +280,30 @@ def attention_npz(trace: Trace) -> bytes:
     # numpy's stub lets any ``**`` name reach its ``allow_pickle: bool``; these names are kinds and token fields
     np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
     return buffer.getvalue()
+
+
+def trace_npz_when_asked(
+    ckpt: Checkpoint, src: SourceInput, tgt_inputs: list[int], raw_trace: Trace
+) -> Callable[[], bytes]:
+    """The export button's ``data``: the ``.npz`` of ``raw_trace`` (:func:`attention_npz`), made when the
+    visitor asks for it, holding the trace and the model only weakly.
+
+    Streamlit keeps a button's data callable while the session lives (and until a later run of any session drops
+    it), so a closure over the trace kept every Attention visitor's trace alive after the gate had dropped it: up to
+    34 MB each, outside the gate's byte budget. A trace dropped since is traced again through the gate.
+
+    Raises:
+        RuntimeError: the model itself was unloaded since (another checkpoint version): the page is stale.
+    """
+    trace_ref, ckpt_ref = weakref.ref(raw_trace), weakref.ref(ckpt)
+
+    def data() -> bytes:
+        trace = trace_ref()
+        if trace is None:
+            model = ckpt_ref()
+            if model is None:
+                raise RuntimeError("the model of this page was unloaded: reload the page")
+            trace = state.traced(model, src, tgt_inputs)[0]
+        return attention_npz(trace)
+
+    return data

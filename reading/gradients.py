@@ -50,9 +50,11 @@ GRID = 12
 UNIFORM_SHARE = 0.3
 #: Token positions (points of the path × the step's source and prefix tokens) one forward and backward pass of
 #: the integral carries when a caller bounds it with :func:`pass_rows`. What a pass keeps for its backward pass grows
-#: with them: ~0.18 MB a position on the shipped translator, so that a step of a 128-piece sentence read with every
-#: point in one pass (24 rows) took 683 MB while it ran, and 512 positions (2 rows of that step) keep it near 100 MB.
-PASS_TOKENS = 512
+#: with them (~0.18 MB a position on the shipped translator, ~49 MB for one row of 255 positions): the last step of a
+#: 128-piece sentence (128 + 127 positions) read with every point in one pass (24 rows) took 683 MB while it ran,
+#: 161 MB in passes of 512 positions (2 rows), 94 MB in passes of 256 (1 row), in the same time (11.3 and 10.6 s on
+#: one thread). 256 keeps a step's reading within the heavy-work gate's :data:`serving.memory.WORK_BYTES`.
+PASS_TOKENS = 256
 
 
 @dataclass(frozen=True)

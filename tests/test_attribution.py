@@ -99,7 +99,8 @@ def test_the_gap_of_a_relu_model_is_quadrature_error(make_model, step_ids):
 
 def test_a_pass_of_the_integral_is_bounded_in_token_positions():
     long = Step(tuple(range(128)), tuple(range(64)), 5)  # a sentence at the input cap, 63 tokens written
-    assert pass_rows(long) == 2 and pass_rows(long) * 192 <= PASS_TOKENS
+    assert pass_rows(long) == 1 and pass_rows(long) * 192 <= PASS_TOKENS  # a point at a time
+    assert pass_rows(Step(tuple(range(64)), tuple(range(32)), 5)) == 2  # a sentence half as long: two
     assert pass_rows(Step((1, 2, 3), (0,), 5)) == PASS_TOKENS // 4  # a short step: every point of a call at once
     assert pass_rows(long, tokens=100) == 1  # a step longer than the bound still moves, a point at a time
     with pytest.raises(ValueError, match="at least 1"):

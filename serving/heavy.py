@@ -35,7 +35,7 @@ from typing import Callable, Hashable, TypeVar
 
 import streamlit as st
 
-from serving.memory import GATE_BYTES, ByteLRU, nbytes
+from serving.memory import GATE_BYTES, WORK_BYTES, ByteLRU, nbytes
 
 T = TypeVar("T")
 #: What :meth:`Gate.lookup` returns for a key whose value it does not hold.
@@ -59,19 +59,23 @@ class Gate:
 
     Args:
         slots: computations allowed to run at once (≥ 1).
-        budget: bytes the kept results may hold together (:func:`serving.memory.nbytes` of each; least recently used
-            dropped first; default :data:`serving.memory.GATE_BYTES`).
+        budget: bytes the gate may use: its kept results (:func:`serving.memory.nbytes` of each; least recently
+            used dropped first) and ``work`` for each slot (default :data:`serving.memory.GATE_BYTES`).
+        work: bytes one computation in a slot may use while it runs, set aside from ``budget`` for each slot (the
+            process's gate: :data:`serving.memory.WORK_BYTES`; 0: the results may use the whole budget).
         max_wait_s: longest wait for a slot, or for another visitor's identical computation, before
             :class:`TooBusy` (seconds).
 
     Thread-safe: Streamlit runs every session's script in a thread of its own.
     """
 
-    def __init__(self, slots: int = 1, budget: int = GATE_BYTES, max_wait_s: float = 90.0):
+    def __init__(self, slots: int = 1, budget: int = GATE_BYTES, max_wait_s: float = 90.0, work: int = 0):
         self.slots = max(1, int(slots))
         self.max_wait_s = float(max_wait_s)
         self._cond = threading.Condition()
-        self._results = ByteLRU(budget)
+        # what the computations running in the slots may use comes out of the same budget: while one runs, the
+        # results kept and its own memory together stay within ``budget``
+        self._results = ByteLRU(max(0, int(budget) - self.slots * max(0, int(work))))
         self._running: dict[Hashable, bool] = {}  # keys being computed now
         self._line: list[int] = []  # tickets waiting for a slot, in arrival order
         self._sharing = 0  # visitors waiting for another one's identical computation (outside the line)
@@ -314,7 +318,17 @@ def configure_torch() -> int:
 
 
 #: The process's one gate, shared by every session.
-GATE = Gate(_slots_from_env())
+#: Set (to 1): the process's gate sets :data:`serving.memory.WORK_BYTES` aside from its budget for the computation it
+#: runs, so that a churned room stays within its memory bound, at the price of recomputing what the smaller results
+#: drop (see :data:`~serving.memory.WORK_BYTES`). Off by default.
+SET_ASIDE_ENV = "ATTENTION_EXPLORER_GATE_SET_ASIDE"
+
+
+def _work_from_env() -> int:
+    return WORK_BYTES if os.environ.get(SET_ASIDE_ENV, "").strip() not in ("", "0") else 0
+
+
+GATE = Gate(_slots_from_env(), work=_work_from_env())
 
 
 def notifier() -> Callable[[str | None], None]:

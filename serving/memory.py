@@ -10,18 +10,20 @@ The budgets, in bytes (a visitor's own session state is not in them: Streamlit d
 
 * :data:`GATE_BYTES`: finished decodings, traces, beam searches, attribution readings and the rest of
   :mod:`serving.heavy`'s shared results. A slimmed decoding of a long sentence is well under 1 MB (its steps keep the
-  top tokens, not vocabulary-wide rows), a trace of the longest input a few MB, so 256 MiB holds a few hundred
-  sentences: a lecture's worth, while a room's worst case stays a known amount on a 2 GB worker.
+  top tokens, not vocabulary-wide rows), a trace of the longest input up to 34 MB, so 256 MiB holds a lecture's
+  worth, while a room's worst case stays a known amount on a 2 GB worker. An operator may set :data:`WORK_BYTES` of
+  it aside for the computation the gate runs (:data:`serving.heavy.SET_ASIDE_ENV`).
 * :data:`FIGURE_BYTES`: Plotly and Altair figures shared by :mod:`serving.figures` (a heatmap is tens of kB, the
   36-panel grid of a long sentence a few MB): 64 MiB.
 
 The model itself (``st.cache_resource``, four checkpoints at most, ``ui.state.load``) and the small per-page
 caches (``st.cache_data`` with a handful of entries) are bounded by count: their entries are few and of known size.
 
-What work in flight uses is not in these budgets, only kept small where it was large: the gate runs one heavy
-computation at a time (a step's attribution of a 128-piece sentence peaks 93 MB above its start, in passes of
-:data:`reading.gradients.PASS_TOKENS`; a batch of eight first decodings 53 MB), and each session's page run draws its
-figures (the Attention page's first run on such a sentence: 7–9 MB of Plotly JSON, ~50 MB while it is drawn).
+What work in flight uses is not in these budgets (unless the gate sets :data:`WORK_BYTES` aside), only kept small
+where it was large: the gate runs one heavy computation at a time (at most :data:`WORK_BYTES`), and each session's
+page run draws its figures (the Attention page's first run on a 128-piece sentence: 7–9 MB of Plotly JSON, ~50 MB
+while it is drawn). A page that offers a download holds what the file is made from weakly
+(:func:`app_pages.attention.views.trace_npz_when_asked`): a session keeps nothing the budgets dropped.
 """
 
 from __future__ import annotations
@@ -36,8 +38,19 @@ from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any, Hashable, Iterator
 
-#: Bytes the heavy-work gate's shared results may hold (:class:`serving.heavy.Gate`).
+#: Bytes the heavy-work gate may use (:class:`serving.heavy.Gate`): its shared results and, when an operator asks
+#: for it, :data:`WORK_BYTES` set aside from them for the computation running in its slot.
 GATE_BYTES = 256 * 2**20
+#: What one heavy computation uses at most while it runs, on the longest input, a 1,980-character sentence (128
+#: pieces), measured as glibc's memory in use above its start (``mallinfo2``, sampled every 2 ms): the attribution of
+#: its last step (127 pieces written) 94-124 MB (:data:`reading.gradients.PASS_TOKENS`), that step's faithfulness
+#: 40 MB, its trace 52 MB, a batch of sixteen such first decodings 78 MB. With
+#: ``ATTENTION_EXPLORER_GATE_SET_ASIDE=1`` (:data:`serving.heavy.SET_ASIDE_ENV`) the process's gate sets it aside from
+#: :data:`GATE_BYTES`, so that its results and its computation in flight together stay within the gate's budget: a
+#: 30-minute churned soak then stayed within baseline + budgets (at the soak's readings), but the results, at 128 MiB,
+#: held a few long sentences' traces, and the visitors' clicks waited for what they had dropped (p95 10.2 s against
+#: 0.7-0.9 s). Off by default: a room is served first, memory is bounded above by this much more.
+WORK_BYTES = 128 * 2**20
 #: Bytes the shared figures may hold (:mod:`serving.figures`).
 FIGURE_BYTES = 64 * 2**20
 

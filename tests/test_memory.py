@@ -89,6 +89,22 @@ def test_the_gate_keeps_results_within_its_byte_budget():
     assert not gate.cached("big")
 
 
+def test_the_gate_sets_aside_what_its_running_computation_may_use(monkeypatch):
+    """The work of a slot comes out of the gate's budget: results and the computation in flight share it."""
+    gate = Gate(slots=1, budget=5 * MB, work=2 * MB)
+    for i in range(10):
+        gate.run(("sentence", i), lambda: np.zeros(MB // 8))  # 1 MB each
+    assert gate.stats()["budget"] == 3 * MB and gate.stats()["bytes"] <= 3 * MB and gate.stats()["entries"] <= 3
+    assert Gate(slots=2, budget=5 * MB, work=2 * MB).stats()["budget"] == MB  # one set-aside per slot
+    assert Gate(budget=MB, work=2 * MB).stats()["budget"] == 0  # nothing kept, everything still computed
+    from serving import heavy
+
+    monkeypatch.delenv(heavy.SET_ASIDE_ENV, raising=False)
+    assert heavy._work_from_env() == 0  # by default the results keep the whole budget
+    monkeypatch.setenv(heavy.SET_ASIDE_ENV, "1")
+    assert heavy._work_from_env() == memory.WORK_BYTES < memory.GATE_BYTES
+
+
 def test_shared_figures_are_bounded_in_bytes(monkeypatch):
     monkeypatch.setattr(figures, "_figures", ByteLRU(2 * MB))
     for i in range(6):

@@ -2,7 +2,8 @@
 
 A lecturer clicks Next in front of a class at 1280×720: the output, the step buttons, the 10 most probable next
 tokens and the cross-attention of the current token must be on screen together, without scrolling; in
-presentation mode the charts' axis labels are at least 14 px as drawn, and the sidebar is collapsed. Same server,
+presentation mode the charts' axis labels are at least 14 px as drawn, and the sidebar is collapsed. A link with
+``&present=1`` opens Translate, Attention and the Decoding lab in presentation mode as a first visit. Same server,
 browser and helpers as ``browser_helpers.py`` (Debian's Chromium; skipped where it or the model is missing).
 """
 
@@ -52,6 +53,18 @@ def in_viewport(page, locator, what: str) -> None:
     )
 
 
+def presenting_from_the_link(page) -> None:
+    """A first visit by a link with ``&present=1`` is in presentation mode: the sidebar is collapsed, its toggle is
+    on, the page's text is enlarged (what a screenshot shows), and the link keeps it."""
+    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed", "true")
+    expect(page.get_by_role("switch", name="Presentation mode")).to_be_checked()
+    sizes = page.locator(
+        '[data-testid="stMain"] [data-testid="stMarkdown"] [data-testid="stMarkdownContainer"] > p'
+    ).evaluate_all("ps => ps.map(p => parseFloat(getComputedStyle(p).fontSize))")
+    assert sizes and min(sizes) >= 17.5, sizes  # 1.12rem; 16 px outside presentation mode
+    assert "present=1" in page.url
+
+
 @pytest.mark.parametrize(
     "viewport, present",
     [(PROJECTOR, True), (PROJECTOR, False), (FULL_HD, True)],
@@ -60,6 +73,8 @@ def in_viewport(page, locator, what: str) -> None:
 def test_translate_step_view_fits_the_screen(server, new_page, viewport, present):
     page = new_page(viewport)
     open_translate(page, server, "?text=The+cat+sat+on+the+mat." + ("&present=1" if present else ""))
+    if present:
+        presenting_from_the_link(page)
     for k in (1, 2, 3):
         click_and_wait_step(page, "Next", k)
     page.wait_for_timeout(500)  # let the browser lay the step out
@@ -141,6 +156,8 @@ def test_the_main_chart_starts_on_the_first_screen(server, new_page, name, viewp
     page.goto(f"{server}/{path}" + ("&present=1" if present else ""))
     page.get_by_text(drawn, exact=False).first.wait_for()
     settle(page)
+    if present:
+        presenting_from_the_link(page)
     chart = page.locator('[data-testid="stPlotlyChart"]').filter(has_text=chart_text).first
     chart.wait_for()
     page.wait_for_timeout(500)  # Plotly draws after the run

@@ -203,29 +203,3 @@ def test_attention_on_a_phone(server, phone_page, tab):
     page.screenshot(
         path=str(ARTIFACTS / f"small-attention-{'heads' if tab == 'Heads' else 'qk'}-390x844.png"), full_page=True
     )
-
-
-# --- presentation mode from a link -----------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "path, drawn",
-    [
-        ("?text=The+cat+sat+on+the+mat.&step=2", "Step 2 of"),
-        ("attention?text=The+cat+sat+on+the+mat.", "Translation:"),
-        ("decoding?text=The+cat+sat+on+the+mat.&step=2", "Step 2"),
-    ],
-)
-def test_a_link_with_present_1_opens_in_presentation_mode(server, new_page, path, drawn):
-    """A link's ``&present=1``, as a first visit: the sidebar is collapsed, its toggle is on and the page's text is
-    enlarged (what a screenshot shows), and the link keeps it."""
-    page = new_page(PROJECTOR)
-    page.goto(f"{server}/{path}&present=1")
-    page.get_by_text(drawn, exact=False).first.wait_for()
-    settle(page)
-    expect(page.locator('[data-testid="stSidebar"]')).to_have_attribute("data-collapsed", "true")
-    expect(page.get_by_role("switch", name="Presentation mode")).to_be_checked()
-    sizes = page.locator(
-        '[data-testid="stMain"] [data-testid="stMarkdown"] [data-testid="stMarkdownContainer"] > p'
-    ).evaluate_all("ps => ps.map(p => parseFloat(getComputedStyle(p).fontSize))")
-    assert sizes and min(sizes) >= 17.5, sizes  # 1.12rem; 16 px outside presentation mode
-    assert "present=1" in page.url
-    assert_no_traceback(page)

@@ -23,7 +23,7 @@ What work in flight uses is not in these budgets (unless the gate sets :data:`WO
 where it was large: the gate runs one heavy computation at a time (at most :data:`WORK_BYTES`), and each session's
 page run draws its figures (the Attention page's first run on a 128-piece sentence: 7–9 MB of Plotly JSON, ~50 MB
 while it is drawn). A page that offers a download holds what the file is made from weakly
-(:func:`app_pages.attention.views.trace_npz_when_asked`): a session keeps nothing the budgets dropped.
+(:func:`app_pages.attention.views.made_from_trace_when_asked`): a session keeps nothing the budgets dropped.
 """
 
 from __future__ import annotations

@@ -270,8 +270,10 @@ def test_npz_export_round_trip(make_model, tokenizer, encode_src, encode_tgt):
 def test_the_export_keeps_no_trace_alive_and_traces_a_dropped_one_again(ende):
     """The download button's data (kept by Streamlit while the session lives) holds the trace weakly: the gate's
     byte budget decides what stays, and a dropped trace is traced again when the visitor asks for the file."""
+    import functools
     import gc
 
+    from app_pages.attention import qk
     from decoding.stepping import input_limit, prepare_source
     from serving import heavy
     from ui import state
@@ -280,9 +282,15 @@ def test_the_export_keeps_no_trace_alive_and_traces_a_dropped_one_again(ende):
     src = prepare_source(ende.tokenizer, "Bobby likes blackberries.", input_limit(cfg), cfg.eos_id, cfg.unk_id)
     tgt = [cfg.bos_id, *ende.tokenizer.encode("Bobby mag").ids]
     raw, _ = state.traced(ende, src, tgt)  # through the gate, outside a script run: nothing drawn while it waits
-    data = views.trace_npz_when_asked(ende, src, tgt, raw)
+    data = views.made_from_trace_when_asked(ende, src, tgt, raw, views.attention_npz)
     first = np.load(io.BytesIO(data()))
     assert np.allclose(first["cross"], raw.attention["cross"].numpy())
+    record = functools.partial(
+        qk.record_npz_of, kind="cross", layer=0, head=1, query=2, query_label="▁mag", key_labels=list(raw.src_tokens)
+    )
+    qk_data = views.made_from_trace_when_asked(ende, src, tgt, raw, record)  # the Query · key tab's download
+    qk_first = np.load(io.BytesIO(qk_data()))
+    assert np.allclose(qk_first["weights"], raw.attention["cross"][0, 1, 2].numpy())
 
     heavy.GATE._results.clear()  # as when the budget drops it
     del raw, _
@@ -290,6 +298,8 @@ def test_the_export_keeps_no_trace_alive_and_traces_a_dropped_one_again(ende):
     assert not any(type(o).__name__ == "Trace" and o.src_ids == tuple(src.ids) for o in gc.get_objects())
     again = np.load(io.BytesIO(data()))  # traced again, the same numbers
     assert again.files == first.files and np.allclose(again["cross"], first["cross"])
+    qk_again = np.load(io.BytesIO(qk_data()))
+    assert qk_again.files == qk_first.files and np.allclose(qk_again["weights"], qk_first["weights"])
 
 
 # --- model: greedy decoding with head masks ---------------------------------------------------------------------

@@ -156,7 +156,7 @@ def attention_page() -> None:
             reading.tokens_tab(view)
     if tab_qk.open:
         with tab_qk:
-            attention_qk.qk_tab(ckpt, raw_trace, trace, view)
+            attention_qk.qk_tab(ckpt, src, tgt_inputs, raw_trace, trace, view)
     if tab_grid.open:
         with tab_grid:
             reading.grid_tab(view)
@@ -181,7 +181,7 @@ def attention_page() -> None:
         st.write("Decoder inputs:", " ".join(f"{t}({i})" for t, i in zip(trace.tgt_tokens, trace.tgt_ids, strict=True)))
         st.download_button(  # the file is made when asked for, not at every click of every visitor
             "Download the attention tensors (.npz)",
-            data=views.trace_npz_when_asked(ckpt, src, tgt_inputs, raw_trace),
+            data=views.made_from_trace_when_asked(ckpt, src, tgt_inputs, raw_trace, views.attention_npz),
             file_name="attention.npz",
             mime="application/octet-stream",
             key="at_export_trace",

@@ -10,12 +10,14 @@ page already holds (:func:`ui.state.traced`, shared through the gate for heavy w
 
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
 import streamlit as st
 
 from app_pages.attention import views
+from decoding.stepping import SourceInput
 from model.checkpoint import Checkpoint
 from reading.qk import TENSORS, QueryKey, query_key
 from reading.trace import Trace
@@ -64,9 +66,20 @@ def _summary(rec: QueryKey, q_label: str, k_labels: list[str]) -> str:
     )
 
 
-def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None:
+def record_npz_of(
+    trace: Trace, kind: str, layer: int, head: int, query: int, query_label: str, key_labels: list[str]
+) -> bytes:
+    """:func:`record_npz` of one head's and query's record read from ``trace``: what the tab's download makes from
+    a trace it holds weakly (:func:`views.made_from_trace_when_asked`)."""
+    return record_npz(query_key(trace, kind, layer, head, query), query_label, key_labels)
+
+
+def qk_tab(
+    ckpt: Checkpoint, src: SourceInput, tgt_inputs: list[int], raw: Trace, trace: Trace, view: views.View
+) -> None:
     """The tab for the view's kind and layer, its head (the first when all heads or their mean are picked) and the
-    query picked here. ``raw`` is the trace as computed, ``trace`` with its pieces as shown."""
+    query picked here. ``raw`` is the trace as computed from ``src`` and the decoder inputs ``tgt_inputs``, ``trace``
+    with its pieces as shown."""
     kind, layer = view.kind, view.layer
     head = view.head if isinstance(view.head, int) else 0
     q_labels, k_labels = (list(x) for x in trace.labels(kind))
@@ -187,7 +200,21 @@ def qk_tab(ckpt: Checkpoint, raw: Trace, trace: Trace, view: views.View) -> None
     )
     st.download_button(
         "Download these numbers (.npz)",
-        data=lambda: record_npz(rec, q_labels[qi], k_labels),
+        data=views.made_from_trace_when_asked(  # the record's tensors are views of the trace's: not kept
+            ckpt,
+            src,
+            tgt_inputs,
+            raw,
+            functools.partial(
+                record_npz_of,
+                kind=kind,
+                layer=layer,
+                head=head,
+                query=qi,
+                query_label=q_labels[qi],
+                key_labels=k_labels,
+            ),
+        ),
         file_name=f"qk-{kind}-layer{layer + 1}-head{head + 1}-query{qi}.npz",
         mime="application/octet-stream",
         key="at_export_qk",

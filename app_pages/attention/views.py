@@ -282,11 +282,12 @@ def attention_npz(trace: Trace) -> bytes:
     return buffer.getvalue()
 
 
-def trace_npz_when_asked(
-    ckpt: Checkpoint, src: SourceInput, tgt_inputs: list[int], raw_trace: Trace
+def made_from_trace_when_asked(
+    ckpt: Checkpoint, src: SourceInput, tgt_inputs: list[int], raw_trace: Trace, make: Callable[[Trace], bytes]
 ) -> Callable[[], bytes]:
-    """The export button's ``data``: the ``.npz`` of ``raw_trace`` (:func:`attention_npz`), made when the
-    visitor asks for it, holding the trace and the model only weakly.
+    """A download button's ``data``: ``make(raw_trace)`` (a file's bytes: :func:`attention_npz`, a Query · key
+    record's), made when the visitor asks for it, holding the trace and the model only weakly; ``make`` should hold
+    nothing large either (the labels and indices it needs, not arrays cut from the trace, which keep its tensors).
 
     Streamlit keeps a button's data callable while the session lives (and until a later run of any session drops
     it), so a closure over the trace kept every Attention visitor's trace alive after the gate had dropped it: up to
@@ -304,6 +305,6 @@ def trace_npz_when_asked(
             if model is None:
                 raise RuntimeError("the model of this page was unloaded: reload the page")
             trace = state.traced(model, src, tgt_inputs)[0]
-        return attention_npz(trace)
+        return make(trace)
 
     return data

@@ -7,10 +7,16 @@ path, with a :class:`~model.recorder.Recorder` of its own: nothing is registered
   (source self-attention), ``decoder`` (masked target self-attention) and ``cross`` (target queries over source
   keys), or ``self`` for a decoder-only model (:data:`model.config.CAUSAL_KINDS` are masked); the heatmaps;
 * ``modules``: per attention module, a :class:`ModuleTrace`: what entered it, each head's q, k, v, scores, weights
-  and output (the query·key view :mod:`reading.qk`, the live numbers :mod:`teaching.live`, the attention side of
-  attribution :mod:`reading.attention_scores` and the what-if :mod:`reading.patching` read these);
+  and output before Wᴼ (the query·key view :mod:`reading.qk`, the live numbers :mod:`teaching.live`, the attention
+  side of attribution :mod:`reading.attention_scores` and the what-if :mod:`reading.patching` read these);
 * ``streams``: the residual stream entering every layer and leaving the last (the logit lens, :mod:`reading.lens`);
-* ``logits``: the next-token logits after every target position.
+* ``logits``: the next-token logits after every target position, when asked for (no page reads them: they are a
+  vocabulary-wide row per position, 8 MB on a 128-piece sentence of a 16k vocabulary, 30 MB of Marian's 58k).
+
+A trace is kept for a whole room (the heavy-work gate's shared results), so it holds each number once: the heatmaps'
+``attention`` and the modules' ``weights`` are one tensor, and what follows from the rest (the scores, each head's
+weighted sum of values) is computed when read: a 128-piece sentence pair's trace is 24 MB (54 MB with every
+number held apart and the logits).
 
 The words the pages show for each kind are in ``viz/labels.py``.
 """
@@ -18,7 +24,7 @@ The words the pages show for each kind are in ``viz/labels.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, Sequence, overload
 
@@ -43,10 +49,10 @@ class ModuleTrace:
         q_positions / k_positions: ``[q]`` / ``[k]`` absolute positions.
         q_raw / k_raw: ``[h, q | k, d_k]`` ``x W + b`` per head, before RoPE; q / k: as they enter the score (rotated
             by RoPE, else the same tensors); v: ``[h, k, d_k]``.
-        scores: ``[h, q, k]`` ``q·k / √d_k`` (paper eq. 1), before ALiBi's bias and the mask.
         bias: ``[h, q, k]`` ALiBi's ``−m_h·|i − j|``, else ``None``; slopes: ``[h]`` its ``m_h``, else ``None``.
-        weights: ``[h, q, k]`` the softmax, the heatmap (masked keys exactly 0).
-        heads: ``[h, q, d_k]`` each head's ``Σ_j w_ij v_j`` before Wᴼ; output: ``[q, d_model]`` the module's output.
+        weights: ``[h, q, k]`` the softmax, the heatmap (masked keys exactly 0); a view of :attr:`Trace.attention`.
+
+    Computed when read (properties): :attr:`scores` and :attr:`heads`.
     """
 
     kind: str
@@ -62,12 +68,9 @@ class ModuleTrace:
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    scores: torch.Tensor
     bias: torch.Tensor | None
     slopes: torch.Tensor | None
     weights: torch.Tensor
-    heads: torch.Tensor
-    output: torch.Tensor
 
     @property
     def n_heads(self) -> int:
@@ -81,6 +84,17 @@ class ModuleTrace:
     def scale(self) -> float:
         """``1 / √d_k``."""
         return 1.0 / math.sqrt(self.d_k)
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """``[h, q, k]`` ``q·k / √d_k`` (paper eq. 1), before ALiBi's bias and the mask: computed as the module
+        computes it, on the recorded q and k (for RoPE, the rotated ones)."""
+        return self.q @ self.k.transpose(-2, -1) / math.sqrt(self.d_k)
+
+    @property
+    def heads(self) -> torch.Tensor:
+        """``[h, q, d_k]`` each head's ``Σ_j w_ij v_j`` (paper eq. 1's output), before the heads are joined and Wᴼ."""
+        return self.weights @ self.v
 
 
 @dataclass(frozen=True, eq=False)  # tensors inside: compared and hashed by identity
@@ -207,12 +221,9 @@ def module_trace(model: Transformer, kind: str, layer: int, rec: AttentionRecord
         q=_cpu(q),
         k=_cpu(k),
         v=_cpu(rec.v[0]),
-        scores=_cpu(q @ k.transpose(-2, -1) / math.sqrt(module.d_k)),
         bias=_cpu(rec.bias),
         slopes=_cpu(module.slopes) if module.position == "alibi" else None,
         weights=_cpu(rec.weights[0]),
-        heads=_cpu(rec.heads[0]),
-        output=_cpu(rec.output[0]),
     )
 
 
@@ -223,11 +234,13 @@ def trace_pair(
     src_ids: list[int] | None,
     tgt_ids: list[int],
     src_offsets: list[tuple[int, int]] | None = None,
+    logits: bool = False,
 ) -> Trace:
     """Run the traced path over a source and a target prefix (``tgt_ids`` starts with ``<bos>``).
 
     For decoder-only models pass ``src_ids=None``; the result then has the single kind ``self``. Without a
     ``tokenizer`` the token strings are left empty (the readers of :mod:`reading` need only ids and numbers).
+    ``logits``: also keep :attr:`Trace.logits` (else ``None``).
 
     Raises:
         ValueError: an encoder-decoder model without ``src_ids``, or no ``tgt_ids``.
@@ -249,6 +262,8 @@ def trace_pair(
     attention: dict[str, torch.Tensor] = {}
     for kind, n in model.cfg.attention_layers().items():
         attention[kind] = torch.stack([modules[(kind, layer)].weights for layer in range(n)])
+        for layer in range(n):  # the modules' weights become views of the heatmaps' tensor: held once
+            modules[(kind, layer)] = replace(modules[(kind, layer)], weights=attention[kind][layer])
     tokens = (lambda ids: tokenizer.tokens(ids) if ids else []) if tokenizer is not None else (lambda ids: [])
     return Trace(
         src_tokens=tuple(tokens(src_ids)),
@@ -257,7 +272,7 @@ def trace_pair(
         tgt_ids=tuple(tgt_ids),
         src_offsets=tuple(src_offsets or ()),
         attention=attention,
-        logits=model.logits(out.hidden[0]).float().cpu(),
+        logits=model.logits(out.hidden[0]).float().cpu() if logits else None,
         modules=modules,
         streams={side: torch.stack([x[0] for x in xs]).float().cpu() for side, xs in recorder.streams.items()},
     )

@@ -129,7 +129,7 @@ def test_the_trace_streams_end_in_the_logits_and_nothing_is_left_on_the_model(ma
     model = make_model(norm_first=True).eval()
     src, tgt = _case(model, encode_src, encode_tgt)
     before = {n: p.clone() for n, p in model.state_dict().items()}
-    trace = trace_pair(model, None, src, tgt)
+    trace = trace_pair(model, None, src, tgt, logits=True)
     n_enc, n_dec = len(model.encoder_layers), len(model.decoder_layers)
     assert trace.streams["encoder"].shape == (n_enc + 1, len(src), model.cfg.d_model)
     assert trace.streams["decoder"].shape == (n_dec + 1, len(tgt), model.cfg.d_model)
@@ -158,3 +158,19 @@ def test_a_recorder_needs_the_traced_path(make_model):
     x = torch.zeros(1, 3, model.cfg.d_model)
     with pytest.raises(ValueError, match="traced path"):
         module(x, x, record=lambda r: None)
+
+
+def test_a_trace_holds_each_number_once(make_model, encode_src, encode_tgt):
+    """A room's cache keeps traces: the heatmaps and the modules' weights are one tensor, the scores and the heads'
+    sums are computed when read (equal to the module's own: the views above compare them with references), and
+    the vocabulary-wide logits are kept only when asked for."""
+    model = make_model(norm_first=True).eval()
+    src, tgt = _case(model, encode_src, encode_tgt)
+    trace = trace_pair(model, None, src, tgt)
+    assert trace.logits is None
+    for (kind, layer), m in trace.modules.items():
+        assert m.weights.untyped_storage().data_ptr() == trace.attention[kind].untyped_storage().data_ptr()
+        assert torch.equal(m.weights, trace.attention[kind][layer])
+        masked = (m.scores + (m.bias if m.bias is not None else 0)).masked_fill(~m.mask, float("-inf"))
+        assert torch.allclose(torch.softmax(masked, dim=-1), m.weights, atol=1e-6), (kind, layer)
+        assert m.heads.shape == m.q.shape[:2] + (m.v.size(-1),)

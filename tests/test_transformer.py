@@ -169,7 +169,7 @@ def test_traced_model_equals_fast_model(make_model):
 def test_trace_pair_shapes_and_logits(make_model, tokenizer, encode_src, encode_tgt):
     model = make_model()
     src, tgt = encode_src("The house is big."), encode_tgt("Das Haus ist groß.")
-    tr = trace_pair(model, tokenizer, src, tgt)
+    tr = trace_pair(model, tokenizer, src, tgt, logits=True)
     assert set(tr.kinds) == {"encoder", "decoder", "cross"}
     assert tr.attention["encoder"].shape == (2, 4, len(src), len(src))
     assert tr.attention["decoder"].shape == (2, 4, len(tgt), len(tgt))

@@ -290,8 +290,8 @@ def made_from_trace_when_asked(
     nothing large either (the labels and indices it needs, not arrays cut from the trace, which keep its tensors).
 
     Streamlit keeps a button's data callable while the session lives (and until a later run of any session drops
-    it), so a closure over the trace kept every Attention visitor's trace alive after the gate had dropped it: up to
-    34 MB each, outside the gate's byte budget. A trace dropped since is traced again through the gate.
+    it), so a closure over the trace kept every Attention visitor's trace alive after the gate had dropped it: tens
+    of MB each, outside the gate's byte budget. A trace dropped since is traced again through the gate.
 
     Raises:
         RuntimeError: the model itself was unloaded since (another checkpoint version): the page is stale.

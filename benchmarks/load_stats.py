@@ -37,10 +37,10 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) * TICK_S
 
 
-def _rss_bytes(pid: int) -> int:
+def _rss_bytes(pid: int, field: str = "VmRSS") -> int:
     try:
         for line in (PROC / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -96,6 +96,21 @@ class ProcessProbe:
             "rss_bytes": sum(map(_rss_bytes, tree)),
             "processes": len(tree),
         }
+
+    def reset_peak(self) -> bool:
+        """Start the kernel's high-water mark of resident memory (``VmHWM``) again from now, for every process of
+        the tree (``/proc/PID/clear_refs``, Linux ≥ 4.0; the server's own user or root). Returns whether it could."""
+        try:
+            for pid in self.tree():
+                (PROC / str(pid) / "clear_refs").write_text("5")
+        except OSError:
+            return False
+        return True
+
+    def peak_bytes(self) -> int:
+        """The largest resident memory each process of the tree reached since it started or :meth:`reset_peak`
+        (``VmHWM``, which the kernel updates on every page it maps: nothing between two samples is missed), summed."""
+        return sum(_rss_bytes(pid, "VmHWM") for pid in self.tree())
 
     @staticmethod
     def delta(before: dict, after: dict) -> dict:

@@ -53,11 +53,12 @@ async def soak(
     ramp_s: float,
     linger_s: float,
     churn: bool = False,
-) -> tuple[list[tuple], tuple[list[Outcome], int] | list[Record], float | None]:
-    """``(samples, what ran, baseline RSS MB)``: ``samples`` are ``(minutes since start, RSS MB, server CPU cores,
-    gate MiB, figure MiB)`` every ``every_s`` seconds during the soak and once more ``linger_s`` seconds after every
-    visitor left; what ran is the level's records, or ``(outcomes, visitors who came)`` with ``churn``; the baseline
-    is measured with ``churn`` only (else ``None``)."""
+) -> tuple[list[tuple], tuple[list[Outcome], int] | list[Record], float | None, float | None]:
+    """``(samples, what ran, baseline RSS MB, peak MB)``: ``samples`` are ``(minutes since start, RSS MB, server CPU
+    cores, gate MiB, figure MiB)`` every ``every_s`` seconds during the soak and once more ``linger_s`` seconds after
+    every visitor left; what ran is the level's records, or ``(outcomes, visitors who came)`` with ``churn``; the
+    baseline is measured with ``churn`` only (else ``None``); the peak is the kernel's high-water mark of the server's
+    resident memory from the baseline to the last visitor's leaving (``None`` where it cannot be read again)."""
     probe = ProcessProbe(port=local_base(url)[2])
     samples: list[tuple] = []
     start = time.monotonic()
@@ -82,13 +83,16 @@ async def soak(
 
     stop = asyncio.Event()
     baseline: float | None = None
+    watched_peak = False
     records: tuple[list[Outcome], int] | list[Record]
     if churn:
 
         def settled(visited: str) -> None:  # the model loaded and warm, the warm-up visits gone, memory handed back
-            nonlocal baseline
+            nonlocal baseline, watched_peak
             warmed[visited] = probe.sample()["rss_bytes"] / 1e6
             baseline = warmed[visited] if visited == "every page" else None
+            if baseline is not None:  # from here on, the peak is the soak's
+                watched_peak = probe.reset_peak()
 
         warmed: dict[str, float] = {}
         ran = asyncio.create_task(run_churn(url, visitors, minutes, ramp_s, settled))
@@ -104,6 +108,7 @@ async def soak(
     stop.set()
     await watching
     left = probe.sample()
+    peak = probe.peak_bytes() / 1e6 if watched_peak else None
     await asyncio.sleep(linger_s)
     after = probe.sample()
     samples.append(
@@ -114,10 +119,10 @@ async def soak(
             *caches(),
         )
     )
-    return samples, records, baseline
+    return samples, records, baseline, peak
 
 
-def churn_report(samples: list[tuple], ran, baseline: float, linger: int) -> None:
+def churn_report(samples: list[tuple], ran, baseline: float, linger: int, highest: float | None = None) -> None:
     outcomes, came = ran
     bound = baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
     peak = max(s[1] for s in samples)
@@ -141,6 +146,11 @@ def churn_report(samples: list[tuple], ran, baseline: float, linger: int) -> Non
         f"{(GATE_BYTES + FIGURE_BYTES) / 1e6:.0f} MB = bound {bound:.0f} MB; peak {peak:.0f} MB "
         f"({'under' if peak <= bound else 'OVER'} the bound); after everyone left: {samples[-1][1]:.0f} MB"
     )
+    if highest is not None:
+        print(
+            f"the kernel's high-water mark (VmHWM) from the baseline to the last visitor's leaving: {highest:.0f} MB "
+            f"({'under' if highest <= bound else 'OVER'} the bound)"
+        )
     print(
         f"{came} visitors came and went; first load p50 / p95 {loads['p50'] or 0:.2f} / {loads['p95'] or 0:.2f} s, "
         f"actions p50 / p95 {acts['p50'] or 0:.2f} / {acts['p95'] or 0:.2f} s ({acts['n']}); errors "
@@ -170,21 +180,21 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.url:
         local_base(args.url)
-        samples, records, baseline = run(args.url.rstrip("/"))
+        samples, records, baseline, highest = run(args.url.rstrip("/"))
     else:
         env = {
             "STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl),
             "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS),
         }  # as make serve's workers
         with serve(ROOT / "test-artifacts" / "streamlit-soak.log", env) as url:
-            samples, records, baseline = run(url)
+            samples, records, baseline, highest = run(url)
     what = "churn (new sentences every minute, visitors coming and going)" if args.churn else args.scenario
     print(
         f"\n### soak: {args.visitors} visitors, {what}, {args.minutes:g} min "
         f"({args.url or 'streamlit run app.py'}, disconnectedSessionTTL {args.ttl} s)\n"
     )
     if args.churn:
-        churn_report(samples, records, baseline, linger)
+        churn_report(samples, records, baseline, linger, highest)
         return 0
     during = samples[:-1]
     ramped = next((s for s in during if s[0] * 60 >= args.ramp), during[0])

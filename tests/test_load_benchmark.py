@@ -215,6 +215,20 @@ def test_another_checkout_is_served_with_its_own_settings_not_this_ones(tmp_path
     assert app_dir_env(here, root=here) == {}
 
 
+def test_the_probe_reads_the_kernels_peak_and_starts_it_again():
+    """The soak's bound is checked against VmHWM, which no sample between two readings can miss."""
+    import os
+
+    probe = ProcessProbe(pids=[os.getpid()])
+    block = bytearray(64 * 2**20)  # 64 MiB, touched: resident
+    block[::4096] = b"x" * len(block[::4096])
+    with_block = probe.peak_bytes()
+    assert with_block >= probe.sample()["rss_bytes"] > 64 * 2**20
+    del block
+    if probe.reset_peak():  # Linux >= 4.0, and this process is ours
+        assert probe.peak_bytes() < with_block - 32 * 2**20
+
+
 def test_demo_sentences_are_a_few_hundred_distinct_ones():
     sentences = demo_sentences()
     assert len(set(sentences)) == len(sentences) >= 300

@@ -322,16 +322,17 @@ def configure_torch() -> int:
     return threads
 
 
-#: The process's one gate, shared by every session.
-#: Set (to 1): the process's gate sets :data:`serving.memory.WORK_BYTES` aside from its budget for the computation it
-#: runs, so that a churned room stays within its memory bound, at the price of recomputing what the smaller results
-#: drop (see :data:`~serving.memory.WORK_BYTES`). Off by default.
+#: Set (to 1): the process's gate sets :data:`serving.memory.WORK_BYTES` aside from its budget for the work in flight,
+#: so that a churned room stays near its memory bound, at the price of waiting again for what the smaller results
+#: drop (see :data:`~serving.memory.WORK_BYTES`). Off by default: a room is served first.
 SET_ASIDE_ENV = "ATTENTION_EXPLORER_GATE_SET_ASIDE"
 
 
 def _work_from_env() -> int:
     return WORK_BYTES if os.environ.get(SET_ASIDE_ENV, "").strip() not in ("", "0") else 0
 
+
+#: The process's one gate, shared by every session.
 
 GATE = Gate(_slots_from_env(), work=_work_from_env())
 

@@ -13,7 +13,7 @@ The budgets, in bytes (a visitor's own session state is not in them: Streamlit d
   :mod:`serving.heavy`'s shared results. A slimmed decoding of a long sentence is well under 1 MB (its steps keep the
   top tokens, not vocabulary-wide rows), a trace of the longest input 24 MB, so 256 MiB holds a lecture's
   worth, while a room's worst case stays a known amount on a 2 GB worker. An operator may set :data:`WORK_BYTES` of
-  it aside for the computation the gate runs (:data:`serving.heavy.SET_ASIDE_ENV`).
+  it aside for the work in flight (:data:`serving.heavy.SET_ASIDE_ENV`).
 * :data:`FIGURE_BYTES`: Plotly and Altair figures shared by :mod:`serving.figures` (a heatmap is tens of kB, the
   36-panel grid of a long sentence a few MB): 64 MiB.
 
@@ -42,18 +42,20 @@ from dataclasses import fields, is_dataclass
 from typing import Any, Hashable, Iterator
 
 #: Bytes the heavy-work gate may use (:class:`serving.heavy.Gate`): its shared results and, when an operator asks
-#: for it, :data:`WORK_BYTES` set aside from them for the computation running in its slot.
+#: for it, :data:`WORK_BYTES` set aside from them for the work in flight.
 GATE_BYTES = 256 * 2**20
-#: What one heavy computation uses at most while it runs, on the longest input, a 1,980-character sentence (128
-#: pieces), measured as glibc's memory in use above its start (``mallinfo2``, sampled every 2 ms): the attribution of
-#: its last step (127 pieces written) 94-124 MB (:data:`reading.gradients.PASS_TOKENS`), that step's faithfulness
-#: 40 MB, its trace 52 MB, a batch of sixteen such first decodings 78 MB. With
-#: ``ATTENTION_EXPLORER_GATE_SET_ASIDE=1`` (:data:`serving.heavy.SET_ASIDE_ENV`) the process's gate sets it aside from
-#: :data:`GATE_BYTES`, so that its results and its computation in flight together stay within the gate's budget: a
-#: 30-minute churned soak then stayed within baseline + budgets (at the soak's readings), but the results, at 128 MiB,
-#: held a few long sentences' traces, and the visitors' clicks waited for what they had dropped (p95 10.2 s against
-#: 0.7-0.9 s). Off by default: a room is served first, memory is bounded above by this much more.
-WORK_BYTES = 128 * 2**20
+#: What the room's work in flight may use: the one heavy computation the gate runs and the pages being drawn beside
+#: it. The computation, on the longest input, a 1,980-character sentence (128 pieces), measured as glibc's memory in
+#: use above its start (``mallinfo2``, sampled every 2 ms): the attribution of its last step (127 pieces written)
+#: 94-124 MB (:data:`reading.gradients.PASS_TOKENS`), that step's faithfulness 40 MB, its trace 52 MB, a batch of
+#: sixteen such first decodings 78 MB; twenty visitors' page runs of such sentences beside it (their figures built
+#: before they are shared) took the rest: with 128 MiB set aside a churned soak's resident memory reached 20-45 MB
+#: above the bound at its peaks. With ``ATTENTION_EXPLORER_GATE_SET_ASIDE=1`` (:data:`serving.heavy.SET_ASIDE_ENV`)
+#: the process's gate sets it aside from :data:`GATE_BYTES`, so that its results and the work in flight together
+#: stay within the gate's budget: a 30-minute churned soak then read 804-929 MB against a bound of 926 (its
+#: high-water mark 992), but the visitors' clicks waited in the gate's line for what the 96 MiB of results had
+#: dropped (p95 12.7 s against 0.6 s). Off by default: a room is served first.
+WORK_BYTES = 160 * 2**20
 #: Bytes the shared figures may hold (:mod:`serving.figures`).
 FIGURE_BYTES = 64 * 2**20
 

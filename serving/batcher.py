@@ -99,8 +99,7 @@ class Batcher(Generic[ItemT, ValueT]):
         max_batch: the most requests computed together.
         max_wait_s: the longest any request waits for its value before :class:`~serving.heavy.TooBusy` (s).
         run: ``run(thunk, size) -> thunk()``, where a batch of ``size`` requests is computed (the gate's slot).
-        deliver: ``deliver(key, value, seconds)`` for every value computed, before its waiters wake (the shared cache);
-            ``seconds``: the batch's time divided among its requests.
+        deliver: ``deliver(key, value)`` for every value computed, before its waiters wake (the shared cache).
         lookup: ``lookup(key)``: a value already computed, or :data:`~serving.heavy.MISSING`.
     """
 
@@ -109,7 +108,7 @@ class Batcher(Generic[ItemT, ValueT]):
     max_batch: int = MAX_BATCH
     max_wait_s: float = 90.0
     run: Callable[[Callable[[], Sequence[ValueT]], int], Sequence[ValueT]] = lambda thunk, size: thunk()
-    deliver: Callable[[Hashable, ValueT, float], None] = lambda key, value, seconds: None
+    deliver: Callable[[Hashable, ValueT], None] = lambda key, value: None
     lookup: Callable[[Hashable], object] = lambda key: MISSING
     batches: int = 0  # batches computed (for tests and the load benchmark)
     _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -221,13 +220,11 @@ class Batcher(Generic[ItemT, ValueT]):
             error: BaseException | None = None
             values: Sequence[ValueT] = ()
             try:
-                start = time.perf_counter()
                 values = self.run(functools.partial(self.compute_batch, [r.item for r in batch]), len(batch))
-                share = (time.perf_counter() - start) / len(batch)
                 if len(values) != len(batch):
                     raise ValueError(f"{len(values)} values for a batch of {len(batch)}")
                 for r, value in zip(batch, values, strict=True):
-                    self.deliver(r.key, value, share)
+                    self.deliver(r.key, value)
             except BaseException as exc:  # every waiter of the batch must hear of it; the worker goes on
                 error = exc
                 if not isinstance(exc, TooBusy):
@@ -266,6 +263,6 @@ def batched(batcher: Batcher[ItemT, ValueT], key: Hashable, item: ItemT, what: s
 FIRST_DECODES: Batcher[tuple[Checkpoint, tuple[int, ...]], Decoding] = Batcher.from_env(
     lambda requests: checkpoint_decodings(requests[0][0], [list(ids) for _, ids in requests]),
     run=lambda thunk, size: heavy.GATE.run(object(), thunk, f"{size} translations at once", keep=False),
-    deliver=lambda key, value, seconds: heavy.GATE.keep(key, value, seconds),
+    deliver=lambda key, value: heavy.GATE.keep(key, value),
     lookup=lambda key: heavy.GATE.lookup(key),
 )

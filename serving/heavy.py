@@ -9,8 +9,7 @@ through one :class:`Gate` per process:
   torch already spreads one computation over the process's cores); the others wait in line, first come first
   served, and the visitor sees *"Busy: 2 computations ahead of yours"* instead of a silent hang;
 * **computed once**: a result is kept by its key (checkpoint version, sentence, settings) in a cache bounded in
-  bytes (:data:`serving.memory.GATE_BYTES`; what is cheapest to compute again per byte is dropped first,
-  :class:`serving.memory.CostAwareCache`) and
+  bytes (:data:`serving.memory.GATE_BYTES`, least recently used dropped first) and
   handed to every visitor who asks for it; a visitor who asks while another one's identical computation runs
   waits for that one instead of starting a second;
 * **bounded in time**: a visitor who would wait longer than ``max_wait_s`` is told the server is too busy and
@@ -36,7 +35,7 @@ from typing import Callable, Hashable, TypeVar
 
 import streamlit as st
 
-from serving.memory import GATE_BYTES, WORK_BYTES, CostAwareCache, nbytes
+from serving.memory import GATE_BYTES, WORK_BYTES, ByteLRU, nbytes
 
 T = TypeVar("T")
 #: What :meth:`Gate.lookup` returns for a key whose value it does not hold.
@@ -60,9 +59,8 @@ class Gate:
 
     Args:
         slots: computations allowed to run at once (≥ 1).
-        budget: bytes the gate may use: its kept results (:func:`serving.memory.nbytes` of each; those cheapest to
-            compute again per byte dropped first, :class:`serving.memory.CostAwareCache`, with the seconds each took)
-            and ``work`` for each slot (default :data:`serving.memory.GATE_BYTES`).
+        budget: bytes the gate may use: its kept results (:func:`serving.memory.nbytes` of each; least recently
+            used dropped first) and ``work`` for each slot (default :data:`serving.memory.GATE_BYTES`).
         work: bytes one computation in a slot may use while it runs, set aside from ``budget`` for each slot (the
             process's gate: :data:`serving.memory.WORK_BYTES`; 0: the results may use the whole budget).
         max_wait_s: longest wait for a slot, or for another visitor's identical computation, before
@@ -77,7 +75,7 @@ class Gate:
         self._cond = threading.Condition()
         # what the computations running in the slots may use comes out of the same budget: while one runs, the
         # results kept and its own memory together stay within ``budget``
-        self._results = CostAwareCache(max(0, int(budget) - self.slots * max(0, int(work))))
+        self._results = ByteLRU(max(0, int(budget) - self.slots * max(0, int(work))))
         self._running: dict[Hashable, bool] = {}  # keys being computed now
         self._line: list[int] = []  # tickets waiting for a slot, in arrival order
         self._sharing = 0  # visitors waiting for another one's identical computation (outside the line)
@@ -135,12 +133,10 @@ class Gate:
 
     def _compute(self, key: Hashable, compute: Callable[[], T], notify: Callable[[str | None], None], keep: bool) -> T:
         """``compute()`` in the slot :meth:`_take_turn` or :meth:`_take_background_turn` took for ``key``."""
-        done, size, value, seconds = False, 0, None, 0.0
+        done, size, value = False, 0, None
         try:  # the slot is ours from the line's last lock: only this finally gives it back
             notify(None)
-            start = time.perf_counter()
             value = compute()
-            seconds = time.perf_counter() - start
             size = nbytes(value) if keep else 0  # measured outside the lock, which every session's run takes
             done = True
         finally:
@@ -148,7 +144,7 @@ class Gate:
                 self._busy -= 1
                 del self._running[key]
                 if done and keep:
-                    self._results.put(key, value, size, seconds)
+                    self._results.put(key, value, size)
                 self._cond.notify_all()
         return value
 
@@ -259,12 +255,11 @@ class Gate:
         with self._cond:
             return self._results.get(key) if key in self._results else MISSING
 
-    def keep(self, key: Hashable, value: object, seconds: float = 0.0) -> None:
-        """Cache ``value`` for ``key`` as :meth:`run` would have (a value computed in a batch of many keys, or read
-        outside the line); ``seconds``: what computing it took, which ranks it when the budget is full."""
+    def keep(self, key: Hashable, value: object) -> None:
+        """Cache ``value`` for ``key`` as :meth:`run` would have (a value computed in a batch of many keys)."""
         size = nbytes(value)  # measured outside the lock, which every session's run takes
         with self._cond:
-            self._results.put(key, value, size, seconds)
+            self._results.put(key, value, size)
 
     def stats(self) -> dict[str, int]:
         """Where the gate stands now: ``slots``, ``busy`` (slots in use), ``running`` (keys being computed),

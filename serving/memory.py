@@ -4,14 +4,13 @@ dropped first once a cache is over its budget.
 A cache bounded by its number of entries is bounded in nothing a server runs out of: one entry of the heavy-work
 gate is a 3 kB tokenization or a 30 MB decoding of a 58k-vocabulary model at its length cap, and a room typing new
 sentences all day fills every entry. The budgets below are the one place that says how much each shared cache may
-hold; :func:`nbytes` measures an entry, :class:`ByteLRU` keeps entries under a budget, and
-:class:`CostAwareCache` (the gate's) drops first what is cheapest to compute again per byte.
+hold; :func:`nbytes` measures an entry, :class:`ByteLRU` keeps entries under a budget.
 
 The budgets, in bytes (a visitor's own session state is not in them: Streamlit drops it when the visitor leaves):
 
 * :data:`GATE_BYTES`: finished decodings, traces, beam searches, attribution readings and the rest of
   :mod:`serving.heavy`'s shared results. A slimmed decoding of a long sentence is well under 1 MB (its steps keep the
-  top tokens, not vocabulary-wide rows), a trace of the longest input 24 MB, so 256 MiB holds a lecture's
+  top tokens, not vocabulary-wide rows), a trace of the longest input up to 34 MB, so 256 MiB holds a lecture's
   worth, while a room's worst case stays a known amount on a 2 GB worker. An operator may set :data:`WORK_BYTES` of
   it aside for the work in flight (:data:`serving.heavy.SET_ASIDE_ENV`).
 * :data:`FIGURE_BYTES`: Plotly and Altair figures shared by :mod:`serving.figures` (a heatmap is tens of kB, the
@@ -31,8 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import heapq
-import itertools
 import os
 import sys
 import threading
@@ -202,16 +199,10 @@ class ByteLRU:
         self._entries[key] = (value, size)
         self.total += size
         while self.total > self.budget:
-            self._drop(self._victim())
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self.total -= dropped
+            self.evicted += 1
         return True
-
-    def _victim(self) -> Hashable:
-        """The key to drop next: the least recently used."""
-        return next(iter(self._entries))
-
-    def _drop(self, key: Hashable) -> None:
-        self.pop(key)
-        self.evicted += 1
 
     def pop(self, key: Hashable) -> None:
         """Forget ``key`` (nothing happens when it is not kept)."""
@@ -226,85 +217,6 @@ class ByteLRU:
     def size_of(self, key: Hashable) -> int:
         """The bytes counted for ``key``'s entry."""
         return self._entries[key][1]
-
-
-#: The least recompute time :class:`CostAwareCache` counts for an entry (s): a timing below a click's own overhead
-#: (~0.1 s served) says nothing about what recomputing it costs, and entries of one size measured in a loaded
-#: machine's noise stay in recency order.
-MIN_COST_S = 0.1
-
-
-class CostAwareCache(ByteLRU):
-    """A cache bounded by bytes that drops first what is cheapest to compute again per byte it frees: GreedyDual-Size
-    (Cao & Irani, "Cost-Aware WWW Proxy Caching Algorithms", USENIX 1997), each entry's credit
-    ``H = L + cost_s / size`` set when it is put or read, the entry of least ``H`` dropped (the least recently used
-    among equals), and the floor ``L`` raised to the dropped entry's ``H`` so that entries not read for long age out.
-
-    Why not recency alone: the gate keeps a 1,980-character sentence's trace (24 MB, 0.1-1 s to compute again) beside
-    readings of a few kB that took seconds (a step's attribution: 10 s on that sentence). Under LRU every new trace
-    dropped dozens of them, and a visitor who came back to one waited for all of its seconds again; here the traces
-    go first, in recency order among themselves, and an expensive reading stays until everything cheaper has gone.
-
-    Not thread-safe, as :class:`ByteLRU`.
-
-    Args:
-        budget: bytes all entries together may hold (≥ 0).
-    """
-
-    def __init__(self, budget: int):
-        super().__init__(budget)
-        self._floor = 0.0  # L: the credit of the last entry dropped
-        self._cost: dict[Hashable, float] = {}  # key -> what computing it again costs (s)
-        self._credit: dict[Hashable, tuple[float, int]] = {}  # key -> (H, when read): its current heap entry
-        self._heap: list[tuple[float, int, Hashable]] = []  # (H, when read, key); stale entries skipped
-        self._clock = itertools.count()
-
-    def get(self, key: Hashable) -> Any:
-        value = super().get(key)
-        self._credit_entry(key)
-        return value
-
-    def put(self, key: Hashable, value: Any, size: int | None = None, cost_s: float = 0.0) -> bool:
-        """As :meth:`ByteLRU.put`, ``cost_s``: the seconds ``value`` took to compute (at least :data:`MIN_COST_S`
-        is counted); the entries dropped are those of least credit."""
-        size = nbytes(value) if size is None else int(size)
-        self.pop(key)
-        if size > self.budget:
-            return False
-        self._cost[key] = max(float(cost_s), MIN_COST_S)
-        self._entries[key] = (value, size)  # counted before the credit: the credit divides by it
-        self._credit_entry(key)
-        self.total += size
-        while self.total > self.budget:
-            self._drop(self._victim())
-        return True
-
-    def _credit_entry(self, key: Hashable) -> None:
-        credit = (self._floor + self._cost[key] / max(1, self._entries[key][1]), next(self._clock))
-        self._credit[key] = credit
-        heapq.heappush(self._heap, (*credit, key))
-        if len(self._heap) > 2 * len(self._credit) + 64:  # readings leave stale heap entries behind: compact them
-            self._heap = [(h, t, k) for k, (h, t) in self._credit.items()]
-            heapq.heapify(self._heap)
-
-    def _victim(self) -> Hashable:
-        while True:
-            h, t, key = heapq.heappop(self._heap)
-            if self._credit.get(key) == (h, t):
-                self._floor = h
-                return key
-
-    def pop(self, key: Hashable) -> None:
-        super().pop(key)
-        self._cost.pop(key, None)
-        self._credit.pop(key, None)
-
-    def clear(self) -> None:
-        super().clear()
-        self._cost.clear()
-        self._credit.clear()
-        self._heap.clear()
-        self._floor = 0.0
 
 
 #: Seconds between two :func:`tidy` calls of the thread :func:`keep_giving_back` starts. A full collection of 225,000

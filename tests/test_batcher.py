@@ -104,14 +104,9 @@ def test_a_batch_holds_at_most_max_batch_the_oldest_first_and_one_group_only():
     assert all(results[f"k{i}"] == f"value of {i}" for i in range(8))
 
 
-def _keep_in(kept: dict):
-    """A batcher's ``deliver`` into a plain dict (the seconds each value took are the gate's business)."""
-    return lambda key, value, _seconds: kept.__setitem__(key, value)
-
-
 def test_a_key_asked_twice_is_computed_once_and_a_delivered_one_not_again():
     held, kept = Held(), {}
-    batcher = Batcher(held, window_ms=0, deliver=_keep_in(kept), lookup=lambda k: kept.get(k, MISSING))
+    batcher = Batcher(held, window_ms=0, deliver=kept.__setitem__, lookup=lambda k: kept.get(k, MISSING))
     results, second = {}, {}
     threads = pile_up(batcher, held, results, 1)
     threads.append(ask(batcher, second, "k0", "again"))  # the same key: joins it, or finds it delivered
@@ -146,7 +141,7 @@ def test_a_wrong_number_of_values_is_an_error_for_every_waiter():
 
 def test_a_waiter_interrupted_by_a_rerun_leaves_the_others_served_and_its_value_cached():
     held, kept = Held(), {}
-    batcher = Batcher(held, window_ms=0, deliver=_keep_in(kept))
+    batcher = Batcher(held, window_ms=0, deliver=kept.__setitem__)
     results, told = {}, []
 
     def interrupted(message):

@@ -1,5 +1,4 @@
-"""The shared caches are bounded in bytes: each entry measured, the least recently used (the figures) or the cheapest
-to compute again per byte (the gate's results) dropped over the budget, and
+"""The shared caches are bounded in bytes: each entry measured, the least recently used dropped over the budget, and
 a decoding kept for sharing holds what the pages show, not a vocabulary-wide row per step."""
 
 from __future__ import annotations
@@ -9,7 +8,6 @@ import gc
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +20,7 @@ from decoding.sampling import SamplingConfig
 from decoding.stepping import TOP_KEPT, Stepper
 from serving import figures, memory
 from serving.heavy import Gate
-from serving.memory import ByteLRU, CostAwareCache, nbytes
+from serving.memory import ByteLRU, nbytes
 from tests.app_helpers import ROOT
 
 MB = 2**20
@@ -77,40 +75,6 @@ def test_byte_lru_drops_the_least_recently_used_over_its_budget():
     assert not cache.put("huge", None, size=301) and "huge" not in cache  # larger than the whole budget
     cache.put("a", None, size=10)  # a key put again is counted once, at its new size
     assert cache.total == sum(cache.size_of(k) for k in cache)
-
-
-def test_the_cost_aware_cache_drops_what_is_cheapest_to_compute_again_per_byte():
-    """GreedyDual-Size: a large entry quick to compute goes before small slow ones, even when it is newer; among
-    equals, the least recently used; and an expensive entry nobody reads ages out once the floor passes it."""
-    cache = CostAwareCache(budget=1000)
-    cache.put("reading", None, size=100, cost_s=10.0)  # 0.1 s a byte
-    cache.put("trace", None, size=800, cost_s=0.2)  # 0.00025 s a byte
-    cache.put("decoding", None, size=100, cost_s=2.0)  # 0.02 s a byte
-    cache.put("another trace", None, size=800, cost_s=0.2)
-    assert list(cache) == ["reading", "decoding", "another trace"] and cache.total == 1000 and cache.evicted == 1
-    same = CostAwareCache(budget=300)  # equal cost and size: least recently used first, as ByteLRU
-    for key in "abc":
-        same.put(key, None, size=100, cost_s=0.0)  # counted as MIN_COST_S
-    same.get("a")
-    same.put("d", None, size=100)
-    assert list(same) == ["c", "a", "d"]
-    ages = CostAwareCache(budget=200)
-    ages.put("slow, never read again", None, size=100, cost_s=1.0)  # credit 0.01 a byte above the floor
-    for i in range(200):  # each entry dropped raises the floor by what it was worth
-        ages.put(("read once", i), None, size=100, cost_s=0.1)  # 0.001 a byte
-    assert "slow, never read again" not in ages and len(ages) == 2
-    assert not ages.put("huge", None, size=201) and ages.total == sum(ages.size_of(k) for k in ages)
-
-
-def test_the_gate_ranks_its_results_by_the_seconds_they_took():
-    gate = Gate(slots=1, budget=3 * MB)
-    gate.run("slow", lambda: time.sleep(0.5) or np.zeros(MB // 8))  # 1 MB, half a second to compute again
-    for i in range(5):
-        gate.run(("quick", i), lambda: np.zeros(MB // 8))
-    assert gate.cached("slow") and gate.cached(("quick", 4)) and not gate.cached(("quick", 0))
-    gate.keep("batched", np.zeros(MB // 8), seconds=5.0)  # a value computed in a batch, with its share of it
-    gate.run(("quick", 5), lambda: np.zeros(MB // 8))
-    assert gate.cached("batched") and gate.cached("slow") and gate.stats()["bytes"] <= 3 * MB
 
 
 def test_the_gate_keeps_results_within_its_byte_budget():

@@ -14,7 +14,6 @@ token ids), frozen (:class:`decoding.decoded.Decoding`), cached and shared by ev
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import NamedTuple, cast
 
@@ -265,7 +264,6 @@ def _read_source(ckpt: Checkpoint, text: str, brief: bool) -> tuple[SourceInput,
     key = ("source", *checkpoint_version(ckpt), text)
     kept = heavy.GATE.lookup(key)
     if kept is heavy.MISSING:
-        began = time.perf_counter()
         src = prepare_source(ckpt.tokenizer, text, input_limit(cfg), cfg.eos_id, cfg.unk_id)
         if unknown_share(ckpt.tokenizer, src.text) > MOSTLY_UNKNOWN:
             warnings = (UNREADABLE, UNREADABLE)
@@ -275,7 +273,7 @@ def _read_source(ckpt: Checkpoint, text: str, brief: bool) -> tuple[SourceInput,
             warnings = (far.message(kind) or "", far.message(kind, brief=True) or "")
         offsets = tuple((start, end) for start, end in src.offsets)
         kept = _Read(src.text, tuple(src.ids), tuple(src.tokens), offsets, src.truncated, tuple(src.notes), *warnings)
-        heavy.GATE.keep(key, kept, time.perf_counter() - began)
+        heavy.GATE.keep(key, kept)
     r = cast(_Read, kept)
     src = SourceInput(r.text, list(r.ids), list(r.tokens), list(r.offsets), r.truncated, list(r.notes))
     return src, r.brief_warning if brief else r.warning

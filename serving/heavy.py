@@ -328,7 +328,6 @@ def _work_from_env() -> int:
 
 
 #: The process's one gate, shared by every session.
-
 GATE = Gate(_slots_from_env(), work=_work_from_env())
 
 

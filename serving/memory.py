@@ -10,7 +10,7 @@ The budgets, in bytes (a visitor's own session state is not in them: Streamlit d
 
 * :data:`GATE_BYTES`: finished decodings, traces, beam searches, attribution readings and the rest of
   :mod:`serving.heavy`'s shared results. A slimmed decoding of a long sentence is well under 1 MB (its steps keep the
-  top tokens, not vocabulary-wide rows), a trace of the longest input up to 34 MB, so 256 MiB holds a lecture's
+  top tokens, not vocabulary-wide rows), a trace of the longest input 24 MB, so 256 MiB holds a lecture's
   worth, while a room's worst case stays a known amount on a 2 GB worker. An operator may set :data:`WORK_BYTES` of
   it aside for the work in flight (:data:`serving.heavy.SET_ASIDE_ENV`).
 * :data:`FIGURE_BYTES`: Plotly and Altair figures shared by :mod:`serving.figures` (a heatmap is tens of kB, the

@@ -6,6 +6,7 @@ Nothing here asserts a speed."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -217,8 +218,6 @@ def test_another_checkout_is_served_with_its_own_settings_not_this_ones(tmp_path
 
 def test_the_probe_reads_the_kernels_peak_and_starts_it_again():
     """The soak's bound is checked against VmHWM, which no sample between two readings can miss."""
-    import os
-
     probe = ProcessProbe(pids=[os.getpid()])
     block = bytearray(64 * 2**20)  # 64 MiB, touched: resident
     block[::4096] = b"x" * len(block[::4096])

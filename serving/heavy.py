@@ -7,7 +7,8 @@ through one :class:`Gate` per process:
 
 * **bounded**: at most ``slots`` computations run at once (``$ATTENTION_EXPLORER_HEAVY_SLOTS``, default 1:
   torch already spreads one computation over the process's cores); the others wait in line, first come first
-  served, and the visitor sees *"Busy: 2 computations ahead of yours"* instead of a silent hang;
+  served except that one known to be quick goes first (:mod:`serving.line`), and the visitor sees *"Busy: 2
+  computations ahead of yours"* instead of a silent hang;
 * **computed once**: a result is kept by its key (checkpoint version, sentence, settings) in a cache bounded in
   bytes (:data:`serving.memory.GATE_BYTES`, least recently used dropped first) and
   handed to every visitor who asks for it; a visitor who asks while another one's identical computation runs
@@ -35,6 +36,7 @@ from typing import Callable, Hashable, TypeVar
 
 import streamlit as st
 
+from serving.line import Line
 from serving.memory import GATE_BYTES, WORK_BYTES, ByteLRU, nbytes
 
 T = TypeVar("T")
@@ -55,7 +57,8 @@ class TooBusy(RuntimeError):
 
 
 class Gate:
-    """A bounded, first-come-first-served line for heavy computations, with single flight and a shared result cache.
+    """A bounded line for heavy computations (quick ones first: :class:`serving.line.Line`), with single flight and a
+    shared result cache.
 
     Args:
         slots: computations allowed to run at once (≥ 1).
@@ -77,7 +80,7 @@ class Gate:
         # results kept and its own memory together stay within ``budget``
         self._results = ByteLRU(max(0, int(budget) - self.slots * max(0, int(work))))
         self._running: dict[Hashable, bool] = {}  # keys being computed now
-        self._line: list[int] = []  # tickets waiting for a slot, in arrival order
+        self._line = Line()  # tickets waiting for a slot
         self._sharing = 0  # visitors waiting for another one's identical computation (outside the line)
         self._background: list[int] = []  # prefetches waiting for a slot that no visitor wants, in arrival order
         self._busy = 0  # slots in use
@@ -136,15 +139,19 @@ class Gate:
         done, size, value = False, 0, None
         try:  # the slot is ours from the line's last lock: only this finally gives it back
             notify(None)
+            start = time.monotonic()
             value = compute()
+            took = time.monotonic() - start
             size = nbytes(value) if keep else 0  # measured outside the lock, which every session's run takes
             done = True
         finally:
             with self._cond:
                 self._busy -= 1
                 del self._running[key]
-                if done and keep:
-                    self._results.put(key, value, size)
+                if done:
+                    self._line.took(key, took)
+                    if keep:
+                        self._results.put(key, value, size)
                 self._cond.notify_all()
         return value
 
@@ -192,7 +199,7 @@ class Gate:
                     waited = time.monotonic() - start
                     if key in self._running:  # single flight: wait for that visitor's computation
                         if ticket is not None:  # out of the line meanwhile: a place held here would block others
-                            self._line.remove(ticket)
+                            self._line.leave(ticket)
                             ticket = None
                             self._cond.notify_all()
                         if not sharing:
@@ -206,16 +213,15 @@ class Gate:
                             sharing = False
                             self._sharing -= 1
                         if ticket is None:
-                            ticket = next(self._tickets)
-                            self._line.append(ticket)
-                        if self._busy < self.slots and self._line[0] == ticket:
-                            self._line.remove(ticket)
+                            ticket = self._line.join(key)
+                        if self._busy < self.slots and self._line.first() == ticket:
+                            self._line.leave(ticket)
                             ticket = None
                             self._busy += 1
                             self._running[key] = True
                             self.computed += 1
                             return None, True
-                        ahead = self._line.index(ticket) + self._busy
+                        ahead = self._line.ahead_of(ticket) + self._busy
                         if waited > self.max_wait_s:
                             raise TooBusy(what, ahead, waited)
                         message = (
@@ -228,7 +234,7 @@ class Gate:
             if ticket is not None or sharing:
                 with self._cond:
                     if ticket is not None:
-                        self._line.remove(ticket)
+                        self._line.leave(ticket)
                     if sharing:
                         self._sharing -= 1
                     self._cond.notify_all()

@@ -323,14 +323,14 @@ def configure_torch() -> int:
     return threads
 
 
-#: Set (to 1): the process's gate sets :data:`serving.memory.WORK_BYTES` aside from its budget for the work in flight,
-#: so that a churned room stays near its memory bound, at the price of waiting again for what the smaller results
-#: drop (see :data:`~serving.memory.WORK_BYTES`). Off by default: a room is served first.
+#: Unless set to 0, the process's gate sets :data:`serving.memory.WORK_BYTES` aside from its budget for the work in
+#: flight, so that a churned room stays near its memory bound; what the smaller results drop is computed again, and
+#: the line serves such quick re-computations first (see :data:`~serving.memory.WORK_BYTES`).
 SET_ASIDE_ENV = "ATTENTION_EXPLORER_GATE_SET_ASIDE"
 
 
 def _work_from_env() -> int:
-    return WORK_BYTES if os.environ.get(SET_ASIDE_ENV, "").strip() not in ("", "0") else 0
+    return 0 if os.environ.get(SET_ASIDE_ENV, "").strip() == "0" else WORK_BYTES
 
 
 #: The process's one gate, shared by every session.

@@ -38,8 +38,8 @@ from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any, Hashable, Iterator
 
-#: Bytes the heavy-work gate may use (:class:`serving.heavy.Gate`): its shared results and, when an operator asks
-#: for it, :data:`WORK_BYTES` set aside from them for the work in flight.
+#: Bytes the heavy-work gate may use (:class:`serving.heavy.Gate`): its shared results and, unless an operator turns
+#: it off, :data:`WORK_BYTES` set aside from them for the work in flight.
 GATE_BYTES = 256 * 2**20
 #: What the room's work in flight may use: the one heavy computation the gate runs and the pages being drawn beside
 #: it. The computation, on the longest input, a 1,980-character sentence (128 pieces), measured as glibc's memory in
@@ -47,11 +47,12 @@ GATE_BYTES = 256 * 2**20
 #: 94-124 MB (:data:`reading.gradients.PASS_TOKENS`), that step's faithfulness 40 MB, its trace 52 MB, a batch of
 #: sixteen such first decodings 78 MB; twenty visitors' page runs of such sentences beside it (their figures built
 #: before they are shared) took the rest: with 128 MiB set aside a churned soak's resident memory reached 20-45 MB
-#: above the bound at its peaks. With ``ATTENTION_EXPLORER_GATE_SET_ASIDE=1`` (:data:`serving.heavy.SET_ASIDE_ENV`)
-#: the process's gate sets it aside from :data:`GATE_BYTES`, so that its results and the work in flight together
-#: stay within the gate's budget: a 30-minute churned soak then read 804-929 MB against a bound of 926 (its
-#: high-water mark 992), but the visitors' clicks waited in the gate's line for what the 96 MiB of results had
-#: dropped (p95 12.7 s against 0.6 s). Off by default: a room is served first.
+#: above the bound at its peaks. The process's gate sets it aside from :data:`GATE_BYTES` (unless
+#: ``ATTENTION_EXPLORER_GATE_SET_ASIDE=0``, :data:`serving.heavy.SET_ASIDE_ENV`), so that its results and the work in
+#: flight together stay within the gate's budget. 30-minute churned soaks, bound 925-926 MB: without it, readings
+#: 851-1,068 MB (high-water mark 1,149); with it, 804-929 (992), but the visitors' clicks waited in the gate's line
+#: for what the 96 MiB of results had dropped (p95 12.7 s against 0.6 s), until the line served quick computations
+#: first (:mod:`serving.line`): 816-911 MB (1,005), clicks p95 0.50 s.
 WORK_BYTES = 160 * 2**20
 #: Bytes the shared figures may hold (:mod:`serving.figures`).
 FIGURE_BYTES = 64 * 2**20

@@ -100,9 +100,9 @@ def test_the_gate_sets_aside_what_its_running_computation_may_use(monkeypatch):
     from serving import heavy
 
     monkeypatch.delenv(heavy.SET_ASIDE_ENV, raising=False)
-    assert heavy._work_from_env() == 0  # by default the results keep the whole budget
-    monkeypatch.setenv(heavy.SET_ASIDE_ENV, "1")
-    assert heavy._work_from_env() == memory.WORK_BYTES < memory.GATE_BYTES
+    assert heavy._work_from_env() == memory.WORK_BYTES < memory.GATE_BYTES  # set aside by default
+    monkeypatch.setenv(heavy.SET_ASIDE_ENV, "0")
+    assert heavy._work_from_env() == 0  # the operator's choice: the results keep the whole budget
 
 
 def test_shared_figures_are_bounded_in_bytes(monkeypatch):

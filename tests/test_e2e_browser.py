@@ -2,8 +2,9 @@
 
 Screenshots go to ``test-artifacts/`` (git-ignored) for a human look:
 ``translate-step3.png`` and ``attention.png`` at 1600×1000, ``projector-run-to-end.png`` at 1280×720.
-``training-finished.png``: a language-model run launched from the Training page and watched to its end (its
-runs folder is temporary: ``ATTENTION_EXPLORER_RUNS``).
+``training-finished.png``: a language-model run launched from the Training page and watched to its end;
+``training-live.png``: a stopped run resumed from the page and followed live (their runs folder is temporary:
+``ATTENTION_EXPLORER_RUNS``).
 As in ``test_app.py``, nothing asserts particular German words: the model is a placeholder for now.
 """
 
@@ -28,6 +29,11 @@ from browser_helpers import (
     shot,
     step_of,
 )
+from training_page_helpers import wait_for
+
+from launching import form as TF
+from launching import launch as L
+from training import runs as R
 
 pytestmark = BROWSER_GROUP
 
@@ -36,8 +42,9 @@ pytestmark = BROWSER_GROUP
 def fresh_server(tmp_path_factory):
     """An app no one has visited yet (the shared ``server`` has served other modules' tests), its runs folder in a
     temporary directory (``ATTENTION_EXPLORER_RUNS``): ``(url, runs_root, visits)``, ``visits`` the tests that
-    have used it. The deep-link test is the first in this module and says so; the Training page's test comes last
-    and launches the only run here (one app for the two: a server start costs seconds of CPU)."""
+    have used it. The deep-link test is the first in this module and says so; the Training page's tests come last:
+    the first launches a run from the page, the second resumes one it launched itself (one app for them all: a server
+    start costs seconds of CPU)."""
     runs = tmp_path_factory.mktemp("browser-runs")
     for url in serve_app({"ATTENTION_EXPLORER_RUNS": str(runs)}, "streamlit-fresh-server.log"):
         yield url, runs, []
@@ -272,3 +279,102 @@ def test_training_page_launches_and_watches_a_language_model_run(fresh_server, n
     expect(page.get_by_text("Heads forming").first).to_be_visible()
     page.wait_for_timeout(500)
     shot(page, "training-finished.png")
+
+
+# --- the Training page follows a live run ---------------------------------------------------------------
+#: A tiny translator that trains until stopped (2-minute limit per leg), snapshots at steps 0, 10, 30, 100, 300, …
+FORM = {
+    **TF.preset_form("2-minute CPU demo"),
+    "d_model": 32,
+    "n_heads": 2,
+    "layers": 1,
+    "d_ff": 64,
+    "max_steps": 100_000,
+    "max_minutes": 2.0,
+    "limit_train": 200,
+    "eval_every": 100_000,
+    "eval_sentences": 5,
+    "vocab_size": 500,
+    "warmup": 5,
+    "log_every": 5,
+    "threads": 1,
+    "device": "cpu",
+    "batch_tokens": 600,
+}
+
+
+@pytest.fixture
+def stopped_run(fresh_server, monkeypatch):
+    """A real run in the fresh app's runs folder, stopped after its step-10 snapshot: ``(base URL, run folder)``;
+    stopped again at the end."""
+    url, root, visits = fresh_server
+    visits.append("training live")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(L.DEMO_ENV, raising=False)
+    run = L.launch(FORM, root, name="demo")
+    try:
+        assert wait_for(lambda: any(s.step >= 10 for s in R.read_probes(run)), 180), R.log_tail(run)
+        assert L.stop(run)
+        assert wait_for(lambda: L.run_state(run) == "stopped", 120), R.log_tail(run)
+        yield url, run
+    finally:
+        L.stop(run)  # the resumed leg, if the test left it running
+        wait_for(lambda: L.run_state(run) not in L.LIVE_STATES, 60)
+
+
+def table_step(page) -> int:
+    """The ``step`` cell of the runs table's first row, or -1 while there is none. The table is a static one
+    (``st.table``, whose cells wrap), its header naming the columns."""
+    table = page.locator('[data-testid="stTable"] table').first
+    if not table.count():
+        return -1
+    header = [t.strip() for t in table.locator("thead th").all_inner_texts()]
+    cells = [t.strip() for t in table.locator("tbody tr").first.locator("th, td").all_inner_texts()]
+    if "step" not in header or len(cells) != len(header):
+        return -1
+    step = cells[header.index("step")]
+    return int(step) if step.isdigit() else -1
+
+
+def snapshot_step(page) -> int:
+    text = page.get_by_text(re.compile(r"^Translation at step \d+")).first.inner_text()
+    return int(re.search(r"step (\d+)", text).group(1))
+
+
+def test_the_page_follows_a_resumed_run(stopped_run, new_page):
+    """A run stopped from outside, resumed from the page: the page shows the new leg as starting or running at once
+    (not the stopped status.json of the leg before), enables Stop without a reload, keeps the runs table's step and
+    the heads-forming snapshot moving with the trainer, and says this leg's minutes beside the run's total. What
+    AppTest cannot show: it reruns the whole script where the served page only reruns its polling fragments. Runs
+    after the language model's test, whose finished run is older in the table than this one."""
+    url, run = stopped_run
+    first_leg = R.read_status(run)
+    page = new_page(PROJECTOR)
+    page.goto(f"{url}/training")
+    page.get_by_text(re.compile(r"demo — state stopped")).wait_for()
+    shown = snapshot_step(page)
+    main = page.get_by_test_id("stMainBlockContainer")  # the header's "Stop" stops a script run
+    stop = main.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_disabled()
+
+    main.get_by_role("button", name="Resume").click()
+    # At once the new leg, never the old leg's "stopped": that status.json was taken for the new trainer's.
+    expect(page.get_by_text(re.compile(r"demo — state (starting|running)"))).to_be_visible(timeout=15_000)
+    expect(page.get_by_text(re.compile(r"demo — state running"))).to_be_visible(timeout=120_000)
+    expect(stop).to_be_enabled(timeout=15_000)  # without a reload
+    expect(page.get_by_text(re.compile(r"this leg [\d.]+ of 2 minutes · total [\d.]+ minutes")).first).to_be_visible(
+        timeout=15_000
+    )
+
+    # The runs table and heads forming keep up with the trainer (they were drawn once with the page).
+    step = table_step(page)
+    assert wait_for(lambda: table_step(page) > max(step, first_leg["step"]), 60), (step, table_step(page))
+    assert wait_for(lambda: snapshot_step(page) > shown, 90), (shown, R.read_probes(run)[-1].step)
+    page.wait_for_timeout(500)
+    shot(page, "training-live.png")
+
+    stop.click()
+    expect(page.get_by_text(re.compile(r"demo — state stopped"))).to_be_visible(timeout=120_000)
+    assert_no_traceback(page)
+    status = R.read_status(run)
+    assert status["leg"] == 2 and status["started"] == first_leg["started"]

@@ -18,7 +18,9 @@ attribution view, the Attention page; :func:`benchmarks.soak_churn.run_churn`) h
 
 Where the memory goes, line by line: ``ATTENTION_EXPLORER_MEMORY_PROBE=/tmp/probe.jsonl python -m benchmarks.soak
 --churn`` makes the served app write what its allocator holds in use and free, the caches' own counts and its
-sessions' state every 10 s (:mod:`serving.memory_probe`).
+sessions' state every 10 s (:mod:`serving.memory_probe`); ``ATTENTION_EXPLORER_MEMORY_PEAKS=1`` beside it also
+writes what every thread ran at each new high of the resident memory (read five times a second), the spikes between
+two readings that only the high-water mark sees otherwise.
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ allocator has taken from the system and how much of it is in use or free (``mall
 object blocks, the shared caches' bytes as they count them (:mod:`serving.heavy`'s gate, :mod:`serving.figures`), the
 sessions Streamlit holds and what each one's state and outgoing queue keep (:func:`serving.memory.nbytes`),
 Streamlit's ``st.cache_*`` and media files. ``ATTENTION_EXPLORER_TRACEMALLOC=N`` also traces Python's
-allocations (N frames each; slow) and adds the 15 source lines holding the most. Off by default: a soak reads it
+allocations (N frames each; slow) and adds the 15 source lines holding the most. ``ATTENTION_EXPLORER_MEMORY_PEAKS=1``
+also reads the resident memory every :data:`PEAK_EVERY_S` seconds and, each time it passes its highest reading by
+:data:`PEAK_STEP` bytes, writes a ``peak`` line naming what every thread runs then (a spike between two 10-second
+lines is otherwise seen only in ``VmHWM``, never explained). Off by default: a soak reads it
 (``python -m benchmarks.soak --churn --probe``), a server in production never pays for it.
 """
 
@@ -18,14 +21,20 @@ import os
 import sys
 import threading
 import time
+from types import FrameType
 from typing import Any
 
 PROBE_ENV = "ATTENTION_EXPLORER_MEMORY_PROBE"
 TRACE_ENV = "ATTENTION_EXPLORER_TRACEMALLOC"
 #: Set: each line also runs a full garbage collection and says what it freed (whether cycles hold memory).
 GC_ENV = "ATTENTION_EXPLORER_MEMORY_PROBE_GC"
+#: Set: also watch for new highs of the resident memory and say what runs at each (:func:`_watch_peaks`).
+PEAKS_ENV = "ATTENTION_EXPLORER_MEMORY_PEAKS"
 #: Seconds between two lines.
 EVERY_S = 10.0
+#: Seconds between two readings of the peak watcher, and how far (bytes) a reading must pass the highest so far.
+PEAK_EVERY_S = 0.2
+PEAK_STEP = 4 * 2**20
 _started = False
 _lock = threading.Lock()
 
@@ -168,6 +177,54 @@ def _traced(top: int) -> tuple[int, list]:
     return total, [(k, size, count) for k, (size, count) in ranked]
 
 
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def stacks(depth: int = 8) -> dict[str, list[str]]:
+    """What every other thread runs now: up to ``depth`` innermost frames of this repository's code
+    (``path:line function``), then the innermost frame of all, keyed by thread name and id."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out: dict[str, list[str]] = {}
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue
+        ours: list[str] = []
+        inner = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} {frame.f_code.co_name}"
+        f: FrameType | None = frame
+        while f is not None and len(ours) < depth:
+            name = f.f_code.co_filename
+            if name.startswith(root) and "/.venv/" not in name:
+                ours.append(f"{name[len(root) + 1 :]}:{f.f_lineno} {f.f_code.co_name}")
+            f = f.f_back
+        if ours:
+            out[f"{names.get(ident, '?')}-{ident % 10000}"] = ours + [inner]
+    return out
+
+
+def _watch_peaks(path: str, stop: threading.Event | None = None) -> None:
+    """Append a ``peak`` line to ``path`` at each new high of the resident memory (by :data:`PEAK_STEP`), read every
+    :data:`PEAK_EVERY_S` seconds, until ``stop`` is set (never, for a served process)."""
+    highest = 0
+    while stop is None or not stop.is_set():
+        try:
+            rss = _rss()
+            if rss >= highest + PEAK_STEP:
+                highest = rss
+                line = {"t": time.time(), "peak": rss, "malloc": malloc_info(), "stacks": stacks()}
+                from serving import metrics
+
+                line["caches"] = metrics.snapshot()
+                with open(path, "a") as f:
+                    f.write(json.dumps(line) + "\n")
+        except Exception as e:  # a diagnostic never takes the server down
+            with open(path, "a") as f:
+                f.write(json.dumps({"t": time.time(), "error": repr(e)}) + "\n")
+        time.sleep(PEAK_EVERY_S)
+
+
 def start_if_asked() -> bool:
     """Start the probe's thread once per process when :data:`PROBE_ENV` names a file (and tracemalloc when
     :data:`TRACE_ENV` is a number of frames). Returns whether the probe runs."""
@@ -196,4 +253,6 @@ def start_if_asked() -> bool:
                 time.sleep(EVERY_S)
 
         threading.Thread(target=loop, name="memory-probe", daemon=True).start()
+        if os.environ.get(PEAKS_ENV):
+            threading.Thread(target=_watch_peaks, args=(path,), name="memory-peaks", daemon=True).start()
     return True

@@ -12,7 +12,9 @@ together next:
   a quiet server pays the window once; requests that arrived while a batch was computed have waited longer than
   it and go into the next batch at once;
 * **the size** (``max_batch``, default :data:`MAX_BATCH`, ``$ATTENTION_EXPLORER_BATCH_MAX``): at most this many
-  requests per batch, the oldest first; only requests of one ``group`` (one model) are batched together;
+  requests per batch, the oldest first; only requests of one ``group`` (one model) are batched together; and, where
+  requests differ in cost, at most ``max_weight`` of their ``weight`` (the first decodings: :data:`MAX_BATCH_TOKENS`
+  source tokens), though never fewer than one request;
 * **one worker thread** per batcher (a daemon, started by the first request, started again should it ever end)
   takes the batches and calls ``compute_batch(items) -> values`` (one value per item, in order) inside ``run``
   (the gate's slot, so a batch counts as one heavy computation among the others). It is not a visitor's script
@@ -63,6 +65,11 @@ ValueT = TypeVar("ValueT")
 #: decodings cost on this 2-core machine; more gain little and make every visitor of the batch wait for its longest.
 WINDOW_MS, MAX_BATCH = 20.0, 16
 WINDOW_ENV, MAX_BATCH_ENV = "ATTENTION_EXPLORER_BATCH_WINDOW_MS", "ATTENTION_EXPLORER_BATCH_MAX"
+#: Source tokens one batch of first decodings holds at most: what a batch uses while it runs grows with them. Sixteen
+#: sentences at the input cap (128 pieces each) took 98 MB above the process's memory while they were decoded (6.9 s),
+#: eight of them 48 MB (4.1 s), the largest piece of work the gate ran in a churned room; a lecture's sixteen typed
+#: sentences (10-30 pieces) stay one batch.
+MAX_BATCH_TOKENS = 1024
 
 
 class BatchFailed(RuntimeError):
@@ -98,6 +105,8 @@ class Batcher(Generic[ItemT, ValueT]):
         window_ms: how long the oldest waiting request is held for others to join it (ms).
         max_batch: the most requests computed together.
         max_wait_s: the longest any request waits for its value before :class:`~serving.heavy.TooBusy` (s).
+        weight / max_weight: ``weight(item)`` is a request's share of a batch's cost (1 each by default); a batch
+            holds at most ``max_weight`` of it (``None``: no bound), and at least one request whatever it weighs.
         run: ``run(thunk, size) -> thunk()``, where a batch of ``size`` requests is computed (the gate's slot).
         deliver: ``deliver(key, value)`` for every value computed, before its waiters wake (the shared cache).
         lookup: ``lookup(key)``: a value already computed, or :data:`~serving.heavy.MISSING`.
@@ -107,6 +116,8 @@ class Batcher(Generic[ItemT, ValueT]):
     window_ms: float = WINDOW_MS
     max_batch: int = MAX_BATCH
     max_wait_s: float = 90.0
+    weight: Callable[[ItemT], int] = lambda item: 1
+    max_weight: int | None = None
     run: Callable[[Callable[[], Sequence[ValueT]], int], Sequence[ValueT]] = lambda thunk, size: thunk()
     deliver: Callable[[Hashable, ValueT], None] = lambda key, value: None
     lookup: Callable[[Hashable], object] = lambda key: MISSING
@@ -196,17 +207,29 @@ class Batcher(Generic[ItemT, ValueT]):
             self._worker = threading.Thread(target=self._work, name="batcher", daemon=True)
             self._worker.start()
 
+    def _fitting(self, same: list[_Request[ItemT]]) -> list[_Request[ItemT]]:
+        """The oldest of ``same`` that one batch may hold: at most ``max_batch`` of them and ``max_weight`` of their
+        weight, at least the first."""
+        batch: list[_Request[ItemT]] = []
+        total = 0
+        for r in same[: max(1, self.max_batch)]:
+            total += self.weight(r.item)
+            if batch and self.max_weight is not None and total > self.max_weight:
+                break
+            batch.append(r)
+        return batch
+
     def _take(self) -> list[_Request[ItemT]]:
-        """Wait (under the lock) for a batch: the oldest request's group, once it has waited the window or
-        ``max_batch`` of its group wait."""
+        """Wait (under the lock) for a batch: the oldest request's group, once it has waited the window or its
+        waiting requests fill a batch (``max_batch`` of them, or more than ``max_weight``)."""
         while True:
             while not self._pending:
                 self._cond.wait()
             group = self._pending[0].group
             same = [r for r in self._pending if r.group == group]
             left = self._pending[0].arrived + self.window_ms / 1000 - time.monotonic()
-            if len(same) >= self.max_batch or left <= 0:
-                batch = same[: max(1, self.max_batch)]
+            batch = self._fitting(same)
+            if len(batch) < len(same) or len(same) >= self.max_batch or left <= 0:
                 for r in batch:
                     self._pending.remove(r)
                     r.started, r.batch_size = True, len(batch)
@@ -258,10 +281,13 @@ def batched(batcher: Batcher[ItemT, ValueT], key: Hashable, item: ItemT, what: s
 
 
 #: The first decodings of new sentences (``(checkpoint, source ids)`` → :class:`~decoding.decoded.Decoding`), batched
-#: per checkpoint when they arrive together: a batch holds the process's gate for heavy work (the one it has then:
-#: a test may put in a fresh one) and leaves its decodings in the gate's cache, where every later run finds them.
+#: per checkpoint when they arrive together, up to :data:`MAX_BATCH_TOKENS` source tokens a batch: a batch holds the
+#: process's gate for heavy work (the one it has then: a test may put in a fresh one) and leaves its decodings in the
+#: gate's cache, where every later run finds them.
 FIRST_DECODES: Batcher[tuple[Checkpoint, tuple[int, ...]], Decoding] = Batcher.from_env(
     lambda requests: checkpoint_decodings(requests[0][0], [list(ids) for _, ids in requests]),
+    weight=lambda request: len(request[1]),
+    max_weight=MAX_BATCH_TOKENS,
     run=lambda thunk, size: heavy.GATE.run(object(), thunk, f"{size} translations at once", keep=False),
     deliver=lambda key, value: heavy.GATE.keep(key, value),
     lookup=lambda key: heavy.GATE.lookup(key),

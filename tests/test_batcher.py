@@ -209,3 +209,26 @@ def test_window_and_size_come_from_the_environment(monkeypatch):
     assert (batcher.window_ms, batcher.max_batch) == (5.0, 1) and batcher.request("k", 7) == 7
     monkeypatch.setenv(MAX_BATCH_ENV, "lots")
     assert Batcher.from_env(lambda items: list(items)).max_batch == 16
+
+
+def test_a_batch_holds_at_most_max_weight_and_a_heavy_request_goes_alone():
+    """Long sentences are heavier: a batch stops before the request that would take it over ``max_weight`` (the
+    oldest first, so no request is passed over), and a request heavier than that on its own still goes, alone."""
+    held = Held()
+    batcher, results = Batcher(held, window_ms=0, max_batch=16, weight=len, max_weight=10), {}
+    first = ask(batcher, results, "first", "f")
+    assert held.started.wait(JOIN_S)
+    items = ["aaaa", "bbbb", "cc", "dddddddddddd", "e", "ffff", "gggggg"]  # weights 4 4 2 12 1 4 6
+    threads = [first] + [in_turn(batcher, results, f"k{i}", item) for i, item in enumerate(items)]
+    held.release()
+    for t in threads:
+        t.join(JOIN_S)
+    assert held.batches[1:] == [["aaaa", "bbbb", "cc"], ["dddddddddddd"], ["e", "ffff"], ["gggggg"]]
+    assert all(results[f"k{i}"] == f"value of {item}" for i, item in enumerate(items))
+
+
+def test_the_first_decodings_are_bounded_by_their_source_tokens():
+    from serving.batcher import FIRST_DECODES, MAX_BATCH_TOKENS
+
+    assert FIRST_DECODES.max_weight == MAX_BATCH_TOKENS
+    assert FIRST_DECODES.weight((None, tuple(range(128)))) == 128  # a sentence at the input cap: 8 of them a batch

@@ -53,7 +53,9 @@ UNIFORM_SHARE = 0.3
 #: with them (~0.18 MB a position on the shipped translator, ~49 MB for one row of 255 positions): the last step of a
 #: 128-piece sentence (128 + 127 positions) read with every point in one pass (24 rows) took 683 MB while it ran,
 #: 161 MB in passes of 512 positions (2 rows), 94 MB in passes of 256 (1 row), in the same time (11.3 and 10.6 s on
-#: one thread). 256 keeps a step's reading within the heavy-work gate's :data:`serving.memory.WORK_BYTES`.
+#: one thread). 256 keeps a step's reading within the heavy-work gate's :data:`serving.memory.WORK_BYTES`. The forward
+#: passes without gradients that place the stretches are bounded by the same rows: the 13-point grid in one pass took
+#: the process 73-104 MB above its memory for that step, 59 MB in passes of 2 rows, in the same time (~21 s there).
 PASS_TOKENS = 256
 
 
@@ -112,10 +114,13 @@ def _scores(method: str, attributions: tuple[torch.Tensor, ...], has_source: boo
 
 
 class _Path:
-    """The straight path ``e′ + a (e − e′)``, ``a`` in [0, 1], for every side's embeddings, and ``F`` along it."""
+    """The straight path ``e′ + a (e − e′)``, ``a`` in [0, 1], for every side's embeddings, and ``F`` along it,
+    read ``rows`` points a pass (``None``: all at once)."""
 
-    def __init__(self, forward, inputs: tuple[torch.Tensor, ...], bases: tuple[torch.Tensor, ...]):
-        self.forward, self.bases = forward, tuple(b.detach() for b in bases)
+    def __init__(
+        self, forward, inputs: tuple[torch.Tensor, ...], bases: tuple[torch.Tensor, ...], rows: int | None = None
+    ):
+        self.forward, self.bases, self.rows = forward, tuple(b.detach() for b in bases), rows
         self.diff = tuple((x - b).detach() for x, b in zip(inputs, bases, strict=True))
 
     def at(self, alphas) -> tuple[torch.Tensor, ...]:
@@ -123,9 +128,15 @@ class _Path:
         return tuple(torch.cat([b + float(a) * d for a in alphas]) for b, d in zip(self.bases, self.diff, strict=True))
 
     def values(self, alphas) -> list[float]:
-        """``F`` at ``alphas`` (one forward pass, no gradients)."""
+        """``F`` at ``alphas`` (forward passes of at most ``rows`` points, no gradients): the grid that places the
+        first stretches is 13 points, which in one pass held more than a pass of the integral with its gradients."""
+        alphas = list(alphas)
+        rows = len(alphas) if self.rows is None else max(1, self.rows)
+        out: list[float] = []
         with torch.no_grad():
-            return self.forward(*self.at(alphas)).double().tolist()
+            for start in range(0, len(alphas), rows):
+                out += self.forward(*self.at(alphas[start : start + rows])).double().tolist()
+        return out
 
 
 def _first_edges(path: _Path, stretches: int) -> tuple[list[float], dict[float, float]]:
@@ -250,7 +261,7 @@ def read_gradients(
             return token_log_probs(model, src, tgt, step.token_id, embeddings)
 
         gxi = InputXGradient(forward).attribute(inputs)
-        path = _Path(forward, inputs, bases)
+        path = _Path(forward, inputs, bases, internal_batch_size)
         if tolerance is None:
             ig, points, spent = _integrate(path, [(0.0, 1.0)], n_steps, internal_batch_size)[0], n_steps, n_steps
         else:

@@ -97,6 +97,27 @@ def test_the_gap_of_a_relu_model_is_quadrature_error(make_model, step_ids):
     assert (one.n_steps, one.evaluated) == (whole.n_steps, whole.evaluated)
 
 
+def test_every_pass_carries_at_most_the_bounded_rows(make_model, step_ids, monkeypatch):
+    """The bound holds for the passes without gradients too (the grid that places the stretches, the midpoints of
+    halved ones), not only for the integral's: the grid in one pass held more than a pass with gradients."""
+    import reading.gradients as gradients
+
+    model = make_model()
+    step = make_step(model, step_ids)
+    rows, real = [], gradients.token_log_probs
+
+    def counted(model, src, tgt, token_id, embeddings):
+        rows.append(embeddings[0].shape[0])
+        return real(model, src, tgt, token_id, embeddings)
+
+    monkeypatch.setattr(gradients, "token_log_probs", counted)
+    read_gradients(model, step, n_steps=12, internal_batch_size=3)
+    assert max(rows[1:-1]) <= 3 and len(rows) > 10  # the first is grad × input, the last both ends of the path
+    rows.clear()
+    read_gradients(model, step, n_steps=12)
+    assert max(rows) >= gradients.GRID + 1  # unbounded: the grid in one pass
+
+
 def test_a_pass_of_the_integral_is_bounded_in_token_positions():
     long = Step(tuple(range(128)), tuple(range(64)), 5)  # a sentence at the input cap, 63 tokens written
     assert pass_rows(long) == 1 and pass_rows(long) * 192 <= PASS_TOKENS  # a point at a time

@@ -45,7 +45,11 @@ GATE_BYTES = 256 * 2**20
 #: it. The computation, on the longest input, a 1,980-character sentence (128 pieces), measured as glibc's memory in
 #: use above its start (``mallinfo2``, sampled every 2 ms): the attribution of its last step (127 pieces written)
 #: 94-124 MB (:data:`reading.gradients.PASS_TOKENS`), that step's faithfulness 40 MB, its trace 52 MB, a batch of
-#: sixteen such first decodings 78 MB; twenty visitors' page runs of such sentences beside it (their figures built
+#: sixteen such first decodings 78 MB. Measured again as the resident memory above the process's (every 1 ms, a
+#: warm process): attribution 73 MB, faithfulness 66-74 MB, a batch of sixteen first decodings 98 MB; with the grid
+#: of the attribution read in bounded passes, faithfulness in passes of 1,024 positions and first decodings batched
+#: up to 1,024 source tokens (:data:`serving.batcher.MAX_BATCH_TOKENS`) 59, 32 and 48 MB, the trace 28 MB;
+#: twenty visitors' page runs of such sentences beside it (their figures built
 #: before they are shared) took the rest: with 128 MiB set aside a churned soak's resident memory reached 20-45 MB
 #: above the bound at its peaks. The process's gate sets it aside from :data:`GATE_BYTES` (unless
 #: ``ATTENTION_EXPLORER_GATE_SET_ASIDE=0``, :data:`serving.heavy.SET_ASIDE_ENV`), so that its results and the work in

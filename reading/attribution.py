@@ -101,20 +101,19 @@ def attribute_step(
     """
     step = Step(tuple(src_ids or ()), tuple(prefix_ids), token_id)
     step.check(model)
-    trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))  # read twice below
-    return StepAttribution(
+    trace = trace_pair(model, None, list(step.src_ids) or None, list(step.prefix_ids))  # read twice here
+    attention, last = read_attention(model, step, trace), last_query(model, step, trace)
+    # both are copies: the trace (28 MB for the longest pair) is let go before the gradients' passes take theirs
+    del trace
+    gradients = read_gradients(
+        model,
         step,
-        read_attention(model, step, trace),
-        read_gradients(
-            model,
-            step,
-            n_steps=n_steps,
-            baseline=baseline,
-            internal_batch_size=internal_batch_size,
-            tolerance=tolerance,
-        ),
-        last_query(model, step, trace),
+        n_steps=n_steps,
+        baseline=baseline,
+        internal_batch_size=internal_batch_size,
+        tolerance=tolerance,
     )
+    return StepAttribution(step, attention, gradients, last)
 
 
 def source_shares(

@@ -154,13 +154,14 @@ def _first_edges(path: _Path, stretches: int) -> tuple[list[float], dict[float, 
     return edges, values
 
 
-def _integrate(path: _Path, stretches: list[tuple[float, float]], n: int, batch: int | None) -> list[tuple]:
-    """Integrated gradients over each stretch ``(a, b)``, a batch row per stretch: one Captum call when ``batch`` is
-    ``None`` or holds a row of every stretch, else one call per ``batch`` stretches (Captum never carries fewer rows
-    in a pass than its call has stretches, so a bound below that is kept by calling it on fewer)."""
+def _integrate(path: _Path, stretches: list[tuple[float, float]], n: int) -> list[tuple]:
+    """Integrated gradients over each stretch ``(a, b)``, a batch row per stretch: one Captum call when the path's
+    ``rows`` is ``None`` or holds a row of every stretch, else one call per ``rows`` stretches (Captum never carries
+    fewer rows in a pass than its call has stretches, so a bound below that is kept by calling it on fewer)."""
     from captum.attr import IntegratedGradients
 
     ig = IntegratedGradients(path.forward)
+    batch = path.rows
     per_call = len(stretches) if batch is None else max(1, min(len(stretches), batch))
     out: list[tuple] = []
     for start in range(0, len(stretches), per_call):
@@ -188,15 +189,13 @@ def pass_rows(step: Step, tokens: int = PASS_TOKENS) -> int:
     return max(1, tokens // max(1, len(step.src_ids) + len(step.prefix_ids)))
 
 
-def _adaptive(
-    path: _Path, n_steps: int, tolerance: float, max_steps: int, batch: int | None
-) -> tuple[tuple[torch.Tensor, ...], int, int]:
+def _adaptive(path: _Path, n_steps: int, tolerance: float, max_steps: int) -> tuple[tuple[torch.Tensor, ...], int, int]:
     """Integrated gradients over stretches refined until the completeness gap is under ``tolerance`` (or the points
     reach ``max_steps``): ``(attributions per side, points used, gradient evaluations spent)``."""
     n = POINTS_PER_STRETCH
     edges, f = _first_edges(path, max(1, n_steps // n))
     stretches = list(zip(edges[:-1], edges[1:], strict=True))
-    parts = dict(zip(stretches, _integrate(path, stretches, n, batch), strict=True))
+    parts = dict(zip(stretches, _integrate(path, stretches, n), strict=True))
     change, spent = f[1.0] - f[0.0], n * len(stretches)
     while True:
         miss = {s: sum(float(t.sum()) for t in parts[s]) - (f[s[1]] - f[s[0]]) for s in stretches}
@@ -209,7 +208,7 @@ def _adaptive(
         mids = [(a + b) / 2 for a, b in worst]
         f.update(zip(mids, path.values(mids), strict=True))
         halves = [h for (a, b), m in zip(worst, mids, strict=True) for h in ((a, m), (m, b))]
-        parts.update(zip(halves, _integrate(path, halves, n, batch), strict=True))
+        parts.update(zip(halves, _integrate(path, halves, n), strict=True))
         stretches = sorted(set(stretches) - set(worst) | set(halves))
         spent += n * len(halves)
     sides = len(path.bases)
@@ -263,9 +262,9 @@ def read_gradients(
         gxi = InputXGradient(forward).attribute(inputs)
         path = _Path(forward, inputs, bases, internal_batch_size)
         if tolerance is None:
-            ig, points, spent = _integrate(path, [(0.0, 1.0)], n_steps, internal_batch_size)[0], n_steps, n_steps
+            ig, points, spent = _integrate(path, [(0.0, 1.0)], n_steps)[0], n_steps, n_steps
         else:
-            ig, points, spent = _adaptive(path, n_steps, tolerance, max(max_steps, n_steps), internal_batch_size)
+            ig, points, spent = _adaptive(path, n_steps, tolerance, max(max_steps, n_steps))
         with torch.no_grad():  # both ends in one pass (Captum's own convergence delta would run them again)
             ends = forward(*(torch.cat([x, b]) for x, b in zip(inputs, bases, strict=True)))
     has_source = src is not None

@@ -29,7 +29,7 @@ from browser_helpers import (
     shot,
     step_of,
 )
-from training_page_helpers import wait_for
+from training_page_helpers import LONG, wait_for
 
 from launching import form as TF
 from launching import launch as L
@@ -283,24 +283,7 @@ def test_training_page_launches_and_watches_a_language_model_run(fresh_server, n
 
 # --- the Training page follows a live run ---------------------------------------------------------------
 #: A tiny translator that trains until stopped (2-minute limit per leg), snapshots at steps 0, 10, 30, 100, 300, …
-FORM = {
-    **TF.preset_form("2-minute CPU demo"),
-    "d_model": 32,
-    "n_heads": 2,
-    "layers": 1,
-    "d_ff": 64,
-    "max_steps": 100_000,
-    "max_minutes": 2.0,
-    "limit_train": 200,
-    "eval_every": 100_000,
-    "eval_sentences": 5,
-    "vocab_size": 500,
-    "warmup": 5,
-    "log_every": 5,
-    "threads": 1,
-    "device": "cpu",
-    "batch_tokens": 600,
-}
+FORM = {**TF.preset_form("2-minute CPU demo"), **LONG}
 
 
 @pytest.fixture

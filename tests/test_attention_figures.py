@@ -66,6 +66,20 @@ def test_model_grid_adapts_to_long_sentences_and_blanks_the_future():
     assert fig.layout.height > short.layout.height
 
 
+def test_the_grid_of_a_long_sentence_sends_its_weights_as_float32():
+    """A served page serialises the grid on every run that shows it: float64 weights made the 36-panel grid of the
+    longest input 7.4 MB of JSON, float32 (what the model computes in) 3.4 MB."""
+    import plotly.io as pio
+
+    n = 128
+    labels = [f"▁t{i}" for i in range(n)]
+    attn = random_attention(6, 6, n, n).double()  # even float64 weights are sent as f4
+    for causal in (False, True):
+        spec = pio.to_json(model_grid_figure(attn, labels, labels, causal=causal), validate=False)
+        dtypes = (spec.count('"dtype":"f8"'), spec.count('"dtype":"f4"'), len(spec))  # no 7 MB string in a failure
+        assert dtypes[:2] == (0, 36) and dtypes[2] < 4.5e6, dtypes  # 36 × 128 × 128 × 4 bytes in base64 is 3.1 MB
+
+
 def test_model_grid_outlines_the_open_head_and_rejects_bad_input():
     attn = random_attention(2, 3, 4, 4)
     labels = list("abcd")

@@ -21,6 +21,11 @@ Where the memory goes, line by line: ``ATTENTION_EXPLORER_MEMORY_PROBE=/tmp/prob
 sessions' state every 10 s (:mod:`serving.memory_probe`); ``ATTENTION_EXPLORER_MEMORY_PEAKS=1`` beside it also
 writes what every thread ran at each new high of the resident memory (read five times a second), the spikes between
 two readings that only the high-water mark sees otherwise.
+
+``--then demo:100`` runs one level of a :mod:`benchmarks.load` scenario on the same server once the churned room
+has left (here 100 visitors with sentences of their own, ramped over ``--ramp`` and held 60 s): whether the
+lecture-hall goals still hold on a process that has served half an hour of churn, with its caches full and its
+heaps as the churn left them, and whether its memory stays under the same bound meanwhile.
 """
 
 from __future__ import annotations
@@ -124,6 +129,43 @@ async def soak(
     return samples, records, baseline, peak
 
 
+#: Seconds the level after a soak holds its visitors (after its ramp), as one level of :mod:`benchmarks.load`.
+THEN_HOLD_S = 60.0
+
+
+async def then_run(url: str, then: tuple[str, int], ramp_s: float, baseline: float | None) -> None:
+    """One level of ``then = (scenario, visitors)`` on the soaked server (ramped over ``ramp_s``, held
+    :data:`THEN_HOLD_S`), printed with :func:`then_report`."""
+    scenario, count = then
+    probe = ProcessProbe(port=local_base(url)[2])
+    watched = probe.reset_peak()
+    level = await run_levels(url, scenario, Options([count], hold_s=THEN_HOLD_S, ramp_s=ramp_s), probe)
+    then_report(level[0], scenario, baseline, probe.peak_bytes() / 1e6 if watched else None)
+
+
+def then_report(record: Record, scenario: str, baseline: float | None, highest: float | None) -> None:
+    """The level run after the soak (:data:`benchmarks.load_stats.TABLE_HEADER`), and its high-water mark against
+    the churn's bound."""
+    row, _ = level_row(record, None)
+    print(f"\nthen, on the same server: {record.visitors} visitors, {scenario}\n", flush=True)
+    print_table([row], TABLE_HEADER)
+    if highest is not None and baseline is not None:
+        bound = baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
+        print(
+            f"its high-water mark (VmHWM): {highest:.0f} MB ({'under' if highest <= bound else 'OVER'} the bound "
+            f"{bound:.0f} MB)",
+            flush=True,
+        )
+    for line in sorted(
+        {
+            f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300]
+            for o in record.first_loads + record.actions
+            if o.errors
+        }
+    )[:5]:
+        print(f"- {line}")
+
+
 def churn_report(samples: list[tuple], ran, baseline: float, linger: int, highest: float | None = None) -> None:
     outcomes, came = ran
     bound = baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
@@ -162,6 +204,18 @@ def churn_report(samples: list[tuple], ran, baseline: float, linger: int, highes
         print(f"- {line}")
 
 
+def then_level(text: str) -> tuple[str, int]:
+    """``"demo:100"`` → ``("demo", 100)``.
+
+    Raises:
+        argparse.ArgumentTypeError: not a known scenario and a positive number of visitors.
+    """
+    scenario, _, count = text.partition(":")
+    if scenario not in SCENARIOS or not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(f"expected SCENARIO:VISITORS with a scenario of {', '.join(SCENARIOS)}")
+    return scenario, int(count)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--visitors", type=int, default=50)
@@ -172,32 +226,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ramp", type=float, default=20.0)
     p.add_argument("--ttl", type=int, default=30, help="server.disconnectedSessionTTL of the served app (s)")
     p.add_argument("--url", help="a running server (127.0.0.1/localhost only)")
+    p.add_argument(
+        "--then",
+        type=then_level,
+        metavar="SCENARIO:VISITORS",
+        help="one level of benchmarks.load on the same server after the soak (e.g. demo:100)",
+    )
     args = p.parse_args(argv)
     linger = args.ttl + 15  # the TTL, then a moment for the sessions' cleanup
 
-    def run(url: str):
-        return asyncio.run(
+    def run(url: str) -> None:
+        samples, records, baseline, highest = asyncio.run(
             soak(url, args.scenario, args.visitors, args.minutes, args.every, args.ramp, linger, args.churn)
         )
+        report(args, linger, samples, records, baseline, highest)
+        if args.then is not None:  # after the soak's report: what the room measured is printed whatever this does
+            asyncio.run(then_run(url, args.then, args.ramp, baseline))
 
     if args.url:
         local_base(args.url)
-        samples, records, baseline, highest = run(args.url.rstrip("/"))
+        run(args.url.rstrip("/"))
     else:
         env = {
             "STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(args.ttl),
             "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS),
         }  # as make serve's workers
         with serve(ROOT / "test-artifacts" / "streamlit-soak.log", env) as url:
-            samples, records, baseline, highest = run(url)
+            run(url)
+    return 0
+
+
+def report(args: argparse.Namespace, linger: int, samples: list[tuple], records, baseline, highest) -> None:
+    """The soak's tables and verdicts (:func:`churn_report` with ``--churn``)."""
     what = "churn (new sentences every minute, visitors coming and going)" if args.churn else args.scenario
     print(
         f"\n### soak: {args.visitors} visitors, {what}, {args.minutes:g} min "
-        f"({args.url or 'streamlit run app.py'}, disconnectedSessionTTL {args.ttl} s)\n"
+        f"({args.url or 'streamlit run app.py'}, disconnectedSessionTTL {args.ttl} s)\n",
+        flush=True,
     )
     if args.churn:
         churn_report(samples, records, baseline, linger, highest)
-        return 0
+        return
     during = samples[:-1]
     ramped = next((s for s in during if s[0] * 60 >= args.ramp), during[0])
     peak = max(s[1] for s in during)
@@ -220,8 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         if o.errors
     }
     for line in sorted(failed)[:5]:
-        print(f"- {line}")
-    return 0
+        print(f"- {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -292,3 +292,13 @@ def test_a_double_click_counts_both_clicks_or_is_merged_and_leaves_no_slot_busy(
     with urllib.request.urlopen(f"{server}/_stcore/metrics", timeout=10) as r:
         gate = read(r.read().decode())
     assert gate["busy"] == gate["waiting"] == gate["sharing"] == 0 and gate["computed"] >= 1
+
+
+def test_a_soak_is_followed_by_a_known_scenario_and_a_positive_room(capsys):
+    from benchmarks.soak import main, then_level
+
+    assert then_level("demo:100") == ("demo", 100)
+    for bad in ("demo", "demo:0", "demo:-3", "lectures:10", ":5"):
+        with pytest.raises(SystemExit):
+            main(["--then", bad])
+        assert "SCENARIO:VISITORS" in capsys.readouterr().err

@@ -19,13 +19,14 @@ from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 import numpy as np
 
-from serving.memory import FIGURE_BYTES, ByteLRU, nbytes
+from serving.memory import DRAWING_BYTES, FIGURE_BYTES, ByteLRU, nbytes, set_aside
 
 F = TypeVar("F")
 
 _lock = threading.Lock()
-#: The figures kept, within :data:`serving.memory.FIGURE_BYTES` (least recently drawn dropped first).
-_figures = ByteLRU(FIGURE_BYTES)
+#: The figures kept, within :data:`serving.memory.FIGURE_BYTES` less what the pages being drawn may use
+#: (:data:`serving.memory.DRAWING_BYTES`; least recently drawn dropped first).
+_figures = ByteLRU(FIGURE_BYTES - set_aside(DRAWING_BYTES))
 built = 0  # figures built so far in this process (tests read it)
 
 

@@ -36,6 +36,7 @@ from typing import Callable, Hashable, TypeVar
 
 import streamlit as st
 
+from serving import memory
 from serving.line import Line
 from serving.memory import GATE_BYTES, WORK_BYTES, ByteLRU, nbytes
 
@@ -325,12 +326,13 @@ def configure_torch() -> int:
 
 #: Unless set to 0, the process's gate sets :data:`serving.memory.WORK_BYTES` aside from its budget for the work in
 #: flight, so that a churned room stays near its memory bound; what the smaller results drop is computed again, and
-#: the line serves such quick re-computations first (see :data:`~serving.memory.WORK_BYTES`).
-SET_ASIDE_ENV = "ATTENTION_EXPLORER_GATE_SET_ASIDE"
+#: the line serves such quick re-computations first (see :data:`~serving.memory.WORK_BYTES`). The shared figures
+#: follow the same switch (:data:`serving.memory.DRAWING_BYTES`).
+SET_ASIDE_ENV = memory.SET_ASIDE_ENV
 
 
 def _work_from_env() -> int:
-    return 0 if os.environ.get(SET_ASIDE_ENV, "").strip() == "0" else WORK_BYTES
+    return memory.set_aside(WORK_BYTES)
 
 
 #: The process's one gate, shared by every session.

@@ -56,10 +56,31 @@ GATE_BYTES = 256 * 2**20
 #: flight together stay within the gate's budget. 30-minute churned soaks, bound 925-926 MB: without it, readings
 #: 851-1,068 MB (high-water mark 1,149); with it, 804-929 (992), but the visitors' clicks waited in the gate's line
 #: for what the 96 MiB of results had dropped (p95 12.7 s against 0.6 s), until the line served quick computations
-#: first (:mod:`serving.line`): 816-911 MB (1,005), clicks p95 0.50 s.
+#: first (:mod:`serving.line`): 816-911 MB (1,005), clicks p95 0.50 s. 176 MiB (results 80 MiB) kept the high-water
+#: mark under the bound (919 against 926) but dropped what visitors stepped through: clicks p95 5.3 s; the figures
+#: set :data:`DRAWING_BYTES` aside instead.
 WORK_BYTES = 160 * 2**20
-#: Bytes the shared figures may hold (:mod:`serving.figures`).
+#: What the pages being drawn may use, set aside from :data:`FIGURE_BYTES` (unless the operator turns the set-asides
+#: off, :data:`SET_ASIDE_ENV`), so that the figures kept and those being built and sent together stay within it. A
+#: page run serialises each figure it shows (``plotly.io.to_json``, then Streamlit hashes the JSON and copies it into
+#: its message): the 36-panel grid of a 128-piece sentence peaks at 17 MB while it is sent, and the highest peaks of
+#: a churned soak were two pages drawing it beside an attribution. With the charts' weights in float32
+#: (:data:`viz.attention.CHART_DTYPE`) and nothing set aside here, the high-water mark of a 30-minute churned soak was
+#: 928 MB against a bound of 926. A figure dropped costs a page run 3-13 ms to build again (the grid of a 128-piece
+#: sentence 13 ms, a heatmap 3 ms), in its own thread, where a gate result dropped waits in the gate's line.
+DRAWING_BYTES = 32 * 2**20
+#: Set to 0, the caches keep their whole budgets: :data:`WORK_BYTES` is not set aside from the gate's nor
+#: :data:`DRAWING_BYTES` from the figures' (for a worker with memory to spare).
+SET_ASIDE_ENV = "ATTENTION_EXPLORER_GATE_SET_ASIDE"
+#: Bytes the shared figures (:mod:`serving.figures`) and the figures being drawn may use together.
 FIGURE_BYTES = 64 * 2**20
+
+
+def set_aside(amount: int, environ: Mapping[str, str] | None = None) -> int:
+    """``amount`` bytes, or 0 where :data:`SET_ASIDE_ENV` is ``"0"`` in ``environ`` (``os.environ`` by default)."""
+    environ = os.environ if environ is None else environ
+    return 0 if environ.get(SET_ASIDE_ENV, "").strip() == "0" else amount
+
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, bytearray, range)
 

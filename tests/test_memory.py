@@ -105,6 +105,16 @@ def test_the_gate_sets_aside_what_its_running_computation_may_use(monkeypatch):
     assert heavy._work_from_env() == 0  # the operator's choice: the results keep the whole budget
 
 
+def test_the_shared_figures_leave_room_for_the_pages_being_drawn():
+    """The figures kept and the figures page runs are serialising share one budget, as the gate's results and its
+    computation do; the same switch gives the kept ones all of it."""
+    assert 0 < memory.DRAWING_BYTES < memory.FIGURE_BYTES
+    assert memory.set_aside(memory.DRAWING_BYTES, {}) == memory.DRAWING_BYTES
+    assert memory.set_aside(memory.DRAWING_BYTES, {memory.SET_ASIDE_ENV: "0"}) == 0
+    if memory.SET_ASIDE_ENV not in os.environ:  # the process's own cache, made at import
+        assert figures._figures.budget == memory.FIGURE_BYTES - memory.DRAWING_BYTES
+
+
 def test_shared_figures_are_bounded_in_bytes(monkeypatch):
     monkeypatch.setattr(figures, "_figures", ByteLRU(2 * MB))
     for i in range(6):

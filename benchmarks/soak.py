@@ -156,14 +156,7 @@ def then_report(record: Record, scenario: str, baseline: float | None, highest: 
             f"{bound:.0f} MB)",
             flush=True,
         )
-    for line in sorted(
-        {
-            f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300]
-            for o in record.first_loads + record.actions
-            if o.errors
-        }
-    )[:5]:
-        print(f"- {line}")
+    print_failures(record.first_loads + record.actions)
 
 
 def churn_report(samples: list[tuple], ran, baseline: float, linger: int, highest: float | None = None) -> None:
@@ -200,8 +193,13 @@ def churn_report(samples: list[tuple], ran, baseline: float, linger: int, highes
         f"actions p50 / p95 {acts['p50'] or 0:.2f} / {acts['p95'] or 0:.2f} s ({acts['n']}); errors "
         f"{errors_cell(Counter(e for o in outcomes for e in o.errors))}; load average {os.getloadavg()[0]:.1f}"
     )
-    for line in sorted({f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300] for o in outcomes if o.errors})[:5]:
-        print(f"- {line}")
+    print_failures(outcomes)
+
+
+def print_failures(outcomes: list[Outcome], most: int = 5) -> None:
+    """Up to ``most`` distinct failed outcomes, a line each (what was done, the errors, the detail)."""
+    for line in sorted({f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300] for o in outcomes if o.errors})[:most]:
+        print(f"- {line}", flush=True)
 
 
 def then_level(text: str) -> tuple[str, int]:
@@ -283,13 +281,7 @@ def report(args: argparse.Namespace, linger: int, samples: list[tuple], records,
     row, _ = level_row(records[0], None)
     print("\nthe level itself:\n")
     print_table([row], TABLE_HEADER)
-    failed = {
-        f"{o.action}: {', '.join(o.errors)}: {o.detail}"[:300]
-        for o in records[0].first_loads + records[0].actions
-        if o.errors
-    }
-    for line in sorted(failed)[:5]:
-        print(f"- {line}", flush=True)
+    print_failures(records[0].first_loads + records[0].actions)
 
 
 if __name__ == "__main__":

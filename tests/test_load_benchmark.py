@@ -302,3 +302,12 @@ def test_a_soak_is_followed_by_a_known_scenario_and_a_positive_room(capsys):
         with pytest.raises(SystemExit):
             main(["--then", bad])
         assert "SCENARIO:VISITORS" in capsys.readouterr().err
+
+
+def test_a_soak_lists_each_distinct_failure_once_and_at_most_five(capsys):
+    from benchmarks.soak import print_failures
+
+    failed = [Outcome("Next", 1.0, ["timeout"], f"step {i % 7}") for i in range(20)]
+    print_failures([Outcome("Next", 0.1)] + failed + failed)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"- Next: timeout: step {i}" for i in range(5)]

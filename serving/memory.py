@@ -14,7 +14,7 @@ The budgets, in bytes (a visitor's own session state is not in them: Streamlit d
   worth, while a room's worst case stays a known amount on a 2 GB worker. An operator may set :data:`WORK_BYTES` of
   it aside for the work in flight (:data:`serving.heavy.SET_ASIDE_ENV`).
 * :data:`FIGURE_BYTES`: Plotly and Altair figures shared by :mod:`serving.figures` (a heatmap is tens of kB, the
-  36-panel grid of a long sentence 2.4 MB) and, unless an operator turns it off, :data:`DRAWING_BYTES` of it set
+  36-panel grid of a long sentence 2.6 MB) and, unless an operator turns it off, :data:`DRAWING_BYTES` of it set
   aside for the figures the pages are sending: 64 MiB.
 
 The model itself (``st.cache_resource``, four checkpoints at most, ``ui.state.load``) and the small per-page

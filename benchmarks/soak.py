@@ -129,6 +129,12 @@ async def soak(
     return samples, records, baseline, peak
 
 
+def churn_bound(baseline: float) -> float:
+    """The churned soak's memory bound (MB): the warm process's resident memory ``baseline`` (MB) plus the caches'
+    byte budgets (:data:`serving.memory.GATE_BYTES` + :data:`serving.memory.FIGURE_BYTES`)."""
+    return baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
+
+
 #: Seconds the level after a soak holds its visitors (after its ramp), as one level of :mod:`benchmarks.load`.
 THEN_HOLD_S = 60.0
 
@@ -150,7 +156,7 @@ def then_report(record: Record, scenario: str, baseline: float | None, highest: 
     print(f"\nthen, on the same server: {record.visitors} visitors, {scenario}\n", flush=True)
     print_table([row], TABLE_HEADER)
     if highest is not None and baseline is not None:
-        bound = baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
+        bound = churn_bound(baseline)
         print(
             f"its high-water mark (VmHWM): {highest:.0f} MB ({'under' if highest <= bound else 'OVER'} the bound "
             f"{bound:.0f} MB)",
@@ -161,7 +167,7 @@ def then_report(record: Record, scenario: str, baseline: float | None, highest: 
 
 def churn_report(samples: list[tuple], ran, baseline: float, linger: int, highest: float | None = None) -> None:
     outcomes, came = ran
-    bound = baseline + (GATE_BYTES + FIGURE_BYTES) / 1e6
+    bound = churn_bound(baseline)
     peak = max(s[1] for s in samples)
     print_table(
         [(f"{m:.1f}", f"{rss:.0f}", f"{cpu:.2f}", f"{g:.1f}", f"{f:.1f}") for m, rss, cpu, g, f in samples[:-1]]
